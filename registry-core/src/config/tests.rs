@@ -1,0 +1,354 @@
+use super::*;
+
+/// The same settings in each shape must give the same `Config`.
+fn expected() -> Config {
+    let mut c = Config::default();
+    c.tx_service_group = "My_Tx_Group".into();
+    c.registry.kind = "etcd3".into();
+    c.registry.etcd3.server_addr = "http://127.0.0.1:2379,http://127.0.0.1:2380".into();
+    c.registry.etcd3.cluster = "prod".into();
+    c.registry.etcd3.ttl = Duration::from_secs(7);
+    c.registry.zk.session_timeout = Duration::from_millis(9000);
+    c.registry.nacos.group = "SEATA_GROUP".into();
+    c.registry.redis.db = 3;
+    c.service
+        .vgroup_mapping
+        .insert("My_Tx_Group".into(), "prod".into());
+    c.service
+        .grouplist
+        .insert("prod".into(), "10.0.0.1:8091;10.0.0.2:8091".into());
+    c.client.load_balance.kind = "ConsistentHashLoadBalance".into();
+    c.client.load_balance.virtual_nodes = 20;
+    c.transport.heartbeat = false;
+    c
+}
+
+fn same(mut got: Config) {
+    assert!(
+        got.warnings.is_empty(),
+        "unexpected warnings: {:?}",
+        got.warnings
+    );
+    got.path = None;
+    assert_eq!(got, expected());
+}
+
+#[test]
+fn defaults_work_without_a_file() {
+    let c = ConfigLoader::new().load().unwrap();
+    assert_eq!(c.registry.kind, "file");
+    assert_eq!(c.tx_service_group, "default_tx_group");
+    assert_eq!(c.service.vgroup_mapping["default_tx_group"], "default");
+    assert_eq!(c.grouplist("default").unwrap(), vec!["127.0.0.1:8091"]);
+    assert_eq!(c.client.load_balance.kind, "XID");
+    assert_eq!(c.client.load_balance.virtual_nodes, 10);
+    assert_eq!(c.registry.zk.session_timeout, Duration::from_millis(6000));
+    assert_eq!(c.registry.nacos.group, "DEFAULT_GROUP");
+    assert_eq!(c.registry.nacos.application, "seata-server");
+    assert_eq!(c.transport.rpc_tm_request_timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn yaml_spring_shape() {
+    let y = r#"
+seata:
+  tx-service-group: My_Tx_Group
+  registry:
+    type: etcd3
+    etcd3:
+      server-addr: [ "http://127.0.0.1:2379", "http://127.0.0.1:2380" ]
+      cluster: prod
+      ttl: 7s
+    zk:
+      session-timeout: 9000
+    nacos:
+      group: SEATA_GROUP
+    redis:
+      db: 3
+  service:
+    vgroup-mapping:
+      My_Tx_Group: prod
+    grouplist:
+      prod: "10.0.0.1:8091;10.0.0.2:8091"
+  client:
+    load-balance:
+      type: ConsistentHashLoadBalance
+      virtual-nodes: 20
+  transport:
+    heartbeat: false
+"#;
+    same(Config::from_text(y, Format::Yaml).unwrap());
+}
+
+#[test]
+fn yaml_seata_go_shape() {
+    // seata-go spells the balancer `getty.load-balance-type` and has sections we ignore.
+    let y = r#"
+seata:
+  enabled: true
+  application-id: meshline
+  tx-service-group: My_Tx_Group
+  access-key: aliyunAccessKey
+  getty:
+    reconnect-interval: 0
+    load-balance-type: ConsistentHashLoadBalance
+    session:
+      compress-encoding: false
+  tm:
+    commit-retry-count: 5
+  client:
+    load-balance:
+      virtual-nodes: 20
+  registry:
+    type: etcd3
+    etcd3:
+      server-addr: "http://127.0.0.1:2379,http://127.0.0.1:2380"
+      cluster: prod
+      ttl: 7000
+    zk:
+      session-timeout: 9s
+    nacos:
+      group: SEATA_GROUP
+    redis:
+      db: 3
+  service:
+    vgroup-mapping:
+      My_Tx_Group: prod
+    grouplist:
+      prod: "10.0.0.1:8091;10.0.0.2:8091"
+  transport:
+    heartbeat: false
+    shutdown:
+      wait: 3s
+"#;
+    same(Config::from_text(y, Format::Yaml).unwrap());
+}
+
+#[test]
+fn toml_shape() {
+    let t = r#"
+tx-service-group = "My_Tx_Group"
+[registry]
+type = "etcd3"
+[registry.etcd3]
+server-addr = "http://127.0.0.1:2379,http://127.0.0.1:2380"
+cluster = "prod"
+ttl = "7s"
+[registry.zk]
+session-timeout = 9000
+[registry.nacos]
+group = "SEATA_GROUP"
+[registry.redis]
+db = 3
+[service.vgroup-mapping]
+My_Tx_Group = "prod"
+[service.grouplist]
+prod = "10.0.0.1:8091;10.0.0.2:8091"
+[client.load-balance]
+type = "ConsistentHashLoadBalance"
+virtual-nodes = 20
+[transport]
+heartbeat = false
+"#;
+    same(Config::from_text(t, Format::Toml).unwrap());
+}
+
+#[test]
+fn json_shape() {
+    let j = r#"{
+  "seata": {
+    "txServiceGroup": "My_Tx_Group",
+    "registry": {
+      "type": "etcd3",
+      "etcd3": { "serverAddr": "http://127.0.0.1:2379,http://127.0.0.1:2380", "cluster": "prod", "ttl": 7000 },
+      "zk": { "sessionTimeout": 9000 },
+      "nacos": { "group": "SEATA_GROUP" },
+      "redis": { "db": 3 }
+    },
+    "service": {
+      "vgroupMapping": { "My_Tx_Group": "prod" },
+      "grouplist": { "prod": "10.0.0.1:8091;10.0.0.2:8091" }
+    },
+    "client": { "loadBalance": { "type": "ConsistentHashLoadBalance", "virtualNodes": 20 } },
+    "transport": { "heartbeat": false }
+  }
+}"#;
+    same(Config::from_text(j, Format::Json).unwrap());
+}
+
+#[test]
+fn properties_flat_seata_keys() {
+    let p = r#"
+# Seata client properties
+txServiceGroup=My_Tx_Group
+registry.type=etcd3
+registry.etcd3.serverAddr=http://127.0.0.1:2379,http://127.0.0.1:2380
+registry.etcd3.cluster=prod
+registry.etcd3.ttl=7000
+registry.zk.sessionTimeout=9000
+registry.nacos.group=SEATA_GROUP
+registry.redis.db=3
+service.vgroupMapping.My_Tx_Group=prod
+service.prod.grouplist=10.0.0.1:8091;10.0.0.2:8091
+service.disableGlobalTransaction=false
+client.loadBalance.type=ConsistentHashLoadBalance
+client.loadBalance.virtualNodes=20
+client.rm.asyncCommitBufferLimit=10000
+transport.heartbeat=false
+transport.threadFactory.bossThreadPrefix=NettyBoss
+store.mode=file
+"#;
+    same(Config::from_text(p, Format::Properties).unwrap());
+}
+
+#[test]
+fn env_vars() {
+    let vars = [
+        ("MESHLINE_TX_SERVICE_GROUP", "My_Tx_Group"),
+        ("MESHLINE_REGISTRY__TYPE", "etcd3"),
+        (
+            "MESHLINE_REGISTRY__ETCD3__SERVER_ADDR",
+            "http://127.0.0.1:2379,http://127.0.0.1:2380",
+        ),
+        ("MESHLINE_REGISTRY__ETCD3__CLUSTER", "prod"),
+        ("MESHLINE_REGISTRY__ETCD3__TTL", "7s"),
+        ("MESHLINE_REGISTRY__ZK__SESSION_TIMEOUT", "9000"),
+        ("MESHLINE_REGISTRY__NACOS__GROUP", "SEATA_GROUP"),
+        ("MESHLINE_REGISTRY__REDIS__DB", "3"),
+        ("MESHLINE_SERVICE__VGROUP_MAPPING__My_Tx_Group", "prod"),
+        (
+            "MESHLINE_SERVICE__GROUPLIST__prod",
+            "10.0.0.1:8091;10.0.0.2:8091",
+        ),
+        (
+            "MESHLINE_CLIENT__LOAD_BALANCE__TYPE",
+            "ConsistentHashLoadBalance",
+        ),
+        ("MESHLINE_CLIENT__LOAD_BALANCE__VIRTUAL_NODES", "20"),
+        ("MESHLINE_TRANSPORT__HEARTBEAT", "false"),
+        ("MESHLINE_CONFIG", "/not/a/key.yaml"),
+        ("PATH", "/usr/bin"),
+    ];
+    same(ConfigLoader::new().env_vars(vars).load().unwrap());
+}
+
+#[test]
+fn env_overrides_file_and_set_overrides_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.yaml");
+    std::fs::write(
+        &f,
+        "registry:\n  type: zk\n  zk:\n    server-addr: 1.1.1.1:2181\n",
+    )
+    .unwrap();
+    let c = ConfigLoader::new()
+        .file(&f)
+        .env_vars([("MESHLINE_REGISTRY__TYPE", "redis")])
+        .load()
+        .unwrap();
+    assert_eq!(c.registry.kind, "redis");
+    assert_eq!(c.registry.zk.server_addr, "1.1.1.1:2181");
+    assert_eq!(c.path.as_deref(), Some(f.as_path()));
+    let c = ConfigLoader::new()
+        .file(&f)
+        .env_vars([("MESHLINE_REGISTRY__TYPE", "redis")])
+        .set("registry.type", "nacos")
+        .load()
+        .unwrap();
+    assert_eq!(c.registry.kind, "nacos");
+}
+
+#[test]
+fn unknown_keys_warn() {
+    let c = Config::from_text(
+        "registry.tpye=zk\nregistry.etcd3.serverAdr=x\nfoo=bar\nregistry.type=zk\n",
+        Format::Properties,
+    )
+    .unwrap();
+    assert_eq!(c.registry.kind, "zk");
+    assert_eq!(c.warnings.len(), 3, "{:?}", c.warnings);
+    assert!(c.warnings.iter().any(|w| w.contains("registry.tpye")));
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("registry.etcd3.serverAdr"))
+    );
+}
+
+#[test]
+fn bad_values_are_errors_not_panics() {
+    for (text, fmt, needle) in [
+        (
+            "registry.etcd3.ttl=abc",
+            Format::Properties,
+            "registry.etcd3.ttl",
+        ),
+        (
+            "client.loadBalance.virtualNodes=-3",
+            Format::Properties,
+            "virtualNodes",
+        ),
+        (
+            "transport.heartbeat=maybe",
+            Format::Properties,
+            "transport.heartbeat",
+        ),
+        ("registry.type=", Format::Properties, "registry.type"),
+        (
+            "registry.nacos.grpcPort=70000",
+            Format::Properties,
+            "grpcPort",
+        ),
+        ("registry: [unclosed", Format::Yaml, "Yaml"),
+        ("registry = {", Format::Toml, "Toml"),
+        ("{\"registry\": ", Format::Json, "Json"),
+        (
+            "registry:\n  redis:\n    db: lots\n",
+            Format::Yaml,
+            "registry.redis.db",
+        ),
+    ] {
+        let err = Config::from_text(text, fmt).expect_err(text).to_string();
+        assert!(err.contains(needle), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_files_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yaml");
+    let e = Config::load(Some(&missing)).unwrap_err().to_string();
+    assert!(e.contains("nope.yaml"), "{e}");
+    let hocon = dir.path().join("registry.conf");
+    std::fs::write(&hocon, "registry { type = \"file\" }").unwrap();
+    let e = Config::load(Some(&hocon)).unwrap_err().to_string();
+    assert!(e.contains(".properties"), "{e}");
+    let weird = dir.path().join("x.ini");
+    std::fs::write(&weird, "").unwrap();
+    assert!(Config::load(Some(&weird)).is_err());
+}
+
+#[test]
+fn grouplist_splitting() {
+    assert_eq!(
+        split_grouplist(" a:1 ; b:2;;c:3 ,d:4"),
+        vec!["a:1", "b:2", "c:3", "d:4"]
+    );
+    assert!(split_grouplist("").is_empty());
+}
+
+#[test]
+fn empty_text_is_defaults() {
+    let c = Config::from_text("", Format::Yaml).unwrap();
+    assert_eq!(c, Config::default());
+}
+
+proptest::proptest! {
+    #[test]
+    fn random_properties_never_panic(s in "\\PC{0,200}") {
+        let _ = Config::from_text(&s, Format::Properties);
+        let _ = Config::from_text(&s, Format::Yaml);
+        let _ = Config::from_text(&s, Format::Toml);
+        let _ = Config::from_text(&s, Format::Json);
+    }
+}

@@ -1,0 +1,39 @@
+//! The trait every registry backend implements.
+
+use async_trait::async_trait;
+
+use crate::{Instance, RegistryError, Watch};
+
+/// A service registry: where servers announce themselves and clients find them.
+///
+/// Implemented by every backend (file, etcd3, zk, redis, nacos, consul, eureka). The
+/// guarantees every implementation gives:
+///
+/// - [`watch`](Self::watch) yields full snapshots, the current one first; identical
+///   snapshots are not re-sent; garbage in the registry is skipped with a warning.
+/// - Reconnect, resync and re-registration after any session loss are the backend's
+///   job, with jittered exponential backoff ([`crate::Backoff`]). While the registry is
+///   unreachable, watchers keep the last good snapshot and see [`crate::Health::Stale`].
+/// - A registration keeps itself alive until [`unregister`](Self::unregister) or
+///   [`close`](Self::close); `close` removes everything this client registered.
+#[async_trait]
+pub trait RegistryService: Send + Sync + 'static {
+    /// The registry type, as Seata spells it (`file`, `etcd3`, `zk`, `redis`, `nacos`,
+    /// `consul`, `eureka`).
+    fn kind(&self) -> &'static str;
+
+    /// Announces `instance` as a member of `cluster` and keeps the announcement alive.
+    async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError>;
+
+    /// Withdraws an announcement made by [`register`](Self::register).
+    async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError>;
+
+    /// The current members of `cluster` (one round trip; no watch is kept).
+    async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError>;
+
+    /// Follows `cluster`: the first value is the current state, then every change.
+    async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError>;
+
+    /// Removes everything this client registered and stops background work.
+    async fn close(&self) -> Result<(), RegistryError>;
+}

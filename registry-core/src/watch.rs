@@ -1,0 +1,497 @@
+//! Membership watches: full snapshots with revisions, registry health, and the hub
+//! backends publish into.
+//!
+//! Backends never hand deltas to users. They publish the *whole* member list of a
+//! cluster into a [`WatchHub`]; the hub sorts and de-duplicates it, drops it when it is
+//! identical to the current one, applies the empty-list policy, and bumps a revision.
+//! Users hold a [`Watch`]: its first [`Watch::next`] returns the current snapshot at
+//! once, later ones only when something changed. Readers never lock: a snapshot is an
+//! `Arc<[Instance]>` swapped whole (a `tokio::sync::watch` channel underneath).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::watch;
+
+use crate::{Instance, RegistryError};
+
+/// An immutable member list of one cluster, with the hub's revision number.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    instances: Arc<[Instance]>,
+    revision: u64,
+}
+
+impl Snapshot {
+    /// A snapshot of `instances` (taken as they are) at `revision`.
+    pub fn new(instances: Vec<Instance>, revision: u64) -> Self {
+        Snapshot {
+            instances: instances.into(),
+            revision,
+        }
+    }
+
+    /// The members, sorted by host and port, one entry per identity.
+    pub fn instances(&self) -> &Arc<[Instance]> {
+        &self.instances
+    }
+
+    /// Increases by one on every applied change; 0 before anything was published.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// True when there are no members.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+}
+
+/// Whether the registry behind a watch is currently reachable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// The backend is connected and the snapshot is live.
+    Connected,
+    /// The backend lost the registry; the snapshot is the last good one.
+    Stale {
+        /// When the connection was lost (kept across repeated failures).
+        since: SystemTime,
+        /// Why, in the backend's words.
+        reason: String,
+    },
+}
+
+impl Health {
+    /// True for [`Health::Connected`].
+    pub fn is_connected(&self) -> bool {
+        matches!(self, Health::Connected)
+    }
+}
+
+/// What to do when a registry reports a cluster with no members while we know some.
+///
+/// A registry that blinks (a restart, a network split, an expired session) can report an
+/// empty list for a moment; dropping every endpoint because of that is worse than
+/// routing to a slightly stale list, so [`EmptyProtection::Protect`] is the default (as
+/// in Nacos and Seata). The backend still applies removals that leave at least one
+/// member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmptyProtection {
+    /// Keep the last non-empty snapshot and log a warning.
+    #[default]
+    Protect,
+    /// Apply the empty list like any other.
+    Apply,
+}
+
+/// What [`WatchHub::publish`] did with a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// A new snapshot with this revision was sent to watchers.
+    Changed(u64),
+    /// The list equals the current snapshot; nothing was sent.
+    Unchanged,
+    /// The list was empty and [`EmptyProtection::Protect`] kept the last one.
+    ProtectedEmpty,
+}
+
+struct Channel {
+    snapshot: watch::Sender<Snapshot>,
+    health: watch::Sender<Health>,
+}
+
+impl Channel {
+    fn new() -> Self {
+        Channel {
+            snapshot: watch::Sender::new(Snapshot::new(Vec::new(), 0)),
+            health: watch::Sender::new(Health::Connected),
+        }
+    }
+}
+
+/// Where a backend publishes full member lists; hands out [`Watch`]es.
+///
+/// One hub per registry client. Cheap to share (`Arc<WatchHub>`); all methods take
+/// `&self`.
+pub struct WatchHub {
+    kind: &'static str,
+    policy: EmptyProtection,
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+}
+
+impl std::fmt::Debug for WatchHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchHub")
+            .field("kind", &self.kind)
+            .field("policy", &self.policy)
+            .field("clusters", &self.clusters())
+            .finish()
+    }
+}
+
+impl WatchHub {
+    /// A hub for a registry of type `kind` with the given empty-list policy.
+    pub fn new(kind: &'static str, policy: EmptyProtection) -> Self {
+        WatchHub {
+            kind,
+            policy,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The empty-list policy in force.
+    pub fn policy(&self) -> EmptyProtection {
+        self.policy
+    }
+
+    fn channel(&self, cluster: &str) -> Arc<Channel> {
+        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(Channel::new()))
+            .clone()
+    }
+
+    fn existing(&self, cluster: &str) -> Option<Arc<Channel>> {
+        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(cluster).cloned()
+    }
+
+    /// Publishes the full member list of `cluster`.
+    ///
+    /// The list is sorted by identity and de-duplicated (the first entry of an identity
+    /// wins; later ones are logged). Identical lists are not re-sent. An empty list
+    /// replacing a non-empty one is subject to the [`EmptyProtection`] policy.
+    pub fn publish(&self, cluster: &str, mut instances: Vec<Instance>) -> PublishOutcome {
+        instances.sort_by(|a, b| a.key().cmp(b.key()));
+        let before = instances.len();
+        instances.dedup_by(|later, first| later.key() == first.key());
+        if instances.len() != before {
+            tracing::warn!(
+                registry = self.kind,
+                cluster,
+                dropped = before - instances.len(),
+                "duplicate instances in registry data; kept the first of each address"
+            );
+        }
+        let ch = self.channel(cluster);
+        let mut outcome = PublishOutcome::Unchanged;
+        ch.snapshot.send_if_modified(|cur| {
+            if instances.is_empty() && !cur.is_empty() && self.policy == EmptyProtection::Protect {
+                tracing::warn!(
+                    registry = self.kind,
+                    cluster,
+                    kept = cur.len(),
+                    "registry reported no members; keeping the last non-empty list (empty protection)"
+                );
+                outcome = PublishOutcome::ProtectedEmpty;
+                return false;
+            }
+            if cur.instances[..] == instances[..] {
+                return false;
+            }
+            let revision = cur.revision + 1;
+            *cur = Snapshot::new(std::mem::take(&mut instances), revision);
+            tracing::debug!(registry = self.kind, cluster, revision, members = cur.len(), "membership changed");
+            outcome = PublishOutcome::Changed(revision);
+            true
+        });
+        outcome
+    }
+
+    /// A watch on `cluster`. Its first value is whatever was published last (revision
+    /// 0 and empty when nothing was); backends publish the initial list before
+    /// returning a watch to the user.
+    pub fn subscribe(&self, cluster: &str) -> Watch {
+        let ch = self.channel(cluster);
+        Watch {
+            kind: self.kind,
+            snapshot: ch.snapshot.subscribe(),
+            health: ch.health.subscribe(),
+            delivered_first: false,
+        }
+    }
+
+    /// The current snapshot of `cluster`, if anything watches or was published for it.
+    pub fn current(&self, cluster: &str) -> Option<Snapshot> {
+        self.existing(cluster)
+            .map(|ch| ch.snapshot.borrow().clone())
+    }
+
+    /// Every cluster with a channel (watched or published), sorted.
+    pub fn clusters(&self) -> Vec<String> {
+        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<String> = map.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Number of live [`Watch`]es on `cluster`.
+    pub fn watcher_count(&self, cluster: &str) -> usize {
+        self.existing(cluster)
+            .map(|ch| ch.snapshot.receiver_count())
+            .unwrap_or(0)
+    }
+
+    /// Marks `cluster` as stale (the registry is unreachable). The `since` time of an
+    /// already stale cluster is kept; only the reason is updated.
+    pub fn mark_stale(&self, cluster: &str, reason: &str) {
+        let ch = self.channel(cluster);
+        ch.health.send_if_modified(|h| match h {
+            Health::Connected => {
+                tracing::warn!(
+                    registry = self.kind,
+                    cluster,
+                    reason,
+                    "registry unreachable; serving the last snapshot"
+                );
+                *h = Health::Stale {
+                    since: SystemTime::now(),
+                    reason: reason.to_string(),
+                };
+                true
+            }
+            Health::Stale { reason: r, .. } => {
+                if r != reason {
+                    *r = reason.to_string();
+                    true
+                } else {
+                    false
+                }
+            }
+        });
+    }
+
+    /// Marks `cluster` as connected again.
+    pub fn mark_connected(&self, cluster: &str) {
+        let ch = self.channel(cluster);
+        ch.health.send_if_modified(|h| {
+            if h.is_connected() {
+                false
+            } else {
+                tracing::info!(registry = self.kind, cluster, "registry reachable again");
+                *h = Health::Connected;
+                true
+            }
+        });
+    }
+
+    /// [`mark_stale`](Self::mark_stale) for every known cluster.
+    pub fn mark_all_stale(&self, reason: &str) {
+        for c in self.clusters() {
+            self.mark_stale(&c, reason);
+        }
+    }
+
+    /// [`mark_connected`](Self::mark_connected) for every known cluster.
+    pub fn mark_all_connected(&self) {
+        for c in self.clusters() {
+            self.mark_connected(&c);
+        }
+    }
+
+    /// The health of `cluster` (connected when unknown).
+    pub fn health(&self, cluster: &str) -> Health {
+        self.existing(cluster)
+            .map(|ch| ch.health.borrow().clone())
+            .unwrap_or(Health::Connected)
+    }
+
+    /// Drops every channel: watchers' [`Watch::next`] then returns
+    /// [`RegistryError::Closed`] once they have seen the last snapshot.
+    pub fn close(&self) {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// A live view of one cluster's membership and of the registry's health.
+///
+/// The first [`next`](Watch::next) returns the current snapshot immediately; every later
+/// call waits for a *changed* snapshot. Intermediate snapshots may be skipped when the
+/// reader is slow (each snapshot is complete, so nothing is lost).
+#[derive(Debug, Clone)]
+pub struct Watch {
+    kind: &'static str,
+    snapshot: watch::Receiver<Snapshot>,
+    health: watch::Receiver<Health>,
+    delivered_first: bool,
+}
+
+impl Watch {
+    /// The latest snapshot, without waiting.
+    pub fn current(&self) -> Snapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    /// The current snapshot on the first call, then the next changed one.
+    ///
+    /// Returns [`RegistryError::Closed`] when the registry was closed.
+    pub async fn next(&mut self) -> Result<Snapshot, RegistryError> {
+        if !self.delivered_first {
+            self.delivered_first = true;
+            return Ok(self.snapshot.borrow_and_update().clone());
+        }
+        self.snapshot
+            .changed()
+            .await
+            .map_err(|_| RegistryError::Closed { kind: self.kind })?;
+        Ok(self.snapshot.borrow_and_update().clone())
+    }
+
+    /// The registry's health as last reported by the backend.
+    pub fn health(&self) -> Health {
+        self.health.borrow().clone()
+    }
+
+    /// Waits until the health changes and returns the new value.
+    pub async fn health_changed(&mut self) -> Result<Health, RegistryError> {
+        self.health
+            .changed()
+            .await
+            .map_err(|_| RegistryError::Closed { kind: self.kind })?;
+        Ok(self.health.borrow_and_update().clone())
+    }
+
+    /// The registry type this watch comes from.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn inst(s: &str) -> Instance {
+        Instance::parse(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn first_value_is_current_then_only_changes() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        assert_eq!(
+            hub.publish("c", vec![inst("10.0.0.2:1"), inst("10.0.0.1:1")]),
+            PublishOutcome::Changed(1)
+        );
+        let mut w = hub.subscribe("c");
+        let s = w.next().await.unwrap();
+        assert_eq!(s.revision(), 1);
+        // Sorted by identity.
+        assert_eq!(s.instances()[0].to_string(), "10.0.0.1:1");
+        // Same set in another order: no new snapshot.
+        assert_eq!(
+            hub.publish("c", vec![inst("10.0.0.1:1"), inst("10.0.0.2:1")]),
+            PublishOutcome::Unchanged
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), w.next())
+                .await
+                .is_err()
+        );
+        // A real change arrives.
+        assert_eq!(
+            hub.publish("c", vec![inst("10.0.0.1:1")]),
+            PublishOutcome::Changed(2)
+        );
+        let s = tokio::time::timeout(Duration::from_secs(1), w.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.revision(), 2);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn duplicates_are_collapsed() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        hub.publish(
+            "c",
+            vec![
+                inst("10.0.0.1:1"),
+                inst("[::ffff:10.0.0.1]:1"),
+                inst("10.0.0.1:1"),
+            ],
+        );
+        assert_eq!(hub.current("c").unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn weight_change_is_a_change() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        hub.publish("c", vec![inst("10.0.0.1:1")]);
+        assert_eq!(
+            hub.publish("c", vec![inst("10.0.0.1:1").with_weight(5)]),
+            PublishOutcome::Changed(2)
+        );
+    }
+
+    #[tokio::test]
+    async fn empty_protection_keeps_last_list() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        hub.publish("c", vec![inst("10.0.0.1:1")]);
+        let mut w = hub.subscribe("c");
+        w.next().await.unwrap();
+        assert_eq!(hub.publish("c", vec![]), PublishOutcome::ProtectedEmpty);
+        assert_eq!(w.current().len(), 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), w.next())
+                .await
+                .is_err()
+        );
+        // A non-empty shrink is applied.
+        hub.publish("c", vec![inst("10.0.0.1:1"), inst("10.0.0.2:1")]);
+        assert_eq!(
+            hub.publish("c", vec![inst("10.0.0.2:1")]),
+            PublishOutcome::Changed(3)
+        );
+    }
+
+    #[tokio::test]
+    async fn empty_apply_policy_applies() {
+        let hub = WatchHub::new("test", EmptyProtection::Apply);
+        hub.publish("c", vec![inst("10.0.0.1:1")]);
+        assert_eq!(hub.publish("c", vec![]), PublishOutcome::Changed(2));
+        assert!(hub.current("c").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn health_stale_keeps_since_and_recovers() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        let mut w = hub.subscribe("c");
+        assert!(w.health().is_connected());
+        hub.mark_all_stale("connection refused");
+        let h = w.health_changed().await.unwrap();
+        let Health::Stale { since, .. } = h else {
+            panic!("expected stale")
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        hub.mark_stale("c", "timeout");
+        match w.health_changed().await.unwrap() {
+            Health::Stale { since: s2, reason } => {
+                assert_eq!(s2, since);
+                assert_eq!(reason, "timeout");
+            }
+            Health::Connected => panic!("expected stale"),
+        }
+        hub.mark_all_connected();
+        assert_eq!(w.health_changed().await.unwrap(), Health::Connected);
+    }
+
+    #[tokio::test]
+    async fn close_ends_watches() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        let mut w = hub.subscribe("c");
+        w.next().await.unwrap();
+        hub.close();
+        assert!(matches!(w.next().await, Err(RegistryError::Closed { .. })));
+    }
+}

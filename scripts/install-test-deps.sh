@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a Debian machine. Idempotent: every step checks
+# first and does nothing when the tool is already there.
+#   etcd-server etcd-client : real etcd for registry-etcd tests (testkit starts it)
+#   zookeeper               : real ZooKeeper (java -cp /usr/share/java/zookeeper.jar)
+#   redis-server            : real Redis (redis-server / redis-cli)
+#   protobuf-compiler       : protoc, needed by etcd-client's build script
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-test-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+else
+  echo "install-test-deps: all present"
+fi

@@ -1,1 +1,36 @@
-//! facade (in progress)
+//! # meshline
+//!
+//! Find a cluster of servers through a service registry and spread requests across it.
+//!
+//! This is the facade crate: it re-exports the core types and builds the registry your
+//! configuration names. Each registry backend is a cargo feature, so a build carries
+//! only the clients it needs:
+//!
+//! | feature | registry type(s) (`registry.type`) | crate |
+//! |---|---|---|
+//! | `file` (default) | `file` | `meshline-registry-file` |
+//! | `all` | every backend compiled into this version | |
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), meshline::RegistryError> {
+//! let config = meshline::Config::load(None)?;            // Seata's defaults
+//! let discovery = meshline::registry::discovery_from_config(&config).await?;
+//! for tc in discovery.lookup(&config.tx_service_group).await? {
+//!     println!("{tc}");                                   // 127.0.0.1:8091
+//! }
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod registry;
+
+pub use meshline_registry_core as core;
+pub use meshline_registry_core::config::{ConfigLoader, Format};
+pub use meshline_registry_core::{
+    Backoff, Config, Discovery, EmptyProtection, Health, Instance, InstanceKey, RegistryError,
+    RegistryService, Snapshot, Watch, WatchHub,
+};
+
+#[cfg(feature = "file")]
+pub use meshline_registry_file as file;

@@ -1,0 +1,147 @@
+//! File registry: lookups, read-only errors, hot reload and broken edits.
+
+use std::time::Duration;
+
+use meshline_registry_core::{Config, Health, RegistryError, RegistryService};
+use meshline_registry_file::FileRegistry;
+
+const WITHIN: Duration = Duration::from_secs(1);
+
+fn write(path: &std::path::Path, text: &str) {
+    // Write to a temp file and rename, as editors do, so the reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn addrs(s: &meshline_registry_core::Snapshot) -> Vec<String> {
+    s.instances().iter().map(|i| i.to_string()).collect()
+}
+
+#[tokio::test]
+async fn default_config_lists_the_default_tc() {
+    let reg = FileRegistry::from_config(&Config::default());
+    let list = reg.lookup("default").await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].to_string(), "127.0.0.1:8091");
+    let err = reg.lookup("nope").await.unwrap_err().to_string();
+    assert!(err.contains("service.nope.grouplist"), "{err}");
+}
+
+#[tokio::test]
+async fn register_is_refused_as_read_only() {
+    let reg = FileRegistry::from_config(&Config::default());
+    let i = meshline_registry_core::Instance::parse("10.0.0.1:8091").unwrap();
+    assert!(matches!(
+        reg.register("default", &i).await,
+        Err(RegistryError::ReadOnly { .. })
+    ));
+    assert!(matches!(
+        reg.unregister("default", &i).await,
+        Err(RegistryError::ReadOnly { .. })
+    ));
+}
+
+#[tokio::test]
+async fn bad_entries_are_skipped_not_fatal() {
+    let cfg = Config::from_text(
+        "service.prod.grouplist=10.0.0.1:8091;not an address;[::1]:8092;10.0.0.3:99999",
+        meshline_registry_core::config::Format::Properties,
+    )
+    .unwrap();
+    let reg = FileRegistry::from_config(&cfg);
+    let list: Vec<String> = reg
+        .lookup("prod")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    assert_eq!(list, vec!["10.0.0.1:8091", "[::1]:8092"]);
+}
+
+#[tokio::test]
+async fn edits_reach_watchers_and_broken_edits_keep_last_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meshline.yaml");
+    write(
+        &path,
+        "service:\n  grouplist:\n    prod: \"10.0.0.1:8091\"\n",
+    );
+    let cfg = Config::load(Some(&path)).unwrap();
+    let reg = FileRegistry::from_config(&cfg);
+    let mut w = reg.watch("prod").await.unwrap();
+    assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.0.0.1:8091"]);
+
+    // A good edit arrives within a second.
+    write(
+        &path,
+        "service:\n  grouplist:\n    prod: \"10.0.0.1:8091;10.0.0.2:8091\"\n",
+    );
+    let s = tokio::time::timeout(WITHIN, w.next())
+        .await
+        .expect("edit not seen within 1 s")
+        .unwrap();
+    assert_eq!(addrs(&s), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
+    assert!(w.health().is_connected());
+
+    // A broken edit: the last good list stays, health says why.
+    write(&path, "service:\n  grouplist: [unclosed\n");
+    let h = tokio::time::timeout(WITHIN * 2, w.health_changed())
+        .await
+        .expect("stale not reported")
+        .unwrap();
+    assert!(matches!(h, Health::Stale { .. }), "{h:?}");
+    assert_eq!(addrs(&w.current()), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
+    assert_eq!(reg.lookup("prod").await.unwrap().len(), 2);
+
+    // Fixing the file resumes updates.
+    write(
+        &path,
+        "service:\n  grouplist:\n    prod: \"10.0.0.3:8091\"\n",
+    );
+    let s = tokio::time::timeout(WITHIN, w.next())
+        .await
+        .expect("fix not seen")
+        .unwrap();
+    assert_eq!(addrs(&s), vec!["10.0.0.3:8091"]);
+    assert!(w.health().is_connected());
+
+    // A file that loses the cluster entirely: empty protection keeps the list.
+    write(&path, "service:\n  grouplist:\n    other: \"10.9.9.9:1\"\n");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(addrs(&w.current()), vec!["10.0.0.3:8091"]);
+
+    reg.close().await.unwrap();
+    assert!(matches!(
+        reg.lookup("prod").await,
+        Err(RegistryError::Closed { .. })
+    ));
+}
+
+#[tokio::test]
+async fn registry_file_name_points_at_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main.properties");
+    let lists = dir.path().join("lists.properties");
+    std::fs::write(
+        &main,
+        "registry.type=file\nregistry.file.name=lists.properties\n",
+    )
+    .unwrap();
+    write(&lists, "service.prod.grouplist=10.0.0.1:8091\n");
+    let cfg = Config::load(Some(&main)).unwrap();
+    let reg = FileRegistry::from_config(&cfg);
+    assert_eq!(reg.followed_path(), Some(lists.as_path()));
+    let mut w = reg.watch("prod").await.unwrap();
+    assert_eq!(w.next().await.unwrap().len(), 1);
+    write(
+        &lists,
+        "service.prod.grouplist=10.0.0.1:8091;10.0.0.2:8091\n",
+    );
+    let s = tokio::time::timeout(WITHIN, w.next())
+        .await
+        .expect("edit not seen")
+        .unwrap();
+    assert_eq!(s.len(), 2);
+}

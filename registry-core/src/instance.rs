@@ -44,6 +44,7 @@ impl fmt::Display for InstanceKey {
 /// `%scope`), so equality of [`Instance::key`] means "same server".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Instance {
+    #[serde(flatten)]
     key: InstanceKey,
     weight: u32,
     zone: Option<String>,

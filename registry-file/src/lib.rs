@@ -163,7 +163,7 @@ impl Inner {
                 .get(&cluster)
                 .map(|t| parse_list(&cluster, t))
                 .unwrap_or_default();
-            if members.is_empty() && lists.get(&cluster).is_none() {
+            if members.is_empty() && !lists.contains_key(&cluster) {
                 tracing::warn!(cluster, "grouplist removed from the file");
             }
             self.hub.publish(&cluster, members);

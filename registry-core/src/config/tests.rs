@@ -1,3 +1,5 @@
+#![allow(clippy::field_reassign_with_default)] // the tests state each override explicitly
+
 use super::*;
 
 /// The same settings in each shape must give the same `Config`.

@@ -1,0 +1,298 @@
+//! `meshline`: look up, watch and register cluster members in any registry meshline
+//! supports, with the same configuration files a Seata client uses.
+//!
+//! Exit codes: 0 success, 2 usage error, 1 registry or configuration error (the message
+//! goes to standard error).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Parser, Subcommand};
+use meshline::{Config, ConfigLoader, Health, Instance, RegistryError, RegistryService, Snapshot};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "meshline",
+    version,
+    about = "Find a cluster through a service registry"
+)]
+struct Cli {
+    /// Configuration file (.yaml, .yml, .toml, .json or Seata's .properties).
+    #[arg(long, global = true, env = "MESHLINE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Registry type, overriding `registry.type` (file, nacos, etcd3, zk, redis, consul, eureka).
+    #[arg(long, global = true)]
+    registry: Option<String>,
+    /// Registry server address(es), overriding `registry.<type>.server-addr`; for the
+    /// file registry, the grouplist of the cluster (`ip:port;ip:port`).
+    #[arg(long, global = true)]
+    server: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the members of a tx-service-group's cluster (or of --cluster).
+    Lookup(Target),
+    /// Print every membership snapshot with a timestamp until Ctrl-C.
+    Watch(Target),
+    /// Register ADDR in CLUSTER and keep it alive until Ctrl-C, then remove it.
+    Register {
+        /// Cluster name.
+        cluster: String,
+        /// Address to register (`ip:port`, `[v6]:port`).
+        addr: String,
+        /// Registration TTL / lease (e.g. `10s`) for registries that have one.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
+        /// Weight metadata.
+        #[arg(long)]
+        weight: Option<u32>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct Target {
+    /// tx-service-group (default: the config's `txServiceGroup`).
+    #[arg(conflicts_with = "cluster")]
+    group: Option<String>,
+    /// Look up a cluster directly, skipping the vgroupMapping.
+    #[arg(long)]
+    cluster: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Which cluster a command is about, resolved through the mapping when given a group.
+fn resolve_cluster(config: &Config, target: &Target) -> Result<String, RegistryError> {
+    if let Some(c) = &target.cluster {
+        return Ok(c.clone());
+    }
+    let group = target
+        .group
+        .clone()
+        .unwrap_or_else(|| config.tx_service_group.clone());
+    match config.service.vgroup_mapping.get(&group) {
+        Some(c) if !c.trim().is_empty() => Ok(c.clone()),
+        _ => Err(RegistryError::MissingMapping { group }),
+    }
+}
+
+/// Loads the config, then applies --registry / --server / --ttl.
+fn load_config(
+    cli: &Cli,
+    cluster_for_file: Option<&str>,
+    ttl: Option<Duration>,
+) -> Result<Config, RegistryError> {
+    let mut loader = ConfigLoader::new();
+    if let Some(p) = &cli.config {
+        loader = loader.file(p);
+    }
+    loader = loader.process_env();
+    if let Some(r) = &cli.registry {
+        loader = loader.set("registry.type", r.as_str());
+    }
+    let base = loader.load()?;
+    let ty = meshline::registry::resolve_type(&base.registry.kind)?;
+    let mut config = base;
+    if let Some(server) = &cli.server {
+        match ty.seata_name {
+            "file" => {
+                let cluster = cluster_for_file.unwrap_or("default");
+                config
+                    .service
+                    .grouplist
+                    .insert(cluster.to_string(), server.clone());
+            }
+            "nacos" => config.registry.nacos.server_addr = server.clone(),
+            "etcd3" => config.registry.etcd3.server_addr = server.clone(),
+            "zk" => config.registry.zk.server_addr = server.clone(),
+            "redis" => config.registry.redis.server_addr = server.clone(),
+            "consul" => config.registry.consul.server_addr = server.clone(),
+            "eureka" => config.registry.eureka.service_url = server.clone(),
+            _ => {}
+        }
+    }
+    if let Some(ttl) = ttl {
+        config.registry.etcd3.ttl = ttl;
+        config.registry.redis.ttl = ttl;
+        config.registry.consul.ttl = ttl;
+        config.registry.eureka.lease_duration = ttl;
+    }
+    Ok(config)
+}
+
+async fn run(cli: Cli) -> Result<(), RegistryError> {
+    match &cli.command {
+        Command::Lookup(target) | Command::Watch(target) => {
+            // Resolve the cluster on a first load (mapping may come from the file).
+            let pre = load_config(&cli, None, None)?;
+            let cluster = resolve_cluster(&pre, target)?;
+            let config = load_config(&cli, Some(&cluster), None)?;
+            let registry = meshline::registry::from_config(&config).await?;
+            let result = if matches!(cli.command, Command::Lookup(_)) {
+                lookup(&*registry, &cluster, cli.json).await
+            } else {
+                watch(&*registry, &cluster, cli.json).await
+            };
+            let _ = registry.close().await;
+            result
+        }
+        Command::Register {
+            cluster,
+            addr,
+            ttl,
+            weight,
+        } => {
+            let config = load_config(&cli, Some(cluster), *ttl)?;
+            let mut instance = Instance::parse(addr)?;
+            if let Some(w) = weight {
+                instance = instance.with_weight(*w);
+            }
+            let registry = meshline::registry::from_config(&config).await?;
+            registry.register(cluster, &instance).await?;
+            eprintln!(
+                "registered {instance} in {cluster} ({}); Ctrl-C to remove",
+                registry.kind()
+            );
+            shutdown_signal().await;
+            let result = registry.unregister(cluster, &instance).await;
+            let _ = registry.close().await;
+            result?;
+            eprintln!("unregistered {instance}");
+            Ok(())
+        }
+    }
+}
+
+async fn lookup(
+    registry: &dyn RegistryService,
+    cluster: &str,
+    json: bool,
+) -> Result<(), RegistryError> {
+    let list = registry.lookup(cluster).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&list).unwrap_or_default()
+        );
+    } else {
+        for i in &list {
+            println!("{i}");
+        }
+    }
+    Ok(())
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+fn print_snapshot(s: &Snapshot, cluster: &str, json: bool) {
+    if json {
+        let v = serde_json::json!({
+            "time": now(),
+            "cluster": cluster,
+            "revision": s.revision(),
+            "instances": &s.instances()[..],
+        });
+        println!("{v}");
+    } else {
+        let list: Vec<String> = s.instances().iter().map(|i| i.to_string()).collect();
+        println!(
+            "{} {cluster} rev={} [{}]",
+            now(),
+            s.revision(),
+            list.join(", ")
+        );
+    }
+}
+
+fn print_health(h: &Health, cluster: &str, json: bool) {
+    let (state, reason) = match h {
+        Health::Connected => ("connected", String::new()),
+        Health::Stale { reason, .. } => ("stale", reason.clone()),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "time": now(), "cluster": cluster, "health": state, "reason": reason })
+        );
+    } else if reason.is_empty() {
+        println!("{} {cluster} registry {state}", now());
+    } else {
+        println!("{} {cluster} registry {state}: {reason}", now());
+    }
+}
+
+async fn watch(
+    registry: &dyn RegistryService,
+    cluster: &str,
+    json: bool,
+) -> Result<(), RegistryError> {
+    let mut w = registry.watch(cluster).await?;
+    let mut health = w.clone();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            s = w.next() => print_snapshot(&s?, cluster, json),
+            h = health.health_changed() => print_health(&h?, cluster, json),
+            _ = &mut stop => return Ok(()),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

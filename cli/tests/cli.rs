@@ -1,0 +1,178 @@
+//! The `meshline` binary end to end: exit codes and output.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn meshline() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_meshline"));
+    c.env_remove("MESHLINE_CONFIG").env_remove("MESHLINE_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MESHLINE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+#[test]
+fn lookup_default_group_without_config_prints_default_tc() {
+    let out = meshline()
+        .args(["lookup", "default_tx_group"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "127.0.0.1:8091\n");
+    // No argument: the config's txServiceGroup (default_tx_group).
+    let out = meshline().args(["lookup"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "127.0.0.1:8091\n");
+}
+
+#[test]
+fn lookup_json() {
+    let out = meshline()
+        .args(["lookup", "--json", "--cluster", "default"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["host"], "127.0.0.1");
+    assert_eq!(v[0]["port"], 8091);
+    assert_eq!(v[0]["weight"], 1);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = meshline().args(["lookup", "--bogus"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = meshline()
+        .args(["lookup", "g", "--cluster", "c"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = meshline().output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn registry_errors_exit_1_with_message() {
+    let out = meshline()
+        .args(["lookup", "no_such_group"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("service.vgroupMapping.no_such_group"), "{err}");
+
+    let out = meshline()
+        .args(["lookup", "--registry", "raft"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("known types"));
+
+    let out = meshline()
+        .args(["register", "default", "10.0.0.1:8091"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"));
+
+    let out = meshline()
+        .args(["--config", "/nonexistent/x.yaml", "lookup"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.yaml"));
+}
+
+/// Each backend not compiled into this build is refused with the feature to enable.
+#[test]
+fn backend_not_compiled_in_names_the_feature() {
+    for ty in meshline::registry::REGISTRY_TYPES {
+        if meshline::registry::is_compiled_in(ty) {
+            continue;
+        }
+        let out = meshline()
+            .args([
+                "lookup",
+                "--registry",
+                ty.seata_name,
+                "--server",
+                "127.0.0.1:1",
+                "default_tx_group",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", ty.seata_name);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("cargo feature `{}`", ty.feature)),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn file_override_and_config_file() {
+    let out = meshline()
+        .args(["lookup", "--cluster", "x", "--server", "10.0.0.1:1;[::1]:2"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "10.0.0.1:1\n[::1]:2\n"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("seata.properties");
+    std::fs::write(
+        &f,
+        "service.vgroupMapping.my_group=prod\nservice.prod.grouplist=10.1.1.1:8091\n",
+    )
+    .unwrap();
+    let out = meshline()
+        .args(["--config", f.to_str().unwrap(), "lookup", "my_group"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "10.1.1.1:8091\n");
+}
+
+#[test]
+fn watch_prints_snapshots_until_signalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.yaml");
+    std::fs::write(&f, "service:\n  grouplist:\n    default: \"10.0.0.1:1\"\n").unwrap();
+    let child = meshline()
+        .args(["--config", f.to_str().unwrap(), "watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    std::fs::write(
+        &f,
+        "service:\n  grouplist:\n    default: \"10.0.0.1:1;10.0.0.2:1\"\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    // SIGTERM ends the watch cleanly.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 2, "{text}");
+    assert!(lines[0].ends_with("default rev=1 [10.0.0.1:1]"), "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with("rev=2 [10.0.0.1:1, 10.0.0.2:1]")),
+        "{text}"
+    );
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The README's test command. On a fresh Debian machine it installs what the tests need
+# (scripts/install-test-deps.sh), then checks formatting, lints, runs every test and
+# builds the docs. Any failure stops the run with a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+step "install test dependencies"
+bash scripts/install-test-deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+step "cargo test"
+cargo test --workspace --all-features
+
+step "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
+
+step "a build without the network backends refuses them by feature name"
+set +e
+msg=$(cargo run --quiet -p meshline-cli --no-default-features --features file -- \
+      lookup --registry nacos --server 127.0.0.1:8848 default_tx_group 2>&1 >/dev/null)
+code=$?
+set -e
+if [ "$code" -ne 1 ] || ! grep -q 'cargo feature `nacos`' <<<"$msg"; then
+  echo "expected exit 1 naming the nacos feature, got exit $code: $msg" >&2
+  exit 1
+fi
+echo "ok: $msg"
+
+step "done"

@@ -1,0 +1,360 @@
+//! etcd 3.x: a single node, or a cluster of members on loopback.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::process::{
+    Probe, ServerProcess, free_ports, require_binary, start_with_port_retry, tcp_exchange,
+};
+use crate::{Error, READY_TIMEOUT, Result, io_err};
+
+const INSTALL: &str = "apt-get install -y etcd-server etcd-client";
+
+/// One HTTP/1.0 request to the etcd client port; returns the body of a 200 answer.
+fn http(port: u16, method: &str, path: &str, body: &str) -> std::result::Result<String, String> {
+    let req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let resp = tcp_exchange(port, req.as_bytes(), 1 << 20)?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("malformed HTTP answer: {resp:?}"))?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200") {
+        return Err(format!("{method} {path}: {status}: {body}"));
+    }
+    Ok(body.to_string())
+}
+
+fn health_probe(port: u16) -> Probe {
+    Arc::new(move || {
+        let body = http(port, "GET", "/health", "")?;
+        if body.replace(' ', "").contains("\"health\":\"true\"") {
+            Ok(())
+        } else {
+            Err(format!("/health says {body}"))
+        }
+    })
+}
+
+/// `(member_id, leader_id)` as reported by `/v3/maintenance/status` of one member.
+fn member_status(port: u16) -> std::result::Result<(String, String), String> {
+    let body = http(port, "POST", "/v3/maintenance/status", "{}")?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("bad status JSON {body:?}: {e}"))?;
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let member = text(&v["header"]["member_id"]);
+    let leader = text(&v["leader"]);
+    if leader.is_empty() || leader == "null" || leader == "0" {
+        return Err(format!("no leader yet: {body}"));
+    }
+    Ok((member, leader))
+}
+
+fn member_args(
+    name: &str,
+    data: &Path,
+    client: u16,
+    peer: u16,
+    initial_cluster: &str,
+    token: &str,
+) -> Vec<OsString> {
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    [
+        "--name",
+        name,
+        "--data-dir",
+        &data.display().to_string(),
+        "--listen-client-urls",
+        &client_url,
+        "--advertise-client-urls",
+        &client_url,
+        "--listen-peer-urls",
+        &peer_url,
+        "--initial-advertise-peer-urls",
+        &peer_url,
+        "--initial-cluster",
+        initial_cluster,
+        "--initial-cluster-token",
+        token,
+        "--initial-cluster-state",
+        "new",
+        "--logger=zap",
+        "--log-outputs=stderr",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect()
+}
+
+/// A single-node etcd on a free port (`etcd` from apt `etcd-server`).
+///
+/// ```no_run
+/// let etcd = meshline_testkit::Etcd::start().expect("etcd");
+/// let endpoint = etcd.endpoint(); // "http://127.0.0.1:<port>"
+/// ```
+pub struct Etcd {
+    process: ServerProcess,
+    client_port: u16,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("endpoint", &self.endpoint())
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+impl Etcd {
+    /// Starts etcd and waits until `/health` says true.
+    pub fn start() -> Result<Etcd> {
+        require_binary("etcd", INSTALL)?;
+        start_with_port_retry(
+            2,
+            |ports| {
+                let dir = tempfile::Builder::new()
+                    .prefix("meshline-etcd-")
+                    .tempdir()
+                    .map_err(io_err("create a temp dir for etcd"))?;
+                let (client, peer) = (ports[0], ports[1]);
+                let args = member_args(
+                    "t1",
+                    &dir.path().join("data"),
+                    client,
+                    peer,
+                    &format!("t1=http://127.0.0.1:{peer}"),
+                    &format!("meshline-{client}"),
+                );
+                let process = ServerProcess::new(
+                    "etcd",
+                    dir.path().to_path_buf(),
+                    "etcd",
+                    args,
+                    health_probe(client),
+                );
+                Ok(Etcd {
+                    process,
+                    client_port: client,
+                    _dir: dir,
+                })
+            },
+            |e| &mut e.process,
+        )
+    }
+
+    /// `http://127.0.0.1:<port>`: what etcd clients connect to.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
+    pub fn process(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    /// `SIGKILL`s the server and waits for it.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again on the same ports and data dir; waits until healthy.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.restart()
+    }
+}
+
+/// Several etcd members forming one cluster on loopback (three by default).
+///
+/// Find the leader with [`leader`](Self::leader), kill it with
+/// [`kill_leader`](Self::kill_leader), bring a member back with
+/// [`restart_member`](Self::restart_member).
+pub struct EtcdCluster {
+    members: Vec<ServerProcess>,
+    client_ports: Vec<u16>,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for EtcdCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdCluster")
+            .field("endpoints", &self.endpoints())
+            .field("members", &self.members)
+            .finish()
+    }
+}
+
+impl EtcdCluster {
+    /// Starts a 3-member cluster and waits until every member reports a healthy
+    /// cluster (a leader elected).
+    pub fn start() -> Result<EtcdCluster> {
+        EtcdCluster::start_with(3)
+    }
+
+    /// Starts an `n`-member cluster (1..=7).
+    pub fn start_with(n: usize) -> Result<EtcdCluster> {
+        if !(1..=7).contains(&n) {
+            return Err(Error::Other(format!(
+                "an etcd test cluster has 1..=7 members, not {n}"
+            )));
+        }
+        require_binary("etcd", INSTALL)?;
+        let mut last_err = None;
+        for _ in 0..crate::PORT_ATTEMPTS {
+            let ports = free_ports(2 * n)?;
+            let dir = tempfile::Builder::new()
+                .prefix("meshline-etcd-cluster-")
+                .tempdir()
+                .map_err(io_err("create a temp dir for the etcd cluster"))?;
+            let initial: Vec<String> = (0..n)
+                .map(|i| format!("m{i}=http://127.0.0.1:{}", ports[2 * i + 1]))
+                .collect();
+            let initial = initial.join(",");
+            let token = format!("meshline-cluster-{}", ports[0]);
+            let mut members = Vec::with_capacity(n);
+            let mut client_ports = Vec::with_capacity(n);
+            for i in 0..n {
+                let mdir = dir.path().join(format!("m{i}"));
+                std::fs::create_dir_all(&mdir)
+                    .map_err(io_err(format!("create {}", mdir.display())))?;
+                let (client, peer) = (ports[2 * i], ports[2 * i + 1]);
+                let args = member_args(
+                    &format!("m{i}"),
+                    &mdir.join("data"),
+                    client,
+                    peer,
+                    &initial,
+                    &token,
+                );
+                members.push(ServerProcess::new(
+                    format!("etcd member m{i}"),
+                    mdir,
+                    "etcd",
+                    args,
+                    health_probe(client),
+                ));
+                client_ports.push(client);
+            }
+            let mut cluster = EtcdCluster {
+                members,
+                client_ports,
+                _dir: dir,
+            };
+            // All members must run before any can elect a leader.
+            for m in &mut cluster.members {
+                m.spawn()?;
+            }
+            let deadline = Instant::now() + READY_TIMEOUT;
+            let mut failed = None;
+            for m in &mut cluster.members {
+                if let Err(e) = m.wait_ready(deadline) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            match failed {
+                None => return Ok(cluster),
+                Some(e) => {
+                    let any_exited = cluster.members.iter_mut().any(|m| m.exited());
+                    if any_exited {
+                        last_err = Some(e);
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
+    }
+
+    /// Every member's client URL (`http://127.0.0.1:<port>`), in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.client_ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false (a cluster has at least one member).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Member `i`'s process.
+    pub fn member(&mut self, i: usize) -> &mut ServerProcess {
+        &mut self.members[i]
+    }
+
+    /// The index of the current leader, asking the running members; waits (up to
+    /// [`READY_TIMEOUT`]) while an election is in progress.
+    pub fn leader(&mut self) -> Result<usize> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last = String::from("no member answered");
+        loop {
+            let mut ids: Vec<Option<String>> = vec![None; self.members.len()];
+            let mut leader_id = None;
+            for (i, port) in self.client_ports.iter().enumerate() {
+                if !self.members[i].is_running() || self.members[i].is_paused() {
+                    continue;
+                }
+                match member_status(*port) {
+                    Ok((member, leader)) => {
+                        ids[i] = Some(member);
+                        leader_id = Some(leader);
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            if let Some(leader) = leader_id
+                && let Some(i) = ids.iter().position(|m| m.as_deref() == Some(&leader))
+            {
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Other(format!(
+                    "no etcd leader found within {READY_TIMEOUT:?}: {last}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `SIGKILL`s the current leader and returns its index.
+    pub fn kill_leader(&mut self) -> Result<usize> {
+        let i = self.leader()?;
+        self.members[i].kill();
+        Ok(i)
+    }
+
+    /// `SIGKILL`s member `i`.
+    pub fn kill_member(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    /// Starts member `i` again on its ports and data dir; waits until it is healthy.
+    pub fn restart_member(&mut self, i: usize) -> Result<()> {
+        self.members[i].restart()
+    }
+}

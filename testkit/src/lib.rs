@@ -1,0 +1,115 @@
+//! # meshline-testkit
+//!
+//! Dev-only helpers that start **real** registry servers for meshline's tests: etcd
+//! (single node or a 3-member cluster), ZooKeeper and Redis, each as a child process of
+//! the test on free `127.0.0.1` ports with its own temp dir.
+//!
+//! - Start: pick free ports, spawn the server with its stdout/stderr going to
+//!   `<tempdir>/server.log`, then poll a server-specific readiness probe (etcd `/health`,
+//!   ZooKeeper `srvr`, Redis `PING`) for up to [`READY_TIMEOUT`]. If the server exits
+//!   early because a port was taken in the meantime, new ports are picked and the start
+//!   is retried. If it never comes up, the error carries the tail of its log.
+//! - Faults: [`ServerProcess::kill`] is `SIGKILL` (no graceful shutdown),
+//!   [`ServerProcess::restart`] starts it again on the same ports and data dir,
+//!   [`ServerProcess::pause`] / [`ServerProcess::resume`] are `SIGSTOP` / `SIGCONT`
+//!   (to force ZooKeeper session expiry), and [`EtcdCluster::leader`] finds the leader
+//!   to kill.
+//! - Drop kills the process and waits for it, then removes the temp dir.
+//!
+//! A missing server binary is an error whose message says how to install it
+//! (`scripts/install-test-deps.sh`, or the `apt-get install` line): tests fail loudly,
+//! they are never skipped.
+//!
+//! The API is synchronous (std processes and sockets). From an async test use a
+//! multi-thread runtime (`#[tokio::test(flavor = "multi_thread")]`) so the code under
+//! test keeps running while a restart blocks, or wrap the call in `spawn_blocking`.
+
+#![warn(missing_docs)]
+
+mod etcd;
+mod process;
+mod redis;
+mod zookeeper;
+
+use std::time::Duration;
+
+pub use etcd::{Etcd, EtcdCluster};
+pub use process::ServerProcess;
+pub use redis::Redis;
+pub use zookeeper::ZooKeeper;
+
+/// How long a server may take to answer its readiness probe. Generous, because the
+/// tests run on loaded 2-core CI machines next to a cargo build.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many times a start is retried with fresh ports when the server could not bind.
+pub const PORT_ATTEMPTS: usize = 5;
+
+/// Why a test server could not be started or controlled.
+#[derive(Debug)]
+pub enum Error {
+    /// The server binary is not installed; the message says how to install it.
+    MissingBinary {
+        /// The binary or file that was looked for.
+        what: String,
+        /// The command that installs it.
+        install: String,
+    },
+    /// The server did not come up (or exited); includes the tail of its log.
+    NotReady {
+        /// Which server.
+        name: String,
+        /// What went wrong.
+        reason: String,
+        /// The last lines of the server's log.
+        log_tail: String,
+    },
+    /// An I/O error while preparing or controlling the server.
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Any other failure (a bad answer from the server, a signal that failed...).
+    Other(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::MissingBinary { what, install } => write!(
+                f,
+                "{what} is not installed; install the test servers with `scripts/install-test-deps.sh` \
+                 (or `{install}`)"
+            ),
+            Error::NotReady {
+                name,
+                reason,
+                log_tail,
+            } => write!(
+                f,
+                "{name} did not come up: {reason}\n--- last lines of its log ---\n{log_tail}"
+            ),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}

@@ -1,0 +1,381 @@
+//! One server child process: spawn, readiness, SIGKILL, restart, SIGSTOP/SIGCONT.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::{Error, READY_TIMEOUT, Result, io_err};
+
+/// A readiness probe: `Ok` once the server answers like a working server.
+pub(crate) type Probe = Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
+
+/// One server running as a child process of the test.
+///
+/// Created by [`crate::Etcd`], [`crate::EtcdCluster`], [`crate::ZooKeeper`] and
+/// [`crate::Redis`]; those wrappers hand out `&mut ServerProcess` for fault injection.
+/// Dropping it kills the process (`SIGKILL`) and waits for it.
+pub struct ServerProcess {
+    name: String,
+    dir: PathBuf,
+    log: PathBuf,
+    program: String,
+    args: Vec<OsString>,
+    probe: Probe,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl std::fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerProcess")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .field("pid", &self.pid())
+            .field("paused", &self.paused)
+            .finish()
+    }
+}
+
+impl ServerProcess {
+    pub(crate) fn new(
+        name: impl Into<String>,
+        dir: PathBuf,
+        program: &str,
+        args: Vec<OsString>,
+        probe: Probe,
+    ) -> Self {
+        let log = dir.join("server.log");
+        ServerProcess {
+            name: name.into(),
+            dir,
+            log,
+            program: program.to_string(),
+            args,
+            probe,
+            child: None,
+            paused: false,
+        }
+    }
+
+    /// Spawns the process (its output appended to the log file) without waiting.
+    pub(crate) fn spawn(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(io_err(format!("open {}", self.log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(io_err(format!("clone handle of {}", self.log.display())))?;
+        let mut marker = &out;
+        let _ = writeln!(marker, "=== testkit: starting {} ===", self.name);
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(io_err(format!("spawn {} ({})", self.name, self.program)))?;
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Polls the readiness probe until `deadline`; fails at once if the process exits.
+    pub(crate) fn wait_ready(&mut self, deadline: Instant) -> Result<()> {
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        self.child = None;
+                        return Err(self.not_ready(format!("the process exited with {status}")));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(self.not_ready(format!("cannot poll the process: {e}"))),
+                }
+            } else {
+                return Err(self.not_ready("the process is not running".into()));
+            }
+            let last = match (self.probe)() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.not_ready(format!(
+                    "no ready answer within {:?}; last probe: {last}",
+                    READY_TIMEOUT
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// True when the process exited by itself (used to retry on port clashes).
+    pub(crate) fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            None => true,
+            Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+        }
+    }
+
+    fn not_ready(&self, reason: String) -> Error {
+        Error::NotReady {
+            name: self.name.clone(),
+            reason,
+            log_tail: self.log_tail(40),
+        }
+    }
+
+    /// Spawns the process and waits until it answers (up to [`READY_TIMEOUT`]).
+    pub fn start(&mut self) -> Result<()> {
+        self.spawn()?;
+        self.wait_ready(Instant::now() + READY_TIMEOUT)
+    }
+
+    /// Kills the process with `SIGKILL` (no graceful shutdown) and waits for it.
+    /// Does nothing when it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Starts the server again on the same ports with the same data dir, and waits
+    /// until it answers. Kills it first if it is still running.
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        self.start()
+    }
+
+    /// Stops the process with `SIGSTOP`: it keeps its sockets but answers nothing
+    /// (clients time out; ZooKeeper sessions expire after the session timeout).
+    pub fn pause(&mut self) -> Result<()> {
+        self.signal(Signal::SIGSTOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Continues a paused process with `SIGCONT`.
+    pub fn resume(&mut self) -> Result<()> {
+        self.signal(Signal::SIGCONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    fn signal(&self, sig: Signal) -> Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| Error::Other(format!("{} is not running", self.name)))?;
+        let pid =
+            i32::try_from(pid).map_err(|_| Error::Other(format!("pid {pid} out of range")))?;
+        kill(Pid::from_raw(pid), sig)
+            .map_err(|e| Error::Other(format!("cannot send {sig} to {}: {e}", self.name)))
+    }
+
+    /// True while the child process is alive (paused counts as alive).
+    pub fn is_running(&mut self) -> bool {
+        !self.exited()
+    }
+
+    /// True between [`pause`](Self::pause) and [`resume`](Self::resume).
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's working and data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file that collects the server's stdout and stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        match std::fs::read(&self.log) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let all: Vec<&str> = text.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("(cannot read {}: {e})", self.log.display()),
+        }
+    }
+
+    /// A name for messages (`etcd`, `zookeeper`, `redis`, `etcd member 1`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Finds `program` on `PATH`, or explains how to install it.
+pub(crate) fn require_binary(program: &str, install: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(Error::MissingBinary {
+            what: format!("`{program}`"),
+            install: install.to_string(),
+        })
+    }
+}
+
+/// Requires a file (e.g. a jar) to exist, or explains how to install it.
+pub(crate) fn require_file(path: &str, install: &str) -> Result<()> {
+    if Path::new(path).is_file() {
+        Ok(())
+    } else {
+        Err(Error::MissingBinary {
+            what: format!("`{path}`"),
+            install: install.to_string(),
+        })
+    }
+}
+
+/// `n` distinct free ports on 127.0.0.1 (held open together so they differ, then
+/// released for the server to bind).
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let mut listeners = Vec::with_capacity(n);
+    for _ in 0..n {
+        let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("bind a free port"))?;
+        listeners.push(l);
+    }
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(io_err("read a free port"))
+        })
+        .collect()
+}
+
+/// Connects to `127.0.0.1:port` with short timeouts, sends `request`, and reads the
+/// answer until the server closes or `max` bytes arrived.
+pub(crate) fn tcp_exchange(
+    port: u16,
+    request: &[u8],
+    max: usize,
+) -> std::result::Result<String, String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    s.write_all(request)
+        .map_err(|e| format!("write to {addr}: {e}"))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() >= max {
+                    break;
+                }
+            }
+            Err(e) if buf.is_empty() => return Err(format!("read from {addr}: {e}")),
+            Err(_) => break,
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Starts a server built by `make` (given fresh ports), retrying with new ports when
+/// the process exits before it is ready (typically: a port was taken meanwhile).
+pub(crate) fn start_with_port_retry<T>(
+    ports_needed: usize,
+    mut make: impl FnMut(&[u16]) -> Result<T>,
+    process: impl Fn(&mut T) -> &mut ServerProcess,
+) -> Result<T> {
+    let mut last_err = None;
+    for _ in 0..crate::PORT_ATTEMPTS {
+        let ports = free_ports(ports_needed)?;
+        let mut server = make(&ports)?;
+        let p = process(&mut server);
+        match p.start() {
+            Ok(()) => return Ok(server),
+            Err(e) => {
+                if p.exited() {
+                    last_err = Some(e);
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+    }
+    Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_names_the_install_command() {
+        let err = require_binary("meshline-no-such-server", "apt-get install -y nothing")
+            .expect_err("must be missing");
+        let msg = err.to_string();
+        assert!(msg.contains("scripts/install-test-deps.sh"), "{msg}");
+        assert!(msg.contains("apt-get install -y nothing"), "{msg}");
+        let err = require_file("/no/such/file.jar", "apt-get install -y zookeeper")
+            .expect_err("must be missing");
+        assert!(err.to_string().contains("apt-get install -y zookeeper"));
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let p = free_ports(6).unwrap();
+        let mut q = p.clone();
+        q.sort();
+        q.dedup();
+        assert_eq!(q.len(), 6);
+    }
+
+    #[test]
+    fn a_server_that_never_answers_reports_its_log_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = ServerProcess::new(
+            "echo-server",
+            dir.path().to_path_buf(),
+            "sh",
+            vec!["-c".into(), "echo boom-marker; exit 3".into()],
+            Arc::new(|| Err("never".into())),
+        );
+        let err = p.start().expect_err("cannot be ready");
+        let msg = err.to_string();
+        assert!(msg.contains("boom-marker"), "{msg}");
+        assert!(msg.contains("exited"), "{msg}");
+    }
+}

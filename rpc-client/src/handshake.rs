@@ -1,0 +1,104 @@
+//! The per-connection handshake: what must succeed on a new connection before the
+//! endpoint is offered to the load balancer.
+//!
+//! Seata's Java client registers on **every** new channel (RegisterTM or RegisterRM,
+//! sent as a sync request) and uses the channel only when the TC answers
+//! `identified == 1` (`reference/seata-compat.md` §4.2). [`SeataRegistration`] does
+//! exactly that. Any other check (a game backend's version gate, an auth exchange) is a
+//! closure `Fn(Connection) -> impl Future<Output = Result<(), String>>`.
+//!
+//! A refused or failed handshake closes that connection, logs the reason (and keeps it
+//! in the endpoint's status), and the endpoint is retried later with backoff; it is
+//! never picked in the meantime.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::connection::{BoxFuture, Connection};
+use crate::message::{RegisterRmRequest, RegisterTmRequest, SeataMessage};
+use crate::payload::Payload;
+
+/// A check run on every new connection before it joins the alive set. `Err` carries
+/// the reason the endpoint is not used.
+pub trait Handshake: Send + Sync + 'static {
+    /// Runs the handshake on `conn`.
+    fn handshake<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<(), String>>;
+}
+
+impl<F, Fut> Handshake for F
+where
+    F: Fn(Connection) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    fn handshake<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(self(conn.clone()))
+    }
+}
+
+/// Seata registration as a handshake: sends RegisterTM (or RegisterRM) as a sync
+/// request on the new connection and requires `identified == 1`.
+#[derive(Debug, Clone)]
+pub struct SeataRegistration {
+    message: SeataMessage,
+    timeout: Duration,
+}
+
+impl SeataRegistration {
+    /// Register as a TM (Java's timeout: 30 s).
+    pub fn tm(request: RegisterTmRequest) -> Self {
+        SeataRegistration {
+            message: SeataMessage::RegisterTm(request),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Register as an RM (Java's timeout: 15 s).
+    pub fn rm(request: RegisterRmRequest) -> Self {
+        SeataRegistration {
+            message: SeataMessage::RegisterRm(request),
+            timeout: Duration::from_secs(15),
+        }
+    }
+
+    /// Sets how long to wait for the TC's answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn run(&self, conn: &Connection) -> Result<(), String> {
+        let payload = Payload::seata(&self.message).map_err(|e| e.to_string())?;
+        let resp = conn
+            .call(payload, self.timeout)
+            .await
+            .map_err(|e| format!("registration request failed: {e}"))?;
+        let msg = resp
+            .decode_seata()
+            .map_err(|e| format!("bad registration response: {e}"))?;
+        let (want, got) = match (&self.message, &msg) {
+            (SeataMessage::RegisterTm(_), SeataMessage::RegisterTmResponse(r)) => ("TM", r),
+            (SeataMessage::RegisterRm(_), SeataMessage::RegisterRmResponse(r)) => ("RM", r),
+            _ => {
+                return Err(format!(
+                    "unexpected answer to registration: message type {}",
+                    msg.type_code()
+                ));
+            }
+        };
+        if got.identified {
+            tracing::debug!(role = want, server_version = ?got.version, "registered with TC");
+            Ok(())
+        } else {
+            Err(format!(
+                "TC refused {want} registration (identified=0, server version {})",
+                got.version.as_deref().unwrap_or("unknown")
+            ))
+        }
+    }
+}
+
+impl Handshake for SeataRegistration {
+    fn handshake<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(self.run(conn))
+    }
+}

@@ -1,0 +1,122 @@
+//! What a call carries: a body and a head map, as bytes end to end.
+
+use bytes::Bytes;
+
+use crate::codec::{
+    CODEC_SEATA, COMPRESSOR_NONE, Frame, FrameError, HEADER_LEN, HeadMap, MessageType,
+};
+use crate::message::{MessageError, SeataMessage};
+
+/// The user-visible part of a frame: head map, body, and the codec / compressor bytes
+/// that describe the body.
+///
+/// The body is never decoded or copied by meshline (a gateway forwards a client's bytes
+/// as they are); the head map is where routing identity goes (player id, session id,
+/// trace id). Build Seata messages with [`Payload::seata`], anything else with
+/// [`Payload::new`] and your own codec byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    /// The frame's head map.
+    pub head: HeadMap,
+    /// The body, as bytes.
+    pub body: Bytes,
+    /// Serializer code of the body (default [`CODEC_SEATA`]).
+    pub codec: u8,
+    /// Compressor code of the body (default [`COMPRESSOR_NONE`]).
+    pub compressor: u8,
+}
+
+impl Payload {
+    /// A payload with `body`, an empty head map, the Seata codec byte and no compression.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        Payload {
+            head: HeadMap::new(),
+            body: body.into(),
+            codec: CODEC_SEATA,
+            compressor: COMPRESSOR_NONE,
+        }
+    }
+
+    /// A Seata-codec payload carrying `msg`.
+    pub fn seata(msg: &SeataMessage) -> Result<Self, MessageError> {
+        Ok(Payload::new(msg.encode()?))
+    }
+
+    /// Adds a head-map entry.
+    pub fn with_head(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.head.insert(key, value);
+        self
+    }
+
+    /// Sets the serializer code.
+    pub fn with_codec(mut self, codec: u8) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// Sets the compressor code (meshline never compresses; this only labels the body).
+    pub fn with_compressor(mut self, compressor: u8) -> Self {
+        self.compressor = compressor;
+        self
+    }
+
+    /// Decodes the body as a Seata message (uncompressed Seata codec only).
+    pub fn decode_seata(&self) -> Result<SeataMessage, MessageError> {
+        if self.codec != CODEC_SEATA {
+            return Err(MessageError::NotSeataCodec(self.codec));
+        }
+        if self.compressor != COMPRESSOR_NONE {
+            return Err(MessageError::Compressed(self.compressor));
+        }
+        SeataMessage::decode(&self.body)
+    }
+
+    /// The Seata type code at the start of the body, if the body has one.
+    pub fn seata_type_code(&self) -> Option<i16> {
+        (self.codec == CODEC_SEATA && self.body.len() >= 2)
+            .then(|| i16::from_be_bytes([self.body[0], self.body[1]]))
+    }
+
+    pub(crate) fn into_frame(self, msg_type: MessageType, request_id: u32) -> Frame {
+        Frame {
+            msg_type,
+            codec: self.codec,
+            compressor: self.compressor,
+            request_id,
+            head: self.head,
+            body: self.body,
+        }
+    }
+
+    pub(crate) fn from_frame(f: Frame) -> Self {
+        Payload {
+            head: f.head,
+            body: f.body,
+            codec: f.codec,
+            compressor: f.compressor,
+        }
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(body: Bytes) -> Self {
+        Payload::new(body)
+    }
+}
+
+/// Checks that `payload` can be framed under `max_frame_len`, so the writer never
+/// meets an unframeable request and the caller gets the reason.
+pub(crate) fn check(payload: &Payload, max_frame_len: usize) -> Result<(), FrameError> {
+    let head_len = HEADER_LEN + payload.head.encoded_len()?;
+    if head_len > i16::MAX as usize {
+        return Err(FrameError::HeadTooLong { len: head_len });
+    }
+    let full = head_len + payload.body.len();
+    if full > max_frame_len {
+        return Err(FrameError::TooLong {
+            len: full,
+            max: max_frame_len,
+        });
+    }
+    Ok(())
+}

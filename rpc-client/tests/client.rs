@@ -1,0 +1,551 @@
+//! RpcClient against in-process servers: membership, failures, routing, inbound
+//! requests, shutdown.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use meshline_rpc_client::{
+    CallOptions, EndpointState, InboundRequest, Payload, RpcClient, RpcError,
+};
+use tokio::io::AsyncReadExt;
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn new_endpoint_is_connected_and_picked_within_one_second() {
+    let a = start("a", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&a]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .handshake(seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+
+    let b = start("b", Mode::Echo).await;
+    let t0 = tokio::time::Instant::now();
+    publish(&hub, &[&a, &b]);
+    // Connected (and handshaken) ...
+    until(SEC, || alive_ports(&client).contains(&b.addr().port()))
+        .await
+        .expect("new endpoint not alive within 1 s");
+    // ... and picked.
+    let mut picked_b = false;
+    while !picked_b && t0.elapsed() < SEC {
+        let r = client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .unwrap();
+        picked_b = r.endpoint.port() == b.addr().port();
+    }
+    assert!(picked_b, "new endpoint not picked within 1 s");
+    assert_eq!(b.requests.load(Ordering::SeqCst) > 0, true);
+}
+
+#[tokio::test]
+async fn killed_endpoint_leaves_alive_set_within_one_second_and_calls_move() {
+    let a = start("a", Mode::Echo).await;
+    let b = start("b", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&a, &b]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+
+    b.server.kill();
+    let took = until(SEC, || !alive_ports(&client).contains(&b.addr().port()))
+        .await
+        .expect("killed endpoint still alive after 1 s");
+    assert!(took < SEC);
+    // Everything now goes to a (the registry still lists b: it is reconnecting).
+    for _ in 0..50 {
+        let r = client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(r.endpoint.port(), a.addr().port());
+    }
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == b.addr().port())
+        .unwrap();
+    assert!(
+        matches!(st.state, EndpointState::Down(_) | EndpointState::Connecting),
+        "{st:?}"
+    );
+}
+
+/// A server that accepts and never reads: the client's writes fill the socket buffers,
+/// its writer blocks, and later requests stay queued (not written).
+async fn stuck_server() -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (sock, _) = listener.accept().await.unwrap();
+        let _ = kill_rx.await;
+        // Unread data + close = RST, like a crashed process.
+        drop(sock);
+        drop(listener);
+    });
+    (addr, kill_tx)
+}
+
+#[tokio::test]
+async fn unwritten_calls_are_retried_and_written_ones_say_maybe_delivered() {
+    let live = start("live", Mode::Echo).await;
+    let (stuck_addr, kill) = stuck_server().await;
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![
+            live.instance(),
+            meshline_registry_core::Instance::new("127.0.0.1", stuck_addr.port()).unwrap(),
+        ],
+    );
+    let client = builder(&hub, "XID")
+        .configure(|o| {
+            o.heartbeat = false;
+            o.queue_capacity = 4096;
+            o.request_timeout = Duration::from_secs(20);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+
+    // 400 calls of 64 KiB routed by XID to the stuck server: ~25 MiB, far more than
+    // loopback socket buffers hold.
+    let xid = format!("127.0.0.1:{}:1", stuck_addr.port());
+    let body = Bytes::from(vec![0u8; 64 * 1024]);
+    let mut calls = Vec::new();
+    for _ in 0..400 {
+        let client = client.clone();
+        let xid = xid.clone();
+        let body = body.clone();
+        calls.push(tokio::spawn(async move {
+            client
+                .call(Payload::new(body), CallOptions::xid(&xid))
+                .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill.send(()).unwrap();
+
+    let (mut ok, mut maybe) = (0, 0);
+    for c in calls {
+        match c.await.unwrap() {
+            Ok(r) => {
+                assert_eq!(r.endpoint.port(), live.addr().port());
+                ok += 1;
+            }
+            Err(e @ RpcError::MaybeDelivered { .. }) => {
+                assert!(e.to_string().contains("may have been delivered"), "{e}");
+                maybe += 1;
+            }
+            Err(e) => panic!("an unwritten call failed: {e}"),
+        }
+    }
+    assert!(maybe > 0, "some calls were written to the stuck server");
+    assert!(ok > 0, "queued calls were retried on the live server");
+    assert_eq!(ok + maybe, 400);
+    assert_eq!(live.requests.load(Ordering::SeqCst), ok);
+}
+
+#[tokio::test]
+async fn restarted_server_is_reconnected_with_backoff() {
+    let a = start("a", Mode::Echo).await;
+    let addr = a.addr();
+    let hub = hub();
+    publish(&hub, &[&a]);
+    let client = builder(&hub, "RandomLoadBalance")
+        .handshake(seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    a.server.kill();
+    until(SEC, || client.alive().is_empty())
+        .await
+        .expect("dead server still alive");
+    // Down for a while: the client keeps retrying with growing delays.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let a2 = start_on(addr, "a2", Mode::Echo).await;
+    until(Duration::from_secs(2), || !client.alive().is_empty())
+        .await
+        .expect("not reconnected after restart");
+    let r = client
+        .call(Payload::new(&b"x"[..]), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(r.payload.head.get("server"), Some("a2"));
+    let st = &client.endpoints()[0];
+    assert_eq!(st.connects, 2);
+    assert_eq!(st.state, EndpointState::Alive);
+    drop(a2);
+}
+
+#[tokio::test]
+async fn handshake_refusal_means_never_picked() {
+    let good = start("good", Mode::Echo).await;
+    let bad = start("bad", Mode::Refuse).await;
+    let hub = hub();
+    publish(&hub, &[&good, &bad]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .handshake(seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let refused = until(SEC, || {
+        client.endpoints().iter().any(|e| {
+            e.instance.port() == bad.addr().port() && matches!(e.state, EndpointState::Refused(_))
+        })
+    })
+    .await;
+    assert!(refused.is_some(), "{:?}", client.endpoints());
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == bad.addr().port())
+        .unwrap();
+    let EndpointState::Refused(reason) = st.state else {
+        unreachable!()
+    };
+    assert!(reason.contains("identified=0"), "{reason}");
+    for _ in 0..100 {
+        let r = client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(r.endpoint.port(), good.addr().port());
+    }
+    assert_eq!(alive_ports(&client), vec![good.addr().port()]);
+    assert_eq!(bad.requests.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn inbound_request_from_server_runs_handler_and_response_reaches_server() {
+    let tc = start("tc", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&tc]);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let seen2 = seen.clone();
+    let client = builder(&hub, "RandomLoadBalance")
+        .inbound(move |req: InboundRequest| {
+            let seen = seen2.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                // A branch commit: answer with "committed:<xid>".
+                let xid = req.payload.head.get("xid").unwrap_or("").to_string();
+                Some(Payload::new(format!("committed:{xid}")))
+            }
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let conns = tc.server.connections();
+    assert_eq!(conns.len(), 1);
+    let resp = conns[0]
+        .call(
+            Payload::new(&b"branch-commit"[..]).with_head("xid", "127.0.0.1:8091:7"),
+            SEC,
+        )
+        .await
+        .unwrap();
+    assert_eq!(&resp.body[..], b"committed:127.0.0.1:8091:7");
+    // One-way pushes run the handler too.
+    conns[0]
+        .send_oneway(Payload::new(&b"push"[..]))
+        .await
+        .unwrap();
+    until(SEC, || seen.load(Ordering::SeqCst) == 2)
+        .await
+        .expect("one-way push not handled");
+}
+
+#[tokio::test]
+async fn xid_routing_hits_the_tc_named_in_the_xid() {
+    let servers = [
+        start("tc1", Mode::Echo).await,
+        start("tc2", Mode::Echo).await,
+        start("tc3", Mode::Echo).await,
+    ];
+    let hub = hub();
+    publish(&hub, &[&servers[0], &servers[1], &servers[2]]);
+    let client = builder(&hub, "XID")
+        .handshake(seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(3, SEC).await.unwrap();
+    for s in &servers {
+        for tx in 0..20u64 {
+            let xid = format!("127.0.0.1:{}:{}", s.addr().port(), 1_000_000 + tx);
+            let r = client
+                .call(Payload::new(&b"x"[..]), CallOptions::xid(&xid))
+                .await
+                .unwrap();
+            assert_eq!(r.endpoint.port(), s.addr().port(), "{xid}");
+            assert_eq!(r.payload.head.get("server"), Some(s.id.as_str()));
+        }
+    }
+}
+
+#[tokio::test]
+async fn timeouts_and_cancellations_release_in_flight() {
+    let s = start("silent", Mode::Silent).await;
+    let hub = hub();
+    publish(&hub, &[&s]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let in_flight = || {
+        client
+            .balancer()
+            .endpoints()
+            .iter()
+            .map(|e| e.stats().in_flight())
+            .sum::<u64>()
+    };
+    let err = client
+        .call(
+            Payload::new(&b"x"[..]),
+            CallOptions::new().with_timeout(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("may have been delivered"));
+    assert_eq!(in_flight(), 0);
+
+    let c2 = client.clone();
+    let task =
+        tokio::spawn(async move { c2.call(Payload::new(&b"x"[..]), CallOptions::new()).await });
+    until(SEC, || in_flight() == 1)
+        .await
+        .expect("call not in flight");
+    task.abort();
+    let _ = task.await;
+    assert_eq!(in_flight(), 0);
+    // The abandoned requests' pending entries were removed as well.
+    let conn = client.alive().endpoints()[0].connection.clone();
+    assert_eq!(conn.pending_requests(), 0);
+}
+
+#[tokio::test]
+async fn send_to_all_and_oneway() {
+    let servers = [
+        start("s1", Mode::Echo).await,
+        start("s2", Mode::Echo).await,
+        start("s3", Mode::Echo).await,
+    ];
+    let hub = hub();
+    publish(&hub, &[&servers[0], &servers[1], &servers[2]]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(3, SEC).await.unwrap();
+    let results = client.send_to_all(Payload::new(&b"hi"[..]), None).await;
+    assert_eq!(results.len(), 3);
+    let mut by_port = HashMap::new();
+    for (inst, r) in results {
+        let p = r.unwrap();
+        by_port.insert(inst.port(), p.head.get("server").unwrap().to_string());
+    }
+    for s in &servers {
+        assert_eq!(by_port[&s.addr().port()], s.id);
+    }
+    let before: usize = servers
+        .iter()
+        .map(|s| s.requests.load(Ordering::SeqCst))
+        .sum();
+    for _ in 0..30 {
+        client
+            .send_oneway(Payload::new(&b"event"[..]), CallOptions::new())
+            .await
+            .unwrap();
+    }
+    until(SEC, || {
+        servers
+            .iter()
+            .map(|s| s.requests.load(Ordering::SeqCst))
+            .sum::<usize>()
+            == before + 30
+    })
+    .await
+    .expect("one-way requests not all delivered");
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_in_flight_then_refuses_calls() {
+    let s = start("s", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&s]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let c2 = client.clone();
+    let slow = tokio::spawn(async move {
+        c2.call(
+            Payload::new(&b"x"[..]).with_head("delay_ms", "300"),
+            CallOptions::new(),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = tokio::time::Instant::now();
+    client.shutdown(Duration::from_secs(3)).await;
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert!(slow.await.unwrap().is_ok(), "in-flight call finished");
+    let err = client
+        .call(Payload::new(&b"x"[..]), CallOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Shutdown), "{err}");
+    until(SEC, || s.server.connections().is_empty())
+        .await
+        .expect("connections not closed after shutdown");
+}
+
+#[tokio::test]
+async fn removed_endpoint_drains_in_flight_then_closes() {
+    let a = start("a", Mode::Echo).await;
+    let b = start("b", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&a, &b]);
+    let client = builder(&hub, "XID").build().await.unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+    let xid = format!("127.0.0.1:{}:9", b.addr().port());
+    let c2 = client.clone();
+    let slow = tokio::spawn(async move {
+        c2.call(
+            Payload::new(&b"x"[..]).with_head("delay_ms", "300"),
+            CallOptions::xid(&xid),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    publish(&hub, &[&a]);
+    until(SEC, || alive_ports(&client) == vec![a.addr().port()])
+        .await
+        .expect("removed endpoint still alive");
+    let r = slow
+        .await
+        .unwrap()
+        .expect("in-flight call on the removed endpoint finished");
+    assert_eq!(r.endpoint.port(), b.addr().port());
+    until(SEC, || b.server.connections().is_empty())
+        .await
+        .expect("drained connection not closed");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
+    let s = start("s", Mode::Echo).await;
+    // A peer that reads everything and never writes: no PONGs.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mute = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = sock.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![
+            s.instance(),
+            meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap(),
+        ],
+    );
+    let client = builder(&hub, "RandomLoadBalance")
+        .configure(|o| {
+            o.write_idle = Duration::from_millis(100);
+            o.read_idle = Duration::from_millis(300);
+            o.backoff_initial = Duration::from_secs(5);
+            o.backoff_max = Duration::from_secs(5);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+    let first = client
+        .alive()
+        .get(s.instance().key())
+        .unwrap()
+        .connection
+        .clone();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The echo server answered PINGs: same connection, still alive.
+    assert!(!first.is_closed());
+    assert_eq!(alive_ports(&client), vec![s.addr().port()]);
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == mute.port())
+        .unwrap();
+    match st.state {
+        EndpointState::Down(reason) => assert!(reason.contains("read idle"), "{reason}"),
+        other => panic!("mute peer should be down, is {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn no_endpoint_and_bad_config_errors_are_clear() {
+    let hub = hub();
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    let err = client
+        .call(Payload::new(&b"x"[..]), CallOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::NoEndpoint { .. }), "{err}");
+    assert!(err.to_string().contains("no connected endpoint for `c`"));
+    let err = RpcClient::builder()
+        .watch(hub.subscribe("c"), "c")
+        .load_balance_name("NoSuchBalancer")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NoSuchBalancer"), "{err}");
+    // Frame too long: refused before anything is sent.
+    let s = start("s", Mode::Echo).await;
+    publish(&hub, &[&s]);
+    client.wait_alive(1, SEC).await.unwrap();
+    let big = Payload::new(Bytes::from(vec![0u8; 9 * 1024 * 1024]));
+    let err = client.call(big, CallOptions::new()).await.unwrap_err();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+}
+
+#[tokio::test]
+async fn subset_connects_to_at_most_k() {
+    let mut servers = Vec::new();
+    for i in 0..6 {
+        servers.push(start(&format!("s{i}"), Mode::Echo).await);
+    }
+    let hub = hub();
+    let refs: Vec<&TestServer> = servers.iter().collect();
+    publish(&hub, &refs);
+    let client = builder(&hub, "RandomLoadBalance")
+        .configure(|o| o.subset_size = Some(3))
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(3, SEC).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(client.endpoints().len(), 3);
+    assert_eq!(client.alive().len(), 3);
+    let connected: usize = servers.iter().map(|s| s.server.connections().len()).sum();
+    assert_eq!(connected, 3);
+}

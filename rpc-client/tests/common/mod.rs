@@ -1,0 +1,139 @@
+//! Shared helpers for the integration tests: in-process servers and a client over a
+//! `WatchHub` (the in-memory registry every backend publishes into).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
+use meshline_rpc_client::message::register_reply;
+use meshline_rpc_client::{
+    InboundRequest, Payload, RegisterTmRequest, RpcClient, RpcClientBuilder, SeataRegistration,
+    Server, ServerConfig,
+};
+
+/// How a test server behaves.
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    /// Answer registration with identified=1 and echo everything else.
+    Echo,
+    /// Refuse registration (identified=0).
+    Refuse,
+    /// Never answer requests (registration is still accepted).
+    Silent,
+}
+
+pub struct TestServer {
+    pub server: Server,
+    pub id: String,
+    pub requests: Arc<AtomicUsize>,
+}
+
+impl TestServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn instance(&self) -> Instance {
+        Instance::new("127.0.0.1", self.addr().port()).unwrap()
+    }
+}
+
+pub async fn start(id: &str, mode: Mode) -> TestServer {
+    start_on("127.0.0.1:0".parse().unwrap(), id, mode).await
+}
+
+pub async fn start_on(addr: SocketAddr, id: &str, mode: Mode) -> TestServer {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let tag = id.to_string();
+    let handler = move |req: InboundRequest| {
+        let counter = counter.clone();
+        let tag = tag.clone();
+        async move {
+            if let Ok(msg) = req.payload.decode_seata() {
+                if let Some(reply) = register_reply(&msg, !matches!(mode, Mode::Refuse), "test") {
+                    return Some(Payload::seata(&reply).unwrap());
+                }
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            if let Some(ms) = req
+                .payload
+                .head
+                .get("delay_ms")
+                .and_then(|v| v.parse().ok())
+            {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            match mode {
+                Mode::Silent => std::future::pending().await,
+                _ => Some(req.payload.with_head("server", tag)),
+            }
+        }
+    };
+    let server = Server::bind_with(addr, ServerConfig::default(), handler)
+        .await
+        .expect("bind test server");
+    TestServer {
+        server,
+        id: id.to_string(),
+        requests,
+    }
+}
+
+pub fn hub() -> Arc<WatchHub> {
+    Arc::new(WatchHub::new("test", EmptyProtection::Apply))
+}
+
+pub fn publish(hub: &WatchHub, servers: &[&TestServer]) {
+    hub.publish("c", servers.iter().map(|s| s.instance()).collect());
+}
+
+/// A client over the hub's cluster `c`, with quick reconnects.
+pub fn builder(hub: &WatchHub, lb: &str) -> RpcClientBuilder {
+    RpcClient::builder()
+        .watch(hub.subscribe("c"), "c")
+        .load_balance_name(lb)
+        .configure(|o| {
+            o.backoff_initial = Duration::from_millis(50);
+            o.backoff_max = Duration::from_millis(400);
+            o.connect_timeout = Duration::from_millis(500);
+            o.request_timeout = Duration::from_secs(5);
+        })
+}
+
+pub fn seata_tm() -> SeataRegistration {
+    SeataRegistration::tm(RegisterTmRequest {
+        version: "2.3.0".into(),
+        application_id: "test-app".into(),
+        transaction_service_group: "default_tx_group".into(),
+        extra_data: None,
+    })
+    .with_timeout(Duration::from_secs(2))
+}
+
+/// Waits until `f` holds, polling every 5 ms, up to `limit`; returns the time taken.
+pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    f().then(|| start.elapsed())
+}
+
+pub fn alive_ports(client: &RpcClient) -> Vec<u16> {
+    let mut v: Vec<u16> = client
+        .alive()
+        .endpoints()
+        .iter()
+        .map(|e| e.instance.port())
+        .collect();
+    v.sort_unstable();
+    v
+}

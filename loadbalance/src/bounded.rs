@@ -1,0 +1,148 @@
+//! Consistent hashing with bounded loads (Mirrokni, Thorup & Zadimoghaddam, 2017; the
+//! scheme behind HAProxy's `hash-balance-factor` and Vimeo's proxies).
+//!
+//! Keys go to their ring endpoint as in plain consistent hashing, unless that endpoint
+//! already carries more than its share: with `m` requests in flight in the cluster, an
+//! endpoint of weight `w` (total weight `W`) accepts a new request only while its own
+//! in-flight count is below `ceil(c × (m + 1) × w / W)`. Otherwise the key walks the
+//! ring to the next endpoint under its cap. With `c ≥ 1` some endpoint is always
+//! under its cap, and no endpoint ever goes above `c ×` its fair share; keys still
+//! move only when load forces them to. `c` defaults to 1.25.
+//!
+//! "Load" is in-flight requests, read from [`crate::EndpointStats`]; the cluster total
+//! comes from the endpoints' shared [`crate::stats::LoadGroup`] (one per
+//! [`crate::Balancer`]) in O(1). Endpoints built independently (no shared group) are
+//! summed at pick time instead. Concurrent picks can each see the same counts, so under
+//! concurrency the cap can be exceeded by the number of simultaneous picks.
+
+use std::sync::Arc;
+
+use crate::picker::{EmptyPicker, Members};
+use crate::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
+use crate::stats::LoadGroup;
+use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
+
+/// The default balance factor `c`.
+pub const DEFAULT_BALANCE_FACTOR: f64 = 1.25;
+
+/// Consistent hashing where no endpoint exceeds `c ×` its share of the in-flight load.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundedLoadLoadBalance {
+    factor: f64,
+    points_per_weight: u32,
+}
+
+impl Default for BoundedLoadLoadBalance {
+    fn default() -> Self {
+        BoundedLoadLoadBalance {
+            factor: DEFAULT_BALANCE_FACTOR,
+            points_per_weight: DEFAULT_POINTS_PER_WEIGHT,
+        }
+    }
+}
+
+impl BoundedLoadLoadBalance {
+    /// `c` = 1.25, 160 points per weight unit.
+    pub fn new() -> Self {
+        BoundedLoadLoadBalance::default()
+    }
+
+    /// Balance factor `c`. Values below 1 (or not finite) cannot be honoured (the
+    /// caps would not hold all requests) and are an error.
+    pub fn with_factor(mut self, c: f64) -> Result<Self, crate::LoadBalanceError> {
+        if !(c.is_finite() && c >= 1.0) {
+            return Err(crate::LoadBalanceError::InvalidOption {
+                option: "balance factor",
+                reason: format!("{c} is not a finite number >= 1.0"),
+            });
+        }
+        self.factor = c;
+        Ok(self)
+    }
+
+    /// The balance factor `c`.
+    pub fn factor(&self) -> f64 {
+        self.factor
+    }
+}
+
+impl LoadBalance for BoundedLoadLoadBalance {
+    fn name(&self) -> &str {
+        "BoundedLoadConsistentHash"
+    }
+
+    fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
+        if endpoints.is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        let members = Members::new(endpoints);
+        let group = endpoints[0].stats().group().clone();
+        let shared = endpoints
+            .iter()
+            .all(|e| Arc::ptr_eq(e.stats().group(), &group));
+        // Exact integer test: load_i < c (m+1) w_i / W  <=>
+        // load_i * MICRO * W < c_micro * w_i * (m+1).
+        let c_micro = (self.factor * MICRO as f64).round() as u128;
+        let share = members
+            .weights
+            .iter()
+            .map(|&w| c_micro * u128::from(w))
+            .collect();
+        Arc::new(BoundedPicker {
+            ring: Ring::build(&members, self.points_per_weight),
+            stats: endpoints.iter().map(|e| e.stats_arc().clone()).collect(),
+            share,
+            denom: MICRO * u128::from(members.total_weight.max(1)),
+            group: shared.then_some(group),
+            members,
+        })
+    }
+}
+
+struct BoundedPicker {
+    ring: Ring,
+    stats: Box<[Arc<EndpointStats>]>,
+    /// `c_micro × w_i` per endpoint.
+    share: Box<[u128]>,
+    /// `MICRO × W`.
+    denom: u128,
+    group: Option<Arc<LoadGroup>>,
+    members: Members,
+}
+
+impl BoundedPicker {
+    #[inline]
+    fn total_in_flight(&self) -> u64 {
+        match &self.group {
+            Some(g) => g.in_flight(),
+            None => self.stats.iter().map(|s| s.in_flight()).sum(),
+        }
+    }
+}
+
+impl Picker for BoundedPicker {
+    #[inline]
+    fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
+        let h = req.routing_hash().unwrap_or_else(|| fastrand::u64(..));
+        let next = u128::from(self.total_in_flight() + 1);
+        let all = req.exclusions().is_empty();
+        self.ring.walk(h, |i| {
+            (all || self.members.eligible(i, req))
+                && u128::from(self.stats[i].in_flight()) * self.denom < self.share[i] * next
+        })
+    }
+}
+
+/// The factor `c` is applied in millionths, so caps are computed exactly.
+const MICRO: u128 = 1_000_000;
+
+/// The most requests an endpoint of weight `weight` (of `total_weight`) may carry when
+/// `in_flight_total` requests (including the newest) are in flight:
+/// `ceil(c × in_flight_total × weight / total_weight)`, computed exactly with `c`
+/// rounded to millionths, as the picker does.
+pub fn bounded_cap(factor: f64, weight: u32, total_weight: u64, in_flight_total: u64) -> u64 {
+    let num =
+        (factor * MICRO as f64).round() as u128 * u128::from(weight) * u128::from(in_flight_total);
+    let den = MICRO * u128::from(total_weight.max(1));
+    num.div_ceil(den) as u64
+}

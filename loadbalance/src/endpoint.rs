@@ -1,0 +1,97 @@
+//! One pickable server: a registry [`Instance`] plus its shared [`EndpointStats`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use meshline_registry_core::{Instance, InstanceKey};
+
+use crate::{EndpointStats, InFlightGuard};
+
+/// A server a picker can choose: what the registry said about it, and the live
+/// counters every balancer reads.
+///
+/// Cloning is two reference-count increments. Two endpoints with the same
+/// [`InstanceKey`] built through one [`crate::StatsRegistry`] (or one
+/// [`crate::Balancer`]) share their stats.
+#[derive(Clone)]
+pub struct Endpoint {
+    instance: Arc<Instance>,
+    stats: Arc<EndpointStats>,
+}
+
+impl Endpoint {
+    /// An endpoint with fresh stats of its own.
+    ///
+    /// Prefer [`crate::StatsRegistry::endpoints`] or [`crate::Balancer::update`], which keep
+    /// stats across membership changes and count a cluster's load in one group.
+    pub fn new(instance: Instance) -> Self {
+        Endpoint::with_stats(instance, Arc::new(EndpointStats::new()))
+    }
+
+    /// An endpoint using the given stats.
+    pub fn with_stats(instance: Instance, stats: Arc<EndpointStats>) -> Self {
+        Endpoint {
+            instance: Arc::new(instance),
+            stats,
+        }
+    }
+
+    /// What the registry says about this server.
+    #[inline]
+    pub fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    /// The identity (host, port).
+    #[inline]
+    pub fn key(&self) -> &InstanceKey {
+        self.instance.key()
+    }
+
+    /// The registry weight (0 = no new traffic, unless every endpoint has weight 0).
+    #[inline]
+    pub fn weight(&self) -> u32 {
+        self.instance.weight()
+    }
+
+    /// The zone label, if any.
+    #[inline]
+    pub fn zone(&self) -> Option<&str> {
+        self.instance.zone()
+    }
+
+    /// The live counters.
+    #[inline]
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// The live counters as a shared pointer (to keep them beyond this endpoint).
+    #[inline]
+    pub fn stats_arc(&self) -> &Arc<EndpointStats> {
+        &self.stats
+    }
+
+    /// Counts a request in flight on this endpoint without going through a picker
+    /// (for example a broadcast to every endpoint). The count drops with the guard.
+    pub fn begin(&self) -> InFlightGuard {
+        InFlightGuard::begin(self.stats.clone())
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("address", &format_args!("{}", self.instance))
+            .field("weight", &self.instance.weight())
+            .field("zone", &self.instance.zone())
+            .field("in_flight", &self.stats.in_flight())
+            .finish()
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.instance, f)
+    }
+}

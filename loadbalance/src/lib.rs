@@ -1,0 +1,118 @@
+//! # meshline-loadbalance
+//!
+//! Spreads requests over the endpoints of a cluster: Seata's five balancers done right
+//! (including a ConsistentHash ring that agrees with Seata-Java's), and the ones Seata
+//! lacks: P2C over peak-EWMA latency, bounded-load and jump consistent hashing, zone
+//! preference, and the routing choices game gateways use.
+//!
+//! ## Design
+//!
+//! gRPC's balancer/picker split. On every membership change a [`LoadBalance`]
+//! precomputes a [`Picker`] (alias table, smooth round-robin cycle, hash ring, lookup
+//! table); the [`Balancer`] swaps it in atomically (`ArcSwap`). Per request, the
+//! picker only reads what it precomputed and a few atomic counters: **no lock, no
+//! allocation** (checked by `tests/no_alloc.rs` with a counting allocator).
+//!
+//! Per-endpoint load lives in [`EndpointStats`] (in-flight count, peak-EWMA latency,
+//! failures, reported load), kept in a [`StatsRegistry`] keyed by endpoint identity, so
+//! counters survive picker rebuilds. [`Balancer::pick`] returns a [`Picked`] holding an
+//! [`InFlightGuard`]: the in-flight count drops when the guard drops, whatever happened
+//! (success, error, timeout, or a future dropped mid-call). State that must survive a
+//! rebuild, such as the round-robin sequence, lives in the [`LoadBalance`], not the
+//! picker.
+//!
+//! ## Usage
+//!
+//! ```
+//! use std::time::Duration;
+//! use meshline_loadbalance::{by_name, Balancer, PickRequest};
+//! use meshline_registry_core::Instance;
+//!
+//! // `client.loadBalance.type`: any Seata name, case-insensitive, or an alias.
+//! let balancer = Balancer::new(by_name("XID").unwrap());
+//!
+//! // On every membership change (e.g. each snapshot of a registry Watch):
+//! let tcs = [
+//!     Instance::parse("127.0.0.1:8091").unwrap(),
+//!     Instance::parse("127.0.0.1:8092").unwrap(),
+//! ];
+//! balancer.update(&tcs);
+//!
+//! // Per request: route a branch registration to the TC that began the transaction.
+//! let picked = balancer.pick(&PickRequest::xid("127.0.0.1:8092:2612341069705662465")).unwrap();
+//! assert_eq!(picked.endpoint().instance().port(), 8092);
+//! assert_eq!(picked.endpoint().stats().in_flight(), 1);
+//!
+//! // A retry avoids the endpoint that just failed.
+//! let failed = [picked.endpoint().key().clone()];
+//! picked.failure();
+//! let retry = balancer.pick(&PickRequest::default().excluding(&failed)).unwrap();
+//! assert_eq!(retry.endpoint().instance().port(), 8091);
+//!
+//! // Record the outcome (or just drop the guard: the count still goes back down).
+//! retry.success(Duration::from_millis(3));
+//! ```
+//!
+//! Other request keys: [`PickRequest::with_key`] (bytes, e.g. an account id),
+//! [`PickRequest::with_hash`] (a numeric id), [`PickRequest::with_source`] (client IP),
+//! [`PickRequest::with_zone`] (the caller's zone).
+//!
+//! ## Algorithms
+//!
+//! | Name (`by_name`)            | Type                              | Pick cost           |
+//! |-----------------------------|-----------------------------------|---------------------|
+//! | `XID`                       | [`XidLoadBalance`]                | parse + O(log n)    |
+//! | `RandomLoadBalance`         | [`RandomLoadBalance`]             | O(1) (alias table)  |
+//! | `RoundRobinLoadBalance`     | [`RoundRobinLoadBalance`]         | O(1)                |
+//! | `ConsistentHashLoadBalance` | [`ConsistentHashLoadBalance`]     | O(1) fast / SHA-256 + O(log n) Java |
+//! | `LeastActiveLoadBalance`    | [`LeastActiveLoadBalance`]        | O(n) exact scan     |
+//! | `P2C`                       | [`P2cLoadBalance`]                | O(1)                |
+//! | `BoundedLoad`               | [`BoundedLoadLoadBalance`]        | O(1) expected       |
+//! | `JumpHash`                  | [`JumpHashLoadBalance`]           | O(log n) arithmetic |
+//! | `zone:<name>`               | [`ZoneAwareLoadBalance`]          | inner + O(zones)    |
+//! | game types                  | [`game`] module                   | see there           |
+
+#![warn(missing_docs)]
+
+mod balancer;
+mod bounded;
+mod consistent_hash;
+mod endpoint;
+mod error;
+mod factory;
+pub mod game;
+pub mod hash;
+mod java_ring;
+mod jump;
+mod least_active;
+mod p2c;
+mod picker;
+mod random;
+mod request;
+mod ring;
+mod round_robin;
+pub mod stats;
+mod xid;
+mod zone;
+
+pub use balancer::{Balancer, InFlightGuard, Picked, Snapshot};
+pub use bounded::{BoundedLoadLoadBalance, DEFAULT_BALANCE_FACTOR, bounded_cap};
+pub use consistent_hash::{ConsistentHashLoadBalance, HashMode};
+pub use endpoint::Endpoint;
+pub use error::LoadBalanceError;
+pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_config};
+pub use game::{
+    AffinityHashLoadBalance, FillLoadBalance, LoadWeightedLoadBalance, fewest_requests,
+};
+pub use java_ring::SEATA_DEFAULT_VIRTUAL_NODES;
+pub use jump::{JumpHashLoadBalance, jump_consistent_hash};
+pub use least_active::LeastActiveLoadBalance;
+pub use p2c::P2cLoadBalance;
+pub use picker::{LoadBalance, Picker};
+pub use random::RandomLoadBalance;
+pub use request::{Exclusions, PickRequest};
+pub use ring::DEFAULT_POINTS_PER_WEIGHT;
+pub use round_robin::RoundRobinLoadBalance;
+pub use stats::{EndpointStats, StatsRegistry};
+pub use xid::{XidLoadBalance, parse_xid_address};
+pub use zone::ZoneAwareLoadBalance;

@@ -1,0 +1,216 @@
+//! What a caller tells the picker about one request.
+
+use std::net::IpAddr;
+
+use meshline_registry_core::InstanceKey;
+
+use crate::Endpoint;
+
+/// Endpoints a retry must avoid: a borrowed slice, never a set, so building a request
+/// allocates nothing.
+///
+/// Indices refer to the endpoint list of the picker that served the first attempt
+/// ([`crate::Picked::index`]); they are only meaningful while membership has not
+/// changed. Keys are stable across membership changes and are what a retry loop should
+/// normally use.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Exclusions<'a> {
+    /// Nothing excluded.
+    #[default]
+    None,
+    /// Positions in the picker's endpoint list.
+    Indices(&'a [usize]),
+    /// Endpoint identities.
+    Keys(&'a [InstanceKey]),
+}
+
+impl<'a> From<&'a [usize]> for Exclusions<'a> {
+    fn from(v: &'a [usize]) -> Self {
+        Exclusions::Indices(v)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [usize; N]> for Exclusions<'a> {
+    fn from(v: &'a [usize; N]) -> Self {
+        Exclusions::Indices(v)
+    }
+}
+
+impl<'a> From<&'a Vec<usize>> for Exclusions<'a> {
+    fn from(v: &'a Vec<usize>) -> Self {
+        Exclusions::Indices(v)
+    }
+}
+
+impl<'a> From<&'a [InstanceKey]> for Exclusions<'a> {
+    fn from(v: &'a [InstanceKey]) -> Self {
+        Exclusions::Keys(v)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [InstanceKey; N]> for Exclusions<'a> {
+    fn from(v: &'a [InstanceKey; N]) -> Self {
+        Exclusions::Keys(v)
+    }
+}
+
+impl<'a> From<&'a Vec<InstanceKey>> for Exclusions<'a> {
+    fn from(v: &'a Vec<InstanceKey>) -> Self {
+        Exclusions::Keys(v)
+    }
+}
+
+impl Exclusions<'_> {
+    /// Whether nothing is excluded.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Exclusions::None => true,
+            Exclusions::Indices(s) => s.is_empty(),
+            Exclusions::Keys(s) => s.is_empty(),
+        }
+    }
+
+    /// Whether the endpoint at `index` (which is `endpoint`) is excluded.
+    #[inline]
+    pub fn contains(&self, index: usize, endpoint: &Endpoint) -> bool {
+        match self {
+            Exclusions::None => false,
+            Exclusions::Indices(s) => s.contains(&index),
+            Exclusions::Keys(s) => s.iter().any(|k| k == endpoint.key()),
+        }
+    }
+}
+
+/// The routing facts of one request. Cheap to build (no allocation), `Copy`.
+///
+/// Which field an algorithm reads:
+/// - `XID` reads [`xid`](Self::xid) (`ip:port:txid`);
+/// - consistent hashing reads the [`hash`](Self::with_hash), else the
+///   [`key`](Self::with_key) bytes, else the xid (Seata's routing key), and picks at
+///   random when there is none (as Seata does for a blank key); the Java-compatible ring
+///   needs text, so it reads the key bytes, else the xid;
+/// - jump hashing reads the numeric hash first;
+/// - the source-address game balancer reads [`source`](Self::with_source);
+/// - zone preference reads [`zone`](Self::with_zone);
+/// - every algorithm honours [`excluding`](Self::excluding).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PickRequest<'a> {
+    xid: Option<&'a str>,
+    key: Option<&'a [u8]>,
+    hash: Option<u64>,
+    source: Option<IpAddr>,
+    zone: Option<&'a str>,
+    exclude: Exclusions<'a>,
+}
+
+impl<'a> PickRequest<'a> {
+    /// A request with nothing but a Seata XID (or any Seata routing key, such as a
+    /// GlobalBegin's transaction name).
+    pub fn xid(xid: &'a str) -> Self {
+        PickRequest {
+            xid: Some(xid),
+            ..PickRequest::default()
+        }
+    }
+
+    /// Sets the Seata XID.
+    pub fn with_xid(mut self, xid: &'a str) -> Self {
+        self.xid = Some(xid);
+        self
+    }
+
+    /// Sets the hash key bytes (an account id, a session id, a cache key...).
+    pub fn with_key(mut self, key: &'a [u8]) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Sets a numeric key (a role id, a shard number...). Consistent hashing mixes it
+    /// first, so sequential ids spread evenly; jump hashing uses it as is.
+    pub fn with_hash(mut self, hash: u64) -> Self {
+        self.hash = Some(hash);
+        self
+    }
+
+    /// Sets the caller's source address (for source-address affinity).
+    pub fn with_source(mut self, source: IpAddr) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Sets the caller's zone (for zone preference).
+    pub fn with_zone(mut self, zone: &'a str) -> Self {
+        self.zone = Some(zone);
+        self
+    }
+
+    /// Excludes endpoints, by index (`&[usize]`) or identity (`&[InstanceKey]`):
+    /// typically those a retry already tried.
+    pub fn excluding(mut self, exclude: impl Into<Exclusions<'a>>) -> Self {
+        self.exclude = exclude.into();
+        self
+    }
+
+    /// The XID, if set.
+    #[inline]
+    pub fn xid_str(&self) -> Option<&'a str> {
+        self.xid
+    }
+
+    /// The key bytes, if set.
+    #[inline]
+    pub fn key(&self) -> Option<&'a [u8]> {
+        self.key
+    }
+
+    /// The numeric key, if set.
+    #[inline]
+    pub fn hash(&self) -> Option<u64> {
+        self.hash
+    }
+
+    /// The source address, if set.
+    #[inline]
+    pub fn source(&self) -> Option<IpAddr> {
+        self.source
+    }
+
+    /// The caller's zone, if set.
+    #[inline]
+    pub fn zone(&self) -> Option<&'a str> {
+        self.zone
+    }
+
+    /// The exclusions.
+    #[inline]
+    pub fn exclusions(&self) -> Exclusions<'a> {
+        self.exclude
+    }
+
+    /// Whether the endpoint at `index` is excluded.
+    #[inline]
+    pub fn is_excluded(&self, index: usize, endpoint: &Endpoint) -> bool {
+        self.exclude.contains(index, endpoint)
+    }
+
+    /// The text a Seata-compatible ring hashes: the key bytes, else the xid.
+    #[inline]
+    pub(crate) fn routing_text(&self) -> Option<&'a [u8]> {
+        match (self.key, self.xid) {
+            (Some(k), _) if !k.is_empty() => Some(k),
+            (_, Some(x)) if !x.trim().is_empty() => Some(x.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// A 64-bit routing hash: the numeric key (mixed), else XXH3 of the key bytes, else
+    /// of the xid. `None` when the request carries no key.
+    #[inline]
+    pub(crate) fn routing_hash(&self) -> Option<u64> {
+        if let Some(h) = self.hash {
+            return Some(crate::hash::mix64(h));
+        }
+        self.routing_text().map(crate::hash::key_hash)
+    }
+}

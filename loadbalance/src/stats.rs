@@ -1,0 +1,408 @@
+//! Per-endpoint statistics that outlive picker rebuilds.
+//!
+//! Every balancer that looks at load (least-active, P2C, bounded-load hashing,
+//! fill-one-by-one, load-weighted) reads an [`EndpointStats`]. The counters must survive a
+//! membership change: a request that is in flight when the registry pushes a new list
+//! must still be counted, and must decrement the *same* counter when it completes. So
+//! stats are not owned by a picker: they live in a [`StatsRegistry`] keyed by endpoint
+//! identity ([`InstanceKey`]) and each [`crate::Endpoint`] holds an `Arc` to its entry.
+//!
+//! The registry holds weak references: an identity that left the membership and has no
+//! request in flight is forgotten on the next update; one that comes back while an old
+//! request is still running gets its old counters back, so in-flight counts stay exact.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use meshline_registry_core::{Instance, InstanceKey};
+
+use crate::Endpoint;
+
+/// A process-wide clock in nanoseconds with a cheap "coarse" reading.
+///
+/// Reading `Instant::now()` costs tens of nanoseconds on some virtual machines, more than
+/// a whole pick should. Pickers only need time to decay latency estimates, which change
+/// on the scale of seconds, so they read [`coarse_nanos`]: an atomic that every
+/// completion (and every rebuild) moves forward. With no traffic completing the clock
+/// stands still, and nothing needs re-balancing then anyway.
+pub(crate) mod clock {
+    use super::*;
+
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    static COARSE: AtomicU64 = AtomicU64::new(0);
+
+    /// Precise nanoseconds since the process epoch; also advances the coarse clock.
+    pub(crate) fn now_nanos() -> u64 {
+        let epoch = *EPOCH.get_or_init(Instant::now);
+        let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Plain load + store keeps the shared line mostly read-only; a lost race only
+        // means the coarse clock is a little behind, never ahead.
+        if now > COARSE.load(Ordering::Relaxed) {
+            COARSE.store(now, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// The last precise reading anybody took: one relaxed atomic load.
+    #[inline]
+    pub(crate) fn coarse_nanos() -> u64 {
+        COARSE.load(Ordering::Relaxed)
+    }
+}
+
+/// In-flight requests of a whole group of endpoints (one [`StatsRegistry`]).
+///
+/// Bounded-load hashing needs the group's total to compute its cap in O(1).
+#[derive(Debug, Default)]
+pub struct LoadGroup {
+    in_flight: AtomicU64,
+}
+
+impl LoadGroup {
+    /// Requests in flight on all endpoints of the group.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+/// Load, latency and failure counters of one endpoint, shared by every picker built
+/// over it and by every [`crate::InFlightGuard`] taken on it.
+///
+/// All fields are atomics: readers (pickers) never lock; writers are the guards.
+/// The struct is cache-line aligned so that two endpoints' hot counters never share a
+/// line between cores.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct EndpointStats {
+    in_flight: AtomicU64,
+    picks: AtomicU64,
+    successes: AtomicU64,
+    failures: AtomicU64,
+    consecutive_failures: AtomicU32,
+    /// Reported load in per-mille of capacity; `u32::MAX` = never reported.
+    reported_load: AtomicU32,
+    /// Peak-EWMA latency in nanoseconds, as `f64` bits; 0 = no sample yet.
+    ewma_bits: AtomicU64,
+    /// Clock reading of the last EWMA update.
+    ewma_at: AtomicU64,
+    created_at: u64,
+    group: Arc<LoadGroup>,
+}
+
+/// The decay constant of the peak-EWMA latency estimate, as in linkerd and Finagle.
+pub const DEFAULT_EWMA_DECAY: Duration = Duration::from_secs(10);
+
+impl EndpointStats {
+    /// Fresh stats in their own group (use a [`StatsRegistry`] to share a group).
+    pub fn new() -> Self {
+        EndpointStats::in_group(Arc::new(LoadGroup::default()))
+    }
+
+    /// Fresh stats counted in `group`.
+    pub fn in_group(group: Arc<LoadGroup>) -> Self {
+        EndpointStats {
+            in_flight: AtomicU64::new(0),
+            picks: AtomicU64::new(0),
+            successes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            reported_load: AtomicU32::new(u32::MAX),
+            ewma_bits: AtomicU64::new(0),
+            ewma_at: AtomicU64::new(0),
+            created_at: clock::now_nanos(),
+            group,
+        }
+    }
+
+    /// Requests picked on this endpoint whose guard has not been dropped yet.
+    #[inline]
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Total picks served since the stats were created.
+    pub fn picks(&self) -> u64 {
+        self.picks.load(Ordering::Relaxed)
+    }
+
+    /// Requests recorded as successful.
+    pub fn successes(&self) -> u64 {
+        self.successes.load(Ordering::Relaxed)
+    }
+
+    /// Requests recorded as failed (errors and timeouts).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Failures since the last success: the "recent failures" a circuit breaker or a
+    /// health filter looks at.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures.load(Ordering::Relaxed)
+    }
+
+    /// The group this endpoint's in-flight requests are also counted in.
+    pub fn group(&self) -> &Arc<LoadGroup> {
+        &self.group
+    }
+
+    /// Records the load the backend reports about itself, in per-mille of its capacity
+    /// (0 = idle, 1000 = full; larger values are read as full). Used by the
+    /// load-weighted game balancer.
+    pub fn report_load(&self, per_mille: u32) {
+        self.reported_load
+            .store(per_mille.min(1000), Ordering::Relaxed);
+    }
+
+    /// The last reported load in per-mille, if the backend ever reported one.
+    #[inline]
+    pub fn reported_load(&self) -> Option<u32> {
+        match self.reported_load.load(Ordering::Relaxed) {
+            u32::MAX => None,
+            v => Some(v),
+        }
+    }
+
+    /// The current peak-EWMA latency estimate, decayed to now; `None` before the first
+    /// recorded success.
+    pub fn latency_estimate(&self) -> Option<Duration> {
+        let ewma = f64::from_bits(self.ewma_bits.load(Ordering::Relaxed));
+        if ewma <= 0.0 {
+            return None;
+        }
+        let at = self.ewma_at.load(Ordering::Relaxed);
+        let est = decay(
+            ewma,
+            clock::now_nanos().saturating_sub(at),
+            DEFAULT_EWMA_DECAY,
+        );
+        Some(Duration::from_nanos(est as u64))
+    }
+
+    /// Peak-EWMA estimate in nanoseconds for P2C, decayed with the coarse clock.
+    ///
+    /// An endpoint without samples is costed at `default_rtt_ns`, decayed from its
+    /// creation: it starts expensive (so a fresh endpoint is not flooded before it has
+    /// answered once) and becomes attractive if it stays unused.
+    #[inline]
+    pub(crate) fn rtt_estimate_ns(&self, now: u64, default_rtt_ns: f64, decay_ns: f64) -> f64 {
+        let ewma = f64::from_bits(self.ewma_bits.load(Ordering::Relaxed));
+        let (base, at) = if ewma > 0.0 {
+            (ewma, self.ewma_at.load(Ordering::Relaxed))
+        } else {
+            (default_rtt_ns, self.created_at)
+        };
+        let elapsed = now.saturating_sub(at);
+        if elapsed == 0 {
+            base
+        } else {
+            base * (-(elapsed as f64) / decay_ns).exp()
+        }
+    }
+
+    /// Counts one more request in flight (here and in the group).
+    pub(crate) fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.group.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.picks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one request out (here and in the group).
+    pub(crate) fn end(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Records a success and its latency in the peak-EWMA estimate.
+    pub(crate) fn record_success(&self, latency: Duration) {
+        self.successes.fetch_add(1, Ordering::Relaxed);
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.record_latency(latency);
+    }
+
+    /// Records a failure (error or timeout).
+    pub(crate) fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+        // Move the coarse clock even when only failures complete.
+        clock::now_nanos();
+    }
+
+    /// Peak-EWMA update (Finagle / tower `PeakEwma`): a sample above the estimate
+    /// replaces it at once (peak sensitivity); a lower one is blended in with a weight
+    /// that grows with the time since the last update.
+    fn record_latency(&self, latency: Duration) {
+        let now = clock::now_nanos();
+        let rtt = (latency.as_nanos() as f64).max(1.0);
+        let prev_at = self.ewma_at.swap(now, Ordering::Relaxed);
+        let elapsed = now.saturating_sub(prev_at);
+        let mut cur = self.ewma_bits.load(Ordering::Relaxed);
+        loop {
+            let old = f64::from_bits(cur);
+            let next = if old <= 0.0 || rtt > old {
+                rtt
+            } else {
+                let w = (-(elapsed as f64) / DEFAULT_EWMA_DECAY.as_nanos() as f64).exp();
+                old * w + rtt * (1.0 - w)
+            };
+            match self.ewma_bits.compare_exchange_weak(
+                cur,
+                next.to_bits(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
+impl Default for EndpointStats {
+    fn default() -> Self {
+        EndpointStats::new()
+    }
+}
+
+fn decay(value: f64, elapsed_ns: u64, decay: Duration) -> f64 {
+    value * (-(elapsed_ns as f64) / decay.as_nanos() as f64).exp()
+}
+
+/// Stats of every endpoint identity a balancer has seen, so that the same
+/// [`InstanceKey`] keeps the same [`EndpointStats`] across membership changes.
+///
+/// Entries are weak: stats are freed once no endpoint list and no in-flight guard uses
+/// them. All stats of one registry share one [`LoadGroup`].
+#[derive(Debug, Default)]
+pub struct StatsRegistry {
+    entries: Mutex<HashMap<InstanceKey, Weak<EndpointStats>>>,
+    group: Arc<LoadGroup>,
+}
+
+impl StatsRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        StatsRegistry::default()
+    }
+
+    /// The load group shared by every stats entry of this registry.
+    pub fn group(&self) -> &Arc<LoadGroup> {
+        &self.group
+    }
+
+    /// The stats of `key`, created if this identity is new (or was forgotten).
+    pub fn stats_for(&self, key: &InstanceKey) -> Arc<EndpointStats> {
+        let mut map = self.lock();
+        Self::get_or_insert(&mut map, key, &self.group)
+    }
+
+    fn get_or_insert(
+        map: &mut HashMap<InstanceKey, Weak<EndpointStats>>,
+        key: &InstanceKey,
+        group: &Arc<LoadGroup>,
+    ) -> Arc<EndpointStats> {
+        if let Some(live) = map.get(key).and_then(Weak::upgrade) {
+            return live;
+        }
+        let fresh = Arc::new(EndpointStats::in_group(group.clone()));
+        map.insert(key.clone(), Arc::downgrade(&fresh));
+        fresh
+    }
+
+    /// Endpoints for `instances`, each with the stats its identity already had.
+    ///
+    /// Duplicate identities keep their first occurrence (a warning names the rest).
+    /// Entries whose stats are no longer used anywhere are pruned.
+    pub fn endpoints(&self, instances: &[Instance]) -> Vec<Endpoint> {
+        let mut map = self.lock();
+        map.retain(|_, weak| weak.strong_count() > 0);
+        let mut out: Vec<Endpoint> = Vec::with_capacity(instances.len());
+        let mut seen = std::collections::HashSet::with_capacity(instances.len());
+        for inst in instances {
+            if !seen.insert(inst.key()) {
+                tracing::warn!(endpoint = %inst, "duplicate endpoint in membership; keeping the first");
+                continue;
+            }
+            let stats = Self::get_or_insert(&mut map, inst.key(), &self.group);
+            out.push(Endpoint::with_stats(inst.clone(), stats));
+        }
+        out
+    }
+
+    /// Number of identities currently remembered (live entries only after an update).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no identity is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceKey, Weak<EndpointStats>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (every
+        // operation is a single insert/retain), so a poisoned lock is still usable.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_identity_keeps_its_stats_across_updates() {
+        let reg = StatsRegistry::new();
+        let a = Instance::parse("10.0.0.1:80").unwrap();
+        let b = Instance::parse("10.0.0.2:80").unwrap();
+        let first = reg.endpoints(&[a.clone(), b.clone()]);
+        first[0].stats().begin();
+        let second = reg.endpoints(&[b.clone(), a.clone().with_weight(5)]);
+        assert!(Arc::ptr_eq(first[0].stats_arc(), second[1].stats_arc()));
+        assert_eq!(second[1].stats().in_flight(), 1);
+        assert_eq!(reg.group().in_flight(), 1);
+        second[1].stats().end();
+        assert_eq!(reg.group().in_flight(), 0);
+    }
+
+    #[test]
+    fn forgotten_when_unused_and_duplicates_dropped() {
+        let reg = StatsRegistry::new();
+        let a = Instance::parse("10.0.0.1:80").unwrap();
+        let eps = reg.endpoints(&[a.clone(), a.clone()]);
+        assert_eq!(eps.len(), 1);
+        drop(eps);
+        let _eps = reg.endpoints(&[]);
+        assert!(reg.is_empty());
+    }
+
+    #[test]
+    fn peak_ewma_takes_peaks_and_decays() {
+        let s = EndpointStats::new();
+        assert!(s.latency_estimate().is_none());
+        s.record_success(Duration::from_millis(10));
+        let e = s.latency_estimate().unwrap();
+        assert!(
+            e <= Duration::from_millis(10) && e > Duration::from_millis(9),
+            "{e:?}"
+        );
+        s.record_success(Duration::from_millis(50));
+        assert!(s.latency_estimate().unwrap() > Duration::from_millis(49));
+        // A lower sample right away barely moves a peak.
+        s.record_success(Duration::from_millis(1));
+        assert!(s.latency_estimate().unwrap() > Duration::from_millis(40));
+        // Far in the future the estimate has decayed towards zero.
+        let far = clock::coarse_nanos() + 100 * DEFAULT_EWMA_DECAY.as_nanos() as u64;
+        assert!(s.rtt_estimate_ns(far, 1.0, DEFAULT_EWMA_DECAY.as_nanos() as f64) < 1.0);
+        s.record_failure();
+        s.record_failure();
+        assert_eq!(s.consecutive_failures(), 2);
+        s.record_success(Duration::from_millis(1));
+        assert_eq!(s.consecutive_failures(), 0);
+        assert_eq!(s.failures(), 2);
+    }
+}

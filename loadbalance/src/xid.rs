@@ -1,0 +1,181 @@
+//! Seata's `XID` balancer: send a transaction's requests to the TC that began it.
+//!
+//! A Seata XID is `ip:port:transactionId`, the IP in Java's `getHostAddress()` form
+//! (IPv6 unbracketed and uncompressed: `2000:0:0:0:1:2345:6789:abcd:8091:123`). XA
+//! phase two must reach the original TC, so this matters for correctness, not only
+//! for locality.
+//!
+//! As Seata-Java does, we take the address before the last `:`, split its port at the
+//! last `:` again, and compare **socket addresses** (not strings), so any spelling of an
+//! IPv6 address matches. seata-go compares strings and never matches IPv6; we do not
+//! copy that. Endpoints registered by DNS name match an XID naming the same host.
+//! When the XID is absent, malformed, names no endpoint of the list (the list holds the
+//! connected endpoints) or names an excluded one, the pick falls back to
+//! [`crate::RandomLoadBalance`]'s choice. A named endpoint is chosen even with weight 0:
+//! a draining TC must still finish its own transactions.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::picker::{EmptyPicker, Members};
+use crate::{Endpoint, LoadBalance, PickRequest, Picker, RandomLoadBalance};
+
+/// Route by the TC address inside a Seata XID, else random (Seata name `XID`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XidLoadBalance;
+
+impl XidLoadBalance {
+    /// The balancer.
+    pub fn new() -> Self {
+        XidLoadBalance
+    }
+}
+
+/// The TC address named by a Seata XID (`ip:port:txid`, IPv6 bracketed or not).
+///
+/// `None` for anything else (no `:`, a non-numeric port, a bad IP). IPv4-mapped IPv6
+/// addresses are returned as IPv4, as Java's `InetAddress` does.
+pub fn parse_xid_address(xid: &str) -> Option<SocketAddr> {
+    let (host, port) = split_xid(xid)?;
+    let ip: IpAddr = host.parse().ok()?;
+    Some(SocketAddr::new(canonical(ip), port))
+}
+
+/// `(host, port)` of `ip:port:txid`; host without brackets.
+fn split_xid(xid: &str) -> Option<(&str, u16)> {
+    let addr = &xid[..xid.rfind(':')?];
+    let colon = addr.rfind(':')?;
+    let port: u16 = addr[colon + 1..].parse().ok()?;
+    let host = &addr[..colon];
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() || port == 0 {
+        return None;
+    }
+    Some((host, port))
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// A socket address as one sortable integer pair.
+#[inline]
+fn addr_key(sa: SocketAddr) -> (u128, u16) {
+    let ip = match sa.ip() {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    };
+    (ip, sa.port())
+}
+
+impl LoadBalance for XidLoadBalance {
+    fn name(&self) -> &str {
+        "XID"
+    }
+
+    fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
+        if endpoints.is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        let mut by_addr: Vec<((u128, u16), u32)> = Vec::with_capacity(endpoints.len());
+        let mut by_name: Vec<(Box<str>, u16, u32)> = Vec::new();
+        for (i, ep) in endpoints.iter().enumerate() {
+            match ep.instance().socket_addr() {
+                Some(sa) => by_addr.push((addr_key(sa), i as u32)),
+                None => by_name.push((ep.instance().host().into(), ep.instance().port(), i as u32)),
+            }
+        }
+        by_addr.sort_unstable();
+        Arc::new(XidPicker {
+            members: Members::new(endpoints),
+            by_addr: by_addr.into_boxed_slice(),
+            by_name: by_name.into_boxed_slice(),
+            fallback: RandomLoadBalance.build(endpoints),
+        })
+    }
+}
+
+struct XidPicker {
+    members: Members,
+    by_addr: Box<[((u128, u16), u32)]>,
+    by_name: Box<[(Box<str>, u16, u32)]>,
+    fallback: Arc<dyn Picker>,
+}
+
+impl XidPicker {
+    #[inline]
+    fn find(&self, xid: &str) -> Option<usize> {
+        let (host, port) = split_xid(xid)?;
+        match host.parse::<IpAddr>() {
+            Ok(ip) => {
+                let key = addr_key(SocketAddr::new(canonical(ip), port));
+                self.by_addr
+                    .binary_search_by(|(k, _)| k.cmp(&key))
+                    .ok()
+                    .map(|pos| self.by_addr[pos].1 as usize)
+            }
+            Err(_) => self
+                .by_name
+                .iter()
+                .find(|(h, p, _)| *p == port && h.eq_ignore_ascii_case(host))
+                .map(|&(_, _, i)| i as usize),
+        }
+    }
+}
+
+impl Picker for XidPicker {
+    #[inline]
+    fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
+        if let Some(i) = req.xid_str().and_then(|x| self.find(x))
+            && !req.is_excluded(i, &self.members.endpoints[i])
+        {
+            return Some(i);
+        }
+        self.fallback.pick(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_seata_xids() {
+        assert_eq!(
+            parse_xid_address("127.0.0.1:8091:123456"),
+            Some("127.0.0.1:8091".parse().unwrap())
+        );
+        assert_eq!(
+            parse_xid_address("2000:0000:0000:0000:0001:2345:6789:abcd:8092:123456"),
+            Some("[2000::1:2345:6789:abcd]:8092".parse().unwrap())
+        );
+        assert_eq!(
+            parse_xid_address("[::1]:8091:7"),
+            Some("[::1]:8091".parse().unwrap())
+        );
+        assert_eq!(
+            parse_xid_address("::ffff:10.0.0.1:8091:7"),
+            Some("10.0.0.1:8091".parse().unwrap())
+        );
+        for bad in [
+            "",
+            "XID",
+            ":",
+            "127.0.0.1:8091",
+            "127.0.0.1:x:1",
+            "1.2.3:80:1",
+            "[::1:80:1",
+            "127.0.0.1:0:1",
+            "127.0.0.1:65536:1",
+            "my tx: name",
+        ] {
+            assert_eq!(parse_xid_address(bad), None, "{bad}");
+        }
+    }
+}

@@ -36,7 +36,7 @@
 //! `meshline_rpc_maybe_delivered_total`; gauge `meshline_rpc_alive_endpoints`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -361,12 +361,12 @@ impl RpcClientBuilder {
         let lb = self
             .load_balance
             .ok_or_else(|| RpcError::Config("no load balancer set: call .load_balance(..), .load_balance_name(..) or .config(..)".into()))?;
-        let (watch, target) = match self.source {
+        let (watch, target, discovery) = match self.source {
             Some(Source::Discovery(d, group)) => {
                 let w = d.watch(&group).await?;
-                (w, group)
+                (w, group, Some(d))
             }
-            Some(Source::Watch(w, name)) => (w, name),
+            Some(Source::Watch(w, name)) => (w, name, None),
             None => {
                 return Err(RpcError::Config(
                     "no endpoint source: call .discovery(..) or .watch(..)".into(),
@@ -377,6 +377,8 @@ impl RpcClientBuilder {
         let (alive_tx, _) = watch::channel(Arc::new(AliveSet::default()));
         let inner = Arc::new(Inner {
             target: target.clone(),
+            counters: Default::default(),
+            discovery,
             balancer: Balancer::new(lb),
             alive: ArcSwap::from_pointee(AliveSet::default()),
             alive_tx,
@@ -416,8 +418,59 @@ struct Slot {
     task: Option<JoinHandle<()>>,
 }
 
+/// Totals since the client started (the same events the `metrics` counters count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Connections established (and handshaken).
+    pub connects: u64,
+    /// Of those, re-connections to an endpoint connected before.
+    pub reconnects: u64,
+    /// Connect attempts that failed.
+    pub connect_failures: u64,
+    /// Handshakes refused or failed.
+    pub handshake_failures: u64,
+    /// Calls retried on another endpoint because they were not written.
+    pub retries: u64,
+    /// Calls that timed out.
+    pub timeouts: u64,
+    /// Calls failed as "may have been delivered".
+    pub maybe_delivered: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Counter {
+    Connects,
+    Reconnects,
+    ConnectFailures,
+    HandshakeFailures,
+    Retries,
+    Timeouts,
+    MaybeDelivered,
+}
+
+impl Counter {
+    const ALL: usize = 7;
+
+    fn metric(self) -> &'static str {
+        match self {
+            Counter::Connects => "meshline_rpc_connects_total",
+            Counter::Reconnects => "meshline_rpc_reconnects_total",
+            Counter::ConnectFailures => "meshline_rpc_connect_failures_total",
+            Counter::HandshakeFailures => "meshline_rpc_handshake_failures_total",
+            Counter::Retries => "meshline_rpc_retries_total",
+            Counter::Timeouts => "meshline_rpc_timeouts_total",
+            Counter::MaybeDelivered => "meshline_rpc_maybe_delivered_total",
+        }
+    }
+}
+
 struct Inner {
     target: String,
+    counters: [AtomicU64; Counter::ALL],
+    /// Kept for the client's lifetime: some registries stop following their source when
+    /// the last handle to them is dropped.
+    #[allow(dead_code)]
+    discovery: Option<Discovery>,
     options: ClientOptions,
     balancer: Balancer,
     alive: ArcSwap<AliveSet>,
@@ -432,6 +485,24 @@ struct Inner {
 }
 
 impl Inner {
+    fn count(&self, c: Counter) {
+        self.counters[c as usize].fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(c.metric(), "target" => self.target.clone()).increment(1);
+    }
+
+    fn stats(&self) -> ClientStats {
+        let g = |c: Counter| self.counters[c as usize].load(Ordering::Relaxed);
+        ClientStats {
+            connects: g(Counter::Connects),
+            reconnects: g(Counter::Reconnects),
+            connect_failures: g(Counter::ConnectFailures),
+            handshake_failures: g(Counter::HandshakeFailures),
+            retries: g(Counter::Retries),
+            timeouts: g(Counter::Timeouts),
+            maybe_delivered: g(Counter::MaybeDelivered),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -622,7 +693,6 @@ async fn connect_once(inner: &Inner, instance: &Instance) -> Result<TcpStream, S
 async fn endpoint_task(inner: Arc<Inner>, instance: Arc<Instance>, mut cmd: watch::Receiver<bool>) {
     let key = instance.key().clone();
     let label = instance.to_string();
-    let target = inner.target.clone();
     let mut backoff = Backoff::new(inner.options.backoff_initial, inner.options.backoff_max);
     let mut connected_before = false;
     loop {
@@ -667,11 +737,9 @@ async fn endpoint_task(inner: Arc<Inner>, instance: Arc<Instance>, mut cmd: watc
         match attempt {
             Ok((conn, mut task)) => {
                 backoff.reset();
-                metrics::counter!("meshline_rpc_connects_total", "target" => target.clone())
-                    .increment(1);
+                inner.count(Counter::Connects);
                 if connected_before {
-                    metrics::counter!("meshline_rpc_reconnects_total", "target" => target.clone())
-                        .increment(1);
+                    inner.count(Counter::Reconnects);
                     tracing::info!(peer = %conn.peer(), "reconnected");
                 } else {
                     tracing::info!(peer = %conn.peer(), "connected");
@@ -707,13 +775,11 @@ async fn endpoint_task(inner: Arc<Inner>, instance: Arc<Instance>, mut cmd: watc
             Err(state) => {
                 match &state {
                     EndpointState::Refused(reason) => {
-                        metrics::counter!("meshline_rpc_handshake_failures_total", "target" => target.clone())
-                            .increment(1);
+                        inner.count(Counter::HandshakeFailures);
                         tracing::warn!(%reason, "handshake refused; endpoint not used");
                     }
                     EndpointState::Down(reason) => {
-                        metrics::counter!("meshline_rpc_connect_failures_total", "target" => target.clone())
-                            .increment(1);
+                        inner.count(Counter::ConnectFailures);
                         tracing::debug!(%reason, attempt = backoff.attempts(), "connect failed");
                     }
                     _ => {}
@@ -832,6 +898,11 @@ impl RpcClient {
             .collect()
     }
 
+    /// Totals of connects, reconnects, retries, timeouts... since the client started.
+    pub fn stats(&self) -> ClientStats {
+        self.inner().stats()
+    }
+
     /// The balancer (for its endpoints' stats: in-flight, latency, failures).
     pub fn balancer(&self) -> &Balancer {
         &self.inner().balancer
@@ -886,8 +957,7 @@ impl RpcClient {
                 payload: payload.unwrap_or_else(|| Payload::new(bytes::Bytes::new())),
             }),
             Err(_) => {
-                metrics::counter!("meshline_rpc_timeouts_total", "target" => inner.target.clone())
-                    .increment(1);
+                inner.count(Counter::Timeouts);
                 Err(RpcError::Timeout {
                     after: timeout,
                     endpoint: last.map(|i: Arc<Instance>| i.to_string()),
@@ -912,8 +982,7 @@ impl RpcClient {
         match tokio::time::timeout(timeout, fut).instrument(span).await {
             Ok(r) => r.map(|(endpoint, _)| endpoint),
             Err(_) => {
-                metrics::counter!("meshline_rpc_timeouts_total", "target" => inner.target.clone())
-                    .increment(1);
+                inner.count(Counter::Timeouts);
                 Err(RpcError::Timeout {
                     after: timeout,
                     endpoint: last.map(|i: Arc<Instance>| i.to_string()),
@@ -999,16 +1068,14 @@ impl RpcClient {
                 }
                 Err(SendFailure::NotWritten(reason)) => {
                     guard.failure();
-                    metrics::counter!("meshline_rpc_retries_total", "target" => inner.target.clone())
-                        .increment(1);
+                    inner.count(Counter::Retries);
                     tracing::debug!(endpoint = %entry.instance, %reason, "not written; trying another endpoint");
                     excluded.push(endpoint.key().clone());
                     last_failure = Some(format!("{}: {reason}", entry.instance));
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
                     guard.failure();
-                    metrics::counter!("meshline_rpc_maybe_delivered_total", "target" => inner.target.clone())
-                        .increment(1);
+                    inner.count(Counter::MaybeDelivered);
                     return Err(entry.connection.failure_error(e));
                 }
             }

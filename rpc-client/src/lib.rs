@@ -15,8 +15,8 @@ pub mod server;
 mod subset;
 
 pub use client::{
-    AliveEndpoint, AliveSet, CallOptions, ClientOptions, EndpointState, EndpointStatus, Response,
-    RpcClient, RpcClientBuilder,
+    AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats, EndpointState,
+    EndpointStatus, Response, RpcClient, RpcClientBuilder,
 };
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, MessageType};
 pub use connection::{BoxFuture, Connection, InboundHandler, InboundRequest};

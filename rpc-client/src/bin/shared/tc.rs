@@ -1,0 +1,79 @@
+//! The demo TC's front door, shared by the `tc-server` and `demo` programs.
+//!
+//! It answers what a Seata client sends a real TC on connect (RegisterTM / RegisterRM,
+//! identified = 1 unless told to refuse; heartbeats are answered by the server helper)
+//! and handles one demo request: any other request is echoed back with the head entry
+//! `tc = <id>`, after `delay_ms` milliseconds when the request's head map asks for it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use meshline_rpc_client::message::register_reply;
+use meshline_rpc_client::{InboundHandler, InboundRequest, Payload};
+
+/// Longest `delay_ms` honoured, so a client cannot park a handler forever.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// Counters of one demo TC.
+#[derive(Debug, Default)]
+pub struct TcStats {
+    /// Registrations answered.
+    pub registrations: AtomicU64,
+    /// Demo requests handled.
+    pub requests: AtomicU64,
+}
+
+/// The request handler of demo TC `id`.
+pub fn tc_handler(
+    id: String,
+    refuse_registration: bool,
+    stats: Arc<TcStats>,
+) -> impl InboundHandler {
+    move |req: InboundRequest| {
+        let id = id.clone();
+        let stats = stats.clone();
+        async move {
+            if let Ok(msg) = req.payload.decode_seata() {
+                if let Some(reply) =
+                    register_reply(&msg, !refuse_registration, env!("CARGO_PKG_VERSION"))
+                {
+                    stats.registrations.fetch_add(1, Ordering::Relaxed);
+                    if refuse_registration {
+                        tracing::info!(peer = %req.peer, "refusing registration (--refuse-registration)");
+                    } else {
+                        tracing::debug!(peer = %req.peer, "client registered");
+                    }
+                    return match Payload::seata(&reply) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot encode registration reply");
+                            None
+                        }
+                    };
+                }
+            }
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            if let Some(ms) = req
+                .payload
+                .head
+                .get("delay_ms")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                tokio::time::sleep(Duration::from_millis(ms).min(MAX_DELAY)).await;
+            }
+            Some(req.payload.with_head("tc", id))
+        }
+    }
+}
+
+/// Installs a `tracing` subscriber writing to stderr, filtered by `MESHLINE_LOG`
+/// (default `default`).
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,186 @@
+//! `tm-client`: looks up the TCs of a tx-service-group, registers as a TM on each, and
+//! sends requests carrying XIDs, printing which TC answered each.
+//!
+//! ```text
+//! tm-client [--config FILE] [--group GROUP] [--requests N] [--lb NAME]
+//! ```
+//!
+//! A real TM gets its XID from GlobalBegin; the XID names the TC that began the
+//! transaction (`ip:port:txid`), and later calls for that transaction must reach that
+//! TC. This client makes XIDs naming each alive TC in turn, so with the `XID` balancer
+//! every line should show `xid <tc>:<n> -> <same tc>`.
+//!
+//! With no `--config`, Seata's defaults apply: group `default_tx_group` -> cluster
+//! `default` -> `127.0.0.1:8091` (start `tc-server` with no flags to match).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshline_registry_core::{Config, Discovery};
+use meshline_registry_file::FileRegistry;
+use meshline_rpc_client::{CallOptions, Payload, RegisterTmRequest, RpcClient, SeataRegistration};
+
+const USAGE: &str =
+    "usage: tm-client [--config FILE] [--group GROUP] [--requests N] [--lb LOAD_BALANCE]";
+
+struct Args {
+    config: Option<PathBuf>,
+    group: Option<String>,
+    requests: u64,
+    lb: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        config: None,
+        group: None,
+        requests: 10,
+        lb: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--config" => args.config = Some(PathBuf::from(value("--config")?)),
+            "--group" => args.group = Some(value("--group")?),
+            "--requests" => {
+                let v = value("--requests")?;
+                args.requests = v
+                    .parse()
+                    .map_err(|_| format!("--requests `{v}` is not a number"))?;
+            }
+            "--lb" => args.lb = Some(value("--lb")?),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(args)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    if !config.registry.kind.eq_ignore_ascii_case("file") {
+        return Err(format!(
+            "registry.type `{}` is not available in this tm-client (built in meshline-rpc-client, which knows only `file`)",
+            config.registry.kind
+        ));
+    }
+    let group = args
+        .group
+        .clone()
+        .unwrap_or_else(|| config.tx_service_group.clone());
+    let discovery = Discovery::from_config(Arc::new(FileRegistry::from_config(&config)), &config);
+    let cluster = discovery
+        .cluster_for(&group)
+        .map_err(|e| e.to_string())?
+        .to_string();
+    let mut builder = RpcClient::builder()
+        .config(&config)
+        .discovery(discovery, group.clone())
+        .handshake(SeataRegistration::tm(RegisterTmRequest {
+            version: env!("CARGO_PKG_VERSION").into(),
+            application_id: config.application_id.clone(),
+            transaction_service_group: group.clone(),
+            extra_data: None,
+        }));
+    if let Some(lb) = &args.lb {
+        builder = builder.load_balance_name(lb);
+    }
+    let client = builder.build().await.map_err(|e| e.to_string())?;
+    client
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Give the other TCs a moment to finish connecting.
+    let _ = client
+        .wait_alive(client.endpoints().len(), Duration::from_millis(500))
+        .await;
+    let alive = client.alive();
+    println!(
+        "group {group} -> cluster {cluster}: {} TC(s) alive: {}",
+        alive.len(),
+        alive
+            .endpoints()
+            .iter()
+            .map(|e| e.instance.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let tcs: Vec<String> = alive
+        .endpoints()
+        .iter()
+        .map(|e| e.instance.to_java_string())
+        .collect();
+    let mut answered: BTreeMap<String, u64> = BTreeMap::new();
+    let mut failed = 0u64;
+    for n in 0..args.requests {
+        let xid = format!("{}:{}", tcs[(n as usize) % tcs.len()], 1_000_000 + n);
+        match client
+            .call(
+                Payload::new(format!("demo request {n}")),
+                CallOptions::xid(&xid),
+            )
+            .await
+        {
+            Ok(r) => {
+                let tc_id = r.payload.head.get("tc").unwrap_or("?").to_string();
+                println!("xid {xid} -> answered by {} (tc id {tc_id})", r.endpoint);
+                *answered.entry(r.endpoint.to_string()).or_default() += 1;
+            }
+            Err(e) => {
+                println!("xid {xid} -> failed: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!("answers per TC: {answered:?}; failed: {failed}");
+    client.shutdown(Duration::from_secs(5)).await;
+    if failed > 0 {
+        Err(format!("{failed} request(s) failed"))
+    } else {
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("tm-client: {e}");
+            }
+            eprintln!("{USAGE}");
+            return if e.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tm-client: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tm-client: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -5,6 +5,10 @@
 #   zookeeper               : real ZooKeeper (java -cp /usr/share/java/zookeeper.jar)
 #   redis-server            : real Redis (redis-server / redis-cli)
 #   protobuf-compiler       : protoc, needed by etcd-client's build script
+#   rnacos (crates.io)      : a Nacos-protocol server for registry-nacos tests; installed
+#                             with `cargo install` into the cargo home, so a warm machine
+#                             keeps the binary and does not rebuild it
+#   libprotobuf-dev         : google/protobuf/*.proto that etcd-client's protos import
 set -euo pipefail
 
 SUDO=""
@@ -16,6 +20,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-test-deps: installing ${need[*]}"
@@ -24,4 +29,13 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
   echo "install-test-deps: all present"
+fi
+
+# rnacos: the only Nacos-protocol server that installs here (no Java Nacos server).
+cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+if command -v rnacos >/dev/null 2>&1 || [ -x "$cargo_bin/rnacos" ]; then
+  echo "install-test-deps: rnacos present"
+else
+  echo "install-test-deps: cargo install rnacos 0.8.8 (a few minutes, once per machine)"
+  cargo install rnacos --version 0.8.8 --locked --quiet
 fi

@@ -9,6 +9,7 @@
 //! | feature | registry type(s) (`registry.type`) | crate |
 //! |---|---|---|
 //! | `file` (default) | `file` | `meshline-registry-file` |
+//! | `nacos` | `nacos` | `meshline-registry-nacos` |
 //! | `all` | every backend compiled into this version | |
 //!
 //! ```no_run
@@ -34,3 +35,5 @@ pub use meshline_registry_core::{
 
 #[cfg(feature = "file")]
 pub use meshline_registry_file as file;
+#[cfg(feature = "nacos")]
+pub use meshline_registry_nacos as nacos;

@@ -80,6 +80,7 @@ pub fn is_compiled_in(ty: &RegistryType) -> bool {
     match ty.feature {
         // One arm per backend feature; each backend issue adds its own.
         "file" => cfg!(feature = "file"),
+        "nacos" => cfg!(feature = "nacos"),
         _ => false,
     }
 }
@@ -99,6 +100,10 @@ pub async fn from_config(config: &Config) -> Result<Arc<dyn RegistryService>, Re
         "file" => Ok(Arc::new(meshline_registry_file::FileRegistry::from_config(
             config,
         ))),
+        #[cfg(feature = "nacos")]
+        "nacos" => Ok(Arc::new(
+            meshline_registry_nacos::NacosRegistry::connect(config).await?,
+        )),
         other => Err(RegistryError::FeatureNotEnabled {
             kind: other.to_string(),
             feature: ty.feature,

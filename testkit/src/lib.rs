@@ -29,6 +29,7 @@
 mod etcd;
 mod process;
 mod redis;
+mod rnacos;
 mod zookeeper;
 
 use std::time::Duration;
@@ -36,6 +37,7 @@ use std::time::Duration;
 pub use etcd::{Etcd, EtcdCluster};
 pub use process::ServerProcess;
 pub use redis::Redis;
+pub use rnacos::Rnacos;
 pub use zookeeper::ZooKeeper;
 
 /// How long a server may take to answer its readiness probe. Generous, because the

@@ -1,0 +1,511 @@
+//! # meshline-registry-nacos
+//!
+//! The Nacos registry, on the official `nacos-sdk` client (Nacos 2.x gRPC), laid out as
+//! Seata lays it out (seata-compat.md 1.2):
+//!
+//! - A Seata TC registers an ephemeral instance of service `registry.nacos.application`
+//!   (default `seata-server`) in group `registry.nacos.group` (default `DEFAULT_GROUP`:
+//!   Seata's shipped files say `SEATA_GROUP`, but with the key unset both server and
+//!   client end up on `DEFAULT_GROUP`), Nacos cluster = the Seata cluster name, in
+//!   namespace `registry.nacos.namespace`.
+//! - [`lookup`](RegistryService::lookup) and [`watch`](RegistryService::watch) take the
+//!   Seata cluster name and list the instances of that Nacos cluster that are
+//!   `healthy && enabled`, as Seata does. Weight (Nacos' float weight, rounded, at least
+//!   1 unless it is 0) and the `zone` metadata key are carried into [`Instance`].
+//!
+//! What we add to the client:
+//!
+//! - Watches are full snapshots through a [`WatchHub`] (dedup, revisions, empty-list
+//!   protection per `registry.empty-protection`), fed by the client's subscription push
+//!   **and** by a resync query every [`RESYNC_PERIOD`]. The query is also our health
+//!   probe: nacos-sdk exposes no connection state (nacos-sdk-rust#113), so a failing
+//!   query marks watches [`Health::Stale`](meshline_registry_core::Health::Stale) and a
+//!   successful one marks them connected and repairs anything a lost push missed.
+//! - One Nacos connection holds one instance per service: registering a second instance
+//!   of the same service would replace the first. We keep every own instance per
+//!   (service, group) and send them together (`batchRegisterInstance`).
+//! - [`close`](RegistryService::close) deregisters everything this client registered.
+//!
+//! Re-registration after a server restart is done by nacos-sdk's redo task; our
+//! resync query confirms it from the outside.
+//!
+//! ## Convergence (measured)
+//!
+//! See the crate's tests (`tests/nacos.rs`, `convergence`): figures are printed by
+//! `cargo test -p meshline-registry-nacos --test nacos convergence -- --nocapture`.
+
+#![warn(missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use meshline_registry_core::{
+    Config, EmptyProtection, Instance, InstanceKey, RegistryError, RegistryService, Watch, WatchHub,
+};
+use nacos_sdk::api::naming::{
+    NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
+};
+use nacos_sdk::api::props::ClientProps;
+use tokio_util::sync::CancellationToken;
+
+const KIND: &str = "nacos";
+
+/// How often each watched cluster is re-queried (resync and health probe).
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// How long one Nacos request may take before we call it failed.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The Nacos registry. See the [crate docs](crate).
+pub struct NacosRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    naming: NamingService,
+    service: String,
+    group: String,
+    hub: WatchHub,
+    /// Our own instances, per Nacos cluster, keyed by identity.
+    own: Mutex<BTreeMap<InstanceKey, ServiceInstance>>,
+    /// Clusters with a subscription and a resync task.
+    watched: Mutex<HashMap<String, Arc<dyn NamingEventListener>>>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for NacosRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NacosRegistry")
+            .field("service", &self.inner.service)
+            .field("group", &self.inner.group)
+            .finish_non_exhaustive()
+    }
+}
+
+fn nacos_err(op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
+    RegistryError::backend(KIND, op.to_string(), e)
+}
+
+async fn timed<T>(
+    op: &'static str,
+    f: impl std::future::Future<Output = nacos_sdk::api::error::Result<T>>,
+) -> Result<T, RegistryError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| nacos_err(op, e)),
+        Err(_) => Err(RegistryError::Timeout {
+            kind: KIND,
+            op,
+            after: REQUEST_TIMEOUT,
+        }),
+    }
+}
+
+/// Converts a Nacos instance, or says why it cannot be used.
+fn to_instance(s: &ServiceInstance) -> Result<Instance, RegistryError> {
+    let port = u16::try_from(s.port).map_err(|_| {
+        RegistryError::invalid_address(format!("{}:{}", s.ip, s.port), "port out of range")
+    })?;
+    let mut i = Instance::new(&s.ip, port)?;
+    let w = s.weight;
+    let weight = if !w.is_finite() || w <= 0.0 {
+        0
+    } else {
+        (w.round() as u32).max(1)
+    };
+    i = i.with_weight(weight);
+    for (k, v) in &s.metadata {
+        i = i.with_metadata(k.clone(), v.clone());
+    }
+    if let Some(z) = s.metadata.get("zone") {
+        i = i.with_zone(z.clone());
+    }
+    Ok(i)
+}
+
+/// Healthy + enabled instances of `cluster`, bad entries skipped with a warning.
+fn usable(cluster: &str, list: &[ServiceInstance]) -> Vec<Instance> {
+    list.iter()
+        .filter(|s| s.healthy && s.enabled)
+        .filter(|s| {
+            s.cluster_name
+                .as_deref()
+                .map(|c| c == cluster)
+                .unwrap_or(true)
+        })
+        .filter_map(|s| match to_instance(s) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::warn!(registry = KIND, cluster, error = %e, "skipping bad instance");
+                None
+            }
+        })
+        .collect()
+}
+
+struct Listener {
+    cluster: String,
+    inner: std::sync::Weak<Inner>,
+}
+
+impl NamingEventListener for Listener {
+    fn event(&self, event: Arc<NamingChangeEvent>) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let list = event.instances.as_deref().unwrap_or(&[]);
+        inner
+            .hub
+            .publish(&self.cluster, usable(&self.cluster, list));
+    }
+}
+
+impl NacosRegistry {
+    /// Connects with `config.registry.nacos` (server list, namespace, group,
+    /// application, auth) and `config.registry.empty_protection`.
+    pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
+        let n = &config.registry.nacos;
+        let mut props = ClientProps::new()
+            .server_addr(n.server_addr.clone())
+            .namespace(n.namespace.clone())
+            .app_name(config.application_id.clone())
+            // Our hub applies the empty-list policy; the client must pass every push on.
+            .naming_push_empty_protection(false)
+            .env_first(false);
+        if let Some(p) = n.grpc_port {
+            props = props.remote_grpc_port(p);
+        }
+        let builder;
+        if let (Some(u), Some(p)) = (&n.username, &n.password) {
+            props = props.auth_username(u.clone()).auth_password(p.clone());
+            builder = NamingServiceBuilder::new(props).enable_auth_plugin_http();
+        } else if let (Some(ak), Some(sk)) = (&n.access_key, &n.secret_key) {
+            props = props
+                .auth_access_key(ak.clone())
+                .auth_access_secret(sk.clone());
+            builder = NamingServiceBuilder::new(props).enable_auth_plugin_aliyun();
+        } else {
+            builder = NamingServiceBuilder::new(props);
+        }
+        if let Some(cp) = &n.context_path {
+            tracing::debug!(context_path = %cp, "nacos contextPath is used by HTTP auth only");
+        }
+        let naming = tokio::time::timeout(Duration::from_secs(10), builder.build())
+            .await
+            .map_err(|_| RegistryError::Timeout {
+                kind: KIND,
+                op: "connect",
+                after: Duration::from_secs(10),
+            })?
+            .map_err(|e| nacos_err(&format!("cannot connect to {}", n.server_addr), e))?;
+        let policy = if config.registry.empty_protection {
+            EmptyProtection::Protect
+        } else {
+            EmptyProtection::Apply
+        };
+        Ok(NacosRegistry {
+            inner: Arc::new(Inner {
+                naming,
+                service: n.application.clone(),
+                group: n.group.clone(),
+                hub: WatchHub::new(KIND, policy),
+                own: Mutex::new(BTreeMap::new()),
+                watched: Mutex::new(HashMap::new()),
+                cancel: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The Nacos service name instances are registered under.
+    pub fn service_name(&self) -> &str {
+        &self.inner.service
+    }
+
+    /// The Nacos group.
+    pub fn group(&self) -> &str {
+        &self.inner.group
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<(), RegistryError> {
+        if self.cancel.is_cancelled() {
+            Err(RegistryError::Closed { kind: KIND })
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn query(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
+        let list = timed(
+            "query instances",
+            self.naming.get_all_instances(
+                self.service.clone(),
+                Some(self.group.clone()),
+                vec![cluster.to_string()],
+                false,
+            ),
+        )
+        .await?;
+        Ok(usable(cluster, &list))
+    }
+
+    /// Sends the whole set of our instances (one connection keeps one registration per
+    /// service, so several instances go as one batch).
+    async fn push_own(&self, removed: Option<ServiceInstance>) -> Result<(), RegistryError> {
+        let all: Vec<ServiceInstance> = self
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        if let Some(r) = removed {
+            // Servers differ on whether a smaller batch drops the missing instance
+            // (Java Nacos replaces the connection's set; rnacos adds): deregister it
+            // explicitly, then re-send what remains.
+            timed(
+                "deregister",
+                self.naming
+                    .deregister_instance(self.service.clone(), Some(self.group.clone()), r),
+            )
+            .await?;
+        }
+        if all.is_empty() {
+            return Ok(());
+        }
+        timed(
+            "batch register",
+            self.naming.batch_register_instance(
+                self.service.clone(),
+                Some(self.group.clone()),
+                all,
+            ),
+        )
+        .await
+    }
+}
+
+/// Re-queries `cluster` every [`RESYNC_PERIOD`] until cancelled or the registry is gone.
+async fn resync(weak: std::sync::Weak<Inner>, cluster: String, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(RESYNC_PERIOD) => {}
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        match inner.query(&cluster).await {
+            Ok(list) => {
+                inner.hub.mark_connected(&cluster);
+                inner.hub.publish(&cluster, list);
+            }
+            Err(e) => inner.hub.mark_stale(&cluster, &e.to_string()),
+        }
+    }
+}
+
+#[async_trait]
+impl RegistryService for NacosRegistry {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
+        self.inner.check_open()?;
+        let mut metadata: HashMap<String, String> = instance
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(z) = instance.zone() {
+            metadata.insert("zone".into(), z.to_string());
+        }
+        let si = ServiceInstance {
+            ip: instance.java_host(),
+            port: i32::from(instance.port()),
+            weight: f64::from(instance.weight()),
+            healthy: true,
+            enabled: true,
+            ephemeral: true,
+            cluster_name: Some(cluster.to_string()),
+            service_name: Some(self.inner.service.clone()),
+            metadata,
+            ..Default::default()
+        };
+        self.inner
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(instance.key().clone(), si);
+        self.inner.push_own(None).await
+    }
+
+    async fn unregister(&self, _cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
+        self.inner.check_open()?;
+        let removed = self
+            .inner
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(instance.key());
+        match removed {
+            Some(r) => self.inner.push_own(Some(r)).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
+        self.inner.check_open()?;
+        self.inner.query(cluster).await
+    }
+
+    async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
+        self.inner.check_open()?;
+        let first = self.inner.query(cluster).await?;
+        self.inner.hub.publish(cluster, first);
+        let watch = self.inner.hub.subscribe(cluster);
+        let needs_subscription = {
+            let watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
+            !watched.contains_key(cluster)
+        };
+        if needs_subscription {
+            let listener: Arc<dyn NamingEventListener> = Arc::new(Listener {
+                cluster: cluster.to_string(),
+                inner: Arc::downgrade(&self.inner),
+            });
+            timed(
+                "subscribe",
+                self.inner.naming.subscribe(
+                    self.inner.service.clone(),
+                    Some(self.inner.group.clone()),
+                    vec![cluster.to_string()],
+                    listener.clone(),
+                ),
+            )
+            .await?;
+            let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
+            if !watched.contains_key(cluster) {
+                watched.insert(cluster.to_string(), listener);
+                tokio::spawn(resync(
+                    Arc::downgrade(&self.inner),
+                    cluster.to_string(),
+                    self.inner.cancel.child_token(),
+                ));
+            }
+        }
+        Ok(watch)
+    }
+
+    async fn close(&self) -> Result<(), RegistryError> {
+        if self.inner.cancel.is_cancelled() {
+            return Ok(());
+        }
+        self.inner.cancel.cancel();
+        let own: Vec<ServiceInstance> =
+            std::mem::take(&mut *self.inner.own.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_values()
+                .collect();
+        let mut result = Ok(());
+        for si in own {
+            if let Err(e) = timed(
+                "deregister",
+                self.inner.naming.deregister_instance(
+                    self.inner.service.clone(),
+                    Some(self.inner.group.clone()),
+                    si,
+                ),
+            )
+            .await
+            {
+                result = Err(e);
+            }
+        }
+        let watched: Vec<(String, Arc<dyn NamingEventListener>)> = self
+            .inner
+            .watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        for (cluster, listener) in watched {
+            let _ = timed(
+                "unsubscribe",
+                self.inner.naming.unsubscribe(
+                    self.inner.service.clone(),
+                    Some(self.inner.group.clone()),
+                    vec![cluster],
+                    listener,
+                ),
+            )
+            .await;
+        }
+        self.inner.hub.close();
+        result
+    }
+}
+
+impl Drop for NacosRegistry {
+    fn drop(&mut self) {
+        self.inner.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversion_skips_bad_and_maps_weight_zone() {
+        let good = ServiceInstance {
+            ip: "10.0.0.1".into(),
+            port: 8091,
+            weight: 2.4,
+            cluster_name: Some("default".into()),
+            metadata: [("zone".to_string(), "az1".to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let bad_port = ServiceInstance {
+            ip: "10.0.0.2".into(),
+            port: 70000,
+            cluster_name: Some("default".into()),
+            ..Default::default()
+        };
+        let bad_ip = ServiceInstance {
+            ip: "not an ip".into(),
+            port: 1,
+            cluster_name: Some("default".into()),
+            ..Default::default()
+        };
+        let unhealthy = ServiceInstance {
+            ip: "10.0.0.3".into(),
+            port: 1,
+            healthy: false,
+            cluster_name: Some("default".into()),
+            ..Default::default()
+        };
+        let other_cluster = ServiceInstance {
+            ip: "10.0.0.4".into(),
+            port: 1,
+            cluster_name: Some("other".into()),
+            ..Default::default()
+        };
+        let zero = ServiceInstance {
+            ip: "10.0.0.5".into(),
+            port: 1,
+            weight: 0.0,
+            cluster_name: Some("default".into()),
+            ..Default::default()
+        };
+        let list = usable(
+            "default",
+            &[good, bad_port, bad_ip, unhealthy, other_cluster, zero],
+        );
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].weight(), 2);
+        assert_eq!(list[0].zone(), Some("az1"));
+        assert_eq!(list[1].weight(), 0);
+    }
+}

@@ -1,0 +1,224 @@
+//! The Nacos registry against a real Nacos-protocol server (rnacos, started by testkit).
+
+use std::time::{Duration, Instant};
+
+use meshline_registry_core::{Config, Health, Instance, RegistryService, Snapshot, Watch};
+use meshline_registry_nacos::NacosRegistry;
+use meshline_testkit::Rnacos;
+use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
+use nacos_sdk::api::props::ClientProps;
+
+fn config(server: &Rnacos) -> Config {
+    let mut c = Config::default();
+    c.registry.kind = "nacos".into();
+    c.registry.nacos.server_addr = server.http_addr();
+    c.registry.nacos.grpc_port = Some(server.grpc_port());
+    c
+}
+
+/// A plain nacos-sdk client, as a Seata TC (Java) or any other client would use it.
+async fn raw_client(server: &Rnacos) -> NamingService {
+    NamingServiceBuilder::new(
+        ClientProps::new()
+            .server_addr(server.http_addr())
+            .remote_grpc_port(server.grpc_port())
+            .app_name("seata-server")
+            .env_first(false),
+    )
+    .build()
+    .await
+    .expect("raw nacos client")
+}
+
+fn addrs(s: &Snapshot) -> Vec<String> {
+    s.instances().iter().map(|i| i.to_string()).collect()
+}
+
+async fn wait_for(w: &mut Watch, what: &str, pred: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cur = w.current();
+    if pred(&cur) {
+        return cur;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, w.next()).await {
+            Ok(Ok(s)) if pred(&s) => return s,
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
+            Err(_) => panic!(
+                "timed out waiting for {what}; last: {:?}",
+                addrs(&w.current())
+            ),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_and_seata_layout_interop() {
+    let server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let raw = raw_client(&server).await;
+
+    let mut w = reg.watch("default").await.unwrap();
+    assert!(w.next().await.unwrap().is_empty());
+
+    // Ours: register two instances (one connection keeps one registration per service,
+    // so this exercises the batch path), see both, in Seata's layout for a raw client.
+    let a = Instance::parse("10.0.0.1:8091").unwrap().with_weight(3);
+    let b = Instance::parse("10.0.0.2:8091").unwrap();
+    reg.register("default", &a).await.unwrap();
+    reg.register("default", &b).await.unwrap();
+    let s = wait_for(&mut w, "our two instances", |s| s.len() == 2).await;
+    assert_eq!(addrs(&s), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
+    assert_eq!(s.instances()[0].weight(), 3);
+    let seen = raw
+        .get_all_instances(
+            "seata-server".into(),
+            Some("DEFAULT_GROUP".into()),
+            vec!["default".into()],
+            false,
+        )
+        .await
+        .unwrap();
+    let mut raw_addrs: Vec<String> = seen
+        .iter()
+        .map(|i| format!("{}:{}", i.ip, i.port))
+        .collect();
+    raw_addrs.sort();
+    assert_eq!(raw_addrs, vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
+    assert!(
+        seen.iter()
+            .all(|i| i.cluster_name.as_deref() == Some("default") && i.ephemeral)
+    );
+
+    // A TC registered by another client exactly as Seata does:
+    // registerInstance("seata-server", "DEFAULT_GROUP", ip, port, cluster).
+    let tc = ServiceInstance {
+        ip: "10.0.0.9".into(),
+        port: 8091,
+        cluster_name: Some("default".into()),
+        ..Default::default()
+    };
+    raw.register_instance(
+        "seata-server".into(),
+        Some("DEFAULT_GROUP".into()),
+        tc.clone(),
+    )
+    .await
+    .unwrap();
+    wait_for(&mut w, "the Seata-registered TC", |s| {
+        addrs(s).contains(&"10.0.0.9:8091".to_string())
+    })
+    .await;
+    assert_eq!(reg.lookup("default").await.unwrap().len(), 3);
+
+    // Another cluster's TC is not ours.
+    let other = ServiceInstance {
+        ip: "10.0.0.8".into(),
+        port: 8091,
+        cluster_name: Some("other".into()),
+        ..Default::default()
+    };
+    let raw2 = raw_client(&server).await;
+    raw2.register_instance("seata-server".into(), Some("DEFAULT_GROUP".into()), other)
+        .await
+        .unwrap();
+    assert_eq!(reg.lookup("other").await.unwrap().len(), 1);
+
+    // Removals are seen.
+    raw.deregister_instance("seata-server".into(), Some("DEFAULT_GROUP".into()), tc)
+        .await
+        .unwrap();
+    reg.unregister("default", &b).await.unwrap();
+    let s = wait_for(&mut w, "removals", |s| s.len() == 1).await;
+    assert_eq!(addrs(&s), vec!["10.0.0.1:8091"]);
+
+    // close() removes what we registered; empty protection keeps the watcher's list,
+    // a fresh lookup sees the truth.
+    reg.close().await.unwrap();
+    let probe = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !probe.lookup("default").await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "close() did not deregister");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    probe.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_and_restart_the_server() {
+    let mut server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let me = Instance::parse("10.1.0.1:8091").unwrap();
+    reg.register("default", &me).await.unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    wait_for(&mut w, "our registration", |s| s.len() == 1).await;
+    assert!(w.health().is_connected());
+
+    server.kill();
+    // The watch keeps the last snapshot and reports the registry stale.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.health().is_connected() {
+        assert!(Instant::now() < deadline, "stale not reported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(matches!(w.health(), Health::Stale { .. }));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(addrs(&w.current()), vec!["10.1.0.1:8091"]);
+
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().expect("restart rnacos");
+        server
+    })
+    .await
+    .unwrap();
+    // Our registration comes back (nacos-sdk redo), seen through the server, and the
+    // watch resyncs and reports connected.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = reg.lookup("default").await.map(|l| l.len()).unwrap_or(0);
+        if w.health().is_connected() && listed == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "registration not restored after restart: health {:?}, listed {listed}",
+            w.health()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(addrs(&w.current()), vec!["10.1.0.1:8091"]);
+    reg.close().await.unwrap();
+    drop(server);
+}
+
+/// Register on one client, time until another client's watch sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn convergence() {
+    let server = Rnacos::start().expect("start rnacos");
+    let writer = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let reader = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let mut w = reader.watch("conv").await.unwrap();
+    w.next().await.unwrap();
+    const N: u16 = 100;
+    let mut samples = Vec::with_capacity(N as usize);
+    for i in 0..N {
+        let inst = Instance::new("10.2.0.1", 10000 + i).unwrap();
+        let t0 = Instant::now();
+        writer.register("conv", &inst).await.unwrap();
+        wait_for(&mut w, "registration", |s| s.len() == usize::from(i) + 1).await;
+        samples.push(t0.elapsed());
+    }
+    samples.sort();
+    let p50 = samples[samples.len() / 2];
+    let p99 = samples[samples.len() * 99 / 100];
+    println!("nacos (rnacos) convergence over {N} registrations: p50 {p50:?}, p99 {p99:?}");
+    // Bounded by the push path, and at worst by our resync period plus a round trip.
+    assert!(
+        p99 < meshline_registry_nacos::RESYNC_PERIOD + Duration::from_millis(500),
+        "p99 {p99:?}"
+    );
+    writer.close().await.unwrap();
+    reader.close().await.unwrap();
+}

@@ -1,0 +1,137 @@
+//! rnacos: a Nacos-protocol server (HTTP open API v1 and the 2.x gRPC protocol) from
+//! crates.io, used because no official Nacos server can be installed here.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tempfile::TempDir;
+
+use crate::process::{ServerProcess, start_with_port_retry, tcp_exchange};
+use crate::{Error, Result, io_err};
+
+const INSTALL: &str = "cargo install rnacos --locked";
+
+/// An rnacos server on free ports (HTTP and gRPC; console disabled) with its own data dir.
+pub struct Rnacos {
+    process: ServerProcess,
+    http_port: u16,
+    grpc_port: u16,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for Rnacos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rnacos")
+            .field("http", &self.http_addr())
+            .field("grpc_port", &self.grpc_port)
+            .field("process", &self.process)
+            .finish()
+    }
+}
+
+/// `rnacos` on `PATH`, else in `$CARGO_HOME/bin` or `~/.cargo/bin` (where
+/// `cargo install` puts it).
+fn find_rnacos() -> Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(h) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(h).join("bin"));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(h).join(".cargo").join("bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("rnacos"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::MissingBinary {
+            what: "`rnacos`".into(),
+            install: INSTALL.into(),
+        })
+}
+
+impl Rnacos {
+    /// Starts rnacos and waits until its HTTP `/health` answers 200 and its gRPC port
+    /// accepts connections.
+    pub fn start() -> Result<Rnacos> {
+        let bin = find_rnacos()?;
+        let bin = bin.to_string_lossy().into_owned();
+        start_with_port_retry(
+            2,
+            |ports| {
+                let (http_port, grpc_port) = (ports[0], ports[1]);
+                let dir = tempfile::Builder::new()
+                    .prefix("meshline-rnacos-")
+                    .tempdir()
+                    .map_err(io_err("create a temp dir for rnacos"))?;
+                // rnacos reads its settings from the environment or from an env file
+                // (`-e FILE`); the file keeps the test process's environment clean.
+                let env_file = dir.path().join("rnacos.env");
+                let data = dir.path().join("data");
+                let settings = format!(
+                    "RNACOS_HTTP_PORT={http_port}\nRNACOS_GRPC_PORT={grpc_port}\nRNACOS_HTTP_CONSOLE_PORT=0\n\
+                     RNACOS_SDK_HOST=127.0.0.1\nRNACOS_CONSOLE_HOST=127.0.0.1\n\
+                     RNACOS_RAFT_NODE_ADDR=127.0.0.1:{grpc_port}\nRNACOS_DATA_DIR={}\n\
+                     RNACOS_ENABLE_METRICS=false\nRUST_LOG=warn\n",
+                    data.display()
+                );
+                std::fs::write(&env_file, settings)
+                    .map_err(io_err(format!("write {}", env_file.display())))?;
+                let args: Vec<OsString> = vec!["-e".into(), env_file.into_os_string()];
+                let probe = Arc::new(move || {
+                    let answer = tcp_exchange(
+                        http_port,
+                        b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+                        12,
+                    )?;
+                    if !answer.starts_with("HTTP/1.1 200") && !answer.starts_with("HTTP/1.0 200") {
+                        return Err(format!("GET /health answered {answer:?}"));
+                    }
+                    std::net::TcpStream::connect(("127.0.0.1", grpc_port))
+                        .map(|_| ())
+                        .map_err(|e| format!("gRPC port {grpc_port}: {e}"))
+                });
+                let process =
+                    ServerProcess::new("rnacos", dir.path().to_path_buf(), &bin, args, probe);
+                Ok(Rnacos {
+                    process,
+                    http_port,
+                    grpc_port,
+                    _dir: dir,
+                })
+            },
+            |r| &mut r.process,
+        )
+    }
+
+    /// `127.0.0.1:<http port>`: the Nacos server address clients are given.
+    pub fn http_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.http_port)
+    }
+
+    /// The HTTP (open API) port.
+    pub fn http_port(&self) -> u16 {
+        self.http_port
+    }
+
+    /// The gRPC port (not HTTP + 1000: pass it to clients explicitly).
+    pub fn grpc_port(&self) -> u16 {
+        self.grpc_port
+    }
+
+    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
+    pub fn process(&mut self) -> &mut ServerProcess {
+        &mut self.process
+    }
+
+    /// `SIGKILL`s the server and waits for it.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again on the same ports and data dir.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.restart()
+    }
+}

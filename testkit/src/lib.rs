@@ -23,21 +23,31 @@
 //! The API is synchronous (std processes and sockets). From an async test use a
 //! multi-thread runtime (`#[tokio::test(flavor = "multi_thread")]`) so the code under
 //! test keeps running while a restart blocks, or wrap the call in `spawn_blocking`.
+//!
+//! For the registries no real server exists for here (Consul, Eureka), it has
+//! protocol-faithful **in-process doubles**, [`ConsulDouble`] and [`EurekaDouble`]: HTTP
+//! servers on their own thread and runtime, with `stop` / `restart` on the same port
+//! (restart loses all state, like a server without persistence). They also run
+//! standalone as the `consul-double` and `eureka-double` binaries (`--port N`; the bound
+//! address is printed on stdout) for clients from other ecosystems.
 
 #![warn(missing_docs)]
 
+mod consul_double;
 mod etcd;
+mod eureka_double;
+mod http_double;
 mod process;
 mod redis;
-mod rnacos;
 mod zookeeper;
 
 use std::time::Duration;
 
+pub use consul_double::{ConsulDouble, ConsulDoubleOptions};
 pub use etcd::{Etcd, EtcdCluster};
+pub use eureka_double::{EurekaDouble, EurekaDoubleOptions};
 pub use process::ServerProcess;
 pub use redis::Redis;
-pub use rnacos::Rnacos;
 pub use zookeeper::ZooKeeper;
 
 /// How long a server may take to answer its readiness probe. Generous, because the

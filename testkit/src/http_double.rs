@@ -1,0 +1,204 @@
+//! The runner shared by the in-process HTTP doubles (Consul, Eureka).
+//!
+//! Each double runs on its own OS thread with its own single-threaded tokio runtime, so
+//! it works from sync tests and from any async runtime alike, and so that stopping it is
+//! a hard stop: dropping the runtime drops every open connection (blocking queries
+//! included), exactly like a killed agent. A restart binds the same port again with a
+//! brand-new, empty state (a registry restarted without persistence).
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+use crate::{Error, Result, io_err};
+
+/// What a double hands the runner on each start: its router (holding fresh state) and
+/// the background work (TTL expiry, eviction...) to run next to it.
+pub(crate) struct Built {
+    pub router: axum::Router,
+    pub background: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+/// A running or stopped in-process HTTP server on a fixed port.
+pub(crate) struct HttpDouble {
+    name: &'static str,
+    addr: SocketAddr,
+    running: Option<Running>,
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl HttpDouble {
+    /// Binds `127.0.0.1:port` (0 = any free port) and starts serving.
+    pub(crate) fn start(name: &'static str, port: u16, build: &dyn Fn() -> Built) -> Result<Self> {
+        let listener = bind(name, port)?;
+        let addr = listener
+            .local_addr()
+            .map_err(io_err(format!("{name}: read the bound address")))?;
+        let mut d = HttpDouble {
+            name,
+            addr,
+            running: None,
+        };
+        d.run(listener, build)?;
+        Ok(d)
+    }
+
+    fn run(&mut self, listener: TcpListener, build: &dyn Fn() -> Built) -> Result<()> {
+        let Built { router, background } = build();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io_err(format!("{}: build a tokio runtime", self.name)))?;
+        let name = self.name;
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-double"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            eprintln!("{name} double: cannot use the listener: {e}");
+                            return;
+                        }
+                    };
+                    tokio::spawn(background);
+                    tokio::select! {
+                        r = axum::serve(listener, router) => {
+                            if let Err(e) = r {
+                                eprintln!("{name} double: server error: {e}");
+                            }
+                        }
+                        _ = stop_rx => {}
+                    }
+                });
+                // Dropping the runtime here aborts every connection task: clients see
+                // their sockets closed, as with a killed server.
+                drop(rt);
+            })
+            .map_err(io_err(format!("{name}: spawn the server thread")))?;
+        self.running = Some(Running { stop, thread });
+        Ok(())
+    }
+
+    /// Stops serving and closes every connection. Idempotent.
+    pub(crate) fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            let _ = r.stop.send(());
+            let _ = r.thread.join();
+        }
+    }
+
+    /// Stops (if running) and starts again on the same port with fresh state.
+    pub(crate) fn restart(&mut self, build: &dyn Fn() -> Built) -> Result<()> {
+        self.stop();
+        // The port was ours a moment ago; SO_REUSEADDR (set by std on Unix) lets us
+        // rebind at once. Retry briefly in case the old socket is still closing.
+        let mut last = None;
+        for _ in 0..50 {
+            match bind(self.name, self.addr.port()) {
+                Ok(l) => return self.run(l, build),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Err(last.unwrap_or_else(|| Error::Other(format!("{}: cannot rebind", self.name))))
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+}
+
+impl Drop for HttpDouble {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn bind(name: &str, port: u16) -> Result<TcpListener> {
+    let l = TcpListener::bind(("127.0.0.1", port))
+        .map_err(io_err(format!("{name}: bind 127.0.0.1:{port}")))?;
+    l.set_nonblocking(true)
+        .map_err(io_err(format!("{name}: set the listener non-blocking")))?;
+    Ok(l)
+}
+
+/// Parses a Go `time.ParseDuration` string (`10s`, `1m30s`, `250ms`, `1.5h`, `0`).
+pub(crate) fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    if t == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    if t.is_empty() || t.starts_with('-') {
+        return None;
+    }
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let mut rest = t;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += n * secs;
+    }
+    std::time::Duration::try_from_secs_f64(total).ok()
+}
+
+/// Formats a duration as Go does for whole seconds / milliseconds (`2s`, `1500ms`).
+pub(crate) fn go_duration_string(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "10", "s", "-1s", "1x", "1s2"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+        assert_eq!(go_duration_string(Duration::from_secs(2)), "2s");
+        assert_eq!(go_duration_string(Duration::from_millis(1500)), "1500ms");
+    }
+}

@@ -1,0 +1,808 @@
+//! # meshline-registry-etcd
+//!
+//! The etcd v3 registry backend of meshline ([`EtcdRegistry`]), compatible with Seata's
+//! `etcd3` registry in both directions.
+//!
+//! ## Layout (Seata's)
+//!
+//! - A member of cluster `<cluster>` is the key `registry-seata-<cluster>-<ip>:<port>`
+//!   with the value `<ip>:<port>` (Java's address form: IPv6 unbracketed and
+//!   uncompressed, see [`Instance::to_java_string`]).
+//! - Our keys are attached to one lease per client (TTL `registry.etcd3.ttl`, default
+//!   10 s as Seata's), kept alive at a third of the TTL.
+//!
+//! ## Lookup and watch
+//!
+//! A prefix get on `registry-seata-<cluster>-` (note the trailing `-`: unlike Seata,
+//! asking for `default` does not also return `default2`), keeping only keys whose
+//! address part equals their value, so `a` never picks up members of `a-b` either.
+//! Values that are not addresses are skipped with a `warn!` naming the key; they never
+//! empty the list. The watch then follows a prefix watch from the get's revision and
+//! applies the events to its member map, publishing full lists into a [`WatchHub`].
+//!
+//! ## Self-healing
+//!
+//! - Watch cancelled by the server, compacted, or its stream broken: the cluster is
+//!   marked stale (watchers keep the last snapshot), then re-listed and re-watched from
+//!   the new revision with jittered backoff; it is marked connected once the re-list
+//!   succeeds.
+//! - Lease lost (expired while we were cut off, or revoked by someone else): a new lease
+//!   is granted and every key this client registered is put again. After any broken
+//!   keep-alive stream the keys are re-put once the stream is back (cheap, and covers a
+//!   server that lost its data).
+//! - `server-addr` takes a comma-separated endpoint list; the client balances over the
+//!   endpoints and fails over when one dies. Requests carry etcd's "require leader"
+//!   flag, so a member cut off from its cluster is not trusted.
+//! - [`RegistryService::close`] revokes the lease (removing every key at once) and
+//!   stops all background tasks; dropping the registry stops them too and revokes the
+//!   lease in the background when a tokio runtime is still running.
+//!
+//! ## Convergence (measured)
+//!
+//! `cargo test -p meshline-registry-etcd --release --test convergence -- --nocapture`
+//! registers 200 instances one by one on one client and times each until a second
+//! client's watch shows it. On the 2-core development machine (etcd 3.4.23, shared
+//! with other builds): see `CONVERGENCE.md` in this crate for the figures. Removal of a
+//! crashed registrant is seen after the lease TTL (plus at most one keep-alive period
+//! of granularity on the server side).
+
+#![warn(missing_docs)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions,
+};
+use meshline_registry_core::{
+    Backoff, Config, EmptyProtection, Instance, RegistryError, RegistryService, Watch, WatchHub,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const KIND: &str = "etcd3";
+
+/// The key prefix of `cluster`'s members, with the trailing `-`.
+pub fn cluster_prefix(cluster: &str) -> String {
+    format!("registry-seata-{cluster}-")
+}
+
+/// The key under which `instance` is a member of `cluster` (Seata's layout).
+pub fn instance_key(cluster: &str, instance: &Instance) -> String {
+    format!("{}{}", cluster_prefix(cluster), instance.to_java_string())
+}
+
+/// What one key under a cluster prefix turned out to be.
+#[derive(Debug, PartialEq)]
+enum Entry {
+    Member(Instance),
+    /// A key of another cluster sharing the prefix (`a-b` when asked for `a`).
+    OtherCluster,
+    Bad(String),
+}
+
+fn classify(prefix: &str, key: &[u8], value: &[u8]) -> Entry {
+    let Ok(key) = std::str::from_utf8(key) else {
+        return Entry::Bad("key is not UTF-8".into());
+    };
+    let Some(addr_part) = key.strip_prefix(prefix) else {
+        return Entry::OtherCluster;
+    };
+    let Ok(value) = std::str::from_utf8(value) else {
+        return Entry::Bad("value is not UTF-8".into());
+    };
+    let value = value.trim();
+    let inst = match Instance::parse(value) {
+        Ok(i) => i,
+        Err(e) => return Entry::Bad(format!("value is not an address: {e}")),
+    };
+    if addr_part == value {
+        return Entry::Member(inst);
+    }
+    if let Ok(k) = Instance::parse(addr_part)
+        && k.key() == inst.key()
+    {
+        return Entry::Member(inst);
+    }
+    if addr_part.ends_with(&format!("-{value}")) {
+        return Entry::OtherCluster;
+    }
+    Entry::Bad(format!(
+        "the address in the key does not match the value `{value}`"
+    ))
+}
+
+/// Parses a range of key-values of `cluster` into members (bad entries are logged).
+fn parse_members(cluster: &str, kvs: &[KeyValue]) -> BTreeMap<Vec<u8>, Instance> {
+    let prefix = cluster_prefix(cluster);
+    let mut out = BTreeMap::new();
+    for kv in kvs {
+        if let Some(inst) = member_of(&prefix, cluster, kv) {
+            out.insert(kv.key().to_vec(), inst);
+        }
+    }
+    out
+}
+
+fn member_of(prefix: &str, cluster: &str, kv: &KeyValue) -> Option<Instance> {
+    match classify(prefix, kv.key(), kv.value()) {
+        Entry::Member(i) => Some(i),
+        Entry::OtherCluster => None,
+        Entry::Bad(reason) => {
+            tracing::warn!(
+                registry = KIND,
+                cluster,
+                key = %String::from_utf8_lossy(kv.key()),
+                value = %String::from_utf8_lossy(kv.value()),
+                "skipping malformed registry entry: {reason}"
+            );
+            None
+        }
+    }
+}
+
+fn backend_err(op: &str, e: etcd_client::Error) -> RegistryError {
+    RegistryError::backend(KIND, op.to_string(), e)
+}
+
+/// True for errors worth retrying at once on another endpoint (a member that is down,
+/// a connection that broke).
+fn transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.code() == tonic_code_unavailable(),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
+fn tonic_code_unavailable() -> tonic::Code {
+    tonic::Code::Unavailable
+}
+
+/// Runs the call made by `f` with a deadline (the balanced gRPC channel waits forever
+/// when no endpoint is reachable), retrying transient failures within it:
+/// with several endpoints, a request routed to a dead member fails fast and the next
+/// attempt goes elsewhere.
+async fn timed<T, F, Fut>(op: &'static str, after: Duration, mut f: F) -> Result<T, RegistryError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + after;
+    let mut attempt = 0u32;
+    loop {
+        match tokio::time::timeout_at(deadline, f()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => {
+                let pause = (Duration::from_millis(20) * 2u32.pow(attempt.min(4)))
+                    .min(Duration::from_millis(200));
+                if transient(&e) && tokio::time::Instant::now() + pause < deadline {
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                return Err(backend_err(op, e));
+            }
+            Err(_) => {
+                return Err(RegistryError::Timeout {
+                    kind: KIND,
+                    op,
+                    after,
+                });
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct LeaseState {
+    /// The lease our keys are attached to, once granted.
+    id: Option<i64>,
+    /// Every key we registered, with its value.
+    keys: BTreeMap<String, String>,
+}
+
+struct Inner {
+    client: Client,
+    hub: WatchHub,
+    ttl: Duration,
+    op_timeout: Duration,
+    lease: tokio::sync::Mutex<LeaseState>,
+    lease_granted: Notify,
+    watched: tokio::sync::Mutex<HashSet<String>>,
+    cancel: CancellationToken,
+}
+
+/// The etcd v3 registry (Seata `etcd3` layout). See the [crate docs](crate).
+pub struct EtcdRegistry {
+    inner: Arc<Inner>,
+    /// Set by [`EtcdRegistry::abandon`]: drop must leave the lease alone.
+    abandoned: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdRegistry")
+            .field("ttl", &self.inner.ttl)
+            .field("hub", &self.inner.hub)
+            .finish()
+    }
+}
+
+impl EtcdRegistry {
+    /// Connects with `config.registry.etcd3` (endpoints, TTL, credentials) and
+    /// `config.registry.empty_protection`.
+    ///
+    /// Connecting is lazy: this fails only on an invalid endpoint list or bad
+    /// credentials; an unreachable etcd shows up as errors of the first operations.
+    pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
+        let c = &config.registry.etcd3;
+        let endpoints: Vec<String> = c
+            .server_addr
+            .split([',', ';'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if endpoints.is_empty() {
+            return Err(RegistryError::Config(
+                "registry.etcd3.serverAddr is empty: give one or more endpoints, e.g. http://127.0.0.1:2379".into(),
+            ));
+        }
+        let ttl = c.ttl.max(Duration::from_secs(1));
+        let op_timeout = (ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        if let Some(user) = &c.username {
+            opts = opts.with_user(user.clone(), c.password.clone().unwrap_or_default());
+        }
+        let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
+            .await
+            .map_err(|_| RegistryError::Timeout {
+                kind: KIND,
+                op: "connect",
+                after: op_timeout * 2,
+            })?
+            .map_err(|e| backend_err("connect", e))?;
+        let policy = if config.registry.empty_protection {
+            EmptyProtection::Protect
+        } else {
+            EmptyProtection::Apply
+        };
+        let inner = Arc::new(Inner {
+            client,
+            hub: WatchHub::new(KIND, policy),
+            ttl,
+            op_timeout,
+            lease: tokio::sync::Mutex::new(LeaseState::default()),
+            lease_granted: Notify::new(),
+            watched: tokio::sync::Mutex::new(HashSet::new()),
+            cancel: CancellationToken::new(),
+        });
+        tokio::spawn(keeper_loop(inner.clone()));
+        Ok(EtcdRegistry {
+            inner,
+            abandoned: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The lease our keys are attached to (None before the first registration).
+    pub async fn lease_id(&self) -> Option<i64> {
+        self.inner.lease.lock().await.id
+    }
+
+    /// Stops every background task at once **without** removing our keys, as if the
+    /// process had crashed: the keys expire with the lease TTL. Used by tests that
+    /// measure how fast watchers notice a dead registrant.
+    pub fn abandon(&self) {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.cancel.cancel();
+    }
+
+    fn check_open(&self) -> Result<(), RegistryError> {
+        if self.inner.cancel.is_cancelled() {
+            Err(RegistryError::Closed { kind: KIND })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Inner {
+    fn ttl_secs(&self) -> i64 {
+        self.ttl.as_secs().max(1) as i64
+    }
+
+    async fn grant(&self) -> Result<i64, RegistryError> {
+        let ttl = self.ttl_secs();
+        let resp = timed("lease grant", self.op_timeout, || {
+            let mut lease = self.client.lease_client();
+            async move { lease.grant(ttl, None).await }
+        })
+        .await?;
+        tracing::info!(
+            registry = KIND,
+            lease = resp.id(),
+            ttl = resp.ttl(),
+            "lease granted"
+        );
+        Ok(resp.id())
+    }
+
+    async fn put(&self, key: &str, value: &str, lease: i64) -> Result<(), RegistryError> {
+        timed("put", self.op_timeout, || {
+            let mut kv = self.client.kv_client();
+            async move {
+                kv.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                    .await
+            }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Grants a new lease and puts every registered key on it. Caller holds the lock.
+    async fn regrant_locked(&self, st: &mut LeaseState) -> Result<i64, RegistryError> {
+        let id = self.grant().await?;
+        st.id = Some(id);
+        self.lease_granted.notify_one();
+        self.reput_locked(st, id).await?;
+        Ok(id)
+    }
+
+    async fn reput_locked(&self, st: &LeaseState, id: i64) -> Result<(), RegistryError> {
+        for (k, v) in &st.keys {
+            self.put(k, v, id).await?;
+        }
+        if !st.keys.is_empty() {
+            tracing::info!(
+                registry = KIND,
+                lease = id,
+                keys = st.keys.len(),
+                "registrations written"
+            );
+        }
+        Ok(())
+    }
+
+    async fn get_prefix(
+        &self,
+        cluster: &str,
+    ) -> Result<(BTreeMap<Vec<u8>, Instance>, i64), RegistryError> {
+        let prefix = cluster_prefix(cluster);
+        let resp = timed("get", self.op_timeout, || {
+            let mut kv = self.client.kv_client();
+            let prefix = prefix.clone();
+            async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
+        })
+        .await?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        Ok((parse_members(cluster, resp.kvs()), revision))
+    }
+
+    fn publish(&self, cluster: &str, members: &BTreeMap<Vec<u8>, Instance>) {
+        self.hub
+            .publish(cluster, members.values().cloned().collect());
+    }
+
+    /// Sleeps for the backoff delay; false when cancelled meanwhile.
+    async fn pause(&self, backoff: &mut Backoff) -> bool {
+        tokio::select! {
+            _ = self.cancel.cancelled() => false,
+            _ = backoff.wait() => true,
+        }
+    }
+}
+
+/// Keeps our lease alive; re-grants it (and re-puts our keys) when it is lost.
+async fn keeper_loop(inner: Arc<Inner>) {
+    let interval = (inner.ttl / 3).max(Duration::from_millis(300));
+    let mut backoff = Backoff::new(Duration::from_millis(100), interval);
+    // After a broken stream, our keys are written again once the lease answers.
+    let mut reput = false;
+    loop {
+        if inner.cancel.is_cancelled() {
+            return;
+        }
+        let id = inner.lease.lock().await.id;
+        let Some(id) = id else {
+            tokio::select! {
+                _ = inner.cancel.cancelled() => return,
+                _ = inner.lease_granted.notified() => continue,
+            }
+        };
+        let (mut keeper, mut stream) = match timed("lease keep-alive", inner.op_timeout, || {
+            let mut lease = inner.client.lease_client();
+            async move { lease.keep_alive(id).await }
+        })
+        .await
+        {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(registry = KIND, lease = id, error = %e, "cannot open the lease keep-alive stream; retrying");
+                reput = true;
+                if !inner.pause(&mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            let answer = tokio::time::timeout(inner.op_timeout, async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await;
+            match answer {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                    backoff.reset();
+                    if reput {
+                        let st = inner.lease.lock().await;
+                        if st.id == Some(id) {
+                            match inner.reput_locked(&st, id).await {
+                                Ok(()) => reput = false,
+                                Err(e) => {
+                                    tracing::warn!(registry = KIND, error = %e, "re-putting our keys failed; will retry")
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(Ok(Some(_))) => {
+                    tracing::warn!(
+                        registry = KIND,
+                        lease = id,
+                        "our lease expired or was revoked; granting a new one and re-registering"
+                    );
+                    let mut st = inner.lease.lock().await;
+                    if st.id == Some(id) {
+                        match inner.regrant_locked(&mut st).await {
+                            Ok(_) => reput = false,
+                            Err(e) => {
+                                tracing::warn!(registry = KIND, error = %e, "re-granting the lease failed; retrying");
+                                reput = true;
+                                drop(st);
+                                if !inner.pause(&mut backoff).await {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    break;
+                }
+                other => {
+                    let why = match other {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(None)) => "stream closed by the server".into(),
+                        _ => format!("no answer within {:?}", inner.op_timeout),
+                    };
+                    tracing::warn!(registry = KIND, lease = id, reason = %why, "lease keep-alive broken; reconnecting");
+                    reput = true;
+                    if !inner.pause(&mut backoff).await {
+                        return;
+                    }
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = inner.cancel.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}
+
+/// Follows one cluster: watch from `revision + 1`, re-list and re-watch on any break.
+async fn watch_loop(
+    inner: Arc<Inner>,
+    cluster: String,
+    mut members: BTreeMap<Vec<u8>, Instance>,
+    mut revision: i64,
+) {
+    let prefix = cluster_prefix(&cluster);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        // 1. Watch from the revision after our list.
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let open = timed("watch", inner.op_timeout, || {
+            let mut client = inner.client.watch_client();
+            let (prefix, opts) = (prefix.clone(), opts.clone());
+            async move { client.watch(prefix, Some(opts)).await }
+        });
+        let watched = tokio::select! {
+            _ = inner.cancel.cancelled() => return,
+            w = open => w,
+        };
+        match watched {
+            Ok(mut stream) => loop {
+                let msg = tokio::select! {
+                    _ = inner.cancel.cancelled() => return,
+                    m = stream.message() => m,
+                };
+                match msg {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() || resp.compact_revision() > 0 {
+                            tracing::info!(
+                                registry = KIND,
+                                cluster = %cluster,
+                                compact_revision = resp.compact_revision(),
+                                reason = resp.cancel_reason(),
+                                "watch cancelled by the server; re-listing"
+                            );
+                            break;
+                        }
+                        if resp.created() {
+                            backoff.reset();
+                            inner.hub.mark_connected(&cluster);
+                        }
+                        for ev in resp.events() {
+                            let Some(kv) = ev.kv() else { continue };
+                            revision = revision.max(kv.mod_revision());
+                            match ev.event_type() {
+                                EventType::Put => match member_of(&prefix, &cluster, kv) {
+                                    Some(i) => {
+                                        members.insert(kv.key().to_vec(), i);
+                                    }
+                                    None => {
+                                        members.remove(kv.key());
+                                    }
+                                },
+                                EventType::Delete => {
+                                    members.remove(kv.key());
+                                }
+                            }
+                        }
+                        if let Some(h) = resp.header() {
+                            revision = revision.max(h.revision());
+                        }
+                        if !resp.events().is_empty() {
+                            inner.publish(&cluster, &members);
+                        }
+                    }
+                    Ok(None) => {
+                        inner
+                            .hub
+                            .mark_stale(&cluster, "etcd closed the watch stream");
+                        break;
+                    }
+                    Err(e) => {
+                        inner
+                            .hub
+                            .mark_stale(&cluster, &format!("watch broken: {e}"));
+                        break;
+                    }
+                }
+            },
+            Err(e) => {
+                inner
+                    .hub
+                    .mark_stale(&cluster, &format!("cannot watch: {e}"));
+            }
+        }
+        // 2. Re-list until it works, then loop to re-watch from the new revision.
+        loop {
+            if !inner.pause(&mut backoff).await {
+                return;
+            }
+            match inner.get_prefix(&cluster).await {
+                Ok((m, rev)) => {
+                    members = m;
+                    revision = rev;
+                    inner.publish(&cluster, &members);
+                    inner.hub.mark_connected(&cluster);
+                    break;
+                }
+                Err(e) => {
+                    inner.hub.mark_stale(&cluster, &format!("cannot list: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RegistryService for EtcdRegistry {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
+        self.check_open()?;
+        let inner = &self.inner;
+        let key = instance_key(cluster, instance);
+        let value = instance.to_java_string();
+        let mut st = inner.lease.lock().await;
+        let id = match st.id {
+            Some(id) => id,
+            None => {
+                let id = inner.grant().await?;
+                st.id = Some(id);
+                inner.lease_granted.notify_one();
+                id
+            }
+        };
+        if let Err(e) = inner.put(&key, &value, id).await {
+            // The lease may have been revoked or expired behind our back: get a new one
+            // (which also re-puts the other keys) and try once more.
+            if !e.to_string().contains("lease not found") {
+                return Err(e);
+            }
+            tracing::warn!(
+                registry = KIND,
+                lease = id,
+                "lease gone while registering; granting a new one"
+            );
+            let id = inner.regrant_locked(&mut st).await?;
+            inner.put(&key, &value, id).await?;
+        }
+        st.keys.insert(key.clone(), value);
+        tracing::info!(registry = KIND, cluster, %instance, key, "registered");
+        Ok(())
+    }
+
+    async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
+        self.check_open()?;
+        let key = instance_key(cluster, instance);
+        let mut st = self.inner.lease.lock().await;
+        st.keys.remove(&key);
+        timed("delete", self.inner.op_timeout, || {
+            let mut kv = self.inner.client.kv_client();
+            let key = key.clone();
+            async move { kv.delete(key, None).await }
+        })
+        .await?;
+        tracing::info!(registry = KIND, cluster, %instance, key, "unregistered");
+        Ok(())
+    }
+
+    async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
+        self.check_open()?;
+        let (members, _) = self.inner.get_prefix(cluster).await?;
+        let mut v: Vec<Instance> = members.into_values().collect();
+        v.sort_by(|a, b| a.key().cmp(b.key()));
+        v.dedup_by(|a, b| a.key() == b.key());
+        Ok(v)
+    }
+
+    async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
+        self.check_open()?;
+        let mut watched = self.inner.watched.lock().await;
+        if !watched.contains(cluster) {
+            let (members, revision) = self.inner.get_prefix(cluster).await?;
+            self.inner.publish(cluster, &members);
+            self.inner.hub.mark_connected(cluster);
+            tokio::spawn(watch_loop(
+                self.inner.clone(),
+                cluster.to_string(),
+                members,
+                revision,
+            ));
+            watched.insert(cluster.to_string());
+        }
+        Ok(self.inner.hub.subscribe(cluster))
+    }
+
+    async fn close(&self) -> Result<(), RegistryError> {
+        if self.inner.cancel.is_cancelled() {
+            return Ok(());
+        }
+        self.inner.cancel.cancel();
+        let mut st = self.inner.lease.lock().await;
+        let result = match st.id.take() {
+            Some(id) => {
+                // Revoking the lease deletes every key attached to it in one step.
+                revoke(&self.inner, id).await
+            }
+            None => Ok(()),
+        };
+        st.keys.clear();
+        self.inner.hub.close();
+        result
+    }
+}
+
+async fn revoke(inner: &Inner, id: i64) -> Result<(), RegistryError> {
+    timed("lease revoke", inner.op_timeout, || {
+        let mut lease = inner.client.lease_client();
+        async move { lease.revoke(id).await }
+    })
+    .await
+    .map(|_| ())
+}
+
+impl Drop for EtcdRegistry {
+    fn drop(&mut self) {
+        let was_open = !self.inner.cancel.is_cancelled();
+        self.inner.cancel.cancel();
+        if !was_open || self.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // Best effort: remove our keys now rather than after the TTL.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            handle.spawn(async move {
+                let id = inner.lease.lock().await.id.take();
+                if let Some(id) = id {
+                    let _ = revoke(&inner, id).await;
+                }
+                inner.hub.close();
+            });
+        } else {
+            self.inner.hub.close();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(prefix: &str, key: &str, value: &str) -> Entry {
+        classify(prefix, key.as_bytes(), value.as_bytes())
+    }
+
+    #[test]
+    fn seata_vectors_parse() {
+        let p = cluster_prefix("default");
+        assert_eq!(
+            member(
+                &p,
+                "registry-seata-default-172.0.0.1:8091",
+                "172.0.0.1:8091"
+            ),
+            Entry::Member(Instance::parse("172.0.0.1:8091").unwrap())
+        );
+        let v6 = "2000:0000:0000:0000:0001:2345:6789:abcd:8091";
+        match member(&p, &format!("registry-seata-default-{v6}"), v6) {
+            Entry::Member(i) => {
+                assert_eq!(i.port(), 8091);
+                assert_eq!(i.ip(), Some("2000::1:2345:6789:abcd".parse().unwrap()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn clusters_match_exactly() {
+        let p = cluster_prefix("a");
+        assert_eq!(
+            member(&p, "registry-seata-a-b-10.0.0.1:80", "10.0.0.1:80"),
+            Entry::OtherCluster
+        );
+        assert!(!"registry-seata-default2-10.0.0.1:80".starts_with(&cluster_prefix("default")));
+    }
+
+    #[test]
+    fn garbage_is_bad_not_a_panic() {
+        let p = cluster_prefix("c");
+        assert!(matches!(
+            member(&p, "registry-seata-c-x", "not an address"),
+            Entry::Bad(_)
+        ));
+        assert!(matches!(
+            classify(&p, b"registry-seata-c-1.1.1.1:1", &[0xff, 0xfe]),
+            Entry::Bad(_)
+        ));
+        assert!(matches!(
+            member(&p, "registry-seata-c-1.1.1.1:1", "2.2.2.2:2"),
+            Entry::Bad(_)
+        ));
+    }
+
+    #[test]
+    fn our_keys_are_seata_keys() {
+        let i = Instance::parse("[2000::1:2345:6789:abcd]:8091").unwrap();
+        assert_eq!(
+            instance_key("default", &i),
+            "registry-seata-default-2000:0:0:0:1:2345:6789:abcd:8091"
+        );
+    }
+}

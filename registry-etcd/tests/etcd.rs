@@ -1,0 +1,449 @@
+//! EtcdRegistry against real etcd servers started by meshline-testkit.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, GetOptions, PutOptions};
+use meshline_registry_core::{Config, Health, Instance, RegistryService, Snapshot, Watch};
+use meshline_registry_etcd::{EtcdRegistry, instance_key};
+use meshline_testkit::{Etcd, EtcdCluster};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+                .unwrap_or_else(|_| "meshline_registry_etcd=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+fn config(endpoints: &str, empty_protection: bool) -> Config {
+    let mut c = Config::default();
+    c.registry.kind = "etcd3".into();
+    c.registry.etcd3.server_addr = endpoints.to_string();
+    c.registry.etcd3.ttl = TTL;
+    c.registry.empty_protection = empty_protection;
+    c
+}
+
+fn inst(s: &str) -> Instance {
+    Instance::parse(s).unwrap()
+}
+
+fn addrs(s: &Snapshot) -> Vec<String> {
+    s.instances().iter().map(|i| i.to_string()).collect()
+}
+
+/// Reads the watch until `pred` holds for a snapshot, or panics after `within`.
+async fn wait_for(
+    w: &mut Watch,
+    within: Duration,
+    what: &str,
+    pred: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = Instant::now() + within;
+    let cur = w.current();
+    if pred(&cur) {
+        return cur;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, w.next()).await {
+            Ok(Ok(s)) if pred(&s) => return s,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
+            Err(_) => panic!(
+                "timed out after {within:?} waiting for {what}; last snapshot {:?}",
+                addrs(&w.current())
+            ),
+        }
+    }
+}
+
+async fn wait_health(w: &mut Watch, within: Duration, connected: bool) -> Health {
+    let deadline = Instant::now() + within;
+    loop {
+        let h = w.health();
+        if h.is_connected() == connected {
+            return h;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, w.health_changed())
+            .await
+            .is_err()
+        {
+            panic!("health did not become connected={connected} within {within:?}: {h:?}");
+        }
+    }
+}
+
+async fn raw(endpoint: &str) -> Client {
+    Client::connect([endpoint], None)
+        .await
+        .expect("raw etcd client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_lookup_watch_unregister_round_trip() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let server = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
+        .await
+        .unwrap();
+    let client = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
+        .await
+        .unwrap();
+    assert_eq!(client.kind(), "etcd3");
+
+    let mut w = client.watch("default").await.unwrap();
+    let first = w.next().await.unwrap();
+    assert!(first.is_empty());
+
+    let a = inst("127.0.0.1:8091");
+    let b = inst("[::1]:8092");
+    server.register("default", &a).await.unwrap();
+    server.register("default", &b).await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "a and b", |s| s.len() == 2).await;
+    let mut found = client.lookup("default").await.unwrap();
+    found.sort_by(|x, y| x.key().cmp(y.key()));
+    assert_eq!(found.len(), 2);
+    assert!(found.contains(&a) && found.contains(&b));
+    // Another cluster is unaffected.
+    assert!(client.lookup("other").await.unwrap().is_empty());
+
+    server.unregister("default", &a).await.unwrap();
+    let s = wait_for(&mut w, Duration::from_secs(5), "only b", |s| s.len() == 1).await;
+    assert_eq!(addrs(&s), vec!["[::1]:8092"]);
+    // empty_protection = false: the last removal is applied.
+    server.unregister("default", &b).await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "empty", |s| s.is_empty()).await;
+
+    // close() revokes the lease: everything we registered disappears at once.
+    server.register("default", &a).await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "a again", |s| s.len() == 1).await;
+    server.close().await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "empty after close", |s| {
+        s.is_empty()
+    })
+    .await;
+    assert!(server.register("default", &a).await.is_err());
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seata_layout_both_ways_and_garbage_is_skipped() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let mut raw = raw(&etcd.endpoint()).await;
+    // What a Seata TC writes (seata-compat.md 1.3 test vectors), through a raw client.
+    let v6 = "2000:0000:0000:0000:0001:2345:6789:abcd:8091";
+    raw.put(format!("registry-seata-default-{v6}"), v6, None)
+        .await
+        .unwrap();
+    raw.put(
+        "registry-seata-default-172.0.0.1:8091",
+        "172.0.0.1:8091",
+        None,
+    )
+    .await
+    .unwrap();
+    // Same prefix, other clusters: Seata's client would pick these up; we must not.
+    raw.put(
+        "registry-seata-default2-10.9.9.9:8091",
+        "10.9.9.9:8091",
+        None,
+    )
+    .await
+    .unwrap();
+    raw.put(
+        "registry-seata-default-x-10.8.8.8:8091",
+        "10.8.8.8:8091",
+        None,
+    )
+    .await
+    .unwrap();
+    // Garbage.
+    raw.put("registry-seata-default-garbage", "not-an-address", None)
+        .await
+        .unwrap();
+
+    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), true))
+        .await
+        .unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    let s = w.next().await.unwrap();
+    assert_eq!(
+        addrs(&s),
+        vec!["172.0.0.1:8091", "[2000::1:2345:6789:abcd]:8091"],
+        "exact cluster match, garbage skipped"
+    );
+
+    // Garbage arriving through the watch is skipped while good entries keep flowing.
+    raw.put("registry-seata-default-10.0.0.7:7", "}{", None)
+        .await
+        .unwrap();
+    raw.put(
+        "registry-seata-default-10.0.0.5:8091",
+        "10.0.0.5:8091",
+        None,
+    )
+    .await
+    .unwrap();
+    let s = wait_for(&mut w, Duration::from_secs(5), "10.0.0.5", |s| s.len() == 3).await;
+    assert!(addrs(&s).contains(&"10.0.0.5:8091".to_string()));
+    assert!(!addrs(&s).iter().any(|a| a.contains("10.0.0.7")));
+
+    // What we register is Seata's layout, read back by the raw client.
+    let me = inst("[2000::1:2345:6789:abcd]:8092");
+    reg.register("prod", &me).await.unwrap();
+    let got = raw
+        .get(
+            "registry-seata-prod-",
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.kvs().len(), 1);
+    let kv = &got.kvs()[0];
+    assert_eq!(
+        kv.key_str().unwrap(),
+        "registry-seata-prod-2000:0:0:0:1:2345:6789:abcd:8092"
+    );
+    assert_eq!(kv.value_str().unwrap(), "2000:0:0:0:1:2345:6789:abcd:8092");
+    assert_eq!(kv.lease(), reg.lease_id().await.unwrap());
+    let ttl = raw.lease_time_to_live(kv.lease(), None).await.unwrap();
+    assert!(ttl.ttl() > 0 && ttl.granted_ttl() == TTL.as_secs() as i64);
+    reg.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_kill_9_of_the_server() {
+    init_logs();
+    let mut etcd = Etcd::start().expect("etcd");
+    let ep = etcd.endpoint();
+    let server = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let client = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let me = inst("10.1.1.1:8091");
+    server.register("default", &me).await.unwrap();
+    let mut w = client.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+
+    etcd.kill();
+    let h = wait_health(&mut w, Duration::from_secs(10), false).await;
+    assert!(matches!(h, Health::Stale { .. }));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Down for 5 s: the watch still serves the last snapshot, and is still stale.
+    assert_eq!(addrs(&w.current()), vec!["10.1.1.1:8091"]);
+    assert!(!w.health().is_connected());
+
+    let t = Instant::now();
+    let etcd = tokio::task::spawn_blocking(move || {
+        etcd.restart().expect("restart etcd");
+        etcd
+    })
+    .await
+    .unwrap();
+    wait_health(&mut w, Duration::from_secs(15), true).await;
+    eprintln!("etcd: resynced {:?} after the restart began", t.elapsed());
+    // Our registration is back (readable by a raw client, on a live lease).
+    let mut raw = raw(&etcd.endpoint()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = raw.get(instance_key("default", &me), None).await.unwrap();
+        if let Some(kv) = got.kvs().first() {
+            assert_eq!(kv.value_str().unwrap(), "10.1.1.1:8091");
+            assert_ne!(kv.lease(), 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "registration not restored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still there after several TTLs: the keep-alive works again.
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(client.lookup("default").await.unwrap(), vec![me.clone()]);
+    assert_eq!(addrs(&w.current()), vec!["10.1.1.1:8091"]);
+    // And the watch is live: a new member shows up.
+    server
+        .register("default", &inst("10.1.1.2:8091"))
+        .await
+        .unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "new member", |s| {
+        s.len() == 2
+    })
+    .await;
+    server.close().await.unwrap();
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_lease_is_re_granted() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
+        .await
+        .unwrap();
+    let me = inst("10.2.2.2:8091");
+    reg.register("default", &me).await.unwrap();
+    let old = reg.lease_id().await.unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+
+    let mut raw = raw(&etcd.endpoint()).await;
+    raw.lease_revoke(old).await.unwrap();
+    // The revoke deletes the key (policy Apply shows it) ...
+    wait_for(&mut w, Duration::from_secs(5), "revoked", |s| s.is_empty()).await;
+    // ... and the keeper notices at its next keep-alive, re-grants and re-puts.
+    let s = wait_for(&mut w, TTL * 3, "re-registered", |s| s.len() == 1).await;
+    assert_eq!(addrs(&s), vec!["10.2.2.2:8091"]);
+    let new = reg.lease_id().await.unwrap();
+    assert_ne!(new, old);
+    let got = raw.get(instance_key("default", &me), None).await.unwrap();
+    assert_eq!(got.kvs()[0].lease(), new);
+    reg.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_registrant_disappears_within_the_ttl() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let ep = etcd.endpoint();
+    let stable = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let doomed = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let watcher = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    stable
+        .register("default", &inst("10.3.3.1:1"))
+        .await
+        .unwrap();
+    doomed
+        .register("default", &inst("10.3.3.2:1"))
+        .await
+        .unwrap();
+    let mut w = watcher.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "both", |s| s.len() == 2).await;
+    let t = Instant::now();
+    doomed.abandon();
+    wait_for(&mut w, TTL + Duration::from_secs(3), "crash seen", |s| {
+        s.len() == 1
+    })
+    .await;
+    let took = t.elapsed();
+    eprintln!("etcd: crashed registrant removed after {took:?} (TTL {TTL:?})");
+    assert!(
+        took <= TTL + Duration::from_secs(1),
+        "removal took {took:?}, more than TTL + 1 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_member_cluster_survives_losing_its_leader() {
+    init_logs();
+    let mut cluster = EtcdCluster::start().expect("etcd cluster");
+    let eps = cluster.endpoints().join(",");
+    let server = EtcdRegistry::connect(&config(&eps, true)).await.unwrap();
+    let client = EtcdRegistry::connect(&config(&eps, true)).await.unwrap();
+    let me = inst("10.4.4.4:8091");
+    server.register("default", &me).await.unwrap();
+    let mut w = client.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+
+    // Record every stale period of the watch.
+    let mut hw = w.clone();
+    let stale_log = tokio::spawn(async move {
+        let mut longest = Duration::ZERO;
+        let mut since: Option<Instant> = None;
+        while let Ok(h) = hw.health_changed().await {
+            match (h.is_connected(), since) {
+                (false, None) => since = Some(Instant::now()),
+                (true, Some(s)) => {
+                    longest = longest.max(s.elapsed());
+                    since = None;
+                }
+                _ => {}
+            }
+        }
+        longest.max(since.map(|s| s.elapsed()).unwrap_or_default())
+    });
+
+    let (killed, survivors, cluster) = tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        let killed = cluster.kill_leader().expect("kill leader");
+        let new_leader = cluster.leader().expect("new leader");
+        eprintln!("etcd cluster: member {killed} (leader) killed, member {new_leader} elected in {:?}; endpoints {:?}", t.elapsed(), cluster.endpoints());
+        let survivors: Vec<String> = cluster
+            .endpoints()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != killed)
+            .map(|(_, e)| e)
+            .collect();
+        (killed, survivors, cluster)
+    })
+    .await
+    .unwrap();
+
+    // Several TTLs later the registration is still there: the lease was kept alive
+    // through the surviving members.
+    tokio::time::sleep(TTL * 2).await;
+    let mut raw = raw(&survivors[0]).await;
+    let got = raw.get(instance_key("default", &me), None).await.unwrap();
+    assert_eq!(got.kvs().len(), 1, "registration lost after leader kill");
+    // The watch continues: a change made now arrives.
+    server
+        .register("default", &inst("10.4.4.5:8091"))
+        .await
+        .unwrap();
+    wait_for(
+        &mut w,
+        Duration::from_secs(10),
+        "new member after failover",
+        |s| s.len() == 2,
+    )
+    .await;
+    assert!(w.health().is_connected());
+    // Writes through a survivor directly also arrive.
+    raw.put(
+        "registry-seata-default-10.4.4.6:8091",
+        "10.4.4.6:8091",
+        Some(PutOptions::new()),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        &mut w,
+        Duration::from_secs(10),
+        "raw write after failover",
+        |s| s.len() == 3,
+    )
+    .await;
+
+    client.close().await.unwrap();
+    let longest_stale = stale_log.await.unwrap();
+    eprintln!("etcd cluster: longest stale period {longest_stale:?}");
+    assert!(
+        longest_stale < Duration::from_secs(5),
+        "stale for {longest_stale:?}, longer than an election"
+    );
+    // The old leader rejoins; our registration is removed cleanly at close.
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        cluster.restart_member(killed).expect("rejoin");
+        cluster
+    })
+    .await
+    .unwrap();
+    server.close().await.unwrap();
+    let got = raw.get(instance_key("default", &me), None).await.unwrap();
+    assert!(got.kvs().is_empty(), "close must revoke our lease");
+    drop(cluster);
+}

@@ -1,0 +1,30 @@
+//! # meshline-registry-others
+//!
+//! meshline registry backends that share one crate, one cargo feature each:
+//!
+//! - `zookeeper`: [`ZookeeperRegistry`], Seata's `zk` layout (ephemeral nodes
+//!   `/registry/zk/<cluster>/<ip>:<port>` with data `true`).
+//! - `redis`: [`RedisRegistry`], Seata's `redis` layout (`SETEX
+//!   registry.redis.<cluster>_<ip>:<port>` plus `PUBLISH` on `registry.redis.<cluster>`).
+//!
+//! Every backend implements [`meshline_registry_core::RegistryService`], publishes full
+//! member lists into a [`meshline_registry_core::WatchHub`], reconnects with
+//! [`meshline_registry_core::Backoff`], re-registers its own instances after any session
+//! loss, skips malformed registry entries with a warning, and stops its background tasks
+//! on `close()` and on drop. Each backend's module documents its layout, its recovery
+//! rules and its measured convergence times.
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::ZookeeperRegistry;
+
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "redis")]
+pub use crate::redis::RedisRegistry;
+
+#[cfg(any(feature = "zookeeper", feature = "redis"))]
+pub(crate) mod common;

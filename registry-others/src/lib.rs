@@ -6,6 +6,11 @@
 //!   `/registry/zk/<cluster>/<ip>:<port>` with data `true`).
 //! - `redis`: [`RedisRegistry`], Seata's `redis` layout (`SETEX
 //!   registry.redis.<cluster>_<ip>:<port>` plus `PUBLISH` on `registry.redis.<cluster>`).
+//! - `consul`: `ConsulRegistry`, Seata's `consul` layout (service = cluster, ID
+//!   `<cluster>-<ip>:<port>`, tag `services`; TTL check kept passing; blocking queries).
+//! - `eureka`: `EurekaRegistry`, Seata's `eureka` layout (application = upper-cased
+//!   cluster, instance ID `<ip>:<cluster>:<port>`, metadata `weight`; heartbeats; full
+//!   then delta fetches checked by `apps__hashcode`).
 //!
 //! Every backend implements [`meshline_registry_core::RegistryService`], publishes full
 //! member lists into a [`meshline_registry_core::WatchHub`], reconnects with
@@ -26,5 +31,15 @@ pub mod redis;
 #[cfg(feature = "redis")]
 pub use crate::redis::RedisRegistry;
 
-#[cfg(any(feature = "zookeeper", feature = "redis"))]
+#[cfg(feature = "consul")]
+pub mod consul;
+#[cfg(feature = "consul")]
+pub use consul::ConsulRegistry;
+
+#[cfg(feature = "eureka")]
+pub mod eureka;
+#[cfg(feature = "eureka")]
+pub use eureka::EurekaRegistry;
+
+#[cfg(any(feature = "zookeeper", feature = "redis", feature = "consul", feature = "eureka"))]
 pub(crate) mod common;

@@ -139,6 +139,34 @@ impl LeastActivePicker {
     }
 }
 
+/// Endpoints up to which the common case collects ties in one pass on the stack.
+const TIE_BUFFER: usize = 128;
+
+impl LeastActivePicker {
+    /// Equal weights, nothing excluded, at most [`TIE_BUFFER`] endpoints: one
+    /// branch-light pass that keeps the indices of the current minimum's ties.
+    #[inline]
+    fn select_uniform(&self) -> Option<usize> {
+        let mut ties = [0u8; TIE_BUFFER];
+        let mut len = 0usize;
+        let mut min = u64::MAX;
+        for (i, s) in self.stats.iter().enumerate() {
+            let load = s.in_flight();
+            if load < min {
+                min = load;
+                len = 0;
+            }
+            ties[len & (TIE_BUFFER - 1)] = i as u8;
+            len += usize::from(load == min);
+        }
+        match len {
+            0 => None,
+            1 => Some(usize::from(ties[0])),
+            _ => Some(usize::from(ties[fastrand::usize(..len)])),
+        }
+    }
+}
+
 impl Picker for LeastActivePicker {
     #[inline]
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
@@ -146,6 +174,7 @@ impl Picker for LeastActivePicker {
         let all = req.exclusions().is_empty();
         match (all, self.weighted, self.members.uniform) {
             // Equal weights, nothing excluded: the common case.
+            (true, _, true) if self.stats.len() <= TIE_BUFFER => self.select_uniform(),
             (true, _, true) => self.select(|_| true, |_| 1),
             (true, true, false) => self.select(|_| true, |i| u64::from(w[i])),
             (true, false, false) => self.select(|_| true, |i| u64::from(w[i].min(1))),

@@ -17,6 +17,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use crate::hash::key_hash;
 use crate::picker::{EmptyPicker, Members};
 use crate::{Endpoint, LoadBalance, PickRequest, Picker, RandomLoadBalance};
 
@@ -93,6 +94,7 @@ impl LoadBalance for XidLoadBalance {
         }
         by_addr.sort_unstable();
         Arc::new(XidPicker {
+            by_text: TextIndex::new(endpoints),
             members: Members::new(endpoints),
             by_addr: by_addr.into_boxed_slice(),
             by_name: by_name.into_boxed_slice(),
@@ -101,7 +103,69 @@ impl LoadBalance for XidLoadBalance {
     }
 }
 
+/// Exact-text lookup of the address part of an XID, for the spellings TCs write
+/// (Java's `ip:port` with IPv6 unbracketed and uncompressed, and `[v6]:port`): a
+/// hash probe instead of parsing an IP address. Any other spelling falls through to
+/// the socket-address comparison.
+struct TextIndex {
+    /// Open addressing, power-of-two size: (XXH3 of the text, endpoint index + 1; 0 = empty).
+    slots: Box<[(u64, u32)]>,
+    texts: Box<[Box<[u8]>]>,
+    /// The text of each slot's entry, by entry number.
+    entry_text: Box<[u32]>,
+}
+
+impl TextIndex {
+    fn new(endpoints: &[Endpoint]) -> TextIndex {
+        let mut texts: Vec<Box<[u8]>> = Vec::new();
+        let mut entries: Vec<(u64, u32)> = Vec::new();
+        for (i, ep) in endpoints.iter().enumerate() {
+            let inst = ep.instance();
+            let mut forms = vec![inst.to_java_string(), inst.to_string()];
+            forms.dedup();
+            for form in forms {
+                entries.push((key_hash(form.as_bytes()), i as u32));
+                texts.push(form.into_bytes().into_boxed_slice());
+            }
+        }
+        let size = (entries.len() * 2).next_power_of_two().max(2);
+        let mut slots = vec![(0u64, 0u32); size];
+        let mut entry_text = vec![0u32; size];
+        for (e, &(h, i)) in entries.iter().enumerate() {
+            let mut pos = h as usize & (size - 1);
+            while slots[pos].1 != 0 {
+                pos = (pos + 1) & (size - 1);
+            }
+            slots[pos] = (h, i + 1);
+            entry_text[pos] = e as u32;
+        }
+        TextIndex {
+            slots: slots.into_boxed_slice(),
+            texts: texts.into_boxed_slice(),
+            entry_text: entry_text.into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, text: &[u8]) -> Option<usize> {
+        let h = key_hash(text);
+        let mask = self.slots.len() - 1;
+        let mut pos = h as usize & mask;
+        loop {
+            let (sh, si) = self.slots[pos];
+            if si == 0 {
+                return None;
+            }
+            if sh == h && *self.texts[self.entry_text[pos] as usize] == *text {
+                return Some(si as usize - 1);
+            }
+            pos = (pos + 1) & mask;
+        }
+    }
+}
+
 struct XidPicker {
+    by_text: TextIndex,
     members: Members,
     by_addr: Box<[((u128, u16), u32)]>,
     by_name: Box<[(Box<str>, u16, u32)]>,
@@ -111,6 +175,10 @@ struct XidPicker {
 impl XidPicker {
     #[inline]
     fn find(&self, xid: &str) -> Option<usize> {
+        let addr = &xid[..xid.rfind(':')?];
+        if let Some(i) = self.by_text.get(addr.as_bytes()) {
+            return Some(i);
+        }
         let (host, port) = split_xid(xid)?;
         match host.parse::<IpAddr>() {
             Ok(ip) => {

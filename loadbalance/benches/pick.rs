@@ -1,0 +1,190 @@
+//! Pick and rebuild costs of every algorithm, with pingora-ketama as a peer measured in
+//! the same run. See BENCHMARKS.md for how to run it and the numbers.
+
+use std::hint::black_box;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshline_loadbalance::{
+    Balancer, ConsistentHashLoadBalance, Endpoint, InFlightGuard, LoadBalance, PickRequest, Picker,
+    StatsRegistry, by_name,
+};
+use meshline_registry_core::Instance;
+use pingora_ketama::{Bucket, Continuum};
+
+const SIZES: [usize; 4] = [3, 10, 100, 1000];
+const REBUILD_SIZES: [usize; 4] = [10, 100, 1000, 10_000];
+const KEYS: usize = 1024;
+
+/// (bench label, factory name, weighted membership)
+const ALGORITHMS: &[(&str, &str, bool)] = &[
+    ("XID", "XID", false),
+    ("Random", "RandomLoadBalance", false),
+    ("RandomWeighted", "RandomLoadBalance", true),
+    ("RoundRobin", "RoundRobinLoadBalance", false),
+    ("RoundRobinWeighted", "RoundRobinLoadBalance", true),
+    ("ConsistentHash", "ConsistentHashLoadBalance", false),
+    ("ConsistentHashJava", "ConsistentHashJava", false),
+    ("LeastActive", "LeastActiveLoadBalance", false),
+    ("P2C", "P2C", false),
+    ("BoundedLoad", "BoundedLoad", false),
+    ("JumpHash", "JumpHash", false),
+    ("AccountHash", "AccountHash", false),
+    ("SourceHash", "SourceHash", false),
+    ("FillOneByOne", "FillOneByOne", false),
+    ("LoadWeighted", "LoadWeighted", false),
+    ("FewestRequests", "FewestRequests", false),
+    ("ZoneRoundRobin", "zone:RoundRobinLoadBalance", false),
+];
+
+fn addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 8091))
+}
+
+fn instances(n: usize, weighted: bool) -> Vec<Instance> {
+    (0..n)
+        .map(|i| {
+            let inst = Instance::parse(&addr(i).to_string())
+                .unwrap()
+                .with_zone(["a", "b", "c"][i % 3]);
+            if weighted {
+                inst.with_weight(1 + (i % 5) as u32)
+            } else {
+                inst
+            }
+        })
+        .collect()
+}
+
+/// Seata-style XIDs naming endpoints of the cluster (so XID benches the hit path) and
+/// doubling as 30-odd-byte hash keys.
+fn xids(n: usize) -> Vec<String> {
+    (0..KEYS)
+        .map(|k| {
+            format!(
+                "{}:{}",
+                addr(k % n),
+                2_612_341_069_705_662_465u64 + k as u64
+            )
+        })
+        .collect()
+}
+
+fn bench_picks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pick");
+    for &n in &SIZES {
+        let keys = xids(n);
+        let requests: Vec<PickRequest<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(k, x)| {
+                PickRequest::xid(x)
+                    .with_source(IpAddr::from([192, 168, (k >> 8) as u8, k as u8]))
+                    .with_zone("b")
+            })
+            .collect();
+        for &(label, name, weighted) in ALGORITHMS {
+            let balancer = Balancer::new(by_name(name).unwrap());
+            balancer.update(&instances(n, weighted));
+            // Some load, so least-active and P2C compare real counts.
+            let endpoints = balancer.endpoints();
+            let held: Vec<InFlightGuard> = (0..n * 2)
+                .map(|i| endpoints[(i * 7919) % n].begin())
+                .collect();
+            let picker: Arc<dyn Picker> = balancer.snapshot().picker().clone();
+            let mut i = 0usize;
+            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
+                b.iter(|| {
+                    i = (i + 1) & (KEYS - 1);
+                    black_box(picker.pick(black_box(&requests[i])))
+                })
+            });
+            drop(held);
+        }
+
+        // The peer: pingora-ketama's lookup over the same keys.
+        let buckets: Vec<Bucket> = (0..n).map(|i| Bucket::new(addr(i), 1)).collect();
+        let continuum = Continuum::new(&buckets);
+        let mut i = 0usize;
+        group.bench_with_input(BenchmarkId::new("pingora-ketama", n), &n, |b, _| {
+            b.iter(|| {
+                i = (i + 1) & (KEYS - 1);
+                black_box(continuum.node(black_box(keys[i].as_bytes())))
+            })
+        });
+    }
+    group.finish();
+
+    // The whole per-request path: load the picker, pick, count in flight, drop.
+    let mut group = c.benchmark_group("balancer_pick");
+    for name in [
+        "RandomLoadBalance",
+        "RoundRobinLoadBalance",
+        "P2C",
+        "ConsistentHashLoadBalance",
+    ] {
+        let balancer = Balancer::new(by_name(name).unwrap());
+        balancer.update(&instances(100, false));
+        let keys = xids(100);
+        let mut i = 0usize;
+        group.bench_with_input(BenchmarkId::new(name, 100), &100, |b, _| {
+            b.iter(|| {
+                i = (i + 1) & (KEYS - 1);
+                black_box(balancer.pick(&PickRequest::xid(&keys[i])))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn bench_rebuilds(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rebuild");
+    group.sample_size(10);
+    for &n in &REBUILD_SIZES {
+        let registry = StatsRegistry::new();
+        let uniform: Vec<Endpoint> = registry.endpoints(&instances(n, false));
+        let weighted: Vec<Endpoint> = registry.endpoints(&instances(n, true));
+        let cases: [(&str, Arc<dyn LoadBalance>, &[Endpoint]); 6] = [
+            (
+                "ConsistentHash",
+                Arc::new(ConsistentHashLoadBalance::new()),
+                &uniform,
+            ),
+            (
+                "ConsistentHashJava",
+                by_name("ConsistentHashJava").unwrap(),
+                &uniform,
+            ),
+            ("BoundedLoad", by_name("BoundedLoad").unwrap(), &uniform),
+            (
+                "RandomWeighted",
+                by_name("RandomLoadBalance").unwrap(),
+                &weighted,
+            ),
+            (
+                "RoundRobinWeighted",
+                by_name("RoundRobinLoadBalance").unwrap(),
+                &weighted,
+            ),
+            (
+                "LeastActive",
+                by_name("LeastActiveLoadBalance").unwrap(),
+                &uniform,
+            ),
+        ];
+        for (label, lb, endpoints) in cases {
+            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
+                b.iter(|| black_box(lb.build(black_box(endpoints))))
+            });
+        }
+        let buckets: Vec<Bucket> = (0..n).map(|i| Bucket::new(addr(i), 1)).collect();
+        group.bench_with_input(BenchmarkId::new("pingora-ketama", n), &n, |b, _| {
+            b.iter(|| black_box(Continuum::new(black_box(&buckets))))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_picks, bench_rebuilds);
+criterion_main!(benches);

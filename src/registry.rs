@@ -81,6 +81,9 @@ pub fn is_compiled_in(ty: &RegistryType) -> bool {
         // One arm per backend feature; each backend issue adds its own.
         "file" => cfg!(feature = "file"),
         "nacos" => cfg!(feature = "nacos"),
+        "etcd" => cfg!(feature = "etcd"),
+        "zookeeper" => cfg!(feature = "zookeeper"),
+        "redis" => cfg!(feature = "redis"),
         _ => false,
     }
 }
@@ -103,6 +106,18 @@ pub async fn from_config(config: &Config) -> Result<Arc<dyn RegistryService>, Re
         #[cfg(feature = "nacos")]
         "nacos" => Ok(Arc::new(
             meshline_registry_nacos::NacosRegistry::connect(config).await?,
+        )),
+        #[cfg(feature = "etcd")]
+        "etcd3" => Ok(Arc::new(
+            meshline_registry_etcd::EtcdRegistry::connect(config).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Arc::new(
+            meshline_registry_others::ZookeeperRegistry::connect(config).await?,
+        )),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(
+            meshline_registry_others::RedisRegistry::connect(config).await?,
         )),
         other => Err(RegistryError::FeatureNotEnabled {
             kind: other.to_string(),

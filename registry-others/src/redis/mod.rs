@@ -35,8 +35,19 @@
 //!
 //! ## Convergence (measured)
 //!
-//! See `CONVERGENCE.md` at the crate root; reproduce with
-//! `cargo run --release -p meshline-registry-others --features redis --example convergence -- redis`.
+//! `cargo run --release -p meshline-registry-others --features zookeeper,redis --example
+//! zk_redis_convergence -- redis` starts a real server (meshline-testkit), registers
+//! 200 instances one by one on one client and times each from the `register` call until
+//! a second client's watch shows it, then crashes a registrant three times. On the
+//! 2-core development machine (load average about 2 from other builds):
+//!
+//! | register -> watch (200) | p50 | p99 | max |
+//! |---|---|---|---|
+//! | redis | 1.65 ms | 2.82 ms | 5.64 ms |
+//!
+//! A crashed registrant (TTL 3 s, refresh 1 s) disappeared from watches after 2.51 s
+//! three times: its key expires at most one TTL after its last refresh, and the watch
+//! rescans 20 ms after the earliest expiry it saw. Details in `CONVERGENCE.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

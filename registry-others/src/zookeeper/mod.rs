@@ -27,8 +27,18 @@
 //!
 //! ## Convergence (measured)
 //!
-//! See `CONVERGENCE.md` at the crate root; reproduce with
-//! `cargo run --release -p meshline-registry-others --features zookeeper --example convergence -- zookeeper`.
+//! `cargo run --release -p meshline-registry-others --features zookeeper,redis --example
+//! zk_redis_convergence -- zookeeper` starts a real server (meshline-testkit), registers
+//! 200 instances one by one on one client and times each from the `register` call until
+//! a second client's watch shows it, then crashes a registrant three times. On the
+//! 2-core development machine (load average about 2 from other builds):
+//!
+//! | register -> watch (200) | p50 | p99 | max |
+//! |---|---|---|---|
+//! | zookeeper | 2.12 ms | 9.96 ms | 19.59 ms |
+//!
+//! A crashed registrant (session timeout 4 s) disappeared from watches after 4.32 s,
+//! 4.50 s and 4.50 s: when the server expires its session (tick 500 ms). Details in `CONVERGENCE.md`.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};

@@ -10,6 +10,8 @@
 //! |---|---|---|
 //! | `file` (default) | `file` | `meshline-registry-file` |
 //! | `nacos` | `nacos` | `meshline-registry-nacos` |
+//! | `consul` | `consul` | `meshline-registry-others` |
+//! | `eureka` | `eureka` | `meshline-registry-others` |
 //! | `all` | every backend compiled into this version | |
 //!
 //! ```no_run

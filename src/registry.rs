@@ -84,6 +84,8 @@ pub fn is_compiled_in(ty: &RegistryType) -> bool {
         "etcd" => cfg!(feature = "etcd"),
         "zookeeper" => cfg!(feature = "zookeeper"),
         "redis" => cfg!(feature = "redis"),
+        "consul" => cfg!(feature = "consul"),
+        "eureka" => cfg!(feature = "eureka"),
         _ => false,
     }
 }
@@ -118,6 +120,14 @@ pub async fn from_config(config: &Config) -> Result<Arc<dyn RegistryService>, Re
         #[cfg(feature = "redis")]
         "redis" => Ok(Arc::new(
             meshline_registry_others::RedisRegistry::connect(config).await?,
+        )),
+        #[cfg(feature = "consul")]
+        "consul" => Ok(Arc::new(
+            meshline_registry_others::ConsulRegistry::connect(config).await?,
+        )),
+        #[cfg(feature = "eureka")]
+        "eureka" => Ok(Arc::new(
+            meshline_registry_others::EurekaRegistry::connect(config).await?,
         )),
         other => Err(RegistryError::FeatureNotEnabled {
             kind: other.to_string(),

@@ -66,7 +66,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::empty_policy;
+use crate::common::{empty_policy, split_addrs};
 
 const KIND: &str = "consul";
 
@@ -198,10 +198,9 @@ impl Drop for ConsulRegistry {
 }
 
 fn parse_base(addr: &str) -> Result<Url, RegistryError> {
-    let first = addr
-        .split([',', ';'])
-        .map(str::trim)
-        .find(|s| !s.is_empty())
+    let first = split_addrs(addr)
+        .into_iter()
+        .next()
         .ok_or_else(|| RegistryError::Config("registry.consul.serverAddr is empty".into()))?;
     let with_scheme = if first.contains("://") {
         first.to_string()

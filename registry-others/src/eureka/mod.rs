@@ -48,7 +48,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::empty_policy;
+use crate::common::{empty_policy, split_addrs};
 
 const KIND: &str = "eureka";
 
@@ -123,7 +123,8 @@ fn now_ms() -> u128 {
 
 fn parse_urls(text: &str) -> Result<Vec<Url>, RegistryError> {
     let mut out = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    for part in split_addrs(text) {
+        let part = part.as_str();
         let with_scheme = if part.contains("://") {
             part.to_string()
         } else {

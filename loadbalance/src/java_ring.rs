@@ -19,8 +19,24 @@ pub(crate) struct JavaRing {
     nodes: Box<[u32]>,
 }
 
+/// Most points a Java ring holds (a `virtualNodes` typo must not exhaust memory).
+const MAX_JAVA_POINTS: u64 = 1 << 22;
+
 impl JavaRing {
     pub(crate) fn build(members: &Members, virtual_nodes: u32) -> JavaRing {
+        let n = members.endpoints.len().max(1) as u64;
+        let virtual_nodes = if u64::from(virtual_nodes) * n > MAX_JAVA_POINTS {
+            let capped = (MAX_JAVA_POINTS / n).max(1) as u32;
+            tracing::warn!(
+                virtual_nodes,
+                endpoints = n,
+                capped,
+                "virtualNodes x endpoints exceeds 4M ring points; capping (keys no longer map as Seata-Java does)"
+            );
+            capped
+        } else {
+            virtual_nodes
+        };
         let mut points: Vec<(i64, u32, usize)> = Vec::new();
         let mut seq = 0usize;
         for (i, ep) in members.endpoints.iter().enumerate() {

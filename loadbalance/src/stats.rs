@@ -122,7 +122,8 @@ impl EndpointStats {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Total picks served since the stats were created.
+    /// Requests begun on this endpoint (picks and [`crate::Endpoint::begin`]) since the
+    /// stats were created.
     pub fn picks(&self) -> u64 {
         self.picks.load(Ordering::Relaxed)
     }

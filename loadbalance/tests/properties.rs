@@ -294,6 +294,24 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Names, XIDs and keys from outside never panic; XID picks always succeed (they fall
+    /// back to random).
+    #[test]
+    fn arbitrary_input_never_panics(text in "\\PC{0,64}", bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        let _ = by_name(&text);
+        let _ = meshline_loadbalance::parse_xid_address(&text);
+        for name in ["XID", "ConsistentHashJava", "ConsistentHashLoadBalance", "jump", "BoundedLoad", "zone:xid"] {
+            let b = Balancer::new(by_name(name).unwrap());
+            b.update(&cluster(&[1, 2, 3]));
+            prop_assert!(b.pick(&PickRequest::xid(&text).with_zone(&text)).is_some());
+            prop_assert!(b.pick(&PickRequest::default().with_key(&bytes)).is_some());
+        }
+    }
+}
+
 /// Never completes: stands for a response that has not arrived.
 async fn call(picked: Picked) {
     std::future::pending::<()>().await;

@@ -317,14 +317,22 @@ impl RpcClientBuilder {
         self
     }
 
-    /// Applies `config`: `client.loadBalance.type` and the `transport.*` keys.
+    /// Applies `config`: `client.loadBalance.type` / `virtualNodes` and the `transport.*`
+    /// keys (heartbeat, TM request timeout).
     pub fn config(mut self, config: &Config) -> Self {
         let keep_subset = self.options.subset_size;
         self.options = ClientOptions {
             subset_size: keep_subset,
             ..ClientOptions::from_config(config)
         };
-        self.load_balance_name(&config.client.load_balance.kind)
+        match meshline_loadbalance::from_config(&config.client.load_balance) {
+            Ok(lb) => {
+                self.load_balance = Some(lb);
+                self.lb_error = None;
+            }
+            Err(e) => self.lb_error = Some(e.to_string()),
+        }
+        self
     }
 
     /// Runs `handshake` on every new connection; the endpoint is used only if it

@@ -488,6 +488,23 @@ async fn write_loop(
         if n == 0 {
             return "write queue closed".to_string();
         }
+        if n < BATCH && !shared.pending().is_empty() {
+            // Other requests are in flight, so their callers are likely runnable right
+            // now (woken by responses the reader just dispatched) and about to queue
+            // more. Tokio runs a freshly woken task first (its LIFO slot), which would
+            // have us write one frame per syscall; stepping aside once lets them queue
+            // and turns N writes into one. With a single call in flight (nothing
+            // pending) we write at once, so low-concurrency latency is unaffected.
+            // (Not `tokio::task::yield_now`: that defers the wake-up until the worker
+            // parks, which a busy worker may not do for milliseconds.)
+            YieldOnce(false).await;
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(out) => batch.push(out),
+                    Err(_) => break,
+                }
+            }
+        }
         {
             let mut pending = None;
             for out in batch.drain(..) {
@@ -604,12 +621,10 @@ async fn read_loop(
                 let mut fut = h.handle(req);
                 match (&mut fut).now_or_never() {
                     Some(resp) => {
-                        if !oneway {
-                            if let Some(p) = resp {
-                                if let Err(e) = conn.respond(id, p).await {
-                                    tracing::warn!(error = %e, id, "could not send response");
-                                }
-                            }
+                        if let (false, Some(p)) = (oneway, resp)
+                            && let Err(e) = conn.respond(id, p).await
+                        {
+                            tracing::warn!(error = %e, id, "could not send response");
                         }
                     }
                     None => {
@@ -635,6 +650,24 @@ async fn read_loop(
                     }
                 }
             }
+        }
+    }
+}
+
+/// Returns `Pending` once after waking itself, so the scheduler puts this task at the
+/// back of its run queue and runs the tasks already waiting first.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            std::task::Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
         }
     }
 }

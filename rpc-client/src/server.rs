@@ -73,7 +73,7 @@ impl Server {
         handler: impl InboundHandler,
     ) -> std::io::Result<Server> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(Server::from_listener(listener, config, handler)?)
+        Server::from_listener(listener, config, handler)
     }
 
     /// Serves an already bound listener.

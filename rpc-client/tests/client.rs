@@ -46,7 +46,7 @@ async fn new_endpoint_is_connected_and_picked_within_one_second() {
         picked_b = r.endpoint.port() == b.addr().port();
     }
     assert!(picked_b, "new endpoint not picked within 1 s");
-    assert_eq!(b.requests.load(Ordering::SeqCst) > 0, true);
+    assert!(b.requests.load(Ordering::SeqCst) > 0);
 }
 
 #[tokio::test]

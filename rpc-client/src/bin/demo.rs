@@ -252,9 +252,9 @@ async fn run() -> Result<bool, String> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    let t = match tally.lock() {
-        Ok(t) => t,
-        Err(p) => p.into_inner(),
+    let t = match Arc::try_unwrap(tally) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(shared) => std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner())),
     };
     println!();
     println!(
@@ -338,7 +338,6 @@ async fn run() -> Result<bool, String> {
     for f in t.other_failures.iter().take(5) {
         println!("    {f}");
     }
-    drop(t);
     client.shutdown(Duration::from_secs(2)).await;
     for tc in tcs {
         tc.server.shutdown(Duration::from_millis(200)).await;

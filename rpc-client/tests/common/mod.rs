@@ -54,10 +54,10 @@ pub async fn start_on(addr: SocketAddr, id: &str, mode: Mode) -> TestServer {
         let counter = counter.clone();
         let tag = tag.clone();
         async move {
-            if let Ok(msg) = req.payload.decode_seata() {
-                if let Some(reply) = register_reply(&msg, !matches!(mode, Mode::Refuse), "test") {
-                    return Some(Payload::seata(&reply).unwrap());
-                }
+            if let Ok(msg) = req.payload.decode_seata()
+                && let Some(reply) = register_reply(&msg, !matches!(mode, Mode::Refuse), "test")
+            {
+                return Some(Payload::seata(&reply).unwrap());
             }
             counter.fetch_add(1, Ordering::SeqCst);
             if let Some(ms) = req

@@ -34,24 +34,23 @@ pub fn tc_handler(
         let id = id.clone();
         let stats = stats.clone();
         async move {
-            if let Ok(msg) = req.payload.decode_seata() {
-                if let Some(reply) =
+            if let Ok(msg) = req.payload.decode_seata()
+                && let Some(reply) =
                     register_reply(&msg, !refuse_registration, env!("CARGO_PKG_VERSION"))
-                {
-                    stats.registrations.fetch_add(1, Ordering::Relaxed);
-                    if refuse_registration {
-                        tracing::info!(peer = %req.peer, "refusing registration (--refuse-registration)");
-                    } else {
-                        tracing::debug!(peer = %req.peer, "client registered");
-                    }
-                    return match Payload::seata(&reply) {
-                        Ok(p) => Some(p),
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot encode registration reply");
-                            None
-                        }
-                    };
+            {
+                stats.registrations.fetch_add(1, Ordering::Relaxed);
+                if refuse_registration {
+                    tracing::info!(peer = %req.peer, "refusing registration (--refuse-registration)");
+                } else {
+                    tracing::debug!(peer = %req.peer, "client registered");
                 }
+                return match Payload::seata(&reply) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot encode registration reply");
+                        None
+                    }
+                };
             }
             stats.requests.fetch_add(1, Ordering::Relaxed);
             if let Some(ms) = req

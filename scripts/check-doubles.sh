@@ -27,7 +27,7 @@ cargo build --quiet -p meshline-testkit --bin consul-double --bin eureka-double
 bin="${CARGO_TARGET_DIR:-target}/debug"
 
 echo "== install npm consul@2 and eureka-js-client@4 into $tmp"
-npm install --prefix "$tmp" --no-audit --no-fund --no-save --loglevel=error \
+npm install --prefix "$tmp" --prefer-offline --no-audit --no-fund --no-save --loglevel=error \
   consul@2 eureka-js-client@4 >"$tmp/npm.log" 2>&1 || {
   cat "$tmp/npm.log" >&2
   echo "check-doubles: npm install failed; the other-ecosystem clients cannot run" >&2

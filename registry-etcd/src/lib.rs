@@ -512,7 +512,9 @@ async fn watch_loop(
     mut revision: i64,
 ) {
     let prefix = cluster_prefix(&cluster);
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    // Capped at 1 s: after an election or a restart the watch is live again within a
+    // second of the cluster answering.
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     loop {
         // 1. Watch from the revision after our list.
         let opts = WatchOptions::new()

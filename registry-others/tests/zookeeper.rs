@@ -339,3 +339,22 @@ async fn digest_credentials_are_sent() {
     reg.close().await.unwrap();
     stranger.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_string_with_a_dead_server_fails_over() {
+    init_logs();
+    let zk = ZooKeeper::start().expect("zookeeper");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let cs = format!("{dead_addr},{}", zk.connect_string());
+    let reg = ZookeeperRegistry::connect(&config(&cs, true))
+        .await
+        .unwrap();
+    reg.register("default", &inst("10.7.7.7:8091"))
+        .await
+        .unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.7.7.7:8091"]);
+    reg.close().await.unwrap();
+}

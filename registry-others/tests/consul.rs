@@ -23,6 +23,36 @@ fn init_logs() {
         .try_init();
 }
 
+/// Collects this thread's log lines (for asserting that skipped entries are named).
+#[derive(Clone, Default)]
+struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuf {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let me = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::WARN)
+                .with_writer(move || me.clone())
+                .finish(),
+        )
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 fn config(consul: &ConsulDouble, extra: &[(&str, &str)]) -> Config {
     let mut l = ConfigLoader::new()
         .set("registry.type", "consul")
@@ -212,10 +242,21 @@ async fn malformed_entries_are_skipped() {
     let c = ConsulRegistry::connect(&config(&consul, &[]))
         .await
         .unwrap();
+    let logs = LogBuf::default();
+    let guard = logs.capture();
     let mut w = c.watch("m").await.unwrap();
     let s = w.next().await.unwrap();
     assert_eq!(addrs(&s), ["10.2.0.1:8091"]);
     assert_eq!(c.lookup("m").await.unwrap().len(), 1);
+    drop(guard);
+    let text = logs.text();
+    for id in ["m-port0", "m-badhost", "m-bigport"] {
+        assert!(
+            text.contains("WARN") && text.contains(&format!("service_id=\"{id}\"")),
+            "no warning naming {id}: {text}"
+        );
+    }
+    assert!(!text.contains("m-good"), "{text}");
     c.close().await.unwrap();
 }
 

@@ -41,5 +41,10 @@ pub mod eureka;
 #[cfg(feature = "eureka")]
 pub use eureka::EurekaRegistry;
 
-#[cfg(any(feature = "zookeeper", feature = "redis", feature = "consul", feature = "eureka"))]
+#[cfg(any(
+    feature = "zookeeper",
+    feature = "redis",
+    feature = "consul",
+    feature = "eureka"
+))]
 pub(crate) mod common;

@@ -449,3 +449,40 @@ async fn three_member_cluster_survives_losing_its_leader() {
     assert!(got.kvs().is_empty(), "close must revoke our lease");
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_registry_ends_its_tasks_and_removes_its_keys() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let ep = etcd.endpoint();
+    let mut long_ttl = config(&ep, false);
+    long_ttl.registry.etcd3.ttl = Duration::from_secs(30);
+    let doomed = EtcdRegistry::connect(&long_ttl).await.unwrap();
+    let watcher = EtcdRegistry::connect(&config(&ep, false)).await.unwrap();
+    doomed
+        .register("default", &inst("10.8.8.8:1"))
+        .await
+        .unwrap();
+    let mut own = doomed.watch("default").await.unwrap();
+    let mut w = watcher.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+    let t = Instant::now();
+    drop(doomed);
+    // The lease is revoked at once (not after its 30 s TTL) ...
+    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
+        s.is_empty()
+    })
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // ... and the dropped registry's own watch ends.
+    own.next().await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
+    assert!(
+        matches!(end, Ok(Err(_))),
+        "watch of a dropped registry must end: {end:?}"
+    );
+    watcher.close().await.unwrap();
+}

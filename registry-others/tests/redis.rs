@@ -331,3 +331,65 @@ async fn password_and_db_are_applied_and_servers_fail_over() {
     assert!(!err.to_string().is_empty());
     reg.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_registry_ends_its_tasks_and_removes_its_key() {
+    init_logs();
+    let r = Redis::start().expect("redis");
+    let mut long_ttl = config(&r.addr(), false);
+    long_ttl.registry.redis.ttl = Duration::from_secs(30);
+    let doomed = RedisRegistry::connect(&long_ttl).await.unwrap();
+    let watcher = RedisRegistry::connect(&config(&r.addr(), false))
+        .await
+        .unwrap();
+    doomed
+        .register("default", &inst("10.8.8.8:1"))
+        .await
+        .unwrap();
+    let mut own = doomed.watch("default").await.unwrap();
+    let mut w = watcher.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+    drop(doomed);
+    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
+        s.is_empty()
+    })
+    .await;
+    own.next().await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
+    assert!(
+        matches!(end, Ok(Err(_))),
+        "watch of a dropped registry must end: {end:?}"
+    );
+    watcher.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_written_without_publish_is_found_by_the_periodic_rescan() {
+    init_logs();
+    let r = Redis::start().expect("redis");
+    let reg = RedisRegistry::connect(&config(&r.addr(), true))
+        .await
+        .unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    assert!(w.next().await.unwrap().is_empty());
+    // Let the watch subscribe and finish its first scan.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Pub/sub is at-most-once: a registration whose message was lost.
+    let mut raw = raw(&r.url()).await;
+    let _: () = redis::cmd("SETEX")
+        .arg("registry.redis.default_10.0.0.9:8091")
+        .arg(30)
+        .arg("1@lost-message")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // refresh-period is 500 ms in these tests.
+    wait_for(&mut w, Duration::from_secs(3), "found by rescan", |s| {
+        s.len() == 1
+    })
+    .await;
+    reg.close().await.unwrap();
+}

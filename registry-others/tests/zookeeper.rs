@@ -358,3 +358,39 @@ async fn a_connect_string_with_a_dead_server_fails_over() {
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.7.7.7:8091"]);
     reg.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_registry_ends_its_tasks_and_removes_its_node() {
+    init_logs();
+    let zk = ZooKeeper::start().expect("zookeeper");
+    let cs = zk.connect_string();
+    let mut long_session = config(&cs, false);
+    long_session.registry.zk.session_timeout = Duration::from_secs(30);
+    let doomed = ZookeeperRegistry::connect(&long_session).await.unwrap();
+    let watcher = ZookeeperRegistry::connect(&config(&cs, false))
+        .await
+        .unwrap();
+    doomed
+        .register("default", &inst("10.8.8.8:1"))
+        .await
+        .unwrap();
+    let mut own = doomed.watch("default").await.unwrap();
+    let mut w = watcher.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
+        s.len() == 1
+    })
+    .await;
+    drop(doomed);
+    // Deleted at once, not after the 30 s session timeout.
+    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
+        s.is_empty()
+    })
+    .await;
+    own.next().await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
+    assert!(
+        matches!(end, Ok(Err(_))),
+        "watch of a dropped registry must end: {end:?}"
+    );
+    watcher.close().await.unwrap();
+}

@@ -218,11 +218,19 @@ impl Servers {
                 Err(e) => last = Some((i, e)),
             }
         }
-        let (i, e) = last.expect("at least one server");
-        self.next.store((i + 1) % n, Ordering::Relaxed);
+        let why = match last {
+            Some((i, e)) => {
+                self.next.store((i + 1) % n, Ordering::Relaxed);
+                e.to_string()
+            }
+            None => "no server configured".to_string(),
+        };
         Err(RegistryError::unavailable(
             KIND,
-            format!("no redis server answered ({}): {e}", self.addrs.join(", ")),
+            format!(
+                "no redis server answered ({}): {why}",
+                self.addrs.join(", ")
+            ),
         ))
     }
 

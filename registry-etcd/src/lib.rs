@@ -265,7 +265,11 @@ impl EtcdRegistry {
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
         if let Some(user) = &c.username {
-            opts = opts.with_user(user.clone(), c.password.clone().unwrap_or_default());
+            // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
+            // them instead of failing a long-running registration.
+            opts = opts
+                .with_user(user.clone(), c.password.clone().unwrap_or_default())
+                .with_auto_token_refresh(true);
         }
         let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
             .await

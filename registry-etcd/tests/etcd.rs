@@ -486,3 +486,33 @@ async fn dropping_the_registry_ends_its_tasks_and_removes_its_keys() {
     );
     watcher.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn username_and_password_are_used() {
+    init_logs();
+    let etcd = Etcd::start().expect("etcd");
+    let ep = etcd.endpoint();
+    let mut admin = raw(&ep).await;
+    admin.user_add("root", "s3cret", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.auth_enable().await.unwrap();
+
+    let mut cfg = config(&ep, true);
+    cfg.registry.etcd3.username = Some("root".into());
+    cfg.registry.etcd3.password = Some("s3cret".into());
+    let reg = EtcdRegistry::connect(&cfg).await.unwrap();
+    reg.register("default", &inst("10.9.9.9:8091"))
+        .await
+        .unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.9.9.9:8091"]);
+
+    // Without credentials etcd refuses us, with an error rather than a panic.
+    let anonymous = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    assert!(anonymous.lookup("default").await.is_err());
+    let mut wrong = config(&ep, true);
+    wrong.registry.etcd3.username = Some("root".into());
+    wrong.registry.etcd3.password = Some("nope".into());
+    assert!(EtcdRegistry::connect(&wrong).await.is_err());
+    reg.close().await.unwrap();
+}

@@ -386,7 +386,7 @@ impl RpcClientBuilder {
         let inner = Arc::new(Inner {
             target: target.clone(),
             counters: Default::default(),
-            discovery,
+            _discovery: discovery,
             balancer: Balancer::new(lb),
             alive: ArcSwap::from_pointee(AliveSet::default()),
             alive_tx,
@@ -477,8 +477,7 @@ struct Inner {
     counters: [AtomicU64; Counter::ALL],
     /// Kept for the client's lifetime: some registries stop following their source when
     /// the last handle to them is dropped.
-    #[allow(dead_code)]
-    discovery: Option<Discovery>,
+    _discovery: Option<Discovery>,
     options: ClientOptions,
     balancer: Balancer,
     alive: ArcSwap<AliveSet>,
@@ -999,7 +998,9 @@ impl RpcClient {
         }
     }
 
-    /// Sends the request to every alive endpoint and collects each answer (or error).
+    /// Sends the request to every alive endpoint and collects each answer (or error),
+    /// each with `timeout` (default [`ClientOptions::request_timeout`]). Empty when
+    /// nothing is alive or the client is shutting down.
     pub async fn send_to_all(
         &self,
         payload: Payload,

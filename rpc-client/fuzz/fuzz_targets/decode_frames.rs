@@ -10,7 +10,11 @@ use meshline_rpc_client::{FrameCodec, SeataMessage};
 use tokio_util::codec::{Decoder, Encoder};
 
 fuzz_target!(|data: &[u8]| {
-    let split = data.first().map(|b| usize::from(*b)).unwrap_or(0).min(data.len());
+    let split = data
+        .first()
+        .map(|b| usize::from(*b))
+        .unwrap_or(0)
+        .min(data.len());
     let mut codec = FrameCodec::new(64 * 1024);
     let mut buf = BytesMut::from(&data[..split]);
     let mut pieces = [&data[split..]].into_iter();

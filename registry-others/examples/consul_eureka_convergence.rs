@@ -5,7 +5,7 @@
 //! registers `N` instances one after the other; for each, the time from calling
 //! `register` to client B's watch delivering a snapshot that contains it is recorded.
 //! Prints p50 / p90 / p99 / max per backend, then three times the time a crashed
-//! registrant (dropped without `close`) takes to leave the other client's watch (Consul
+//! registrant (abandoned: no deregistration) takes to leave the other client's watch (Consul
 //! TTL 2 s; Eureka lease 3 s). Registrations are spread over the poll
 //! interval so that they do not all land at the same phase of Eureka's fetch cycle.
 //!
@@ -84,10 +84,11 @@ async fn measure(
     Ok(out)
 }
 
-/// A crashed registrant: `C` registers, then is dropped without `close` (its keeper /
-/// heartbeat stops, nothing is deleted). Timed from the drop until B's watch loses it.
-async fn crash<R: RegistryService>(
-    c: R,
+/// A crashed registrant: `C` registers, then is abandoned (its keeper / heartbeat stops,
+/// nothing is deleted). Timed from then until B's watch loses it.
+async fn crash(
+    c: &dyn RegistryService,
+    abandon: impl FnOnce(),
     b: &dyn RegistryService,
     cluster: &str,
     k: usize,
@@ -105,7 +106,7 @@ async fn crash<R: RegistryService>(
         }
     }
     tokio::time::sleep(settle).await;
-    drop(c);
+    abandon();
     let start = Instant::now();
     loop {
         let s = tokio::time::timeout(Duration::from_secs(60), w.next())
@@ -182,7 +183,7 @@ async fn main() -> Result<(), String> {
         let c = ConsulRegistry::connect(&cfg)
             .await
             .map_err(|e| e.to_string())?;
-        runs.push(crash(c, &b, "conv", k, Duration::from_secs(1)).await?);
+        runs.push(crash(&c, || c.abandon(), &b, "conv", k, Duration::from_secs(1)).await?);
     }
     println!("consul  crashed registrant removed after {runs:.2?} (TTL 2 s)");
     a.close().await.map_err(|e| e.to_string())?;
@@ -213,7 +214,17 @@ async fn main() -> Result<(), String> {
         let c = EurekaRegistry::connect(&cfg)
             .await
             .map_err(|e| e.to_string())?;
-        runs.push(crash(c, &b, "conv", k, Duration::from_millis(1500)).await?);
+        runs.push(
+            crash(
+                &c,
+                || c.abandon(),
+                &b,
+                "conv",
+                k,
+                Duration::from_millis(1500),
+            )
+            .await?,
+        );
     }
     println!(
         "eureka  crashed registrant removed after {runs:.2?} (lease 3 s, eviction every {:?}, refresh {refresh_ms} ms)",

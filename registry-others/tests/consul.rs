@@ -273,7 +273,8 @@ async fn the_ttl_check_is_kept_passing_and_expires_without_us() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(b.lookup("ttl").await.unwrap().len(), 1);
     }
-    // A crashed client (dropped without close) stops passing: the check expires.
+    // A crashed client (abandoned: no deregistration) stops passing: the check expires.
+    a.abandon();
     drop(a);
     let deadline = tokio::time::Instant::now() + WAIT;
     while !b.lookup("ttl").await.unwrap().is_empty() {
@@ -302,11 +303,11 @@ async fn agent_restart_keeps_snapshot_goes_stale_resyncs_and_reregisters() {
     a.register("f", &inst("10.4.0.2:1")).await.unwrap();
     let mut w = b.watch("f").await.unwrap();
     wait_for(&mut w, "two members", |s| s.len() == 2).await;
-    // Push the index up so that the restarted agent's index is lower.
-    for n in 0..5 {
-        a.register("other", &inst(&format!("10.4.1.{n}:1")))
-            .await
-            .unwrap();
+    // Push the service's index well above what the restarted (empty) agent will have,
+    // so a client that kept its old index would sit in a blocking query until `wait`
+    // (30 s) ran out instead of noticing the restart.
+    for _ in 0..20 {
+        a.register("f", &inst("10.4.0.1:1")).await.unwrap();
     }
 
     consul.stop();
@@ -380,4 +381,36 @@ async fn an_unreachable_agent_is_an_error_naming_it() {
         .unwrap();
     let err = ConsulRegistry::connect(&cfg).await.unwrap_err().to_string();
     assert!(err.contains("consul registry unavailable"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_registry_deregisters_at_once_and_ends_its_watches() {
+    init_logs();
+    let consul = ConsulDouble::start(ConsulDoubleOptions::default()).unwrap();
+    // A TTL far longer than the test: only an explicit deregistration removes it.
+    let cfg = config(&consul, &[("registry.consul.ttl", "60s")]);
+    let a = ConsulRegistry::connect(&cfg).await.unwrap();
+    let b = ConsulRegistry::connect(&cfg).await.unwrap();
+    a.register("drop", &inst("10.7.0.1:1")).await.unwrap();
+    let mut own = a.watch("drop").await.unwrap();
+    assert_eq!(own.next().await.unwrap().len(), 1);
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while !b.lookup("drop").await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "drop did not deregister"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if own.next().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the dropped registry's watch did not end");
+    b.close().await.unwrap();
 }

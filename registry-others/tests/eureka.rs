@@ -269,7 +269,8 @@ async fn heartbeats_keep_the_lease_and_a_dead_client_is_evicted() {
     a.register("lease", &inst("10.3.0.1:1")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await; // longer than the 3 s lease
     assert_eq!(b.lookup("lease").await.unwrap().len(), 1);
-    drop(a); // no cancel: the lease must run out
+    a.abandon(); // a crash: no cancel, the lease must run out
+    drop(a);
     let deadline = tokio::time::Instant::now() + WAIT;
     while !b.lookup("lease").await.unwrap().is_empty() {
         assert!(
@@ -375,4 +376,42 @@ async fn a_missing_service_url_or_server_is_an_error() {
         .unwrap();
     let err = EurekaRegistry::connect(&cfg).await.unwrap_err().to_string();
     assert!(err.contains("eureka registry unavailable"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_registry_cancels_at_once_and_ends_its_watches() {
+    init_logs();
+    let eureka = double();
+    // A lease far longer than the test: only an explicit cancel removes it.
+    let cfg = ConfigLoader::new()
+        .set("registry.type", "eureka")
+        .set("registry.eureka.serviceUrl", eureka.service_url())
+        .set("registry.eureka.leaseDuration", "60s")
+        .set("registry.eureka.refreshInterval", "200ms")
+        .load()
+        .unwrap();
+    let a = EurekaRegistry::connect(&cfg).await.unwrap();
+    let b = EurekaRegistry::connect(&cfg).await.unwrap();
+    a.register("drop", &inst("10.7.0.1:1")).await.unwrap();
+    let mut own = a.watch("drop").await.unwrap();
+    assert_eq!(own.next().await.unwrap().len(), 1);
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while !b.lookup("drop").await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "drop did not cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if own.next().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the dropped registry's watch did not end");
+    b.close().await.unwrap();
 }

@@ -12,9 +12,12 @@
 //!
 //! `GET /v1/health/service/<cluster>?passing=true&tag=services` — only instances whose
 //! every check passes. Watches are **blocking queries** in a loop (`index` + `wait`),
-//! with the index rules of Consul's docs: the index is reset to 0 when it goes
-//! backwards (the agent was restarted or lost its state), never used below 1, and a
-//! query that returns at once without a new index is rate-limited. Entries are parsed
+//! with the index rules of Consul's docs: the index is reset to 0 (a plain read) when
+//! it goes backwards (the agent was restarted or lost its state), a blocking query
+//! never uses index 0, and a query that returns at once without a new index is
+//! rate-limited. After a failed query the next one is a plain read too: a restarted,
+//! empty agent may have a lower index than ours, and a blocking query on it would only
+//! return when `wait` (30 s) runs out. Entries are parsed
 //! one by one: a malformed entry (no address, port 0 or out of range, a bad host) is
 //! skipped with a warning naming its service ID; a response that is not a JSON array
 //! is an error (the last snapshot is kept and the watch goes stale).
@@ -32,8 +35,10 @@
 //! service: restarted without persistence, or reaped it), the keeper registers the
 //! instance again at once; when the agent is unreachable it retries with jittered
 //! backoff. `unregister` and `close` deregister
-//! (`PUT /v1/agent/service/deregister/<id>`). Dropping the registry without `close`
-//! stops the keeper: the check then expires and Consul reaps the service.
+//! (`PUT /v1/agent/service/deregister/<id>`). Dropping the registry does the same (best
+//! effort, on the current tokio runtime) and ends its watches;
+//! [`abandon`](ConsulRegistry::abandon) stops everything without deregistering, like a
+//! crash: the check then expires and Consul reaps the service.
 //!
 //! Seata registers its TC with a TCP check instead of a TTL check; readers do not care
 //! which check keeps an instance passing.
@@ -50,7 +55,7 @@
 //!
 //! Against the testkit Consul double on a 2-core machine, 200 registrations on one
 //! client, each timed until another client's watch shows it: p50 3.65 ms, p99 8.33 ms.
-//! A crashed registrant (no `close`) left the watch after 1.7 s with a 2 s TTL. Run it
+//! A crashed (abandoned) registrant left the watch after 1.7 s with a 2 s TTL. Run it
 //! with `cargo run --release -p meshline-registry-others --features consul,eureka
 //! --example consul_eureka_convergence`; details in the crate's `CONVERGENCE.md`.
 //!
@@ -63,6 +68,7 @@
 mod parse;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
@@ -97,6 +103,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`close`]: RegistryService::close
 pub struct ConsulRegistry {
     inner: Arc<Inner>,
+    abandoned: AtomicBool,
 }
 
 impl std::fmt::Debug for ConsulRegistry {
@@ -190,7 +197,19 @@ impl ConsulRegistry {
             .await
             .map_err(|e| e.into_registry("connect"))?;
         tokio::spawn(keeper(inner.clone()));
-        Ok(ConsulRegistry { inner })
+        Ok(ConsulRegistry {
+            inner,
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Stops every background task at once **without** deregistering, as if the process
+    /// had crashed: the TTL checks expire and the agent reaps the services after
+    /// `DeregisterCriticalServiceAfter`. Used by tests that measure how fast watchers
+    /// notice a dead registrant.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.inner.cancel.cancel();
     }
 
     /// The agent's base URL.
@@ -200,8 +219,25 @@ impl ConsulRegistry {
 }
 
 impl Drop for ConsulRegistry {
+    /// Stops the background tasks and ends this registry's watches; unless
+    /// [`abandon`](ConsulRegistry::abandon)ed, also deregisters our services right away
+    /// (best effort, on the current tokio runtime if there is one) instead of leaving
+    /// them to TTL expiry.
     fn drop(&mut self) {
+        let was_open = !self.inner.cancel.is_cancelled();
         self.inner.cancel.cancel();
+        if !was_open || self.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            handle.spawn(async move {
+                let _ = deregister_all(&inner).await;
+                inner.hub.close();
+            });
+        } else {
+            self.inner.hub.close();
+        }
     }
 }
 
@@ -429,14 +465,22 @@ async fn keeper(inner: Arc<Inner>) {
     }
 }
 
-/// The blocking-query loop of one cluster.
+/// The index of the next query, after one made with `prev` (0: a plain read) answered
+/// `new` (Consul's rules, backends.md 6.1): reset to 0 (a plain read) when the index went
+/// backwards, otherwise follow it, but never block with index 0.
+fn next_index(prev: u64, new: u64) -> u64 {
+    if new < prev { 0 } else { new.max(1) }
+}
+
+/// The blocking-query loop of one cluster. `index` 0 means "read without blocking".
 async fn watch_loop(inner: Arc<Inner>, cluster: String, mut index: u64) {
     let mut backoff = Backoff::default();
     loop {
         let started = StdInstant::now();
+        let block = (index > 0).then_some(index);
         let res = tokio::select! {
             _ = inner.cancel.cancelled() => return,
-            r = inner.query(&cluster, Some(index.max(1))) => r,
+            r = inner.query(&cluster, block) => r,
         };
         match res {
             Ok((list, new_index)) => {
@@ -444,18 +488,16 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String, mut index: u64) {
                 inner.hub.mark_connected(&cluster);
                 inner.hub.publish(&cluster, list);
                 let prev = index;
-                index = if new_index < prev {
+                index = next_index(prev, new_index);
+                if index == 0 {
                     tracing::info!(
                         registry = KIND,
                         cluster,
                         prev,
                         new_index,
-                        "Consul index went backwards (agent restarted?); resetting to 0"
+                        "Consul index went backwards (agent restarted?); reading afresh"
                     );
-                    0
-                } else {
-                    new_index
-                };
+                }
                 // Rate-limit a query that came back at once without a newer index.
                 if new_index <= prev && started.elapsed() < Duration::from_millis(50) {
                     tokio::select! {
@@ -466,6 +508,10 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String, mut index: u64) {
             }
             Err(reason) => {
                 inner.hub.mark_stale(&cluster, &reason);
+                // After a failure we know nothing of the agent's state (it may have
+                // restarted empty, with a lower index that a blocking query would sit
+                // on until `wait` ran out): the next query is a plain read.
+                index = 0;
                 let d = backoff.next_delay();
                 tokio::select! {
                     _ = inner.cancel.cancelled() => return,
@@ -551,7 +597,11 @@ impl RegistryService for ConsulRegistry {
         let watch = inner.hub.subscribe(cluster);
         if w.insert(cluster.to_string()) {
             inner.hub.publish(cluster, list);
-            tokio::spawn(watch_loop(inner.clone(), cluster.to_string(), index));
+            tokio::spawn(watch_loop(
+                inner.clone(),
+                cluster.to_string(),
+                next_index(0, index),
+            ));
         }
         Ok(watch)
     }
@@ -562,43 +612,59 @@ impl RegistryService for ConsulRegistry {
             return Ok(());
         }
         inner.cancel.cancel();
-        let regs: Vec<(String, String)> = inner
-            .regs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(id, r)| (id, r.cluster))
-            .collect();
-        let mut first_err = None;
-        for (id, cluster) in regs {
-            let r = inner
-                .call(
-                    Method::PUT,
-                    &["v1", "agent", "service", "deregister", &id],
-                    &[],
-                    None,
-                    REQUEST_TIMEOUT,
-                )
-                .await;
-            if let Err(e) = r {
-                tracing::warn!(
-                    registry = KIND,
-                    cluster,
-                    service_id = id,
-                    error = e.describe(),
-                    "deregistration on close failed"
-                );
-                first_err.get_or_insert(e.into_registry("close"));
-            }
-        }
+        let result = deregister_all(inner).await;
         inner.hub.close();
-        first_err.map_or(Ok(()), Err)
+        result
     }
+}
+
+/// Deregisters every service we registered (close and drop); the first error is returned
+/// after trying them all.
+async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
+    let regs: Vec<(String, String)> = inner
+        .regs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(id, r)| (id, r.cluster))
+        .collect();
+    let mut first_err = None;
+    for (id, cluster) in regs {
+        let r = inner
+            .call(
+                Method::PUT,
+                &["v1", "agent", "service", "deregister", &id],
+                &[],
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(
+                registry = KIND,
+                cluster,
+                service_id = id,
+                error = e.describe(),
+                "deregistration failed"
+            );
+            first_err.get_or_insert(e.into_registry("deregister"));
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_rules() {
+        assert_eq!(next_index(10, 12), 12);
+        assert_eq!(next_index(10, 10), 10, "a wait timeout keeps the index");
+        assert_eq!(next_index(10, 3), 0, "backwards: read afresh");
+        assert_eq!(next_index(0, 3), 3);
+        assert_eq!(next_index(0, 0), 1, "never block with index 0");
+    }
 
     #[test]
     fn server_addr_forms() {

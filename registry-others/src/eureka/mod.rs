@@ -15,7 +15,10 @@
 //! registration each `renewalInterval` (`PUT .../apps/{APP}/{id}`); a **404** (the
 //! server does not know the instance: restarted, or the lease was evicted) makes it
 //! register again at once; an unreachable server is retried with jittered backoff.
-//! `unregister` and `close` cancel (`DELETE .../apps/{APP}/{id}`).
+//! `unregister` and `close` cancel (`DELETE .../apps/{APP}/{id}`); so does dropping the
+//! registry (best effort, on the current tokio runtime), which also ends its watches.
+//! [`abandon`](EurekaRegistry::abandon) stops everything without cancelling, like a
+//! crash: the server evicts the instances when their lease runs out.
 //!
 //! # Reading
 //!
@@ -72,6 +75,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`close`]: RegistryService::close
 pub struct EurekaRegistry {
     inner: Arc<Inner>,
+    abandoned: AtomicBool,
 }
 
 impl std::fmt::Debug for EurekaRegistry {
@@ -202,13 +206,41 @@ impl EurekaRegistry {
             .await
             .map_err(|e| e.into_registry("connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
-        Ok(EurekaRegistry { inner })
+        Ok(EurekaRegistry {
+            inner,
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Stops every background task at once **without** cancelling our instances, as if
+    /// the process had crashed: the server evicts them when their lease runs out. Used
+    /// by tests that measure how fast watchers notice a dead registrant.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.inner.cancel.cancel();
     }
 }
 
 impl Drop for EurekaRegistry {
+    /// Stops the background tasks and ends this registry's watches; unless
+    /// [`abandon`](EurekaRegistry::abandon)ed, also cancels our instances right away
+    /// (best effort, on the current tokio runtime if there is one) instead of leaving
+    /// them to lease expiry.
     fn drop(&mut self) {
+        let was_open = !self.inner.cancel.is_cancelled();
         self.inner.cancel.cancel();
+        if !was_open || self.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            handle.spawn(async move {
+                let _ = cancel_all(&inner).await;
+                inner.hub.close();
+            });
+        } else {
+            self.inner.hub.close();
+        }
     }
 }
 
@@ -584,37 +616,44 @@ impl RegistryService for EurekaRegistry {
             return Ok(());
         }
         inner.cancel.cancel();
-        let regs: Vec<(String, String)> = inner
-            .regs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(id, r)| (id, r.app))
-            .collect();
-        let mut first_err = None;
-        for (id, app) in regs {
-            let r = inner
-                .expect(
-                    Method::DELETE,
-                    &["apps", &app, &id],
-                    &[],
-                    None,
-                    &[StatusCode::OK, StatusCode::NOT_FOUND],
-                )
-                .await;
-            if let Err(e) = r {
-                tracing::warn!(
-                    registry = KIND,
-                    instance = id,
-                    error = e.describe(),
-                    "cancel on close failed"
-                );
-                first_err.get_or_insert(e.into_registry("close"));
-            }
-        }
+        let result = cancel_all(inner).await;
         inner.hub.close();
-        first_err.map_or(Ok(()), Err)
+        result
     }
+}
+
+/// Cancels every instance we registered (close and drop); the first error is returned
+/// after trying them all. A 404 (already gone) is fine.
+async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
+    let regs: Vec<(String, String)> = inner
+        .regs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(id, r)| (id, r.app))
+        .collect();
+    let mut first_err = None;
+    for (id, app) in regs {
+        let r = inner
+            .expect(
+                Method::DELETE,
+                &["apps", &app, &id],
+                &[],
+                None,
+                &[StatusCode::OK, StatusCode::NOT_FOUND],
+            )
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(
+                registry = KIND,
+                instance = id,
+                error = e.describe(),
+                "cancel failed"
+            );
+            first_err.get_or_insert(e.into_registry("cancel"));
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@
 //! - TTL checks **really expire**: past their TTL they turn critical ("TTL expired"),
 //!   and a service whose check stays critical longer than its
 //!   `DeregisterCriticalServiceAfter` is removed (the reaper runs every
-//!   [`ConsulDoubleOptions::tick`]).
+//!   [`ConsulDoubleOptions::tick`]; real Consul treats anything under 1 min as 1 min and
+//!   reaps every 30 s, which would make tests slow).
 //! - `PUT /v1/agent/service/deregister/:id` (unknown IDs are ignored: 200).
 //! - `GET /v1/health/service/:name[?passing][&tag=][&index=N&wait=10s][&dc=]`: the JSON
 //!   shape of Consul's `[{Node, Service, Checks}]` (with the `serfHealth` node check),

@@ -26,7 +26,8 @@
 //! - **Leases really expire**: an instance not renewed within its
 //!   `leaseInfo.durationInSecs` (default 90) is evicted by a task running every
 //!   [`EurekaDoubleOptions::eviction_interval`] (real server: 60 s), and the eviction
-//!   shows in the delta as `DELETED`.
+//!   shows in the delta as `DELETED`. (The real server's eviction check effectively
+//!   waits twice the lease, a long-standing quirk; the double waits one lease.)
 //!
 //! Differences from the real server, on purpose: no read-only response cache (writes
 //! are visible at once, the real server lags up to 30 s), no self-preservation, no

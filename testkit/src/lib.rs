@@ -39,6 +39,7 @@ mod eureka_double;
 mod http_double;
 mod process;
 mod redis;
+mod rnacos;
 mod zookeeper;
 
 use std::time::Duration;
@@ -48,6 +49,7 @@ pub use etcd::{Etcd, EtcdCluster};
 pub use eureka_double::{EurekaDouble, EurekaDoubleOptions};
 pub use process::ServerProcess;
 pub use redis::Redis;
+pub use rnacos::Rnacos;
 pub use zookeeper::ZooKeeper;
 
 /// How long a server may take to answer its readiness probe. Generous, because the

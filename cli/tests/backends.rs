@@ -1,0 +1,120 @@
+//! `meshline register` / `lookup` end to end through the facade, against each network
+//! backend compiled in: a real etcd, ZooKeeper, Redis and rnacos started by testkit, and
+//! the Consul and Eureka doubles. Proves `registry::from_config` wires every backend and
+//! that `register` keeps the instance until it is signalled, then removes it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn meshline(kind: &str, server: &str, env: &[(&str, String)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_meshline"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MESHLINE_") {
+            c.env_remove(k);
+        }
+    }
+    c.args(["--registry", kind, "--server", server]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn lookup(kind: &str, server: &str, env: &[(&str, String)], cluster: &str) -> String {
+    let out = meshline(kind, server, env)
+        .args(["lookup", "--cluster", cluster])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pred() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn terminate(mut child: Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("meshline register did not exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Registers through the CLI, sees it with `lookup`, stops the registrant, sees it go.
+fn register_lookup_unregister(kind: &str, server: &str, env: &[(&str, String)]) {
+    let cluster = format!("cli_{}", kind.replace('3', ""));
+    let addr = "10.9.0.1:8091";
+    let child = meshline(kind, server, env)
+        .args(["register", &cluster, addr, "--ttl", "3s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(&format!("{kind}: lookup to list {addr}"), || {
+        lookup(kind, server, env, &cluster).contains(addr)
+    });
+    let status = terminate(child);
+    assert!(status.success(), "{kind}: register exited with {status}");
+    wait_until(&format!("{kind}: {addr} to be removed"), || {
+        !lookup(kind, server, env, &cluster).contains(addr)
+    });
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd() {
+    let etcd = meshline_testkit::Etcd::start().expect("etcd");
+    register_lookup_unregister("etcd3", &etcd.endpoint(), &[]);
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper() {
+    let zk = meshline_testkit::ZooKeeper::start().expect("zookeeper");
+    register_lookup_unregister("zk", &zk.connect_string(), &[]);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis() {
+    let redis = meshline_testkit::Redis::start().expect("redis");
+    register_lookup_unregister("redis", &redis.addr(), &[]);
+}
+
+#[cfg(feature = "nacos")]
+#[test]
+fn nacos() {
+    let nacos = meshline_testkit::Rnacos::start().expect("rnacos");
+    let env = [(
+        "MESHLINE_REGISTRY__NACOS__GRPC_PORT",
+        nacos.grpc_port().to_string(),
+    )];
+    register_lookup_unregister("nacos", &nacos.http_addr(), &env);
+}
+
+#[cfg(feature = "consul")]
+#[test]
+fn consul() {
+    let consul = meshline_testkit::ConsulDouble::start(Default::default()).expect("consul double");
+    register_lookup_unregister("consul", &consul.server_addr(), &[]);
+}
+
+#[cfg(feature = "eureka")]
+#[test]
+fn eureka() {
+    let eureka = meshline_testkit::EurekaDouble::start(Default::default()).expect("eureka double");
+    register_lookup_unregister("eureka", &eureka.service_url(), &[]);
+}

@@ -13,10 +13,13 @@
 //! The first line on stdout is `tc-server <id> listening on <ip:port>` (tests read it
 //! to learn the port when started with `--port 0`). Logs go to stderr (`MESHLINE_LOG`).
 //!
-//! Registries: this program is built inside `meshline-rpc-client`, which knows only the
-//! `file` registry. Like Seata's TC, nothing is registered there (clients read
-//! `service.<cluster>.grouplist`); other `registry.type`s are refused with a message.
+//! Registries: `file` (like Seata's TC, nothing is registered there: clients read
+//! `service.<cluster>.grouplist`) and, built with `--features etcd`, `etcd3` (Seata's
+//! key layout, kept alive by a lease until SIGINT/SIGTERM). The cluster registered under
+//! is `--cluster`, else the registry's own cluster key (`registry.etcd3.cluster`).
 
+#[path = "shared/registry.rs"]
+mod registry;
 #[path = "shared/tc.rs"]
 mod tc;
 
@@ -27,8 +30,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
-use meshline_registry_file::FileRegistry;
+use meshline_registry_core::{Config, Instance, RegistryError};
 use meshline_rpc_client::{Server, ServerConfig};
 
 const USAGE: &str = "usage: tc-server [--id ID] [--host IP] [--port PORT] [--config FILE] [--cluster NAME] [--refuse-registration]";
@@ -74,15 +76,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn open_registry(config: &Config) -> Result<Arc<dyn RegistryService>, String> {
-    match config.registry.kind.to_ascii_lowercase().as_str() {
-        "file" => Ok(Arc::new(FileRegistry::from_config(config))),
-        other => Err(format!(
-            "registry.type `{other}` is not available in this tc-server (built in meshline-rpc-client, which knows only `file`); use the meshline facade's registries to register elsewhere"
-        )),
-    }
-}
-
 async fn wait_for_signal() -> &'static str {
     #[cfg(unix)]
     {
@@ -108,7 +101,7 @@ async fn wait_for_signal() -> &'static str {
 
 async fn run(args: Args) -> Result<(), String> {
     let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    let registry = open_registry(&config)?;
+    let registry = registry::open(&config).await?;
     let ip = args
         .host
         .parse()
@@ -125,14 +118,10 @@ async fn run(args: Args) -> Result<(), String> {
     println!("tc-server {} listening on {addr}", args.id);
     let _ = std::io::stdout().flush();
 
-    let cluster = args.cluster.clone().unwrap_or_else(|| {
-        config
-            .service
-            .vgroup_mapping
-            .get(&config.tx_service_group)
-            .cloned()
-            .unwrap_or_else(|| "default".into())
-    });
+    let cluster = args
+        .cluster
+        .clone()
+        .unwrap_or_else(|| registry::server_cluster(&config));
     let instance = Instance::new(&args.host, addr.port())
         .map_err(|e| e.to_string())?
         .with_metadata("tc-id", args.id.clone());

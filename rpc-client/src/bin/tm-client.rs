@@ -12,16 +12,18 @@
 //!
 //! With no `--config`, Seata's defaults apply: group `default_tx_group` -> cluster
 //! `default` -> `127.0.0.1:8091` (start `tc-server` with no flags to match).
+//! Registries: `file`, and `etcd3` when built with `--features etcd`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use meshline_registry_core::{Config, Discovery};
-use meshline_registry_file::FileRegistry;
 use meshline_rpc_client::{CallOptions, Payload, RegisterTmRequest, RpcClient, SeataRegistration};
+
+#[path = "shared/registry.rs"]
+mod registry;
 
 const USAGE: &str =
     "usage: tm-client [--config FILE] [--group GROUP] [--requests N] [--lb LOAD_BALANCE]";
@@ -62,17 +64,11 @@ fn parse_args() -> Result<Args, String> {
 
 async fn run(args: Args) -> Result<(), String> {
     let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    if !config.registry.kind.eq_ignore_ascii_case("file") {
-        return Err(format!(
-            "registry.type `{}` is not available in this tm-client (built in meshline-rpc-client, which knows only `file`)",
-            config.registry.kind
-        ));
-    }
     let group = args
         .group
         .clone()
         .unwrap_or_else(|| config.tx_service_group.clone());
-    let discovery = Discovery::from_config(Arc::new(FileRegistry::from_config(&config)), &config);
+    let discovery = Discovery::from_config(registry::open(&config).await?, &config);
     let cluster = discovery
         .cluster_for(&group)
         .map_err(|e| e.to_string())?

@@ -572,7 +572,10 @@ async fn read_loop(
         };
         let frame = match next {
             None => return "connection closed by peer".to_string(),
-            Some(Err(e)) => return e.to_string(),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "protocol error; closing the connection");
+                return e.to_string();
+            }
             Some(Ok(f)) => f,
         };
         match frame.msg_type {

@@ -549,3 +549,49 @@ async fn subset_connects_to_at_most_k() {
     let connected: usize = servers.iter().map(|s| s.server.connections().len()).sum();
     assert_eq!(connected, 3);
 }
+
+#[tokio::test]
+async fn a_peer_speaking_another_protocol_is_dropped_with_the_fault_named() {
+    // A "server" that answers with HTTP: the client must not use it, and must say why.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+    let good = start("good", Mode::Echo).await;
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![
+            good.instance(),
+            meshline_registry_core::Instance::new("127.0.0.1", addr.port()).unwrap(),
+        ],
+    );
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .handshake(seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let reason = until(SEC, || {
+        client.endpoints().iter().any(|e| {
+            e.instance.port() == addr.port() && matches!(&e.state, EndpointState::Refused(_))
+        })
+    })
+    .await;
+    assert!(reason.is_some(), "{:?}", client.endpoints());
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == addr.port())
+        .unwrap();
+    let EndpointState::Refused(reason) = st.state else {
+        unreachable!()
+    };
+    assert!(reason.contains("bad magic 0x4854"), "{reason}");
+    assert_eq!(alive_ports(&client), vec![good.addr().port()]);
+}

@@ -998,6 +998,56 @@ impl RpcClient {
         }
     }
 
+    /// Sends a request to one named endpoint, bypassing the balancer: for state bound
+    /// to a server (a game session's room, a Seata branch's TC). No retry elsewhere;
+    /// [`RpcError::NoEndpoint`] when that endpoint is not alive.
+    pub async fn call_to(
+        &self,
+        endpoint: &InstanceKey,
+        payload: Payload,
+        timeout: Option<Duration>,
+    ) -> Result<Response, RpcError> {
+        let _guard = self.begin()?;
+        let inner = self.inner();
+        let timeout = timeout.unwrap_or(inner.options.request_timeout);
+        let Some(entry) = inner.alive.load().get(endpoint).cloned() else {
+            return Err(RpcError::NoEndpoint {
+                target: format!("{} (endpoint {endpoint})", inner.target),
+            });
+        };
+        let stats = inner
+            .balancer
+            .endpoints()
+            .iter()
+            .find(|e| e.key() == endpoint)
+            .map(|e| e.begin());
+        let start = Instant::now();
+        let result = entry
+            .connection
+            .call(payload, timeout)
+            .instrument(
+                tracing::debug_span!("rpc_call_to", target = %inner.target, endpoint = %endpoint),
+            )
+            .await;
+        match (&result, stats) {
+            (Ok(_), Some(g)) => g.success(start.elapsed()),
+            (Err(RpcError::Timeout { .. }), Some(g)) => {
+                inner.count(Counter::Timeouts);
+                g.failure();
+            }
+            (Err(RpcError::MaybeDelivered { .. }), Some(g)) => {
+                inner.count(Counter::MaybeDelivered);
+                g.failure();
+            }
+            (Err(_), Some(g)) => g.failure(),
+            (_, None) => {}
+        }
+        result.map(|payload| Response {
+            endpoint: entry.instance,
+            payload,
+        })
+    }
+
     /// Sends the request to every alive endpoint and collects each answer (or error),
     /// each with `timeout` (default [`ClientOptions::request_timeout`]). Empty when
     /// nothing is alive or the client is shutting down.

@@ -70,8 +70,10 @@
 //! Bodies are [`bytes::Bytes`] end to end: a response body is a slice of the read
 //! buffer, and a forwarded payload is never decoded. The frame's head map
 //! ([`HeadMap`]) carries routing identity (player, session, trace id) beside the body;
-//! [`CallOptions::with_key`] / [`CallOptions::with_hash`] route by it. Backends can push
-//! to the gateway at any time through the [`InboundHandler`].
+//! [`CallOptions::with_key`] / [`CallOptions::with_hash`] route by it, and
+//! [`RpcClient::call_to`] addresses one backend directly for state bound to it (a
+//! room, a battle). Backends can push to the gateway at any time through the
+//! [`InboundHandler`].
 //!
 //! ## Observability
 //!

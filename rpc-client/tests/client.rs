@@ -595,3 +595,33 @@ async fn a_peer_speaking_another_protocol_is_dropped_with_the_fault_named() {
     assert!(reason.contains("bad magic 0x4854"), "{reason}");
     assert_eq!(alive_ports(&client), vec![good.addr().port()]);
 }
+
+#[tokio::test]
+async fn call_to_reaches_the_named_endpoint_only() {
+    let a = start("a", Mode::Echo).await;
+    let b = start("b", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&a, &b]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+    for _ in 0..20 {
+        let r = client
+            .call_to(b.instance().key(), Payload::new(&b"x"[..]), None)
+            .await
+            .unwrap();
+        assert_eq!(r.payload.head.get("server"), Some("b"));
+    }
+    assert_eq!(b.requests.load(Ordering::SeqCst), 20);
+    assert_eq!(a.requests.load(Ordering::SeqCst), 0);
+    // A bound endpoint that dies is an error, never a silent move to another server.
+    b.server.kill();
+    until(SEC, || alive_ports(&client) == vec![a.addr().port()])
+        .await
+        .expect("killed endpoint still alive");
+    let err = client
+        .call_to(b.instance().key(), Payload::new(&b"x"[..]), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::NoEndpoint { .. }), "{err}");
+    assert_eq!(a.requests.load(Ordering::SeqCst), 0);
+}

@@ -83,6 +83,10 @@ pub struct ClientOptions {
     /// How long a removed endpoint may take to finish its in-flight calls.
     pub drain_timeout: Duration,
     /// Connect to at most this many endpoints (a stable random subset); `None` = all.
+    ///
+    /// Chosen members stay chosen while the registry lists them; a member that is
+    /// listed but unreachable keeps its slot (it is retried with backoff), so the live
+    /// subset can be smaller than `k` until the registry drops it.
     pub subset_size: Option<usize>,
 }
 

@@ -20,6 +20,9 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo test"
 cargo test --workspace --all-features
 
+step "the Consul and Eureka doubles against independent npm clients"
+bash scripts/check-doubles.sh
+
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 

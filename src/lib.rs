@@ -10,9 +10,15 @@
 //! |---|---|---|
 //! | `file` (default) | `file` | `meshline-registry-file` |
 //! | `nacos` | `nacos` | `meshline-registry-nacos` |
+//! | `etcd` | `etcd3`, `etcd` | `meshline-registry-etcd` |
+//! | `zookeeper` | `zk`, `zookeeper` | `meshline-registry-others` |
+//! | `redis` | `redis` | `meshline-registry-others` |
 //! | `consul` | `consul` | `meshline-registry-others` |
 //! | `eureka` | `eureka` | `meshline-registry-others` |
-//! | `all` | every backend compiled into this version | |
+//! | `all` | every backend above | |
+//!
+//! The load balancers are always here ([`loadbalance`]); the rpc-client ([`rpc`]) is the
+//! default feature `rpc`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), meshline::RegistryError> {
@@ -28,6 +34,10 @@
 
 pub mod registry;
 
+pub use meshline_loadbalance as loadbalance;
+#[cfg(feature = "rpc")]
+pub use meshline_rpc_client as rpc;
+
 pub use meshline_registry_core as core;
 pub use meshline_registry_core::config::{ConfigLoader, Format};
 pub use meshline_registry_core::{
@@ -35,7 +45,21 @@ pub use meshline_registry_core::{
     RegistryService, Snapshot, Watch, WatchHub,
 };
 
+#[cfg(feature = "etcd")]
+pub use meshline_registry_etcd as etcd;
 #[cfg(feature = "file")]
 pub use meshline_registry_file as file;
 #[cfg(feature = "nacos")]
 pub use meshline_registry_nacos as nacos;
+#[cfg(any(
+    feature = "zookeeper",
+    feature = "redis",
+    feature = "consul",
+    feature = "eureka"
+))]
+pub use meshline_registry_others as others;
+
+/// The README's Rust examples compile as doctests, so they cannot drift from the API.
+#[cfg(all(doctest, feature = "rpc", feature = "file"))]
+#[doc = include_str!("../README.md")]
+mod readme_doctests {}

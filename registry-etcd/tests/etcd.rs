@@ -3,20 +3,15 @@
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions, PutOptions};
-use meshline_registry_core::{Config, Health, Instance, RegistryService, Snapshot, Watch};
+use meshline_registry_core::{Config, Health, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
+use meshline_testkit::watch::{addrs, inst, wait_for, wait_health};
 use meshline_testkit::{Etcd, EtcdCluster};
 
 const TTL: Duration = Duration::from_secs(2);
 
 fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
-                .unwrap_or_else(|_| "meshline_registry_etcd=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    meshline_testkit::watch::init_logs("meshline_registry_etcd=info");
 }
 
 fn config(endpoints: &str, empty_protection: bool) -> Config {
@@ -26,57 +21,6 @@ fn config(endpoints: &str, empty_protection: bool) -> Config {
     c.registry.etcd3.ttl = TTL;
     c.registry.empty_protection = empty_protection;
     c
-}
-
-fn inst(s: &str) -> Instance {
-    Instance::parse(s).unwrap()
-}
-
-fn addrs(s: &Snapshot) -> Vec<String> {
-    s.instances().iter().map(|i| i.to_string()).collect()
-}
-
-/// Reads the watch until `pred` holds for a snapshot, or panics after `within`.
-async fn wait_for(
-    w: &mut Watch,
-    within: Duration,
-    what: &str,
-    pred: impl Fn(&Snapshot) -> bool,
-) -> Snapshot {
-    let deadline = Instant::now() + within;
-    let cur = w.current();
-    if pred(&cur) {
-        return cur;
-    }
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, w.next()).await {
-            Ok(Ok(s)) if pred(&s) => return s,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
-            Err(_) => panic!(
-                "timed out after {within:?} waiting for {what}; last snapshot {:?}",
-                addrs(&w.current())
-            ),
-        }
-    }
-}
-
-async fn wait_health(w: &mut Watch, within: Duration, connected: bool) -> Health {
-    let deadline = Instant::now() + within;
-    loop {
-        let h = w.health();
-        if h.is_connected() == connected {
-            return h;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if tokio::time::timeout(left, w.health_changed())
-            .await
-            .is_err()
-        {
-            panic!("health did not become connected={connected} within {within:?}: {h:?}");
-        }
-    }
 }
 
 async fn raw(endpoint: &str) -> Client {

@@ -2,11 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Config, Health, Instance, RegistryService, Snapshot, Watch};
+use meshline_registry_core::{Config, Health, Instance, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
+use meshline_testkit::watch::{addrs, wait_for};
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
 use nacos_sdk::api::props::ClientProps;
+
+const WITHIN: Duration = Duration::from_secs(10);
 
 fn config(server: &Rnacos) -> Config {
     let mut c = Config::default();
@@ -30,30 +33,6 @@ async fn raw_client(server: &Rnacos) -> NamingService {
     .expect("raw nacos client")
 }
 
-fn addrs(s: &Snapshot) -> Vec<String> {
-    s.instances().iter().map(|i| i.to_string()).collect()
-}
-
-async fn wait_for(w: &mut Watch, what: &str, pred: impl Fn(&Snapshot) -> bool) -> Snapshot {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let cur = w.current();
-    if pred(&cur) {
-        return cur;
-    }
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, w.next()).await {
-            Ok(Ok(s)) if pred(&s) => return s,
-            Ok(Ok(_)) => continue,
-            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
-            Err(_) => panic!(
-                "timed out waiting for {what}; last: {:?}",
-                addrs(&w.current())
-            ),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_and_seata_layout_interop() {
     let server = Rnacos::start().expect("start rnacos");
@@ -69,7 +48,7 @@ async fn round_trip_and_seata_layout_interop() {
     let b = Instance::parse("10.0.0.2:8091").unwrap();
     reg.register("default", &a).await.unwrap();
     reg.register("default", &b).await.unwrap();
-    let s = wait_for(&mut w, "our two instances", |s| s.len() == 2).await;
+    let s = wait_for(&mut w, WITHIN, "our two instances", |s| s.len() == 2).await;
     assert_eq!(addrs(&s), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
     assert_eq!(s.instances()[0].weight(), 3);
     let seen = raw
@@ -107,7 +86,7 @@ async fn round_trip_and_seata_layout_interop() {
     )
     .await
     .unwrap();
-    wait_for(&mut w, "the Seata-registered TC", |s| {
+    wait_for(&mut w, WITHIN, "the Seata-registered TC", |s| {
         addrs(s).contains(&"10.0.0.9:8091".to_string())
     })
     .await;
@@ -131,7 +110,7 @@ async fn round_trip_and_seata_layout_interop() {
         .await
         .unwrap();
     reg.unregister("default", &b).await.unwrap();
-    let s = wait_for(&mut w, "removals", |s| s.len() == 1).await;
+    let s = wait_for(&mut w, WITHIN, "removals", |s| s.len() == 1).await;
     assert_eq!(addrs(&s), vec!["10.0.0.1:8091"]);
 
     // close() removes what we registered; empty protection keeps the watcher's list,
@@ -153,7 +132,7 @@ async fn kill_and_restart_the_server() {
     let me = Instance::parse("10.1.0.1:8091").unwrap();
     reg.register("default", &me).await.unwrap();
     let mut w = reg.watch("default").await.unwrap();
-    wait_for(&mut w, "our registration", |s| s.len() == 1).await;
+    wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
     assert!(w.health().is_connected());
 
     server.kill();
@@ -207,7 +186,10 @@ async fn convergence() {
         let inst = Instance::new("10.2.0.1", 10000 + i).unwrap();
         let t0 = Instant::now();
         writer.register("conv", &inst).await.unwrap();
-        wait_for(&mut w, "registration", |s| s.len() == usize::from(i) + 1).await;
+        wait_for(&mut w, WITHIN, "registration", |s| {
+            s.len() == usize::from(i) + 1
+        })
+        .await;
         samples.push(t0.elapsed());
     }
     samples.sort();

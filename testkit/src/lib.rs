@@ -40,6 +40,7 @@ mod http_double;
 mod process;
 mod redis;
 mod rnacos;
+pub mod watch;
 mod zookeeper;
 
 use std::time::Duration;

@@ -1,87 +1,9 @@
-//! Helpers shared by the backend tests of this crate.
+//! Helpers shared by the backend tests of this crate (the watch assertions live in
+//! meshline-testkit, shared with the other backends).
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
-
-use meshline_registry_core::{Health, Instance, Snapshot, Watch};
+pub use meshline_testkit::watch::{addrs, eventually, inst, wait_for, wait_health};
 
 pub fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
-                .unwrap_or_else(|_| "meshline_registry_others=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
-pub fn inst(s: &str) -> Instance {
-    Instance::parse(s).unwrap()
-}
-
-pub fn addrs(s: &Snapshot) -> Vec<String> {
-    s.instances().iter().map(|i| i.to_string()).collect()
-}
-
-/// Reads the watch until `pred` holds for a snapshot, or panics after `within`.
-pub async fn wait_for(
-    w: &mut Watch,
-    within: Duration,
-    what: &str,
-    pred: impl Fn(&Snapshot) -> bool,
-) -> Snapshot {
-    let deadline = Instant::now() + within;
-    let cur = w.current();
-    if pred(&cur) {
-        return cur;
-    }
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, w.next()).await {
-            Ok(Ok(s)) if pred(&s) => return s,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
-            Err(_) => panic!(
-                "timed out after {within:?} waiting for {what}; last snapshot {:?}",
-                addrs(&w.current())
-            ),
-        }
-    }
-}
-
-/// Waits until the watch's health is (not) connected, or panics after `within`.
-pub async fn wait_health(w: &mut Watch, within: Duration, connected: bool) -> Health {
-    let deadline = Instant::now() + within;
-    loop {
-        let h = w.health();
-        if h.is_connected() == connected {
-            return h;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if tokio::time::timeout(left, w.health_changed())
-            .await
-            .is_err()
-        {
-            panic!("health did not become connected={connected} within {within:?}: {h:?}");
-        }
-    }
-}
-
-/// Polls `check` every 50 ms until it returns true, or panics after `within`.
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    meshline_testkit::watch::init_logs("meshline_registry_others=info");
 }

@@ -1,0 +1,96 @@
+//! Assertions on registry [`Watch`]es shared by every backend's tests: wait for a
+//! snapshot that satisfies a predicate, wait for a health state, poll a condition.
+//! Each panics with what it was waiting for and the last state seen, so a failing
+//! test says why.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use meshline_registry_core::{Health, Instance, Snapshot, Watch};
+
+/// Sends `tracing` output to the test harness (shown for failing tests), filtered by
+/// `MESHLINE_LOG` or else `default_filter` (e.g. `"meshline_registry_etcd=info"`).
+pub fn init_logs(default_filter: &str) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Parses an address the test wrote; panics on a typo in the test.
+pub fn inst(s: &str) -> Instance {
+    Instance::parse(s).unwrap_or_else(|e| panic!("bad test address {s:?}: {e}"))
+}
+
+/// The snapshot's members as `host:port` text, in snapshot order.
+pub fn addrs(s: &Snapshot) -> Vec<String> {
+    s.instances().iter().map(|i| i.to_string()).collect()
+}
+
+/// Reads the watch until `pred` holds for a snapshot (the current one included), or
+/// panics after `within`.
+pub async fn wait_for(
+    w: &mut Watch,
+    within: Duration,
+    what: &str,
+    pred: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = Instant::now() + within;
+    let cur = w.current();
+    if pred(&cur) {
+        return cur;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, w.next()).await {
+            Ok(Ok(s)) if pred(&s) => return s,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
+            Err(_) => panic!(
+                "timed out after {within:?} waiting for {what}; last snapshot {:?}",
+                addrs(&w.current())
+            ),
+        }
+    }
+}
+
+/// Waits until the watch's health is (`connected`) or is not connected, or panics
+/// after `within`.
+pub async fn wait_health(w: &mut Watch, within: Duration, connected: bool) -> Health {
+    let deadline = Instant::now() + within;
+    loop {
+        let h = w.health();
+        if h.is_connected() == connected {
+            return h;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, w.health_changed())
+            .await
+            .is_err()
+        {
+            panic!("health did not become connected={connected} within {within:?}: {h:?}");
+        }
+    }
+}
+
+/// Polls `check` every 50 ms until it returns true, or panics after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

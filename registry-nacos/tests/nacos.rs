@@ -204,3 +204,42 @@ async fn convergence() {
     writer.close().await.unwrap();
     reader.close().await.unwrap();
 }
+
+/// Username/password reach the server: with auth on, the right credentials work and a
+/// wrong password is refused with an error (never a silent success).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn username_and_password_are_used() {
+    let server = Rnacos::start_with_auth("meshline", "s3cret-pass").expect("start rnacos");
+    let mut good = config(&server);
+    good.registry.nacos.username = Some("meshline".into());
+    good.registry.nacos.password = Some("s3cret-pass".into());
+    let reg = NacosRegistry::connect(&good).await.unwrap();
+    let me = Instance::parse("10.3.0.1:8091").unwrap();
+    reg.register("default", &me).await.unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
+
+    let mut bad = config(&server);
+    bad.registry.nacos.username = Some("meshline".into());
+    bad.registry.nacos.password = Some("wrong".into());
+    let refused = match NacosRegistry::connect(&bad).await {
+        Err(_) => true,
+        Ok(r) => r.lookup("default").await.is_err(),
+    };
+    assert!(
+        refused,
+        "a wrong password must not be able to read the registry"
+    );
+    let anonymous = match NacosRegistry::connect(&config(&server)).await {
+        Err(_) => true,
+        Ok(r) => r
+            .register("default", &Instance::parse("10.3.0.2:1").unwrap())
+            .await
+            .is_err(),
+    };
+    assert!(
+        anonymous,
+        "without credentials registration must be refused"
+    );
+    reg.close().await.unwrap();
+}

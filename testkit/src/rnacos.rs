@@ -55,6 +55,16 @@ impl Rnacos {
     /// Starts rnacos and waits until its HTTP `/health` answers 200 and its gRPC port
     /// accepts connections.
     pub fn start() -> Result<Rnacos> {
+        Rnacos::start_inner(None)
+    }
+
+    /// Starts rnacos with authentication on (open API and gRPC): clients must log in as
+    /// `username` / `password` (the initial admin account).
+    pub fn start_with_auth(username: &str, password: &str) -> Result<Rnacos> {
+        Rnacos::start_inner(Some((username.to_string(), password.to_string())))
+    }
+
+    fn start_inner(auth: Option<(String, String)>) -> Result<Rnacos> {
         let bin = find_rnacos()?;
         let bin = bin.to_string_lossy().into_owned();
         start_with_port_retry(
@@ -69,16 +79,30 @@ impl Rnacos {
                 // (`-e FILE`); the file keeps the test process's environment clean.
                 let env_file = dir.path().join("rnacos.env");
                 let data = dir.path().join("data");
-                let settings = format!(
+                let mut settings = format!(
                     "RNACOS_HTTP_PORT={http_port}\nRNACOS_GRPC_PORT={grpc_port}\nRNACOS_HTTP_CONSOLE_PORT=0\n\
                      RNACOS_SDK_HOST=127.0.0.1\nRNACOS_CONSOLE_HOST=127.0.0.1\n\
                      RNACOS_RAFT_NODE_ADDR=127.0.0.1:{grpc_port}\nRNACOS_DATA_DIR={}\n\
                      RNACOS_ENABLE_METRICS=false\nRUST_LOG=warn\n",
                     data.display()
                 );
+                if let Some((user, pass)) = &auth {
+                    settings.push_str(&format!(
+                        "RNACOS_ENABLE_OPEN_API_AUTH=true\nRNACOS_INIT_ADMIN_USERNAME={user}\n\
+                         RNACOS_INIT_ADMIN_PASSWORD={pass}\n"
+                    ));
+                }
                 std::fs::write(&env_file, settings)
                     .map_err(io_err(format!("write {}", env_file.display())))?;
                 let args: Vec<OsString> = vec!["-e".into(), env_file.into_os_string()];
+                // With auth on, the admin account is created after the ports open: ready
+                // means a login with it succeeds.
+                let login = auth.as_ref().map(|(user, pass)| {
+                    format!(
+                        "POST /nacos/v1/auth/login?username={user}&password={pass} HTTP/1.0\r\n\
+                         Host: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+                    )
+                });
                 let probe = Arc::new(move || {
                     let answer = tcp_exchange(
                         http_port,
@@ -89,8 +113,18 @@ impl Rnacos {
                         return Err(format!("GET /health answered {answer:?}"));
                     }
                     std::net::TcpStream::connect(("127.0.0.1", grpc_port))
-                        .map(|_| ())
-                        .map_err(|e| format!("gRPC port {grpc_port}: {e}"))
+                        .map_err(|e| format!("gRPC port {grpc_port}: {e}"))?;
+                    // Only once the server answers: an early login can hit rnacos before
+                    // its raft store is initialised.
+                    if let Some(req) = &login {
+                        let answer = tcp_exchange(http_port, req.as_bytes(), 12)?;
+                        if !answer.starts_with("HTTP/1.1 200")
+                            && !answer.starts_with("HTTP/1.0 200")
+                        {
+                            return Err(format!("admin login answered {answer:?}"));
+                        }
+                    }
+                    Ok(())
                 });
                 let process =
                     ServerProcess::new("rnacos", dir.path().to_path_buf(), &bin, args, probe);

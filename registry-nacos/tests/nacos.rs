@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Config, Health, Instance, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
-use meshline_testkit::watch::{addrs, wait_for};
+use meshline_testkit::watch::{addrs, survive_outage, wait_for};
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
 use nacos_sdk::api::props::ClientProps;
 
@@ -127,7 +127,7 @@ async fn round_trip_and_seata_layout_interop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_and_restart_the_server() {
-    let mut server = Rnacos::start().expect("start rnacos");
+    let server = Rnacos::start().expect("start rnacos");
     let reg = NacosRegistry::connect(&config(&server)).await.unwrap();
     let me = Instance::parse("10.1.0.1:8091").unwrap();
     reg.register("default", &me).await.unwrap();
@@ -135,23 +135,13 @@ async fn kill_and_restart_the_server() {
     wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
     assert!(w.health().is_connected());
 
-    server.kill();
-    // The watch keeps the last snapshot and reports the registry stale.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while w.health().is_connected() {
-        assert!(Instant::now() < deadline, "stale not reported");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(matches!(w.health(), Health::Stale { .. }));
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(addrs(&w.current()), vec!["10.1.0.1:8091"]);
-
-    let server = tokio::task::spawn_blocking(move || {
-        server.restart().expect("restart rnacos");
-        server
-    })
-    .await
-    .unwrap();
+    let server = survive_outage(
+        &mut w,
+        server,
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+    )
+    .await;
     // Our registration comes back (nacos-sdk redo), seen through the server, and the
     // watch resyncs and reports connected.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -94,3 +94,60 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A test server that can crash and come back: the real servers of this crate.
+pub trait Restartable: Send + 'static {
+    /// Stops the server abruptly (`SIGKILL`).
+    fn kill(&mut self);
+    /// Starts it again on the same ports (and data dir where it has one); blocks until
+    /// it answers.
+    fn restart(&mut self) -> crate::Result<()>;
+}
+
+macro_rules! restartable {
+    ($($t:ty),*) => {$(
+        impl Restartable for $t {
+            fn kill(&mut self) {
+                <$t>::kill(self)
+            }
+            fn restart(&mut self) -> crate::Result<()> {
+                <$t>::restart(self)
+            }
+        }
+    )*};
+}
+restartable!(crate::Etcd, crate::ZooKeeper, crate::Redis, crate::Rnacos);
+
+/// The outage every backend must survive: kills `server` while `w` is live, checks the
+/// watch reports [`Health::Stale`] within 10 s and still serves the same snapshot after
+/// `down`, restarts the server and waits (up to `resync_within`) for the watch to
+/// report connected again. Returns the restarted server for the backend-specific checks
+/// that follow (our registration is back, the watch is live).
+pub async fn survive_outage<S: Restartable>(
+    w: &mut Watch,
+    mut server: S,
+    down: Duration,
+    resync_within: Duration,
+) -> S {
+    let before = addrs(&w.current());
+    server.kill();
+    let h = wait_health(w, Duration::from_secs(10), false).await;
+    assert!(matches!(h, Health::Stale { .. }), "{h:?}");
+    tokio::time::sleep(down).await;
+    assert_eq!(
+        addrs(&w.current()),
+        before,
+        "the last snapshot must be kept while down"
+    );
+    assert!(!w.health().is_connected(), "still down, still stale");
+    let started = Instant::now();
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().expect("restart the server");
+        server
+    })
+    .await
+    .expect("restart task");
+    wait_health(w, resync_within, true).await;
+    tracing::info!(after = ?started.elapsed(), "watch resynced after the restart began");
+    server
+}

@@ -2,7 +2,8 @@
 //! meshline-testkit, shared with the other backends).
 #![allow(dead_code)]
 
-pub use meshline_testkit::watch::{addrs, eventually, inst, wait_for, wait_health};
+#[allow(unused_imports)] // each test binary uses a different subset
+pub use meshline_testkit::watch::{addrs, eventually, inst, survive_outage, wait_for, wait_health};
 
 pub fn init_logs() {
     meshline_testkit::watch::init_logs("meshline_registry_others=info");

@@ -151,3 +151,31 @@ pub async fn survive_outage<S: Restartable>(
     tracing::info!(after = ?started.elapsed(), "watch resynced after the restart began");
     server
 }
+
+/// Crashes a registrant with `crash` (which must stop it without deregistering, as a
+/// killed process would), waits for the watch to show one member fewer, and asserts that
+/// took at most `limit` (the backend's TTL or session timeout + 1 s). Returns the time
+/// taken, also logged under `what`.
+pub async fn assert_crash_removed_within(
+    w: &mut Watch,
+    what: &str,
+    limit: Duration,
+    crash: impl FnOnce(),
+) -> Duration {
+    let before = w.current().len();
+    assert!(before > 0, "{what}: nothing registered to crash");
+    let started = Instant::now();
+    crash();
+    // Wait longer than the limit so a slow removal is measured, then judged.
+    wait_for(w, limit + Duration::from_secs(3), "crash seen", |s| {
+        s.len() + 1 == before
+    })
+    .await;
+    let took = started.elapsed();
+    tracing::info!(?took, ?limit, "{what}: crashed registrant removed");
+    assert!(
+        took <= limit,
+        "{what}: removal took {took:?}, more than {limit:?}"
+    );
+    took
+}

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 #[allow(unused_imports)] // each test binary uses a different subset
-pub use meshline_testkit::watch::{addrs, eventually, inst, survive_outage, wait_for, wait_health};
+pub use meshline_testkit::watch::{
+    addrs, assert_crash_removed_within, eventually, inst, survive_outage, wait_for, wait_health,
+};
 
 pub fn init_logs() {
     meshline_testkit::watch::init_logs("meshline_registry_others=info");

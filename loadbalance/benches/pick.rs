@@ -17,25 +17,38 @@ const SIZES: [usize; 4] = [3, 10, 100, 1000];
 const REBUILD_SIZES: [usize; 4] = [10, 100, 1000, 10_000];
 const KEYS: usize = 1024;
 
-/// (bench label, factory name, weighted membership)
-const ALGORITHMS: &[(&str, &str, bool)] = &[
-    ("XID", "XID", false),
-    ("Random", "RandomLoadBalance", false),
-    ("RandomWeighted", "RandomLoadBalance", true),
-    ("RoundRobin", "RoundRobinLoadBalance", false),
-    ("RoundRobinWeighted", "RoundRobinLoadBalance", true),
-    ("ConsistentHash", "ConsistentHashLoadBalance", false),
-    ("ConsistentHashJava", "ConsistentHashJava", false),
-    ("LeastActive", "LeastActiveLoadBalance", false),
-    ("P2C", "P2C", false),
-    ("BoundedLoad", "BoundedLoad", false),
-    ("JumpHash", "JumpHash", false),
-    ("AccountHash", "AccountHash", false),
-    ("SourceHash", "SourceHash", false),
-    ("FillOneByOne", "FillOneByOne", false),
-    ("LoadWeighted", "LoadWeighted", false),
-    ("FewestRequests", "FewestRequests", false),
-    ("ZoneRoundRobin", "zone:RoundRobinLoadBalance", false),
+/// (bench label, factory name, weighted membership, least-active scan width cap)
+const ALGORITHMS: &[(&str, &str, bool, Option<&str>)] = &[
+    ("XID", "XID", false, None),
+    ("Random", "RandomLoadBalance", false, None),
+    ("RandomWeighted", "RandomLoadBalance", true, None),
+    ("RoundRobin", "RoundRobinLoadBalance", false, None),
+    ("RoundRobinWeighted", "RoundRobinLoadBalance", true, None),
+    ("ConsistentHash", "ConsistentHashLoadBalance", false, None),
+    ("ConsistentHashJava", "ConsistentHashJava", false, None),
+    ("LeastActive", "LeastActiveLoadBalance", false, None),
+    ("LeastActiveWeighted", "LeastActiveLoadBalance", true, None),
+    (
+        "LeastActive-avx2",
+        "LeastActiveLoadBalance",
+        false,
+        Some("avx2"),
+    ),
+    (
+        "LeastActive-scalar",
+        "LeastActiveLoadBalance",
+        false,
+        Some("scalar"),
+    ),
+    ("P2C", "P2C", false, None),
+    ("BoundedLoad", "BoundedLoad", false, None),
+    ("JumpHash", "JumpHash", false, None),
+    ("AccountHash", "AccountHash", false, None),
+    ("SourceHash", "SourceHash", false, None),
+    ("FillOneByOne", "FillOneByOne", false, None),
+    ("LoadWeighted", "LoadWeighted", false, None),
+    ("FewestRequests", "FewestRequests", false, None),
+    ("ZoneRoundRobin", "zone:RoundRobinLoadBalance", false, None),
 ];
 
 fn addr(i: usize) -> SocketAddr {
@@ -84,9 +97,18 @@ fn bench_picks(c: &mut Criterion) {
                     .with_zone("b")
             })
             .collect();
-        for &(label, name, weighted) in ALGORITHMS {
+        for &(label, name, weighted, scan) in ALGORITHMS {
             let balancer = Balancer::new(by_name(name).unwrap());
+            if let Some(scan) = scan {
+                // SAFETY: criterion runs benches on this one thread; nothing else reads
+                // the environment meanwhile.
+                unsafe { std::env::set_var("MESHLINE_LB_SCAN", scan) };
+            }
             balancer.update(&instances(n, weighted));
+            if scan.is_some() {
+                // SAFETY: as above.
+                unsafe { std::env::remove_var("MESHLINE_LB_SCAN") };
+            }
             // Some load, so least-active and P2C compare real counts.
             let endpoints = balancer.endpoints();
             let held: Vec<InFlightGuard> = (0..n * 2)

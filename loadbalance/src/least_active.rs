@@ -10,12 +10,19 @@
 //!
 //! Weighted (Dubbo-style): with unequal weights the endpoint minimising
 //! `in_flight / weight` wins, so a weight-2 server carries twice the concurrency.
-//! The pick is one pass over the endpoints' counters (plus a partial second pass to
-//! pick among ties): O(n), no allocation, no lock.
+//! The pick reads every endpoint's counter: O(n), no allocation, no lock. Endpoints
+//! made by one [`crate::StatsRegistry`] (every [`crate::Balancer`]) keep their counters
+//! side by side on its load board, and from 8 endpoints on the picker scans those
+//! pages eight lanes per vector load (AVX2 on x86-64, detected at run time): minimum,
+//! tie mask, one random draw; AVX-512 holds up to four pages in registers. Weighted
+//! pickers compare `in_flight × lcm(weights) / weight`, exact in integers. Other
+//! endpoints, requests with exclusions (retries), and CPUs without AVX2 take the
+//! one-by-one scan. `MESHLINE_LB_SCAN=avx2|scalar` caps the width (for benchmarks).
 
 use std::sync::Arc;
 
-use crate::picker::{EmptyPicker, Members};
+use crate::board::{CounterRef, LANES, Page, SMALL_PAGES, Scan, page_min, select_bit};
+use crate::picker::{EmptyPicker, Members, gcd};
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
 
 /// Fewest in-flight requests, weighted, random among ties (Seata name
@@ -56,24 +63,342 @@ impl LoadBalance for LeastActiveLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
+        self.build_with_scan(endpoints, Scan::detect())
+    }
+}
+
+impl LeastActiveLoadBalance {
+    fn build_with_scan(&self, endpoints: &[Endpoint], scan: Scan) -> Arc<dyn Picker> {
+        match self.make(endpoints, scan) {
+            Some(p) => Arc::new(p),
+            None => Arc::new(EmptyPicker),
+        }
+    }
+
+    fn make(&self, endpoints: &[Endpoint], scan: Scan) -> Option<LeastActivePicker> {
         if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
+            return None;
         }
         let members = Members::new(endpoints);
-        let stats = endpoints.iter().map(|e| e.stats_arc().clone()).collect();
+        let stats: Box<[Arc<EndpointStats>]> =
+            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
         let weighted = self.weighted && !members.uniform;
-        Arc::new(LeastActivePicker {
+        let view = BoardView::build(&stats, &members.weights, weighted, scan);
+        let counters = stats.iter().map(|s| s.slot().counter_ref()).collect();
+        Some(LeastActivePicker {
             stats,
+            counters,
             weighted,
             members,
+            view,
         })
     }
 }
 
 struct LeastActivePicker {
+    /// Keeps every counter in `counters` alive.
     stats: Box<[Arc<EndpointStats>]>,
+    /// The endpoints' in-flight counters, read one load each by the one-by-one scan.
+    counters: Box<[CounterRef]>,
     weighted: bool,
     members: Members,
+    /// The endpoints' counters as board pages, when they share one board densely
+    /// enough for the vector scan to beat reading them one by one.
+    view: Option<BoardView>,
+}
+
+/// The pages of the load board that hold this picker's endpoints' counters, with
+/// what the scan needs per lane (built once per membership change).
+struct BoardView {
+    pages: Box<[Arc<Page>]>,
+    /// Per page: lanes of endpoints this picker may choose (weight above 0).
+    member: Box<[u64]>,
+    /// Per page: 0 for member lanes, `u32::MAX` for the rest (other balancers'
+    /// endpoints, departed ones still draining, free slots).
+    veto: Box<[[u32; LANES]]>,
+    /// Per page: the endpoint index of each member lane.
+    index: Box<[[u32; LANES]]>,
+    /// Weighted pickers only, per page: `lcm(weights) / weight` of each member lane, so
+    /// that `count × mul` orders lanes exactly as `count / weight`.
+    mul: Box<[[u32; LANES]]>,
+    /// Weighted pickers only: the largest count whose key cannot wrap. A larger one
+    /// (never seen in practice) sends the pick to the exact one-by-one scan.
+    cap: u32,
+    scan: Scan,
+}
+
+/// Pages whose tie masks the per-page scan keeps on the stack (2048 endpoints).
+const MAX_STACK_PAGES: usize = 32;
+
+/// Fewer endpoints than this are read one by one: a page scan reads 64 lanes.
+const MIN_VIEW_ENDPOINTS: usize = 8;
+
+/// Largest `lcm(weights)` a weighted view accepts; counts up to 2^16 then fit.
+const MAX_WEIGHT_LCM: u64 = 1 << 16;
+
+impl BoardView {
+    fn build(
+        stats: &[Arc<EndpointStats>],
+        weights: &[u32],
+        weighted: bool,
+        scan: Scan,
+    ) -> Option<BoardView> {
+        let n = stats.len();
+        if n < MIN_VIEW_ENDPOINTS || scan == Scan::Scalar {
+            // Reading lanes one by one through the view is no faster than reading the
+            // endpoints one by one.
+            return None;
+        }
+        let board = stats[0].slot().board();
+        if !stats.iter().all(|s| Arc::ptr_eq(s.slot().board(), board)) {
+            return None;
+        }
+        let lcm = if weighted {
+            let mut l = 1u64;
+            for &w in weights.iter().filter(|&&w| w > 0) {
+                l = l / u64::from(gcd(l as u32, w)) * u64::from(w);
+                if l > MAX_WEIGHT_LCM {
+                    return None;
+                }
+            }
+            l as u32
+        } else {
+            1
+        };
+        // Board pages in slot order.
+        let mut page_nos: Vec<u32> = stats.iter().map(|s| s.slot().id() / LANES as u32).collect();
+        page_nos.sort_unstable();
+        page_nos.dedup();
+        // Sparse layouts (a few endpoints per page) are cheaper to read one by one.
+        if page_nos.len() > n / MIN_VIEW_ENDPOINTS + 1 {
+            return None;
+        }
+        let p = page_nos.len();
+        let mut pages: Vec<Option<Arc<Page>>> = vec![None; p];
+        let mut member = vec![0u64; p];
+        let mut veto = vec![[u32::MAX; LANES]; p];
+        let mut index = vec![[u32::MAX; LANES]; p];
+        let mut mul = if weighted {
+            vec![[0u32; LANES]; p]
+        } else {
+            Vec::new()
+        };
+        for (i, s) in stats.iter().enumerate() {
+            let id = s.slot().id();
+            let pg = page_nos.binary_search(&(id / LANES as u32)).ok()?;
+            let lane = id as usize % LANES;
+            pages[pg].get_or_insert_with(|| s.slot().page().clone());
+            if weights[i] == 0 {
+                continue;
+            }
+            member[pg] |= 1 << lane;
+            veto[pg][lane] = 0;
+            index[pg][lane] = i as u32;
+            if weighted {
+                mul[pg][lane] = lcm / weights[i];
+            }
+        }
+        Some(BoardView {
+            pages: pages
+                .into_iter()
+                .collect::<Option<Vec<_>>>()?
+                .into_boxed_slice(),
+            member: member.into_boxed_slice(),
+            veto: veto.into_boxed_slice(),
+            index: index.into_boxed_slice(),
+            mul: mul.into_boxed_slice(),
+            cap: (u32::MAX - 1) / lcm,
+            scan,
+        })
+    }
+
+    /// Fewest in flight (weighted when `W`) among member lanes, uniform among ties,
+    /// with the widest scan the CPU offers. `None` sends the pick to the one-by-one
+    /// scan (no eligible lane, or a count above the weighted cap).
+    #[inline]
+    fn pick<const W: bool>(&self) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        match self.scan {
+            // SAFETY: `Scan::Avx512` is only chosen when the CPU has AVX-512F, AVX2,
+            // POPCNT and BMI2 (`Scan::supported`).
+            Scan::Avx512 => return unsafe { self.pick_avx512::<W>() },
+            // SAFETY: `Scan::Avx2` is only chosen when the CPU has AVX2 and POPCNT.
+            Scan::Avx2 => return unsafe { self.pick_avx2::<W>() },
+            Scan::Scalar => {}
+        }
+        self.pick_with::<W>(fastrand::u64(..), |page, veto, mul| {
+            page_min::<W>(page, veto, mul, Scan::Scalar)
+        })
+    }
+
+    /// [`Self::pick`] compiled for AVX-512: up to [`SMALL_PAGES`] pages are scanned
+    /// together in registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2, POPCNT and BMI2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,popcnt,bmi2")]
+    unsafe fn pick_avx512<const W: bool>(&self) -> Option<usize> {
+        use crate::board::x86;
+        use std::arch::x86_64::_pdep_u64;
+        // Drawn first, so the generator runs alongside the scan instead of after it.
+        let x = fastrand::u64(..);
+        // Every AVX-512 CPU has a fast `pdep` (the slow microcoded one is AMD Zen 1/2).
+        let select =
+            |mask: u64, r: u32| _pdep_u64(1u64.wrapping_shl(r), mask).trailing_zeros() as usize;
+        let n_pages = self.pages.len();
+        if n_pages == 1 {
+            let mul = if W { &self.mul[0] } else { &self.veto[0] };
+            // SAFETY: this function's contract.
+            let (_, mask, max) =
+                unsafe { x86::page_min_avx512::<W>(&self.pages[0], &self.veto[0], mul) };
+            if W && max > self.cap {
+                return None;
+            }
+            return self.choose(&[mask & self.member[0]], x, select);
+        }
+        if n_pages <= SMALL_PAGES {
+            // SAFETY: this function's contract; the view's arrays have one entry per page.
+            let (masks, max) = unsafe {
+                x86::ties_small_avx512::<W>(&self.pages, &self.veto, &self.mul, &self.member)
+            };
+            if W && max > self.cap {
+                return None;
+            }
+            return self.choose(&masks[..n_pages], x, select);
+        }
+        // SAFETY: this function's contract.
+        self.pick_with::<W>(x, |page, veto, mul| unsafe {
+            x86::page_min_avx512::<W>(page, veto, mul)
+        })
+    }
+
+    /// [`Self::pick`] compiled for AVX2 (the page scan inlined, POPCNT for the tie
+    /// counts).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn pick_avx2<const W: bool>(&self) -> Option<usize> {
+        use crate::board::x86;
+        let x = fastrand::u64(..);
+        if self.pages.len() == 1 {
+            let mul = if W { &self.mul[0] } else { &self.veto[0] };
+            // SAFETY: this function's contract.
+            let (_, mask, max) =
+                unsafe { x86::page_min_avx2::<W>(&self.pages[0], &self.veto[0], mul) };
+            if W && max > self.cap {
+                return None;
+            }
+            return self.choose(&[mask & self.member[0]], x, select_bit);
+        }
+        if self.pages.len() == 2 {
+            // SAFETY: this function's contract; two pages, one array entry per page.
+            let (masks, max) = unsafe {
+                x86::ties_pair_avx2::<W>(&self.pages, &self.veto, &self.mul, &self.member)
+            };
+            if W && max > self.cap {
+                return None;
+            }
+            return self.choose(&masks, x, select_bit);
+        }
+        // SAFETY: this function's contract.
+        self.pick_with::<W>(x, |page, veto, mul| unsafe {
+            x86::page_min_avx2::<W>(page, veto, mul)
+        })
+    }
+
+    /// Up to [`MAX_STACK_PAGES`] pages: each page's minimum and ties in one pass (the
+    /// pages are independent, so the CPU overlaps them), then the pages holding the
+    /// overall minimum. Beyond that, a reservoir over pages (a page wins a tie with
+    /// probability proportional to its number of tied lanes).
+    #[inline(always)]
+    fn pick_with<const W: bool>(
+        &self,
+        x: u64,
+        page_min: impl Fn(&Page, &[u32; LANES], &[u32; LANES]) -> (u32, u64, u32),
+    ) -> Option<usize> {
+        let n_pages = self.pages.len();
+        let mul = |p: usize| if W { &self.mul[p] } else { &self.veto[p] };
+        let mut max_count = 0u32;
+        if n_pages <= MAX_STACK_PAGES {
+            let mut mins = [u32::MAX; MAX_STACK_PAGES];
+            let mut masks = [0u64; MAX_STACK_PAGES];
+            let mut min = u32::MAX;
+            for (p, page) in self.pages.iter().enumerate() {
+                let (m, mask, max) = page_min(page, &self.veto[p], mul(p));
+                max_count = max_count.max(max);
+                let mask = mask & self.member[p];
+                // A page with no eligible lane must not set the minimum.
+                let m = if mask == 0 { u32::MAX } else { m };
+                mins[p] = m;
+                masks[p] = mask;
+                min = min.min(m);
+            }
+            if W && max_count > self.cap {
+                return None;
+            }
+            for p in 0..n_pages {
+                masks[p] &= u64::from(mins[p] == min).wrapping_neg();
+            }
+            return self.choose(&masks[..n_pages], x, select_bit);
+        }
+        let mut best = u32::MAX;
+        let mut ties = 0u32;
+        let mut chosen_page = 0usize;
+        let mut chosen_mask = 0u64;
+        for (p, page) in self.pages.iter().enumerate() {
+            let (min, mask, max) = page_min(page, &self.veto[p], mul(p));
+            max_count = max_count.max(max);
+            let mask = mask & self.member[p];
+            let count = mask.count_ones();
+            if count == 0 {
+                continue;
+            }
+            if ties == 0 || min < best {
+                best = min;
+                ties = count;
+                chosen_page = p;
+                chosen_mask = mask;
+            } else if min == best {
+                ties += count;
+                if fastrand::u32(..ties) < count {
+                    chosen_page = p;
+                    chosen_mask = mask;
+                }
+            }
+        }
+        let count = chosen_mask.count_ones();
+        if count == 0 || (W && max_count > self.cap) {
+            return None;
+        }
+        let r = ((u128::from(x) * u128::from(count)) >> 64) as u32;
+        Some(self.index[chosen_page][select_bit(chosen_mask, r)] as usize)
+    }
+
+    /// The tied lane numbered `x × ties / 2^64` across `masks` (one per page, in page
+    /// order) as an endpoint index: a uniform choice, since `x` is a uniform 64-bit draw
+    /// (multiply-shift; the bias is below `ties / 2^64`). The page is found by a
+    /// branch-free walk (a mispredicted branch costs more than scanning a page).
+    #[inline(always)]
+    fn choose(&self, masks: &[u64], x: u64, select: impl Fn(u64, u32) -> usize) -> Option<usize> {
+        let total: u32 = masks.iter().map(|m| m.count_ones()).sum();
+        if total == 0 {
+            return None;
+        }
+        let r = ((u128::from(x) * u128::from(total)) >> 64) as u32;
+        let (mut page, mut skipped, mut end) = (0usize, 0u32, 0u32);
+        for &m in masks {
+            let c = m.count_ones();
+            end += c;
+            let past = end <= r;
+            page += usize::from(past);
+            skipped += if past { c } else { 0 };
+        }
+        let lane = select(masks[page], r - skipped);
+        Some(self.index[page][lane & (LANES - 1)] as usize)
+    }
 }
 
 impl LeastActivePicker {
@@ -84,11 +409,12 @@ impl LeastActivePicker {
         let mut best: Option<(u64, u64)> = None;
         let mut first = 0usize;
         let mut ties = 0usize;
-        for (i, s) in self.stats.iter().enumerate() {
+        for (i, &c) in self.counters.iter().enumerate() {
             if !ok(i) {
                 continue;
             }
-            let load = s.in_flight();
+            // SAFETY: `self.stats` keeps every counter alive.
+            let load = u64::from(unsafe { c.load() });
             let wi = weight(i);
             if wi == 0 {
                 continue;
@@ -121,13 +447,15 @@ impl LeastActivePicker {
         // The r-th tie; counters may have moved since the first pass, in which case the
         // first minimum found is still a fine answer.
         let mut r = fastrand::usize(..ties);
-        for (i, s) in self.stats.iter().enumerate().skip(first) {
+        for (i, &c) in self.counters.iter().enumerate().skip(first) {
             if !ok(i) {
                 continue;
             }
             let wi = weight(i);
             if wi > 0
-                && u128::from(s.in_flight()) * u128::from(bw) == u128::from(bl) * u128::from(wi)
+                // SAFETY: as above.
+                && u128::from(unsafe { c.load() }) * u128::from(bw)
+                    == u128::from(bl) * u128::from(wi)
             {
                 if r == 0 {
                     return Some(i);
@@ -150,8 +478,9 @@ impl LeastActivePicker {
         let mut ties = [0u8; TIE_BUFFER];
         let mut len = 0usize;
         let mut min = u64::MAX;
-        for (i, s) in self.stats.iter().enumerate() {
-            let load = s.in_flight();
+        for (i, &c) in self.counters.iter().enumerate() {
+            // SAFETY: `self.stats` keeps every counter alive.
+            let load = u64::from(unsafe { c.load() });
             if load < min {
                 min = load;
                 len = 0;
@@ -172,6 +501,16 @@ impl Picker for LeastActivePicker {
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
         let w = &self.members.weights;
         let all = req.exclusions().is_empty();
+        if all && let Some(view) = &self.view {
+            let picked = if self.weighted {
+                view.pick::<true>()
+            } else {
+                view.pick::<false>()
+            };
+            if picked.is_some() {
+                return picked;
+            }
+        }
         match (all, self.weighted, self.members.uniform) {
             // Equal weights, nothing excluded: the common case.
             (true, _, true) if self.stats.len() <= TIE_BUFFER => self.select_uniform(),
@@ -186,6 +525,132 @@ impl Picker for LeastActivePicker {
                 |i| !req.is_excluded(i, &self.members.endpoints[i]),
                 |i| u64::from(w[i].min(1)),
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InFlightGuard, StatsRegistry};
+    use meshline_registry_core::Instance;
+
+    fn scans() -> Vec<Scan> {
+        [Scan::Scalar, Scan::Avx2, Scan::Avx512]
+            .into_iter()
+            .filter(|s| *s <= Scan::supported())
+            .collect()
+    }
+
+    /// Every scan width, every page layout (one page, the in-register pages, the
+    /// per-page path, the reservoir beyond 32 pages), with identities on the board that
+    /// the picker must not choose (they carry no load, so a scan that let them through
+    /// would pick them): only least-loaded endpoints are picked, and ties are shared.
+    #[test]
+    fn every_scan_picks_only_the_least_loaded_and_shares_ties() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for n in [
+            8usize, 9, 63, 64, 65, 100, 128, 200, 256, 257, 300, 1000, 2100,
+        ] {
+            for (mode, weighted) in [("uniform", false), ("weighted", true), ("fewest", true)] {
+                let reg = StatsRegistry::new();
+                let all: Vec<Instance> = (0..n + n / 4)
+                    .map(|i| {
+                        let inst =
+                            Instance::parse(&format!("10.1.{}.{}:8091", i / 250, i % 250)).unwrap();
+                        // Weight 0 on a few: never chosen while others are eligible.
+                        let w = if weighted { [1, 2, 3, 0, 2][i % 5] } else { 1 };
+                        inst.with_weight(w)
+                    })
+                    .collect();
+                let eps = reg.endpoints(&all);
+                let members: Vec<Endpoint> = eps
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % 5 != 2)
+                    .map(|(_, e)| e.clone())
+                    .collect();
+                let mut held: Vec<InFlightGuard> = Vec::new();
+                for e in &members {
+                    for _ in 0..rng.u32(1..4) {
+                        held.push(e.begin());
+                    }
+                }
+                let lb = match mode {
+                    "fewest" => LeastActiveLoadBalance::unweighted("FewestRequests"),
+                    _ => LeastActiveLoadBalance::new(),
+                };
+                let key = |i: usize| -> (u64, u64) {
+                    let w = u64::from(members[i].weight());
+                    let w = if mode == "weighted" { w } else { w.min(1) };
+                    (members[i].stats().in_flight(), w)
+                };
+                let better = |a: (u64, u64), b: (u64, u64)| a.0 * b.1 < b.0 * a.1;
+                let eligible: Vec<usize> = (0..members.len()).filter(|&i| key(i).1 > 0).collect();
+                let best = eligible
+                    .iter()
+                    .copied()
+                    .fold(None::<usize>, |b, i| match b {
+                        Some(b) if !better(key(i), key(b)) => Some(b),
+                        _ => Some(i),
+                    })
+                    .unwrap();
+                let ties: Vec<usize> = eligible
+                    .iter()
+                    .copied()
+                    .filter(|&i| !better(key(best), key(i)))
+                    .collect();
+                for scan in scans() {
+                    let mut picker = lb.make(&members, scan).unwrap();
+                    let req = PickRequest::default();
+                    if scan != Scan::Scalar {
+                        let view = picker.view.as_mut().expect("a board view");
+                        if mode == "weighted" {
+                            // Above the cap the view declines and the exact scan answers.
+                            let cap = view.cap;
+                            view.cap = 1;
+                            assert_eq!(view.pick::<true>(), None);
+                            let i = picker.pick(&req).unwrap();
+                            assert!(ties.contains(&i), "n={n} over the cap: picked {i}");
+                            picker.view.as_mut().unwrap().cap = cap;
+                        }
+                    } else {
+                        assert!(picker.view.is_none());
+                    }
+                    let rounds = 200 * ties.len().min(50);
+                    let mut hits = vec![0usize; members.len()];
+                    for _ in 0..rounds {
+                        // The view itself must answer (no silent fallback).
+                        let i = match (&picker.view, picker.weighted) {
+                            (Some(view), true) => view.pick::<true>(),
+                            (Some(view), false) => view.pick::<false>(),
+                            (None, _) => picker.pick(&req),
+                        };
+                        let i = i.unwrap_or_else(|| panic!("n={n} {mode} {scan:?}: no pick"));
+                        assert_eq!(picker.pick(&req).map(|j| ties.contains(&j)), Some(true));
+                        hits[i] += 1;
+                    }
+                    for (i, &h) in hits.iter().enumerate() {
+                        assert!(
+                            h == 0 || ties.contains(&i),
+                            "n={n} {mode} {scan:?}: picked {i} {:?}, best {:?}",
+                            key(i),
+                            key(best)
+                        );
+                    }
+                    if ties.len() <= 50 {
+                        let expect = rounds / ties.len();
+                        for &t in &ties {
+                            assert!(
+                                hits[t] > expect / 2 && hits[t] < expect * 2,
+                                "n={n} {mode} {scan:?}: tie {t} got {} of {rounds}, expected ~{expect}",
+                                hits[t]
+                            );
+                        }
+                    }
+                }
+                drop(held);
+            }
         }
     }
 }

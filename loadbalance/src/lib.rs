@@ -75,6 +75,7 @@
 #![warn(missing_docs)]
 
 mod balancer;
+mod board;
 mod bounded;
 mod consistent_hash;
 mod endpoint;

@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::board::{Board, Slot};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -71,12 +73,14 @@ impl LoadGroup {
 /// over it and by every [`crate::InFlightGuard`] taken on it.
 ///
 /// All fields are atomics: readers (pickers) never lock; writers are the guards.
-/// The struct is cache-line aligned so that two endpoints' hot counters never share a
-/// line between cores.
+/// The struct is cache-line aligned so that two endpoints' latency and failure counters
+/// never share a line between cores. The in-flight count is the exception: it is a lane
+/// of the registry's dense load board (see `board.rs`), so that least-active can scan a
+/// whole cluster's counts with a few vector loads.
 #[derive(Debug)]
 #[repr(align(64))]
 pub struct EndpointStats {
-    in_flight: AtomicU64,
+    in_flight: Slot,
     picks: AtomicU64,
     successes: AtomicU64,
     failures: AtomicU64,
@@ -101,9 +105,17 @@ impl EndpointStats {
     }
 
     /// Fresh stats counted in `group`.
+    ///
+    /// Their in-flight counter is alone on its own board, so a least-active picker over
+    /// such endpoints reads them one by one; stats made by a [`StatsRegistry`] share
+    /// the registry's board and are scanned with vector loads.
     pub fn in_group(group: Arc<LoadGroup>) -> Self {
+        EndpointStats::on_board(group, &Board::new())
+    }
+
+    pub(crate) fn on_board(group: Arc<LoadGroup>, board: &Arc<Board>) -> Self {
         EndpointStats {
-            in_flight: AtomicU64::new(0),
+            in_flight: board.acquire(),
             picks: AtomicU64::new(0),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -119,7 +131,13 @@ impl EndpointStats {
     /// Requests picked on this endpoint whose guard has not been dropped yet.
     #[inline]
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        u64::from(self.in_flight.counter().load(Ordering::Relaxed))
+    }
+
+    /// The board slot holding the in-flight counter.
+    #[inline]
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.in_flight
     }
 
     /// Requests begun on this endpoint (picks and [`crate::Endpoint::begin`]) since the
@@ -206,15 +224,17 @@ impl EndpointStats {
     }
 
     /// Counts one more request in flight (here and in the group).
+    ///
+    /// The counter is 32 bits: it cannot wrap, since every count is a live guard.
     pub(crate) fn begin(&self) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
         self.group.in_flight.fetch_add(1, Ordering::Relaxed);
         self.picks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one request out (here and in the group).
     pub(crate) fn end(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
         self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -277,11 +297,31 @@ fn decay(value: f64, elapsed_ns: u64, decay: Duration) -> f64 {
 /// [`InstanceKey`] keeps the same [`EndpointStats`] across membership changes.
 ///
 /// Entries are weak: stats are freed once no endpoint list and no in-flight guard uses
-/// them. All stats of one registry share one [`LoadGroup`].
-#[derive(Debug, Default)]
+/// them. All stats of one registry share one [`LoadGroup`], and their in-flight
+/// counters sit side by side on one load board (freed slots are reused, lowest first).
 pub struct StatsRegistry {
     entries: Mutex<HashMap<InstanceKey, Weak<EndpointStats>>>,
     group: Arc<LoadGroup>,
+    board: Arc<Board>,
+}
+
+impl Default for StatsRegistry {
+    fn default() -> Self {
+        StatsRegistry {
+            entries: Mutex::default(),
+            group: Arc::default(),
+            board: Board::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StatsRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsRegistry")
+            .field("entries", &self.len())
+            .field("in_flight", &self.group.in_flight())
+            .finish()
+    }
 }
 
 impl StatsRegistry {
@@ -298,18 +338,18 @@ impl StatsRegistry {
     /// The stats of `key`, created if this identity is new (or was forgotten).
     pub fn stats_for(&self, key: &InstanceKey) -> Arc<EndpointStats> {
         let mut map = self.lock();
-        Self::get_or_insert(&mut map, key, &self.group)
+        self.get_or_insert(&mut map, key)
     }
 
     fn get_or_insert(
+        &self,
         map: &mut HashMap<InstanceKey, Weak<EndpointStats>>,
         key: &InstanceKey,
-        group: &Arc<LoadGroup>,
     ) -> Arc<EndpointStats> {
         if let Some(live) = map.get(key).and_then(Weak::upgrade) {
             return live;
         }
-        let fresh = Arc::new(EndpointStats::in_group(group.clone()));
+        let fresh = Arc::new(EndpointStats::on_board(self.group.clone(), &self.board));
         map.insert(key.clone(), Arc::downgrade(&fresh));
         fresh
     }
@@ -328,7 +368,7 @@ impl StatsRegistry {
                 tracing::warn!(endpoint = %inst, "duplicate endpoint in membership; keeping the first");
                 continue;
             }
-            let stats = Self::get_or_insert(&mut map, inst.key(), &self.group);
+            let stats = self.get_or_insert(&mut map, inst.key());
             out.push(Endpoint::with_stats(inst.clone(), stats));
         }
         out

@@ -1,0 +1,730 @@
+//! The load board: every endpoint's in-flight counter, packed densely so that a
+//! least-active pick reads sixteen counters per cache line and eight per vector load.
+//!
+//! ## Why the counters do not live in [`crate::EndpointStats`]
+//!
+//! Least-active must compare the *current* in-flight count of every endpoint on every
+//! pick. With one counter per stats struct (each on its own cache line) that is one
+//! pointer chase and one cache line per endpoint: about 80 ns at 100 endpoints on our
+//! bench machine, and under load every one of those lines bounces between cores. Here
+//! the counters of one [`crate::StatsRegistry`] are `AtomicU32` lanes in pages of
+//! [`LANES`]; a slot is taken when an identity first appears and handed back when its
+//! stats are freed (only after every in-flight guard on it has dropped, so a freed slot
+//! always reads 0). A cluster's counters end up in a few contiguous pages, which a
+//! picker scans with vector loads.
+//!
+//! The cost: up to sixteen endpoints' counters share a cache line, so increments on
+//! different endpoints from different cores contend for it. Every pick and every
+//! completion already writes the registry-wide [`crate::stats::LoadGroup`] counter, so
+//! the traffic is of the same kind, and least-active (which reads every counter) gains
+//! far more than it pays.
+//!
+//! ## Reading lanes with vector loads
+//!
+//! Rust has no atomic vector load, and a plain (non-atomic) read of memory another
+//! thread writes atomically is a data race. On x86-64 we read a page with `vmovdqa` in
+//! inline assembly instead: the architecture performs an aligned vector load as a set
+//! of accesses each at least 8 bytes wide and naturally aligned (Intel SDM vol. 3
+//! §9.1.1, AMD APM vol. 2 §7.3.2), so every 4-byte lane is read untorn, which is
+//! exactly what a sequence of relaxed `AtomicU32::load`s would observe. That is the
+//! argument `portable-atomic` and `atomic-memcpy` rest on. Everywhere else (and on
+//! x86-64 without AVX2) the lanes are read one relaxed load at a time.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters per page.
+pub(crate) const LANES: usize = 64;
+
+/// Pages the AVX-512 scan holds in registers at once (256 endpoints).
+pub(crate) const SMALL_PAGES: usize = 4;
+
+/// [`LANES`] in-flight counters, 64-byte aligned (four cache lines).
+#[repr(C, align(64))]
+pub(crate) struct Page {
+    lanes: [AtomicU32; LANES],
+}
+
+impl Page {
+    fn new() -> Page {
+        Page {
+            lanes: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// One lane.
+    #[inline]
+    pub(crate) fn lane(&self, lane: usize) -> &AtomicU32 {
+        &self.lanes[lane]
+    }
+
+    /// Address of lane 0, for the vector scan.
+    #[inline]
+    pub(crate) fn base(&self) -> *const u32 {
+        self.lanes.as_ptr().cast()
+    }
+}
+
+/// Hands out counter slots, lowest free slot first, so a cluster stays in as few pages
+/// as possible.
+pub(crate) struct Board {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    pages: Vec<Arc<Page>>,
+    free: BTreeSet<u32>,
+    next: u32,
+}
+
+impl Board {
+    pub(crate) fn new() -> Arc<Board> {
+        Arc::new(Board {
+            inner: Mutex::new(Inner {
+                pages: Vec::new(),
+                free: BTreeSet::new(),
+                next: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every critical section is a push/insert/remove: a panic cannot leave the
+        // board half-updated, so a poisoned lock is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes a free slot.
+    pub(crate) fn acquire(self: &Arc<Board>) -> Slot {
+        let mut inner = self.lock();
+        let id = match inner.free.pop_first() {
+            Some(id) => id,
+            None => {
+                let id = inner.next;
+                inner.next += 1;
+                id
+            }
+        };
+        let page_no = id as usize / LANES;
+        while inner.pages.len() <= page_no {
+            inner.pages.push(Arc::new(Page::new()));
+        }
+        let page = inner.pages[page_no].clone();
+        drop(inner);
+        // A released slot reads 0 already (see the module docs); storing it again
+        // costs nothing and keeps that true even if an invariant is ever broken.
+        page.lane(id as usize % LANES).store(0, Ordering::Relaxed);
+        let counter = std::ptr::NonNull::from(page.lane(id as usize % LANES));
+        Slot {
+            counter,
+            board: self.clone(),
+            page,
+            id,
+        }
+    }
+
+    fn release(&self, id: u32) {
+        self.lock().free.insert(id);
+    }
+}
+
+/// One endpoint's counter: a lane of a page of a board. Handed back on drop.
+pub(crate) struct Slot {
+    /// The lane itself, so reading a count is one load, not three.
+    counter: std::ptr::NonNull<AtomicU32>,
+    board: Arc<Board>,
+    page: Arc<Page>,
+    id: u32,
+}
+
+impl Slot {
+    /// The in-flight counter.
+    #[inline]
+    pub(crate) fn counter(&self) -> &AtomicU32 {
+        // SAFETY: `counter` points into `self.page`, which this slot keeps alive, and an
+        // atomic is only ever accessed through shared references.
+        unsafe { self.counter.as_ref() }
+    }
+
+    /// The board this slot belongs to.
+    #[inline]
+    pub(crate) fn board(&self) -> &Arc<Board> {
+        &self.board
+    }
+
+    /// The page holding this slot.
+    #[inline]
+    pub(crate) fn page(&self) -> &Arc<Page> {
+        &self.page
+    }
+
+    /// The slot number on its board (page = id / LANES, lane = id % LANES).
+    #[inline]
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// A slot's counter without the slot: one load to read, for pickers that keep the
+/// owning stats alive themselves (they hold the `Arc<EndpointStats>`).
+#[derive(Clone, Copy)]
+pub(crate) struct CounterRef(std::ptr::NonNull<AtomicU32>);
+
+impl CounterRef {
+    /// The count.
+    ///
+    /// # Safety
+    /// The [`Slot`] this came from must still be alive.
+    #[inline]
+    pub(crate) unsafe fn load(self) -> u32 {
+        // SAFETY: the caller keeps the slot, hence its page, alive.
+        unsafe { self.0.as_ref() }.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: a pointer to an `AtomicU32`, only ever read atomically.
+unsafe impl Send for CounterRef {}
+// SAFETY: as above.
+unsafe impl Sync for CounterRef {}
+
+impl Slot {
+    /// The counter as a [`CounterRef`].
+    #[inline]
+    pub(crate) fn counter_ref(&self) -> CounterRef {
+        CounterRef(self.counter)
+    }
+}
+
+// SAFETY: the raw pointer is to an `AtomicU32` (itself `Send + Sync`) inside the
+// `Arc<Page>` the slot owns; every other field is `Send + Sync`.
+unsafe impl Send for Slot {}
+// SAFETY: as above.
+unsafe impl Sync for Slot {}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.board.release(self.id);
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").field("id", &self.id).finish()
+    }
+}
+
+/// The smallest key over the eligible lanes of one page, the lanes holding it, and (for
+/// weighted keys) the largest raw count seen.
+///
+/// A lane's key is its in-flight count, times `mul[l]` when `W` (weighted pickers: `mul`
+/// is `lcm(weights) / weight`, so keys compare exactly as `count / weight`), OR-ed
+/// with `veto[l]` (0 for an eligible lane, `u32::MAX` for any other). Callers AND the
+/// mask with their member mask, since an eligible key could in theory also read
+/// `u32::MAX`, and fall back to an exact scan when the largest count is above the
+/// picker's cap (the multiplication could have wrapped).
+#[inline]
+pub(crate) fn page_min<const W: bool>(
+    page: &Page,
+    veto: &[u32; LANES],
+    mul: &[u32; LANES],
+    scan: Scan,
+) -> (u32, u64, u32) {
+    #[cfg(target_arch = "x86_64")]
+    match scan {
+        // SAFETY: `Scan` only names widths the CPU supports (`Scan::supported`).
+        Scan::Avx512 => return unsafe { x86::page_min_avx512::<W>(page, veto, mul) },
+        // SAFETY: as above.
+        Scan::Avx2 => return unsafe { x86::page_min_avx2::<W>(page, veto, mul) },
+        Scan::Scalar => {}
+    }
+    let _ = scan;
+    page_min_scalar::<W>(page, veto, mul)
+}
+
+/// [`page_min`] with one relaxed atomic load per lane.
+pub(crate) fn page_min_scalar<const W: bool>(
+    page: &Page,
+    veto: &[u32; LANES],
+    mul: &[u32; LANES],
+) -> (u32, u64, u32) {
+    let mut keys = [0u32; LANES];
+    let mut min = u32::MAX;
+    let mut max = 0u32;
+    for l in 0..LANES {
+        let count = page.lane(l).load(Ordering::Relaxed);
+        let key = if W {
+            max = max.max(count);
+            count.wrapping_mul(mul[l])
+        } else {
+            count
+        } | veto[l];
+        keys[l] = key;
+        min = min.min(key);
+    }
+    let mut mask = 0u64;
+    for (l, &k) in keys.iter().enumerate() {
+        mask |= u64::from(k == min) << l;
+    }
+    (min, mask, max)
+}
+
+/// Position of the `r`-th (from 0) set bit of `x`, which must have more than `r` bits
+/// set. Branch-free broadword select (a mispredicted branch here costs more than the
+/// whole page scan): byte popcounts, their prefix sums in one multiplication, the first
+/// byte whose prefix exceeds `r`, then a table lookup inside that byte. (BMI2 `pdep`
+/// would be one instruction, but it is microcoded and slow on AMD Zen 1 and 2.)
+#[inline(always)]
+pub(crate) fn select_bit(x: u64, r: u32) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut s = x - ((x >> 1) & 0x5555_5555_5555_5555);
+    s = (s & 0x3333_3333_3333_3333) + ((s >> 2) & 0x3333_3333_3333_3333);
+    s = (s + (s >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // Byte i: set bits in bytes 0..=i (at most 64, so the high bit of each byte is free).
+    let prefix = s.wrapping_mul(ONES);
+    // High bit of byte i set iff prefix_i >= r + 1; no borrow crosses a byte.
+    let ge = ((prefix | HIGH) - (u64::from(r & 63) + 1) * ONES) & HIGH;
+    let byte = (ge.trailing_zeros() / 8) & 7;
+    let before = ((prefix << 8) >> (8 * byte)) as u8;
+    let b = (x >> (8 * byte)) as u8;
+    let k = r.wrapping_sub(u32::from(before)) & 7;
+    (8 * byte + u32::from(SELECT_IN_BYTE[usize::from(b)][k as usize])) as usize
+}
+
+/// `SELECT_IN_BYTE[b][k]`: position of the `k`-th set bit of `b` (8 when there is none).
+static SELECT_IN_BYTE: [[u8; 8]; 256] = {
+    let mut t = [[8u8; 8]; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        let mut bit = 0;
+        while bit < 8 {
+            if b >> bit & 1 == 1 {
+                t[b][k] = bit as u8;
+                k += 1;
+            }
+            bit += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// How wide a least-active picker reads the board.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Scan {
+    /// One relaxed atomic load per lane (any CPU).
+    Scalar,
+    /// Eight lanes per load (x86-64 with AVX2 and POPCNT).
+    Avx2,
+    /// Sixteen lanes per load, up to four pages in registers (x86-64 with AVX-512F,
+    /// AVX2, POPCNT and BMI2).
+    Avx512,
+}
+
+/// Environment variable that caps the scan width: `scalar`, `avx2` or `avx512`
+/// (benchmarks and debugging; the default is the widest the CPU supports).
+pub(crate) const SCAN_ENV: &str = "MESHLINE_LB_SCAN";
+
+impl Scan {
+    /// The widest scan this CPU supports.
+    pub(crate) fn supported() -> Scan {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("popcnt") {
+                if has!("avx512f") && has!("bmi2") {
+                    return Scan::Avx512;
+                }
+                return Scan::Avx2;
+            }
+        }
+        Scan::Scalar
+    }
+
+    /// [`Scan::supported`], capped by [`SCAN_ENV`] when it is set (read at every
+    /// picker build, which is rare).
+    pub(crate) fn detect() -> Scan {
+        let best = Scan::supported();
+        match std::env::var(SCAN_ENV) {
+            Err(_) => best,
+            Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "scalar" => Scan::Scalar,
+                "avx2" => best.min(Scan::Avx2),
+                "avx512" | "" => best,
+                other => {
+                    tracing::warn!(
+                        value = other,
+                        "{SCAN_ENV} is not scalar, avx2 or avx512; using the widest scan"
+                    );
+                    best
+                }
+            },
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    use super::{LANES, Page, SMALL_PAGES};
+
+    /// Eight lanes of `page` starting at lane `8 * k`, each read untorn (module docs).
+    ///
+    /// # Safety
+    /// AVX must be available; `k < LANES / 8`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load8(page: &Page, k: usize) -> __m256i {
+        let v: __m256i;
+        // SAFETY: the address is inside the page and 32-byte aligned (the page is
+        // 64-byte aligned and 8 lanes are 32 bytes); the load only reads.
+        unsafe {
+            asm!(
+                "vmovdqa {v}, ymmword ptr [{p}]",
+                p = in(reg) page.base().add(8 * k),
+                v = out(ymm_reg) v,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
+    /// Sixteen lanes of `page` starting at lane `16 * k`, each read untorn.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `k < LANES / 16`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(page: &Page, k: usize) -> __m512i {
+        let v: __m512i;
+        // SAFETY: the address is inside the page and 64-byte aligned (16 lanes are one
+        // line of the 64-byte-aligned page); the load only reads.
+        unsafe {
+            asm!(
+                "vmovdqa64 {v}, zmmword ptr [{p}]",
+                p = in(reg) page.base().add(16 * k),
+                v = out(zmm_reg) v,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hmin_epu32(m: __m256i) -> u32 {
+        let m = _mm_min_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
+        let m = _mm_min_epu32(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+        let m = _mm_min_epu32(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+        _mm_cvtsi128_si32(m) as u32
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hmax_epu32(m: __m256i) -> u32 {
+        let m = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
+        let m = _mm_max_epu32(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+        let m = _mm_max_epu32(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+        _mm_cvtsi128_si32(m) as u32
+    }
+
+    /// [`super::page_min`] eight lanes at a time.
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn page_min_avx2<const W: bool>(
+        page: &Page,
+        veto: &[u32; LANES],
+        mul: &[u32; LANES],
+    ) -> (u32, u64, u32) {
+        let mut v = [_mm256_setzero_si256(); LANES / 8];
+        let mut m = _mm256_set1_epi32(-1);
+        let mut mx = _mm256_setzero_si256();
+        for (k, slot) in v.iter_mut().enumerate() {
+            // SAFETY: k < LANES / 8; `veto` and `mul` have LANES elements (unaligned
+            // loads).
+            let x = unsafe {
+                let count = load8(page, k);
+                let key = if W {
+                    mx = _mm256_max_epu32(mx, count);
+                    _mm256_mullo_epi32(count, _mm256_loadu_si256(mul.as_ptr().add(8 * k).cast()))
+                } else {
+                    count
+                };
+                _mm256_or_si256(key, _mm256_loadu_si256(veto.as_ptr().add(8 * k).cast()))
+            };
+            *slot = x;
+            m = _mm256_min_epu32(m, x);
+        }
+        let min = hmin_epu32(m);
+        let b = _mm256_set1_epi32(min as i32);
+        let mut mask = 0u64;
+        for (k, x) in v.iter().enumerate() {
+            let eq = _mm256_castsi256_ps(_mm256_cmpeq_epi32(*x, b));
+            mask |= u64::from(_mm256_movemask_ps(eq) as u8) << (8 * k);
+        }
+        (min, mask, if W { hmax_epu32(mx) } else { 0 })
+    }
+
+    /// Two pages at once with AVX2 (see [`ties_small_avx512`]).
+    ///
+    /// # Safety
+    /// AVX2 must be available; `pages.len() == 2`; `veto` and `member` (and `mul` when
+    /// `W`) hold at least two entries.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn ties_pair_avx2<const W: bool>(
+        pages: &[std::sync::Arc<Page>],
+        veto: &[[u32; LANES]],
+        mul: &[[u32; LANES]],
+        member: &[u64],
+    ) -> ([u64; 2], u32) {
+        const V: usize = LANES / 8;
+        let mut mx = _mm256_setzero_si256();
+        let mut v = [_mm256_setzero_si256(); 2 * V];
+        for p in 0..2 {
+            // SAFETY: the contract: two pages, and their arrays.
+            let (page, veto, mul) = unsafe {
+                (
+                    pages.get_unchecked(p),
+                    veto.get_unchecked(p),
+                    if W {
+                        mul.get_unchecked(p)
+                    } else {
+                        veto.get_unchecked(p)
+                    },
+                )
+            };
+            for k in 0..V {
+                // SAFETY: k < LANES / 8; the arrays have LANES elements.
+                v[p * V + k] = unsafe {
+                    let count = load8(page, k);
+                    let key = if W {
+                        mx = _mm256_max_epu32(mx, count);
+                        _mm256_mullo_epi32(
+                            count,
+                            _mm256_loadu_si256(mul.as_ptr().add(8 * k).cast()),
+                        )
+                    } else {
+                        count
+                    };
+                    _mm256_or_si256(key, _mm256_loadu_si256(veto.as_ptr().add(8 * k).cast()))
+                };
+            }
+        }
+        let mut m = v;
+        let mut width = m.len();
+        while width > 1 {
+            width /= 2;
+            for i in 0..width {
+                m[i] = _mm256_min_epu32(m[i], m[i + width]);
+            }
+        }
+        let b = _mm256_set1_epi32(hmin_epu32(m[0]) as i32);
+        let mut out = [0u64; 2];
+        for (p, slot) in out.iter_mut().enumerate() {
+            let mut mask = 0u64;
+            for k in 0..V {
+                let eq = _mm256_castsi256_ps(_mm256_cmpeq_epi32(v[p * V + k], b));
+                mask |= u64::from(_mm256_movemask_ps(eq) as u8) << (8 * k);
+            }
+            // SAFETY: the contract: two entries.
+            *slot = mask & unsafe { *member.get_unchecked(p) };
+        }
+        (out, if W { hmax_epu32(mx) } else { 0 })
+    }
+
+    /// Sixteen keys of `page` from lane `16 * k` (see [`super::page_min`]), and the
+    /// running maximum of the raw counts when `W`.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `k < LANES / 16`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn keys16<const W: bool>(
+        page: &Page,
+        veto: &[u32; LANES],
+        mul: &[u32; LANES],
+        k: usize,
+        mx: &mut __m512i,
+    ) -> __m512i {
+        // SAFETY: k < LANES / 16; `veto` and `mul` have LANES elements.
+        unsafe {
+            let count = load16(page, k);
+            let key = if W {
+                *mx = _mm512_max_epu32(*mx, count);
+                _mm512_mullo_epi32(count, _mm512_loadu_si512(mul.as_ptr().add(16 * k).cast()))
+            } else {
+                count
+            };
+            _mm512_or_si512(key, _mm512_loadu_si512(veto.as_ptr().add(16 * k).cast()))
+        }
+    }
+
+    /// [`super::page_min`] sixteen lanes at a time; the compares yield the tie mask
+    /// directly (no move-mask and shift per vector).
+    ///
+    /// # Safety
+    /// AVX-512F must be available.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn page_min_avx512<const W: bool>(
+        page: &Page,
+        veto: &[u32; LANES],
+        mul: &[u32; LANES],
+    ) -> (u32, u64, u32) {
+        let mut mx = _mm512_setzero_si512();
+        let mut v = [_mm512_setzero_si512(); LANES / 16];
+        for (k, slot) in v.iter_mut().enumerate() {
+            // SAFETY: k < LANES / 16.
+            *slot = unsafe { keys16::<W>(page, veto, mul, k, &mut mx) };
+        }
+        let m = _mm512_min_epu32(_mm512_min_epu32(v[0], v[1]), _mm512_min_epu32(v[2], v[3]));
+        let min = _mm512_reduce_min_epu32(m);
+        let b = _mm512_set1_epi32(min as i32);
+        let mut mask = 0u64;
+        for (k, x) in v.iter().enumerate() {
+            mask |= u64::from(_mm512_cmpeq_epi32_mask(*x, b)) << (16 * k);
+        }
+        (min, mask, if W { _mm512_reduce_max_epu32(mx) } else { 0 })
+    }
+
+    /// Up to [`SMALL_PAGES`] pages at once with AVX-512: all their keys in registers,
+    /// one vertical minimum, one horizontal reduction, and per page the member lanes
+    /// equal to the overall minimum (pages beyond `pages.len()` get an empty mask), plus
+    /// the largest raw count when `W`.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `pages.len() <= SMALL_PAGES`; `veto` and `member`
+    /// (and `mul` when `W`) are at least as long as `pages`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn ties_small_avx512<const W: bool>(
+        pages: &[std::sync::Arc<Page>],
+        veto: &[[u32; LANES]],
+        mul: &[[u32; LANES]],
+        member: &[u64],
+    ) -> ([u64; SMALL_PAGES], u32) {
+        const V: usize = LANES / 16;
+        let ones = _mm512_set1_epi32(-1);
+        let mut mx = _mm512_setzero_si512();
+        let mut v = [ones; SMALL_PAGES * V];
+        for p in 0..SMALL_PAGES {
+            if p < pages.len() {
+                // SAFETY: p < pages.len() <= veto.len() (and mul.len() when W).
+                let (veto, mul) = unsafe {
+                    (
+                        veto.get_unchecked(p),
+                        if W {
+                            mul.get_unchecked(p)
+                        } else {
+                            veto.get_unchecked(p)
+                        },
+                    )
+                };
+                for k in 0..V {
+                    // SAFETY: k < LANES / 16.
+                    v[p * V + k] = unsafe { keys16::<W>(&pages[p], veto, mul, k, &mut mx) };
+                }
+            }
+        }
+        let mut m = v;
+        let mut width = m.len();
+        while width > 1 {
+            width /= 2;
+            for i in 0..width {
+                m[i] = _mm512_min_epu32(m[i], m[i + width]);
+            }
+        }
+        let b = _mm512_set1_epi32(_mm512_reduce_min_epu32(m[0]) as i32);
+        let mut out = [0u64; SMALL_PAGES];
+        for (p, slot) in out.iter_mut().enumerate() {
+            if p < pages.len() {
+                let mut mask = 0u64;
+                for k in 0..V {
+                    mask |= u64::from(_mm512_cmpeq_epi32_mask(v[p * V + k], b)) << (16 * k);
+                }
+                // SAFETY: p < pages.len() <= member.len().
+                *slot = mask & unsafe { *member.get_unchecked(p) };
+            }
+        }
+        (out, if W { _mm512_reduce_max_epu32(mx) } else { 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_dense_and_reused_lowest_first() {
+        let board = Board::new();
+        let a = board.acquire();
+        let b = board.acquire();
+        let c = board.acquire();
+        assert_eq!((a.id(), b.id(), c.id()), (0, 1, 2));
+        assert!(Arc::ptr_eq(a.page(), c.page()));
+        b.counter().fetch_add(3, Ordering::Relaxed);
+        b.counter().fetch_sub(3, Ordering::Relaxed);
+        drop(b);
+        let d = board.acquire();
+        assert_eq!(d.id(), 1);
+        assert_eq!(d.counter().load(Ordering::Relaxed), 0);
+        let many: Vec<Slot> = (0..LANES).map(|_| board.acquire()).collect();
+        assert_eq!(many.last().unwrap().id() as usize, LANES + 2);
+        assert!(!Arc::ptr_eq(many.last().unwrap().page(), a.page()));
+    }
+
+    #[test]
+    fn select_bit_finds_every_set_bit() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut masks = vec![1u64, u64::MAX, 1 << 63, 0x8000_0000_0000_0001, 0xff00];
+        masks.extend((0..2000).map(|_| rng.u64(..) & rng.u64(..)));
+        for x in masks.into_iter().filter(|&x| x != 0) {
+            let bits: Vec<usize> = (0..64).filter(|&b| x >> b & 1 == 1).collect();
+            for (r, &b) in bits.iter().enumerate() {
+                assert_eq!(select_bit(x, r as u32), b, "{x:#x} r={r}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_scan_width_agrees_with_the_scalar_scan() {
+        let board = Board::new();
+        let slots: Vec<Slot> = (0..LANES).map(|_| board.acquire()).collect();
+        let page = slots[0].page().clone();
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..500 {
+            let mut veto = [0u32; LANES];
+            let mut mul = [0u32; LANES];
+            for l in 0..LANES {
+                let count = match rng.u8(..10) {
+                    0 => u32::MAX,
+                    1 => rng.u32(..),
+                    _ => rng.u32(..6),
+                };
+                page.lane(l).store(count, Ordering::Relaxed);
+                if rng.u8(..4) == 0 {
+                    veto[l] = u32::MAX;
+                }
+                mul[l] = [60, 30, 20, 15, 12][rng.usize(..5)];
+            }
+            let plain = page_min_scalar::<false>(&page, &veto, &mul);
+            let weighted = page_min_scalar::<true>(&page, &veto, &mul);
+            for scan in [Scan::Avx2, Scan::Avx512] {
+                if scan <= Scan::supported() {
+                    assert_eq!(page_min::<false>(&page, &veto, &mul, scan), plain);
+                    assert_eq!(page_min::<true>(&page, &veto, &mul, scan), weighted);
+                }
+            }
+        }
+    }
+}

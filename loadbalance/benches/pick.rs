@@ -125,6 +125,28 @@ fn bench_picks(c: &mut Criterion) {
             drop(held);
         }
 
+        // The Java ring with each key's SHA-256 hash prepared once (per transaction),
+        // as `PickRequest::with_java_hash` allows: the lookup alone.
+        let prepared: Vec<PickRequest<'_>> = requests
+            .iter()
+            .zip(&keys)
+            .map(|(r, k)| r.with_java_hash(meshline_loadbalance::hash::java_hash(k.as_bytes())))
+            .collect();
+        let balancer = Balancer::new(by_name("ConsistentHashJava").unwrap());
+        balancer.update(&instances(n, false));
+        let picker: Arc<dyn Picker> = balancer.snapshot().picker().clone();
+        let mut i = 0usize;
+        group.bench_with_input(
+            BenchmarkId::new("ConsistentHashJava-prepared", n),
+            &n,
+            |b, _| {
+                b.iter(|| {
+                    i = (i + 1) & (KEYS - 1);
+                    black_box(picker.pick(black_box(&prepared[i])))
+                })
+            },
+        );
+
         // The peer: pingora-ketama's lookup over the same keys.
         let buckets: Vec<Bucket> = (0..n).map(|i| Bucket::new(addr(i), 1)).collect();
         let continuum = Continuum::new(&buckets);
@@ -136,6 +158,29 @@ fn bench_picks(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+
+    // The key hashes alone, on the same ~33-byte XIDs: SHA-256 over key||key is what
+    // Java compatibility costs per hashed pick.
+    let mut group = c.benchmark_group("key_hash");
+    let keys = xids(100);
+    let mut i = 0usize;
+    group.bench_function("java_sha256", |b| {
+        b.iter(|| {
+            i = (i + 1) & (KEYS - 1);
+            black_box(meshline_loadbalance::hash::java_hash(black_box(
+                keys[i].as_bytes(),
+            )))
+        })
+    });
+    group.bench_function("xxh3", |b| {
+        b.iter(|| {
+            i = (i + 1) & (KEYS - 1);
+            black_box(meshline_loadbalance::hash::key_hash(black_box(
+                keys[i].as_bytes(),
+            )))
+        })
+    });
     group.finish();
 
     // The whole per-request path: load the picker, pick, count in flight, drop.

@@ -159,10 +159,11 @@ struct JavaRingPicker {
 impl Picker for JavaRingPicker {
     #[inline]
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
-        let h = match req.routing_text() {
-            Some(text) => hash::java_hash(text),
+        let h = match (req.java_hash(), req.routing_text()) {
+            (Some(prepared), _) => prepared,
+            (None, Some(text)) => hash::java_hash(text),
             // Seata hashes a random long's text for a blank key: a random point.
-            None => fastrand::i64(..),
+            (None, None) => fastrand::i64(..),
         };
         self.ring
             .walk(h, |i| !req.is_excluded(i, &self.members.endpoints[i]))

@@ -60,6 +60,15 @@ fn xids_land_where_java_sends_them() {
                     "/127.0.0.1:8093",
                     "{xid} with order {order:?}"
                 );
+                // The same with the hash prepared once (per transaction).
+                let prepared = PickRequest::xid(xid)
+                    .with_java_hash(meshline_loadbalance::hash::java_hash(xid.as_bytes()));
+                let picked = balancer.pick(&prepared).unwrap();
+                assert_eq!(
+                    picked.endpoint().instance().java_inet_socket_string(),
+                    "/127.0.0.1:8093",
+                    "{xid} prepared, with order {order:?}"
+                );
             }
         }
     }
@@ -91,4 +100,36 @@ fn java_ring_is_sticky_and_walks_on_exclusion() {
         let rebuilt = gone.pick(&PickRequest::xid(xid)).unwrap();
         assert_eq!(walked.endpoint().key(), rebuilt.endpoint().key(), "{xid}");
     }
+}
+
+/// A prepared hash routes exactly like hashing the key on every pick, on larger rings
+/// and for any key, and is what the ring actually uses (a wrong one routes elsewhere).
+#[test]
+fn prepared_java_hash_routes_like_hashing_each_pick() {
+    let ports: Vec<u16> = (8000..8100).collect();
+    let balancer = Balancer::new(by_name("ConsistentHashJava").unwrap());
+    balancer.update(&tcs(&ports));
+    let mut moved = 0;
+    for k in 0..2000u64 {
+        let xid = format!(
+            "10.0.{}.{}:8091:{}",
+            k % 7,
+            k % 251,
+            2_612_341_069_705_662_465u64 + k
+        );
+        let h = meshline_loadbalance::hash::java_hash(xid.as_bytes());
+        let plain = balancer.pick(&PickRequest::xid(&xid)).unwrap();
+        let prepared = balancer
+            .pick(&PickRequest::xid(&xid).with_java_hash(h))
+            .unwrap();
+        assert_eq!(plain.endpoint().key(), prepared.endpoint().key(), "{xid}");
+        let other = balancer
+            .pick(&PickRequest::xid(&xid).with_java_hash(h.wrapping_add(i64::MAX / 3)))
+            .unwrap();
+        moved += usize::from(other.endpoint().key() != plain.endpoint().key());
+    }
+    assert!(
+        moved > 1500,
+        "a different prepared hash moved only {moved} of 2000"
+    );
 }

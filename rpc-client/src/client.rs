@@ -128,6 +128,7 @@ pub struct CallOptions<'a> {
     xid: Option<&'a str>,
     key: Option<&'a [u8]>,
     hash: Option<u64>,
+    java_hash: Option<i64>,
     timeout: Option<Duration>,
 }
 
@@ -160,6 +161,14 @@ impl<'a> CallOptions<'a> {
         self
     }
 
+    /// Sets the routing key's Seata-Java ring hash (`ConsistentHashJava`), computed once
+    /// per transaction with `meshline_loadbalance::hash::java_hash(xid.as_bytes())`, so
+    /// each call skips SHA-256 (see `PickRequest::with_java_hash`).
+    pub fn with_java_hash(mut self, hash: i64) -> Self {
+        self.java_hash = Some(hash);
+        self
+    }
+
     /// Sets this call's timeout (covers retries too).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
@@ -176,6 +185,9 @@ impl<'a> CallOptions<'a> {
         }
         if let Some(h) = self.hash {
             r = r.with_hash(h);
+        }
+        if let Some(h) = self.java_hash {
+            r = r.with_java_hash(h);
         }
         r
     }

@@ -69,11 +69,6 @@ impl Ring {
                 }
             })
             .collect();
-        let total = counts.iter().sum::<u64>() as usize;
-        // About two points per bucket.
-        let bits = (usize::BITS - total.max(4).leading_zeros() - 2).clamp(1, 24);
-        let shift = 32 - bits;
-        let buckets = 1usize << bits;
         // Each endpoint's identity is hashed once; its points are cheap to regenerate,
         // so the counting sort generates them twice instead of storing an unsorted copy.
         let bases: Vec<u64> = members
@@ -81,36 +76,61 @@ impl Ring {
             .iter()
             .map(|ep| key_hash(ep.key().to_string().as_bytes()))
             .collect();
+        Ring::from_bases(members, &bases, &counts)
+    }
+
+    /// The ring of `counts[i]` points derived from `bases[i]` for each endpoint.
+    fn from_bases(members: &Members, bases: &[u64], counts: &[u64]) -> Ring {
+        let total = counts.iter().sum::<u64>() as usize;
+        // About two points per bucket.
+        let bits = (usize::BITS - total.max(4).leading_zeros() - 2).clamp(1, 24);
+        let shift = 32 - bits;
+        let buckets = 1usize << bits;
         // lut[b] = number of points in bucket b, then the end of bucket b; the scatter
         // below decrements it down to the start.
         let mut lut = vec![0u32; buckets + 1];
-        for_points(&bases, &counts, |h, _| lut[(h >> shift) as usize] += 1);
+        for_points(bases, counts, |h, _| lut[(h >> shift) as usize] += 1);
         for b in 1..buckets {
             lut[b] += lut[b - 1];
         }
         lut[buckets] = total as u32;
         let mut points = vec![0u64; total];
-        for_points(&bases, &counts, |h, node| {
+        for_points(bases, counts, |h, node| {
             let c = &mut lut[(h >> shift) as usize];
             *c -= 1;
             points[*c as usize] = (u64::from(h) << 32) | u64::from(node);
         });
-        // Order within each (tiny) bucket; equal hashes by endpoint identity.
-        let less = |a: u64, b: u64| {
-            (a >> 32) < (b >> 32)
-                || ((a >> 32) == (b >> 32)
-                    && members.endpoints[a as u32 as usize].key()
-                        < members.endpoints[b as u32 as usize].key())
-        };
-        for b in 0..buckets {
-            let (lo, hi) = (lut[b] as usize, lut[b + 1] as usize);
-            for k in lo + 1..hi {
-                let mut j = k;
-                while j > lo && less(points[j], points[j - 1]) {
-                    points.swap(j, j - 1);
-                    j -= 1;
-                }
+        // Order within each (tiny) bucket by the whole point (hash, then endpoint
+        // index): plain integer compares, in one insertion-sort pass over the whole
+        // array (buckets are already in order, so nothing crosses a bucket boundary).
+        for k in 1..points.len() {
+            let v = points[k];
+            let mut j = k;
+            while j > 0 && points[j - 1] > v {
+                points[j] = points[j - 1];
+                j -= 1;
             }
+            points[j] = v;
+        }
+        // Two points with one 32-bit hash (about three in a 160 000-point ring) are
+        // ordered by endpoint identity instead, so the ring does not depend on list
+        // order.
+        let mut k = 0;
+        while k + 1 < points.len() {
+            if points[k] >> 32 != points[k + 1] >> 32 {
+                k += 1;
+                continue;
+            }
+            let mut end = k + 1;
+            while end < points.len() && points[end] >> 32 == points[k] >> 32 {
+                end += 1;
+            }
+            points[k..end].sort_by(|a, b| {
+                members.endpoints[*a as u32 as usize]
+                    .key()
+                    .cmp(members.endpoints[*b as u32 as usize].key())
+            });
+            k = end;
         }
         Ring {
             points: points.into_boxed_slice(),
@@ -221,6 +241,53 @@ mod tests {
         for k in 0..2000u64 {
             let h = mix64(k);
             assert_eq!(a.endpoints[ra.node(h)].key(), b.endpoints[rb.node(h)].key());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tie_tests {
+    use super::*;
+    use crate::Endpoint;
+    use meshline_registry_core::Instance;
+
+    /// Points with one 32-bit hash are ordered by endpoint identity, whatever the list
+    /// order: endpoints given the same base collide on every point.
+    #[test]
+    fn equal_hashes_are_ordered_by_identity() {
+        let eps: Vec<Endpoint> = (0..6)
+            .map(|i| Endpoint::new(Instance::parse(&format!("10.9.0.{}:80", 9 - i)).unwrap()))
+            .collect();
+        let rings: Vec<Vec<(u64, String)>> = [false, true]
+            .into_iter()
+            .map(|reverse| {
+                let mut list = eps.clone();
+                if reverse {
+                    list.reverse();
+                }
+                let m = Members::new(&list);
+                let ring = Ring::from_bases(&m, &[7, 7, 7, 9, 9, 11], &[50, 50, 50, 50, 50, 50]);
+                ring.points
+                    .iter()
+                    .map(|&p| (p >> 32, m.endpoints[p as u32 as usize].key().to_string()))
+                    .collect()
+            })
+            .collect();
+        // Each hash of base 7 appears three times, in identity order.
+        let first = &rings[0];
+        assert!(
+            first
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 < w[1].1))
+        );
+        assert!(
+            first
+                .windows(3)
+                .any(|w| w[0].0 == w[1].0 && w[1].0 == w[2].0)
+        );
+        // Either list order: hash order, then identity order on every tie.
+        for ring in &rings {
+            assert!(ring.windows(2).all(|w| w[0].0 < w[1].0 || w[0].1 < w[1].1));
         }
     }
 }

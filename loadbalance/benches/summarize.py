@@ -53,6 +53,17 @@ for s in [3, 10, 100, 1000]:
     if a and b:
         print(f"| {s} | {fmt(a)} | {fmt(b)} | {b / a:.2f}x |")
 print()
+print("### Key hashes alone (the same ~33-byte XIDs)\n")
+print("| hash | time |")
+print("|---|---|")
+for n in ["java_sha256", "xxh3"]:
+    path = os.path.join(root, "key_hash", n, "new", "estimates.json")
+    try:
+        with open(path) as f:
+            print(f"| {n} | {fmt(json.load(f)['mean']['point_estimate'])} |")
+    except OSError:
+        print(f"| {n} | - |")
+print()
 print("### Whole per-request path at n=100 (load picker, pick, in-flight guard, drop)\n")
 print("| algorithm | time |")
 print("|---|---|")

@@ -64,8 +64,8 @@
 //! | `XID`                       | [`XidLoadBalance`]                | parse + O(log n)    |
 //! | `RandomLoadBalance`         | [`RandomLoadBalance`]             | O(1) (alias table)  |
 //! | `RoundRobinLoadBalance`     | [`RoundRobinLoadBalance`]         | O(1)                |
-//! | `ConsistentHashLoadBalance` | [`ConsistentHashLoadBalance`]     | O(1) fast / SHA-256 + O(log n) Java |
-//! | `LeastActiveLoadBalance`    | [`LeastActiveLoadBalance`]        | O(n) exact scan     |
+//! | `ConsistentHashLoadBalance` | [`ConsistentHashLoadBalance`]     | O(1) fast / SHA-256 + O(log n) Java (O(log n) with [`PickRequest::with_java_hash`]) |
+//! | `LeastActiveLoadBalance`    | [`LeastActiveLoadBalance`]        | O(n) exact scan, 8-16 counters per vector load |
 //! | `P2C`                       | [`P2cLoadBalance`]                | O(1)                |
 //! | `BoundedLoad`               | [`BoundedLoadLoadBalance`]        | O(1) expected       |
 //! | `JumpHash`                  | [`JumpHashLoadBalance`]           | O(log n) arithmetic |

@@ -241,8 +241,10 @@ proptest! {
     }
 
     #[test]
-    fn least_active_counts_return_to_zero(ops in prop::collection::vec((0u8..8, any::<u8>()), 1..400), weighted in any::<bool>()) {
-        let weights: Vec<u32> = (0..6).map(|i| if weighted { 1 + i % 3 } else { 1 }).collect();
+    fn least_active_counts_return_to_zero(ops in prop::collection::vec((0u8..8, any::<u8>()), 1..400), weighted in any::<bool>(), big in any::<bool>()) {
+        // 6 endpoints: the one-by-one scan; 70: the vector scan over two board pages.
+        let n = if big { 70 } else { 6 };
+        let weights: Vec<u32> = (0..n).map(|i| if weighted { 1 + i % 3 } else { 1 }).collect();
         let b = Balancer::new(Arc::new(LeastActiveLoadBalance::new()));
         b.update(&cluster(&weights));
         let mut held: Vec<InFlightGuard> = Vec::new();

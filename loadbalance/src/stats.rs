@@ -78,10 +78,12 @@ impl LoadGroup {
 /// of the registry's dense load board (see `board.rs`), so that least-active can scan a
 /// whole cluster's counts with a few vector loads.
 #[derive(Debug)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub struct EndpointStats {
+    // What every pick and completion touches, first, in one cache line.
     in_flight: Slot,
     picks: AtomicU64,
+    group: Arc<LoadGroup>,
     successes: AtomicU64,
     failures: AtomicU64,
     consecutive_failures: AtomicU32,
@@ -92,7 +94,6 @@ pub struct EndpointStats {
     /// Clock reading of the last EWMA update.
     ewma_at: AtomicU64,
     created_at: u64,
-    group: Arc<LoadGroup>,
 }
 
 /// The decay constant of the peak-EWMA latency estimate, as in linkerd and Finagle.

@@ -653,4 +653,58 @@ mod tests {
             }
         }
     }
+
+    /// Threads picking through the board scan while guards end on other threads and the
+    /// membership churns: every count returns to zero.
+    #[test]
+    fn concurrent_picks_and_churn_leave_no_count_behind() {
+        use crate::Balancer;
+        use std::sync::mpsc;
+        let all: Vec<Instance> = (0..150)
+            .map(|i| Instance::parse(&format!("10.2.{}.{}:8091", i / 250, i % 250)).unwrap())
+            .collect();
+        let balancer = Arc::new(Balancer::new(Arc::new(LeastActiveLoadBalance::new())));
+        balancer.update(&all);
+        let (tx, rx) = mpsc::channel::<InFlightGuard>();
+        let ender = std::thread::spawn(move || {
+            for g in rx {
+                drop(g);
+            }
+        });
+        let workers: Vec<_> = (0..3)
+            .map(|t| {
+                let balancer = balancer.clone();
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..20_000usize {
+                        let p = balancer.pick(&PickRequest::default()).unwrap();
+                        let (_, g) = p.into_parts();
+                        match (i + t) % 3 {
+                            0 => drop(g),
+                            1 => tx.send(g).unwrap(),
+                            _ => held.push(g),
+                        }
+                        if held.len() > 64 {
+                            held.clear();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for k in 0..200 {
+            let n = 20 + (k * 7) % 130;
+            balancer.update(&all[..n]);
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        drop(tx);
+        ender.join().unwrap();
+        balancer.update(&all);
+        for e in balancer.endpoints().iter() {
+            assert_eq!(e.stats().in_flight(), 0, "{e}");
+        }
+        assert_eq!(balancer.stats_registry().group().in_flight(), 0);
+    }
 }

@@ -1,12 +1,13 @@
 //! The balancer a client holds: the current picker behind an `ArcSwap`, rebuilt on
 //! membership change, and the in-flight accounting around every pick.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use meshline_registry_core::Instance;
+use meshline_registry_core::{Instance, InstanceKey};
 
 use crate::picker::EmptyPicker;
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker, StatsRegistry};
@@ -15,9 +16,31 @@ use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker, StatsRegi
 pub struct Snapshot {
     endpoints: Arc<[Endpoint]>,
     picker: Arc<dyn Picker>,
+    /// Position of each identity in `endpoints`.
+    index: HashMap<InstanceKey, usize>,
 }
 
 impl Snapshot {
+    fn new(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>) -> Snapshot {
+        let index = endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.key().clone(), i))
+            .collect();
+        Snapshot {
+            endpoints,
+            picker,
+            index,
+        }
+    }
+
+    /// The endpoint with identity `key`, if it is a member: for requests bound to one
+    /// server (a broadcast, a call to a named endpoint) that still want its in-flight
+    /// count and latency recorded ([`Endpoint::begin`]). O(1).
+    pub fn endpoint(&self, key: &InstanceKey) -> Option<&Endpoint> {
+        self.index.get(key).map(|&i| &self.endpoints[i])
+    }
+
     /// The endpoints, in the order the picker's indices refer to.
     pub fn endpoints(&self) -> &Arc<[Endpoint]> {
         &self.endpoints
@@ -48,10 +71,10 @@ impl Balancer {
         Balancer {
             lb,
             registry: StatsRegistry::new(),
-            current: ArcSwap::from_pointee(Snapshot {
-                endpoints: Arc::from(Vec::new()),
-                picker: Arc::new(EmptyPicker),
-            }),
+            current: ArcSwap::from_pointee(Snapshot::new(
+                Arc::from(Vec::new()),
+                Arc::new(EmptyPicker),
+            )),
         }
     }
 
@@ -91,10 +114,8 @@ impl Balancer {
             endpoints = endpoints.len(),
             "picker rebuilt"
         );
-        self.current.store(Arc::new(Snapshot {
-            endpoints: Arc::from(endpoints),
-            picker,
-        }));
+        self.current
+            .store(Arc::new(Snapshot::new(Arc::from(endpoints), picker)));
     }
 
     /// The current snapshot.
@@ -105,6 +126,12 @@ impl Balancer {
     /// The current endpoints.
     pub fn endpoints(&self) -> Arc<[Endpoint]> {
         self.current.load().endpoints.clone()
+    }
+
+    /// The current endpoint with identity `key`, if it is a member (see
+    /// [`Snapshot::endpoint`]).
+    pub fn endpoint(&self, key: &InstanceKey) -> Option<Endpoint> {
+        self.current.load().endpoint(key).cloned()
     }
 
     /// Chooses an endpoint for `req` and counts a request in flight on it. `None`

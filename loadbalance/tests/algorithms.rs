@@ -244,3 +244,26 @@ fn every_algorithm_handles_empty_and_fully_excluded_lists() {
         assert!(b.pick(&PickRequest::default()).is_some(), "{name}");
     }
 }
+
+/// Lookup by identity follows membership, and an endpoint found that way shares the
+/// picker's stats (its in-flight count is the one least-active reads).
+#[test]
+fn endpoint_lookup_by_identity_follows_membership() {
+    let b = Balancer::new(by_name("LeastActiveLoadBalance").unwrap());
+    let all: Vec<Instance> = (1..=12)
+        .map(|i| Instance::parse(&format!("10.3.0.{i}:8091")).unwrap())
+        .collect();
+    b.update(&all);
+    let key = all[4].key().clone();
+    let e = b.endpoint(&key).expect("a member");
+    assert_eq!(e.key(), &key);
+    let guard = e.begin();
+    let same = b.snapshot().endpoint(&key).unwrap().stats().in_flight();
+    assert_eq!(same, 1);
+    drop(guard);
+    b.update(&all[5..]);
+    assert!(b.endpoint(&key).is_none());
+    assert!(b.endpoint(all[7].key()).is_some());
+    b.update(&[]);
+    assert!(b.endpoint(all[7].key()).is_none());
+}

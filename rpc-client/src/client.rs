@@ -1031,12 +1031,7 @@ impl RpcClient {
                 target: format!("{} (endpoint {endpoint})", inner.target),
             });
         };
-        let stats = inner
-            .balancer
-            .endpoints()
-            .iter()
-            .find(|e| e.key() == endpoint)
-            .map(|e| e.begin());
+        let stats = inner.balancer.endpoint(endpoint).map(|e| e.begin());
         let start = Instant::now();
         let result = entry
             .connection
@@ -1078,13 +1073,10 @@ impl RpcClient {
         let inner = self.inner();
         let timeout = timeout.unwrap_or(inner.options.request_timeout);
         let alive = self.alive();
-        let lb_endpoints = inner.balancer.endpoints();
+        let members = inner.balancer.snapshot();
         let calls = alive.endpoints().iter().map(|a| {
             let payload = payload.clone();
-            let guard = lb_endpoints
-                .iter()
-                .find(|e| e.key() == a.instance.key())
-                .map(|e| e.begin());
+            let guard = members.endpoint(a.instance.key()).map(|e| e.begin());
             async move {
                 let r = a.connection.call(payload, timeout).await;
                 drop(guard);

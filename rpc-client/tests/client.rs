@@ -613,6 +613,11 @@ async fn call_to_reaches_the_named_endpoint_only() {
     }
     assert_eq!(b.requests.load(Ordering::SeqCst), 20);
     assert_eq!(a.requests.load(Ordering::SeqCst), 0);
+    // The calls are counted on the balancer's stats of that endpoint (what load-aware
+    // balancers read), and nothing stays in flight.
+    let stats = client.balancer().endpoint(b.instance().key()).unwrap();
+    assert_eq!(stats.stats().successes(), 20);
+    assert_eq!(stats.stats().in_flight(), 0);
     // A bound endpoint that dies is an error, never a silent move to another server.
     b.server.kill();
     until(SEC, || alive_ports(&client) == vec![a.addr().port()])

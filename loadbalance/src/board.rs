@@ -434,6 +434,33 @@ pub(crate) mod x86 {
         _mm_cvtsi128_si32(m) as u32
     }
 
+    /// Eight keys of `page` from lane `8 * k` (see [`super::page_min`]), and the
+    /// running maximum of the raw counts when `W`.
+    ///
+    /// # Safety
+    /// AVX2 must be available; `k < LANES / 8`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn keys8<const W: bool>(
+        page: &Page,
+        veto: &[u32; LANES],
+        mul: &[u32; LANES],
+        k: usize,
+        mx: &mut __m256i,
+    ) -> __m256i {
+        // SAFETY: k < LANES / 8; `veto` and `mul` have LANES elements (unaligned loads).
+        unsafe {
+            let count = load8(page, k);
+            let key = if W {
+                *mx = _mm256_max_epu32(*mx, count);
+                _mm256_mullo_epi32(count, _mm256_loadu_si256(mul.as_ptr().add(8 * k).cast()))
+            } else {
+                count
+            };
+            _mm256_or_si256(key, _mm256_loadu_si256(veto.as_ptr().add(8 * k).cast()))
+        }
+    }
+
     /// [`super::page_min`] eight lanes at a time.
     ///
     /// # Safety
@@ -449,18 +476,8 @@ pub(crate) mod x86 {
         let mut m = _mm256_set1_epi32(-1);
         let mut mx = _mm256_setzero_si256();
         for (k, slot) in v.iter_mut().enumerate() {
-            // SAFETY: k < LANES / 8; `veto` and `mul` have LANES elements (unaligned
-            // loads).
-            let x = unsafe {
-                let count = load8(page, k);
-                let key = if W {
-                    mx = _mm256_max_epu32(mx, count);
-                    _mm256_mullo_epi32(count, _mm256_loadu_si256(mul.as_ptr().add(8 * k).cast()))
-                } else {
-                    count
-                };
-                _mm256_or_si256(key, _mm256_loadu_si256(veto.as_ptr().add(8 * k).cast()))
-            };
+            // SAFETY: k < LANES / 8.
+            let x = unsafe { keys8::<W>(page, veto, mul, k, &mut mx) };
             *slot = x;
             m = _mm256_min_epu32(m, x);
         }
@@ -504,20 +521,8 @@ pub(crate) mod x86 {
                 )
             };
             for k in 0..V {
-                // SAFETY: k < LANES / 8; the arrays have LANES elements.
-                v[p * V + k] = unsafe {
-                    let count = load8(page, k);
-                    let key = if W {
-                        mx = _mm256_max_epu32(mx, count);
-                        _mm256_mullo_epi32(
-                            count,
-                            _mm256_loadu_si256(mul.as_ptr().add(8 * k).cast()),
-                        )
-                    } else {
-                        count
-                    };
-                    _mm256_or_si256(key, _mm256_loadu_si256(veto.as_ptr().add(8 * k).cast()))
-                };
+                // SAFETY: k < LANES / 8.
+                v[p * V + k] = unsafe { keys8::<W>(page, veto, mul, k, &mut mx) };
             }
         }
         let mut m = v;

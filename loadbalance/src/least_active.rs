@@ -248,24 +248,18 @@ impl BoardView {
             |mask: u64, r: u32| _pdep_u64(1u64.wrapping_shl(r), mask).trailing_zeros() as usize;
         let n_pages = self.pages.len();
         if n_pages == 1 {
-            let mul = if W { &self.mul[0] } else { &self.veto[0] };
             // SAFETY: this function's contract.
-            let (_, mask, max) =
-                unsafe { x86::page_min_avx512::<W>(&self.pages[0], &self.veto[0], mul) };
-            if W && max > self.cap {
-                return None;
-            }
-            return self.choose(&[mask & self.member[0]], x, select);
+            let (_, mask, max) = unsafe {
+                x86::page_min_avx512::<W>(&self.pages[0], &self.veto[0], self.mul::<W>(0))
+            };
+            return self.choose_capped::<W>(&[mask & self.member[0]], max, x, select);
         }
         if n_pages <= SMALL_PAGES {
             // SAFETY: this function's contract; the view's arrays have one entry per page.
             let (masks, max) = unsafe {
                 x86::ties_small_avx512::<W>(&self.pages, &self.veto, &self.mul, &self.member)
             };
-            if W && max > self.cap {
-                return None;
-            }
-            return self.choose(&masks[..n_pages], x, select);
+            return self.choose_capped::<W>(&masks[..n_pages], max, x, select);
         }
         // SAFETY: this function's contract.
         self.pick_with::<W>(x, |page, veto, mul| unsafe {
@@ -284,24 +278,17 @@ impl BoardView {
         use crate::board::x86;
         let x = fastrand::u64(..);
         if self.pages.len() == 1 {
-            let mul = if W { &self.mul[0] } else { &self.veto[0] };
             // SAFETY: this function's contract.
             let (_, mask, max) =
-                unsafe { x86::page_min_avx2::<W>(&self.pages[0], &self.veto[0], mul) };
-            if W && max > self.cap {
-                return None;
-            }
-            return self.choose(&[mask & self.member[0]], x, select_bit);
+                unsafe { x86::page_min_avx2::<W>(&self.pages[0], &self.veto[0], self.mul::<W>(0)) };
+            return self.choose_capped::<W>(&[mask & self.member[0]], max, x, select_bit);
         }
         if self.pages.len() == 2 {
             // SAFETY: this function's contract; two pages, one array entry per page.
             let (masks, max) = unsafe {
                 x86::ties_pair_avx2::<W>(&self.pages, &self.veto, &self.mul, &self.member)
             };
-            if W && max > self.cap {
-                return None;
-            }
-            return self.choose(&masks, x, select_bit);
+            return self.choose_capped::<W>(&masks, max, x, select_bit);
         }
         // SAFETY: this function's contract.
         self.pick_with::<W>(x, |page, veto, mul| unsafe {
@@ -320,14 +307,13 @@ impl BoardView {
         page_min: impl Fn(&Page, &[u32; LANES], &[u32; LANES]) -> (u32, u64, u32),
     ) -> Option<usize> {
         let n_pages = self.pages.len();
-        let mul = |p: usize| if W { &self.mul[p] } else { &self.veto[p] };
         let mut max_count = 0u32;
         if n_pages <= MAX_STACK_PAGES {
             let mut mins = [u32::MAX; MAX_STACK_PAGES];
             let mut masks = [0u64; MAX_STACK_PAGES];
             let mut min = u32::MAX;
             for (p, page) in self.pages.iter().enumerate() {
-                let (m, mask, max) = page_min(page, &self.veto[p], mul(p));
+                let (m, mask, max) = page_min(page, &self.veto[p], self.mul::<W>(p));
                 max_count = max_count.max(max);
                 let mask = mask & self.member[p];
                 // A page with no eligible lane must not set the minimum.
@@ -336,20 +322,17 @@ impl BoardView {
                 masks[p] = mask;
                 min = min.min(m);
             }
-            if W && max_count > self.cap {
-                return None;
-            }
             for p in 0..n_pages {
                 masks[p] &= u64::from(mins[p] == min).wrapping_neg();
             }
-            return self.choose(&masks[..n_pages], x, select_bit);
+            return self.choose_capped::<W>(&masks[..n_pages], max_count, x, select_bit);
         }
         let mut best = u32::MAX;
         let mut ties = 0u32;
         let mut chosen_page = 0usize;
         let mut chosen_mask = 0u64;
         for (p, page) in self.pages.iter().enumerate() {
-            let (min, mask, max) = page_min(page, &self.veto[p], mul(p));
+            let (min, mask, max) = page_min(page, &self.veto[p], self.mul::<W>(p));
             max_count = max_count.max(max);
             let mask = mask & self.member[p];
             let count = mask.count_ones();
@@ -375,6 +358,29 @@ impl BoardView {
         }
         let r = ((u128::from(x) * u128::from(count)) >> 64) as u32;
         Some(self.index[chosen_page][select_bit(chosen_mask, r)] as usize)
+    }
+
+    /// Page `p`'s multipliers for weighted keys (unweighted scans ignore the argument,
+    /// so they get the veto row, which is always there).
+    #[inline(always)]
+    fn mul<const W: bool>(&self, p: usize) -> &[u32; LANES] {
+        if W { &self.mul[p] } else { &self.veto[p] }
+    }
+
+    /// [`Self::choose`] unless a weighted scan saw a count above the cap (`None`: the
+    /// one-by-one scan answers).
+    #[inline(always)]
+    fn choose_capped<const W: bool>(
+        &self,
+        masks: &[u64],
+        max_count: u32,
+        x: u64,
+        select: impl Fn(u64, u32) -> usize,
+    ) -> Option<usize> {
+        if W && max_count > self.cap {
+            return None;
+        }
+        self.choose(masks, x, select)
     }
 
     /// The tied lane numbered `x × ties / 2^64` across `masks` (one per page, in page

@@ -308,6 +308,20 @@ pub struct TransportConfig {
     pub enable_tm_client_batch_send_request: bool,
     /// `transport.enableRmClientBatchSendRequest`. Default `true`.
     pub enable_rm_client_batch_send_request: bool,
+    /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
+    /// `65536`). `None`: the rpc-client's default (8 MiB, as Seata).
+    pub max_frame_length: Option<usize>,
+    /// `transport.requestQueueBytes` (meshline): bytes of requests queued per connection.
+    pub request_queue_bytes: Option<usize>,
+    /// `transport.responseQueueBytes` (meshline): bytes of answers queued per connection
+    /// before a peer that does not read them is disconnected.
+    pub response_queue_bytes: Option<usize>,
+    /// `transport.writeTimeout` (meshline, a unit is required: `10s`): close a connection
+    /// whose socket accepts nothing for this long; `0s` disables.
+    pub write_timeout: Option<Duration>,
+    /// `transport.maxInboundRequests` (meshline): requests from the peer handled at once
+    /// per connection; at the cap the connection stops reading.
+    pub max_inbound_requests: Option<usize>,
 }
 
 impl Default for Config {
@@ -397,6 +411,11 @@ impl Default for Config {
                 rpc_tc_request_timeout: Duration::from_millis(15000),
                 enable_tm_client_batch_send_request: false,
                 enable_rm_client_batch_send_request: true,
+                max_frame_length: None,
+                request_queue_bytes: None,
+                response_queue_bytes: None,
+                write_timeout: None,
+                max_inbound_requests: None,
             },
             path: None,
             warnings: Vec::new(),
@@ -788,6 +807,30 @@ fn apply(cfg: &mut Config, path: &[String], v: &str) -> Result<Applied, String> 
                 cfg.transport.enable_rm_client_batch_send_request = parse_bool(v)?;
                 Used
             }
+            "maxframelength" => {
+                cfg.transport.max_frame_length = Some(parse_bytes(v)?);
+                Used
+            }
+            "requestqueuebytes" => {
+                cfg.transport.request_queue_bytes = Some(parse_bytes(v)?);
+                Used
+            }
+            "responsequeuebytes" => {
+                cfg.transport.response_queue_bytes = Some(parse_bytes(v)?);
+                Used
+            }
+            "writetimeout" => {
+                cfg.transport.write_timeout = Some(parse_duration_with_unit(v)?);
+                Used
+            }
+            "maxinboundrequests" => {
+                let n: usize = parse_num(v)?;
+                if n == 0 {
+                    return Err("must be at least 1".into());
+                }
+                cfg.transport.max_inbound_requests = Some(n);
+                Used
+            }
             k if IGNORED_TRANSPORT.contains(&k) || k.starts_with("enable") => Ignored,
             _ => Unknown,
         },
@@ -957,6 +1000,47 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(t)
         .map_err(|e| format!("expected milliseconds or a duration like `10s`: {e}"))
+}
+
+/// A duration that must carry its unit (`10s`, `500ms`): for keys only meshline has,
+/// where a bare number would be ambiguous.
+pub fn parse_duration_with_unit(v: &str) -> Result<Duration, String> {
+    let t = v.trim();
+    if t.parse::<u64>().is_ok() {
+        return Err(format!(
+            "`{t}` has no unit: write it with one, e.g. `{t}ms` or `{t}s`"
+        ));
+    }
+    humantime::parse_duration(t).map_err(|e| format!("expected a duration like `10s`: {e}"))
+}
+
+/// A byte size: a bare number of bytes, or a number with `B`, `KiB`/`KB`/`K`,
+/// `MiB`/`MB`/`M` or `GiB`/`GB`/`G` (all powers of 1024, any case), e.g. `8MiB`. Zero
+/// is refused.
+pub fn parse_bytes(v: &str) -> Result<usize, String> {
+    let t = v.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a size like `8MiB` or `65536`, got `{t}`"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
+    };
+    let bytes = n
+        .checked_mul(mult)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("size `{t}` is too large"))?;
+    if bytes == 0 {
+        return Err("must be larger than 0".into());
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

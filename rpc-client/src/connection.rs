@@ -6,18 +6,29 @@
 //!
 //! # How a request travels, and what a failure means
 //!
-//! A caller takes a request id, puts the frame and a `oneshot` sender into a bounded
-//! queue, and waits. The writer task takes everything queued (up to a batch), moves each
-//! request's sender into the pending table *just before* writing, encodes the batch
-//! into one buffer and writes it with one syscall. The reader decodes frames and hands
-//! each response to the sender registered under its id.
+//! A caller takes a request id, waits for room in the request lane (bounded in bytes,
+//! see [`crate::transport`]), queues the frame with a `oneshot` sender, and waits. The
+//! writer takes a batch, moves each request's sender into the pending table (and each
+//! one-way sender into the in-write list) *just before* writing, encodes the batch into
+//! one buffer and writes it. The reader decodes frames and hands each response to the
+//! sender registered under its id.
 //!
 //! That order gives the delivery guarantee `RpcClient` builds on: when a connection
-//! dies, requests still in the queue are dropped with their senders (the caller sees
-//! [`RpcError::NotWritten`] and can safely go elsewhere), while requests in the pending
-//! table were handed to the socket and are failed with [`RpcError::MaybeDelivered`].
-//! A caller that gives up (timeout, cancellation) removes its pending entry on drop,
-//! and a request whose caller is gone before it reaches the writer is not sent at all.
+//! dies, requests still queued are dropped with their senders (the caller sees
+//! [`RpcError::NotWritten`] and can safely go elsewhere), while requests and one-way
+//! sends that were handed to a write are failed with [`RpcError::MaybeDelivered`] —
+//! also when the writer was stopped in the middle of that write. A caller that gives up
+//! (timeout, cancellation) removes its pending entry, and a request whose caller is gone
+//! before it reaches the writer is not sent at all. A caller that could not even get
+//! room in the queue sees [`RpcError::Overloaded`]: not written.
+//!
+//! # Two-way traffic
+//!
+//! The reader never waits on the writer: answers to the peer's requests and PONGs go to
+//! a response lane with its own byte budget, and a peer that overruns it (it pushes
+//! requests and does not read the answers) is disconnected with a reason. So two peers
+//! that both push as fast as they can never deadlock on each other's full queues. See
+//! [`crate::transport`] for every limit and why.
 //!
 //! # Idle timers
 //!
@@ -26,114 +37,117 @@
 //! closed (Seata: 5 s and 15 s). Either end answers a PING with a PONG carrying the same
 //! id, codec and compressor.
 
+mod lanes;
+mod reader;
+mod writer;
+
+use std::any::Any;
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use futures_util::{FutureExt, StreamExt};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
-use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+pub(crate) use crate::inbound::{InboundHandler, InboundRequest};
 
 use crate::codec::{Frame, FrameCodec, MessageType};
 use crate::error::RpcError;
 use crate::payload::Payload;
+use crate::transport::{CloseReason, TransportOptions};
+use lanes::{Lanes, Outcome, PushError, Queued, ReserveError, Reply};
 
-/// A boxed, sendable future (what handlers and handshakes return).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A request the peer sent us: a TC's branch commit, a backend's push, or (on the
-/// server side) a client's call.
-#[derive(Debug)]
-pub struct InboundRequest {
-    /// The peer's socket address.
-    pub peer: SocketAddr,
-    /// True for a one-way request (type 2): any response is ignored.
-    pub oneway: bool,
-    /// The peer's request id (the response reuses it).
-    pub request_id: u32,
-    /// Head map and body.
-    pub payload: Payload,
-    /// The connection it came on (to push more requests back, or to identify the peer).
-    pub connection: Connection,
-}
-
-/// Handles requests the peer sends. The returned payload (if any) is sent back on the
-/// same connection as a response with the request's id; for one-way requests it is
-/// dropped.
+/// A connection's identity: unique in this process, stable for the connection's life.
 ///
-/// Implemented for any `Fn(InboundRequest) -> impl Future<Output = Option<Payload>>`.
-/// A handler whose future is ready at once is run inline on the reader (no task spawn);
-/// one that waits is spawned, so a slow handler never stalls the connection.
-pub trait InboundHandler: Send + Sync + 'static {
-    /// Handles one request.
-    fn handle(&self, request: InboundRequest) -> BoxFuture<'static, Option<Payload>>;
-}
+/// Use it as a map key for per-connection bookkeeping (a gateway's session table, a
+/// server's subscriber list); [`Server::connection`](crate::Server::connection) finds the
+/// connection again by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId(u64);
 
-impl<F, Fut> InboundHandler for F
-where
-    F: Fn(InboundRequest) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Option<Payload>> + Send + 'static,
-{
-    fn handle(&self, request: InboundRequest) -> BoxFuture<'static, Option<Payload>> {
-        Box::pin(self(request))
+impl ConnectionId {
+    fn next() -> ConnectionId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        ConnectionId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
     }
 }
 
+impl std::fmt::Display for ConnectionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "conn-{}", self.0)
+    }
+}
+
+/// Called once when a connection has closed, with its reason.
+pub(crate) type CloseHook = Arc<dyn Fn(&Connection, &CloseReason) + Send + Sync>;
+
 /// Settings of one connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct ConnConfig {
-    /// Largest frame accepted or written.
-    pub max_frame_len: usize,
-    /// Capacity of the write queue (callers wait when it is full).
-    pub queue_capacity: usize,
+    /// Frame limit, queue budgets, write deadline, inbound cap.
+    pub transport: TransportOptions,
     /// Send a PING after this long without writing.
     pub write_idle: Option<Duration>,
     /// Close after this long without reading.
     pub read_idle: Option<Duration>,
     /// Codec byte of our PINGs.
     pub heartbeat_codec: u8,
+    /// Told when the connection has closed (the server's bookkeeping).
+    pub on_close: Option<CloseHook>,
 }
 
-/// What the writer reports back to a caller. `Ok(Some)` is a response, `Ok(None)` a
-/// completed one-way write, `Err` means written and then the connection failed. A
-/// dropped sender means the request was never written.
-type Outcome = Result<Option<Frame>, String>;
-
-enum Reply {
-    None,
-    Response(oneshot::Sender<Outcome>),
-    Written(oneshot::Sender<Outcome>),
+/// The inbound cap: how many handlers run, and a wake-up when one finishes.
+pub(crate) struct InboundGate {
+    active: AtomicUsize,
+    max: usize,
+    freed: Notify,
 }
 
-struct Outgoing {
-    frame: Frame,
-    reply: Reply,
+impl InboundGate {
+    /// Takes a place, waiting while `max` handlers run. Only the reader calls this, so
+    /// the check and the increment cannot race each other past the cap.
+    async fn acquire(&self) {
+        loop {
+            if self.active.load(Ordering::Acquire) < self.max {
+                self.active.fetch_add(1, Ordering::AcqRel);
+                return;
+            }
+            let freed = self.freed.notified();
+            if self.active.load(Ordering::Acquire) < self.max {
+                continue;
+            }
+            freed.await;
+        }
+    }
 }
 
-struct Shared {
-    tx: mpsc::Sender<Outgoing>,
+pub(crate) struct Shared {
+    id: ConnectionId,
+    lanes: Lanes,
     pending: Mutex<HashMap<u32, oneshot::Sender<Outcome>>>,
+    /// One-way senders whose bytes are in the write under way.
+    in_write: Mutex<Vec<oneshot::Sender<Outcome>>>,
     next_id: AtomicU32,
     peer: SocketAddr,
     label: String,
     max_frame_len: usize,
-    queue_capacity: usize,
-    close_reason: OnceLock<String>,
+    close_reason: OnceLock<CloseReason>,
     /// Asks the connection to close.
     shutdown: CancellationToken,
     /// Cancelled once the connection is fully closed.
     done: CancellationToken,
+    inbound: InboundGate,
+    slot: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Shared {
@@ -141,15 +155,64 @@ impl Shared {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn in_write(&self) -> MutexGuard<'_, Vec<oneshot::Sender<Outcome>>> {
+        self.in_write.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn next_id(&self) -> u32 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records `reason` (the first one wins) and asks the connection to close.
+    fn close_with(&self, reason: CloseReason) {
+        let _ = self.close_reason.set(reason);
+        self.shutdown.cancel();
+    }
+
+    fn reason_or(&self, default: &str) -> CloseReason {
+        self.close_reason
+            .get()
+            .cloned()
+            .unwrap_or_else(|| CloseReason::new(default))
+    }
+
+    /// Queues a response or PONG without waiting; a full response lane closes the
+    /// connection (the peer is not reading what it asked for).
+    fn queue_response(&self, frame: Frame) -> Result<(), CloseReason> {
+        let len = frame
+            .encoded_len(self.max_frame_len)
+            .map_err(|e| CloseReason::new(format!("unframeable response: {e}")))?;
+        match self.lanes.push_response(frame, len) {
+            Ok(()) => Ok(()),
+            Err(PushError::Closed) => Err(self.reason_or("connection closed")),
+            Err(PushError::OverBudget { queued, budget }) => {
+                let reason = CloseReason::new(format!(
+                    "the peer sends requests faster than it reads the answers: {queued} bytes \
+                     of responses unsent, over the {budget}-byte budget \
+                     (transport.responseQueueBytes)"
+                ));
+                tracing::warn!(%reason, "closing the connection");
+                self.close_with(reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Answers the peer's request `id`. An unframeable answer is logged and dropped (the
+    /// peer's call times out); only a connection-level failure is an error.
+    fn answer(&self, id: u32, payload: Payload) -> Result<(), CloseReason> {
+        if let Err(e) = crate::payload::check(&payload, self.max_frame_len) {
+            tracing::error!(error = %e, id, "handler answer cannot be framed; dropped");
+            return Ok(());
+        }
+        self.queue_response(payload.into_frame(MessageType::Response, id))
     }
 }
 
 /// A handle to one live (or closed) connection. Cheap to clone.
 ///
-/// `RpcClient` hands these to handshake hooks and inbound handlers; the server helper
-/// hands them out for pushing requests to a client.
+/// `RpcClient` hands these to handshake hooks and inbound handlers; the server hands
+/// them out for pushing requests to a client.
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
@@ -158,6 +221,7 @@ pub struct Connection {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
+            .field("id", &self.shared.id)
             .field("peer", &self.shared.peer)
             .field("label", &self.shared.label)
             .field("closed", &self.is_closed())
@@ -165,25 +229,83 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Removes a pending entry if the caller stops waiting (timeout, cancellation).
-struct PendingGuard<'a> {
-    shared: &'a Shared,
-    id: u32,
-    armed: bool,
+impl PartialEq for Connection {
+    fn eq(&self, other: &Self) -> bool {
+        self.shared.id == other.shared.id
+    }
 }
 
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.shared.pending().remove(&self.id);
+impl Eq for Connection {}
+
+impl std::hash::Hash for Connection {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.shared.id.hash(state)
+    }
+}
+
+/// Why sending on a connection failed, with delivery status.
+pub(crate) enum SendFailure {
+    /// Never handed to a write: safe to send elsewhere.
+    NotWritten(CloseReason),
+    /// Handed to a write, then the connection failed.
+    MaybeDelivered(CloseReason),
+    /// No room in the request lane (a `try_*` send, or the deadline passed waiting).
+    Full,
+}
+
+/// What kind of frame a caller queues.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendKind {
+    Request,
+    Oneway,
+}
+
+/// A frame in the request lane, waiting for its outcome. Dropping it before the outcome
+/// (timeout, cancellation) removes the pending entry, so nothing is left behind.
+pub(crate) struct Enqueued<'a> {
+    shared: &'a Shared,
+    id: u32,
+    rx: Option<oneshot::Receiver<Outcome>>,
+    kind: SendKind,
+}
+
+impl Enqueued<'_> {
+    /// Waits for the response (requests) or the write (one-way sends).
+    pub(crate) async fn outcome(mut self) -> Result<Option<Frame>, SendFailure> {
+        let rx = self.rx.as_mut().expect("outcome awaited once");
+        let r = rx.await;
+        // Settled: nothing to clean up on drop.
+        self.rx = None;
+        match r {
+            Ok(Ok(Some(f))) => Ok(Some(f)),
+            Ok(Ok(None)) if self.kind == SendKind::Oneway => Ok(None),
+            Ok(Ok(None)) => Err(SendFailure::MaybeDelivered(CloseReason::new(
+                "no response frame",
+            ))),
+            Ok(Err(reason)) => Err(SendFailure::MaybeDelivered(reason)),
+            Err(_) => Err(SendFailure::NotWritten(self.shared.reason_or(
+                "connection closed before the request was written",
+            ))),
         }
     }
 }
 
-/// Why [`Connection::request_frame`] failed, with delivery status.
-pub(crate) enum SendFailure {
-    NotWritten(String),
-    MaybeDelivered(String),
+impl Drop for Enqueued<'_> {
+    fn drop(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            // Close the receiver first, then look under the pending lock: the writer
+            // checks `is_closed` under that lock before inserting, so an entry is either
+            // never inserted or found here. Only a closed entry is ours: the id may
+            // have wrapped onto another caller's request.
+            drop(rx);
+            if self.kind == SendKind::Request {
+                let mut p = self.shared.pending();
+                if p.get(&self.id).is_some_and(|tx| tx.is_closed()) {
+                    p.remove(&self.id);
+                }
+            }
+        }
+    }
 }
 
 impl Connection {
@@ -194,28 +316,40 @@ impl Connection {
         config: ConnConfig,
         label: String,
         handler: Option<Arc<dyn InboundHandler>>,
-    ) -> std::io::Result<(Connection, JoinHandle<String>)> {
+    ) -> std::io::Result<(Connection, JoinHandle<CloseReason>)> {
         let peer = stream.peer_addr()?;
         stream.set_nodelay(true)?;
-        let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+        let t = config.transport.normalized();
         let shared = Arc::new(Shared {
-            tx,
+            id: ConnectionId::next(),
+            lanes: Lanes::new(t.request_queue_bytes, t.response_queue_bytes),
             pending: Mutex::new(HashMap::new()),
+            in_write: Mutex::new(Vec::new()),
             next_id: AtomicU32::new(1),
             peer,
             label,
-            max_frame_len: config.max_frame_len,
-            queue_capacity: config.queue_capacity.max(1),
+            max_frame_len: t.max_frame_len,
             close_reason: OnceLock::new(),
             shutdown: CancellationToken::new(),
             done: CancellationToken::new(),
+            inbound: InboundGate {
+                active: AtomicUsize::new(0),
+                max: t.max_inbound_requests,
+                freed: Notify::new(),
+            },
+            slot: Mutex::new(None),
         });
         let conn = Connection {
             shared: shared.clone(),
         };
-        let span = tracing::info_span!("connection", peer = %peer, endpoint = %shared.label);
-        let task = tokio::spawn(run(shared, stream, rx, config, handler).instrument(span));
+        let span = tracing::info_span!("connection", id = %shared.id, peer = %peer, endpoint = %shared.label);
+        let task = tokio::spawn(run(shared, stream, config, t, handler).instrument(span));
         Ok((conn, task))
+    }
+
+    /// This connection's process-unique id.
+    pub fn id(&self) -> ConnectionId {
+        self.shared.id
     }
 
     /// The peer's address.
@@ -234,8 +368,8 @@ impl Connection {
     }
 
     /// Why the connection closed, once it has.
-    pub fn close_reason(&self) -> Option<&str> {
-        self.shared.close_reason.get().map(String::as_str)
+    pub fn close_reason(&self) -> Option<&CloseReason> {
+        self.shared.close_reason.get()
     }
 
     /// Waits until the connection is closed.
@@ -246,7 +380,36 @@ impl Connection {
     /// Closes the connection now. Queued requests are failed as not written, written
     /// ones as maybe delivered.
     pub fn close(&self) {
-        self.shared.shutdown.cancel();
+        self.close_with("closed locally");
+    }
+
+    /// Closes the connection now with `reason` (what [`close_reason`](Self::close_reason)
+    /// and the failed callers will say).
+    pub fn close_with(&self, reason: impl Into<String>) {
+        self.shared.close_with(CloseReason::new(reason));
+    }
+
+    /// Stores a per-connection value (a gateway's session, a server's subscriber
+    /// record), replacing any earlier one. Any type; read it back with
+    /// [`state`](Self::state).
+    pub fn set_state<T: Any + Send + Sync>(&self, value: T) {
+        *self.shared.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(value));
+    }
+
+    /// The per-connection value, if one of type `T` was stored.
+    pub fn state<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let slot = self.shared.slot.lock().unwrap_or_else(|p| p.into_inner());
+        slot.clone().and_then(|v| v.downcast::<T>().ok())
+    }
+
+    /// Removes and returns the per-connection value of type `T`.
+    pub fn take_state<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let mut slot = self.shared.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|v| v.is::<T>()) {
+            slot.take().and_then(|v| v.downcast::<T>().ok())
+        } else {
+            None
+        }
     }
 
     /// Requests written and not yet answered.
@@ -254,31 +417,81 @@ impl Connection {
         self.shared.pending().len()
     }
 
-    /// Requests queued and not yet written.
+    /// Requests and one-way sends queued and not yet taken by the writer.
     pub fn queued(&self) -> usize {
-        self.shared.queue_capacity - self.shared.tx.capacity()
+        self.shared.lanes.queued_requests()
     }
 
-    /// Waits until nothing is queued or pending (or `deadline` passes), then closes.
-    /// Used to drain an endpoint the registry removed: in-flight calls finish first.
+    /// Bytes of the request budget in use: queued, or in the write under way.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.lanes.request_bytes_in_use()
+    }
+
+    /// Waits until nothing is queued or pending (or `deadline` passes, or the connection
+    /// closes), then closes. Used to drain an endpoint the registry removed: in-flight
+    /// calls finish first.
     pub async fn drain(&self, deadline: Duration) {
-        let until = tokio::time::Instant::now() + deadline;
-        while (self.pending_requests() > 0 || self.queued() > 0)
+        let until = crate::deadline_after(deadline);
+        while (self.pending_requests() > 0 || self.queued_bytes() > 0)
             && tokio::time::Instant::now() < until
             && !self.is_closed()
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        self.close();
+        self.close_with("drained");
         self.closed().await;
     }
 
     /// Sends a request and waits for its response, up to `timeout`.
+    ///
+    /// Waits for room in the request queue within the same `timeout`; if none came, the
+    /// error is [`RpcError::Overloaded`] (not written).
     pub async fn call(&self, payload: Payload, timeout: Duration) -> Result<Payload, RpcError> {
+        self.call_inner(payload, timeout, true).await
+    }
+
+    /// Like [`call`](Self::call), but fails at once with [`RpcError::Overloaded`] when the
+    /// request queue has no room, instead of waiting for it.
+    pub async fn try_call(&self, payload: Payload, timeout: Duration) -> Result<Payload, RpcError> {
+        self.call_inner(payload, timeout, false).await
+    }
+
+    async fn call_inner(
+        &self,
+        payload: Payload,
+        timeout: Duration,
+        wait: bool,
+    ) -> Result<Payload, RpcError> {
         crate::payload::check(&payload, self.shared.max_frame_len)?;
-        match tokio::time::timeout(timeout, self.request_frame(payload)).await {
-            Ok(Ok(f)) => Ok(Payload::from_frame(f)),
+        let f = self
+            .send_within(payload, SendKind::Request, timeout, wait)
+            .await?;
+        // A request's outcome is always a frame (`outcome` turns a missing one into a
+        // failure); the empty payload is only a type-level fallback.
+        Ok(f.map(Payload::from_frame)
+            .unwrap_or_else(|| Payload::new(bytes::Bytes::new())))
+    }
+
+    /// Queues (waiting for room if `wait`) and waits for the outcome, all within
+    /// `timeout`. A timeout before the frame was queued is [`RpcError::Overloaded`]
+    /// (not written); after, [`RpcError::Timeout`] (may have been delivered).
+    pub(crate) async fn send_within(
+        &self,
+        payload: Payload,
+        kind: SendKind,
+        timeout: Duration,
+        wait: bool,
+    ) -> Result<Option<Frame>, RpcError> {
+        let mut queued = false;
+        let fut = async {
+            let e = self.enqueue(payload, kind, wait).await?;
+            queued = true;
+            e.outcome().await
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(f)) => Ok(f),
             Ok(Err(e)) => Err(self.failure_error(e)),
+            Err(_) if !queued => Err(self.overloaded(Some(timeout))),
             Err(_) => Err(RpcError::Timeout {
                 after: timeout,
                 endpoint: Some(self.shared.label.clone()),
@@ -286,12 +499,55 @@ impl Connection {
         }
     }
 
-    /// Sends a one-way request and waits until it is written to the socket.
+    /// Sends a one-way request and waits until it is handed to the socket (waiting for
+    /// queue room first, without limit: wrap it in a timeout to bound the wait).
     pub async fn send_oneway(&self, payload: Payload) -> Result<(), RpcError> {
         crate::payload::check(&payload, self.shared.max_frame_len)?;
-        self.oneway_frame(payload)
+        let e = self
+            .enqueue(payload, SendKind::Oneway, true)
             .await
-            .map_err(|e| self.failure_error(e))
+            .map_err(|e| self.failure_error(e))?;
+        e.outcome().await.map(|_| ()).map_err(|e| self.failure_error(e))
+    }
+
+    /// Queues a one-way request without waiting: `Ok` once it is queued (the writer
+    /// sends it in order with everything else), [`RpcError::Overloaded`] at once when the
+    /// queue has no room. Whether it was then written is not reported: use
+    /// [`send_oneway`](Self::send_oneway) for that.
+    pub fn try_send_oneway(&self, payload: Payload) -> Result<(), RpcError> {
+        crate::payload::check(&payload, self.shared.max_frame_len)?;
+        let (frame, len) = self.frame_for(payload, SendKind::Oneway);
+        let charge = match self.shared.lanes.try_reserve(len) {
+            Ok(c) => c,
+            Err(ReserveError::Full) => return Err(self.overloaded(None)),
+            Err(ReserveError::Closed) => {
+                return Err(self.failure_error(SendFailure::NotWritten(
+                    self.shared.reason_or("connection closed"),
+                )));
+            }
+        };
+        // Nobody waits for the outcome: the sender's receiver is dropped at once, and
+        // the writer's report to it goes nowhere.
+        let (tx, _rx) = oneshot::channel();
+        let q = Queued {
+            frame,
+            reply: Reply::Written(tx),
+            len,
+            charge,
+        };
+        self.shared.lanes.push_request(q).map_err(|_| {
+            self.failure_error(SendFailure::NotWritten(
+                self.shared.reason_or("connection closed"),
+            ))
+        })
+    }
+
+    pub(crate) fn overloaded(&self, waited: Option<Duration>) -> RpcError {
+        RpcError::Overloaded {
+            endpoint: self.shared.label.clone(),
+            queued_bytes: self.queued_bytes(),
+            waited,
+        }
     }
 
     pub(crate) fn failure_error(&self, e: SendFailure) -> RpcError {
@@ -304,15 +560,8 @@ impl Connection {
                 endpoint: self.shared.label.clone(),
                 reason,
             },
+            SendFailure::Full => self.overloaded(None),
         }
-    }
-
-    fn closed_reason_or(&self, default: &str) -> String {
-        self.shared
-            .close_reason
-            .get()
-            .cloned()
-            .unwrap_or_else(|| default.to_string())
     }
 
     /// Whether two handles refer to the same connection.
@@ -320,131 +569,130 @@ impl Connection {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Queues a request and waits for the response frame. The payload must have passed
-    /// [`check`](Self::check).
-    pub(crate) async fn request_frame(&self, payload: Payload) -> Result<Frame, SendFailure> {
-        if self.is_closed() {
-            return Err(SendFailure::NotWritten(
-                self.closed_reason_or("connection closed"),
-            ));
-        }
-        let id = self.shared.next_id();
-        let (tx, rx) = oneshot::channel();
-        let out = Outgoing {
-            frame: payload.into_frame(MessageType::Request, id),
-            reply: Reply::Response(tx),
+    fn frame_for(&self, payload: Payload, kind: SendKind) -> (Frame, usize) {
+        let t = match kind {
+            SendKind::Request => MessageType::Request,
+            SendKind::Oneway => MessageType::Oneway,
         };
-        if self.shared.tx.send(out).await.is_err() {
-            return Err(SendFailure::NotWritten(
-                self.closed_reason_or("connection closed"),
-            ));
-        }
-        let mut guard = PendingGuard {
-            shared: &self.shared,
-            id,
-            armed: true,
-        };
-        match rx.await {
-            Ok(Ok(Some(f))) => {
-                guard.armed = false;
-                Ok(f)
-            }
-            Ok(Ok(None)) => {
-                guard.armed = false;
-                Err(SendFailure::MaybeDelivered("no response frame".into()))
-            }
-            Ok(Err(reason)) => {
-                guard.armed = false;
-                Err(SendFailure::MaybeDelivered(reason))
-            }
-            Err(_) => {
-                guard.armed = false;
-                Err(SendFailure::NotWritten(self.closed_reason_or(
-                    "connection closed before the request was written",
-                )))
-            }
-        }
+        let frame = payload.into_frame(t, self.shared.next_id());
+        // The payload passed `check`, so this cannot fail; the fallback only keeps the
+        // accounting conservative.
+        let len = frame
+            .encoded_len(self.shared.max_frame_len)
+            .unwrap_or(self.shared.max_frame_len);
+        (frame, len)
     }
 
-    /// Queues a one-way request and waits until it is written.
-    pub(crate) async fn oneway_frame(&self, payload: Payload) -> Result<(), SendFailure> {
+    /// Queues a frame (the payload must have passed `payload::check`). With `wait`,
+    /// waits for room in the request lane; without, fails with `Full` at once.
+    pub(crate) async fn enqueue(
+        &self,
+        payload: Payload,
+        kind: SendKind,
+        wait: bool,
+    ) -> Result<Enqueued<'_>, SendFailure> {
+        let closed = || SendFailure::NotWritten(self.shared.reason_or("connection closed"));
         if self.is_closed() {
-            return Err(SendFailure::NotWritten(
-                self.closed_reason_or("connection closed"),
-            ));
+            return Err(closed());
         }
-        let (tx, rx) = oneshot::channel();
-        let out = Outgoing {
-            frame: payload.into_frame(MessageType::Oneway, self.shared.next_id()),
-            reply: Reply::Written(tx),
+        let (frame, len) = self.frame_for(payload, kind);
+        let charge = if wait {
+            self.shared.lanes.reserve(len).await
+        } else {
+            self.shared.lanes.try_reserve(len)
         };
-        if self.shared.tx.send(out).await.is_err() {
-            return Err(SendFailure::NotWritten(
-                self.closed_reason_or("connection closed"),
-            ));
+        let charge = match charge {
+            Ok(c) => c,
+            Err(ReserveError::Closed) => return Err(closed()),
+            Err(ReserveError::Full) => return Err(SendFailure::Full),
+        };
+        let id = frame.request_id;
+        let (tx, rx) = oneshot::channel();
+        let reply = match kind {
+            SendKind::Request => Reply::Response(tx),
+            SendKind::Oneway => Reply::Written(tx),
+        };
+        let q = Queued {
+            frame,
+            reply,
+            len,
+            charge,
+        };
+        if self.shared.lanes.push_request(q).is_err() {
+            return Err(closed());
         }
-        match rx.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(reason)) => Err(SendFailure::MaybeDelivered(reason)),
-            Err(_) => Err(SendFailure::NotWritten(
-                self.closed_reason_or("connection closed before the request was written"),
-            )),
-        }
+        Ok(Enqueued {
+            shared: &self.shared,
+            id,
+            rx: Some(rx),
+            kind,
+        })
     }
 
     /// Sends a response to the peer's request `request_id`.
+    ///
+    /// Never waits for the writer (it is `async` for compatibility only): the answer goes
+    /// to the response lane, and if that lane is over its budget the connection is closed
+    /// and the reason returned.
     pub async fn respond(&self, request_id: u32, payload: Payload) -> Result<(), RpcError> {
         crate::payload::check(&payload, self.shared.max_frame_len)?;
-        let out = Outgoing {
-            frame: payload.into_frame(MessageType::Response, request_id),
-            reply: Reply::None,
-        };
         self.shared
-            .tx
-            .send(out)
-            .await
-            .map_err(|_| RpcError::NotWritten {
+            .queue_response(payload.into_frame(MessageType::Response, request_id))
+            .map_err(|reason| RpcError::NotWritten {
                 endpoint: self.shared.label.clone(),
-                reason: self.closed_reason_or("connection closed"),
+                reason,
             })
+    }
+
+    /// Sets the next request id (tests of id wrap-around).
+    #[cfg(test)]
+    pub(crate) fn set_next_id(&self, id: u32) {
+        self.shared.next_id.store(id, Ordering::Relaxed);
     }
 }
 
 async fn run(
     shared: Arc<Shared>,
     stream: TcpStream,
-    rx: mpsc::Receiver<Outgoing>,
     config: ConnConfig,
+    transport: TransportOptions,
     handler: Option<Arc<dyn InboundHandler>>,
-) -> String {
+) -> CloseReason {
     let (rd, wr) = stream.into_split();
     let mut writer = tokio::spawn(
-        write_loop(
+        writer::write_loop(
             shared.clone(),
             wr,
-            rx,
             config.write_idle,
             config.heartbeat_codec,
+            transport.write_timeout,
         )
         .instrument(tracing::Span::current()),
     );
-    let framed = FramedRead::with_capacity(rd, FrameCodec::new(config.max_frame_len), 64 * 1024);
+    let codec = FrameCodec::new(transport.max_frame_len);
     let mut writer_done = false;
     let reason = tokio::select! {
-        r = read_loop(&shared, framed, config.read_idle, handler) => r,
+        r = reader::read_loop(&shared, rd, codec, config.read_idle, handler) => r,
         w = &mut writer => {
             writer_done = true;
-            w.unwrap_or_else(|e| format!("writer task failed: {e}"))
+            w.unwrap_or_else(|e| CloseReason::new(format!("writer task failed: {e}")))
         }
-        _ = shared.shutdown.cancelled() => "closed locally".to_string(),
+        _ = shared.shutdown.cancelled() => shared.reason_or("closed locally"),
     };
-    let _ = shared.close_reason.set(reason.clone());
+    let _ = shared.close_reason.set(reason);
+    let reason = shared.reason_or("closed");
+    shared.shutdown.cancel();
+    // Queued requests were never handed to a write: dropping them says "not written".
+    drop(shared.lanes.close());
     if !writer_done {
-        // Dropping the writer drops the queue: queued requests see "not written".
         writer.abort();
         let _ = (&mut writer).await;
     }
-    // Whatever is pending now was handed to the socket.
+    // Whatever is in the write under way, or pending, was handed to the socket.
+    let in_write: Vec<_> = std::mem::take(&mut *shared.in_write());
+    for tx in in_write {
+        let _ = tx.send(Err(reason.clone()));
+    }
     let pending: Vec<_> = shared.pending().drain().collect();
     let failed = pending.len();
     for (_, tx) in pending {
@@ -452,225 +700,11 @@ async fn run(
     }
     tracing::debug!(reason = %reason, failed_in_flight = failed, "connection closed");
     shared.done.cancel();
+    if let Some(hook) = &config.on_close {
+        hook(&Connection { shared }, &reason);
+    }
     reason
 }
 
-async fn write_loop(
-    shared: Arc<Shared>,
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Outgoing>,
-    write_idle: Option<Duration>,
-    ping_codec: u8,
-) -> String {
-    const BATCH: usize = 256;
-    let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut written: Vec<oneshot::Sender<Outcome>> = Vec::new();
-    loop {
-        let n = match write_idle {
-            Some(idle) => match tokio::time::timeout(idle, rx.recv_many(&mut batch, BATCH)).await {
-                Ok(n) => n,
-                Err(_) => {
-                    let ping = Frame {
-                        codec: ping_codec,
-                        ..Frame::ping(shared.next_id())
-                    };
-                    batch.push(Outgoing {
-                        frame: ping,
-                        reply: Reply::None,
-                    });
-                    tracing::trace!("write idle: sending PING");
-                    1
-                }
-            },
-            None => rx.recv_many(&mut batch, BATCH).await,
-        };
-        if n == 0 {
-            return "write queue closed".to_string();
-        }
-        if n < BATCH && !shared.pending().is_empty() {
-            // Other requests are in flight, so their callers are likely runnable right
-            // now (woken by responses the reader just dispatched) and about to queue
-            // more. Tokio runs a freshly woken task first (its LIFO slot), which would
-            // have us write one frame per syscall; stepping aside once lets them queue
-            // and turns N writes into one. With a single call in flight (nothing
-            // pending) we write at once, so low-concurrency latency is unaffected.
-            // (Not `tokio::task::yield_now`: that defers the wake-up until the worker
-            // parks, which a busy worker may not do for milliseconds.)
-            YieldOnce(false).await;
-            while batch.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(out) => batch.push(out),
-                    Err(_) => break,
-                }
-            }
-        }
-        {
-            let mut pending = None;
-            for out in batch.drain(..) {
-                let id = out.frame.request_id;
-                match out.reply {
-                    Reply::Response(tx) => {
-                        if tx.is_closed() {
-                            // The caller gave up before we got to it: do not send.
-                            continue;
-                        }
-                        if let Err(e) = out.frame.encode_into(&mut buf, shared.max_frame_len) {
-                            tracing::error!(error = %e, "dropping unframeable request");
-                            continue;
-                        }
-                        pending
-                            .get_or_insert_with(|| shared.pending())
-                            .insert(id, tx);
-                    }
-                    Reply::Written(tx) => {
-                        if let Err(e) = out.frame.encode_into(&mut buf, shared.max_frame_len) {
-                            tracing::error!(error = %e, "dropping unframeable one-way request");
-                            continue;
-                        }
-                        written.push(tx);
-                    }
-                    Reply::None => {
-                        if let Err(e) = out.frame.encode_into(&mut buf, shared.max_frame_len) {
-                            tracing::error!(error = %e, "dropping unframeable frame");
-                        }
-                    }
-                }
-            }
-        }
-        if let Err(e) = wr.write_all(&buf).await {
-            let reason = format!("write failed: {e}");
-            for w in written.drain(..) {
-                let _ = w.send(Err(reason.clone()));
-            }
-            return reason;
-        }
-        buf.clear();
-        if buf.capacity() > 1024 * 1024 {
-            // One huge frame should not pin a huge buffer forever.
-            buf = BytesMut::with_capacity(64 * 1024);
-        }
-        for w in written.drain(..) {
-            let _ = w.send(Ok(None));
-        }
-    }
-}
-
-async fn read_loop(
-    shared: &Arc<Shared>,
-    mut framed: FramedRead<OwnedReadHalf, FrameCodec>,
-    read_idle: Option<Duration>,
-    handler: Option<Arc<dyn InboundHandler>>,
-) -> String {
-    loop {
-        let next = match read_idle {
-            Some(idle) => match tokio::time::timeout(idle, framed.next()).await {
-                Ok(n) => n,
-                Err(_) => return format!("nothing received for {idle:?} (read idle)"),
-            },
-            None => framed.next().await,
-        };
-        let frame = match next {
-            None => return "connection closed by peer".to_string(),
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "protocol error; closing the connection");
-                return e.to_string();
-            }
-            Some(Ok(f)) => f,
-        };
-        match frame.msg_type {
-            MessageType::Response => {
-                let tx = shared.pending().remove(&frame.request_id);
-                match tx {
-                    Some(tx) => {
-                        let _ = tx.send(Ok(Some(frame)));
-                    }
-                    None => tracing::debug!(
-                        id = frame.request_id,
-                        "response for an unknown or abandoned request"
-                    ),
-                }
-            }
-            MessageType::HeartbeatRequest => {
-                let pong = Outgoing {
-                    frame: Frame::pong_for(&frame),
-                    reply: Reply::None,
-                };
-                if shared.tx.send(pong).await.is_err() {
-                    return "write queue closed".to_string();
-                }
-            }
-            MessageType::HeartbeatResponse => {}
-            MessageType::Request | MessageType::Oneway => {
-                let Some(h) = handler.as_ref() else {
-                    tracing::warn!(
-                        id = frame.request_id,
-                        "the peer sent a request but no inbound handler is set; ignored"
-                    );
-                    continue;
-                };
-                let oneway = frame.msg_type == MessageType::Oneway;
-                let id = frame.request_id;
-                let conn = Connection {
-                    shared: shared.clone(),
-                };
-                let req = InboundRequest {
-                    peer: shared.peer,
-                    oneway,
-                    request_id: id,
-                    payload: Payload::from_frame(frame),
-                    connection: conn.clone(),
-                };
-                let mut fut = h.handle(req);
-                match (&mut fut).now_or_never() {
-                    Some(resp) => {
-                        if let (false, Some(p)) = (oneway, resp)
-                            && let Err(e) = conn.respond(id, p).await
-                        {
-                            tracing::warn!(error = %e, id, "could not send response");
-                        }
-                    }
-                    None => {
-                        tokio::spawn(
-                            async move {
-                                let resp = fut.await;
-                                if oneway {
-                                    return;
-                                }
-                                match resp {
-                                    Some(p) => {
-                                        if let Err(e) = conn.respond(id, p).await {
-                                            tracing::warn!(error = %e, id, "could not send response");
-                                        }
-                                    }
-                                    None => {
-                                        tracing::debug!(id, "handler gave no response")
-                                    }
-                                }
-                            }
-                            .in_current_span(),
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Returns `Pending` once after waking itself, so the scheduler puts this task at the
-/// back of its run queue and runs the tasks already waiting first.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if self.0 {
-            std::task::Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

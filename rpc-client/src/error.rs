@@ -12,6 +12,7 @@ use meshline_registry_core::RegistryError;
 
 use crate::codec::FrameError;
 use crate::message::MessageError;
+use crate::transport::CloseReason;
 
 /// Why a call (or building a client) failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,26 @@ pub enum RpcError {
         target: String,
     },
 
+    /// [`RpcClient::wait_alive`](crate::RpcClient::wait_alive) ran out of time: fewer
+    /// endpoints than wanted are connected and handshaken. Each followed endpoint's state
+    /// says why (refused registration, connection refused, ...).
+    #[error(
+        "no connected endpoint for `{target}`: waited {waited:?} for {wanted} alive, have {alive}{}",
+        describe_states(states)
+    )]
+    NotEnoughAlive {
+        /// The group, cluster or watch the client follows.
+        target: String,
+        /// Endpoints wanted.
+        wanted: usize,
+        /// Endpoints alive when the wait ended.
+        alive: usize,
+        /// How long it waited.
+        waited: Duration,
+        /// `endpoint: state` for every endpoint the client follows.
+        states: Vec<String>,
+    },
+
     /// The request was written to the connection, which then failed before a response
     /// came: the server may or may not have processed it.
     #[error(
@@ -35,8 +56,9 @@ pub enum RpcError {
     MaybeDelivered {
         /// The endpoint it was written to.
         endpoint: String,
-        /// Why the connection failed.
-        reason: String,
+        /// Why the connection failed (with the I/O error as its source, when there is one).
+        #[source]
+        reason: CloseReason,
     },
 
     /// The request was not written: its connection failed or closed first. Nothing was
@@ -48,8 +70,25 @@ pub enum RpcError {
     NotWritten {
         /// The endpoint it was meant for.
         endpoint: String,
-        /// Why it was not written.
-        reason: String,
+        /// Why it was not written (with the I/O error as its source, when there is one).
+        #[source]
+        reason: CloseReason,
+    },
+
+    /// The request was not written: the connection's request queue had no room (a
+    /// `try_*` send, or the call's deadline passed while waiting for room). Nothing was
+    /// delivered. `RpcClient` first tries other endpoints with room.
+    #[error(
+        "request to {endpoint} was not sent: its write queue is full ({queued_bytes} bytes queued{}); it was not delivered and is safe to retry",
+        waited.map(|w| format!(", waited {w:?} for room")).unwrap_or_default()
+    )]
+    Overloaded {
+        /// The endpoint whose queue was full.
+        endpoint: String,
+        /// Bytes queued on that connection when the call gave up.
+        queued_bytes: usize,
+        /// How long the call waited for room (`None`: it did not wait).
+        waited: Option<Duration>,
     },
 
     /// No response within the call's timeout. The request may have been delivered.
@@ -101,10 +140,19 @@ impl RpcError {
         matches!(
             self,
             RpcError::NotWritten { .. }
+                | RpcError::Overloaded { .. }
                 | RpcError::RetriesExhausted { .. }
                 | RpcError::NoEndpoint { .. }
                 | RpcError::Shutdown
                 | RpcError::Frame(_)
         )
+    }
+}
+
+fn describe_states(states: &[String]) -> String {
+    if states.is_empty() {
+        "; the registry lists no endpoint (check the group mapping and the registry)".into()
+    } else {
+        format!("; endpoints: {}", states.join("; "))
     }
 }

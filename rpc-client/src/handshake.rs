@@ -3,7 +3,7 @@
 //!
 //! Seata's Java client registers on **every** new channel (RegisterTM or RegisterRM,
 //! sent as a sync request) and uses the channel only when the TC answers
-//! `identified == 1` (`reference/seata-compat.md` §4.2). [`SeataRegistration`] does
+//! `identified == 1` (Seata's `AbstractNettyRemotingClient` / `RegisterTMRequest`). [`SeataRegistration`] does
 //! exactly that. Any other check (a game backend's version gate, an auth exchange) is a
 //! closure `Fn(Connection) -> impl Future<Output = Result<(), String>>`.
 //!
@@ -14,7 +14,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::connection::{BoxFuture, Connection};
+use crate::connection::Connection;
+use crate::inbound::BoxFuture;
 use crate::message::{RegisterRmRequest, RegisterTmRequest, SeataMessage};
 use crate::payload::Payload;
 
@@ -23,6 +24,14 @@ use crate::payload::Payload;
 pub trait Handshake: Send + Sync + 'static {
     /// Runs the handshake on `conn`.
     fn handshake<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<(), String>>;
+
+    /// How long this handshake allows itself, if it says. The client waits at least this
+    /// long (plus a second, so the handshake's own error is the one reported), even when
+    /// [`ClientOptions::handshake_timeout`](crate::ClientOptions::handshake_timeout) is
+    /// shorter.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl<F, Fut> Handshake for F
@@ -100,5 +109,9 @@ impl SeataRegistration {
 impl Handshake for SeataRegistration {
     fn handshake<'a>(&'a self, conn: &'a Connection) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(self.run(conn))
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
 }

@@ -42,21 +42,26 @@
 //! - **Connections** ([`Connection`]): one writer task that batches writes, one reader
 //!   that matches responses to requests by id, answers PINGs and runs an
 //!   [`InboundHandler`] for requests the peer sends (a TC's branch commit, a game
-//!   backend's push); PING on write-idle (5 s), close on read-idle (15 s).
+//!   backend's push); PING on write-idle (5 s), close on read-idle (15 s). Queues and
+//!   batches are bounded in bytes, the reader never waits on the writer, a stalled
+//!   write closes the connection, and inbound handlers are capped per connection:
+//!   [`transport`] explains each limit.
 //! - **The client** ([`RpcClient`]): follows a registry [`Watch`](meshline_registry_core::Watch)
 //!   (or a tx-service-group through [`Discovery`](meshline_registry_core::Discovery)),
 //!   keeps one connection per endpoint (or a stable random subset), reconnects with
 //!   jittered backoff, runs a [`Handshake`] per connection, and offers only connected,
 //!   handshaken endpoints (the [`AliveSet`]) to the `meshline-loadbalance` balancer.
-//! - **A server** ([`Server`]): the same machinery on the accepting side, used by the
-//!   `tc-server` program, the tests and the bench.
+//! - **A server** ([`Server`]): the same machinery on the accepting side, with a
+//!   connection limit, an accept hook, connection ids, a per-connection state slot and
+//!   connect / close hooks: what a TC stand-in or a game backend is built on.
 //!
 //! ## Delivery rules
 //!
 //! | What happened | What you get |
 //! |---|---|
 //! | the endpoint failed before the request was written | retried on another endpoint (up to [`ClientOptions::max_attempts`], excluding failed ones) |
-//! | the request was written, then the connection failed | [`RpcError::MaybeDelivered`] |
+//! | the request (or a one-way send) was handed to a write, then the connection failed | [`RpcError::MaybeDelivered`] |
+//! | the write queue was full (every candidate's, or for the whole timeout) | [`RpcError::Overloaded`] (not delivered; `try_call` says so at once) |
 //! | no answer within the timeout | [`RpcError::Timeout`] (may have been delivered) |
 //! | nothing alive | [`RpcError::NoEndpoint`] |
 //! | the client is shutting down | [`RpcError::Shutdown`] |
@@ -70,10 +75,12 @@
 //! Bodies are [`bytes::Bytes`] end to end: a response body is a slice of the read
 //! buffer, and a forwarded payload is never decoded. The frame's head map
 //! ([`HeadMap`]) carries routing identity (player, session, trace id) beside the body;
-//! [`CallOptions::with_key`] / [`CallOptions::with_hash`] route by it, and
+//! [`CallOptions::route`] takes a `PickRequest` (key, hash, source address, zone,
+//! exclusions) so every game balancer gets its routing facts, and
 //! [`RpcClient::call_to`] addresses one backend directly for state bound to it (a
-//! room, a battle). Backends can push to the gateway at any time through the
-//! [`InboundHandler`].
+//! room, a battle); [`RpcClient::send_oneway_to`] and [`RpcClient::send_oneway_to_all`]
+//! push without waiting for answers. Backends can push to the gateway at any time
+//! through the [`InboundHandler`].
 //!
 //! ## Observability
 //!
@@ -88,19 +95,31 @@ pub mod codec;
 mod connection;
 mod error;
 mod handshake;
+mod inbound;
 pub mod message;
 mod payload;
 pub mod server;
 mod subset;
+pub mod transport;
 
 pub use client::{
     AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats, EndpointState,
     EndpointStatus, Response, RpcClient, RpcClientBuilder,
 };
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, MessageType};
-pub use connection::{BoxFuture, Connection, InboundHandler, InboundRequest};
+pub use connection::{Connection, ConnectionId};
 pub use error::RpcError;
 pub use handshake::{Handshake, SeataRegistration};
+pub use inbound::{BoxFuture, InboundHandler, InboundRequest};
 pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataMessage};
 pub use payload::Payload;
-pub use server::{Server, ServerConfig};
+pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
+pub use transport::{CloseReason, TransportOptions};
+
+/// `now + after`, or a far-off instant when that would overflow (`Duration::MAX` means
+/// "no deadline" and must not panic).
+pub(crate) fn deadline_after(after: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(after)
+        .unwrap_or_else(|| now + std::time::Duration::from_secs(86_400 * 365 * 30))
+}

@@ -113,7 +113,7 @@ async fn unwritten_calls_are_retried_and_written_ones_say_maybe_delivered() {
     let client = builder(&hub, "XID")
         .configure(|o| {
             o.heartbeat = false;
-            o.queue_capacity = 4096;
+            o.transport.request_queue_bytes = 64 << 20;
             o.request_timeout = Duration::from_secs(20);
         })
         .build()

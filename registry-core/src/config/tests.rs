@@ -354,3 +354,47 @@ proptest::proptest! {
         let _ = Config::from_text(&s, Format::Json);
     }
 }
+
+#[test]
+fn transport_limits_from_keys() {
+    let c = Config::from_text(
+        "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=65536\n\
+         transport.responseQueueBytes=2m\ntransport.writeTimeout=3s\n\
+         transport.maxInboundRequests=64\n",
+        Format::Properties,
+    )
+    .unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(c.transport.max_frame_length, Some(1 << 20));
+    assert_eq!(c.transport.request_queue_bytes, Some(65536));
+    assert_eq!(c.transport.response_queue_bytes, Some(2 << 20));
+    assert_eq!(c.transport.write_timeout, Some(Duration::from_secs(3)));
+    assert_eq!(c.transport.max_inbound_requests, Some(64));
+    let y = Config::from_text(
+        "transport:\n  max-frame-length: 64KiB\n  write-timeout: 0s\n",
+        Format::Yaml,
+    )
+    .unwrap();
+    assert!(y.warnings.is_empty(), "{:?}", y.warnings);
+    assert_eq!(y.transport.max_frame_length, Some(64 << 10));
+    assert_eq!(y.transport.write_timeout, Some(Duration::ZERO));
+    // Defaults leave the rpc-client's own defaults in force.
+    assert_eq!(Config::default().transport.max_frame_length, None);
+}
+
+#[test]
+fn transport_limits_refuse_bad_values() {
+    for (text, want) in [
+        ("transport.writeTimeout=10", "has no unit"),
+        ("transport.maxFrameLength=8 parsecs", "unknown size unit"),
+        ("transport.maxFrameLength=0", "larger than 0"),
+        ("transport.requestQueueBytes=99999999999999999999G", "size like"),
+        ("transport.responseQueueBytes=17179869184G", "too large"),
+        ("transport.maxInboundRequests=0", "at least 1"),
+    ] {
+        let e = Config::from_text(text, Format::Properties)
+            .expect_err(text)
+            .to_string();
+        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+    }
+}

@@ -1,0 +1,193 @@
+//! [`RpcClientBuilder`]: where the endpoints come from, how to pick among them, what
+//! to run on each new connection, and the options.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use meshline_loadbalance::{Balancer, LoadBalance};
+use meshline_registry_core::{Config, Discovery, Watch};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::alive::AliveSet;
+use super::membership::{Inner, State, follow};
+use super::options::ClientOptions;
+use super::{Handle, RpcClient};
+use crate::connection::InboundHandler;
+use crate::error::RpcError;
+use crate::handshake::Handshake;
+
+/// How a call source is given to the builder.
+enum Source {
+    Discovery(Discovery, String),
+    Watch(Watch, String),
+}
+
+/// Builds an [`RpcClient`].
+pub struct RpcClientBuilder {
+    source: Option<Source>,
+    load_balance: Option<Arc<dyn LoadBalance>>,
+    lb_error: Option<String>,
+    handshake: Option<Arc<dyn Handshake>>,
+    inbound: Option<Arc<dyn InboundHandler>>,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for RpcClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClientBuilder")
+            .field("options", &self.options)
+            .field(
+                "load_balance",
+                &self.load_balance.as_ref().map(|l| l.name().to_string()),
+            )
+            .finish()
+    }
+}
+
+impl RpcClientBuilder {
+    pub(super) fn new() -> Self {
+        RpcClientBuilder {
+            source: None,
+            load_balance: None,
+            lb_error: None,
+            handshake: None,
+            inbound: None,
+            options: ClientOptions::default(),
+        }
+    }
+
+    /// Follow the cluster that `tx_service_group` maps to in `discovery`.
+    pub fn discovery(mut self, discovery: Discovery, tx_service_group: impl Into<String>) -> Self {
+        self.source = Some(Source::Discovery(discovery, tx_service_group.into()));
+        self
+    }
+
+    /// Follow `watch` directly; `name` labels logs, errors and metrics.
+    pub fn watch(mut self, watch: Watch, name: impl Into<String>) -> Self {
+        self.source = Some(Source::Watch(watch, name.into()));
+        self
+    }
+
+    /// The load-balancing algorithm (required, or set through [`config`](Self::config)
+    /// or [`load_balance_name`](Self::load_balance_name)).
+    pub fn load_balance(mut self, lb: Arc<dyn LoadBalance>) -> Self {
+        self.load_balance = Some(lb);
+        self.lb_error = None;
+        self
+    }
+
+    /// The load-balancing algorithm by its Seata / meshline name (`XID`,
+    /// `RandomLoadBalance`, ...). An unknown name makes [`build`](Self::build) fail.
+    pub fn load_balance_name(mut self, name: &str) -> Self {
+        match meshline_loadbalance::by_name(name) {
+            Ok(lb) => {
+                self.load_balance = Some(lb);
+                self.lb_error = None;
+            }
+            Err(e) => self.lb_error = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// Applies `config`: `client.loadBalance.type` / `virtualNodes`,
+    /// `transport.heartbeat`, `transport.rpcTmRequestTimeout` and the `transport.*`
+    /// limits it sets. Options set earlier on the builder that the config does not
+    /// carry are kept; for the keys it carries, the later call wins.
+    pub fn config(mut self, config: &Config) -> Self {
+        self.options.apply_config(config);
+        match meshline_loadbalance::from_config(&config.client.load_balance) {
+            Ok(lb) => {
+                self.load_balance = Some(lb);
+                self.lb_error = None;
+            }
+            Err(e) => self.lb_error = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// Runs `handshake` on every new connection; the endpoint is used only if it
+    /// succeeds (e.g. [`crate::SeataRegistration`]).
+    pub fn handshake(mut self, handshake: impl Handshake) -> Self {
+        self.handshake = Some(Arc::new(handshake));
+        self
+    }
+
+    /// Handles requests servers send us (a TC's branch commit, a backend's push).
+    pub fn inbound(mut self, handler: impl InboundHandler) -> Self {
+        self.inbound = Some(Arc::new(handler));
+        self
+    }
+
+    /// Replaces all options.
+    pub fn options(mut self, options: ClientOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Changes options in place.
+    pub fn configure(mut self, f: impl FnOnce(&mut ClientOptions)) -> Self {
+        f(&mut self.options);
+        self
+    }
+
+    /// The options as set so far.
+    pub fn current_options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// Starts the client: opens the watch and begins connecting. Returns at once;
+    /// use [`RpcClient::wait_alive`] to wait for connections.
+    pub async fn build(self) -> Result<RpcClient, RpcError> {
+        if let Some(e) = self.lb_error {
+            return Err(RpcError::Config(e));
+        }
+        let lb = self.load_balance.ok_or_else(|| {
+            RpcError::Config(
+                "no load balancer set: call .load_balance(..), .load_balance_name(..) or .config(..)"
+                    .into(),
+            )
+        })?;
+        let (watch, target, discovery) = match self.source {
+            Some(Source::Discovery(d, group)) => {
+                let w = d.watch(&group).await?;
+                (w, group, Some(d))
+            }
+            Some(Source::Watch(w, name)) => (w, name, None),
+            None => {
+                return Err(RpcError::Config(
+                    "no endpoint source: call .discovery(..) or .watch(..)".into(),
+                ));
+            }
+        };
+        let (alive_tx, _) = watch::channel(Arc::new(AliveSet::default()));
+        let inner = Arc::new(Inner {
+            target: target.clone(),
+            counters: Default::default(),
+            _discovery: discovery,
+            balancer: Balancer::new(lb),
+            alive: ArcSwap::from_pointee(AliveSet::default()),
+            alive_tx,
+            state: Mutex::new(State::default()),
+            handshake: self.handshake,
+            inbound: self.inbound,
+            gate: AtomicUsize::new(0),
+            idle: Notify::new(),
+            shutdown: CancellationToken::new(),
+            next_generation: AtomicU64::new(1),
+            options: self.options,
+        });
+        let follower = tokio::spawn(
+            follow(inner.clone(), watch)
+                .instrument(tracing::info_span!("membership", target = %target)),
+        );
+        Ok(RpcClient {
+            handle: Arc::new(Handle {
+                inner,
+                follower: Mutex::new(Some(follower)),
+            }),
+        })
+    }
+}

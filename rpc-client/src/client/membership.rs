@@ -1,0 +1,303 @@
+//! The client's shared core: which endpoints it follows (from the registry's
+//! snapshots), which are alive, and the gate that counts calls for shutdown.
+//!
+//! Every endpoint the registry lists gets a slot with its own task (see `endpoint`).
+//! A slot has a generation number: when an endpoint leaves and comes back, the old
+//! task (still draining) and the new one share the key but not the generation, and the
+//! old task's reports never touch the new slot.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use meshline_loadbalance::Balancer;
+use meshline_registry_core::{Discovery, Instance, InstanceKey, Watch};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::alive::{AliveEndpoint, AliveSet, EndpointState};
+use super::metrics::{Counter, Counters};
+use super::options::ClientOptions;
+use crate::codec::CODEC_SEATA;
+use crate::connection::{ConnConfig, Connection, InboundHandler};
+use crate::error::RpcError;
+use crate::handshake::Handshake;
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub endpoints: BTreeMap<InstanceKey, Slot>,
+    pub alive: BTreeMap<InstanceKey, AliveEndpoint>,
+    /// Tasks of endpoints the registry removed, still draining; `shutdown` waits for
+    /// them.
+    pub draining: Vec<JoinHandle<()>>,
+}
+
+pub(crate) struct Slot {
+    pub instance: Arc<Instance>,
+    pub state: EndpointState,
+    pub connects: u64,
+    pub generation: u64,
+    pub cmd: watch::Sender<bool>,
+    pub task: Option<JoinHandle<()>>,
+}
+
+/// Bit 0 of the call gate: the client is closing.
+const CLOSING: usize = 1;
+/// One call in the call gate.
+const ONE_CALL: usize = 2;
+
+pub(crate) struct Inner {
+    pub target: String,
+    pub counters: Counters,
+    /// Kept for the client's lifetime: some registries stop following their source when
+    /// the last handle to them is dropped.
+    pub _discovery: Option<Discovery>,
+    pub options: ClientOptions,
+    pub balancer: Balancer,
+    pub alive: ArcSwap<AliveSet>,
+    pub alive_tx: watch::Sender<Arc<AliveSet>>,
+    pub state: Mutex<State>,
+    pub handshake: Option<Arc<dyn Handshake>>,
+    pub inbound: Option<Arc<dyn InboundHandler>>,
+    /// Calls in flight (in units of [`ONE_CALL`]) and the [`CLOSING`] bit, in one word
+    /// so that a call starting and `shutdown` starting can never both miss each other.
+    pub gate: AtomicUsize,
+    pub idle: Notify,
+    pub shutdown: CancellationToken,
+    pub next_generation: AtomicU64,
+}
+
+/// Counts one call for [`RpcClient::shutdown`](crate::RpcClient::shutdown).
+pub(crate) struct CallGuard<'a>(&'a Inner);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        let before = self.0.gate.fetch_sub(ONE_CALL, Ordering::AcqRel);
+        if before == ONE_CALL | CLOSING {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Inner {
+    pub fn count(&self, c: Counter) {
+        self.counters.count(c, &self.target);
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a call, unless the client is closing.
+    pub fn begin(&self) -> Result<CallGuard<'_>, RpcError> {
+        let before = self.gate.fetch_add(ONE_CALL, Ordering::AcqRel);
+        let guard = CallGuard(self);
+        if before & CLOSING != 0 {
+            return Err(RpcError::Shutdown);
+        }
+        Ok(guard)
+    }
+
+    /// Stops new calls; returns how many are in flight.
+    pub fn close_gate(&self) -> usize {
+        self.gate.fetch_or(CLOSING, Ordering::AcqRel);
+        self.calls_in_flight()
+    }
+
+    pub fn calls_in_flight(&self) -> usize {
+        self.gate.load(Ordering::Acquire) / ONE_CALL
+    }
+
+    pub fn conn_config(&self) -> ConnConfig {
+        let o = &self.options;
+        ConnConfig {
+            transport: o.transport.clone(),
+            write_idle: o.heartbeat.then_some(o.write_idle),
+            read_idle: o.heartbeat.then_some(o.read_idle),
+            heartbeat_codec: CODEC_SEATA,
+            on_close: None,
+        }
+    }
+
+    /// Publishes the alive map to the balancer and readers. Called with the state lock
+    /// held so updates are applied in order.
+    fn publish_alive(&self, st: &State) {
+        let entries: Vec<AliveEndpoint> = st.alive.values().cloned().collect();
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.instance.key().clone(), i))
+            .collect();
+        let instances: Vec<Instance> = entries.iter().map(|e| (*e.instance).clone()).collect();
+        let set = Arc::new(AliveSet { entries, index });
+        // Alive snapshot first: a pick from the new picker always finds its entry.
+        self.alive.store(set.clone());
+        self.balancer.update(&instances);
+        metrics::gauge!("meshline_rpc_alive_endpoints", "target" => self.target.clone())
+            .set(instances.len() as f64);
+        self.alive_tx.send_replace(set);
+    }
+
+    /// The slot for `key` if it is still generation `generation`.
+    fn slot_mut<'a>(st: &'a mut State, key: &InstanceKey, generation: u64) -> Option<&'a mut Slot> {
+        st.endpoints
+            .get_mut(key)
+            .filter(|s| s.generation == generation)
+    }
+
+    pub fn set_state(&self, key: &InstanceKey, generation: u64, state: EndpointState) {
+        if let Some(s) = Self::slot_mut(&mut self.state(), key, generation) {
+            s.state = state;
+        }
+    }
+
+    /// Puts the connection in the alive set; false when the slot is gone (or is a newer
+    /// generation's).
+    pub fn mark_alive(&self, key: &InstanceKey, generation: u64, conn: &Connection) -> bool {
+        let mut st = self.state();
+        let Some(slot) = Self::slot_mut(&mut st, key, generation) else {
+            return false;
+        };
+        slot.state = EndpointState::Alive;
+        slot.connects += 1;
+        let instance = slot.instance.clone();
+        st.alive.insert(
+            key.clone(),
+            AliveEndpoint {
+                instance,
+                connection: conn.clone(),
+            },
+        );
+        self.publish_alive(&st);
+        true
+    }
+
+    /// Takes the connection out of the alive set (if it is the one there) and records
+    /// `state` on the slot (if it is still this generation's).
+    pub fn mark_dead(
+        &self,
+        key: &InstanceKey,
+        generation: u64,
+        conn: &Connection,
+        state: EndpointState,
+    ) {
+        let mut st = self.state();
+        if let Some(s) = Self::slot_mut(&mut st, key, generation) {
+            s.state = state;
+        }
+        let same = st.alive.get(key).is_some_and(|e| e.connection.ptr_eq(conn));
+        if same {
+            st.alive.remove(key);
+            self.publish_alive(&st);
+        }
+    }
+
+    /// Applies one membership snapshot.
+    pub fn apply(self: &Arc<Self>, instances: &[Instance]) {
+        let mut st = self.state();
+        let wanted: Vec<Instance> = match self.options.subset_size {
+            Some(k) => {
+                let current: HashSet<InstanceKey> = st.endpoints.keys().cloned().collect();
+                crate::subset::choose(&current, instances, k)
+            }
+            None => instances.to_vec(),
+        };
+        let wanted_keys: HashSet<&InstanceKey> = wanted.iter().map(Instance::key).collect();
+        // Removed: drain.
+        let removed: Vec<InstanceKey> = st
+            .endpoints
+            .keys()
+            .filter(|k| !wanted_keys.contains(k))
+            .cloned()
+            .collect();
+        let mut alive_changed = false;
+        st.draining.retain(|t| !t.is_finished());
+        for key in removed {
+            if let Some(mut slot) = st.endpoints.remove(&key) {
+                tracing::info!(endpoint = %key, "endpoint left the registry; draining");
+                let _ = slot.cmd.send(false);
+                if let Some(t) = slot.task.take() {
+                    st.draining.push(t);
+                }
+            }
+            if st.alive.remove(&key).is_some() {
+                alive_changed = true;
+            }
+        }
+        // Added or changed.
+        for inst in wanted {
+            let key = inst.key().clone();
+            match st.endpoints.get_mut(&key) {
+                Some(slot) => {
+                    if *slot.instance != inst {
+                        let inst = Arc::new(inst);
+                        slot.instance = inst.clone();
+                        if let Some(a) = st.alive.get_mut(&key) {
+                            a.instance = inst;
+                            alive_changed = true;
+                        }
+                    }
+                }
+                None => {
+                    tracing::info!(endpoint = %key, "endpoint joined; connecting");
+                    let (cmd, cmd_rx) = watch::channel(true);
+                    let instance = Arc::new(inst);
+                    let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+                    let span =
+                        tracing::info_span!("endpoint", target = %self.target, endpoint = %key);
+                    let task = tokio::spawn(
+                        super::endpoint::endpoint_task(
+                            self.clone(),
+                            instance.clone(),
+                            generation,
+                            cmd_rx,
+                        )
+                        .instrument(span),
+                    );
+                    st.endpoints.insert(
+                        key,
+                        Slot {
+                            instance,
+                            state: EndpointState::Connecting,
+                            connects: 0,
+                            generation,
+                            cmd,
+                            task: Some(task),
+                        },
+                    );
+                }
+            }
+        }
+        if alive_changed {
+            self.publish_alive(&st);
+        }
+    }
+}
+
+/// Follows the registry: applies every snapshot until the watch ends or the client
+/// shuts down.
+pub(crate) async fn follow(inner: Arc<Inner>, mut watch: Watch) {
+    loop {
+        let next = tokio::select! {
+            n = watch.next() => n,
+            _ = inner.shutdown.cancelled() => return,
+        };
+        match next {
+            Ok(snapshot) => {
+                tracing::debug!(
+                    revision = snapshot.revision(),
+                    members = snapshot.len(),
+                    "membership snapshot"
+                );
+                inner.apply(snapshot.instances());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "membership watch ended; keeping the current endpoints");
+                return;
+            }
+        }
+    }
+}

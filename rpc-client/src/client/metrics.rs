@@ -1,0 +1,80 @@
+//! The client's counters: kept as atomics for [`RpcClient::stats`](crate::RpcClient::stats)
+//! and reported through the `metrics` facade, labelled `target`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Totals since the client started (the same events the `metrics` counters count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Connections established (and handshaken).
+    pub connects: u64,
+    /// Of those, re-connections to an endpoint connected before.
+    pub reconnects: u64,
+    /// Connect attempts that failed.
+    pub connect_failures: u64,
+    /// Handshakes refused or failed.
+    pub handshake_failures: u64,
+    /// Calls retried on another endpoint because they were not written.
+    pub retries: u64,
+    /// Calls that timed out.
+    pub timeouts: u64,
+    /// Calls failed as "may have been delivered".
+    pub maybe_delivered: u64,
+    /// Calls that found a full write queue (then tried elsewhere or failed as
+    /// overloaded).
+    pub overloaded: u64,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Counter {
+    Connects,
+    Reconnects,
+    ConnectFailures,
+    HandshakeFailures,
+    Retries,
+    Timeouts,
+    MaybeDelivered,
+    Overloaded,
+}
+
+impl Counter {
+    const ALL: usize = 8;
+
+    fn metric(self) -> &'static str {
+        match self {
+            Counter::Connects => "meshline_rpc_connects_total",
+            Counter::Reconnects => "meshline_rpc_reconnects_total",
+            Counter::ConnectFailures => "meshline_rpc_connect_failures_total",
+            Counter::HandshakeFailures => "meshline_rpc_handshake_failures_total",
+            Counter::Retries => "meshline_rpc_retries_total",
+            Counter::Timeouts => "meshline_rpc_timeouts_total",
+            Counter::MaybeDelivered => "meshline_rpc_maybe_delivered_total",
+            Counter::Overloaded => "meshline_rpc_overloaded_total",
+        }
+    }
+}
+
+/// One client's counters.
+#[derive(Default)]
+pub(crate) struct Counters([AtomicU64; Counter::ALL]);
+
+impl Counters {
+    pub fn count(&self, c: Counter, target: &str) {
+        self.0[c as usize].fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(c.metric(), "target" => target.to_string()).increment(1);
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        let g = |c: Counter| self.0[c as usize].load(Ordering::Relaxed);
+        ClientStats {
+            connects: g(Counter::Connects),
+            reconnects: g(Counter::Reconnects),
+            connect_failures: g(Counter::ConnectFailures),
+            handshake_failures: g(Counter::HandshakeFailures),
+            retries: g(Counter::Retries),
+            timeouts: g(Counter::Timeouts),
+            maybe_delivered: g(Counter::MaybeDelivered),
+            overloaded: g(Counter::Overloaded),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! What a client is tuned with ([`ClientOptions`]) and what one call says about itself
+//! ([`CallOptions`]).
+
+use std::time::Duration;
+
+use meshline_loadbalance::PickRequest;
+use meshline_registry_core::Config;
+
+use crate::transport::TransportOptions;
+
+/// Tunables of an [`RpcClient`](crate::RpcClient). Defaults follow Seata's Java client.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Default per-call timeout (Seata TM: 30 s).
+    pub request_timeout: Duration,
+    /// How long one connect attempt may take.
+    pub connect_timeout: Duration,
+    /// How long the handshake may take, at least. A handshake that states a longer
+    /// timeout of its own ([`Handshake::timeout`](crate::Handshake::timeout), e.g.
+    /// Seata's 30 s for RegisterTM) gets that one.
+    pub handshake_timeout: Duration,
+    /// Send PINGs on write-idle and close on read-idle (`transport.heartbeat`).
+    pub heartbeat: bool,
+    /// PING after this long without writing (Seata: 5 s).
+    pub write_idle: Duration,
+    /// Drop the connection after this long without reading (Seata: 15 s).
+    pub read_idle: Duration,
+    /// Frame limit, queue budgets, write deadline and inbound cap of every connection.
+    pub transport: TransportOptions,
+    /// Attempts per call when endpoints fail before the request is written.
+    pub max_attempts: u32,
+    /// First reconnect delay.
+    pub backoff_initial: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+    /// A connection must stay up this long before the reconnect backoff starts again
+    /// from `backoff_initial`; a server that accepts and then drops at once is retried
+    /// with growing delays instead of every `backoff_initial`.
+    pub stable_after: Duration,
+    /// How long a removed endpoint may take to finish its in-flight calls.
+    pub drain_timeout: Duration,
+    /// Connect to at most this many endpoints (a stable random subset); `None` = all.
+    ///
+    /// Chosen members stay chosen while the registry lists them; a member that is
+    /// listed but unreachable keeps its slot (it is retried with backoff), so the live
+    /// subset can be smaller than `k` until the registry drops it.
+    pub subset_size: Option<usize>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(10),
+            heartbeat: true,
+            write_idle: Duration::from_secs(5),
+            read_idle: Duration::from_secs(15),
+            transport: TransportOptions::default(),
+            max_attempts: 3,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            stable_after: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(30),
+            subset_size: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Defaults with the `transport.*` keys of `config` applied.
+    pub fn from_config(config: &Config) -> Self {
+        let mut o = ClientOptions::default();
+        o.apply_config(config);
+        o
+    }
+
+    /// Applies the keys `config` carries: `transport.heartbeat`,
+    /// `transport.rpcTmRequestTimeout` and the `transport.*` limits that are set. Every
+    /// other option keeps the value it has.
+    pub fn apply_config(&mut self, config: &Config) {
+        self.request_timeout = config.transport.rpc_tm_request_timeout;
+        self.heartbeat = config.transport.heartbeat;
+        self.transport.apply_config(config);
+    }
+}
+
+/// Routing and timeout of one call. `Copy`.
+///
+/// Routing is a [`PickRequest`] as the balancer takes it, so every routing fact reaches
+/// the balancer: XID, key, hash, prepared Java hash, source address (the source-IP game
+/// balancer), zone (zone preference) and exclusions.
+///
+/// ```
+/// use std::time::Duration;
+/// use meshline_loadbalance::PickRequest;
+/// use meshline_rpc_client::CallOptions;
+///
+/// let by_xid = CallOptions::xid("10.0.0.7:8091:2612341069705662465");
+/// let by_player = CallOptions::route(
+///     PickRequest::default()
+///         .with_key(b"player-42")
+///         .with_source("203.0.113.9".parse().unwrap()),
+/// )
+/// .with_timeout(Duration::from_secs(2));
+/// # let _ = (by_xid, by_player);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallOptions<'a> {
+    route: PickRequest<'a>,
+    timeout: Option<Duration>,
+}
+
+impl<'a> CallOptions<'a> {
+    /// No routing facts, the client's default timeout.
+    pub fn new() -> Self {
+        CallOptions::default()
+    }
+
+    /// Route by Seata XID (`ip:port:txid`): the `XID` balancer sends it to that TC.
+    pub fn xid(xid: &'a str) -> Self {
+        CallOptions::route(PickRequest::xid(xid))
+    }
+
+    /// Route with everything `route` says (key, hash, source, zone, exclusions...).
+    pub fn route(route: PickRequest<'a>) -> Self {
+        CallOptions {
+            route,
+            timeout: None,
+        }
+    }
+
+    /// Sets this call's timeout (covers waiting for queue room and retries too).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The routing facts.
+    pub fn pick_request(&self) -> &PickRequest<'a> {
+        &self.route
+    }
+
+    /// This call's timeout, if set.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
+impl<'a> From<PickRequest<'a>> for CallOptions<'a> {
+    fn from(route: PickRequest<'a>) -> Self {
+        CallOptions::route(route)
+    }
+}

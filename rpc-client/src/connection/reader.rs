@@ -1,0 +1,183 @@
+//! The reader: reads bytes as they arrive, decodes frames, and dispatches them.
+//!
+//! It never waits on the writer. Answers and PONGs go to the response lane without
+//! waiting (a full lane closes the connection, see [`crate::transport`]). The only thing
+//! it waits for besides the socket is the inbound cap: with
+//! `max_inbound_requests` handlers running it stops reading until one finishes, and TCP
+//! pushes back on the peer.
+//!
+//! # Memory
+//!
+//! The read buffer grows with the bytes that have arrived, not with what a header
+//! announces: a peer that announces an 8 MiB frame and sends 16 bytes costs one small
+//! read buffer. When the socket has nothing more to read and no partial frame is held,
+//! the buffer is released, so an idle connection holds none.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::FutureExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio_util::codec::Decoder;
+use tracing::Instrument;
+
+use super::{Connection, InboundHandler, InboundRequest, Shared};
+use crate::codec::{Frame, FrameCodec, MessageType};
+use crate::payload::Payload;
+use crate::transport::CloseReason;
+
+/// First read size, and the size after an idle release.
+const READ_MIN: usize = 4 * 1024;
+/// Largest single read reservation.
+const READ_MAX: usize = 64 * 1024;
+
+pub(super) async fn read_loop(
+    shared: &Arc<Shared>,
+    rd: OwnedReadHalf,
+    mut codec: FrameCodec,
+    read_idle: Option<Duration>,
+    handler: Option<Arc<dyn InboundHandler>>,
+) -> CloseReason {
+    let mut buf = BytesMut::new();
+    let mut want = READ_MIN;
+    loop {
+        // Everything already buffered first.
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    if let Err(reason) = dispatch(shared, frame, handler.as_ref()).await {
+                        return reason;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "protocol error; closing the connection");
+                    return CloseReason::new(e.to_string());
+                }
+            }
+        }
+        if buf.capacity() - buf.len() == 0 {
+            buf.reserve(want);
+        }
+        let spare = buf.capacity() - buf.len();
+        match rd.try_read_buf(&mut buf) {
+            Ok(0) => return CloseReason::new("connection closed by peer"),
+            Ok(n) => {
+                if n == spare {
+                    want = (want * 2).min(READ_MAX);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if buf.is_empty() {
+                    // Nothing half-read: hold no buffer while waiting.
+                    buf = BytesMut::new();
+                }
+                let ready = match read_idle {
+                    Some(idle) => match tokio::time::timeout(idle, rd.readable()).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            return CloseReason::new(format!(
+                                "nothing received for {idle:?} (read idle)"
+                            ));
+                        }
+                    },
+                    None => rd.readable().await,
+                };
+                if let Err(e) = ready {
+                    return CloseReason::io("read failed", e);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return CloseReason::io("read failed", e),
+        }
+    }
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    frame: Frame,
+    handler: Option<&Arc<dyn InboundHandler>>,
+) -> Result<(), CloseReason> {
+    match frame.msg_type {
+        MessageType::Response => {
+            let tx = shared.pending().remove(&frame.request_id);
+            match tx {
+                Some(tx) => {
+                    let _ = tx.send(Ok(Some(frame)));
+                }
+                None => tracing::debug!(
+                    id = frame.request_id,
+                    "response for an unknown or abandoned request"
+                ),
+            }
+            Ok(())
+        }
+        MessageType::HeartbeatRequest => shared.queue_response(Frame::pong_for(&frame)),
+        MessageType::HeartbeatResponse => Ok(()),
+        MessageType::Request | MessageType::Oneway => {
+            let Some(h) = handler else {
+                tracing::warn!(
+                    id = frame.request_id,
+                    "the peer sent a request but no inbound handler is set; ignored"
+                );
+                return Ok(());
+            };
+            // The one wait of the reader: at the cap, until a handler finishes.
+            shared.inbound.acquire().await;
+            let permit = InboundPermit(shared.clone());
+            let oneway = frame.msg_type == MessageType::Oneway;
+            let id = frame.request_id;
+            let conn = Connection {
+                shared: shared.clone(),
+            };
+            let req = InboundRequest {
+                peer: shared.peer,
+                oneway,
+                request_id: id,
+                payload: Payload::from_frame(frame),
+                connection: conn,
+            };
+            let mut fut = h.handle(req);
+            match (&mut fut).now_or_never() {
+                Some(resp) => {
+                    drop(permit);
+                    if let (false, Some(p)) = (oneway, resp) {
+                        shared.answer(id, p)?;
+                    }
+                }
+                None => {
+                    let shared = shared.clone();
+                    tokio::spawn(
+                        async move {
+                            let resp = fut.await;
+                            drop(permit);
+                            match (oneway, resp) {
+                                (false, Some(p)) => {
+                                    if let Err(e) = shared.answer(id, p) {
+                                        tracing::debug!(error = %e, id, "could not send response");
+                                    }
+                                }
+                                (false, None) => tracing::debug!(id, "handler gave no response"),
+                                (true, _) => {}
+                            }
+                        }
+                        .in_current_span(),
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One running inbound handler; dropping it (also on panic) frees its place.
+struct InboundPermit(Arc<Shared>);
+
+impl Drop for InboundPermit {
+    fn drop(&mut self) {
+        self.0.inbound.active.fetch_sub(1, Ordering::AcqRel);
+        self.0.inbound.freed.notify_one();
+    }
+}

@@ -1,0 +1,253 @@
+//! The writer task: takes batches from the lanes, encodes them into one buffer, and
+//! writes it under the write deadline.
+//!
+//! A batch is bounded in bytes ([`BATCH_BYTES`]) and frames ([`BATCH_FRAMES`]), and
+//! always holds at least one frame (a single frame up to the frame limit goes alone).
+//! The buffer is allocated for the batch and dropped after it, so an idle connection
+//! holds no write buffer.
+//!
+//! Delivery bookkeeping happens here, in this order: a request's sender moves into the
+//! pending table and a one-way sender into `in_write` *before* the bytes are written.
+//! Whatever happens next (an error, the deadline, the task being aborted), those callers
+//! are told "may have been delivered"; callers whose frames never reached this point
+//! are told "not written".
+
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+
+use super::Shared;
+use super::lanes::{Queued, Reply};
+use crate::codec::{Frame, HEADER_LEN};
+use crate::transport::CloseReason;
+
+/// Most bytes gathered into one write (a larger single frame is written alone).
+pub(crate) const BATCH_BYTES: usize = 256 * 1024;
+/// Most frames gathered into one write.
+pub(crate) const BATCH_FRAMES: usize = 256;
+
+struct Batch {
+    responses: Vec<(Frame, usize)>,
+    requests: Vec<Queued>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.responses.is_empty() && self.requests.is_empty()
+    }
+
+    fn frames(&self) -> usize {
+        self.responses.len() + self.requests.len()
+    }
+
+    fn full(&self) -> bool {
+        self.bytes >= BATCH_BYTES || self.frames() >= BATCH_FRAMES
+    }
+
+    /// Moves frames from the lanes into the batch: responses first, then requests, up to
+    /// the batch bounds (at least one frame if any is queued).
+    fn fill(&mut self, shared: &Shared) {
+        let mut st = shared.lanes.lock();
+        while !self.full() {
+            let Some((f, len)) = st.responses.pop_front() else {
+                break;
+            };
+            st.response_bytes -= len;
+            self.bytes += len;
+            self.responses.push((f, len));
+        }
+        while !self.full() {
+            if !self.is_empty() {
+                // Do not let one large request push the batch far past its bound.
+                match st.requests.front() {
+                    Some(q) if self.bytes + q.len > BATCH_BYTES => break,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            let Some(q) = st.requests.pop_front() else {
+                break;
+            };
+            self.bytes += q.len;
+            self.requests.push(q);
+        }
+    }
+}
+
+pub(super) async fn write_loop(
+    shared: Arc<Shared>,
+    mut wr: OwnedWriteHalf,
+    write_idle: Option<Duration>,
+    ping_codec: u8,
+    write_timeout: Option<Duration>,
+) -> CloseReason {
+    loop {
+        let mut batch = Batch {
+            responses: Vec::new(),
+            requests: Vec::new(),
+            bytes: 0,
+        };
+        // Wait for work (or the write-idle PING).
+        loop {
+            batch.fill(&shared);
+            if !batch.is_empty() {
+                break;
+            }
+            let notified = shared.lanes.wake.notified();
+            match write_idle {
+                Some(idle) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(idle) => {
+                            let ping = Frame { codec: ping_codec, ..Frame::ping(shared.next_id()) };
+                            tracing::trace!("write idle: sending PING");
+                            batch.responses.push((ping, HEADER_LEN));
+                            batch.bytes += HEADER_LEN;
+                            break;
+                        }
+                    }
+                }
+                None => notified.await,
+            }
+        }
+        if !batch.full() && !shared.pending().is_empty() {
+            // Other requests are in flight, so their callers are likely runnable right
+            // now (woken by responses the reader just dispatched) and about to queue
+            // more. Tokio runs a freshly woken task first (its LIFO slot), which would
+            // have us write one frame per syscall; stepping aside once lets them queue
+            // and turns N writes into one. With nothing in flight we write at once, so
+            // low-concurrency latency is unaffected. (Not `tokio::task::yield_now`:
+            // that defers the wake-up until the worker parks, which a busy worker may
+            // not do for milliseconds.)
+            YieldOnce(false).await;
+            batch.fill(&shared);
+        }
+        let (buf, charge) = encode(&shared, batch);
+        if !buf.is_empty()
+            && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
+        {
+            return reason;
+        }
+        drop(buf);
+        shared.lanes.release(charge);
+        let written = std::mem::take(&mut *shared.in_write());
+        for tx in written {
+            let _ = tx.send(Ok(None));
+        }
+    }
+}
+
+/// Encodes the batch into one exactly sized buffer and does the delivery bookkeeping.
+/// Returns the bytes and the request budget they held.
+fn encode(shared: &Shared, batch: Batch) -> (BytesMut, usize) {
+    let mut buf = BytesMut::with_capacity(batch.bytes);
+    let max = shared.max_frame_len;
+    for (f, _) in &batch.responses {
+        if let Err(e) = f.encode_into(&mut buf, max) {
+            tracing::error!(error = %e, "dropping unframeable response");
+        }
+    }
+    let mut charge = 0usize;
+    let mut pending = None;
+    let mut in_write = None;
+    for q in batch.requests {
+        charge += q.charge as usize;
+        let id = q.frame.request_id;
+        match q.reply {
+            Reply::Response(tx) => {
+                let table = pending.get_or_insert_with(|| shared.pending());
+                // Checked under the pending lock: a caller that gives up closes its
+                // receiver first and then removes its entry under this lock, so either
+                // we see it closed here or it finds and removes what we insert.
+                if tx.is_closed() {
+                    continue;
+                }
+                match table.entry(id) {
+                    Entry::Occupied(_) => {
+                        // The id space wrapped onto a request still waiting for its
+                        // answer. Keep the old one; this one is not written (dropping
+                        // `tx` says so) and is retried elsewhere.
+                        tracing::warn!(id, "request id still in use after wrapping; not sent");
+                    }
+                    Entry::Vacant(slot) => match q.frame.encode_into(&mut buf, max) {
+                        Ok(()) => {
+                            slot.insert(tx);
+                        }
+                        Err(e) => tracing::error!(error = %e, "dropping unframeable request"),
+                    },
+                }
+            }
+            Reply::Written(tx) => {
+                if let Err(e) = q.frame.encode_into(&mut buf, max) {
+                    tracing::error!(error = %e, "dropping unframeable one-way request");
+                    continue;
+                }
+                in_write
+                    .get_or_insert_with(|| shared.in_write())
+                    .push(tx);
+            }
+        }
+    }
+    (buf, charge)
+}
+
+/// Writes `buf`; fails when the socket accepts no byte for `deadline`.
+async fn write_with_deadline(
+    wr: &mut OwnedWriteHalf,
+    buf: &[u8],
+    deadline: Option<Duration>,
+) -> Result<(), CloseReason> {
+    let Some(deadline) = deadline else {
+        return wr
+            .write_all(buf)
+            .await
+            .map_err(|e| CloseReason::io("write failed", e));
+    };
+    let mut off = 0;
+    while off < buf.len() {
+        match tokio::time::timeout(deadline, wr.write(&buf[off..])).await {
+            Ok(Ok(0)) => {
+                return Err(CloseReason::io(
+                    "write failed",
+                    std::io::ErrorKind::WriteZero.into(),
+                ));
+            }
+            Ok(Ok(n)) => off += n,
+            Ok(Err(e)) => return Err(CloseReason::io("write failed", e)),
+            Err(_) => {
+                return Err(CloseReason::new(format!(
+                    "write stalled: the peer accepted no data for {deadline:?} \
+                     (transport.writeTimeout) with {} bytes still to write; it is not reading",
+                    buf.len() - off
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Returns `Pending` once after waking itself, so the scheduler puts this task at the
+/// back of its run queue and runs the tasks already waiting first.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            std::task::Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+}

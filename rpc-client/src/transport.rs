@@ -1,0 +1,167 @@
+//! The limits of one connection, shared by [`RpcClient`](crate::RpcClient) and
+//! [`Server`](crate::Server): frame size, queue budgets in bytes, the write deadline and
+//! the inbound concurrency cap.
+//!
+//! # Why these four limits
+//!
+//! A connection that carries heavy traffic both ways must neither stall nor grow
+//! without bound. Each limit closes one way it could:
+//!
+//! - **`max_frame_len`**: a frame longer than this is refused from the 7 header bytes
+//!   that announce it, before any buffer grows (Seata's own limit is 8 MiB).
+//! - **`request_queue_bytes`**: requests and one-way sends wait for room in a queue
+//!   bounded in *bytes*, not frames (256 frames of 8 MiB would be 2 GiB). A caller that
+//!   finds it full waits (`call`) or is told at once (`try_call`); a request that never
+//!   got into the queue was never written and is safe to send elsewhere.
+//! - **`response_queue_bytes`**: answers to the peer's requests and PONGs go through a
+//!   separate lane that the reader fills *without ever waiting* on the writer. If the
+//!   peer pushes requests faster than it reads our answers, that lane exceeds its budget
+//!   and the connection is closed with a reason naming the budget: a peer that does not
+//!   read cannot make us buffer without bound, and two peers that both push can never
+//!   deadlock waiting on each other's writer.
+//! - **`write_timeout`**: a peer that stops reading leaves our writer with a full
+//!   socket. When the socket accepts no byte for this long, the connection is closed
+//!   with a reason and the endpoint leaves the alive set, instead of every call routed
+//!   there timing out one by one.
+//! - **`max_inbound_requests`**: requests the peer sends us run in the
+//!   [`InboundHandler`](crate::InboundHandler); at most this many at once per connection.
+//!   At the cap the reader stops reading, so TCP pushes back on the peer instead of
+//!   us spawning a task per request without limit. (Responses to *our* requests are
+//!   only read while the reader runs, so a handler that waits for an answer on the same
+//!   connection should be counted in the cap's sizing.)
+//!
+//! From a config file these are `transport.maxFrameLength`,
+//! `transport.requestQueueBytes`, `transport.responseQueueBytes`,
+//! `transport.writeTimeout` and `transport.maxInboundRequests` (meshline's own keys;
+//! Seata's `transport.*` keys keep their Seata meaning).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshline_registry_core::Config;
+
+use crate::codec::{DEFAULT_MAX_FRAME_LEN, HEADER_LEN};
+
+/// Per-connection limits (see the [module docs](self) for why each exists).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportOptions {
+    /// Largest frame written or accepted, header included (default 8 MiB, as Seata).
+    pub max_frame_len: usize,
+    /// Bytes of requests and one-way sends queued and being written (default 16 MiB).
+    /// One frame larger than the budget is admitted when the queue is empty.
+    pub request_queue_bytes: usize,
+    /// Bytes of responses and PONGs queued for the peer (default 16 MiB). Exceeding it
+    /// closes the connection: the peer sends requests but does not read the answers.
+    pub response_queue_bytes: usize,
+    /// Close the connection when the socket accepts no byte for this long while we have
+    /// something to write (default 10 s; `None` waits forever, not recommended).
+    pub write_timeout: Option<Duration>,
+    /// Requests from the peer handled at once on one connection (default 1024). At the
+    /// cap the reader stops reading until a handler finishes.
+    pub max_inbound_requests: usize,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        TransportOptions {
+            max_frame_len: DEFAULT_MAX_FRAME_LEN,
+            request_queue_bytes: 16 * 1024 * 1024,
+            response_queue_bytes: 16 * 1024 * 1024,
+            write_timeout: Some(Duration::from_secs(10)),
+            max_inbound_requests: 1024,
+        }
+    }
+}
+
+impl TransportOptions {
+    /// Defaults with the `transport.*` limits of `config` applied.
+    pub fn from_config(config: &Config) -> Self {
+        let mut o = TransportOptions::default();
+        o.apply_config(config);
+        o
+    }
+
+    /// Applies the limits `config` sets (every other field is left as it is).
+    pub fn apply_config(&mut self, config: &Config) {
+        let t = &config.transport;
+        if let Some(v) = t.max_frame_length {
+            self.max_frame_len = v;
+        }
+        if let Some(v) = t.request_queue_bytes {
+            self.request_queue_bytes = v;
+        }
+        if let Some(v) = t.response_queue_bytes {
+            self.response_queue_bytes = v;
+        }
+        if let Some(v) = t.write_timeout {
+            self.write_timeout = (!v.is_zero()).then_some(v);
+        }
+        if let Some(v) = t.max_inbound_requests {
+            self.max_inbound_requests = v;
+        }
+    }
+
+    /// The limits as a connection uses them: a frame limit of at least a header, budgets
+    /// of at least one byte (and at most `u32::MAX`, the semaphore's unit), a cap of at
+    /// least one request.
+    pub(crate) fn normalized(&self) -> TransportOptions {
+        TransportOptions {
+            max_frame_len: self.max_frame_len.clamp(HEADER_LEN, i32::MAX as usize),
+            request_queue_bytes: self.request_queue_bytes.clamp(1, u32::MAX as usize),
+            response_queue_bytes: self.response_queue_bytes.max(1),
+            write_timeout: self.write_timeout,
+            max_inbound_requests: self.max_inbound_requests.max(1),
+        }
+    }
+}
+
+/// Why a connection closed: a message, and the I/O error behind it when there is one.
+///
+/// Cheap to clone (every caller failed by one close gets the same reason).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct CloseReason {
+    message: Arc<str>,
+    #[source]
+    source: Option<Arc<std::io::Error>>,
+}
+
+impl CloseReason {
+    /// A reason with no underlying error.
+    pub fn new(message: impl Into<String>) -> Self {
+        CloseReason {
+            message: message.into().into(),
+            source: None,
+        }
+    }
+
+    /// A reason caused by `error`; the message includes the error's text.
+    pub fn io(what: &str, error: std::io::Error) -> Self {
+        CloseReason {
+            message: format!("{what}: {error}").into(),
+            source: Some(Arc::new(error)),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The I/O error behind it, if any.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.source.as_deref()
+    }
+}
+
+impl From<&str> for CloseReason {
+    fn from(s: &str) -> Self {
+        CloseReason::new(s)
+    }
+}
+
+impl From<String> for CloseReason {
+    fn from(s: String) -> Self {
+        CloseReason::new(s)
+    }
+}

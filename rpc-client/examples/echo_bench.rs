@@ -177,7 +177,7 @@ async fn meshline_client(addrs: &[SocketAddr]) -> RpcClient {
     let client = RpcClient::builder()
         .watch(hub.subscribe("echo"), "echo")
         .load_balance_name("RoundRobinLoadBalance")
-        .configure(|o| o.queue_capacity = 4096)
+        .configure(|o| o.transport.request_queue_bytes = 64 << 20)
         .build()
         .await
         .expect("client");

@@ -49,6 +49,7 @@
 mod alive;
 mod builder;
 mod endpoint;
+mod gate;
 mod membership;
 mod metrics;
 mod options;
@@ -633,22 +634,12 @@ impl RpcClient {
     /// and stops following the registry. When it returns, no task of this client runs.
     pub async fn shutdown(&self, deadline: Duration) {
         let inner = self.inner();
-        inner.close_gate();
-        let until = crate::deadline_after(deadline);
-        loop {
-            let idle = inner.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if inner.calls_in_flight() == 0 {
-                break;
-            }
-            if tokio::time::timeout_at(until, idle).await.is_err() {
-                tracing::warn!(
-                    in_flight = inner.calls_in_flight(),
-                    "shutdown deadline passed with calls in flight; closing anyway"
-                );
-                break;
-            }
+        inner.gate.close();
+        if !inner.gate.wait_idle(crate::deadline_after(deadline)).await {
+            tracing::warn!(
+                in_flight = inner.gate.in_flight(),
+                "shutdown deadline passed with calls in flight; closing anyway"
+            );
         }
         inner.shutdown.cancel();
         let follower = self

@@ -181,13 +181,41 @@ impl HeadMap {
     }
 
     /// Parses a head map that must fill `buf` exactly.
+    ///
+    /// A key that appears twice keeps its **last** value, as Java's `HashMap` does when
+    /// Seata decodes the same bytes: otherwise a gateway could check one value while a
+    /// Java backend acts on another.
     fn decode(mut buf: &[u8]) -> Result<HeadMap, FrameError> {
         let mut map = HeadMap::new();
+        // Small maps (the norm) dedupe by scanning; large ones through an index, so a
+        // 32 KiB head of tiny entries stays linear.
+        let mut index: Option<std::collections::HashMap<String, usize>> = None;
         while !buf.is_empty() {
             let key = read_head_string(&mut buf, "key")?
                 .ok_or(FrameError::BadHeadMap { reason: "null key" })?;
             let value = read_head_string(&mut buf, "value")?;
-            map.entries.push((key, value));
+            if map.entries.len() >= 16 && index.is_none() {
+                index = Some(
+                    map.entries
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (k, _))| (k.clone(), i))
+                        .collect(),
+                );
+            }
+            let existing = match &index {
+                Some(ix) => ix.get(&key).copied(),
+                None => map.entries.iter().position(|(k, _)| *k == key),
+            };
+            match existing {
+                Some(i) => map.entries[i].1 = value,
+                None => {
+                    if let Some(ix) = &mut index {
+                        ix.insert(key.clone(), map.entries.len());
+                    }
+                    map.entries.push((key, value));
+                }
+            }
         }
         Ok(map)
     }
@@ -445,8 +473,9 @@ impl Decoder for FrameCodec {
             return Err(FrameError::BadMessageType(src[9]));
         }
         if src.len() < full {
-            // The length is validated, so growing the buffer to it is safe.
-            src.reserve(full - src.len());
+            // Not reserving `full` here on purpose: the buffer grows with the bytes that
+            // arrive, so a peer that announces 8 MiB and sends 16 bytes costs 16 bytes
+            // (plus the reader's small read buffer), not 8 MiB.
             return Ok(None);
         }
         let msg_type = MessageType::from_code(src[9]).ok_or(FrameError::BadMessageType(src[9]))?;
@@ -636,6 +665,55 @@ mod tests {
             c.encode(&f2, &mut BytesMut::new()),
             Err(FrameError::TooLong { len: 1025, .. })
         ));
+    }
+
+    #[test]
+    fn an_announced_length_is_not_reserved_before_the_bytes_arrive() {
+        // A header announcing an 8 MiB request, then nothing more: the buffer must not
+        // grow to the announced size (1,000 such peers would pin 8 GiB).
+        let mut c = FrameCodec::default();
+        let mut b = BytesMut::with_capacity(64);
+        b.extend_from_slice(&hex("dada0100800000001000010000000007"));
+        assert!(c.decode(&mut b).unwrap().is_none());
+        assert!(b.capacity() < 4096, "capacity {}", b.capacity());
+    }
+
+    #[test]
+    fn a_repeated_head_key_keeps_its_last_value_as_java_does() {
+        let mut wire = BytesMut::new();
+        let mut f = Frame::ping(5);
+        f.msg_type = MessageType::Request;
+        f.head.insert("account", "attacker");
+        f.head.insert("other", "x");
+        f.encode_into(&mut wire, DEFAULT_MAX_FRAME_LEN).unwrap();
+        // Append a second `account` entry to the head map by hand and fix the lengths.
+        let extra = [&[0u8, 7][..], b"account", &[0, 6], b"victim"].concat();
+        let head_end = HEADER_LEN + f.head.encoded_len().unwrap();
+        let mut bytes = wire.to_vec();
+        bytes.splice(head_end..head_end, extra.iter().copied());
+        let full = bytes.len() as i32;
+        bytes[3..7].copy_from_slice(&full.to_be_bytes());
+        let head = (head_end + extra.len()) as i16;
+        bytes[7..9].copy_from_slice(&head.to_be_bytes());
+        let d = decode_all(&bytes).unwrap().remove(0);
+        assert_eq!(d.head.get("account"), Some("victim"));
+        assert_eq!(d.head.len(), 2, "{:?}", d.head);
+        // The same with more than 16 entries (the indexed path).
+        let mut many = HeadMap::new();
+        for i in 0..40 {
+            many.insert(format!("k{i}"), "first");
+        }
+        let mut raw = BytesMut::new();
+        many.encode_into(&mut raw);
+        for i in (0..40).step_by(3) {
+            HeadMap::from_iter([(format!("k{i}"), "last")]).encode_into(&mut raw);
+        }
+        let m = HeadMap::decode(&raw).unwrap();
+        assert_eq!(m.len(), 40);
+        for i in 0..40 {
+            let want = if i % 3 == 0 { "last" } else { "first" };
+            assert_eq!(m.get(&format!("k{i}")), Some(want), "k{i}");
+        }
     }
 
     #[test]

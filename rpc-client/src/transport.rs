@@ -118,12 +118,26 @@ impl TransportOptions {
 /// Why a connection closed: a message, and the I/O error behind it when there is one.
 ///
 /// Cheap to clone (every caller failed by one close gets the same reason).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
+#[derive(Debug, Clone)]
 pub struct CloseReason {
     message: Arc<str>,
-    #[source]
     source: Option<Arc<std::io::Error>>,
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CloseReason {
+    // By hand: the source is shared (`Arc`), and callers should be able to downcast it
+    // to the `io::Error` itself.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl CloseReason {

@@ -1,13 +1,13 @@
 //! [`RpcClientBuilder`]: where the endpoints come from, how to pick among them, what
 //! to run on each new connection, and the options.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use meshline_loadbalance::{Balancer, LoadBalance};
 use meshline_registry_core::{Config, Discovery, Watch};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -173,8 +173,7 @@ impl RpcClientBuilder {
             state: Mutex::new(State::default()),
             handshake: self.handshake,
             inbound: self.inbound,
-            gate: AtomicUsize::new(0),
-            idle: Notify::new(),
+            gate: Default::default(),
             shutdown: CancellationToken::new(),
             next_generation: AtomicU64::new(1),
             options: self.options,

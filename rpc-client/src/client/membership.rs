@@ -7,18 +7,19 @@
 //! old task's reports never touch the new slot.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 use meshline_loadbalance::Balancer;
 use meshline_registry_core::{Discovery, Instance, InstanceKey, Watch};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::alive::{AliveEndpoint, AliveSet, EndpointState};
+use super::gate::{CallGate, CallGuard};
 use super::metrics::{Counter, Counters};
 use super::options::ClientOptions;
 use crate::codec::CODEC_SEATA;
@@ -44,10 +45,6 @@ pub(crate) struct Slot {
     pub task: Option<JoinHandle<()>>,
 }
 
-/// Bit 0 of the call gate: the client is closing.
-const CLOSING: usize = 1;
-/// One call in the call gate.
-const ONE_CALL: usize = 2;
 
 pub(crate) struct Inner {
     pub target: String,
@@ -62,24 +59,10 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub handshake: Option<Arc<dyn Handshake>>,
     pub inbound: Option<Arc<dyn InboundHandler>>,
-    /// Calls in flight (in units of [`ONE_CALL`]) and the [`CLOSING`] bit, in one word
-    /// so that a call starting and `shutdown` starting can never both miss each other.
-    pub gate: AtomicUsize,
-    pub idle: Notify,
+    /// Calls in flight and the closing flag (see `gate`).
+    pub gate: CallGate,
     pub shutdown: CancellationToken,
     pub next_generation: AtomicU64,
-}
-
-/// Counts one call for [`RpcClient::shutdown`](crate::RpcClient::shutdown).
-pub(crate) struct CallGuard<'a>(&'a Inner);
-
-impl Drop for CallGuard<'_> {
-    fn drop(&mut self) {
-        let before = self.0.gate.fetch_sub(ONE_CALL, Ordering::AcqRel);
-        if before == ONE_CALL | CLOSING {
-            self.0.idle.notify_waiters();
-        }
-    }
 }
 
 impl Inner {
@@ -93,22 +76,7 @@ impl Inner {
 
     /// Starts a call, unless the client is closing.
     pub fn begin(&self) -> Result<CallGuard<'_>, RpcError> {
-        let before = self.gate.fetch_add(ONE_CALL, Ordering::AcqRel);
-        let guard = CallGuard(self);
-        if before & CLOSING != 0 {
-            return Err(RpcError::Shutdown);
-        }
-        Ok(guard)
-    }
-
-    /// Stops new calls; returns how many are in flight.
-    pub fn close_gate(&self) -> usize {
-        self.gate.fetch_or(CLOSING, Ordering::AcqRel);
-        self.calls_in_flight()
-    }
-
-    pub fn calls_in_flight(&self) -> usize {
-        self.gate.load(Ordering::Acquire) / ONE_CALL
+        self.gate.enter().ok_or(RpcError::Shutdown)
     }
 
     pub fn conn_config(&self) -> ConnConfig {

@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 
 use super::Shared;
-use super::lanes::{Queued, Reply};
+use super::lanes::{Lanes, Queued, Reply};
 use crate::codec::{Frame, HEADER_LEN};
 use crate::transport::CloseReason;
 
@@ -30,13 +30,21 @@ pub(crate) const BATCH_BYTES: usize = 256 * 1024;
 /// Most frames gathered into one write.
 pub(crate) const BATCH_FRAMES: usize = 256;
 
-struct Batch {
-    responses: Vec<(Frame, usize)>,
-    requests: Vec<Queued>,
-    bytes: usize,
+pub(super) struct Batch {
+    pub responses: Vec<(Frame, usize)>,
+    pub requests: Vec<Queued>,
+    pub bytes: usize,
 }
 
 impl Batch {
+    pub fn new() -> Self {
+        Batch {
+            responses: Vec::new(),
+            requests: Vec::new(),
+            bytes: 0,
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.responses.is_empty() && self.requests.is_empty()
     }
@@ -51,8 +59,8 @@ impl Batch {
 
     /// Moves frames from the lanes into the batch: responses first, then requests, up to
     /// the batch bounds (at least one frame if any is queued).
-    fn fill(&mut self, shared: &Shared) {
-        let mut st = shared.lanes.lock();
+    pub fn fill(&mut self, lanes: &Lanes) {
+        let mut st = lanes.lock();
         while !self.full() {
             let Some((f, len)) = st.responses.pop_front() else {
                 break;
@@ -87,14 +95,10 @@ pub(super) async fn write_loop(
     write_timeout: Option<Duration>,
 ) -> CloseReason {
     loop {
-        let mut batch = Batch {
-            responses: Vec::new(),
-            requests: Vec::new(),
-            bytes: 0,
-        };
+        let mut batch = Batch::new();
         // Wait for work (or the write-idle PING).
         loop {
-            batch.fill(&shared);
+            batch.fill(&shared.lanes);
             if !batch.is_empty() {
                 break;
             }
@@ -125,7 +129,7 @@ pub(super) async fn write_loop(
             // that defers the wake-up until the worker parks, which a busy worker may
             // not do for milliseconds.)
             YieldOnce(false).await;
-            batch.fill(&shared);
+            batch.fill(&shared.lanes);
         }
         let (buf, charge) = encode(&shared, batch);
         if !buf.is_empty()

@@ -532,9 +532,76 @@ mod tests {
         );
     }
 
+    /// Any of the four registration messages, with random field contents.
+    fn arb_message() -> impl proptest::strategy::Strategy<Value = SeataMessage> {
+        use proptest::prelude::*;
+        let s = || "\\PC{0,12}";
+        prop_oneof![
+            (s(), s(), s(), proptest::option::of(s())).prop_map(|(v, a, g, e)| {
+                SeataMessage::RegisterTm(RegisterTmRequest {
+                    version: v,
+                    application_id: a,
+                    transaction_service_group: g,
+                    extra_data: e.filter(|e| !e.is_empty()),
+                })
+            }),
+            (s(), s(), s(), proptest::option::of(s())).prop_map(|(v, a, g, r)| {
+                SeataMessage::RegisterRm(RegisterRmRequest {
+                    version: v,
+                    application_id: a,
+                    transaction_service_group: g,
+                    extra_data: None,
+                    resource_ids: r.filter(|r| !r.is_empty()),
+                })
+            }),
+            (any::<bool>(), proptest::option::of(s())).prop_map(|(i, v)| {
+                SeataMessage::RegisterTmResponse(RegisterResponse {
+                    identified: i,
+                    version: v.filter(|v| !v.is_empty()),
+                })
+            }),
+            (any::<bool>(), proptest::option::of(s())).prop_map(|(i, v)| {
+                SeataMessage::RegisterRmResponse(RegisterResponse {
+                    identified: i,
+                    version: v.filter(|v| !v.is_empty()),
+                })
+            }),
+        ]
+    }
+
     proptest::proptest! {
         #[test]
         fn random_bodies_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let _ = SeataMessage::decode(&Bytes::from(b));
+        }
+
+        /// Random bytes almost never start with a known type code, so the test above
+        /// mostly exercises the "unknown type" branch. This one starts from a valid
+        /// registration body and damages it (truncation, flipped bytes, appended bytes),
+        /// so every field decoder meets short, long and garbled input. Undamaged bodies
+        /// must round-trip.
+        #[test]
+        fn damaged_registration_bodies_never_panic(
+            msg in arb_message(),
+            cut in proptest::option::of(0usize..80),
+            flips in proptest::collection::vec((0usize..80, proptest::prelude::any::<u8>()), 0..4),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4),
+        ) {
+            let good = msg.encode().unwrap();
+            if cut.is_none() && flips.is_empty() && tail.is_empty() {
+                proptest::prop_assert_eq!(SeataMessage::decode(&good).unwrap(), msg);
+            }
+            let mut b = good.to_vec();
+            if let Some(c) = cut {
+                b.truncate(c.max(2).min(b.len()));
+            }
+            for (at, v) in flips {
+                // Keep the type code so the known decoder runs.
+                if at >= 2 && at < b.len() {
+                    b[at] = v;
+                }
+            }
+            b.extend_from_slice(&tail);
             let _ = SeataMessage::decode(&Bytes::from(b));
         }
     }

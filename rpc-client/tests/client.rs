@@ -176,7 +176,16 @@ async fn restarted_server_is_reconnected_with_backoff() {
         .await
         .expect("dead server still alive");
     // Down for a while: the client keeps retrying with growing delays.
+    let failures_before = client.stats().connect_failures;
     tokio::time::sleep(Duration::from_millis(600)).await;
+    let failures = client.stats().connect_failures - failures_before;
+    // Delays of 25-50, 50-100, 100-200, 200-400 ms (50 ms doubling to 400 ms, jittered
+    // to [d/2, d]): 600 ms hold 2 to 5 attempts. Without backoff (a fixed 50 ms) there
+    // would be 12 or more; without retries, none.
+    assert!(
+        (2..=5).contains(&failures),
+        "{failures} failed connects in 600 ms"
+    );
     let a2 = start_on(addr, "a2", Mode::Echo).await;
     until(Duration::from_secs(2), || !client.alive().is_empty())
         .await
@@ -397,10 +406,15 @@ async fn shutdown_waits_for_in_flight_then_refuses_calls() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let t0 = tokio::time::Instant::now();
-    client.shutdown(Duration::from_secs(3)).await;
-    assert!(t0.elapsed() >= Duration::from_millis(200));
+    // The call is in the server's handler: in flight for ~300 ms more.
+    until(SEC, || {
+        s.requests.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await
+    .expect("the slow call did not reach the server");
+    client.shutdown(Duration::from_secs(10)).await;
+    // Had shutdown not waited, closing the connection under the call would have failed
+    // it with "may have been delivered".
     assert!(slow.await.unwrap().is_ok(), "in-flight call finished");
     let err = client
         .call(Payload::new(&b"x"[..]), CallOptions::new())
@@ -470,12 +484,14 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
             meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap(),
         ],
     );
+    // PING every 100 ms of write silence, drop after 1 s of read silence: a PONG has
+    // ten PING periods to arrive, which a loaded 2-core machine keeps.
     let client = builder(&hub, "RandomLoadBalance")
         .configure(|o| {
             o.write_idle = Duration::from_millis(100);
-            o.read_idle = Duration::from_millis(300);
-            o.backoff_initial = Duration::from_secs(5);
-            o.backoff_max = Duration::from_secs(5);
+            o.read_idle = Duration::from_secs(1);
+            o.backoff_initial = Duration::from_secs(30);
+            o.backoff_max = Duration::from_secs(30);
         })
         .build()
         .await
@@ -487,10 +503,18 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
         .unwrap()
         .connection
         .clone();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    // The echo server answered PINGs: same connection, still alive.
-    assert!(!first.is_closed());
-    assert_eq!(alive_ports(&client), vec![s.addr().port()]);
+    // The mute peer is dropped for read idle (not before its second).
+    let t0 = tokio::time::Instant::now();
+    until(Duration::from_secs(10), || {
+        alive_ports(&client) == vec![s.addr().port()]
+    })
+    .await
+    .expect("the mute peer was never dropped");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
     let st = client
         .endpoints()
         .into_iter()
@@ -500,6 +524,11 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
         EndpointState::Down(reason) => assert!(reason.contains("read idle"), "{reason}"),
         other => panic!("mute peer should be down, is {other:?}"),
     }
+    // Two more read-idle periods: the echo server answered PINGs, so its connection is
+    // the same one and still alive.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!first.is_closed(), "{:?}", first.close_reason());
+    assert_eq!(alive_ports(&client), vec![s.addr().port()]);
 }
 
 #[tokio::test]

@@ -45,7 +45,6 @@ pub(crate) struct Slot {
     pub task: Option<JoinHandle<()>>,
 }
 
-
 pub(crate) struct Inner {
     pub target: String,
     pub counters: Counters,
@@ -267,5 +266,64 @@ pub(crate) async fn follow(inner: Arc<Inner>, mut watch: Watch) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use meshline_registry_core::{EmptyProtection, WatchHub};
+
+    use super::*;
+    use crate::RpcClient;
+
+    /// Fault 8: an old endpoint task (its endpoint removed and added again) wrote its
+    /// state into the new slot for the same key.
+    #[tokio::test]
+    async fn an_old_generation_never_touches_a_new_slot() {
+        let hub = WatchHub::new("t", EmptyProtection::Apply);
+        hub.publish("c", vec![]);
+        let client = RpcClient::builder()
+            .watch(hub.subscribe("c"), "c")
+            .load_balance_name("RandomLoadBalance")
+            .configure(|o| {
+                o.backoff_initial = Duration::from_secs(30);
+                o.backoff_max = Duration::from_secs(30);
+            })
+            .build()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let inner = client.handle.inner.clone();
+        // Port 1: nothing listens, so the slot settles in Down.
+        let inst = Instance::new("127.0.0.1", 1).unwrap();
+        let key = inst.key().clone();
+        let generation = |inner: &Inner| inner.state().endpoints[&key].generation;
+        inner.apply(std::slice::from_ref(&inst));
+        let old = generation(&inner);
+        inner.apply(&[]);
+        inner.apply(std::slice::from_ref(&inst));
+        let new = generation(&inner);
+        assert_ne!(old, new);
+        // Let the new task fail its connect and sleep its (30 s) backoff.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(matches!(
+            inner.state().endpoints[&key].state,
+            EndpointState::Down(_)
+        ));
+        inner.set_state(
+            &key,
+            old,
+            EndpointState::Refused("from the old task".into()),
+        );
+        assert_ne!(
+            inner.state().endpoints[&key].state,
+            EndpointState::Refused("from the old task".into())
+        );
+        // The new generation's own reports still land.
+        inner.set_state(&key, new, EndpointState::Draining);
+        assert_eq!(inner.state().endpoints[&key].state, EndpointState::Draining);
+        client.shutdown(Duration::from_secs(1)).await;
     }
 }

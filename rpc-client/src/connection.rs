@@ -39,13 +39,14 @@
 
 mod lanes;
 mod reader;
+mod shared;
 mod writer;
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -60,7 +61,8 @@ use crate::codec::{Frame, FrameCodec, MessageType};
 use crate::error::RpcError;
 use crate::payload::Payload;
 use crate::transport::{CloseReason, TransportOptions};
-use lanes::{Lanes, Outcome, PushError, Queued, ReserveError, Reply};
+use lanes::{Lanes, Outcome, Queued, ReserveError, Reply};
+use shared::{InboundGate, Shared};
 
 /// A connection's identity: unique in this process, stable for the connection's life.
 ///
@@ -104,109 +106,6 @@ pub(crate) struct ConnConfig {
     pub heartbeat_codec: u8,
     /// Told when the connection has closed (the server's bookkeeping).
     pub on_close: Option<CloseHook>,
-}
-
-/// The inbound cap: how many handlers run, and a wake-up when one finishes.
-pub(crate) struct InboundGate {
-    active: AtomicUsize,
-    max: usize,
-    freed: Notify,
-}
-
-impl InboundGate {
-    /// Takes a place, waiting while `max` handlers run. Only the reader calls this, so
-    /// the check and the increment cannot race each other past the cap.
-    async fn acquire(&self) {
-        loop {
-            if self.active.load(Ordering::Acquire) < self.max {
-                self.active.fetch_add(1, Ordering::AcqRel);
-                return;
-            }
-            let freed = self.freed.notified();
-            if self.active.load(Ordering::Acquire) < self.max {
-                continue;
-            }
-            freed.await;
-        }
-    }
-}
-
-pub(crate) struct Shared {
-    id: ConnectionId,
-    lanes: Lanes,
-    pending: Mutex<HashMap<u32, oneshot::Sender<Outcome>>>,
-    /// One-way senders whose bytes are in the write under way.
-    in_write: Mutex<Vec<oneshot::Sender<Outcome>>>,
-    next_id: AtomicU32,
-    peer: SocketAddr,
-    label: String,
-    max_frame_len: usize,
-    close_reason: OnceLock<CloseReason>,
-    /// Asks the connection to close.
-    shutdown: CancellationToken,
-    /// Cancelled once the connection is fully closed.
-    done: CancellationToken,
-    inbound: InboundGate,
-    slot: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
-}
-
-impl Shared {
-    fn pending(&self) -> MutexGuard<'_, HashMap<u32, oneshot::Sender<Outcome>>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn in_write(&self) -> MutexGuard<'_, Vec<oneshot::Sender<Outcome>>> {
-        self.in_write.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn next_id(&self) -> u32 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Records `reason` (the first one wins) and asks the connection to close.
-    fn close_with(&self, reason: CloseReason) {
-        let _ = self.close_reason.set(reason);
-        self.shutdown.cancel();
-    }
-
-    fn reason_or(&self, default: &str) -> CloseReason {
-        self.close_reason
-            .get()
-            .cloned()
-            .unwrap_or_else(|| CloseReason::new(default))
-    }
-
-    /// Queues a response or PONG without waiting; a full response lane closes the
-    /// connection (the peer is not reading what it asked for).
-    fn queue_response(&self, frame: Frame) -> Result<(), CloseReason> {
-        let len = frame
-            .encoded_len(self.max_frame_len)
-            .map_err(|e| CloseReason::new(format!("unframeable response: {e}")))?;
-        match self.lanes.push_response(frame, len) {
-            Ok(()) => Ok(()),
-            Err(PushError::Closed) => Err(self.reason_or("connection closed")),
-            Err(PushError::OverBudget { queued, budget }) => {
-                let reason = CloseReason::new(format!(
-                    "the peer sends requests faster than it reads the answers: {queued} bytes \
-                     of responses unsent, over the {budget}-byte budget \
-                     (transport.responseQueueBytes)"
-                ));
-                tracing::warn!(%reason, "closing the connection");
-                self.close_with(reason.clone());
-                Err(reason)
-            }
-        }
-    }
-
-    /// Answers the peer's request `id`. An unframeable answer is logged and dropped (the
-    /// peer's call times out); only a connection-level failure is an error.
-    fn answer(&self, id: u32, payload: Payload) -> Result<(), CloseReason> {
-        if let Err(e) = crate::payload::check(&payload, self.max_frame_len) {
-            tracing::error!(error = %e, id, "handler answer cannot be framed; dropped");
-            return Ok(());
-        }
-        self.queue_response(payload.into_frame(MessageType::Response, id))
-    }
 }
 
 /// A handle to one live (or closed) connection. Cheap to clone.

@@ -50,6 +50,11 @@ pub(super) async fn read_loop(
                     if let Err(reason) = dispatch(shared, frame, handler.as_ref()).await {
                         return reason;
                     }
+                    // Step aside now and then (tokio's cooperative budget) so the writer
+                    // can start sending the answers queued so far while we decode the
+                    // rest: the two ends then overlap instead of taking turns with one
+                    // huge batch each.
+                    tokio::task::consume_budget().await;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -58,7 +63,7 @@ pub(super) async fn read_loop(
                 }
             }
         }
-        if buf.capacity() - buf.len() == 0 {
+        if buf.capacity() - buf.len() < READ_MIN {
             buf.reserve(want);
         }
         let spare = buf.capacity() - buf.len();

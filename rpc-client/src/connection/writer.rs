@@ -94,13 +94,18 @@ pub(super) async fn write_loop(
     ping_codec: u8,
     write_timeout: Option<Duration>,
 ) -> CloseReason {
+    // Reused across batches (the common case is many small frames); dropped when the
+    // writer goes idle so an idle connection holds nothing.
+    let mut batch = Batch::new();
     loop {
-        let mut batch = Batch::new();
         // Wait for work (or the write-idle PING).
         loop {
             batch.fill(&shared.lanes);
             if !batch.is_empty() {
                 break;
+            }
+            if batch.requests.capacity() > 0 || batch.responses.capacity() > 0 {
+                batch = Batch::new();
             }
             let notified = shared.lanes.wake.notified();
             match write_idle {
@@ -131,7 +136,7 @@ pub(super) async fn write_loop(
             YieldOnce(false).await;
             batch.fill(&shared.lanes);
         }
-        let (buf, charge) = encode(&shared, batch);
+        let (buf, charge) = encode(&shared, &mut batch);
         if !buf.is_empty()
             && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
         {
@@ -148,10 +153,11 @@ pub(super) async fn write_loop(
 
 /// Encodes the batch into one exactly sized buffer and does the delivery bookkeeping.
 /// Returns the bytes and the request budget they held.
-fn encode(shared: &Shared, batch: Batch) -> (BytesMut, usize) {
+fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
     let mut buf = BytesMut::with_capacity(batch.bytes);
+    batch.bytes = 0;
     let max = shared.max_frame_len;
-    for (f, _) in &batch.responses {
+    for (f, _) in batch.responses.drain(..) {
         if let Err(e) = f.encode_into(&mut buf, max) {
             tracing::error!(error = %e, "dropping unframeable response");
         }
@@ -159,7 +165,7 @@ fn encode(shared: &Shared, batch: Batch) -> (BytesMut, usize) {
     let mut charge = 0usize;
     let mut pending = None;
     let mut in_write = None;
-    for q in batch.requests {
+    for q in batch.requests.drain(..) {
         charge += q.charge as usize;
         let id = q.frame.request_id;
         match q.reply {
@@ -191,9 +197,7 @@ fn encode(shared: &Shared, batch: Batch) -> (BytesMut, usize) {
                     tracing::error!(error = %e, "dropping unframeable one-way request");
                     continue;
                 }
-                in_write
-                    .get_or_insert_with(|| shared.in_write())
-                    .push(tx);
+                in_write.get_or_insert_with(|| shared.in_write()).push(tx);
             }
         }
     }

@@ -18,7 +18,9 @@
 //! | `all` | every backend above | |
 //!
 //! The load balancers are always here ([`loadbalance`]); the rpc-client ([`rpc`]) is the
-//! default feature `rpc`.
+//! default feature `rpc`. Runnable programs built on this crate (a quickstart with two
+//! servers, the crash demo, `tc-server`, `tm-client`) are in the workspace's
+//! `meshline-examples` crate: `cargo run -p meshline-examples --bin quickstart`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), meshline::RegistryError> {

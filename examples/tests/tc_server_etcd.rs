@@ -1,59 +1,22 @@
 //! `tc-server` registers itself in a real etcd (Seata's etcd3 layout), an `RpcClient`
-//! discovers it there, and SIGTERM unregisters it. Needs `--features etcd` and the
-//! `etcd` binary (scripts/install-test-deps.sh).
+//! discovers it there, and SIGTERM unregisters it. Needs the `etcd` feature (on by
+//! default through `all-registries`) and the `etcd` binary
+//! (scripts/install-test-deps.sh).
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{seata_tm, until};
-use meshline_registry_core::{Config, Discovery, RegistryService};
-use meshline_registry_etcd::EtcdRegistry;
-use meshline_rpc_client::{CallOptions, Payload, RpcClient};
+use common::{TcProcess, seata_tm, until};
+use meshline::Config;
+use meshline::rpc::{CallOptions, Payload, RpcClient};
 use meshline_testkit::Etcd;
-
-/// Kills and reaps the child on drop (a failing test must not leak servers).
-struct Reaped(Option<std::process::Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn_tc(id: &str, config: &std::path::Path) -> (Reaped, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tc-server"))
-        .args(["--id", id, "--port", "0", "--config"])
-        .arg(config)
-        .env("MESHLINE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn tc-server");
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
-    let port: u16 = banner
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("bad banner `{banner}`"));
-    (Reaped(Some(child)), port)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     let etcd = Etcd::start().expect("start etcd");
-    let dir = std::env::temp_dir().join(format!("meshline-tc-etcd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("tc.properties");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tc.properties");
     std::fs::write(
         &file,
         format!(
@@ -65,16 +28,18 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     )
     .unwrap();
 
-    let (mut leaving, port) = spawn_tc("etcd-tc-1", &file);
-    let (_staying, port2) = spawn_tc("etcd-tc-2", &file);
+    let mut leaving = TcProcess::start("etcd-tc-1", 0, Some(&file));
+    let staying = TcProcess::start("etcd-tc-2", 0, Some(&file));
+    let (port, port2) = (leaving.addr.port(), staying.addr.port());
 
+    // The client side exactly as an application opens it: the facade's registry
+    // factory, then a Discovery over it.
     let config = Config::load(Some(&file)).unwrap();
-    let registry: Arc<dyn RegistryService> =
-        Arc::new(EtcdRegistry::connect(&config).await.unwrap());
+    let registry = meshline::registry::from_config(&config).await.unwrap();
     let client = RpcClient::builder()
         .config(&config)
         .discovery(
-            Discovery::from_config(registry.clone(), &config),
+            meshline::Discovery::from_config(registry.clone(), &config),
             "default_tx_group",
         )
         .handshake(seata_tm())
@@ -104,12 +69,13 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
         .unwrap();
     assert_eq!(r.payload.head.get("tc"), Some("etcd-tc-1"));
 
-    let status = Command::new("kill")
-        .args(["-TERM", &leaving.0.as_ref().unwrap().id().to_string()])
+    let pid = leaving.child.as_ref().unwrap().id();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let mut leaving_child = leaving.0.take().unwrap();
+    let mut leaving_child = leaving.child.take().unwrap();
     let exit = tokio::task::spawn_blocking(move || leaving_child.wait())
         .await
         .unwrap()
@@ -138,5 +104,4 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(r.payload.head.get("tc"), Some("etcd-tc-2"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,102 @@
+//! # meshline-examples
+//!
+//! Runnable programs built only on the `meshline` facade, the way an application
+//! would use it:
+//!
+//! | program | what it shows |
+//! |---|---|
+//! | `quickstart` | two servers, a file registry, one `RpcClient`: XID routing and following an unregister |
+//! | `demo` | three TCs in-process, 16 workers, one TC killed under load, a table of what happened |
+//! | `tc-server` | a stand-in Seata TC front door, registered in any registry the facade knows |
+//! | `tm-client` | a TM finding its TCs through the registry and calling them by XID |
+//!
+//! ```text
+//! cargo run -p meshline-examples --bin quickstart
+//! cargo run --release -p meshline-examples --bin demo
+//! ```
+//!
+//! By default (feature `all-registries`) every registry backend is compiled in, so
+//! `tc-server` and `tm-client` take any `registry.type`; that build needs `protoc`.
+//! This library holds what the programs share: the demo TC's request handler
+//! ([`tc`]), the cluster a server registers under ([`server_cluster`]) and the log
+//! setup ([`init_logging`]).
+
+#![warn(missing_docs)]
+
+pub mod tc;
+
+use meshline::Config;
+
+/// The cluster a server registers under: Seata's per-registry cluster key
+/// (`registry.etcd3.cluster`, `registry.nacos.cluster`, ..., Eureka's
+/// `registry.eureka.application`), or, for the file registry and unknown types, the
+/// cluster the tx-service-group maps to (`default` when it is not mapped).
+///
+/// Clients find servers through `vgroupMapping` -> cluster, so a server must register
+/// under the cluster its clients' group maps to; each registry type keeps that name
+/// under its own key, as Seata's TC reads it.
+pub fn server_cluster(config: &Config) -> String {
+    let r = &config.registry;
+    let seata_name = meshline::registry::resolve_type(&r.kind)
+        .map(|t| t.seata_name)
+        .unwrap_or("");
+    match seata_name {
+        "etcd3" => r.etcd3.cluster.clone(),
+        "nacos" => r.nacos.cluster.clone(),
+        "zk" => r.zk.cluster.clone(),
+        "redis" => r.redis.cluster.clone(),
+        "consul" => r.consul.cluster.clone(),
+        "eureka" => r.eureka.application.clone(),
+        _ => config
+            .service
+            .vgroup_mapping
+            .get(&config.tx_service_group)
+            .cloned()
+            .unwrap_or_else(|| "default".into()),
+    }
+}
+
+/// Installs a `tracing` subscriber writing to stderr (stdout stays for the programs'
+/// output, which tests parse), filtered by `MESHLINE_LOG` (`EnvFilter` syntax), else by
+/// `default` (`warn`, `info`, `meshline_rpc_client=debug`, ...).
+///
+/// Does nothing when a subscriber is already installed.
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        meshline::ConfigLoader::new()
+            .text(text, meshline::Format::Properties)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn file_registry_servers_register_under_the_mapped_cluster() {
+        let c = config("service.vgroupMapping.default_tx_group=tc_cluster\n");
+        assert_eq!(server_cluster(&c), "tc_cluster");
+        assert_eq!(server_cluster(&config("")), "default");
+    }
+
+    #[test]
+    fn network_registries_use_their_own_cluster_key_aliases_included() {
+        let c = config(
+            "registry.type=ETCD\nregistry.etcd3.cluster=from_etcd\n\
+             service.vgroupMapping.default_tx_group=mapped\n",
+        );
+        assert_eq!(server_cluster(&c), "from_etcd");
+        let c = config("registry.type=zookeeper\nregistry.zk.cluster=from_zk\n");
+        assert_eq!(server_cluster(&c), "from_zk");
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared helpers for the tests that run the example programs as child processes.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use meshline::Instance;
+use meshline::rpc::{RegisterTmRequest, RpcClient, SeataRegistration};
+
+/// A `tc-server` child process, killed (SIGKILL) and reaped on drop, so a failing test
+/// leaks no servers.
+pub struct TcProcess {
+    /// `None` once killed or taken.
+    pub child: Option<Child>,
+    /// Where it listens, from its first stdout line.
+    pub addr: SocketAddr,
+}
+
+impl TcProcess {
+    /// Starts `tc-server --id <id> --port <port>` (and `--config <config>` when given)
+    /// and reads its banner, `tc-server <id> listening on <ip:port>`.
+    pub fn start(id: &str, port: u16, config: Option<&Path>) -> TcProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tc-server"));
+        cmd.args(["--id", id, "--port", &port.to_string()]);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let mut child = cmd
+            .env("MESHLINE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tc-server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read tc-server banner");
+        let prefix = format!("tc-server {id} listening on ");
+        let addr = line
+            .trim()
+            .strip_prefix(&prefix)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected tc-server banner `{line}`"));
+        TcProcess {
+            child: Some(child),
+            addr,
+        }
+    }
+
+    /// The registry instance of this TC.
+    pub fn instance(&self) -> Instance {
+        Instance::new("127.0.0.1", self.addr.port()).unwrap()
+    }
+
+    /// SIGKILL: no chance to close anything gracefully.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for TcProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// RegisterTM as the tests' TM sends it, with a short handshake timeout.
+pub fn seata_tm() -> SeataRegistration {
+    SeataRegistration::tm(RegisterTmRequest {
+        version: "2.3.0".into(),
+        application_id: "test-app".into(),
+        transaction_service_group: "default_tx_group".into(),
+        extra_data: None,
+    })
+    .with_timeout(Duration::from_secs(2))
+}
+
+/// Waits until `f` holds, polling every 5 ms, up to `limit`; returns the time taken.
+pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    f().then(|| start.elapsed())
+}
+
+/// The ports of the client's alive endpoints, sorted.
+pub fn alive_ports(client: &RpcClient) -> Vec<u16> {
+    let mut v: Vec<u16> = client
+        .alive()
+        .endpoints()
+        .iter()
+        .map(|e| e.instance.port())
+        .collect();
+    v.sort_unstable();
+    v
+}

@@ -1019,9 +1019,7 @@ pub fn parse_duration_with_unit(v: &str) -> Result<Duration, String> {
 /// is refused.
 pub fn parse_bytes(v: &str) -> Result<usize, String> {
     let t = v.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
@@ -1031,7 +1029,11 @@ pub fn parse_bytes(v: &str) -> Result<usize, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` (use B, KiB, MiB or GiB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use B, KiB, MiB or GiB)"
+            ));
+        }
     };
     let bytes = n
         .checked_mul(mult)

@@ -317,10 +317,7 @@ impl RpcClient {
             Err(_) if !progress.queued && progress.last.is_some() => {
                 inner.count(Counter::Overloaded);
                 Err(RpcError::Overloaded {
-                    endpoint: progress
-                        .last
-                        .map(|i| i.to_string())
-                        .unwrap_or_default(),
+                    endpoint: progress.last.map(|i| i.to_string()).unwrap_or_default(),
                     queued_bytes: 0,
                     waited: Some(started.elapsed()),
                 })

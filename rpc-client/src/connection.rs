@@ -61,7 +61,7 @@ use crate::codec::{Frame, FrameCodec, MessageType};
 use crate::error::RpcError;
 use crate::payload::Payload;
 use crate::transport::{CloseReason, TransportOptions};
-use lanes::{Lanes, Outcome, Queued, ReserveError, Reply};
+use lanes::{Lanes, Outcome, Queued, Reply, ReserveError};
 use shared::{InboundGate, Shared};
 
 /// A connection's identity: unique in this process, stable for the connection's life.
@@ -182,9 +182,10 @@ impl Enqueued<'_> {
                 "no response frame",
             ))),
             Ok(Err(reason)) => Err(SendFailure::MaybeDelivered(reason)),
-            Err(_) => Err(SendFailure::NotWritten(self.shared.reason_or(
-                "connection closed before the request was written",
-            ))),
+            Err(_) => Err(SendFailure::NotWritten(
+                self.shared
+                    .reason_or("connection closed before the request was written"),
+            )),
         }
     }
 }
@@ -406,7 +407,10 @@ impl Connection {
             .enqueue(payload, SendKind::Oneway, true)
             .await
             .map_err(|e| self.failure_error(e))?;
-        e.outcome().await.map(|_| ()).map_err(|e| self.failure_error(e))
+        e.outcome()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failure_error(e))
     }
 
     /// Queues a one-way request without waiting: `Ok` once it is queued (the writer

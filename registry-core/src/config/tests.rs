@@ -388,7 +388,10 @@ fn transport_limits_refuse_bad_values() {
         ("transport.writeTimeout=10", "has no unit"),
         ("transport.maxFrameLength=8 parsecs", "unknown size unit"),
         ("transport.maxFrameLength=0", "larger than 0"),
-        ("transport.requestQueueBytes=99999999999999999999G", "size like"),
+        (
+            "transport.requestQueueBytes=99999999999999999999G",
+            "size like",
+        ),
         ("transport.responseQueueBytes=17179869184G", "too large"),
         ("transport.maxInboundRequests=0", "at least 1"),
     ] {

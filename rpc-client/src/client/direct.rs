@@ -27,7 +27,9 @@ impl RpcClient {
     ) -> Result<Response, RpcError> {
         let (instance, frame) = self
             .direct(endpoint, payload, timeout, SendKind::Request)
-            .instrument(tracing::debug_span!("rpc_call_to", target = %self.target(), endpoint = %endpoint))
+            .instrument(
+                tracing::debug_span!("rpc_call_to", target = %self.target(), endpoint = %endpoint),
+            )
             .await?;
         Ok(Response {
             endpoint: instance,

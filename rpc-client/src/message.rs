@@ -309,7 +309,7 @@ impl SeataMessage {
 
 /// The TC side of registration: when `msg` is a RegisterTM or RegisterRM request, the
 /// matching response with `identified = accept` and the server's `version`; `None` for
-/// any other message. Used by `tc-server`, the tests and the bench server.
+/// any other message. Used by the examples' `tc-server` and `quickstart`, the tests and the bench server.
 pub fn register_reply(msg: &SeataMessage, accept: bool, version: &str) -> Option<SeataMessage> {
     let resp = RegisterResponse {
         identified: accept,

@@ -1,4 +1,4 @@
-//! A server speaking the same frames: what `tc-server`, game backends, the tests and
+//! A server speaking the same frames: what the examples' `tc-server`, game backends, the tests and
 //! the benches run on the other end of an `RpcClient`.
 //!
 //! It accepts connections, answers PINGs with PONGs, hands every request to an

@@ -18,12 +18,10 @@ use tokio::net::TcpStream;
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn echo(req: InboundRequest) -> impl std::future::Future<Output = Option<Payload>> {
-    async move {
-        let mut p = req.payload;
-        p.head.insert("conn", req.connection.id().to_string());
-        Some(p)
-    }
+async fn echo(req: InboundRequest) -> Option<Payload> {
+    let mut p = req.payload;
+    p.head.insert("conn", req.connection.id().to_string());
+    Some(p)
 }
 
 /// Reads until the peer closes; true when it did within `limit`.

@@ -104,7 +104,7 @@ impl RpcClient {
     }
 
     /// Sends the request to every alive endpoint and collects each answer (or error),
-    /// each with `timeout` (default [`ClientOptions::request_timeout`]). Empty when
+    /// each with `timeout` (default [`ClientOptions::request_timeout`](crate::ClientOptions::request_timeout)). Empty when
     /// nothing is alive or the client is shutting down.
     pub async fn send_to_all(
         &self,

@@ -90,7 +90,24 @@ pub fn is_compiled_in(ty: &RegistryType) -> bool {
     }
 }
 
-/// Builds (and, for network registries, connects) the registry `config` names.
+/// Builds the registry `config` names and, for most network registries, checks that
+/// its server answers.
+///
+/// What each backend checks here, and so where an unreachable server is reported:
+///
+/// | `registry.type` | checked by `from_config` | an unreachable server fails |
+/// |---|---|---|
+/// | `file` | nothing to connect to | (never) |
+/// | `nacos` | nacos-sdk connects | `from_config`, within 10 s |
+/// | `etcd3` | nothing: connecting is lazy (with credentials, it authenticates) | the first operation (`lookup`, `watch`, `register`), within its operation timeout (TTL / 2, 1 to 5 s) |
+/// | `zk` | a session is established | `from_config`, within session + connect timeout |
+/// | `redis` | `PING` | `from_config`, within `registry.redis.timeout` per server |
+/// | `consul` | `GET /v1/status/leader` | `from_config`, within 5 s |
+/// | `eureka` | `GET {serviceUrl}/apps` | `from_config`, within 5 s per URL |
+///
+/// Either way the error names the server address and the cause (`... at
+/// 127.0.0.1:2181: connect: ... Connection refused`). A registry built while its server
+/// was reachable reconnects on its own afterwards.
 pub async fn from_config(config: &Config) -> Result<Arc<dyn RegistryService>, RegistryError> {
     let ty = resolve_type(&config.registry.kind)?;
     if !is_compiled_in(ty) {

@@ -118,3 +118,85 @@ fn eureka() {
     let eureka = meshline_testkit::EurekaDouble::start(Default::default()).expect("eureka double");
     register_lookup_unregister("eureka", &eureka.service_url(), &[]);
 }
+
+/// `meshline lookup` against a closed loopback port: exits 1 within `within`, and the
+/// message on standard error names the address and the cause.
+fn unreachable_server_is_reported(kind: &str, server: &str, within: Duration) {
+    let t = Instant::now();
+    let mut child = meshline(kind, server, &[])
+        .args(["lookup", "--cluster", "default"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{kind}: `meshline lookup` still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{kind}: exit {status} after {took:?}: {err}");
+    assert_eq!(status.code(), Some(1), "{kind}: {err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("{kind}: no `error:` line in {err}"));
+    assert!(line.contains(server), "{kind}: no address in {line}");
+    assert!(
+        line.contains("Connection refused"),
+        "{kind}: no cause in {line}"
+    );
+}
+
+fn closed_server() -> String {
+    format!(
+        "127.0.0.1:{}",
+        meshline_testkit::closed_port().expect("a closed port")
+    )
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_unreachable() {
+    // Lazy connect: the lookup fails after its operation timeout (5 s by default).
+    unreachable_server_is_reported("etcd3", &closed_server(), Duration::from_secs(15));
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_unreachable() {
+    // No session within the session timeout (6 s by default).
+    unreachable_server_is_reported("zk", &closed_server(), Duration::from_secs(15));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_unreachable() {
+    unreachable_server_is_reported("redis", &closed_server(), Duration::from_secs(15));
+}
+
+#[cfg(feature = "nacos")]
+#[test]
+fn nacos_unreachable() {
+    unreachable_server_is_reported("nacos", &closed_server(), Duration::from_secs(20));
+}
+
+#[cfg(feature = "consul")]
+#[test]
+fn consul_unreachable() {
+    unreachable_server_is_reported("consul", &closed_server(), Duration::from_secs(15));
+}
+
+#[cfg(feature = "eureka")]
+#[test]
+fn eureka_unreachable() {
+    unreachable_server_is_reported("eureka", &closed_server(), Duration::from_secs(15));
+}

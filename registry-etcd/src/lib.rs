@@ -30,6 +30,11 @@
 //!   is granted and every key this client registered is put again. After any broken
 //!   keep-alive stream the keys are re-put once the stream is back (cheap, and covers a
 //!   server that lost its data).
+//! - A silent etcd (host gone, network cut) is found by HTTP/2 keep-alive pings: after
+//!   10 s without traffic, with a 5 s timeout, and only while a watch or lease stream is
+//!   open, which etcd's default keep-alive policy accepts (pings at most every 5 s, none
+//!   without a stream). Shorter intervals get the connection closed by etcd for "too
+//!   many pings" every few seconds (see `KEEP_ALIVE_INTERVAL` in the source).
 //! - `server-addr` takes a comma-separated endpoint list; the client balances over the
 //!   endpoints and fails over when one dies. Requests carry etcd's "require leader"
 //!   flag, so a member cut off from its cluster is not trusted.
@@ -69,6 +74,37 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const KIND: &str = "etcd3";
+
+/// HTTP/2 keep-alive: how long a connection may stay silent before we ping etcd.
+///
+/// etcd enforces a minimum interval between client pings (`--grpc-keepalive-min-time`,
+/// default 5 s) and, by default, refuses pings on a connection with no open stream.
+/// gRPC's server counts every early ping as a strike, resets the count only when it
+/// sends data, and after the third strike closes the connection (GOAWAY
+/// `too_many_pings`). An idle watch stream sends nothing, so the 2 s pings used before
+/// this value were cut after about 8 s: the watch broke ("h2 protocol error ...
+/// BrokenPipe"), went stale and re-listed, and the lease keep-alive stream on the same
+/// connection broke with it, every ~8 s against a stock etcd.
+///
+/// Hyper pings only after this long without receiving anything (a pong counts), so two
+/// pings are always at least 10 s apart: twice etcd's default minimum, with room for
+/// timer jitter. 10 s is also the floor gRPC's Go client (under etcd's own client)
+/// raises any shorter keep-alive time to. A server started with
+/// `--grpc-keepalive-min-time` above 10 s would need a longer interval.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a ping may wait for its acknowledgement before the connection is declared
+/// dead. With [`KEEP_ALIVE_INTERVAL`], a silently vanished etcd (host gone, network cut)
+/// is noticed by a watch within about 15 s; a crashed etcd process is noticed at once
+/// (the kernel resets the connection), and the lease keeper notices within its own
+/// operation timeout regardless of pings.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+// Pings are sent only while a stream is open (`with_keep_alive_while_idle(false)`): a
+// watch or a lease keep-alive stream needs them to detect a dead peer; a connection
+// used only for unary calls does not (each call has its own deadline, see `timed`), and
+// etcd's default policy (`PermitWithoutStream = false`) counts every ping on a
+// connection without streams as a strike.
 
 /// The key prefix of `cluster`'s members, with the trailing `-`.
 pub fn cluster_prefix(cluster: &str) -> String {
@@ -149,8 +185,45 @@ fn member_of(prefix: &str, cluster: &str, kv: &KeyValue) -> Option<Instance> {
     }
 }
 
-fn backend_err(op: &str, e: etcd_client::Error) -> RegistryError {
-    RegistryError::backend(KIND, op.to_string(), e)
+fn backend_err(server: &str, op: &str, e: etcd_client::Error) -> RegistryError {
+    RegistryError::backend(KIND, server, op.to_string(), EtcdError(e))
+}
+
+/// An etcd-client error with its cause exposed: etcd-client's own error type does not
+/// implement `source()`, and its `Display` for a transport error is only "transport
+/// error: transport error", so "Connection refused" would be lost.
+#[derive(Debug)]
+struct EtcdError(etcd_client::Error);
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            // tonic's transport error says only "transport error"; its causes follow.
+            etcd_client::Error::TransportError(_) => f.write_str("transport error"),
+            // tonic's status text ends with its source's `Debug` form; the source
+            // follows as a cause instead.
+            etcd_client::Error::GRpcStatus(s) => {
+                write!(f, "gRPC status {:?}", s.code())?;
+                if !s.message().is_empty() {
+                    write!(f, ": {}", s.message())?;
+                }
+                Ok(())
+            }
+            other => other.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for EtcdError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            etcd_client::Error::TransportError(e) => std::error::Error::source(e),
+            etcd_client::Error::GRpcStatus(s) => std::error::Error::source(s),
+            etcd_client::Error::IoError(e) => std::error::Error::source(e),
+            etcd_client::Error::InvalidUri(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// True for errors worth retrying at once on another endpoint (a member that is down,
@@ -167,17 +240,26 @@ fn tonic_code_unavailable() -> tonic::Code {
     tonic::Code::Unavailable
 }
 
-/// Runs the call made by `f` with a deadline (the balanced gRPC channel waits forever
-/// when no endpoint is reachable), retrying transient failures within it:
-/// with several endpoints, a request routed to a dead member fails fast and the next
-/// attempt goes elsewhere.
-async fn timed<T, F, Fut>(op: &'static str, after: Duration, mut f: F) -> Result<T, RegistryError>
+/// Runs the call made by `f` against `server` (the endpoint list, for error messages)
+/// with a deadline (the balanced gRPC channel waits forever when no endpoint is
+/// reachable), retrying transient failures within it: with several endpoints, a request
+/// routed to a dead member fails fast and the next attempt goes elsewhere.
+///
+/// When the deadline passes after transient failures, the error is the last failure
+/// (a refused connection says why), not a bare timeout.
+async fn timed<T, F, Fut>(
+    server: &str,
+    op: &'static str,
+    after: Duration,
+    mut f: F,
+) -> Result<T, RegistryError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + after;
     let mut attempt = 0u32;
+    let mut last = None;
     loop {
         match tokio::time::timeout_at(deadline, f()).await {
             Ok(Ok(v)) => return Ok(v),
@@ -186,16 +268,20 @@ where
                     .min(Duration::from_millis(200));
                 if transient(&e) && tokio::time::Instant::now() + pause < deadline {
                     attempt += 1;
+                    last = Some(e);
                     tokio::time::sleep(pause).await;
                     continue;
                 }
-                return Err(backend_err(op, e));
+                return Err(backend_err(server, op, e));
             }
             Err(_) => {
-                return Err(RegistryError::Timeout {
-                    kind: KIND,
-                    op,
-                    after,
+                return Err(match last {
+                    Some(e) => backend_err(
+                        server,
+                        &format!("{op}: no answer within {after:?}, last failure"),
+                        e,
+                    ),
+                    None => RegistryError::timeout(KIND, server, op, after),
                 });
             }
         }
@@ -212,6 +298,8 @@ struct LeaseState {
 
 struct Inner {
     client: Client,
+    /// The configured endpoints, comma-separated: the address in error messages.
+    servers: String,
     hub: WatchHub,
     ttl: Duration,
     op_timeout: Duration,
@@ -242,7 +330,10 @@ impl EtcdRegistry {
     /// `config.registry.empty_protection`.
     ///
     /// Connecting is lazy: this fails only on an invalid endpoint list or bad
-    /// credentials; an unreachable etcd shows up as errors of the first operations.
+    /// credentials; an unreachable etcd shows up as errors of the first operations
+    /// (after their operation timeout, TTL / 2 clamped to 1..5 s), which name the
+    /// endpoints and the cause (`etcd3 registry at http://127.0.0.1:2379: get: ...
+    /// Connection refused`).
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = &config.registry.etcd3;
         let endpoints: Vec<String> = c
@@ -261,8 +352,8 @@ impl EtcdRegistry {
         let op_timeout = (ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
+            .with_keep_alive_while_idle(false)
             .with_require_leader(true);
         if let Some(user) = &c.username {
             // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
@@ -271,14 +362,11 @@ impl EtcdRegistry {
                 .with_user(user.clone(), c.password.clone().unwrap_or_default())
                 .with_auto_token_refresh(true);
         }
+        let servers = endpoints.join(",");
         let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
             .await
-            .map_err(|_| RegistryError::Timeout {
-                kind: KIND,
-                op: "connect",
-                after: op_timeout * 2,
-            })?
-            .map_err(|e| backend_err("connect", e))?;
+            .map_err(|_| RegistryError::timeout(KIND, &servers, "connect", op_timeout * 2))?
+            .map_err(|e| backend_err(&servers, "connect", e))?;
         let policy = if config.registry.empty_protection {
             EmptyProtection::Protect
         } else {
@@ -286,6 +374,7 @@ impl EtcdRegistry {
         };
         let inner = Arc::new(Inner {
             client,
+            servers,
             hub: WatchHub::new(KIND, policy),
             ttl,
             op_timeout,
@@ -331,7 +420,7 @@ impl Inner {
 
     async fn grant(&self) -> Result<i64, RegistryError> {
         let ttl = self.ttl_secs();
-        let resp = timed("lease grant", self.op_timeout, || {
+        let resp = timed(&self.servers, "lease grant", self.op_timeout, || {
             let mut lease = self.client.lease_client();
             async move { lease.grant(ttl, None).await }
         })
@@ -346,7 +435,7 @@ impl Inner {
     }
 
     async fn put(&self, key: &str, value: &str, lease: i64) -> Result<(), RegistryError> {
-        timed("put", self.op_timeout, || {
+        timed(&self.servers, "put", self.op_timeout, || {
             let mut kv = self.client.kv_client();
             async move {
                 kv.put(key, value, Some(PutOptions::new().with_lease(lease)))
@@ -386,7 +475,7 @@ impl Inner {
         cluster: &str,
     ) -> Result<(BTreeMap<Vec<u8>, Instance>, i64), RegistryError> {
         let prefix = cluster_prefix(cluster);
-        let resp = timed("get", self.op_timeout, || {
+        let resp = timed(&self.servers, "get", self.op_timeout, || {
             let mut kv = self.client.kv_client();
             let prefix = prefix.clone();
             async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
@@ -427,10 +516,15 @@ async fn keeper_loop(inner: Arc<Inner>) {
                 _ = inner.lease_granted.notified() => continue,
             }
         };
-        let (mut keeper, mut stream) = match timed("lease keep-alive", inner.op_timeout, || {
-            let mut lease = inner.client.lease_client();
-            async move { lease.keep_alive(id).await }
-        })
+        let (mut keeper, mut stream) = match timed(
+            &inner.servers,
+            "lease keep-alive",
+            inner.op_timeout,
+            || {
+                let mut lease = inner.client.lease_client();
+                async move { lease.keep_alive(id).await }
+            },
+        )
         .await
         {
             Ok(pair) => pair,
@@ -524,7 +618,7 @@ async fn watch_loop(
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
-        let open = timed("watch", inner.op_timeout, || {
+        let open = timed(&inner.servers, "watch", inner.op_timeout, || {
             let mut client = inner.client.watch_client();
             let (prefix, opts) = (prefix.clone(), opts.clone());
             async move { client.watch(prefix, Some(opts)).await }
@@ -665,7 +759,7 @@ impl RegistryService for EtcdRegistry {
         let key = instance_key(cluster, instance);
         let mut st = self.inner.lease.lock().await;
         st.keys.remove(&key);
-        timed("delete", self.inner.op_timeout, || {
+        timed(&self.inner.servers, "delete", self.inner.op_timeout, || {
             let mut kv = self.inner.client.kv_client();
             let key = key.clone();
             async move { kv.delete(key, None).await }
@@ -722,7 +816,7 @@ impl RegistryService for EtcdRegistry {
 }
 
 async fn revoke(inner: &Inner, id: i64) -> Result<(), RegistryError> {
-    timed("lease revoke", inner.op_timeout, || {
+    timed(&inner.servers, "lease revoke", inner.op_timeout, || {
         let mut lease = inner.client.lease_client();
         async move { lease.revoke(id).await }
     })

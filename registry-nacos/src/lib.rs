@@ -58,6 +58,9 @@ pub const RESYNC_PERIOD: Duration = Duration::from_secs(1);
 /// How long one Nacos request may take before we call it failed.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long [`NacosRegistry::connect`] waits for the client to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The Nacos registry. See the [crate docs](crate).
 pub struct NacosRegistry {
     inner: Arc<Inner>,
@@ -65,6 +68,8 @@ pub struct NacosRegistry {
 
 struct Inner {
     naming: NamingService,
+    /// `registry.nacos.serverAddr` (and the gRPC port when set): the address in errors.
+    server: String,
     service: String,
     group: String,
     hub: WatchHub,
@@ -84,21 +89,80 @@ impl std::fmt::Debug for NacosRegistry {
     }
 }
 
-fn nacos_err(op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
-    RegistryError::backend(KIND, op.to_string(), e)
+fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
+    RegistryError::backend(KIND, server, op.to_string(), e)
 }
 
+/// Why the client could not connect, with what a plain TCP connect to each server's
+/// gRPC port said: nacos-sdk reports only "the connection is not connected" and keeps
+/// the I/O error ("Connection refused") to itself.
+#[derive(Debug)]
+struct ConnectFailure {
+    /// What nacos-sdk (or our deadline) said.
+    what: String,
+    /// One `host:port: outcome` per server.
+    probe: String,
+    source: Option<nacos_sdk::api::error::Error>,
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.what, self.probe)
+    }
+}
+
+impl std::error::Error for ConnectFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Tries one TCP connection to the gRPC port of each server in `server_addr`
+/// (`grpc_port`, or the HTTP port + 1000 as nacos-sdk does) and says what happened.
+async fn probe_servers(server_addr: &str, grpc_port: Option<u16>) -> String {
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+    let mut out = Vec::new();
+    for addr in server_addr
+        .split([',', ';'])
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+        let addr = addr.split('/').next().unwrap_or_default();
+        let (host, http_port) = match Instance::parse(addr) {
+            Ok(i) => (i.host().to_string(), i.port()),
+            Err(_) => (addr.to_string(), 8848),
+        };
+        let port = grpc_port.unwrap_or_else(|| http_port.saturating_add(1000));
+        let target = Instance::new(&host, port)
+            .map(|i| i.to_string())
+            .unwrap_or_else(|_| format!("{host}:{port}"));
+        let outcome = match tokio::time::timeout(
+            PROBE_TIMEOUT,
+            tokio::net::TcpStream::connect(&target),
+        )
+        .await
+        {
+            Ok(Ok(_)) => "accepts TCP connections".to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("TCP connect timed out after {PROBE_TIMEOUT:?}"),
+        };
+        out.push(format!("{target} (gRPC): {outcome}"));
+    }
+    out.join("; ")
+}
+
+/// Runs one request to the Nacos server(s) at `server` with [`REQUEST_TIMEOUT`].
 async fn timed<T>(
+    server: &str,
     op: &'static str,
     f: impl std::future::Future<Output = nacos_sdk::api::error::Result<T>>,
 ) -> Result<T, RegistryError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
-        Ok(r) => r.map_err(|e| nacos_err(op, e)),
-        Err(_) => Err(RegistryError::Timeout {
-            kind: KIND,
-            op,
-            after: REQUEST_TIMEOUT,
-        }),
+        Ok(r) => r.map_err(|e| nacos_err(server, op, e)),
+        Err(_) => Err(RegistryError::timeout(KIND, server, op, REQUEST_TIMEOUT)),
     }
 }
 
@@ -164,6 +228,9 @@ impl NamingEventListener for Listener {
 impl NacosRegistry {
     /// Connects with `config.registry.nacos` (server list, namespace, group,
     /// application, auth) and `config.registry.empty_protection`.
+    ///
+    /// Fails when nacos-sdk cannot connect within 10 s; the error names the server and
+    /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = &config.registry.nacos;
         let mut props = ClientProps::new()
@@ -191,22 +258,39 @@ impl NacosRegistry {
         if let Some(cp) = &n.context_path {
             tracing::debug!(context_path = %cp, "nacos contextPath is used by HTTP auth only");
         }
-        let naming = tokio::time::timeout(Duration::from_secs(10), builder.build())
-            .await
-            .map_err(|_| RegistryError::Timeout {
-                kind: KIND,
-                op: "connect",
-                after: Duration::from_secs(10),
-            })?
-            .map_err(|e| nacos_err(&format!("cannot connect to {}", n.server_addr), e))?;
+        let server = match n.grpc_port {
+            Some(p) => format!("{} (gRPC port {p})", n.server_addr),
+            None => n.server_addr.clone(),
+        };
+        let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, builder.build()).await {
+            Ok(Ok(naming)) => return Ok(Self::new(naming, server, config)),
+            Ok(Err(e)) => (e.to_string(), Some(e)),
+            Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
+        };
+        let probe = probe_servers(&n.server_addr, n.grpc_port).await;
+        Err(RegistryError::backend(
+            KIND,
+            server,
+            "connect",
+            ConnectFailure {
+                what,
+                probe,
+                source,
+            },
+        ))
+    }
+
+    fn new(naming: NamingService, server: String, config: &Config) -> Self {
+        let n = &config.registry.nacos;
         let policy = if config.registry.empty_protection {
             EmptyProtection::Protect
         } else {
             EmptyProtection::Apply
         };
-        Ok(NacosRegistry {
+        NacosRegistry {
             inner: Arc::new(Inner {
                 naming,
+                server,
                 service: n.application.clone(),
                 group: n.group.clone(),
                 hub: WatchHub::new(KIND, policy),
@@ -214,7 +298,7 @@ impl NacosRegistry {
                 watched: Mutex::new(HashMap::new()),
                 cancel: CancellationToken::new(),
             }),
-        })
+        }
     }
 
     /// The Nacos service name instances are registered under.
@@ -239,6 +323,7 @@ impl Inner {
 
     async fn query(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         let list = timed(
+            &self.server,
             "query instances",
             self.naming.get_all_instances(
                 self.service.clone(),
@@ -266,6 +351,7 @@ impl Inner {
             // (Java Nacos replaces the connection's set; rnacos adds): deregister it
             // explicitly, then re-send what remains.
             timed(
+                &self.server,
                 "deregister",
                 self.naming
                     .deregister_instance(self.service.clone(), Some(self.group.clone()), r),
@@ -276,6 +362,7 @@ impl Inner {
             return Ok(());
         }
         timed(
+            &self.server,
             "batch register",
             self.naming.batch_register_instance(
                 self.service.clone(),
@@ -375,6 +462,7 @@ impl RegistryService for NacosRegistry {
                 inner: Arc::downgrade(&self.inner),
             });
             timed(
+                &self.inner.server,
                 "subscribe",
                 self.inner.naming.subscribe(
                     self.inner.service.clone(),
@@ -409,6 +497,7 @@ impl RegistryService for NacosRegistry {
         let mut result = Ok(());
         for si in own {
             if let Err(e) = timed(
+                &self.inner.server,
                 "deregister",
                 self.inner.naming.deregister_instance(
                     self.inner.service.clone(),
@@ -430,6 +519,7 @@ impl RegistryService for NacosRegistry {
             .collect();
         for (cluster, listener) in watched {
             let _ = timed(
+                &self.inner.server,
                 "unsubscribe",
                 self.inner.naming.unsubscribe(
                     self.inner.service.clone(),

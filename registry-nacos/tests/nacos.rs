@@ -233,3 +233,29 @@ async fn username_and_password_are_used() {
     );
     reg.close().await.unwrap();
 }
+
+/// With nothing listening, `connect` fails with the server's address and the cause
+/// within its connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_an_error_naming_the_address() {
+    let port = meshline_testkit::closed_port().unwrap();
+    let grpc = meshline_testkit::closed_port().unwrap();
+    let mut c = Config::default();
+    c.registry.kind = "nacos".into();
+    c.registry.nacos.server_addr = format!("127.0.0.1:{port}");
+    c.registry.nacos.grpc_port = Some(grpc);
+    let t = Instant::now();
+    let text = NacosRegistry::connect(&c).await.unwrap_err().to_string();
+    eprintln!("after {:?}: {text}", t.elapsed());
+    assert!(
+        text.starts_with(&format!(
+            "nacos registry at 127.0.0.1:{port} (gRPC port {grpc}): "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{grpc} (gRPC): Connection refused")),
+        "{text}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}

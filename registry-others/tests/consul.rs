@@ -378,19 +378,24 @@ async fn the_acl_token_is_sent() {
     good.close().await.unwrap();
 }
 
+/// `connect` checks the agent: a closed port fails it with the address and the cause.
 #[tokio::test]
 async fn an_unreachable_agent_is_an_error_naming_it() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = meshline_testkit::closed_port().unwrap();
     let cfg = ConfigLoader::new()
         .set("registry.type", "consul")
         .set("registry.consul.serverAddr", format!("127.0.0.1:{port}"))
         .load()
         .unwrap();
     let err = ConsulRegistry::connect(&cfg).await.unwrap_err().to_string();
-    assert!(err.contains("consul registry unavailable"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "consul registry at http://127.0.0.1:{port} unavailable"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("connect"), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,6 @@
 //! which really evicts expired leases, answers 404 to unknown heartbeats, serves deltas
 //! with `actionType` and `apps__hashcode`, and loses all state on restart.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use meshline_registry_core::config::ConfigLoader;
@@ -372,20 +371,20 @@ async fn a_missing_service_url_or_server_is_an_error() {
         .unwrap();
     let err = EurekaRegistry::connect(&cfg).await.unwrap_err().to_string();
     assert!(err.contains("serviceUrl is required"), "{err}");
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // `connect` checks the server: a closed port fails it with the address and the cause.
+    let port = meshline_testkit::closed_port().unwrap();
+    let url = format!("http://127.0.0.1:{port}/eureka");
     let cfg = ConfigLoader::new()
         .set("registry.type", "eureka")
-        .set(
-            "registry.eureka.serviceUrl",
-            format!("http://127.0.0.1:{port}/eureka"),
-        )
+        .set("registry.eureka.serviceUrl", url.as_str())
         .load()
         .unwrap();
     let err = EurekaRegistry::connect(&cfg).await.unwrap_err().to_string();
-    assert!(err.contains("eureka registry unavailable"), "{err}");
+    assert!(
+        err.contains(&format!("eureka registry at {url} unavailable")),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -370,3 +370,24 @@ async fn a_key_written_without_publish_is_found_by_the_periodic_rescan() {
     .await;
     reg.close().await.unwrap();
 }
+
+/// `connect` checks the server (PING): a closed port fails it with the address and the
+/// cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
+    init_logs();
+    let port = meshline_testkit::closed_port().unwrap();
+    let server = format!("127.0.0.1:{port}");
+    let t = std::time::Instant::now();
+    let text = RedisRegistry::connect(&config(&server, true))
+        .await
+        .unwrap_err()
+        .to_string();
+    eprintln!("after {:?}: {text}", t.elapsed());
+    assert!(
+        text.starts_with(&format!("redis registry at {server} unavailable: ")),
+        "{text}"
+    );
+    assert!(text.contains("Connection refused"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}

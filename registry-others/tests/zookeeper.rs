@@ -370,3 +370,29 @@ async fn dropping_the_registry_ends_its_tasks_and_removes_its_node() {
     );
     watcher.close().await.unwrap();
 }
+
+/// `connect` establishes a session: with nothing listening, it fails with the connect
+/// string and what a TCP connect to the server said, not just "zk registry: connect".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
+    init_logs();
+    let port = meshline_testkit::closed_port().unwrap();
+    let server = format!("127.0.0.1:{port}");
+    let t = std::time::Instant::now();
+    let err = ZookeeperRegistry::connect(&config(&server, true))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    eprintln!("after {:?}: {text}", t.elapsed());
+    assert!(
+        text.starts_with(&format!("zk registry at {server}: connect: ")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{server}: Connection refused")),
+        "{text}"
+    );
+    // Bounded by the session timeout plus the connect timeout (4 s + 2 s here), plus
+    // the 1 s probe.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+}

@@ -16,12 +16,23 @@ const INSTALL: &str = "apt-get install -y etcd-server etcd-client";
 
 /// One HTTP/1.0 request to the etcd client port; returns the body of a 200 answer.
 fn http(port: u16, method: &str, path: &str, body: &str) -> std::result::Result<String, String> {
+    http_limited(port, method, path, body, 1 << 20)
+}
+
+/// [`http`] reading at most `max` bytes of the answer.
+fn http_limited(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    max: usize,
+) -> std::result::Result<String, String> {
     let req = format!(
         "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let resp = tcp_exchange(port, req.as_bytes(), 1 << 20)?;
+    let resp = tcp_exchange(port, req.as_bytes(), max)?;
     let (head, body) = resp
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("malformed HTTP answer: {resp:?}"))?;
@@ -97,7 +108,33 @@ fn member_args(
     .collect()
 }
 
+/// Sums the counter `name` of etcd's Prometheus text over the series whose labels
+/// contain every one of `labels` (`key="value"` pairs as written in the text).
+fn sum_counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (series, value) = rest.rsplit_once(' ')?;
+            if !(series.is_empty() || series.starts_with('{')) {
+                return None; // another metric whose name starts with `name`
+            }
+            labels
+                .iter()
+                .all(|want| series.contains(want))
+                .then(|| value.trim().parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
 /// A single-node etcd on a free port (`etcd` from apt `etcd-server`).
+///
+/// It runs with etcd's **default** gRPC keep-alive policy (no `--grpc-keepalive-*`
+/// flag is passed): like a stock etcd, it closes the connection of a client that pings
+/// more often than every 5 s (`--grpc-keepalive-min-time`), or pings at all while no
+/// stream is open. Tests of client keep-alive settings rely on this.
 ///
 /// ```no_run
 /// let etcd = meshline_testkit::Etcd::start().expect("etcd");
@@ -163,6 +200,33 @@ impl Etcd {
     /// The client port.
     pub fn port(&self) -> u16 {
         self.client_port
+    }
+
+    /// The server's Prometheus metrics (`GET /metrics` on the client port), as text.
+    pub fn metrics(&self) -> Result<String> {
+        http_limited(self.client_port, "GET", "/metrics", "", 16 << 20).map_err(Error::Other)
+    }
+
+    /// How many calls or streams of the etcd gRPC method `method` (`Range`, `Put`,
+    /// `Watch`, `LeaseKeepAlive`, `LeaseGrant`...) of etcd's own services
+    /// (`etcdserverpb.*`) the server has started since it was (re)started, from its
+    /// `grpc_server_started_total` counters. A client that re-opens a watch or a lease
+    /// keep-alive stream, or re-lists, makes the matching count grow.
+    pub fn grpc_started(&self, method: &str) -> Result<u64> {
+        let text = self.metrics()?;
+        if !text.contains("grpc_server_started_total") {
+            return Err(Error::Other(format!(
+                "etcd's /metrics has no grpc_server_started_total: {}",
+                text.chars().take(200).collect::<String>()
+            )));
+        }
+        let method = format!("grpc_method=\"{method}\"");
+        let n = sum_counter(
+            &text,
+            "grpc_server_started_total",
+            &[&method, "grpc_service=\"etcdserverpb."],
+        );
+        Ok(n as u64)
     }
 
     /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
@@ -356,5 +420,33 @@ impl EtcdCluster {
     /// Starts member `i` again on its ports and data dir; waits until it is healthy.
     pub fn restart_member(&mut self, i: usize) -> Result<()> {
         self.members[i].restart()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_counter;
+
+    #[test]
+    fn counters_are_summed_over_matching_series_only() {
+        let text = "# HELP grpc_server_started_total x\n\
+            grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 3\n\
+            grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"grpc.health.v1.Health\",grpc_type=\"server_stream\"} 7\n\
+            grpc_server_started_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2\n\
+            grpc_server_started_total_other{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\"} 100\n";
+        let watch = sum_counter(
+            text,
+            "grpc_server_started_total",
+            &["grpc_method=\"Watch\"", "grpc_service=\"etcdserverpb."],
+        );
+        assert_eq!(watch, 3.0);
+        assert_eq!(
+            sum_counter(
+                text,
+                "grpc_server_started_total",
+                &["grpc_method=\"Range\""]
+            ),
+            2.0
+        );
     }
 }

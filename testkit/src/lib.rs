@@ -124,6 +124,26 @@ impl std::error::Error for Error {
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A `127.0.0.1` port nothing listens on, for tests of unreachable servers: a connection
+/// to it is refused at once.
+///
+/// The port was free a moment ago (bound, then released); it is checked to refuse a
+/// connection before it is returned, and another process could only take it in the
+/// meantime by chance.
+pub fn closed_port() -> Result<u16> {
+    for _ in 0..PORT_ATTEMPTS {
+        let port = process::free_ports(1)?[0];
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok(port),
+            _ => continue,
+        }
+    }
+    Err(Error::Other(
+        "no closed loopback port found: every probed port accepted a connection".into(),
+    ))
+}
+
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let context = context.into();
     move |source| Error::Io { context, source }

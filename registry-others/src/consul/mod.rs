@@ -142,13 +142,9 @@ enum CallError {
 }
 
 impl CallError {
-    fn into_registry(self, op: &str) -> RegistryError {
-        match self {
-            CallError::Status(s, t) => {
-                RegistryError::unavailable(KIND, format!("{op}: agent answered {s}: {}", t.trim()))
-            }
-            CallError::Transport(t) => RegistryError::unavailable(KIND, format!("{op}: {t}")),
-        }
+    /// The registry error of `op` against the agent at `server`.
+    fn into_registry(self, server: &str, op: &str) -> RegistryError {
+        RegistryError::unavailable(KIND, server, format!("{op}: {}", self.describe()))
     }
 
     fn describe(&self) -> String {
@@ -168,7 +164,9 @@ impl ConsulRegistry {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .build()
-            .map_err(|e| RegistryError::backend(KIND, "cannot build the HTTP client", e))?;
+            .map_err(|e| {
+                RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
+            })?;
         if c.ttl.is_zero() {
             return Err(RegistryError::Config(
                 "registry.consul.ttl must be greater than 0".into(),
@@ -195,7 +193,7 @@ impl ConsulRegistry {
                 REQUEST_TIMEOUT,
             )
             .await
-            .map_err(|e| e.into_registry("connect"))?;
+            .map_err(|e| e.into_registry(inner.server(), "connect"))?;
         tokio::spawn(keeper(inner.clone()));
         Ok(ConsulRegistry {
             inner,
@@ -265,6 +263,11 @@ fn parse_base(addr: &str) -> Result<Url, RegistryError> {
 }
 
 impl Inner {
+    /// The agent's address, for error messages.
+    fn server(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
+    }
+
     fn closed(&self) -> Result<(), RegistryError> {
         if self.cancel.is_cancelled() {
             Err(RegistryError::Closed { kind: KIND })
@@ -536,7 +539,7 @@ impl RegistryService for ConsulRegistry {
         inner
             .put_registration(&body)
             .await
-            .map_err(|e| e.into_registry("register"))?;
+            .map_err(|e| e.into_registry(inner.server(), "register"))?;
         inner.regs.lock().unwrap_or_else(|p| p.into_inner()).insert(
             id,
             Registration {
@@ -566,7 +569,7 @@ impl RegistryService for ConsulRegistry {
             )
             .await
             .map(|_| ())
-            .map_err(|e| e.into_registry("unregister"))
+            .map_err(|e| e.into_registry(inner.server(), "unregister"))
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
@@ -575,7 +578,13 @@ impl RegistryService for ConsulRegistry {
             .query(cluster, None)
             .await
             .map(|(l, _)| l)
-            .map_err(|m| RegistryError::unavailable(KIND, format!("lookup `{cluster}`: {m}")))
+            .map_err(|m| {
+                RegistryError::unavailable(
+                    KIND,
+                    self.inner.server(),
+                    format!("lookup `{cluster}`: {m}"),
+                )
+            })
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
@@ -589,10 +598,9 @@ impl RegistryService for ConsulRegistry {
         if running {
             return Ok(inner.hub.subscribe(cluster));
         }
-        let (list, index) = inner
-            .query(cluster, None)
-            .await
-            .map_err(|m| RegistryError::unavailable(KIND, format!("watch `{cluster}`: {m}")))?;
+        let (list, index) = inner.query(cluster, None).await.map_err(|m| {
+            RegistryError::unavailable(KIND, inner.server(), format!("watch `{cluster}`: {m}"))
+        })?;
         let mut w = inner.watched.lock().unwrap_or_else(|p| p.into_inner());
         let watch = inner.hub.subscribe(cluster);
         if w.insert(cluster.to_string()) {
@@ -647,7 +655,7 @@ async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
                 error = e.describe(),
                 "deregistration failed"
             );
-            first_err.get_or_insert(e.into_registry("deregister"));
+            first_err.get_or_insert(e.into_registry(inner.server(), "deregister"));
         }
     }
     first_err.map_or(Ok(()), Err)

@@ -122,8 +122,9 @@ impl CallError {
         }
     }
 
-    fn into_registry(self, op: &str) -> RegistryError {
-        RegistryError::unavailable(KIND, format!("{op}: {}", self.describe()))
+    /// The registry error of `op` against the server(s) at `server`.
+    fn into_registry(self, server: &str, op: &str) -> RegistryError {
+        RegistryError::unavailable(KIND, server, format!("{op}: {}", self.describe()))
     }
 }
 
@@ -187,7 +188,9 @@ impl EurekaRegistry {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .build()
-            .map_err(|e| RegistryError::backend(KIND, "cannot build the HTTP client", e))?;
+            .map_err(|e| {
+                RegistryError::backend(KIND, &c.service_url, "cannot build the HTTP client", e)
+            })?;
         let inner = Arc::new(Inner {
             urls,
             preferred: AtomicUsize::new(0),
@@ -204,7 +207,7 @@ impl EurekaRegistry {
         inner
             .call(Method::GET, &["apps"], &[], None)
             .await
-            .map_err(|e| e.into_registry("connect"))?;
+            .map_err(|e| e.into_registry(&inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
         Ok(EurekaRegistry {
             inner,
@@ -245,6 +248,15 @@ impl Drop for EurekaRegistry {
 }
 
 impl Inner {
+    /// The service URL(s), comma-separated, for error messages.
+    fn server(&self) -> String {
+        self.urls
+            .iter()
+            .map(|u| u.as_str().trim_end_matches('/'))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     fn closed(&self) -> Result<(), RegistryError> {
         if self.cancel.is_cancelled() {
             Err(RegistryError::Closed { kind: KIND })
@@ -290,7 +302,7 @@ impl Inner {
             let resp = match req.send().await {
                 Ok(r) => r,
                 Err(e) => {
-                    last = format!("{}: {}", self.urls[i], error_chain(&e));
+                    last = self.failure(i, &e);
                     continue;
                 }
             };
@@ -300,10 +312,20 @@ impl Inner {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Ok((status, b.to_vec()));
                 }
-                Err(e) => last = format!("{}: {}", self.urls[i], error_chain(&e)),
+                Err(e) => last = self.failure(i, &e),
             }
         }
         Err(CallError::Transport(last))
+    }
+
+    /// What went wrong talking to service URL `i` (named when there are several: the
+    /// error names them all as its server).
+    fn failure(&self, i: usize, e: &reqwest::Error) -> String {
+        if self.urls.len() > 1 {
+            format!("{}: {}", self.urls[i], error_chain(e))
+        } else {
+            error_chain(e)
+        }
     }
 
     /// A call that must answer one of `ok`.
@@ -529,7 +551,7 @@ impl RegistryService for EurekaRegistry {
         inner
             .post_registration(&app, &body)
             .await
-            .map_err(|e| e.into_registry("register"))?;
+            .map_err(|e| e.into_registry(&inner.server(), "register"))?;
         inner
             .regs
             .lock()
@@ -559,7 +581,7 @@ impl RegistryService for EurekaRegistry {
             )
             .await
             .map(|_| ())
-            .map_err(|e| e.into_registry("unregister"))
+            .map_err(|e| e.into_registry(&inner.server(), "unregister"))
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
@@ -575,18 +597,20 @@ impl RegistryService for EurekaRegistry {
                 &[StatusCode::OK, StatusCode::NOT_FOUND],
             )
             .await
-            .map_err(|e| e.into_registry(&format!("lookup `{cluster}`")))?;
+            .map_err(|e| e.into_registry(&inner.server(), &format!("lookup `{cluster}`")))?;
         if status == StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }
         let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
             RegistryError::unavailable(
                 KIND,
+                inner.server(),
                 format!("lookup `{cluster}`: response is not JSON: {e}"),
             )
         })?;
-        parse::parse_application(cluster, &doc)
-            .map_err(|e| RegistryError::unavailable(KIND, format!("lookup `{cluster}`: {e}")))
+        parse::parse_application(cluster, &doc).map_err(|e| {
+            RegistryError::unavailable(KIND, inner.server(), format!("lookup `{cluster}`: {e}"))
+        })
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
@@ -594,10 +618,9 @@ impl RegistryService for EurekaRegistry {
         inner.closed()?;
         let mut mirror = inner.mirror.lock().await;
         if mirror.is_none() {
-            inner
-                .full_fetch(&mut mirror)
-                .await
-                .map_err(|m| RegistryError::unavailable(KIND, format!("watch `{cluster}`: {m}")))?;
+            inner.full_fetch(&mut mirror).await.map_err(|m| {
+                RegistryError::unavailable(KIND, inner.server(), format!("watch `{cluster}`: {m}"))
+            })?;
         }
         let watch = inner.hub.subscribe(cluster);
         if let Some(m) = mirror.as_ref() {
@@ -650,7 +673,7 @@ async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
                 error = e.describe(),
                 "cancel failed"
             );
-            first_err.get_or_insert(e.into_registry("cancel"));
+            first_err.get_or_insert(e.into_registry(&inner.server(), "cancel"));
         }
     }
     first_err.map_or(Ok(()), Err)

@@ -118,8 +118,8 @@ fn classify(prefix: &str, key: &[u8]) -> Entry {
     }
 }
 
-fn redis_err(op: &str, e: redis::RedisError) -> RegistryError {
-    RegistryError::backend(KIND, op.to_string(), e)
+fn redis_err(server: &str, op: &str, e: redis::RedisError) -> RegistryError {
+    RegistryError::backend(KIND, server, op.to_string(), e)
 }
 
 /// True when the connection should be dropped and the next server tried.
@@ -139,6 +139,21 @@ fn local_identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".into());
     format!("{}@{host}", std::process::id())
+}
+
+/// "no server answered: <why>", naming each server's failure when there are several.
+fn no_server_answered(addrs: &[String], failures: &[(usize, impl std::fmt::Display)]) -> String {
+    match failures {
+        [] => "no server configured".to_string(),
+        [(_, why)] => format!("no server answered: {why}"),
+        many => {
+            let each: Vec<String> = many
+                .iter()
+                .map(|(i, why)| format!("{}: {why}", addrs[*i]))
+                .collect();
+            format!("no server answered: {}", each.join("; "))
+        }
+    }
 }
 
 /// Connections to the configured servers, with failover between them.
@@ -176,9 +191,9 @@ impl Servers {
             }
             let info = ConnectionAddr::Tcp(inst.host().to_string(), inst.port())
                 .into_connection_info()
-                .map_err(|e| redis_err("configure", e))?
+                .map_err(|e| redis_err(a, "configure", e))?
                 .set_redis_settings(redis_info);
-            clients.push(redis::Client::open(info).map_err(|e| redis_err("configure", e))?);
+            clients.push(redis::Client::open(info).map_err(|e| redis_err(a, "configure", e))?);
         }
         Ok(Servers {
             clients,
@@ -200,7 +215,7 @@ impl Servers {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        let mut last = None;
+        let mut failures = Vec::new();
         for k in 0..n {
             let i = (start + k) % n;
             match self.clients[i]
@@ -208,29 +223,23 @@ impl Servers {
                 .await
             {
                 Ok(c) => {
-                    if k > 0 || last.is_some() {
+                    if !failures.is_empty() {
                         tracing::info!(registry = KIND, server = %self.addrs[i], "connected to redis");
                     }
                     *cur = Some((i, c.clone()));
                     self.next.store(i, Ordering::Relaxed);
                     return Ok((i, c));
                 }
-                Err(e) => last = Some((i, e)),
+                Err(e) => failures.push((i, e)),
             }
         }
-        let why = match last {
-            Some((i, e)) => {
-                self.next.store((i + 1) % n, Ordering::Relaxed);
-                e.to_string()
-            }
-            None => "no server configured".to_string(),
-        };
+        if let Some((i, _)) = failures.last() {
+            self.next.store((i + 1) % n, Ordering::Relaxed);
+        }
         Err(RegistryError::unavailable(
             KIND,
-            format!(
-                "no redis server answered ({}): {why}",
-                self.addrs.join(", ")
-            ),
+            self.addrs.join(","),
+            no_server_answered(&self.addrs, &failures),
         ))
     }
 
@@ -261,16 +270,17 @@ impl Servers {
                         attempt += 1;
                         continue;
                     }
-                    return Err(redis_err(op, e));
+                    return Err(redis_err(&self.addrs[idx], op, e));
                 }
-                Ok(Err(e)) => return Err(redis_err(op, e)),
+                Ok(Err(e)) => return Err(redis_err(&self.addrs[idx], op, e)),
                 Err(_) => {
                     self.drop_conn(idx).await;
-                    return Err(RegistryError::Timeout {
-                        kind: KIND,
+                    return Err(RegistryError::timeout(
+                        KIND,
+                        &self.addrs[idx],
                         op,
-                        after: self.timeout,
-                    });
+                        self.timeout,
+                    ));
                 }
             }
         }
@@ -280,21 +290,19 @@ impl Servers {
     async fn pubsub(&self) -> Result<redis::aio::PubSub, RegistryError> {
         let n = self.clients.len();
         let start = self.next.load(Ordering::Relaxed);
-        let mut last = String::new();
+        let mut failures = Vec::new();
         for k in 0..n {
             let i = (start + k) % n;
             match tokio::time::timeout(self.timeout, self.clients[i].get_async_pubsub()).await {
                 Ok(Ok(p)) => return Ok(p),
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = format!("no answer within {:?}", self.timeout),
+                Ok(Err(e)) => failures.push((i, e.to_string())),
+                Err(_) => failures.push((i, format!("no answer within {:?}", self.timeout))),
             }
         }
         Err(RegistryError::unavailable(
             KIND,
-            format!(
-                "pub/sub: no redis server answered ({}): {last}",
-                self.addrs.join(", ")
-            ),
+            self.addrs.join(","),
+            format!("pub/sub: {}", no_server_answered(&self.addrs, &failures)),
         ))
     }
 }

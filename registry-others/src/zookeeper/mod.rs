@@ -75,8 +75,67 @@ fn check_cluster(cluster: &str) -> Result<(), RegistryError> {
     Ok(())
 }
 
-fn zk_err(op: &str, e: zk::Error) -> RegistryError {
-    RegistryError::backend(KIND, op.to_string(), e)
+fn zk_err(server: &str, op: &str, e: zk::Error) -> RegistryError {
+    RegistryError::backend(KIND, server, op.to_string(), e)
+}
+
+/// Why no session could be established, with what a plain TCP connect to each server
+/// said: zookeeper-client reports a failed connect only as "no available hosts" or
+/// "timeout" and keeps the I/O error ("Connection refused") to itself.
+#[derive(Debug)]
+struct ConnectFailure {
+    /// What the client library (or our deadline) said.
+    what: String,
+    /// One `host:port: outcome` per server of the connect string.
+    probe: String,
+    source: Option<zk::Error>,
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.what, self.probe)
+    }
+}
+
+impl std::error::Error for ConnectFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Tries one TCP connection to each server of `connect_string` (without its chroot
+/// suffix) and says what happened, e.g. `127.0.0.1:2181: Connection refused (os error
+/// 111)`.
+async fn probe_servers(connect_string: &str) -> String {
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+    let hosts = connect_string
+        .split_once("://")
+        .map_or(connect_string, |(_, rest)| rest);
+    let hosts = hosts.split('/').next().unwrap_or_default();
+    let mut out = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let target = match Instance::parse(host) {
+            Ok(_) => host.to_string(),
+            // No port: ZooKeeper's default.
+            Err(_) => format!("{host}:2181"),
+        };
+        let outcome = match tokio::time::timeout(
+            PROBE_TIMEOUT,
+            tokio::net::TcpStream::connect(&target),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                "accepts TCP connections, but no ZooKeeper session was established".to_string()
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("TCP connect timed out after {PROBE_TIMEOUT:?}"),
+        };
+        out.push(format!("{target}: {outcome}"));
+    }
+    out.join("; ")
 }
 
 fn parse_children(cluster: &str, children: &[String]) -> Vec<Instance> {
@@ -138,22 +197,32 @@ async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
         connector = connector.with_auth("digest", auth);
     }
     let limit = s.session_timeout + s.connect_timeout;
-    match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(zk_err("connect", e)),
-        Err(_) => Err(RegistryError::Timeout {
-            kind: KIND,
-            op: "connect",
-            after: limit,
-        }),
-    }
+    let (what, source) =
+        match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(e)) => (e.to_string(), Some(e)),
+            Err(_) => (format!("no session within {limit:?}"), None),
+        };
+    let probe = probe_servers(&s.connect_string).await;
+    Err(RegistryError::backend(
+        KIND,
+        &s.connect_string,
+        "connect",
+        ConnectFailure {
+            what,
+            probe,
+            source,
+        },
+    ))
 }
 
 impl ZookeeperRegistry {
     /// Connects with `config.registry.zk` (connect string, session and connect
     /// timeouts, digest credentials) and `config.registry.empty_protection`.
     ///
-    /// Fails when no session can be established within the session timeout.
+    /// Fails when no session can be established within the session timeout; the error
+    /// names the connect string and what a TCP connect to each server said (e.g.
+    /// `127.0.0.1:2181: Connection refused`), which the client library does not report.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = &config.registry.zk;
         let connect_string = crate::common::split_addrs(&c.server_addr).join(",");
@@ -220,6 +289,11 @@ impl ZookeeperRegistry {
 }
 
 impl Inner {
+    /// A client-library error of `op`, naming our servers.
+    fn err(&self, op: &str, e: zk::Error) -> RegistryError {
+        zk_err(&self.settings.connect_string, op, e)
+    }
+
     fn client(&self) -> zk::Client {
         self.client
             .read()
@@ -235,7 +309,7 @@ impl Inner {
         client
             .mkdir(parent, &dir)
             .await
-            .map_err(|e| zk_err("create parents", e))?;
+            .map_err(|e| self.err("create parents", e))?;
         let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
         for _ in 0..3 {
             match client.create(path, b"true", &eph).await {
@@ -254,23 +328,24 @@ impl Inner {
                         match client.delete(path, Some(stat.version)).await {
                             Ok(()) | Err(zk::Error::NoNode) => {}
                             Err(zk::Error::BadVersion) => {}
-                            Err(e) => return Err(zk_err("delete stale node", e)),
+                            Err(e) => return Err(self.err("delete stale node", e)),
                         }
                     }
                     Ok(None) => {}
-                    Err(e) => return Err(zk_err("stat", e)),
+                    Err(e) => return Err(self.err("stat", e)),
                 },
                 Err(zk::Error::NoNode) => {
                     client
                         .mkdir(parent, &dir)
                         .await
-                        .map_err(|e| zk_err("create parents", e))?;
+                        .map_err(|e| self.err("create parents", e))?;
                 }
-                Err(e) => return Err(zk_err("create", e)),
+                Err(e) => return Err(self.err("create", e)),
             }
         }
         Err(RegistryError::unavailable(
             KIND,
+            &self.settings.connect_string,
             format!("could not create {path}: it keeps changing under us"),
         ))
     }
@@ -279,7 +354,7 @@ impl Inner {
         match self.client().list_children(&cluster_path(cluster)).await {
             Ok(children) => Ok(parse_children(cluster, &children)),
             Err(zk::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(zk_err("list children", e)),
+            Err(e) => Err(self.err("list children", e)),
         }
     }
 
@@ -465,7 +540,7 @@ impl RegistryService for ZookeeperRegistry {
         registered.remove(&path);
         match self.inner.client().delete(&path, None).await {
             Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(zk_err("delete", e)),
+            Err(e) => return Err(self.inner.err("delete", e)),
         }
         tracing::info!(registry = KIND, cluster, %instance, path, "unregistered");
         Ok(())
@@ -518,14 +593,15 @@ async fn delete_all(inner: &Inner) -> Result<(), RegistryError> {
         {
             Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
             Ok(Err(e)) => {
-                first_err.get_or_insert(zk_err("delete", e));
+                first_err.get_or_insert(inner.err("delete", e));
             }
             Err(_) => {
-                first_err.get_or_insert(RegistryError::Timeout {
-                    kind: KIND,
-                    op: "delete",
-                    after: inner.settings.session_timeout,
-                });
+                first_err.get_or_insert(RegistryError::timeout(
+                    KIND,
+                    &inner.settings.connect_string,
+                    "delete",
+                    inner.settings.session_timeout,
+                ));
             }
         }
     }

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod gateway;
 pub mod tc;
 
 use meshline::Config;

@@ -114,7 +114,18 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// Keys that were not understood, one message each (also logged).
     pub warnings: Vec<String>,
+    /// Application sections meshline reads but does not interpret, kept raw: every key
+    /// under one of [`APP_SECTIONS`] (from files and `MESHLINE_*` variables alike, so an
+    /// application's settings share the loader and the env overrides), keyed by the
+    /// section-relative path with segments normalised (lower case, `-` and `_` removed)
+    /// and joined by `.`; e.g. `gateway.modules.chat.cluster` is
+    /// `app_sections["gateway"]["modules.chat.cluster"]`.
+    pub app_sections: BTreeMap<String, BTreeMap<String, String>>,
 }
+
+/// Top-level sections kept raw for the application in [`Config::app_sections`] instead
+/// of being reported as unknown keys: `gateway` (the example game gateway's settings).
+pub const APP_SECTIONS: &[&str] = &["gateway"];
 
 /// `registry.*`: which registry, and each backend's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -419,6 +430,7 @@ impl Default for Config {
             },
             path: None,
             warnings: Vec::new(),
+            app_sections: BTreeMap::new(),
         }
     }
 }
@@ -733,6 +745,16 @@ fn apply(cfg: &mut Config, path: &[String], v: &str) -> Result<Applied, String> 
     let n: Vec<String> = p.iter().map(|s| norm(s)).collect();
     let ns: Vec<&str> = n.iter().map(String::as_str).collect();
     use Applied::*;
+    if let [section, rest @ ..] = ns.as_slice()
+        && !rest.is_empty()
+        && APP_SECTIONS.contains(section)
+    {
+        cfg.app_sections
+            .entry(section.to_string())
+            .or_default()
+            .insert(rest.join("."), v.trim().to_string());
+        return Ok(Used);
+    }
     Ok(match ns.as_slice() {
         ["applicationid"] => {
             cfg.application_id = v.trim().to_string();

@@ -401,3 +401,25 @@ fn transport_limits_refuse_bad_values() {
         assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
     }
 }
+
+#[test]
+fn application_sections_are_kept_raw_from_files_and_env() {
+    let c = Config::from_text(
+        "gateway:\n  listen: 0.0.0.0:7000\n  modules:\n    chat:\n      cluster: chat-svc\n      choice: round-robin\n",
+        Format::Yaml,
+    )
+    .unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let g = &c.app_sections["gateway"];
+    assert_eq!(g["listen"], "0.0.0.0:7000");
+    assert_eq!(g["modules.chat.cluster"], "chat-svc");
+    assert_eq!(g["modules.chat.choice"], "round-robin");
+    let p = Config::from_text("gateway.auth-deadline=5s\n", Format::Properties).unwrap();
+    assert_eq!(p.app_sections["gateway"]["authdeadline"], "5s");
+    let e = ConfigLoader::new()
+        .text("gateway.listen=a:1\n", Format::Properties)
+        .env_vars([("MESHLINE_GATEWAY__LISTEN", "b:2")])
+        .load()
+        .unwrap();
+    assert_eq!(e.app_sections["gateway"]["listen"], "b:2", "env overrides the file");
+}

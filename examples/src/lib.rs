@@ -23,7 +23,10 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
+pub mod game_backend;
 pub mod gateway;
+pub mod memory_registry;
 pub mod tc;
 
 use meshline::Config;

@@ -98,8 +98,7 @@ fn sign(secret: &[u8], account: &str, expiry: u64, nonce: &str) -> String {
 
 fn valid_account(a: &str) -> bool {
     (1..=64).contains(&a.len())
-        && a
-            .bytes()
+        && a.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
@@ -130,7 +129,10 @@ impl TokenMinter {
 
     /// A token with an explicit expiry (Unix seconds), for tests of expiry.
     pub fn mint_at(&self, account: &str, expiry: u64) -> String {
-        assert!(valid_account(account), "account `{account}` cannot be in a token");
+        assert!(
+            valid_account(account),
+            "account `{account}` cannot be in a token"
+        );
         let nonce = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let sig = sign(&self.secret, account, expiry, &nonce);
         format!("{account}.{expiry}.{nonce}.{sig}")
@@ -248,7 +250,14 @@ mod tests {
         assert_eq!(v.verify(&tampered), Err(Refusal::Forged));
         let past = m.mint_at("alice", 1_000);
         assert_eq!(v.verify(&past), Err(Refusal::Expired));
-        for bad in ["", "a.b.c", "alice.x.00.00", "al ice.1.0.0", "a.1.zz.00", "a.b.c.d.e"] {
+        for bad in [
+            "",
+            "a.b.c",
+            "alice.x.00.00",
+            "al ice.1.0.0",
+            "a.1.zz.00",
+            "a.b.c.d.e",
+        ] {
             assert_eq!(v.verify(bad), Err(Refusal::Malformed), "{bad}");
         }
     }

@@ -9,8 +9,20 @@
 //! - [`protocol`]: the client frame and its codec (length cap before allocation);
 //! - [`admission`]: HMAC-SHA256 tokens, expiry, replay refusal, reason codes;
 //! - [`outbound`]: the per-client send queue (soft limit drops unreliable frames,
-//!   hard limit disconnects).
+//!   hard limit disconnects);
+//! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups;
+//! - [`settings`]: the `gateway:` config section;
+//! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
+//! - [`wire`]: the head-map vocabulary between gateway and backends;
+//! - `core`: the listener, the per-client tasks, the backend push handler ([`Gateway`]).
 
 pub mod admission;
+mod core;
 pub mod outbound;
 pub mod protocol;
+pub mod route;
+pub mod session;
+pub mod settings;
+pub mod wire;
+
+pub use core::{Gateway, GatewayStats, command};

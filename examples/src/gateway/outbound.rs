@@ -186,7 +186,11 @@ mod tests {
     use super::*;
 
     fn f(n: usize, reliable: bool) -> ClientFrame {
-        ClientFrame::new(1, 1, n as u32, vec![0u8; 87]).with_flags(if reliable { RELIABLE } else { 0 })
+        ClientFrame::new(1, 1, n as u32, vec![0u8; 87]).with_flags(if reliable {
+            RELIABLE
+        } else {
+            0
+        })
     }
 
     #[test]

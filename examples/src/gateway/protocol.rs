@@ -230,7 +230,10 @@ mod tests {
         assert!(e.contains("over the 1024-byte limit"), "{e}");
         assert!(b.capacity() < 64);
         let mut short = BytesMut::from(&[0, 0, 0, 3, 1, 2, 3][..]);
-        assert!(matches!(c.decode(&mut short), Err(ProtocolError::TooShort(3))));
+        assert!(matches!(
+            c.decode(&mut short),
+            Err(ProtocolError::TooShort(3))
+        ));
     }
 
     #[test]

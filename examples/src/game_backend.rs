@@ -1,0 +1,272 @@
+//! The example game backend behind the gateway, in-process or as the `game-backend`
+//! program. Three modules, one of each kind a game has:
+//!
+//! - **lobby** (module 1, stateless request/response): opcode 1 answers
+//!   `<account>@<backend id>`; anything else is echoed.
+//! - **chat** (module 2, stateless, broadcast to all): opcode 1 sends the text to every
+//!   player: one `bcast` per *gateway* connection, the gateways copy to their players.
+//! - **room** (module 3, stateful): opcode 1 joins room `<payload>`: the session joins
+//!   the gateway group `room:<name>` (static binding keeps it on this backend); the room
+//!   pushes a state snapshot to its members through gateway fan-out at a configurable
+//!   rate; opcode 2 answers the room's state (the snapshot counter).
+//! - **bind** (module 4, dynamic): opcode 1 binds the session's module 4 to this backend
+//!   (a `bind` command), opcode 2 answers this backend's id, opcode 3 unbinds.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use meshline::rpc::{Connection, ConnectionId, InboundRequest, Payload, Server};
+use meshline::{Instance, RegistryService};
+
+use crate::gateway::{command, wire};
+
+/// Module ids of the example game.
+pub mod modules {
+    /// Stateless request/response.
+    pub const LOBBY: u16 = 1;
+    /// Stateless, broadcast to all.
+    pub const CHAT: u16 = 2;
+    /// Stateful (static binding), room snapshots by fan-out.
+    pub const ROOM: u16 = 3;
+    /// Dynamic binding.
+    pub const BIND: u16 = 4;
+}
+
+#[derive(Default)]
+struct Room {
+    /// Gateway connections with members of this room.
+    gateways: HashSet<ConnectionId>,
+    snapshots: u64,
+}
+
+struct State {
+    id: String,
+    rooms: Mutex<HashMap<String, Room>>,
+    gateways: Mutex<HashMap<ConnectionId, Connection>>,
+    requests: AtomicU64,
+    fanout_sends: AtomicU64,
+}
+
+/// A running game backend.
+pub struct GameBackend {
+    server: Server,
+    state: Arc<State>,
+    registry: Arc<dyn RegistryService>,
+    clusters: Vec<String>,
+    instance: Instance,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for GameBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GameBackend")
+            .field("id", &self.state.id)
+            .field("addr", &self.server.local_addr())
+            .finish()
+    }
+}
+
+fn answer(body: impl Into<Bytes>) -> Option<Payload> {
+    Some(Payload::new(body))
+}
+
+async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
+    state.requests.fetch_add(1, Ordering::Relaxed);
+    let head = &req.payload.head;
+    let module: u16 = head.get(wire::MODULE)?.parse().ok()?;
+    let opcode: u16 = head.get(wire::OPCODE)?.parse().ok()?;
+    let account = head.get(wire::ACCOUNT).unwrap_or("?").to_string();
+    let sid = head.get(wire::SESSION).unwrap_or("").to_string();
+    let conn = req.connection.clone();
+    state
+        .gateways
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(conn.id(), conn.clone());
+    match (module, opcode) {
+        (modules::LOBBY, 1) => answer(format!("{account}@{}", state.id)),
+        (modules::LOBBY, _) => Some(Payload::new(req.payload.body.clone())),
+        (modules::CHAT, 1) => {
+            let text = format!("{account}: {}", String::from_utf8_lossy(&req.payload.body));
+            let gateways: Vec<Connection> = state
+                .gateways
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter(|c| !c.is_closed())
+                .cloned()
+                .collect();
+            for g in gateways {
+                state.fanout_sends.fetch_add(1, Ordering::Relaxed);
+                let cmd = command("bcast", text.clone())
+                    .with_head(wire::GROUP, "*")
+                    .with_head(wire::MODULE, modules::CHAT.to_string())
+                    .with_head(wire::OPCODE, "2")
+                    .with_head(wire::RELIABLE, "1");
+                let _ = g.try_send_oneway(cmd);
+            }
+            answer("sent")
+        }
+        (modules::ROOM, 1) => {
+            let room = String::from_utf8_lossy(&req.payload.body).into_owned();
+            state
+                .rooms
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(room.clone())
+                .or_default()
+                .gateways
+                .insert(conn.id());
+            let _ = conn.try_send_oneway(
+                command("join", Bytes::new())
+                    .with_head(wire::TO, sid)
+                    .with_head(wire::GROUP, format!("room:{room}")),
+            );
+            answer(format!("joined {room} on {}", state.id))
+        }
+        (modules::ROOM, 2) => {
+            let rooms = state.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            let n: u64 = rooms.values().map(|r| r.snapshots).sum();
+            answer(format!("{} snapshots on {}", n, state.id))
+        }
+        (modules::BIND, 1) => {
+            let _ = conn.try_send_oneway(
+                command("bind", Bytes::new())
+                    .with_head(wire::TO, sid)
+                    .with_head(wire::MODULES, modules::BIND.to_string()),
+            );
+            answer(format!("bound to {}", state.id))
+        }
+        (modules::BIND, 3) => {
+            let _ = conn.try_send_oneway(
+                command("unbind", Bytes::new())
+                    .with_head(wire::TO, sid)
+                    .with_head(wire::MODULES, modules::BIND.to_string()),
+            );
+            answer("unbound")
+        }
+        (modules::BIND, _) => answer(state.id.clone()),
+        _ => Some(
+            Payload::new(format!("unknown module {module} opcode {opcode}"))
+                .with_head(wire::ERROR, "1"),
+        ),
+    }
+}
+
+impl GameBackend {
+    /// Starts a backend `id` on `addr`, registered under each of `clusters` in
+    /// `registry`; rooms push a snapshot every `snapshot_every`.
+    pub async fn start(
+        id: &str,
+        addr: SocketAddr,
+        registry: Arc<dyn RegistryService>,
+        clusters: &[&str],
+        snapshot_every: Duration,
+    ) -> Result<GameBackend, Box<dyn std::error::Error + Send + Sync>> {
+        let state = Arc::new(State {
+            id: id.to_string(),
+            rooms: Mutex::new(HashMap::new()),
+            gateways: Mutex::new(HashMap::new()),
+            requests: AtomicU64::new(0),
+            fanout_sends: AtomicU64::new(0),
+        });
+        let s2 = state.clone();
+        let s3 = state.clone();
+        let server = Server::builder(move |req: InboundRequest| handle(s2.clone(), req))
+            .on_close(move |conn, _| {
+                s3.gateways
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&conn.id());
+            })
+            .bind(addr)
+            .await?;
+        let local = server.local_addr();
+        let instance = Instance::new(&local.ip().to_string(), local.port())?;
+        for c in clusters {
+            registry.register(c, &instance).await?;
+        }
+        let s4 = state.clone();
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(snapshot_every);
+            loop {
+                tick.tick().await;
+                let sends: Vec<(Connection, String, u64)> = {
+                    let mut rooms = s4.rooms.lock().unwrap_or_else(|p| p.into_inner());
+                    let gws = s4.gateways.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut v = Vec::new();
+                    for (name, room) in rooms.iter_mut() {
+                        room.snapshots += 1;
+                        for g in &room.gateways {
+                            if let Some(c) = gws.get(g) {
+                                v.push((c.clone(), name.clone(), room.snapshots));
+                            }
+                        }
+                    }
+                    v
+                };
+                for (conn, room, n) in sends {
+                    s4.fanout_sends.fetch_add(1, Ordering::Relaxed);
+                    let _ = conn.try_send_oneway(
+                        command("bcast", format!("{room} snapshot {n}"))
+                            .with_head(wire::GROUP, format!("room:{room}"))
+                            .with_head(wire::MODULE, modules::ROOM.to_string())
+                            .with_head(wire::OPCODE, "9"),
+                    );
+                }
+            }
+        });
+        Ok(GameBackend {
+            server,
+            state,
+            registry,
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            instance,
+            ticker,
+        })
+    }
+
+    /// The listening address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The backend's id.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// Requests handled.
+    pub fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::Relaxed)
+    }
+
+    /// The connections gateways hold to this backend (to push commands to them).
+    pub fn gateway_connections(&self) -> Vec<Connection> {
+        self.server.connections()
+    }
+
+    /// Fan-out sends made (one per gateway per broadcast).
+    pub fn fanout_sends(&self) -> u64 {
+        self.state.fanout_sends.load(Ordering::Relaxed)
+    }
+
+    /// Unregisters and stops (in-flight requests finish within `grace`).
+    pub async fn stop(self, grace: Duration) {
+        for c in &self.clusters {
+            let _ = self.registry.unregister(c, &self.instance).await;
+        }
+        self.ticker.abort();
+        self.server.shutdown(grace).await;
+    }
+
+    /// Stops at once, without unregistering: a crash.
+    pub fn kill(self) {
+        self.ticker.abort();
+        self.server.kill();
+    }
+}

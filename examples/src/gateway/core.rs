@@ -1,0 +1,592 @@
+//! The running gateway: listener, one task pair per client, one `RpcClient` per backend
+//! cluster, and the handler for what backends push.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use meshline::rpc::{InboundRequest, Payload, RpcClient};
+use meshline::{Instance, InstanceKey, RegistryService};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use super::admission::{Refusal, TokenVerifier};
+use super::outbound::{Outbound, Pushed};
+use super::protocol::{self, ClientCodec, ClientFrame, GATEWAY_MODULE, op};
+use super::route::{self, Identity};
+use super::session::{Link, Session, Sessions};
+use super::settings::GatewaySettings;
+use super::wire;
+
+/// Counters of what the gateway did.
+#[derive(Debug, Default)]
+pub struct GatewayStats {
+    /// Clients admitted (AUTH or RESUME accepted).
+    pub admitted: AtomicU64,
+    /// Clients refused at admission.
+    pub refused: AtomicU64,
+    /// Messages forwarded to backends.
+    pub forwarded: AtomicU64,
+    /// Frames pushed to clients by backends (after fan-out).
+    pub pushed: AtomicU64,
+    /// Backend fan-out commands received (one per backend send).
+    pub fanouts: AtomicU64,
+    /// Unreliable frames dropped for slow clients.
+    pub dropped: AtomicU64,
+    /// Clients disconnected for not keeping up.
+    pub overflowed: AtomicU64,
+}
+
+impl Shared {
+    fn backends(&self) -> &HashMap<String, RpcClient> {
+        static EMPTY: OnceLock<HashMap<String, RpcClient>> = OnceLock::new();
+        self.backends
+            .get()
+            .unwrap_or_else(|| EMPTY.get_or_init(HashMap::new))
+    }
+}
+
+pub(crate) struct Shared {
+    pub settings: GatewaySettings,
+    pub sessions: Sessions,
+    pub verifier: TokenVerifier,
+    pub backends: OnceLock<HashMap<String, RpcClient>>,
+    /// Backends that take no new sessions (disabled or overloaded), by cluster.
+    pub refused: Mutex<HashMap<String, HashSet<InstanceKey>>>,
+    pub unauthenticated: Arc<Semaphore>,
+    pub stats: GatewayStats,
+    pub stop: CancellationToken,
+}
+
+/// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
+/// unregisters it and closes every client.
+pub struct Gateway {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    registry: Arc<dyn RegistryService>,
+    registered: Option<(String, Instance)>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("id", &self.shared.settings.id)
+            .field("addr", &self.local_addr)
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// Starts a gateway: one client per backend cluster (following `registry`), the
+    /// listener, and the registration under `register_cluster`.
+    pub async fn start(
+        settings: GatewaySettings,
+        registry: Arc<dyn RegistryService>,
+    ) -> Result<Gateway, Box<dyn std::error::Error + Send + Sync>> {
+        let listener = TcpListener::bind(settings.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            verifier: TokenVerifier::new(settings.secret.as_bytes().to_vec()),
+            sessions: Sessions::default(),
+            backends: OnceLock::new(),
+            refused: Mutex::new(HashMap::new()),
+            unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
+            stats: GatewayStats::default(),
+            stop: CancellationToken::new(),
+            settings: settings.clone(),
+        });
+        // One client per cluster. Their inbound handlers (backend pushes) reach the
+        // gateway through a weak handle, so a dropped gateway is not kept alive by them.
+        let mut backends = HashMap::new();
+        for cluster in settings.clusters() {
+            let choice = settings
+                .modules
+                .values()
+                .find(|m| m.cluster == cluster)
+                .map(|m| m.choice.clone())
+                .unwrap_or_else(|| "RoundRobinLoadBalance".into());
+            let weak = Arc::downgrade(&shared);
+            let c2 = cluster.clone();
+            let client = RpcClient::builder()
+                .watch(registry.watch(&cluster).await?, cluster.clone())
+                .load_balance_name(&choice)
+                .configure(|o| o.request_timeout = settings.backend_timeout)
+                .inbound(move |req: InboundRequest| {
+                    let weak = weak.clone();
+                    let cluster = c2.clone();
+                    async move {
+                        if let Some(shared) = weak.upgrade() {
+                            backend_command(&shared, &cluster, req);
+                        }
+                        None
+                    }
+                })
+                .build()
+                .await?;
+            backends.insert(cluster, client);
+        }
+        let _ = shared.backends.set(backends);
+        let s2 = shared.clone();
+        tokio::spawn(accept_loop(s2, listener));
+        let s3 = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = s3.stop.cancelled() => return,
+                }
+                s3.sessions.expire(Duration::from_secs(60));
+            }
+        });
+        let registered = match &settings.register_cluster {
+            Some(cluster) => {
+                let inst = Instance::new(&local_addr.ip().to_string(), local_addr.port())?;
+                registry.register(cluster, &inst).await?;
+                Some((cluster.clone(), inst))
+            }
+            None => None,
+        };
+        tracing::info!(id = %settings.id, addr = %local_addr, "gateway listening");
+        Ok(Gateway {
+            shared,
+            local_addr,
+            registry,
+            registered,
+        })
+    }
+
+    /// The listening address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &GatewayStats {
+        &self.shared.stats
+    }
+
+    /// Sessions held now.
+    pub fn sessions(&self) -> usize {
+        self.shared.sessions.len()
+    }
+
+    /// The backend client of `cluster`.
+    pub fn backend(&self, cluster: &str) -> Option<&RpcClient> {
+        self.shared.backends().get(cluster)
+    }
+
+    /// Unregisters, stops accepting, closes every client and backend connection.
+    pub async fn shutdown(&self) {
+        if let Some((cluster, inst)) = &self.registered
+            && let Err(e) = self.registry.unregister(cluster, inst).await
+        {
+            tracing::warn!(error = %e, "could not unregister the gateway");
+        }
+        self.shared.stop.cancel();
+        for s in self.shared.sessions.members("*") {
+            if let Some(l) = s.link() {
+                l.outbound.close("gateway shutting down");
+            }
+        }
+        for c in self.shared.backends().values() {
+            c.shutdown(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shared.stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_client(shared.clone(), stream, peer));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn fail_frame(r: Refusal) -> ClientFrame {
+    ClientFrame::new(
+        GATEWAY_MODULE,
+        op::AUTH_FAIL,
+        0,
+        Bytes::from(format!("{} {}", r.code(), r)),
+    )
+    .with_flags(protocol::RELIABLE)
+}
+
+async fn refuse(mut stream: TcpStream, r: Refusal, stats: &GatewayStats) {
+    stats.refused.fetch_add(1, Ordering::Relaxed);
+    let _ = tokio::time::timeout(
+        Duration::from_millis(500),
+        stream.write_all(&fail_frame(r).to_bytes()),
+    )
+    .await;
+    let _ = stream.shutdown().await;
+}
+
+/// Admission: the first frame, within the deadline, must be AUTH or RESUME.
+async fn admit(
+    shared: &Shared,
+    reader: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ClientCodec>,
+) -> Result<(Arc<Session>, bool), Refusal> {
+    let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
+    let frame = match first {
+        Err(_) => return Err(Refusal::Late),
+        Ok(None) | Ok(Some(Err(_))) => return Err(Refusal::Malformed),
+        Ok(Some(Ok(f))) => f,
+    };
+    if frame.module != GATEWAY_MODULE {
+        return Err(Refusal::NotAuth);
+    }
+    let text = std::str::from_utf8(&frame.payload).map_err(|_| Refusal::Malformed)?;
+    match frame.opcode {
+        op::AUTH => {
+            let admitted = shared.verifier.verify(text)?;
+            Ok((shared.sessions.create(admitted.account), false))
+        }
+        op::RESUME => {
+            let (id, secret) = text.split_once(' ').ok_or(Refusal::Malformed)?;
+            let s = shared
+                .sessions
+                .resume(id, secret)
+                .ok_or(Refusal::BadResume)?;
+            Ok((s, true))
+        }
+        _ => Err(Refusal::NotAuth),
+    }
+}
+
+async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    // Connections still authenticating have their own cap, apart from players.
+    let Ok(permit) = shared.unauthenticated.clone().try_acquire_owned() else {
+        refuse(stream, Refusal::Busy, &shared.stats).await;
+        return;
+    };
+    let (rd, mut wr) = stream.into_split();
+    let mut reader = FramedRead::new(rd, ClientCodec::new(shared.settings.max_frame));
+    let (session, resumed) = match admit(&shared, &mut reader).await {
+        Ok(x) => x,
+        Err(r) => {
+            drop(permit);
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, reason = %r, "client refused");
+            let _ = tokio::time::timeout(
+                Duration::from_millis(500),
+                wr.write_all(&fail_frame(r).to_bytes()),
+            )
+            .await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    drop(permit);
+    shared.stats.admitted.fetch_add(1, Ordering::Relaxed);
+    let link = Arc::new(Link {
+        outbound: Arc::new(Outbound::new(
+            shared.settings.send_queue_soft,
+            shared.settings.send_queue_hard,
+        )),
+        addr: peer,
+    });
+    if let Some(old) = session.attach(link.clone()) {
+        old.outbound.close("session resumed on another connection");
+    }
+    let ok = format!("{} {} {}", session.id, session.secret(), shared.settings.id);
+    link.outbound.push(
+        ClientFrame::new(
+            GATEWAY_MODULE,
+            op::AUTH_OK,
+            u32::from(resumed),
+            Bytes::from(ok),
+        )
+        .with_flags(protocol::RELIABLE),
+    );
+    tracing::debug!(%peer, session = %session.id, account = %session.account, resumed, "client admitted");
+    let writer = tokio::spawn(write_client(link.outbound.clone(), wr));
+    // Bounded per-client concurrency: at the cap we stop reading, and TCP pushes back.
+    let in_flight = Arc::new(Semaphore::new(32));
+    loop {
+        let next = tokio::select! {
+            n = reader.next() => n,
+            _ = shared.stop.cancelled() => break,
+            _ = writer_closed(&link.outbound) => break,
+        };
+        let frame = match next {
+            None => break,
+            Some(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "bad client frame; closing");
+                link.outbound.close(format!("protocol error: {e}"));
+                break;
+            }
+            Some(Ok(f)) => f,
+        };
+        if frame.module == GATEWAY_MODULE {
+            if frame.opcode == op::PING {
+                link.outbound.push(
+                    ClientFrame::new(GATEWAY_MODULE, op::PING, frame.seq, Bytes::new())
+                        .with_flags(protocol::REPLY),
+                );
+            }
+            continue;
+        }
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let (shared, session, link) = (shared.clone(), session.clone(), link.clone());
+        tokio::spawn(async move {
+            forward(&shared, &session, &link, frame).await;
+            drop(permit);
+        });
+    }
+    session.detach(&link);
+    link.outbound.close("client disconnected");
+    let _ = writer.await;
+}
+
+async fn writer_closed(outbound: &Outbound) {
+    // The reader stops when the writer's queue was closed (overflow, kick, resume
+    // elsewhere): polled cheaply, a closed queue is rare.
+    loop {
+        if outbound.closed_reason().is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn write_client(outbound: Arc<Outbound>, mut wr: tokio::net::tcp::OwnedWriteHalf) {
+    let mut buf = Vec::new();
+    while let Ok(batch) = outbound.next_batch(64 * 1024).await {
+        buf.clear();
+        for f in &batch {
+            buf.extend_from_slice(&f.to_bytes());
+        }
+        match tokio::time::timeout(Duration::from_secs(10), wr.write_all(&buf)).await {
+            Ok(Ok(())) => {}
+            _ => {
+                outbound.close("client write failed or stalled");
+                break;
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame) {
+    let reply = |flags: u8, payload: Bytes| {
+        ClientFrame::new(frame.module, frame.opcode, frame.seq, payload)
+            .with_flags(protocol::REPLY | protocol::RELIABLE | flags)
+    };
+    let Some(route) = shared.settings.modules.get(&frame.module) else {
+        link.outbound.push(reply(
+            protocol::ERROR,
+            Bytes::from(format!("unknown module {}", frame.module)),
+        ));
+        return;
+    };
+    let Some(client) = shared.backends().get(&route.cluster) else {
+        return;
+    };
+    let refused: Vec<InstanceKey> = shared
+        .refused
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&route.cluster)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default();
+    let who = Identity {
+        session,
+        gateway: &shared.settings.id,
+        addr: link.addr,
+    };
+    shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    match route::route(route, client, &frame, &who, &refused).await {
+        Ok(answer) => {
+            if answer.head.get(wire::NO_REPLY).is_some() {
+                return;
+            }
+            let flags = if answer.head.get(wire::ERROR).is_some() {
+                protocol::ERROR
+            } else {
+                0
+            };
+            push(shared, &link.outbound, reply(flags, answer.body));
+        }
+        Err(e) => {
+            push(
+                shared,
+                &link.outbound,
+                reply(protocol::ERROR, Bytes::from(e.to_string())),
+            );
+        }
+    }
+}
+
+fn push(shared: &Shared, outbound: &Outbound, frame: ClientFrame) {
+    match outbound.push(frame) {
+        Pushed::Queued => {}
+        Pushed::QueuedAfterDropping(n) => {
+            shared.stats.dropped.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Pushed::Dropped => {
+            shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        Pushed::Overflow => {
+            shared.stats.overflowed.fetch_add(1, Ordering::Relaxed);
+        }
+        Pushed::Closed => {}
+    }
+}
+
+/// A command a backend pushed (see [`wire`]).
+fn backend_command(shared: &Shared, cluster: &str, req: InboundRequest) {
+    let head = &req.payload.head;
+    let Some(cmd) = head.get(wire::CMD) else {
+        tracing::debug!(%cluster, "backend request without a command; ignored");
+        return;
+    };
+    // The sending backend: its connection's label is the instance as the registry
+    // listed it.
+    let backend = Instance::parse(req.connection.label())
+        .ok()
+        .map(|i| i.key().clone());
+    let frame = || {
+        let module = head
+            .get(wire::MODULE)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let opcode = head
+            .get(wire::OPCODE)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let flags = if head.get(wire::RELIABLE) == Some("1") {
+            protocol::RELIABLE
+        } else {
+            0
+        };
+        // `Bytes` clone: every member's frame shares the one body.
+        ClientFrame::new(module, opcode, 0, req.payload.body.clone()).with_flags(flags)
+    };
+    let to = || wire::list(head.get(wire::TO));
+    match cmd {
+        "send" => {
+            for sid in to() {
+                if let Some(l) = shared.sessions.get(sid).and_then(|s| s.link()) {
+                    shared.stats.pushed.fetch_add(1, Ordering::Relaxed);
+                    push(shared, &l.outbound, frame());
+                }
+            }
+        }
+        "bcast" => {
+            shared.stats.fanouts.fetch_add(1, Ordering::Relaxed);
+            let group = head.get(wire::GROUP).unwrap_or("*");
+            let f = frame();
+            for s in shared.sessions.members(group) {
+                if let Some(l) = s.link() {
+                    shared.stats.pushed.fetch_add(1, Ordering::Relaxed);
+                    push(shared, &l.outbound, f.clone());
+                }
+            }
+        }
+        "join" | "leave" => {
+            let Some(group) = head.get(wire::GROUP) else {
+                return;
+            };
+            for sid in to() {
+                if cmd == "join" {
+                    shared.sessions.join(sid, group);
+                } else {
+                    shared.sessions.leave(sid, group);
+                }
+            }
+        }
+        "kick" => {
+            let reason = head.get(wire::REASON).unwrap_or("kicked").to_string();
+            let keep = head.get(wire::KEEP) == Some("1");
+            for sid in to() {
+                let session = if keep {
+                    shared.sessions.get(sid)
+                } else {
+                    shared.sessions.remove(sid)
+                };
+                if let Some(l) = session.and_then(|s| s.link()) {
+                    l.outbound.push(
+                        ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.clone()))
+                            .with_flags(protocol::RELIABLE),
+                    );
+                    l.outbound.close(format!("kicked: {reason}"));
+                }
+            }
+        }
+        "bind" | "unbind" => {
+            let Some(backend) = backend else { return };
+            for sid in to() {
+                let Some(s) = shared.sessions.get(sid) else {
+                    continue;
+                };
+                for m in wire::list(head.get(wire::MODULES)) {
+                    let slot = format!("m:{m}");
+                    if cmd == "bind" {
+                        s.bind(slot, backend.clone());
+                    } else {
+                        s.unbind(&slot);
+                    }
+                }
+            }
+        }
+        "state" => {
+            let state = String::from_utf8_lossy(&req.payload.body).into_owned();
+            for sid in to() {
+                if let Some(s) = shared.sessions.get(sid) {
+                    s.set_user_state(state.clone());
+                }
+            }
+        }
+        "disable" | "enable" | "load" => {
+            let Some(backend) = backend else { return };
+            let refuse = match cmd {
+                "disable" => true,
+                "enable" => false,
+                _ => std::str::from_utf8(&req.payload.body)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u32>().ok())
+                    .is_some_and(|load| load > 90),
+            };
+            let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());
+            let set = r.entry(cluster.to_string()).or_default();
+            if refuse {
+                set.insert(backend);
+            } else {
+                set.remove(&backend);
+            }
+        }
+        other => tracing::debug!(%cluster, cmd = other, "unknown backend command; ignored"),
+    }
+}
+
+/// Builds a backend command (for backends; see [`wire`]).
+pub fn command(cmd: &str, body: impl Into<Bytes>) -> Payload {
+    Payload::new(body).with_head(wire::CMD, cmd)
+}

@@ -1,0 +1,297 @@
+//! The gateway's settings: the `gateway:` section of the same config file (and
+//! `MESHLINE_GATEWAY__*` variables), read by the same loader as the rest.
+//!
+//! ```yaml
+//! gateway:
+//!   id: gw-1                      # names this gateway to clients and backends
+//!   listen: 127.0.0.1:7000        # TCP clients
+//!   secret: change-me             # HMAC key shared with the login service
+//!   auth-deadline: 3s             # first frame must be AUTH within this
+//!   max-unauthenticated: 5000     # connections still authenticating, at most
+//!   max-frame: 64KiB              # client frame cap (checked before allocating)
+//!   send-queue-soft: 256KiB       # above: oldest unreliable frames dropped
+//!   send-queue-hard: 1MiB         # above: the client is disconnected
+//!   register-cluster: gateway     # registered here in the registry ("" = do not)
+//!   modules:
+//!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
+//!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
+//!     3: { name: room,  cluster: room,  kind: static,    choice: RoundRobinLoadBalance }
+//! ```
+//!
+//! `kind`: `stateless` (every request balanced), `static` (the first request to any
+//! static module binds the session to one backend of that cluster, for every static
+//! module that cluster serves: Zeze's static binding) or `dynamic` (the backend binds
+//! and unbinds sessions explicitly). `key`: what hashing balancers hash: `account`,
+//! `role`, `source` (client IP) or `prefix:N` (the payload's first N bytes, read without
+//! decoding the payload).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use meshline::Config;
+
+/// How a module's requests choose a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// Every request balanced on its own.
+    Stateless,
+    /// Bound on first use, with the cluster's other static modules.
+    Static,
+    /// Bound by the backend (Bind / UnBind commands).
+    Dynamic,
+}
+
+/// What hashing balancers route by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKey {
+    /// No key: the balancer decides.
+    None,
+    /// The session's account.
+    Account,
+    /// The session's role (user state until set).
+    Role,
+    /// The client's IP address.
+    Source,
+    /// The first `n` payload bytes.
+    Prefix(usize),
+}
+
+/// One module's route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleRoute {
+    /// Module id on the wire.
+    pub id: u16,
+    /// A name for logs and metrics.
+    pub name: String,
+    /// The registry cluster serving it.
+    pub cluster: String,
+    /// Stateless, static or dynamic.
+    pub kind: ModuleKind,
+    /// The balancer (any meshline / Seata balancer name).
+    pub choice: String,
+    /// The routing key.
+    pub key: RouteKey,
+}
+
+/// Every gateway setting.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// This gateway's id.
+    pub id: String,
+    /// TCP listen address.
+    pub listen: SocketAddr,
+    /// Token secret (never logged).
+    pub secret: String,
+    /// Time allowed for the first frame (AUTH / RESUME).
+    pub auth_deadline: Duration,
+    /// Connections still authenticating, at most.
+    pub max_unauthenticated: usize,
+    /// Client frame cap.
+    pub max_frame: usize,
+    /// Soft limit of a client's send queue.
+    pub send_queue_soft: usize,
+    /// Hard limit of a client's send queue.
+    pub send_queue_hard: usize,
+    /// Cluster to register the gateway under (`None`: do not register).
+    pub register_cluster: Option<String>,
+    /// How long a backend call may take.
+    pub backend_timeout: Duration,
+    /// The modules by id.
+    pub modules: BTreeMap<u16, ModuleRoute>,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            id: "gw-1".into(),
+            listen: "127.0.0.1:7000".parse().expect("valid address"),
+            secret: String::new(),
+            auth_deadline: Duration::from_secs(3),
+            max_unauthenticated: 5000,
+            max_frame: 64 * 1024,
+            send_queue_soft: 256 * 1024,
+            send_queue_hard: 1024 * 1024,
+            register_cluster: Some("gateway".into()),
+            backend_timeout: Duration::from_secs(5),
+            modules: BTreeMap::new(),
+        }
+    }
+}
+
+/// A setting that is wrong, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("gateway.{key}: {reason}")]
+pub struct SettingsError {
+    key: String,
+    reason: String,
+}
+
+fn err(key: &str, reason: impl Into<String>) -> SettingsError {
+    SettingsError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
+    meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
+}
+
+fn bytes(key: &str, v: &str) -> Result<usize, SettingsError> {
+    meshline::core::config::parse_bytes(v).map_err(|e| err(key, e))
+}
+
+impl GatewaySettings {
+    /// Reads `config`'s `gateway` section over the defaults. Unknown keys are errors
+    /// (a typo in a gateway setting should not pass silently).
+    pub fn from_config(config: &Config) -> Result<GatewaySettings, SettingsError> {
+        let mut s = GatewaySettings::default();
+        let empty = BTreeMap::new();
+        let raw = config.app_sections.get("gateway").unwrap_or(&empty);
+        let mut modules: BTreeMap<u16, BTreeMap<&str, &str>> = BTreeMap::new();
+        for (k, v) in raw {
+            let v = v.as_str();
+            match k.as_str() {
+                "id" => s.id = v.to_string(),
+                "listen" => s.listen = v.parse().map_err(|e| err(k, format!("{e}")))?,
+                "secret" => s.secret = v.to_string(),
+                "authdeadline" => s.auth_deadline = duration(k, v)?,
+                "maxunauthenticated" => {
+                    s.max_unauthenticated = v.parse().map_err(|e| err(k, format!("{e}")))?
+                }
+                "maxframe" => s.max_frame = bytes(k, v)?,
+                "sendqueuesoft" => s.send_queue_soft = bytes(k, v)?,
+                "sendqueuehard" => s.send_queue_hard = bytes(k, v)?,
+                "backendtimeout" => s.backend_timeout = duration(k, v)?,
+                "registercluster" => s.register_cluster = (!v.is_empty()).then(|| v.to_string()),
+                other => match other
+                    .strip_prefix("modules.")
+                    .and_then(|r| r.split_once('.'))
+                {
+                    Some((id, field)) => {
+                        let id: u16 = id
+                            .parse()
+                            .map_err(|_| err(k, "module ids are numbers 1..=65535"))?;
+                        if id == 0 {
+                            return Err(err(k, "module 0 is the gateway itself"));
+                        }
+                        modules.entry(id).or_default().insert(field, v);
+                    }
+                    None => return Err(err(k, "unknown gateway setting")),
+                },
+            }
+        }
+        for (id, fields) in modules {
+            let key = |f: &str| format!("modules.{id}.{f}");
+            let mut route = ModuleRoute {
+                id,
+                name: format!("module-{id}"),
+                cluster: String::new(),
+                kind: ModuleKind::Stateless,
+                choice: "RoundRobinLoadBalance".into(),
+                key: RouteKey::None,
+            };
+            for (f, v) in fields {
+                match f {
+                    "name" => route.name = v.to_string(),
+                    "cluster" => route.cluster = v.to_string(),
+                    "choice" => route.choice = v.to_string(),
+                    "kind" => {
+                        route.kind = match v.to_ascii_lowercase().as_str() {
+                            "stateless" => ModuleKind::Stateless,
+                            "static" => ModuleKind::Static,
+                            "dynamic" => ModuleKind::Dynamic,
+                            _ => return Err(err(&key(f), "stateless, static or dynamic")),
+                        }
+                    }
+                    "key" => {
+                        route.key = match v.to_ascii_lowercase().as_str() {
+                            "" | "none" => RouteKey::None,
+                            "account" => RouteKey::Account,
+                            "role" => RouteKey::Role,
+                            "source" => RouteKey::Source,
+                            p => match p.strip_prefix("prefix:").map(str::parse::<usize>) {
+                                Some(Ok(n)) if n > 0 => RouteKey::Prefix(n),
+                                _ => {
+                                    return Err(err(&key(f), "account, role, source or prefix:N"));
+                                }
+                            },
+                        }
+                    }
+                    _ => return Err(err(&key(f), "unknown module setting")),
+                }
+            }
+            if route.cluster.is_empty() {
+                return Err(err(&key("cluster"), "every module needs a cluster"));
+            }
+            meshline::loadbalance::by_name(&route.choice)
+                .map_err(|e| err(&key("choice"), e.to_string()))?;
+            s.modules.insert(id, route);
+        }
+        if s.secret.is_empty() {
+            return Err(err("secret", "a token secret is required"));
+        }
+        Ok(s)
+    }
+
+    /// The distinct clusters the modules use.
+    pub fn clusters(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.modules.values().map(|m| m.cluster.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline::Format;
+
+    #[test]
+    fn reads_the_gateway_section() {
+        let c = Config::from_text(
+            "gateway:\n  id: gw-9\n  secret: k\n  listen: 127.0.0.1:7100\n  max-frame: 1KiB\n  auth-deadline: 2s\n  modules:\n    1: { name: lobby, cluster: lobby }\n    3: { cluster: room, kind: static, key: prefix:4, choice: consistenthash }\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        assert_eq!(s.id, "gw-9");
+        assert_eq!(s.max_frame, 1024);
+        assert_eq!(s.auth_deadline, Duration::from_secs(2));
+        assert_eq!(s.modules[&1].name, "lobby");
+        assert_eq!(s.modules[&3].kind, ModuleKind::Static);
+        assert_eq!(s.modules[&3].key, RouteKey::Prefix(4));
+        assert_eq!(s.clusters(), vec!["lobby".to_string(), "room".to_string()]);
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        for (text, want) in [
+            ("gateway.secret=k\ngateway.colour=red\n", "gateway.colour"),
+            (
+                "gateway.secret=k\ngateway.modules.1.kind=weird\n",
+                "modules.1.kind",
+            ),
+            (
+                "gateway.secret=k\ngateway.modules.1.kind=static\n",
+                "modules.1.cluster",
+            ),
+            (
+                "gateway.secret=k\ngateway.modules.0.cluster=x\n",
+                "module 0",
+            ),
+            (
+                "gateway.secret=k\ngateway.modules.1.cluster=x\ngateway.modules.1.choice=nope\n",
+                "modules.1.choice",
+            ),
+            ("gateway.id=x\n", "secret"),
+            ("gateway.secret=k\ngateway.auth-deadline=3\n", "no unit"),
+        ] {
+            let c = Config::from_text(text, Format::Properties).unwrap();
+            let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+}

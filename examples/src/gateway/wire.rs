@@ -1,0 +1,72 @@
+//! What the gateway and its backends say to each other: RPC frames (the rpc-client's
+//! Seata v1 frames) whose head map carries the facts and whose body is the client's
+//! payload, never decoded or copied by the gateway.
+//!
+//! **Gateway -> backend** (a request per client message; the answer's body goes back to
+//! the client as a reply with the same sequence): the head map holds the trusted
+//! identity the gateway stamps, which a client cannot forge (clients send no head map
+//! at all; every key below is written by the gateway):
+//! [`MODULE`], [`OPCODE`], [`SEQ`], [`ACCOUNT`], [`SESSION`], [`GATEWAY`], [`ADDR`],
+//! [`ROLE`], [`STATE`]. An answer with [`ERROR`] set is sent to the client as an error
+//! reply; an answer with [`NO_REPLY`] is not sent.
+//!
+//! **Backend -> gateway** (one-way requests on the same connection): [`CMD`] names the
+//! command and the other keys its arguments:
+//! - `send`: deliver the body to the sessions in [`TO`] as module [`MODULE`], opcode
+//!   [`OPCODE`] (reliable when [`RELIABLE`] is `1`);
+//! - `bcast`: deliver the body to every member of group [`GROUP`] (`*` = every session
+//!   on this gateway): the backend sends once per gateway, the gateway copies;
+//! - `join` / `leave`: add / remove the sessions in [`TO`] to / from [`GROUP`];
+//! - `kick`: disconnect the sessions in [`TO`] with reason [`REASON`] (the session ends
+//!   unless [`KEEP`] is `1`, which only closes the connection);
+//! - `bind` / `unbind`: bind the sessions in [`TO`] to the sending backend for the
+//!   modules in [`MODULES`] (dynamic binding), or drop those bindings;
+//! - `state`: set the sessions' user state to the body (UTF-8);
+//! - `disable` / `enable`: the sending backend takes no new sessions / takes them again;
+//! - `load`: the sending backend's load, 0..=100 in the body (over 90 = overloaded: no
+//!   new sessions).
+
+/// Client module id.
+pub const MODULE: &str = "m";
+/// Client opcode.
+pub const OPCODE: &str = "op";
+/// Client sequence number.
+pub const SEQ: &str = "seq";
+/// The session's account.
+pub const ACCOUNT: &str = "acct";
+/// The session id.
+pub const SESSION: &str = "sid";
+/// The gateway's id.
+pub const GATEWAY: &str = "gw";
+/// The client's address.
+pub const ADDR: &str = "addr";
+/// The session's role.
+pub const ROLE: &str = "role";
+/// The session's user state.
+pub const STATE: &str = "state";
+/// In an answer: the request failed; the body is the error text.
+pub const ERROR: &str = "err";
+/// In an answer: send nothing to the client.
+pub const NO_REPLY: &str = "noreply";
+/// Backend command.
+pub const CMD: &str = "cmd";
+/// Session ids, comma-separated.
+pub const TO: &str = "to";
+/// A fan-out group.
+pub const GROUP: &str = "grp";
+/// `1`: the frame must not be dropped under backpressure.
+pub const RELIABLE: &str = "rel";
+/// Module ids, comma-separated.
+pub const MODULES: &str = "mods";
+/// A kick's reason.
+pub const REASON: &str = "why";
+/// `1`: a kick keeps the session (only the connection closes).
+pub const KEEP: &str = "keep";
+
+/// Splits a comma-separated list, skipping empty items.
+pub fn list(v: Option<&str>) -> impl Iterator<Item = &str> {
+    v.unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}

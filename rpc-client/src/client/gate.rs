@@ -75,32 +75,50 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     /// A call that entered before the gate closed is always counted by `close`, and one
-    /// that entered after is refused: never both missed. Run on two OS threads many
-    /// times to give a reordering the chance to show.
+    /// that entered after is refused: never both missed. Two long-lived threads race a
+    /// million rounds, each starting after a random short spin so that the two
+    /// operations really overlap (with two separate flags this shows violations on
+    /// x86-64 within a few hundred thousand overlapping rounds).
     #[test]
     fn a_starting_call_and_close_never_miss_each_other() {
-        for _ in 0..20_000 {
-            let gate = Arc::new(CallGate::default());
-            let go = Arc::new(AtomicBool::new(false));
-            let (g1, go1) = (gate.clone(), go.clone());
-            let caller = std::thread::spawn(move || {
-                while !go1.load(Ordering::Acquire) {}
-                let entered = g1.enter();
-                let ok = entered.is_some();
-                // Hold the call until the closer has looked.
-                std::thread::sleep(std::time::Duration::from_micros(50));
-                drop(entered);
-                ok
-            });
-            go.store(true, Ordering::Release);
-            let seen = gate.close();
-            let entered = caller.join().unwrap();
-            assert!(
-                !(entered && seen == 0),
-                "a call entered but close saw none in flight"
-            );
-            assert_eq!(gate.in_flight(), 0);
+        use std::sync::Barrier;
+        const ROUNDS: usize = 1_000_000;
+        let gate = Arc::new(std::sync::Mutex::new(Arc::new(CallGate::default())));
+        let current = || gate.lock().unwrap().clone();
+        let barrier = Arc::new(Barrier::new(2));
+        let entered: Arc<Vec<AtomicBool>> =
+            Arc::new((0..ROUNDS).map(|_| AtomicBool::new(false)).collect());
+        let (b2, e2, g2) = (barrier.clone(), entered.clone(), gate.clone());
+        let caller = std::thread::spawn(move || {
+            for i in 0..ROUNDS {
+                b2.wait();
+                let g = g2.lock().unwrap().clone();
+                for _ in 0..fastrand::usize(0..64) {
+                    std::hint::spin_loop();
+                }
+                // Held until the next round, so the closer can never miss it by timing.
+                let guard = g.enter();
+                e2[i].store(guard.is_some(), Ordering::Release);
+                b2.wait();
+                drop(guard);
+            }
+        });
+        let mut violations = 0;
+        for i in 0..ROUNDS {
+            *gate.lock().unwrap() = Arc::new(CallGate::default());
+            barrier.wait();
+            let g = current();
+            for _ in 0..fastrand::usize(0..64) {
+                std::hint::spin_loop();
+            }
+            let seen = g.close();
+            barrier.wait();
+            if entered[i].load(Ordering::Acquire) && seen == 0 {
+                violations += 1;
+            }
         }
+        caller.join().unwrap();
+        assert_eq!(violations, 0, "a call entered but close saw none in flight");
     }
 
     #[tokio::test]

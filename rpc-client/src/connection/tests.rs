@@ -121,6 +121,69 @@ async fn two_peers_pushing_100k_requests_at_each_other_with_small_queues_complet
     assert!(!a.is_closed() && !b.is_closed());
 }
 
+/// Fault 1 with full sockets: small frames never fill the socket buffers, so the old
+/// deadlock needs large ones: both sides' kernel buffers full, both write queues full of
+/// requests, both readers waiting to queue an answer. 256 KiB bodies, 32 callers a side
+/// (outstanding answers stay within the 16 MiB response budget: 32 x 256 KiB = 8 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_peers_pushing_large_frames_at_each_other_with_small_queues_complete() {
+    let small = TransportOptions {
+        request_queue_bytes: 1024,
+        ..TransportOptions::default()
+    };
+    let (a, b) = pair(
+        config(small.clone()),
+        Some(echo()),
+        config(small),
+        Some(echo()),
+    )
+    .await;
+    const PER_SIDE: usize = 600;
+    const TASKS: usize = 32;
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for from in [a.clone(), b.clone()] {
+        for t in 0..TASKS {
+            let from = from.clone();
+            let done = done.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (t..PER_SIDE).step_by(TASKS) {
+                    let mut v = vec![0u8; 256 << 10];
+                    v[..8].copy_from_slice(&i.to_be_bytes());
+                    let body = Bytes::from(v);
+                    let r = from
+                        .call(Payload::new(body.clone()), Duration::from_secs(60))
+                        .await
+                        .expect("call");
+                    assert_eq!(r.body, body);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+    }
+    let all = futures_util::future::join_all(tasks);
+    tokio::pin!(all);
+    let (mut last, mut still) = (usize::MAX, 0);
+    loop {
+        tokio::select! {
+            results = &mut all => {
+                results.into_iter().for_each(|r| r.unwrap());
+                break;
+            }
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                let now = done.load(Ordering::Relaxed);
+                if now == last { still += 1 } else { (still, last) = (0, now) }
+                assert!(
+                    still < 5,
+                    "stalled (no call completed for 5 s): {now} of {} done",
+                    2 * PER_SIDE
+                );
+            }
+        }
+    }
+    assert!(!a.is_closed() && !b.is_closed());
+}
+
 /// Fault 2: a peer that never reads left the writer in `write_all` forever.
 #[tokio::test]
 async fn a_peer_that_stops_reading_is_cut_by_the_write_deadline() {

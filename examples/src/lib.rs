@@ -9,6 +9,9 @@
 //! | `demo` | three TCs in-process, 16 workers, one TC killed under load, a table of what happened |
 //! | `tc-server` | a stand-in Seata TC front door, registered in any registry the facade knows |
 //! | `tm-client` | a TM finding its TCs through the registry and calling them by XID |
+//! | `gateway` | the example game gateway ([`gateway`]): admission, sessions, module routing, fan-out, backpressure |
+//! | `game-backend` | the game behind it ([`game_backend`]): lobby, chat, rooms, dynamic binding |
+//! | `bot` | players: auth, room, chat, lobby requests; throughput and latency |
 //!
 //! ```text
 //! cargo run -p meshline-examples --bin quickstart
@@ -73,6 +76,29 @@ pub fn init_logging(default: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+/// Waits for Ctrl-C or (on Unix) SIGTERM: how the programs learn to stop.
+pub async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,138 @@
+//! `bot`: players for the example gateway. Each bot authenticates with a token minted
+//! from the shared secret, joins a room, chats, and sends lobby requests in a loop;
+//! the program reports requests/s and reply latency (p50 / p99) at the end.
+//!
+//! ```text
+//! bot --gateway 127.0.0.1:7000 --secret change-me [--bots 50] [--secs 10]
+//! ```
+//!
+//! A bot whose connection drops reconnects with exponential backoff and full jitter
+//! and resumes its session.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use meshline_examples::client::{GatewayClient, Welcome};
+use meshline_examples::game_backend::modules;
+use meshline_examples::gateway::admission::TokenMinter;
+
+#[derive(Parser, Debug)]
+#[command(about = "Load bots for the example gateway")]
+struct Args {
+    /// The gateway's address.
+    #[arg(long)]
+    gateway: SocketAddr,
+    /// The token secret shared with the gateway.
+    #[arg(long, env = "GATEWAY_SECRET")]
+    secret: String,
+    /// Bots.
+    #[arg(long, default_value_t = 50)]
+    bots: usize,
+    /// How long to play.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+}
+
+async fn connect(
+    addr: SocketAddr,
+    minter: &TokenMinter,
+    account: &str,
+    welcome: Option<&Welcome>,
+) -> GatewayClient {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let attempt = match welcome {
+            Some(w) => GatewayClient::resume(addr, w).await,
+            None => {
+                GatewayClient::auth(addr, &minter.mint(account, Duration::from_secs(300))).await
+            }
+        };
+        match attempt {
+            Ok(c) => return c,
+            Err(e) => {
+                tracing::debug!(account, error = %e, "connect failed; retrying");
+                // Full jitter: anywhere between 0 and the current ceiling.
+                let wait = Duration::from_micros(fastrand::u64(0..=delay.as_micros() as u64));
+                tokio::time::sleep(wait).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    meshline_examples::init_logging("info");
+    let args = Args::parse();
+    let minter = Arc::new(TokenMinter::new(args.secret.clone()));
+    let until = Instant::now() + Duration::from_secs(args.secs);
+    let mut tasks = Vec::new();
+    for i in 0..args.bots {
+        let minter = minter.clone();
+        let addr = args.gateway;
+        tasks.push(tokio::spawn(async move {
+            let account = format!("bot{i}");
+            let mut latencies = Vec::new();
+            let mut errors = 0u64;
+            let mut client = connect(addr, &minter, &account, None).await;
+            let _ = client
+                .request(modules::ROOM, 1, Bytes::from(format!("room{}", i % 10)))
+                .await;
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n += 1;
+                let t0 = Instant::now();
+                let r = if n.is_multiple_of(50) {
+                    client
+                        .request(modules::CHAT, 1, Bytes::from(format!("hello {n}")))
+                        .await
+                } else {
+                    client.request(modules::LOBBY, 1, Bytes::new()).await
+                };
+                match r {
+                    Ok(_) => latencies.push(t0.elapsed()),
+                    Err(e) => {
+                        errors += 1;
+                        tracing::debug!(%account, error = %e, "request failed; resuming");
+                        let w = client.welcome.clone();
+                        client = connect(addr, &minter, &account, Some(&w)).await;
+                    }
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        if let Ok((l, e)) = t.await {
+            all.extend(l);
+            errors += e;
+        }
+    }
+    all.sort_unstable();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .map(|d| d.as_micros())
+            .unwrap_or(0)
+    };
+    println!(
+        "bots {}: {} requests in {} s = {:.0}/s, p50 {} us, p99 {} us, errors {}",
+        args.bots,
+        all.len(),
+        args.secs,
+        all.len() as f64 / args.secs as f64,
+        pct(0.50),
+        pct(0.99),
+        errors
+    );
+    if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

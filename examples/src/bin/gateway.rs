@@ -1,0 +1,49 @@
+//! `gateway`: the example game gateway.
+//!
+//! ```text
+//! gateway --config gateway.yaml
+//! ```
+//!
+//! Reads the registry settings and the `gateway:` section from the config file (and
+//! `MESHLINE_*` variables), finds the backend clusters in that registry, listens for
+//! clients, registers itself, and on Ctrl-C / SIGTERM unregisters and closes. The first
+//! stdout line is `gateway <id> listening on <addr>`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use meshline_examples::gateway::Gateway;
+use meshline_examples::gateway::settings::GatewaySettings;
+
+#[derive(Parser, Debug)]
+#[command(about = "The example game gateway")]
+struct Args {
+    /// Config file (registry + `gateway:` section).
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    meshline_examples::init_logging("info");
+    let args = Args::parse();
+    let run = async {
+        let config = meshline::Config::load(Some(&args.config))?;
+        let settings = GatewaySettings::from_config(&config)?;
+        let registry = meshline::registry::from_config(&config).await?;
+        let gw = Gateway::start(settings.clone(), registry.clone()).await?;
+        println!("gateway {} listening on {}", settings.id, gw.local_addr());
+        meshline_examples::wait_for_stop().await;
+        gw.shutdown().await;
+        let _ = registry.close().await;
+        Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    };
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

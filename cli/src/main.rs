@@ -47,8 +47,9 @@ enum Command {
         cluster: String,
         /// Address to register (`ip:port`, `[v6]:port`).
         addr: String,
-        /// Registration TTL / lease (e.g. `10s`) for registries that have one.
-        #[arg(long, value_parser = humantime::parse_duration)]
+        /// Registration TTL / lease for registries that have one: as config files take
+        /// it (`10s`, `1m 30s`, or bare milliseconds).
+        #[arg(long, value_parser = meshline::core::config::parse_duration)]
         ttl: Option<Duration>,
         /// Weight metadata.
         #[arg(long)]
@@ -81,6 +82,8 @@ async fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: a redirected log stays plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -110,12 +113,9 @@ fn resolve_cluster(config: &Config, target: &Target) -> Result<String, RegistryE
     }
 }
 
-/// Loads the config, then applies --registry / --server / --ttl.
-fn load_config(
-    cli: &Cli,
-    cluster_for_file: Option<&str>,
-    ttl: Option<Duration>,
-) -> Result<Config, RegistryError> {
+/// Loads the config files and environment once (so each config warning is printed
+/// once), with --registry applied.
+fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
     let mut loader = ConfigLoader::new();
     if let Some(p) = &cli.config {
         loader = loader.file(p);
@@ -124,7 +124,16 @@ fn load_config(
     if let Some(r) = &cli.registry {
         loader = loader.set("registry.type", r.as_str());
     }
-    let base = loader.load()?;
+    loader.load()
+}
+
+/// Applies --server and --ttl to a loaded config.
+fn with_overrides(
+    cli: &Cli,
+    base: Config,
+    cluster_for_file: Option<&str>,
+    ttl: Option<Duration>,
+) -> Result<Config, RegistryError> {
     let ty = meshline::registry::resolve_type(&base.registry.kind)?;
     let mut config = base;
     if let Some(server) = &cli.server {
@@ -157,10 +166,19 @@ fn load_config(
 async fn run(cli: Cli) -> Result<(), RegistryError> {
     match &cli.command {
         Command::Lookup(target) | Command::Watch(target) => {
-            // Resolve the cluster on a first load (mapping may come from the file).
-            let pre = load_config(&cli, None, None)?;
-            let cluster = resolve_cluster(&pre, target)?;
-            let config = load_config(&cli, Some(&cluster), None)?;
+            let base = load_base(&cli)?;
+            let cluster = resolve_cluster(&base, target)?;
+            let mut config = with_overrides(&cli, base, Some(&cluster), None)?;
+            // Show the registry as it is: empty protection (clients keep the last
+            // members when the registry lists none) would hide a removal.
+            let protected = config.registry.empty_protection;
+            config.registry.empty_protection = false;
+            if protected && !cli.json && matches!(cli.command, Command::Watch(_)) {
+                eprintln!(
+                    "note: registry.emptyProtection is on in this configuration: clients keep \
+                     the last members when the registry lists none; this shows the registry as it is"
+                );
+            }
             let registry = meshline::registry::from_config(&config).await?;
             let result = if matches!(cli.command, Command::Lookup(_)) {
                 lookup(&*registry, &cluster, cli.json).await
@@ -176,10 +194,18 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             ttl,
             weight,
         } => {
-            let config = load_config(&cli, Some(cluster), *ttl)?;
+            let config = with_overrides(&cli, load_base(&cli)?, Some(cluster), *ttl)?;
             let mut instance = Instance::parse(addr)?;
             if let Some(w) = weight {
                 instance = instance.with_weight(*w);
+                let ty = meshline::registry::resolve_type(&config.registry.kind)?;
+                if !stores_weight(ty.seata_name) {
+                    eprintln!(
+                        "warning: a {} registry cannot store a weight (Seata's layout keeps only \
+                         ip:port); --weight {w} is not registered",
+                        ty.seata_name
+                    );
+                }
             }
             let registry = meshline::registry::from_config(&config).await?;
             registry.register(cluster, &instance).await?;
@@ -197,6 +223,11 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
     }
 }
 
+/// Whether a registry type's layout carries an instance weight.
+fn stores_weight(seata_name: &str) -> bool {
+    matches!(seata_name, "nacos" | "consul" | "eureka")
+}
+
 async fn lookup(
     registry: &dyn RegistryService,
     cluster: &str,
@@ -208,6 +239,8 @@ async fn lookup(
             "{}",
             serde_json::to_string_pretty(&list).unwrap_or_default()
         );
+    } else if list.is_empty() {
+        eprintln!("no members in cluster `{cluster}` ({})", registry.kind());
     } else {
         for i in &list {
             println!("{i}");
@@ -229,6 +262,8 @@ fn print_snapshot(s: &Snapshot, cluster: &str, json: bool) {
             "instances": &s.instances()[..],
         });
         println!("{v}");
+    } else if s.is_empty() {
+        println!("{} {cluster} rev={} no members", now(), s.revision());
     } else {
         let list: Vec<String> = s.instances().iter().map(|i| i.to_string()).collect();
         println!(

@@ -176,3 +176,132 @@ fn watch_prints_snapshots_until_signalled() {
         "{text}"
     );
 }
+
+#[test]
+fn lookup_of_an_empty_cluster_says_no_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("seata.properties");
+    std::fs::write(&f, "service.nobody-here.grouplist=\n").unwrap();
+    let out = meshline()
+        .args([
+            "--config",
+            f.to_str().unwrap(),
+            "lookup",
+            "--cluster",
+            "nobody-here",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no members in cluster `nobody-here` (file)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn each_config_warning_is_printed_once_and_without_colour_when_redirected() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("seata.properties");
+    std::fs::write(&f, "registry.tpye=file\n").unwrap();
+    let out = meshline()
+        .args(["--config", f.to_str().unwrap(), "lookup"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("registry.tpye").count(), 1, "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "ANSI codes in a redirected log: {err:?}"
+    );
+}
+
+#[test]
+fn register_warns_when_the_registry_cannot_store_a_weight_and_ttl_takes_config_syntax() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = meshline()
+        .args([
+            "--registry",
+            "redis",
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "register",
+            "c",
+            "10.0.0.1:8091",
+            "--weight",
+            "3",
+            "--ttl",
+            "1500",
+        ])
+        .output()
+        .unwrap();
+    // Parsed (not a usage error); the closed port then fails the connect.
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot store a weight"), "{err}");
+    let out = meshline()
+        .args(["register", "c", "10.0.0.1:8091", "--ttl", "ten"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad --ttl is a usage error");
+}
+
+#[test]
+fn watch_shows_a_removal_even_with_empty_protection_on() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.yaml");
+    std::fs::write(
+        &f,
+        "registry:\n  empty-protection: true\nservice:\n  grouplist:\n    default: \"10.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let mut child = meshline()
+        .args(["--config", f.to_str().unwrap(), "watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |want: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(want) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    assert!(wait_for("[10.0.0.1:1]"), "first snapshot");
+    std::fs::write(
+        &f,
+        "registry:\n  empty-protection: true\nservice:\n  grouplist:\n    default: \"\"\n",
+    )
+    .unwrap();
+    let removed = wait_for("no members");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    assert!(removed, "the removal was not shown");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("emptyProtection is on"), "{err}");
+}

@@ -182,6 +182,15 @@ impl FromStr for Instance {
     }
 }
 
+/// An instance at a socket address (weight 1). `TryFrom`, not `From`: port 0 is a
+/// valid `SocketAddr` but not a usable instance, and is refused like everywhere else.
+impl TryFrom<std::net::SocketAddr> for Instance {
+    type Error = RegistryError;
+    fn try_from(addr: std::net::SocketAddr) -> Result<Self, Self::Error> {
+        Instance::new(&addr.ip().to_string(), addr.port())
+    }
+}
+
 /// Splits `text` into host and port following Seata's rules (brackets optional, last
 /// `:` separates the port). The host is returned raw (not yet validated).
 pub(crate) fn split_host_port(text: &str) -> Result<(&str, u16), RegistryError> {
@@ -288,6 +297,18 @@ fn java_ipv6(ip: &Ipv6Addr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_a_socket_address() {
+        let v4: std::net::SocketAddr = "10.0.0.1:8091".parse().unwrap();
+        assert_eq!(Instance::try_from(v4).unwrap().to_string(), "10.0.0.1:8091");
+        let v6: std::net::SocketAddr = "[::1]:8091".parse().unwrap();
+        let i = Instance::try_from(v6).unwrap();
+        assert_eq!(i.host(), "::1");
+        assert_eq!(i.port(), 8091);
+        let zero: std::net::SocketAddr = "10.0.0.1:0".parse().unwrap();
+        assert!(Instance::try_from(zero).is_err());
+    }
 
     #[test]
     fn ipv4() {

@@ -9,6 +9,8 @@
 #                             with `cargo install` into the cargo home, so a warm machine
 #                             keeps the binary and does not rebuild it
 #   libprotobuf-dev         : google/protobuf/*.proto that etcd-client's protos import
+#   chromium                : headless browser for examples/tests/browser.rs (the
+#                             gateway's WebSocket page as a real browser client)
 set -euo pipefail
 
 SUDO=""
@@ -21,6 +23,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-test-deps: installing ${need[*]}"

@@ -1,5 +1,6 @@
-//! A small client of the gateway (what the `bot` program and the tests use): connect,
-//! authenticate or resume, send requests and match replies by sequence, receive pushes.
+//! A small client of the gateway (what the `bot` program and the tests use): connect
+//! over TCP or WebSocket, authenticate or resume, send requests and match replies by
+//! sequence, receive pushes. The API is the same whatever the transport.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -9,13 +10,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::FramedRead;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::gateway::protocol::{self, ClientCodec, ClientFrame, GATEWAY_MODULE, op};
+use crate::gateway::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use crate::gateway::transport::{self, ClientReader, ClientWriter};
+
+/// The largest frame the client accepts from a gateway.
+const MAX_FRAME: usize = 16 << 20;
 
 /// What AUTH_OK said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,12 +52,14 @@ pub enum ClientError {
 
 type Waiters = Arc<Mutex<HashMap<u32, oneshot::Sender<ClientFrame>>>>;
 
-/// One connection to a gateway.
+/// One connection to a gateway. Dropping it closes the connection.
 pub struct GatewayClient {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<ClientWriter>,
     waiters: Waiters,
     next_seq: AtomicU32,
     pushes: tokio::sync::Mutex<mpsc::UnboundedReceiver<ClientFrame>>,
+    /// Stops the reading task, which holds the WebSocket's other half.
+    _reading: DropGuard,
     /// What the gateway answered at admission.
     pub welcome: Welcome,
 }
@@ -69,32 +73,39 @@ impl std::fmt::Debug for GatewayClient {
 }
 
 impl GatewayClient {
-    /// Connects and authenticates with `token`.
+    /// Connects over TCP and authenticates with `token`.
     pub async fn auth(addr: SocketAddr, token: &str) -> Result<GatewayClient, ClientError> {
-        Self::admit(addr, op::AUTH, token.to_string()).await
+        let (rd, wr) = transport::connect_tcp(addr, MAX_FRAME).await?;
+        Self::admit(rd, wr, op::AUTH, token.to_string()).await
     }
 
-    /// Connects and resumes session `welcome`.
+    /// Connects over TCP and resumes session `welcome`.
     pub async fn resume(addr: SocketAddr, welcome: &Welcome) -> Result<GatewayClient, ClientError> {
-        Self::admit(
-            addr,
-            op::RESUME,
-            format!("{} {}", welcome.session, welcome.secret),
-        )
-        .await
+        let (rd, wr) = transport::connect_tcp(addr, MAX_FRAME).await?;
+        Self::admit(rd, wr, op::RESUME, resume_text(welcome)).await
+    }
+
+    /// Connects to the gateway's WebSocket listener (`url`: `ws://host:port/`) and
+    /// authenticates with `token`.
+    pub async fn auth_ws(url: &str, token: &str) -> Result<GatewayClient, ClientError> {
+        let (rd, wr) = transport::connect_ws(url, MAX_FRAME).await?;
+        Self::admit(rd, wr, op::AUTH, token.to_string()).await
+    }
+
+    /// Connects to the gateway's WebSocket listener and resumes session `welcome`.
+    pub async fn resume_ws(url: &str, welcome: &Welcome) -> Result<GatewayClient, ClientError> {
+        let (rd, wr) = transport::connect_ws(url, MAX_FRAME).await?;
+        Self::admit(rd, wr, op::RESUME, resume_text(welcome)).await
     }
 
     async fn admit(
-        addr: SocketAddr,
+        mut reader: ClientReader,
+        mut wr: ClientWriter,
         opcode: u16,
         text: String,
     ) -> Result<GatewayClient, ClientError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (rd, mut wr) = stream.into_split();
-        wr.write_all(&ClientFrame::new(GATEWAY_MODULE, opcode, 0, text).to_bytes())
+        wr.write(&[ClientFrame::new(GATEWAY_MODULE, opcode, 0, text)])
             .await?;
-        let mut reader = FramedRead::new(rd, ClientCodec::new(16 << 20));
         let first = match tokio::time::timeout(Duration::from_secs(5), reader.next()).await {
             Ok(Some(Ok(f))) => f,
             Ok(_) => return Err(ClientError::Closed),
@@ -113,8 +124,17 @@ impl GatewayClient {
         let waiters: Waiters = Arc::default();
         let (tx, rx) = mpsc::unbounded_channel();
         let w2 = waiters.clone();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
         tokio::spawn(async move {
-            while let Some(Ok(f)) = reader.next().await {
+            loop {
+                let f = tokio::select! {
+                    next = reader.next() => match next {
+                        Some(Ok(f)) => f,
+                        _ => break,
+                    },
+                    _ = stopped.cancelled() => break,
+                };
                 if f.flags & protocol::REPLY != 0 {
                     if let Some(w) = w2.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.seq) {
                         let _ = w.send(f);
@@ -130,6 +150,7 @@ impl GatewayClient {
             waiters,
             next_seq: AtomicU32::new(1),
             pushes: tokio::sync::Mutex::new(rx),
+            _reading: stop.drop_guard(),
             welcome,
         })
     }
@@ -171,7 +192,7 @@ impl GatewayClient {
         self.writer
             .lock()
             .await
-            .write_all(&frame.to_bytes())
+            .write(&[frame])
             .await
             .map_err(ClientError::Io)
     }
@@ -181,4 +202,8 @@ impl GatewayClient {
         let mut rx = self.pushes.lock().await;
         tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
     }
+}
+
+fn resume_text(welcome: &Welcome) -> String {
+    format!("{} {}", welcome.session, welcome.secret)
 }

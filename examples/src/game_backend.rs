@@ -4,13 +4,19 @@
 //! - **lobby** (module 1, stateless request/response): opcode 1 answers
 //!   `<account>@<backend id>`; anything else is echoed.
 //! - **chat** (module 2, stateless, broadcast to all): opcode 1 sends the text to every
-//!   player: one `bcast` per *gateway* connection, the gateways copy to their players.
+//!   player: one `bcast` per *gateway* (by its `gw` id), the gateways copy to their players.
 //! - **room** (module 3, stateful): opcode 1 joins room `<payload>`: the session joins
 //!   the gateway group `room:<name>` (static binding keeps it on this backend); the room
 //!   pushes a state snapshot to its members through gateway fan-out at a configurable
 //!   rate; opcode 2 answers the room's state (the snapshot counter).
 //! - **bind** (module 4, dynamic): opcode 1 binds the session's module 4 to this backend
 //!   (a `bind` command), opcode 2 answers this backend's id, opcode 3 unbinds.
+//!
+//! A room remembers each member's gateway connection. When a session is resumed (on
+//! another gateway or the same one), the gateway sends `rebind` (see
+//! [`wire`]) on its own connection: the member's room snapshots
+//! go through that connection from then on, and the session is joined to the room's
+//! group there again.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -38,8 +44,8 @@ pub mod modules {
 
 #[derive(Default)]
 struct Room {
-    /// Gateway connections with members of this room.
-    gateways: HashSet<ConnectionId>,
+    /// Members (session ids) and the gateway connection each is reached through.
+    members: HashMap<String, ConnectionId>,
     snapshots: u64,
 }
 
@@ -47,8 +53,12 @@ struct State {
     id: String,
     rooms: Mutex<HashMap<String, Room>>,
     gateways: Mutex<HashMap<ConnectionId, Connection>>,
+    /// One connection per gateway id (a gateway holds one connection per cluster it
+    /// reaches us through): broadcasts go once per gateway, not once per connection.
+    by_gateway: Mutex<HashMap<String, Connection>>,
     requests: AtomicU64,
     fanout_sends: AtomicU64,
+    rebinds: AtomicU64,
 }
 
 /// A running game backend.
@@ -74,9 +84,47 @@ fn answer(body: impl Into<Bytes>) -> Option<Payload> {
     Some(Payload::new(body))
 }
 
+/// `rebind`: session `sid` is reached through `conn` (its new gateway) from now on.
+fn rebind(state: &State, conn: &Connection, sid: &str) {
+    state.rebinds.fetch_add(1, Ordering::Relaxed);
+    let mut rooms_in = Vec::new();
+    for (name, room) in state
+        .rooms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter_mut()
+    {
+        if let Some(via) = room.members.get_mut(sid) {
+            *via = conn.id();
+            rooms_in.push(name.clone());
+        }
+    }
+    // The new gateway may not know the session's groups (a memory store elsewhere):
+    // joining again is harmless where it does.
+    for room in rooms_in {
+        let _ = conn.try_send_oneway(
+            command("join", Bytes::new())
+                .with_head(wire::TO, sid)
+                .with_head(wire::GROUP, format!("room:{room}")),
+        );
+    }
+}
+
 async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
-    state.requests.fetch_add(1, Ordering::Relaxed);
     let head = &req.payload.head;
+    if head.get(wire::CMD) == Some("rebind") {
+        let conn = req.connection.clone();
+        state
+            .gateways
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conn.id(), conn.clone());
+        if let Some(sid) = head.get(wire::SESSION) {
+            rebind(&state, &conn, sid);
+        }
+        return None;
+    }
+    state.requests.fetch_add(1, Ordering::Relaxed);
     let module: u16 = head.get(wire::MODULE)?.parse().ok()?;
     let opcode: u16 = head.get(wire::OPCODE)?.parse().ok()?;
     let account = head.get(wire::ACCOUNT).unwrap_or("?").to_string();
@@ -87,13 +135,20 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(conn.id(), conn.clone());
+    if let Some(gw) = head.get(wire::GATEWAY) {
+        state
+            .by_gateway
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(gw.to_string(), conn.clone());
+    }
     match (module, opcode) {
         (modules::LOBBY, 1) => answer(format!("{account}@{}", state.id)),
         (modules::LOBBY, _) => Some(Payload::new(req.payload.body.clone())),
         (modules::CHAT, 1) => {
             let text = format!("{account}: {}", String::from_utf8_lossy(&req.payload.body));
             let gateways: Vec<Connection> = state
-                .gateways
+                .by_gateway
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .values()
@@ -119,8 +174,8 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
                 .unwrap_or_else(|p| p.into_inner())
                 .entry(room.clone())
                 .or_default()
-                .gateways
-                .insert(conn.id());
+                .members
+                .insert(sid.clone(), conn.id());
             let _ = conn.try_send_oneway(
                 command("join", Bytes::new())
                     .with_head(wire::TO, sid)
@@ -171,8 +226,10 @@ impl GameBackend {
             id: id.to_string(),
             rooms: Mutex::new(HashMap::new()),
             gateways: Mutex::new(HashMap::new()),
+            by_gateway: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             fanout_sends: AtomicU64::new(0),
+            rebinds: AtomicU64::new(0),
         });
         let s2 = state.clone();
         let s3 = state.clone();
@@ -182,6 +239,10 @@ impl GameBackend {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&conn.id());
+                s3.by_gateway
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|_, c| c.id() != conn.id());
             })
             .bind(addr)
             .await?;
@@ -201,7 +262,9 @@ impl GameBackend {
                     let mut v = Vec::new();
                     for (name, room) in rooms.iter_mut() {
                         room.snapshots += 1;
-                        for g in &room.gateways {
+                        // One send per gateway with members, however many members.
+                        let via: HashSet<&ConnectionId> = room.members.values().collect();
+                        for g in via {
                             if let Some(c) = gws.get(g) {
                                 v.push((c.clone(), name.clone(), room.snapshots));
                             }
@@ -248,6 +311,11 @@ impl GameBackend {
     /// The connections gateways hold to this backend (to push commands to them).
     pub fn gateway_connections(&self) -> Vec<Connection> {
         self.server.connections()
+    }
+
+    /// `rebind` commands received (sessions resumed on some gateway).
+    pub fn rebinds(&self) -> u64 {
+        self.state.rebinds.load(Ordering::Relaxed)
     }
 
     /// Fan-out sends made (one per gateway per broadcast).

@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! bot --gateway 127.0.0.1:7000 --secret change-me [--bots 50] [--secs 10]
+//! bot --gateway 127.0.0.1:7001 --ws --secret change-me     # over WebSocket
+//! bot --secret change-me --token-for alice                 # print a token (browser page)
 //! ```
 //!
 //! A bot whose connection drops reconnects with exponential backoff and full jitter
@@ -16,16 +18,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
-use meshline_examples::client::{GatewayClient, Welcome};
+use meshline_examples::client::{ClientError, GatewayClient, Welcome};
 use meshline_examples::game_backend::modules;
 use meshline_examples::gateway::admission::TokenMinter;
 
 #[derive(Parser, Debug)]
 #[command(about = "Load bots for the example gateway")]
 struct Args {
-    /// The gateway's address.
+    /// The gateway's address (its `ws-listen` address with `--ws`).
+    #[arg(long, required_unless_present = "token_for")]
+    gateway: Option<SocketAddr>,
+    /// Connect over WebSocket (one frame per binary message) instead of TCP.
     #[arg(long)]
-    gateway: SocketAddr,
+    ws: bool,
     /// The token secret shared with the gateway.
     #[arg(long, env = "GATEWAY_SECRET")]
     secret: String,
@@ -35,10 +40,39 @@ struct Args {
     /// How long to play.
     #[arg(long, default_value_t = 10)]
     secs: u64,
+    /// Print a token for this account (valid one hour) and exit: for the browser page,
+    /// `gateway.html?token=...`.
+    #[arg(long, value_name = "ACCOUNT")]
+    token_for: Option<String>,
+}
+
+/// Where the bots connect.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    addr: SocketAddr,
+    ws: bool,
+}
+
+impl Target {
+    async fn auth(&self, token: &str) -> Result<GatewayClient, ClientError> {
+        if self.ws {
+            GatewayClient::auth_ws(&format!("ws://{}/", self.addr), token).await
+        } else {
+            GatewayClient::auth(self.addr, token).await
+        }
+    }
+
+    async fn resume(&self, welcome: &Welcome) -> Result<GatewayClient, ClientError> {
+        if self.ws {
+            GatewayClient::resume_ws(&format!("ws://{}/", self.addr), welcome).await
+        } else {
+            GatewayClient::resume(self.addr, welcome).await
+        }
+    }
 }
 
 async fn connect(
-    addr: SocketAddr,
+    target: Target,
     minter: &TokenMinter,
     account: &str,
     welcome: Option<&Welcome>,
@@ -46,9 +80,11 @@ async fn connect(
     let mut delay = Duration::from_millis(100);
     loop {
         let attempt = match welcome {
-            Some(w) => GatewayClient::resume(addr, w).await,
+            Some(w) => target.resume(w).await,
             None => {
-                GatewayClient::auth(addr, &minter.mint(account, Duration::from_secs(300))).await
+                target
+                    .auth(&minter.mint(account, Duration::from_secs(300)))
+                    .await
             }
         };
         match attempt {
@@ -69,11 +105,23 @@ async fn main() -> ExitCode {
     meshline_examples::init_logging("info");
     let args = Args::parse();
     let minter = Arc::new(TokenMinter::new(args.secret.clone()));
+    if let Some(account) = &args.token_for {
+        println!("{}", minter.mint(account, Duration::from_secs(3600)));
+        return ExitCode::SUCCESS;
+    }
+    let Some(gateway) = args.gateway else {
+        eprintln!("bot: --gateway is required");
+        return ExitCode::FAILURE;
+    };
+    let target = Target {
+        addr: gateway,
+        ws: args.ws,
+    };
     let until = Instant::now() + Duration::from_secs(args.secs);
     let mut tasks = Vec::new();
     for i in 0..args.bots {
         let minter = minter.clone();
-        let addr = args.gateway;
+        let addr = target;
         tasks.push(tokio::spawn(async move {
             let account = format!("bot{i}");
             let mut latencies = Vec::new();

@@ -7,7 +7,9 @@
 //! Reads the registry settings and the `gateway:` section from the config file (and
 //! `MESHLINE_*` variables), finds the backend clusters in that registry, listens for
 //! clients, registers itself, and on Ctrl-C / SIGTERM unregisters and closes. The first
-//! stdout line is `gateway <id> listening on <addr>`.
+//! stdout line is `gateway <id> listening on <addr>`; with `ws-listen` /
+//! `admin-listen` set, lines `gateway <id> websocket on ws://<addr>/` and
+//! `gateway <id> browser client on http://<addr>/gateway.html` follow.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +36,15 @@ async fn main() -> ExitCode {
         let registry = meshline::registry::from_config(&config).await?;
         let gw = Gateway::start(settings.clone(), registry.clone()).await?;
         println!("gateway {} listening on {}", settings.id, gw.local_addr());
+        if let Some(a) = gw.ws_addr() {
+            println!("gateway {} websocket on ws://{a}/", settings.id);
+        }
+        if let Some(a) = gw.admin_addr() {
+            println!(
+                "gateway {} browser client on http://{a}/gateway.html",
+                settings.id
+            );
+        }
         meshline_examples::wait_for_stop().await;
         gw.shutdown().await;
         let _ = registry.close().await;

@@ -49,6 +49,10 @@ pub enum Refusal {
     /// A resume named a session this gateway cannot find, or the wrong secret.
     #[error("unknown session or wrong resume secret")]
     BadResume,
+    /// A resume needed the shared session store, which cannot be reached now (the
+    /// client can authenticate again for a new session).
+    #[error("session store unavailable: cannot resume now")]
+    StoreUnavailable,
 }
 
 impl Refusal {
@@ -63,6 +67,7 @@ impl Refusal {
             Refusal::NotAuth => 6,
             Refusal::Busy => 7,
             Refusal::BadResume => 8,
+            Refusal::StoreUnavailable => 9,
         }
     }
 
@@ -77,6 +82,7 @@ impl Refusal {
             Refusal::NotAuth,
             Refusal::Busy,
             Refusal::BadResume,
+            Refusal::StoreUnavailable,
         ]
         .into_iter()
         .find(|r| r.code() == code)
@@ -280,7 +286,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for c in 1..=8 {
+        for c in 1..=9 {
             assert_eq!(Refusal::from_code(c).unwrap().code(), c);
         }
         assert!(Refusal::from_code(99).is_none());

@@ -1,5 +1,6 @@
-//! The running gateway: listener, one task pair per client, one `RpcClient` per backend
-//! cluster, and the handler for what backends push.
+//! The running gateway: listeners (TCP, WebSocket, admin HTTP), one task pair per
+//! client whatever its transport, one `RpcClient` per backend cluster, and the handler
+//! for what backends push.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -11,19 +12,19 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use meshline::rpc::{InboundRequest, Payload, RpcClient};
 use meshline::{Instance, InstanceKey, RegistryService};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio_util::codec::FramedRead;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
 use super::outbound::{Outbound, Pushed};
-use super::protocol::{self, ClientCodec, ClientFrame, GATEWAY_MODULE, op};
+use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
 use super::session::{Link, Session, Sessions};
 use super::settings::GatewaySettings;
-use super::wire;
+use super::transport::{self, ClientReader, ClientWriter, Incoming};
+use super::{admin, wire};
 
 /// Counters of what the gateway did.
 #[derive(Debug, Default)]
@@ -70,6 +71,8 @@ pub(crate) struct Shared {
 pub struct Gateway {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    ws_addr: Option<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
     registry: Arc<dyn RegistryService>,
     registered: Option<(String, Instance)>,
 }
@@ -79,22 +82,38 @@ impl std::fmt::Debug for Gateway {
         f.debug_struct("Gateway")
             .field("id", &self.shared.settings.id)
             .field("addr", &self.local_addr)
+            .field("ws_addr", &self.ws_addr)
+            .field("admin_addr", &self.admin_addr)
             .finish()
     }
 }
 
 impl Gateway {
     /// Starts a gateway: one client per backend cluster (following `registry`), the
-    /// listener, and the registration under `register_cluster`.
+    /// listeners (TCP; WebSocket and admin HTTP when configured), and the registration
+    /// under `register_cluster`.
     pub async fn start(
         settings: GatewaySettings,
         registry: Arc<dyn RegistryService>,
     ) -> Result<Gateway, Box<dyn std::error::Error + Send + Sync>> {
         let listener = TcpListener::bind(settings.listen).await?;
         let local_addr = listener.local_addr()?;
+        let ws_listener = match settings.ws_listen {
+            Some(a) => Some(TcpListener::bind(a).await?),
+            None => None,
+        };
+        let ws_addr = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+        let admin_listener = match settings.admin_listen {
+            Some(a) => Some(TcpListener::bind(a).await?),
+            None => None,
+        };
+        let admin_addr = admin_listener
+            .as_ref()
+            .map(|l| l.local_addr())
+            .transpose()?;
         let shared = Arc::new(Shared {
             verifier: TokenVerifier::new(settings.secret.as_bytes().to_vec()),
-            sessions: Sessions::default(),
+            sessions: Sessions::from_settings(&settings)?,
             backends: OnceLock::new(),
             refused: Mutex::new(HashMap::new()),
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
@@ -134,17 +153,17 @@ impl Gateway {
         }
         let _ = shared.backends.set(backends);
         let s2 = shared.clone();
-        tokio::spawn(accept_loop(s2, listener));
+        tokio::spawn(accept_loop(s2, listener, Incoming::Tcp));
+        if let Some(l) = ws_listener {
+            tokio::spawn(accept_loop(shared.clone(), l, Incoming::WebSocket));
+        }
+        if let Some(l) = admin_listener {
+            tokio::spawn(admin::serve(l, shared.stop.clone()));
+        }
+        // Sessions: detached ones expire; with a shared store, changes are written and
+        // connected sessions' TTLs refreshed.
         let s3 = shared.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    _ = s3.stop.cancelled() => return,
-                }
-                s3.sessions.expire(Duration::from_secs(60));
-            }
-        });
+        tokio::spawn(async move { s3.sessions.maintain(&s3.stop).await });
         let registered = match &settings.register_cluster {
             Some(cluster) => {
                 let inst = Instance::new(&local_addr.ip().to_string(), local_addr.port())?;
@@ -153,18 +172,31 @@ impl Gateway {
             }
             None => None,
         };
-        tracing::info!(id = %settings.id, addr = %local_addr, "gateway listening");
+        tracing::info!(id = %settings.id, addr = %local_addr, ws = ?ws_addr, admin = ?admin_addr, "gateway listening");
         Ok(Gateway {
             shared,
             local_addr,
+            ws_addr,
+            admin_addr,
             registry,
             registered,
         })
     }
 
-    /// The listening address.
+    /// The TCP listening address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The WebSocket listening address (`gateway.ws-listen`), if configured.
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
+    }
+
+    /// The admin HTTP address (`gateway.admin-listen`: `GET /gateway.html`), if
+    /// configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// Counters.
@@ -198,6 +230,8 @@ impl Gateway {
         for c in self.shared.backends().values() {
             c.shutdown(Duration::from_secs(1)).await;
         }
+        // Sessions outlive the gateway in a shared store: write their last changes.
+        self.shared.sessions.flush().await;
     }
 }
 
@@ -207,7 +241,7 @@ impl Drop for Gateway {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStream) -> Incoming) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -216,7 +250,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         match accepted {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_client(shared.clone(), stream, peer));
+                tokio::spawn(serve_client(shared.clone(), kind(stream), peer));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -236,20 +270,16 @@ fn fail_frame(r: Refusal) -> ClientFrame {
     .with_flags(protocol::RELIABLE)
 }
 
-async fn refuse(mut stream: TcpStream, r: Refusal, stats: &GatewayStats) {
+async fn refuse(mut wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
     stats.refused.fetch_add(1, Ordering::Relaxed);
-    let _ = tokio::time::timeout(
-        Duration::from_millis(500),
-        stream.write_all(&fail_frame(r).to_bytes()),
-    )
-    .await;
-    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[fail_frame(r)])).await;
+    wr.close(CloseCode::Policy, &r.to_string()).await;
 }
 
 /// Admission: the first frame, within the deadline, must be AUTH or RESUME.
 async fn admit(
-    shared: &Shared,
-    reader: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ClientCodec>,
+    shared: &Arc<Shared>,
+    reader: &mut ClientReader,
 ) -> Result<(Arc<Session>, bool), Refusal> {
     let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
     let frame = match first {
@@ -268,36 +298,68 @@ async fn admit(
         }
         op::RESUME => {
             let (id, secret) = text.split_once(' ').ok_or(Refusal::Malformed)?;
-            let s = shared
-                .sessions
-                .resume(id, secret)
-                .ok_or(Refusal::BadResume)?;
+            // From memory, or from the shared store whichever gateway held it.
+            let s = shared.sessions.resume(id, secret).await?;
+            tokio::spawn(rebind(shared.clone(), s.clone()));
             Ok((s, true))
         }
         _ => Err(Refusal::NotAuth),
     }
 }
 
-async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+/// Tells every backend a resumed session is bound to that the session is on this
+/// gateway now (`cmd=rebind`, see [`wire`]): their pushes and fan-out for it go through
+/// this gateway's connection, which carries the command.
+async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
+    for (slot, backend) in session.bindings() {
+        // Static slots are clusters; dynamic ones `m:<module>`, served by its cluster.
+        let cluster = match slot.strip_prefix("m:") {
+            Some(m) => match m.parse().ok().and_then(|m| shared.settings.modules.get(&m)) {
+                Some(route) => route.cluster.clone(),
+                None => continue,
+            },
+            None => slot.clone(),
+        };
+        let Some(client) = shared.backends().get(&cluster) else {
+            continue;
+        };
+        let cmd = command("rebind", Bytes::new())
+            .with_head(wire::SESSION, session.id.clone())
+            .with_head(wire::GATEWAY, shared.settings.id.clone());
+        if let Err(e) = client.send_oneway_to(&backend, cmd, None).await {
+            tracing::debug!(session = %session.id, %slot, %backend, error = %e, "rebind not sent");
+        }
+    }
+}
+
+/// One client, over either transport: admission, then the read loop here and the
+/// write loop in its own task.
+async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // Connections still authenticating have their own cap, apart from players.
-    let Ok(permit) = shared.unauthenticated.clone().try_acquire_owned() else {
-        refuse(stream, Refusal::Busy, &shared.stats).await;
+    let permit = shared.unauthenticated.clone().try_acquire_owned();
+    // A WebSocket handshake is part of authenticating: bounded by the auth deadline (the
+    // first frame then has its own). A WebSocket client over the cap is refused after
+    // its handshake: AUTH_FAIL needs a message to travel in.
+    let (mut reader, wr) = match conn
+        .open(shared.settings.max_frame, shared.settings.auth_deadline)
+        .await
+    {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "client transport not set up");
+            return;
+        }
+    };
+    let Ok(permit) = permit else {
+        refuse(wr, Refusal::Busy, &shared.stats).await;
         return;
     };
-    let (rd, mut wr) = stream.into_split();
-    let mut reader = FramedRead::new(rd, ClientCodec::new(shared.settings.max_frame));
     let (session, resumed) = match admit(&shared, &mut reader).await {
         Ok(x) => x,
         Err(r) => {
             drop(permit);
-            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, reason = %r, "client refused");
-            let _ = tokio::time::timeout(
-                Duration::from_millis(500),
-                wr.write_all(&fail_frame(r).to_bytes()),
-            )
-            .await;
-            let _ = wr.shutdown().await;
+            refuse(wr, r, &shared.stats).await;
             return;
         }
     };
@@ -327,16 +389,22 @@ async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
     let writer = tokio::spawn(write_client(link.outbound.clone(), wr));
     // Bounded per-client concurrency: at the cap we stop reading, and TCP pushes back.
     let in_flight = Arc::new(Semaphore::new(32));
+    // The WebSocket close code, if the connection is still open at the end.
+    let mut close = CloseCode::Normal;
     loop {
         let next = tokio::select! {
             n = reader.next() => n,
-            _ = shared.stop.cancelled() => break,
+            _ = shared.stop.cancelled() => {
+                close = CloseCode::Away;
+                break;
+            }
             _ = writer_closed(&link.outbound) => break,
         };
         let frame = match next {
             None => break,
             Some(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "bad client frame; closing");
+                close = transport::close_code(&e);
                 link.outbound.close(format!("protocol error: {e}"));
                 break;
             }
@@ -362,7 +430,10 @@ async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) 
     }
     session.detach(&link);
     link.outbound.close("client disconnected");
-    let _ = writer.await;
+    if let Ok(wr) = writer.await {
+        let reason = link.outbound.closed_reason().unwrap_or_default();
+        wr.close(close, &reason).await;
+    }
 }
 
 async fn writer_closed(outbound: &Outbound) {
@@ -376,14 +447,11 @@ async fn writer_closed(outbound: &Outbound) {
     }
 }
 
-async fn write_client(outbound: Arc<Outbound>, mut wr: tokio::net::tcp::OwnedWriteHalf) {
-    let mut buf = Vec::new();
+/// Writes the queue to the client until it is closed; hands the writer back so the
+/// connection can be closed with the reason.
+async fn write_client(outbound: Arc<Outbound>, mut wr: ClientWriter) -> ClientWriter {
     while let Ok(batch) = outbound.next_batch(64 * 1024).await {
-        buf.clear();
-        for f in &batch {
-            buf.extend_from_slice(&f.to_bytes());
-        }
-        match tokio::time::timeout(Duration::from_secs(10), wr.write_all(&buf)).await {
+        match tokio::time::timeout(Duration::from_secs(10), wr.write(&batch)).await {
             Ok(Ok(())) => {}
             _ => {
                 outbound.close("client write failed or stalled");
@@ -391,7 +459,7 @@ async fn write_client(outbound: Arc<Outbound>, mut wr: tokio::net::tcp::OwnedWri
             }
         }
     }
-    let _ = wr.shutdown().await;
+    wr
 }
 
 async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame) {

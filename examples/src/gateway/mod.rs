@@ -1,21 +1,26 @@
 //! A game gateway built on the rpc-client: the single public entry of a game backend.
 //!
-//! Clients connect over TCP (or WebSocket) and speak the frame of [`protocol`]; the
-//! gateway admits them ([`admission`]), keeps their sessions, routes every message by
+//! Clients connect over TCP or WebSocket (one frame per binary message; a browser is
+//! a client too: see [`admin`]) and speak the frame of [`protocol`]; the gateway admits
+//! them ([`admission`]), keeps their sessions, routes every message by
 //! its module to a backend cluster found in the registry, and writes backends' pushes
 //! back through a bounded per-client queue ([`outbound`]).
 //!
 //! One concept per module:
 //! - [`protocol`]: the client frame and its codec (length cap before allocation);
+//! - `transport`: TCP and WebSocket behind one frame reader and one frame writer;
 //! - [`admission`]: HMAC-SHA256 tokens, expiry, replay refusal, reason codes;
 //! - [`outbound`]: the per-client send queue (soft limit drops unreliable frames,
 //!   hard limit disconnects);
-//! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups;
+//! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups,
+//!   kept in memory or in Redis (resume on any gateway);
 //! - [`settings`]: the `gateway:` config section;
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
-//! - `core`: the listener, the per-client tasks, the backend push handler ([`Gateway`]).
+//! - [`admin`]: the admin HTTP port serving the browser client page;
+//! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
 
+pub mod admin;
 pub mod admission;
 mod core;
 pub mod outbound;
@@ -23,6 +28,7 @@ pub mod protocol;
 pub mod route;
 pub mod session;
 pub mod settings;
+pub(crate) mod transport;
 pub mod wire;
 
 pub use core::{Gateway, GatewayStats, command};

@@ -140,6 +140,13 @@ pub enum ProtocolError {
     /// A WebSocket message held more than one frame.
     #[error("{0} bytes after the frame in one message")]
     Trailing(usize),
+    /// A WebSocket text message: frames travel as binary messages only.
+    #[error("text message: frames are sent as binary WebSocket messages")]
+    NotBinary,
+    /// The WebSocket layer refused what the client sent (bad framing, bad UTF-8 in a
+    /// close reason, unmasked frames, ...).
+    #[error("websocket error: {0}")]
+    WebSocket(String),
     /// The socket failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),

@@ -2,18 +2,54 @@
 //! state, groups) outlives its connection, and a client that reconnects with the
 //! session id and its resume secret gets it back.
 //!
-//! This store keeps sessions in the gateway's memory: a resume works on the same
-//! gateway within the resume window. (A shared store, so that any gateway can resume a
-//! session, is the next step; see the crate README.)
+//! Every gateway holds the sessions it serves in memory ([`Sessions`]): the live part
+//! (the connection, [`Link`]) lives only there. Where the durable part is kept as well
+//! is the [`SessionStore`], chosen by `gateway.session-store`:
+//!
+//! - `memory` ([`MemoryStore`], the default): nowhere else. A resume works on the same
+//!   gateway within the resume window, and nowhere else.
+//! - `redis` ([`RedisStore`], at `gateway.redis-url`): the durable part (id, account,
+//!   a SHA-256 of the resume secret, never the secret itself, role, user state,
+//!   bindings, groups, and which gateway holds the session now) is a Redis hash
+//!   `meshline:gw:session:<id>` ([`KEY_PREFIX`]), rewritten whenever it changes, with a
+//!   TTL of the resume window, refreshed while the client is connected. A resume on
+//!   *any* gateway loads it from Redis (Redis is the authority: a session another
+//!   gateway took over is never resumed from a stale copy in memory), checks the secret
+//!   against the stored hash in constant time, and claims the session for this gateway.
+//!   A gateway that finds, on its next write or TTL refresh, that another gateway
+//!   claimed one of its sessions drops its copy and closes that old connection.
+//!
+//! Redis is never on the path of normal traffic: changes are marked and written by a
+//! background task ([`Sessions::maintain`]), so requests, pushes and new logins keep
+//! working while Redis is down (failed writes are retried, logged at warn at most every
+//! ten seconds). Only a resume needs Redis; without it the resume is refused with
+//! [`Refusal::StoreUnavailable`] and the client can authenticate again.
+//!
+//! Redis restarted empty (no persistence): the TTL refresh finds the connected
+//! sessions' records missing and writes them again; detached sessions are lost.
+//! One Redis (or a primary with replicas), not Redis Cluster: the refresh script
+//! touches many keys at once. Gateways sharing a Redis need distinct `gateway.id`s:
+//! the id in a record says which gateway holds the session.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use meshline::InstanceKey;
+use async_trait::async_trait;
+use meshline::{Instance, InstanceKey};
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
+use super::admission::Refusal;
 use super::outbound::Outbound;
+use super::settings::{GatewaySettings, SessionStoreKind};
+
+/// Redis key prefix of a session's hash: `meshline:gw:session:<id>`.
+pub const KEY_PREFIX: &str = "meshline:gw:session:";
 
 /// The connection a session is attached to now.
 #[derive(Debug)]
@@ -43,12 +79,22 @@ pub struct Session {
     /// The authenticated account.
     pub account: String,
     secret: String,
+    secret_sha256: String,
     m: Mutex<Mutable>,
+    /// Set with a shared store: where changes are marked for writing.
+    dirty: Option<Arc<Dirty>>,
 }
 
 impl Session {
     fn m(&self) -> MutexGuard<'_, Mutable> {
         self.m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the durable part changed (written by [`Sessions::maintain`]).
+    fn changed(&self) {
+        if let Some(d) = &self.dirty {
+            d.mark(&self.id, Change::Save);
+        }
     }
 
     /// The resume secret (sent to the client once, in AUTH_OK).
@@ -74,6 +120,9 @@ impl Session {
         if m.link.as_ref().is_some_and(|l| Arc::ptr_eq(l, link)) {
             m.link = None;
             m.detached_at = Some(Instant::now());
+            drop(m);
+            // Rewritten so the stored TTL (the resume window) counts from now.
+            self.changed();
         }
     }
 
@@ -82,14 +131,31 @@ impl Session {
         self.m().bindings.get(slot).cloned()
     }
 
+    /// Every binding: slot (a cluster, or `m:<module>`) and backend.
+    pub fn bindings(&self) -> Vec<(String, InstanceKey)> {
+        let mut v: Vec<_> = self
+            .m()
+            .bindings
+            .iter()
+            .map(|(s, k)| (s.clone(), k.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Binds `slot` to `backend`.
     pub fn bind(&self, slot: String, backend: InstanceKey) {
-        self.m().bindings.insert(slot, backend);
+        let old = self.m().bindings.insert(slot, backend.clone());
+        if old.as_ref() != Some(&backend) {
+            self.changed();
+        }
     }
 
     /// Drops the binding of `slot`.
     pub fn unbind(&self, slot: &str) {
-        self.m().bindings.remove(slot);
+        if self.m().bindings.remove(slot).is_some() {
+            self.changed();
+        }
     }
 
     /// The role (empty until a backend sets one through the user state).
@@ -104,48 +170,710 @@ impl Session {
 
     /// Sets the user state (its first `;`-separated field is the role).
     pub fn set_user_state(&self, state: String) {
-        let mut m = self.m();
-        m.role = state.split(';').next().unwrap_or("").to_string();
-        m.user_state = state;
+        {
+            let mut m = self.m();
+            m.role = state.split(';').next().unwrap_or("").to_string();
+            m.user_state = state;
+        }
+        self.changed();
+    }
+
+    /// The fan-out groups the session is in.
+    pub fn groups(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.m().groups.iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The durable part, as a store keeps it.
+    pub fn record(&self) -> SessionRecord {
+        let m = self.m();
+        SessionRecord {
+            id: self.id.clone(),
+            account: self.account.clone(),
+            secret_sha256: self.secret_sha256.clone(),
+            role: m.role.clone(),
+            user_state: m.user_state.clone(),
+            bindings: m
+                .bindings
+                .iter()
+                .map(|(s, k)| (s.clone(), k.clone()))
+                .collect(),
+            groups: m.groups.iter().cloned().collect(),
+        }
     }
 }
 
-/// Every session of this gateway, and the fan-out groups.
+/// The durable part of a session: what a shared store keeps and another gateway
+/// restores. The live part (the connection) is not in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// Session id.
+    pub id: String,
+    /// The authenticated account.
+    pub account: String,
+    /// SHA-256 of the resume secret, lower-case hex (the secret itself is never stored).
+    pub secret_sha256: String,
+    /// The role.
+    pub role: String,
+    /// The user state.
+    pub user_state: String,
+    /// Bindings by slot (a cluster, or `m:<module>`).
+    pub bindings: BTreeMap<String, InstanceKey>,
+    /// Fan-out groups.
+    pub groups: BTreeSet<String>,
+}
+
+/// A store that cannot be reached or answered wrongly.
+#[derive(Debug, thiserror::Error)]
+#[error("session store {store}: {reason}")]
+pub struct StoreError {
+    store: String,
+    reason: String,
+}
+
+impl StoreError {
+    fn new(store: impl Into<String>, reason: impl std::fmt::Display) -> StoreError {
+        StoreError {
+            store: store.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// What [`SessionStore::save`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// Written (with the TTL of the resume window).
+    Written,
+    /// Not written: another gateway has claimed the session since.
+    Taken,
+}
+
+/// What [`SessionStore::refresh`] found for one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// Ours; its TTL starts again.
+    Kept,
+    /// Not in the store (expired, or the store restarted empty): write it again.
+    Missing,
+    /// Another gateway has claimed it.
+    Taken,
+}
+
+/// Where the durable part of sessions is kept beyond this gateway's memory.
+#[async_trait]
+pub trait SessionStore: Send + Sync + std::fmt::Debug {
+    /// A name for logs (`memory`, `redis`).
+    fn name(&self) -> &'static str;
+
+    /// False for a store that keeps nothing beyond memory: nothing is written to it.
+    fn is_shared(&self) -> bool;
+
+    /// The record of session `id`, `None` when the store has none.
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// Writes `record` as held by this gateway. With `claim` it is written whoever held
+    /// it (a resume here); without, only if no other gateway has claimed it.
+    async fn save(&self, record: &SessionRecord, claim: bool) -> Result<Saved, StoreError>;
+
+    /// Restarts the TTL of sessions this gateway holds; one answer per id, in order.
+    async fn refresh(&self, ids: &[String]) -> Result<Vec<Refreshed>, StoreError>;
+
+    /// Ends session `id` in the store, if this gateway holds it.
+    async fn delete(&self, id: &str) -> Result<(), StoreError>;
+}
+
+/// Sessions in this gateway's memory only (the default): a resume works on the same
+/// gateway, within the resume window.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryStore;
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    async fn load(&self, _id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(None)
+    }
+
+    async fn save(&self, _record: &SessionRecord, _claim: bool) -> Result<Saved, StoreError> {
+        Ok(Saved::Written)
+    }
+
+    async fn refresh(&self, ids: &[String]) -> Result<Vec<Refreshed>, StoreError> {
+        Ok(vec![Refreshed::Kept; ids.len()])
+    }
+
+    async fn delete(&self, _id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Writes a session's hash unless another gateway claimed it (ARGV[1] = `1` claims).
+/// KEYS[1] = the key; ARGV = claim, gateway, TTL (ms), then field, value, ...
+const SAVE_SCRIPT: &str = r"
+local owner = redis.call('HGET', KEYS[1], 'gateway')
+if ARGV[1] ~= '1' and owner and owner ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// Per key: 1 = ours, TTL restarted; 0 = missing; 2 = another gateway's.
+/// ARGV = gateway, TTL (ms).
+const REFRESH_SCRIPT: &str = r"
+local out = {}
+for i, k in ipairs(KEYS) do
+  local owner = redis.call('HGET', k, 'gateway')
+  if not owner then out[i] = 0
+  elseif owner == ARGV[1] then redis.call('PEXPIRE', k, ARGV[2]); out[i] = 1
+  else out[i] = 2 end
+end
+return out
+";
+
+/// Deletes the key if ARGV[1] (this gateway) holds it.
+const DELETE_SCRIPT: &str = r"
+if redis.call('HGET', KEYS[1], 'gateway') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// After a failed connect, commands fail at once for this long instead of each trying
+/// again (a resume storm against a Redis that is down costs nothing).
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
+
+#[derive(Default)]
+struct RedisConn {
+    conn: Option<MultiplexedConnection>,
+    failed_at: Option<Instant>,
+}
+
+/// Sessions in Redis, shared by every gateway pointed at it: a hash per session
+/// (`meshline:gw:session:<id>`, see the [module docs](self)), TTL = the resume window.
+pub struct RedisStore {
+    client: redis::Client,
+    /// The URL without its password, for errors and logs.
+    server: String,
+    gateway: String,
+    ttl: Duration,
+    timeout: Duration,
+    conn: tokio::sync::Mutex<RedisConn>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.server)
+            .field("gateway", &self.gateway)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `redis://user:pw@host:port/db` -> `redis://host:port/db`.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://{}", &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+/// True when the connection should be dropped and opened again.
+fn connection_broken(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+}
+
+impl RedisStore {
+    /// A store at `url` (`redis://[:password@]host:port[/db]`) for gateway `gateway`,
+    /// keeping records for `ttl` after their last write or refresh, each command
+    /// bounded by `timeout`. Connects lazily: a Redis that is down does not stop the
+    /// gateway from starting.
+    pub fn new(
+        url: &str,
+        gateway: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<RedisStore, StoreError> {
+        let server = redact(url);
+        let client = redis::Client::open(url).map_err(|e| StoreError::new(&server, e))?;
+        Ok(RedisStore {
+            client,
+            server,
+            gateway: gateway.to_string(),
+            ttl: ttl.max(Duration::from_secs(1)),
+            timeout: timeout.max(Duration::from_millis(50)),
+            conn: tokio::sync::Mutex::new(RedisConn::default()),
+        })
+    }
+
+    fn key(id: &str) -> String {
+        format!("{KEY_PREFIX}{id}")
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::new(format!("redis {}", self.server), e)
+    }
+
+    async fn conn(&self) -> Result<MultiplexedConnection, StoreError> {
+        let mut st = self.conn.lock().await;
+        if let Some(c) = &st.conn {
+            return Ok(c.clone());
+        }
+        if st
+            .failed_at
+            .is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF)
+        {
+            return Err(self.err("not reachable (retrying shortly)"));
+        }
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let opened = tokio::time::timeout(
+            self.timeout,
+            self.client
+                .get_multiplexed_async_connection_with_config(&cfg),
+        )
+        .await;
+        match opened {
+            Ok(Ok(c)) => {
+                if st.failed_at.take().is_some() {
+                    tracing::info!(server = %self.server, "session store: connected to redis");
+                }
+                st.conn = Some(c.clone());
+                Ok(c)
+            }
+            Ok(Err(e)) => {
+                st.failed_at = Some(Instant::now());
+                Err(self.err(format!("cannot connect: {e}")))
+            }
+            Err(_) => {
+                st.failed_at = Some(Instant::now());
+                Err(self.err(format!("no connection within {:?}", self.timeout)))
+            }
+        }
+    }
+
+    async fn drop_conn(&self) {
+        self.conn.lock().await.conn = None;
+    }
+
+    /// Runs one command; a broken connection is dropped (the next command reconnects).
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        op: &str,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let mut c = self.conn().await?;
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut c)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if connection_broken(&e) {
+                    self.drop_conn().await;
+                }
+                Err(self.err(format!("{op}: {e}")))
+            }
+            Err(_) => {
+                self.drop_conn().await;
+                Err(self.err(format!("{op}: no answer within {:?}", self.timeout)))
+            }
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().try_into().unwrap_or(u64::MAX)
+    }
+}
+
+/// Hash fields: `account`, `secret` (SHA-256 hex), `gateway`, `role`, `state`,
+/// `b:<slot>` (a binding's backend, `host:port`), `g:<group>`.
+fn record_fields(record: &SessionRecord, gateway: &str) -> Vec<String> {
+    let mut f = vec![
+        "account".to_string(),
+        record.account.clone(),
+        "secret".into(),
+        record.secret_sha256.clone(),
+        "gateway".into(),
+        gateway.to_string(),
+        "role".into(),
+        record.role.clone(),
+        "state".into(),
+        record.user_state.clone(),
+    ];
+    for (slot, backend) in &record.bindings {
+        f.push(format!("b:{slot}"));
+        f.push(backend.to_string());
+    }
+    for g in &record.groups {
+        f.push(format!("g:{g}"));
+        f.push("1".into());
+    }
+    f
+}
+
+fn parse_record(id: &str, mut h: HashMap<String, String>) -> Result<SessionRecord, String> {
+    let mut take = |k: &str| h.remove(k);
+    let account = take("account").ok_or("no account")?;
+    let secret_sha256 = take("secret").ok_or("no secret hash")?;
+    let mut r = SessionRecord {
+        id: id.to_string(),
+        account,
+        secret_sha256,
+        role: take("role").unwrap_or_default(),
+        user_state: take("state").unwrap_or_default(),
+        ..SessionRecord::default()
+    };
+    for (k, v) in h {
+        if let Some(slot) = k.strip_prefix("b:") {
+            let backend = Instance::parse(&v)
+                .map_err(|e| format!("binding {slot}: {e}"))?
+                .key()
+                .clone();
+            r.bindings.insert(slot.to_string(), backend);
+        } else if let Some(g) = k.strip_prefix("g:") {
+            r.groups.insert(g.to_string());
+        }
+    }
+    Ok(r)
+}
+
+#[async_trait]
+impl SessionStore for RedisStore {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(Self::key(id));
+        let h: HashMap<String, String> = self.run("HGETALL", cmd).await?;
+        if h.is_empty() {
+            return Ok(None);
+        }
+        parse_record(id, h)
+            .map(Some)
+            .map_err(|e| self.err(format!("session {id}: bad record: {e}")))
+    }
+
+    async fn save(&self, record: &SessionRecord, claim: bool) -> Result<Saved, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SAVE_SCRIPT)
+            .arg(1)
+            .arg(Self::key(&record.id))
+            .arg(if claim { "1" } else { "0" })
+            .arg(&self.gateway)
+            .arg(self.ttl_ms())
+            .arg(record_fields(record, &self.gateway));
+        let n: i64 = self.run("save", cmd).await?;
+        Ok(if n == 1 { Saved::Written } else { Saved::Taken })
+    }
+
+    async fn refresh(&self, ids: &[String]) -> Result<Vec<Refreshed>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| Self::key(id)).collect();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(REFRESH_SCRIPT)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&self.gateway)
+            .arg(self.ttl_ms());
+        let v: Vec<i64> = self.run("refresh", cmd).await?;
+        Ok(v.into_iter()
+            .map(|n| match n {
+                1 => Refreshed::Kept,
+                0 => Refreshed::Missing,
+                _ => Refreshed::Taken,
+            })
+            .collect())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(DELETE_SCRIPT)
+            .arg(1)
+            .arg(Self::key(id))
+            .arg(&self.gateway);
+        self.run::<i64>("delete", cmd).await.map(|_| ())
+    }
+}
+
+/// SHA-256 of a resume secret, lower-case hex: what stores keep.
+pub fn secret_sha256(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Equal, compared without an early exit on the first differing byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Save,
+    Delete,
+}
+
+/// Sessions whose durable part changed since it was last written.
 #[derive(Debug, Default)]
+struct Dirty {
+    ids: Mutex<HashMap<String, Change>>,
+    wake: Notify,
+}
+
+impl Dirty {
+    fn mark(&self, id: &str, change: Change) {
+        {
+            let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+            let c = ids.entry(id.to_string()).or_insert(change);
+            if change == Change::Delete {
+                *c = Change::Delete;
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> Vec<(String, Change)> {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.drain().collect()
+    }
+
+    /// Puts back changes that could not be written (newer marks win).
+    fn put_back(&self, changes: impl IntoIterator<Item = (String, Change)>) {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, c) in changes {
+            ids.entry(id).or_insert(c);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ids.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// Logs a store failure at warn at most every ten seconds, counting the rest.
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl WarnLimiter {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn warn(&self, what: &str, error: &dyn std::fmt::Display) {
+        let suppressed = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.0.is_some_and(|t| t.elapsed() < Self::EVERY) {
+                st.1 += 1;
+                return;
+            }
+            st.0 = Some(Instant::now());
+            std::mem::take(&mut st.1)
+        };
+        tracing::warn!(%error, suppressed, "session store: {what}");
+    }
+}
+
+/// Every session of this gateway, the fan-out groups, and the store behind them.
+#[derive(Debug)]
 pub struct Sessions {
     by_id: Mutex<HashMap<String, Arc<Session>>>,
     groups: Mutex<HashMap<String, HashSet<String>>>,
+    store: Arc<dyn SessionStore>,
+    /// Set when the store is shared.
+    dirty: Option<Arc<Dirty>>,
+    window: Duration,
+    warn: WarnLimiter,
+}
+
+impl Default for Sessions {
+    /// In memory, with a 60 s resume window.
+    fn default() -> Self {
+        Sessions::new(Arc::new(MemoryStore), Duration::from_secs(60))
+    }
 }
 
 fn random_hex() -> String {
     format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }
 
+/// A session id as [`Sessions::create`] makes them (32 hex digits): anything else is
+/// refused before the store is asked.
+fn plausible_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl Sessions {
+    /// Sessions kept in `store` too, detached ones ending after `window`.
+    pub fn new(store: Arc<dyn SessionStore>, window: Duration) -> Sessions {
+        Sessions {
+            by_id: Mutex::default(),
+            groups: Mutex::default(),
+            dirty: store.is_shared().then(Arc::default),
+            store,
+            window,
+            warn: WarnLimiter::default(),
+        }
+    }
+
+    /// The store `settings` choose (`gateway.session-store`), with their resume window.
+    pub fn from_settings(settings: &GatewaySettings) -> Result<Sessions, StoreError> {
+        let store: Arc<dyn SessionStore> = match settings.session_store {
+            SessionStoreKind::Memory => Arc::new(MemoryStore),
+            SessionStoreKind::Redis => Arc::new(RedisStore::new(
+                &settings.redis_url,
+                &settings.id,
+                settings.resume_window,
+                settings.redis_timeout,
+            )?),
+        };
+        tracing::info!(store = store.name(), window = ?settings.resume_window, "session store");
+        Ok(Sessions::new(store, settings.resume_window))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store
+    }
+
+    /// How long a detached session can be resumed.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    fn mark(&self, id: &str, change: Change) {
+        if let Some(d) = &self.dirty {
+            d.mark(id, change);
+        }
+    }
+
     /// A new session for `account`.
     pub fn create(&self, account: String) -> Arc<Session> {
+        let secret = random_hex();
         let s = Arc::new(Session {
             id: random_hex(),
             account,
-            secret: random_hex(),
+            secret_sha256: secret_sha256(&secret),
+            secret,
             m: Mutex::new(Mutable::default()),
+            dirty: self.dirty.clone(),
         });
         self.by_id
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(s.id.clone(), s.clone());
+        s.changed();
         s
     }
 
-    /// The session `id` if `secret` is its resume secret.
-    pub fn resume(&self, id: &str, secret: &str) -> Option<Arc<Session>> {
-        let s = self.get(id)?;
-        // Compare without an early exit on the first differing byte.
-        let a = s.secret.as_bytes();
-        let b = secret.as_bytes();
-        let same =
-            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-        same.then_some(s)
+    /// The session `id` if `secret` is its resume secret: from memory with the memory
+    /// store; from the store (whichever gateway held it) with a shared one, claimed for
+    /// this gateway. [`Refusal::BadResume`] for an unknown session or a wrong secret,
+    /// [`Refusal::StoreUnavailable`] when the shared store cannot be asked.
+    pub async fn resume(&self, id: &str, secret: &str) -> Result<Arc<Session>, Refusal> {
+        if !plausible_id(id) {
+            return Err(Refusal::BadResume);
+        }
+        let presented = secret_sha256(secret);
+        if !self.store.is_shared() {
+            let s = self.get(id).ok_or(Refusal::BadResume)?;
+            return if same(s.secret_sha256.as_bytes(), presented.as_bytes()) {
+                Ok(s)
+            } else {
+                Err(Refusal::BadResume)
+            };
+        }
+        let record = match self.store.load(id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(Refusal::BadResume),
+            Err(e) => {
+                self.warn.warn("a resume could not load its session", &e);
+                return Err(Refusal::StoreUnavailable);
+            }
+        };
+        if !same(record.secret_sha256.as_bytes(), presented.as_bytes()) {
+            return Err(Refusal::BadResume);
+        }
+        let s = self.restore(record, secret);
+        match self.store.save(&s.record(), true).await {
+            Ok(_) => {}
+            Err(e) => {
+                self.warn.warn("a resumed session could not be claimed", &e);
+                self.mark(id, Change::Save);
+            }
+        }
+        Ok(s)
+    }
+
+    /// Puts `record` in memory: a new session, or the durable part of the copy already
+    /// here replaced (another gateway may have changed it since).
+    fn restore(&self, record: SessionRecord, secret: &str) -> Arc<Session> {
+        let new_groups: HashSet<String> = record.groups.iter().cloned().collect();
+        let existing = self.get(&record.id);
+        let (s, old_groups) = match existing {
+            Some(s) => {
+                let old = {
+                    let mut m = s.m();
+                    m.role = record.role;
+                    m.user_state = record.user_state;
+                    m.bindings = record.bindings.into_iter().collect();
+                    std::mem::replace(&mut m.groups, new_groups.clone())
+                };
+                (s, old)
+            }
+            None => {
+                let s = Arc::new(Session {
+                    id: record.id,
+                    account: record.account,
+                    secret: secret.to_string(),
+                    secret_sha256: record.secret_sha256,
+                    m: Mutex::new(Mutable {
+                        role: record.role,
+                        user_state: record.user_state,
+                        bindings: record.bindings.into_iter().collect(),
+                        groups: new_groups.clone(),
+                        link: None,
+                        detached_at: Some(Instant::now()),
+                    }),
+                    dirty: self.dirty.clone(),
+                });
+                self.by_id
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(s.id.clone(), s.clone());
+                (s, HashSet::new())
+            }
+        };
+        let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        for name in old_groups.difference(&new_groups) {
+            if let Some(members) = g.get_mut(name) {
+                members.remove(&s.id);
+                if members.is_empty() {
+                    g.remove(name);
+                }
+            }
+        }
+        for name in &new_groups {
+            g.entry(name.clone()).or_default().insert(s.id.clone());
+        }
+        drop(g);
+        s
     }
 
     /// The session `id`.
@@ -157,8 +885,15 @@ impl Sessions {
             .cloned()
     }
 
-    /// Ends session `id` (a kick without keep).
+    /// Ends session `id` (a kick without keep), in the store too.
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        let s = self.forget(id)?;
+        self.mark(id, Change::Delete);
+        Some(s)
+    }
+
+    /// Drops session `id` from memory only.
+    fn forget(&self, id: &str) -> Option<Arc<Session>> {
         let s = self
             .by_id
             .lock()
@@ -177,6 +912,16 @@ impl Sessions {
         Some(s)
     }
 
+    /// Another gateway claimed session `id`: drop this copy and close its connection.
+    fn lost(&self, id: &str) {
+        if let Some(s) = self.forget(id) {
+            tracing::debug!(session = %id, "session taken over by another gateway");
+            if let Some(l) = s.link() {
+                l.outbound.close("session resumed on another gateway");
+            }
+        }
+    }
+
     /// Sessions now.
     pub fn len(&self) -> usize {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -190,20 +935,25 @@ impl Sessions {
     /// Adds session `id` to `group`.
     pub fn join(&self, id: &str, group: &str) {
         if let Some(s) = self.get(id) {
-            s.m().groups.insert(group.to_string());
+            let added = s.m().groups.insert(group.to_string());
             self.groups
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .entry(group.to_string())
                 .or_default()
                 .insert(id.to_string());
+            if added {
+                s.changed();
+            }
         }
     }
 
     /// Removes session `id` from `group`.
     pub fn leave(&self, id: &str, group: &str) {
-        if let Some(s) = self.get(id) {
-            s.m().groups.remove(group);
+        if let Some(s) = self.get(id)
+            && s.m().groups.remove(group)
+        {
+            s.changed();
         }
         let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(members) = g.get_mut(group) {
@@ -235,7 +985,8 @@ impl Sessions {
         ids.iter().filter_map(|id| self.get(id)).collect()
     }
 
-    /// Ends sessions detached for longer than `window`; returns how many.
+    /// Drops sessions detached for longer than `window` from memory; returns how many.
+    /// (A shared store's records expire on their own, by their TTL.)
     pub fn expire(&self, window: Duration) -> usize {
         let expired: Vec<String> = self
             .by_id
@@ -246,8 +997,198 @@ impl Sessions {
             .map(|s| s.id.clone())
             .collect();
         for id in &expired {
-            self.remove(id);
+            self.forget(id);
         }
         expired.len()
+    }
+
+    /// Changes not yet written to the store.
+    pub fn pending_writes(&self) -> usize {
+        self.dirty.as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Writes marked changes now; false when the store failed (they stay marked).
+    pub async fn flush(&self) -> bool {
+        let Some(dirty) = &self.dirty else {
+            return true;
+        };
+        let mut changes = dirty.take().into_iter();
+        while let Some((id, change)) = changes.next() {
+            let result = match change {
+                Change::Save => match self.get(&id) {
+                    Some(s) => match self.store.save(&s.record(), false).await {
+                        Ok(Saved::Written) => Ok(()),
+                        Ok(Saved::Taken) => {
+                            self.lost(&id);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                    None => Ok(()),
+                },
+                Change::Delete => self.store.delete(&id).await,
+            };
+            if let Err(e) = result {
+                self.warn.warn("writes fail (retrying)", &e);
+                dirty.put_back(std::iter::once((id, change)).chain(changes));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Restarts the store TTL of every connected session (records found missing are
+    /// written again, sessions another gateway claimed are dropped here).
+    async fn refresh(&self) {
+        let connected: Vec<String> = self
+            .by_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.m().link.is_some())
+            .map(|s| s.id.clone())
+            .collect();
+        for chunk in connected.chunks(256) {
+            match self.store.refresh(chunk).await {
+                Ok(found) => {
+                    for (id, r) in chunk.iter().zip(found) {
+                        match r {
+                            Refreshed::Kept => {}
+                            Refreshed::Missing => self.mark(id, Change::Save),
+                            Refreshed::Taken => self.lost(id),
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.warn.warn("TTL refresh fails", &e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs until `stop`: ends sessions detached past the window, and with a shared
+    /// store writes changes as they are marked (retrying after failures) and refreshes
+    /// the TTL of connected sessions every third of the window.
+    pub async fn maintain(&self, stop: &CancellationToken) {
+        let mut expire = tokio::time::interval(
+            Duration::from_secs(5)
+                .min(self.window)
+                .max(Duration::from_millis(100)),
+        );
+        let every = (self.window / 3).clamp(Duration::from_millis(500), Duration::from_secs(30));
+        let mut refresh = tokio::time::interval(every);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let idle = Arc::new(Dirty::default());
+        let dirty = self.dirty.clone().unwrap_or(idle);
+        let shared = self.dirty.is_some();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = expire.tick() => {
+                    self.expire(self.window);
+                }
+                _ = refresh.tick(), if shared => self.refresh().await,
+                _ = dirty.wake.notified(), if shared => {
+                    if !self.flush().await {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        }
+                        // Try again (the marks are still there).
+                        dirty.wake.notify_one();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_hash_fields() {
+        let mut r = SessionRecord {
+            id: "0123456789abcdef0123456789abcdef".into(),
+            account: "alice".into(),
+            secret_sha256: secret_sha256("s"),
+            role: "knight".into(),
+            user_state: "knight;lvl=3".into(),
+            ..SessionRecord::default()
+        };
+        r.bindings.insert(
+            "room".into(),
+            Instance::parse("127.0.0.1:7101").unwrap().key().clone(),
+        );
+        r.bindings.insert(
+            "m:4".into(),
+            Instance::parse("[::1]:7102").unwrap().key().clone(),
+        );
+        r.groups.insert("room:r1".into());
+        let fields = record_fields(&r, "gw-1");
+        assert!(!fields.iter().any(|f| f == "s"), "the secret is not stored");
+        let h: HashMap<String, String> = fields
+            .chunks(2)
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect();
+        assert_eq!(h["gateway"], "gw-1");
+        assert_eq!(parse_record(&r.id, h).unwrap(), r);
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("redis://:pw@127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[tokio::test]
+    async fn memory_resume_checks_the_secret_and_the_id() {
+        let sessions = Sessions::default();
+        let s = sessions.create("alice".into());
+        let back = sessions.resume(&s.id, s.secret()).await.unwrap();
+        assert!(Arc::ptr_eq(&s, &back));
+        assert_eq!(
+            sessions.resume(&s.id, "wrong").await.unwrap_err(),
+            Refusal::BadResume
+        );
+        assert_eq!(
+            sessions.resume("*", s.secret()).await.unwrap_err(),
+            Refusal::BadResume
+        );
+        assert_eq!(
+            sessions.pending_writes(),
+            0,
+            "the memory store writes nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_refuses_resumes_and_keeps_changes_marked() {
+        // Port 1 on loopback: nothing listens there, the connect is refused at once.
+        let store = RedisStore::new(
+            "redis://127.0.0.1:1/",
+            "gw-1",
+            Duration::from_secs(60),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let sessions = Sessions::new(Arc::new(store), Duration::from_secs(60));
+        let s = sessions.create("alice".into());
+        s.bind(
+            "room".into(),
+            Instance::parse("127.0.0.1:9").unwrap().key().clone(),
+        );
+        assert_eq!(
+            sessions.resume(&s.id, s.secret()).await.unwrap_err(),
+            Refusal::StoreUnavailable
+        );
+        assert!(!sessions.flush().await);
+        assert_eq!(sessions.pending_writes(), 1);
+        assert_eq!(s.binding("room").unwrap().port, 9, "memory is untouched");
     }
 }

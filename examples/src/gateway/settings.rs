@@ -5,6 +5,8 @@
 //! gateway:
 //!   id: gw-1                      # names this gateway to clients and backends
 //!   listen: 127.0.0.1:7000        # TCP clients
+//!   ws-listen: 127.0.0.1:7001     # WebSocket clients (browsers); optional
+//!   admin-listen: 127.0.0.1:7080  # HTTP: GET /gateway.html, the browser client; optional
 //!   secret: change-me             # HMAC key shared with the login service
 //!   auth-deadline: 3s             # first frame must be AUTH within this
 //!   max-unauthenticated: 5000     # connections still authenticating, at most
@@ -12,6 +14,10 @@
 //!   send-queue-soft: 256KiB       # above: oldest unreliable frames dropped
 //!   send-queue-hard: 1MiB         # above: the client is disconnected
 //!   register-cluster: gateway     # registered here in the registry ("" = do not)
+//!   resume-window: 60s            # a detached session can be resumed this long
+//!   session-store: memory         # memory (this gateway only) or redis (any gateway)
+//!   redis-url: redis://127.0.0.1:6379   # with session-store: redis
+//!   redis-timeout: 2s             # each Redis command (and connect) at most
 //!   modules:
 //!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
 //!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
@@ -24,6 +30,14 @@
 //! and unbinds sessions explicitly). `key`: what hashing balancers hash: `account`,
 //! `role`, `source` (client IP) or `prefix:N` (the payload's first N bytes, read without
 //! decoding the payload).
+//!
+//! `session-store` (see [`session`](super::session)): `memory` keeps sessions in this
+//! gateway only, so a client resumes on the gateway it left; `redis` also writes each
+//! session's durable part (account, a SHA-256 of the resume secret, role, user state,
+//! bindings, groups) to the Redis at `redis-url` (`redis://[:password@]host:port[/db]`)
+//! as the hash `meshline:gw:session:<id>` with a TTL of `resume-window`, so a client can
+//! resume on any gateway sharing that Redis. Redis is only needed to resume: while it is
+//! down, resumes are refused with a reason and everything else keeps working.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -74,6 +88,15 @@ pub struct ModuleRoute {
     pub key: RouteKey,
 }
 
+/// Where sessions are kept beyond this gateway's memory (`session-store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionStoreKind {
+    /// Nowhere: a session can be resumed on this gateway only.
+    Memory,
+    /// In Redis at `redis-url`: a session can be resumed on any gateway sharing it.
+    Redis,
+}
+
 /// Every gateway setting.
 #[derive(Debug, Clone)]
 pub struct GatewaySettings {
@@ -81,6 +104,11 @@ pub struct GatewaySettings {
     pub id: String,
     /// TCP listen address.
     pub listen: SocketAddr,
+    /// WebSocket listen address (`None`: no WebSocket listener). The frame is the same,
+    /// one per binary message.
+    pub ws_listen: Option<SocketAddr>,
+    /// Admin HTTP listen address serving the browser client page (`None`: none).
+    pub admin_listen: Option<SocketAddr>,
     /// Token secret (never logged).
     pub secret: String,
     /// Time allowed for the first frame (AUTH / RESUME).
@@ -99,6 +127,14 @@ pub struct GatewaySettings {
     pub backend_timeout: Duration,
     /// The modules by id.
     pub modules: BTreeMap<u16, ModuleRoute>,
+    /// How long a detached session can be resumed (and its store record's TTL).
+    pub resume_window: Duration,
+    /// Where sessions are kept beyond memory.
+    pub session_store: SessionStoreKind,
+    /// The Redis of [`SessionStoreKind::Redis`] (may hold a password: never logged).
+    pub redis_url: String,
+    /// Bound on each Redis command and connect.
+    pub redis_timeout: Duration,
 }
 
 impl Default for GatewaySettings {
@@ -106,6 +142,8 @@ impl Default for GatewaySettings {
         GatewaySettings {
             id: "gw-1".into(),
             listen: "127.0.0.1:7000".parse().expect("valid address"),
+            ws_listen: None,
+            admin_listen: None,
             secret: String::new(),
             auth_deadline: Duration::from_secs(3),
             max_unauthenticated: 5000,
@@ -115,6 +153,10 @@ impl Default for GatewaySettings {
             register_cluster: Some("gateway".into()),
             backend_timeout: Duration::from_secs(5),
             modules: BTreeMap::new(),
+            resume_window: Duration::from_secs(60),
+            session_store: SessionStoreKind::Memory,
+            redis_url: "redis://127.0.0.1:6379".into(),
+            redis_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -142,6 +184,19 @@ fn bytes(key: &str, v: &str) -> Result<usize, SettingsError> {
     meshline::core::config::parse_bytes(v).map_err(|e| err(key, e))
 }
 
+/// An optional address: empty means none.
+fn optional_addr(key: &str, v: &str) -> Result<Option<SocketAddr>, SettingsError> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse().map(Some).map_err(|e| {
+        err(
+            key,
+            format!("{e} (an address like 127.0.0.1:7001, or empty)"),
+        )
+    })
+}
+
 impl GatewaySettings {
     /// Reads `config`'s `gateway` section over the defaults. Unknown keys are errors
     /// (a typo in a gateway setting should not pass silently).
@@ -155,6 +210,8 @@ impl GatewaySettings {
             match k.as_str() {
                 "id" => s.id = v.to_string(),
                 "listen" => s.listen = v.parse().map_err(|e| err(k, format!("{e}")))?,
+                "wslisten" => s.ws_listen = optional_addr(k, v)?,
+                "adminlisten" => s.admin_listen = optional_addr(k, v)?,
                 "secret" => s.secret = v.to_string(),
                 "authdeadline" => s.auth_deadline = duration(k, v)?,
                 "maxunauthenticated" => {
@@ -165,6 +222,16 @@ impl GatewaySettings {
                 "sendqueuehard" => s.send_queue_hard = bytes(k, v)?,
                 "backendtimeout" => s.backend_timeout = duration(k, v)?,
                 "registercluster" => s.register_cluster = (!v.is_empty()).then(|| v.to_string()),
+                "resumewindow" => s.resume_window = duration(k, v)?,
+                "sessionstore" => {
+                    s.session_store = match v.to_ascii_lowercase().as_str() {
+                        "memory" => SessionStoreKind::Memory,
+                        "redis" => SessionStoreKind::Redis,
+                        _ => return Err(err(k, "memory or redis")),
+                    }
+                }
+                "redisurl" => s.redis_url = v.to_string(),
+                "redistimeout" => s.redis_timeout = duration(k, v)?,
                 other => match other
                     .strip_prefix("modules.")
                     .and_then(|r| r.split_once('.'))
@@ -232,6 +299,19 @@ impl GatewaySettings {
         if s.secret.is_empty() {
             return Err(err("secret", "a token secret is required"));
         }
+        if s.resume_window.is_zero() {
+            return Err(err("resume-window", "must be more than zero"));
+        }
+        if s.session_store == SessionStoreKind::Redis {
+            // Checks the URL's form only (nothing is connected here); the error never
+            // repeats the URL, which may hold a password.
+            redis::Client::open(s.redis_url.as_str()).map_err(|e| {
+                err(
+                    "redis-url",
+                    format!("not a redis:// URL ({})", e.category()),
+                )
+            })?;
+        }
         Ok(s)
     }
 
@@ -258,12 +338,51 @@ mod tests {
         .unwrap();
         let s = GatewaySettings::from_config(&c).unwrap();
         assert_eq!(s.id, "gw-9");
+        assert_eq!(s.ws_listen, None);
         assert_eq!(s.max_frame, 1024);
         assert_eq!(s.auth_deadline, Duration::from_secs(2));
         assert_eq!(s.modules[&1].name, "lobby");
         assert_eq!(s.modules[&3].kind, ModuleKind::Static);
         assert_eq!(s.modules[&3].key, RouteKey::Prefix(4));
         assert_eq!(s.clusters(), vec!["lobby".to_string(), "room".to_string()]);
+        assert_eq!(s.session_store, SessionStoreKind::Memory);
+        assert_eq!(s.resume_window, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn reads_the_session_store() {
+        let c = Config::from_text(
+            "gateway:\n  secret: k\n  session-store: redis\n  redis-url: redis://10.0.0.7:6380/2\n  resume-window: 2m\n  redis-timeout: 500ms\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        assert_eq!(s.session_store, SessionStoreKind::Redis);
+        assert_eq!(s.redis_url, "redis://10.0.0.7:6380/2");
+        assert_eq!(s.resume_window, Duration::from_secs(120));
+        assert_eq!(s.redis_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn the_websocket_and_admin_listeners_are_optional() {
+        let c = Config::from_text(
+            "gateway:\n  secret: k\n  ws-listen: 127.0.0.1:7001\n  admin-listen: 127.0.0.1:7080\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        assert_eq!(s.ws_listen, Some("127.0.0.1:7001".parse().unwrap()));
+        assert_eq!(s.admin_listen, Some("127.0.0.1:7080".parse().unwrap()));
+        let c = Config::from_text("gateway.secret=k\ngateway.ws-listen=\n", Format::Properties)
+            .unwrap();
+        assert_eq!(GatewaySettings::from_config(&c).unwrap().ws_listen, None);
+        let c = Config::from_text(
+            "gateway.secret=k\ngateway.ws-listen=localhost\n",
+            Format::Properties,
+        )
+        .unwrap();
+        let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
+        assert!(e.contains("127.0.0.1:7001"), "{e}");
     }
 
     #[test]
@@ -288,6 +407,18 @@ mod tests {
             ),
             ("gateway.id=x\n", "secret"),
             ("gateway.secret=k\ngateway.auth-deadline=3\n", "no unit"),
+            (
+                "gateway.secret=k\ngateway.session-store=disk\n",
+                "gateway.sessionstore: memory or redis",
+            ),
+            (
+                "gateway.secret=k\ngateway.session-store=redis\ngateway.redis-url=http://x\n",
+                "redis-url",
+            ),
+            (
+                "gateway.secret=k\ngateway.resume-window=0s\n",
+                "resume-window",
+            ),
         ] {
             let c = Config::from_text(text, Format::Properties).unwrap();
             let e = GatewaySettings::from_config(&c).unwrap_err().to_string();

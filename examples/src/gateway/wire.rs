@@ -10,6 +10,13 @@
 //! [`ROLE`], [`STATE`]. An answer with [`ERROR`] set is sent to the client as an error
 //! reply; an answer with [`NO_REPLY`] is not sent.
 //!
+//! **Gateway -> backend commands** (one-way requests, [`CMD`] set, no client message):
+//! - `rebind`: session [`SESSION`] was resumed on gateway [`GATEWAY`] (this or another
+//!   one), whose connection carries this request: a backend holding state for the
+//!   session (it is bound there, statically or dynamically) sends the session's pushes
+//!   and fan-out through this connection from now on. Sent to every backend the session
+//!   is bound to, on every resume.
+//!
 //! **Backend -> gateway** (one-way requests on the same connection): [`CMD`] names the
 //! command and the other keys its arguments:
 //! - `send`: deliver the body to the sessions in [`TO`] as module [`MODULE`], opcode

@@ -1,0 +1,291 @@
+//! Client transports: the same [`ClientFrame`] over a TCP byte stream or as WebSocket
+//! binary messages (one frame per message), behind one reader type and one writer type,
+//! so admission, routing and the send queue are written once for both.
+//!
+//! - [`ClientReader`]: a stream of frames (or the [`ProtocolError`] that ends the
+//!   connection); it ends when the client closes.
+//! - [`ClientWriter`]: writes a batch of frames; [`ClientWriter::close`] says why the
+//!   connection ends (a WebSocket close frame with a code and the reason; on TCP, FIN).
+//!
+//! Why the WebSocket limits come from `max-frame`: tungstenite compares a WebSocket
+//! frame's announced length with `max_frame_size` *before* reserving its payload, and
+//! a fragmented message's total with `max_message_size` before appending, so a client
+//! announcing a huge message is refused (close 1009) before the gateway allocates for
+//! it, as the TCP codec refuses an oversize length field. The eagerly allocated read
+//! buffer is kept small (game messages are small; a larger one grows on demand up to
+//! the cap) because the gateway holds tens of thousands of connections.
+//!
+//! A text message is refused (close 1003): the frame is binary, and a client sending
+//! text speaks another protocol.
+
+use std::io;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::stream::{SplitSink, Stream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError as WsProtocolError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, WebSocketConfig};
+use tokio_util::codec::FramedRead;
+
+use super::protocol::{ClientCodec, ClientFrame, ProtocolError};
+
+/// Bytes of the frame's own length field, inside a WebSocket message.
+const LEN_FIELD: usize = 4;
+/// A WebSocket close reason is at most 123 bytes (125 minus the code).
+const MAX_CLOSE_REASON: usize = 123;
+
+/// The frames a client sends, whatever the transport.
+pub(crate) type ClientReader =
+    Pin<Box<dyn Stream<Item = Result<ClientFrame, ProtocolError>> + Send>>;
+
+/// A connection just accepted, before its transport is set up.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// Frames straight on the byte stream.
+    Tcp(TcpStream),
+    /// A WebSocket upgrade still to be answered.
+    WebSocket(TcpStream),
+}
+
+impl Incoming {
+    /// Sets the transport up: a WebSocket handshake must finish within `deadline` (it is
+    /// part of authenticating, and a client that never finishes it must not hold a
+    /// connection); frames over `max_frame` are refused before allocation.
+    pub(crate) async fn open(
+        self,
+        max_frame: usize,
+        deadline: Duration,
+    ) -> io::Result<(ClientReader, ClientWriter)> {
+        match self {
+            Incoming::Tcp(stream) => Ok(tcp(stream, max_frame)),
+            Incoming::WebSocket(stream) => {
+                let ws = tokio::time::timeout(
+                    deadline,
+                    tokio_tungstenite::accept_async_with_config(stream, Some(ws_config(max_frame))),
+                )
+                .await
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "websocket handshake too slow")
+                })?
+                .map_err(io::Error::other)?;
+                Ok(websocket(ws, max_frame))
+            }
+        }
+    }
+}
+
+/// Connects to a gateway's TCP listener.
+pub(crate) async fn connect_tcp(
+    addr: std::net::SocketAddr,
+    max_frame: usize,
+) -> io::Result<(ClientReader, ClientWriter)> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(tcp(stream, max_frame))
+}
+
+/// Connects to a gateway's WebSocket listener (`ws://host:port/...`).
+pub(crate) async fn connect_ws(
+    url: &str,
+    max_frame: usize,
+) -> io::Result<(ClientReader, ClientWriter)> {
+    let request = url
+        .into_client_request()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let uri = request.uri();
+    if uri.scheme_str() != Some("ws") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{url}: only ws:// URLs (TLS ends in front of the gateway)"),
+        ));
+    }
+    let host = uri.host().unwrap_or("127.0.0.1").to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = TcpStream::connect((host.as_str(), port)).await?;
+    stream.set_nodelay(true)?;
+    let (ws, _) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(max_frame)))
+            .await
+            .map_err(io::Error::other)?;
+    Ok(websocket(ws, max_frame))
+}
+
+fn tcp(stream: TcpStream, max_frame: usize) -> (ClientReader, ClientWriter) {
+    let (rd, wr) = stream.into_split();
+    let reader = FramedRead::new(rd, ClientCodec::new(max_frame)).boxed();
+    (
+        reader,
+        ClientWriter::Tcp {
+            wr,
+            buf: Vec::new(),
+        },
+    )
+}
+
+fn ws_config(max_frame: usize) -> WebSocketConfig {
+    let max_message = max_frame.saturating_add(LEN_FIELD);
+    WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
+}
+
+fn websocket(ws: WebSocketStream<TcpStream>, max_frame: usize) -> (ClientReader, ClientWriter) {
+    let (sink, stream) = ws.split();
+    let reader = futures_util::stream::unfold(stream, move |mut stream| async move {
+        loop {
+            let item = match stream.next().await? {
+                Ok(Message::Binary(b)) => ClientFrame::from_message(&b, max_frame),
+                Ok(Message::Text(_)) => Err(ProtocolError::NotBinary),
+                Ok(Message::Close(_)) => return None,
+                // Pings are answered by tungstenite itself.
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                // A client that closes the TCP connection without the closing handshake
+                // has left; that is not a protocol error worth a log line.
+                Err(WsError::Protocol(WsProtocolError::ResetWithoutClosingHandshake)) => {
+                    return None;
+                }
+                Err(e) => Err(ws_error(e)),
+            };
+            return Some((item, stream));
+        }
+    })
+    .boxed();
+    (reader, ClientWriter::WebSocket(sink))
+}
+
+fn ws_error(e: WsError) -> ProtocolError {
+    match e {
+        // Reported like the TCP codec does: sizes of the frame after its length field.
+        WsError::Capacity(CapacityError::MessageTooLong { size, max_size }) => {
+            ProtocolError::TooLong {
+                len: size.saturating_sub(LEN_FIELD),
+                max: max_size.saturating_sub(LEN_FIELD),
+            }
+        }
+        WsError::Io(e) => ProtocolError::Io(e),
+        other => ProtocolError::WebSocket(other.to_string()),
+    }
+}
+
+/// The WebSocket close code for a connection closed because of `e`.
+pub(crate) fn close_code(e: &ProtocolError) -> CloseCode {
+    match e {
+        ProtocolError::TooLong { .. } => CloseCode::Size,
+        ProtocolError::NotBinary => CloseCode::Unsupported,
+        _ => CloseCode::Protocol,
+    }
+}
+
+/// Where frames to a client are written.
+pub(crate) enum ClientWriter {
+    /// Frames back to back on the byte stream (a batch is one write).
+    Tcp {
+        /// The socket's write half.
+        wr: OwnedWriteHalf,
+        /// The batch being written.
+        buf: Vec<u8>,
+    },
+    /// One binary message per frame (a batch is one flush).
+    WebSocket(SplitSink<WebSocketStream<TcpStream>, Message>),
+}
+
+impl std::fmt::Debug for ClientWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClientWriter::Tcp { .. } => "ClientWriter::Tcp",
+            ClientWriter::WebSocket(_) => "ClientWriter::WebSocket",
+        })
+    }
+}
+
+impl ClientWriter {
+    /// Writes `frames` in order and flushes them.
+    pub(crate) async fn write(&mut self, frames: &[ClientFrame]) -> io::Result<()> {
+        match self {
+            ClientWriter::Tcp { wr, buf } => {
+                buf.clear();
+                for f in frames {
+                    buf.extend_from_slice(&f.to_bytes());
+                }
+                wr.write_all(buf).await
+            }
+            ClientWriter::WebSocket(sink) => {
+                for f in frames {
+                    // `Bytes` end to end: the frame's buffer is the message's.
+                    sink.feed(Message::Binary(f.to_bytes()))
+                        .await
+                        .map_err(io::Error::other)?;
+                }
+                sink.flush().await.map_err(io::Error::other)
+            }
+        }
+    }
+
+    /// Ends the connection, saying why where the transport can (`code` and `reason`
+    /// in a WebSocket close frame; TCP only half-closes). Best effort, bounded in time.
+    pub(crate) async fn close(self, code: CloseCode, reason: &str) {
+        let bounded = Duration::from_millis(500);
+        match self {
+            ClientWriter::Tcp { mut wr, .. } => {
+                let _ = tokio::time::timeout(bounded, wr.shutdown()).await;
+            }
+            ClientWriter::WebSocket(mut sink) => {
+                let frame = CloseFrame {
+                    code,
+                    reason: truncate(reason, MAX_CLOSE_REASON).into(),
+                };
+                let _ = tokio::time::timeout(bounded, async {
+                    sink.send(Message::Close(Some(frame))).await?;
+                    sink.close().await
+                })
+                .await;
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_reasons_fit_a_close_frame_on_a_char_boundary() {
+        let long = "é".repeat(100);
+        let t = truncate(&long, MAX_CLOSE_REASON);
+        assert!(t.len() <= MAX_CLOSE_REASON && t.len() >= MAX_CLOSE_REASON - 1);
+        assert_eq!(truncate("short", MAX_CLOSE_REASON), "short");
+    }
+
+    #[test]
+    fn close_codes_name_the_problem() {
+        assert_eq!(
+            close_code(&ProtocolError::TooLong { len: 9, max: 1 }),
+            CloseCode::Size
+        );
+        assert_eq!(
+            close_code(&ProtocolError::NotBinary),
+            CloseCode::Unsupported
+        );
+        assert_eq!(close_code(&ProtocolError::Truncated), CloseCode::Protocol);
+    }
+}

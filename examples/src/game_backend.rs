@@ -222,6 +222,20 @@ impl GameBackend {
         clusters: &[&str],
         snapshot_every: Duration,
     ) -> Result<GameBackend, Box<dyn std::error::Error + Send + Sync>> {
+        Self::start_versioned(id, addr, registry, clusters, snapshot_every, "1.0").await
+    }
+
+    /// [`start`](Self::start) with an application version, registered as the instance's
+    /// `version` metadata (gateways give new sessions only to backends of their major
+    /// version; registries whose layout keeps only `ip:port`, such as etcd3, carry none).
+    pub async fn start_versioned(
+        id: &str,
+        addr: SocketAddr,
+        registry: Arc<dyn RegistryService>,
+        clusters: &[&str],
+        snapshot_every: Duration,
+        version: &str,
+    ) -> Result<GameBackend, Box<dyn std::error::Error + Send + Sync>> {
         let state = Arc::new(State {
             id: id.to_string(),
             rooms: Mutex::new(HashMap::new()),
@@ -247,7 +261,8 @@ impl GameBackend {
             .bind(addr)
             .await?;
         let local = server.local_addr();
-        let instance = Instance::new(&local.ip().to_string(), local.port())?;
+        let instance =
+            Instance::new(&local.ip().to_string(), local.port())?.with_metadata("version", version);
         for c in clusters {
             registry.register(c, &instance).await?;
         }

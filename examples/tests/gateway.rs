@@ -901,3 +901,69 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
     assert_eq!(last_word(&state), home);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_sessions_go_only_to_backends_that_take_them() {
+    let registry = Arc::new(MemoryRegistry::default());
+    let mut backends = Vec::new();
+    for (id, version) in [("v2-a", "2.1"), ("v3", "3.0"), ("v2-b", "2.4.1")] {
+        backends.push(
+            GameBackend::start_versioned(
+                id,
+                "127.0.0.1:0".parse().unwrap(),
+                registry.clone(),
+                &CLUSTERS,
+                Duration::from_secs(3600),
+                version,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let mut s = settings();
+    s.app_version = Some("2.0.0".into());
+    let gateway = Gateway::start(s, registry.clone()).await.unwrap();
+    let room = gateway.backend("room").unwrap();
+    room.wait_alive(3, Duration::from_secs(5)).await.unwrap();
+    let minter = TokenMinter::new(SECRET);
+    let mut homes = std::collections::HashSet::new();
+    for i in 0..12 {
+        let p = GatewayClient::auth(
+            gateway.local_addr(),
+            &minter.mint(&format!("v{i}"), Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        let joined = p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
+        homes.insert(
+            String::from_utf8_lossy(&joined)
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let want: std::collections::HashSet<String> = ["v2-a".into(), "v2-b".into()].into();
+    assert_eq!(homes, want, "major version 3 must get no new session");
+    // A backend that disables new sessions gets none either.
+    let v2a = backends.iter().find(|b| b.id() == "v2-a").unwrap();
+    for c in v2a.gateway_connections() {
+        c.send_oneway(command("disable", Bytes::new()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..6 {
+        let p = GatewayClient::auth(
+            gateway.local_addr(),
+            &minter.mint(&format!("d{i}"), Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        let joined = p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&joined).ends_with("v2-b"),
+            "{joined:?}"
+        );
+    }
+}

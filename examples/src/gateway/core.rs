@@ -477,13 +477,25 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     let Some(client) = shared.backends().get(&route.cluster) else {
         return;
     };
-    let refused: Vec<InstanceKey> = shared
+    let mut refused: Vec<InstanceKey> = shared
         .refused
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(&route.cluster)
         .map(|s| s.iter().cloned().collect())
         .unwrap_or_default();
+    if let Some(ours) = &shared.settings.app_version {
+        // Same major version only, for new bindings.
+        let major = |v: &str| v.split('.').next().unwrap_or("").trim().to_string();
+        let want = major(ours);
+        for e in client.alive().endpoints() {
+            if let Some(v) = e.instance.metadata().get("version")
+                && major(v) != want
+            {
+                refused.push(e.instance.key().clone());
+            }
+        }
+    }
     let who = Identity {
         session,
         gateway: &shared.settings.id,

@@ -14,6 +14,7 @@
 //!   send-queue-soft: 256KiB       # above: oldest unreliable frames dropped
 //!   send-queue-hard: 1MiB         # above: the client is disconnected
 //!   register-cluster: gateway     # registered here in the registry ("" = do not)
+//!   app-version: 2.3.1            # new sessions only to backends of major version 2
 //!   resume-window: 60s            # a detached session can be resumed this long
 //!   session-store: memory         # memory (this gateway only) or redis (any gateway)
 //!   redis-url: redis://127.0.0.1:6379   # with session-store: redis
@@ -125,6 +126,10 @@ pub struct GatewaySettings {
     pub register_cluster: Option<String>,
     /// How long a backend call may take.
     pub backend_timeout: Duration,
+    /// The application version (`gateway.app-version`, e.g. `2.3.1`): new sessions are
+    /// bound only to backends whose `version` metadata has the same major version.
+    /// Backends without version metadata are accepted. `None`: no version check.
+    pub app_version: Option<String>,
     /// The modules by id.
     pub modules: BTreeMap<u16, ModuleRoute>,
     /// How long a detached session can be resumed (and its store record's TTL).
@@ -152,6 +157,7 @@ impl Default for GatewaySettings {
             send_queue_hard: 1024 * 1024,
             register_cluster: Some("gateway".into()),
             backend_timeout: Duration::from_secs(5),
+            app_version: None,
             modules: BTreeMap::new(),
             resume_window: Duration::from_secs(60),
             session_store: SessionStoreKind::Memory,
@@ -221,6 +227,7 @@ impl GatewaySettings {
                 "sendqueuesoft" => s.send_queue_soft = bytes(k, v)?,
                 "sendqueuehard" => s.send_queue_hard = bytes(k, v)?,
                 "backendtimeout" => s.backend_timeout = duration(k, v)?,
+                "appversion" => s.app_version = (!v.is_empty()).then(|| v.to_string()),
                 "registercluster" => s.register_cluster = (!v.is_empty()).then(|| v.to_string()),
                 "resumewindow" => s.resume_window = duration(k, v)?,
                 "sessionstore" => {

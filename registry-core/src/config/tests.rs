@@ -421,5 +421,8 @@ fn application_sections_are_kept_raw_from_files_and_env() {
         .env_vars([("MESHLINE_GATEWAY__LISTEN", "b:2")])
         .load()
         .unwrap();
-    assert_eq!(e.app_sections["gateway"]["listen"], "b:2", "env overrides the file");
+    assert_eq!(
+        e.app_sections["gateway"]["listen"], "b:2",
+        "env overrides the file"
+    );
 }

@@ -95,6 +95,7 @@ impl ServerProcess {
 
     /// Polls the readiness probe until `deadline`; fails at once if the process exits.
     pub(crate) fn wait_ready(&mut self, deadline: Instant) -> Result<()> {
+        let mut next_log_check = Instant::now();
         loop {
             if let Some(child) = self.child.as_mut() {
                 match child.try_wait() {
@@ -112,6 +113,20 @@ impl ServerProcess {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
+            // A server thread that panicked while starting can leave the process up but
+            // never ready (rnacos 0.8.8's raft store sometimes panics on a fresh data
+            // dir and then answers 503 forever): stop it, so the caller starts a fresh
+            // one instead of waiting out the timeout.
+            if Instant::now() >= next_log_check {
+                next_log_check = Instant::now() + Duration::from_millis(500);
+                if self.log_tail(200).contains("panicked at") {
+                    let err = self.not_ready(format!(
+                        "the server panicked while starting; last probe: {last}"
+                    ));
+                    self.kill();
+                    return Err(err);
+                }
+            }
             if Instant::now() >= deadline {
                 return Err(self.not_ready(format!(
                     "no ready answer within {:?}; last probe: {last}",

@@ -119,7 +119,12 @@ impl ServerProcess {
             // one instead of waiting out the timeout.
             if Instant::now() >= next_log_check {
                 next_log_check = Instant::now() + Duration::from_millis(500);
-                if self.log_tail(200).contains("panicked at") {
+                let tail = self.log_tail(400);
+                // Only this start's part of the log (a restart appends to the same file).
+                let this_start = tail
+                    .rfind("=== testkit: starting")
+                    .map_or(&tail[..], |i| &tail[i..]);
+                if this_start.contains("panicked at") {
                     let err = self.not_ready(format!(
                         "the server panicked while starting; last probe: {last}"
                     ));
@@ -172,8 +177,22 @@ impl ServerProcess {
     /// Starts the server again on the same ports with the same data dir, and waits
     /// until it answers. Kills it first if it is still running.
     pub fn restart(&mut self) -> Result<()> {
-        self.kill();
-        self.start()
+        let mut last = None;
+        // A start that panicked (see `wait_ready`) is tried again, a few times.
+        for _ in 0..3 {
+            self.kill();
+            match self.start() {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if self.child.is_none()
+                        && format!("{e:?}").contains("panicked while starting") =>
+                {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Other("no restart attempt was made".into())))
     }
 
     /// Stops the process with `SIGSTOP`: it keeps its sockets but answers nothing

@@ -203,6 +203,26 @@ fn bench_picks(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // The same path as the rpc-client takes it: pick, split the result into the endpoint
+    // and the guard (`Picked::into_parts`), read the endpoint's key, drop both.
+    let mut group = c.benchmark_group("balancer_pick_parts");
+    for name in ["RandomLoadBalance", "RoundRobinLoadBalance"] {
+        let balancer = Balancer::new(by_name(name).unwrap());
+        balancer.update(&instances(100, false));
+        let keys = xids(100);
+        let mut i = 0usize;
+        group.bench_with_input(BenchmarkId::new(name, 100), &100, |b, _| {
+            b.iter(|| {
+                i = (i + 1) & (KEYS - 1);
+                let picked = balancer.pick(&PickRequest::xid(&keys[i])).unwrap();
+                let (endpoint, guard) = picked.into_parts();
+                black_box(endpoint.key());
+                guard.cancel();
+            })
+        });
+    }
+    group.finish();
 }
 
 fn bench_rebuilds(c: &mut Criterion) {

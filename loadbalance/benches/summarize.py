@@ -70,6 +70,13 @@ print("|---|---|")
 for n in names("balancer_pick"):
     print(f"| {n} | {fmt(mean_ns('balancer_pick', n, 100))} |")
 print()
+print("### The rpc-client's path at n=100 (pick, `into_parts`, read the key, drop both)\n")
+print("| algorithm | time |")
+print("|---|---|")
+if os.path.isdir(os.path.join(root, "balancer_pick_parts")):
+    for n in names("balancer_pick_parts"):
+        print(f"| {n} | {fmt(mean_ns('balancer_pick_parts', n, 100))} |")
+print()
 print("### Picker rebuild (mean time per build)\n")
 table("rebuild", [10, 100, 1000, 10000], "pingora-ketama")
 print("| n | ConsistentHash build | pingora-ketama build | pingora / ours |")

@@ -68,9 +68,15 @@ pub struct Balancer {
 impl Balancer {
     /// A balancer with no endpoints yet.
     pub fn new(lb: Arc<dyn LoadBalance>) -> Self {
+        // The group's total is kept on every request only if the algorithm reads it.
+        let registry = if lb.reads_group_in_flight() {
+            StatsRegistry::new()
+        } else {
+            StatsRegistry::summing()
+        };
         Balancer {
             lb,
-            registry: StatsRegistry::new(),
+            registry,
             current: ArcSwap::from_pointee(Snapshot::new(
                 Arc::from(Vec::new()),
                 Arc::new(EmptyPicker),
@@ -149,9 +155,8 @@ impl Balancer {
             return None;
         };
         Some(Picked {
+            guard: InFlightGuard::begin(endpoint),
             index,
-            guard: InFlightGuard::begin(endpoint.stats_arc().clone()),
-            endpoint: endpoint.clone(),
         })
     }
 }
@@ -167,41 +172,58 @@ impl fmt::Debug for Balancer {
 
 /// The result of [`Balancer::pick`]: the chosen endpoint and the guard that keeps it
 /// counted as busy until the request ends.
+///
+/// The guard holds the endpoint (one reference count for both), so picking and dropping
+/// the result costs one reference-count increment and decrement besides the in-flight
+/// bookkeeping.
 #[derive(Debug)]
 pub struct Picked {
-    endpoint: Endpoint,
-    index: usize,
     guard: InFlightGuard,
+    index: usize,
 }
 
 impl Picked {
     /// The chosen endpoint.
+    #[inline]
     pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+        &self.guard.endpoint
     }
 
     /// Its position in the snapshot it was picked from (for index exclusions; prefer
     /// key exclusions, which survive membership changes).
+    #[inline]
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// The in-flight guard.
+    #[inline]
     pub fn guard(&self) -> &InFlightGuard {
         &self.guard
     }
 
-    /// Splits into the endpoint and the guard (to move the guard into a future).
+    /// Splits into the endpoint and the guard (to move the guard into a future). The
+    /// endpoint is a clone (one reference-count increment); to keep only the guard, use
+    /// [`into_guard`](Self::into_guard), whose [`InFlightGuard::endpoint`] is the same.
+    #[inline]
     pub fn into_parts(self) -> (Endpoint, InFlightGuard) {
-        (self.endpoint, self.guard)
+        (self.guard.endpoint.clone(), self.guard)
+    }
+
+    /// The guard alone (it still knows its endpoint: [`InFlightGuard::endpoint`]).
+    #[inline]
+    pub fn into_guard(self) -> InFlightGuard {
+        self.guard
     }
 
     /// Records a success with its latency and ends the request.
+    #[inline]
     pub fn success(self, latency: Duration) {
         self.guard.success(latency);
     }
 
     /// Records a failure (error or timeout) and ends the request.
+    #[inline]
     pub fn failure(self) {
         self.guard.failure();
     }
@@ -211,47 +233,133 @@ impl Picked {
 /// happened: success, error, timeout, or a future dropped mid-call (cancellation).
 ///
 /// [`success`](Self::success) and [`failure`](Self::failure) also feed the latency
-/// estimate and failure counters; a plain drop records nothing but the end.
+/// estimate and failure counters; a plain drop records nothing but the end. The guard
+/// keeps its endpoint (and so the endpoint's stats) alive until it ends, even when
+/// the endpoint has left the membership meanwhile.
 #[must_use = "dropping the guard at once ends the request's in-flight count"]
 pub struct InFlightGuard {
-    stats: Arc<EndpointStats>,
+    endpoint: Endpoint,
 }
 
 impl InFlightGuard {
-    pub(crate) fn begin(stats: Arc<EndpointStats>) -> Self {
-        stats.begin();
-        InFlightGuard { stats }
+    /// Counts a request on `endpoint` and keeps a clone of it.
+    #[inline]
+    pub(crate) fn begin(endpoint: &Endpoint) -> Self {
+        endpoint.stats().begin();
+        InFlightGuard {
+            endpoint: endpoint.clone(),
+        }
     }
 
     /// The endpoint's stats.
+    #[inline]
     pub fn stats(&self) -> &EndpointStats {
-        &self.stats
+        self.endpoint.stats()
+    }
+
+    /// The endpoint this request is counted on.
+    #[inline]
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Records a success taking `latency` and ends the request.
     pub fn success(self, latency: Duration) {
-        self.stats.record_success(latency);
+        self.stats().record_success(latency);
     }
 
     /// Records a failure (an error or a timeout) and ends the request.
     pub fn failure(self) {
-        self.stats.record_failure();
+        self.stats().record_failure();
     }
 
     /// Ends the request recording nothing (same as dropping the guard).
+    #[inline]
     pub fn cancel(self) {}
 }
 
 impl Drop for InFlightGuard {
+    #[inline]
     fn drop(&mut self) {
-        self.stats.end();
+        self.endpoint.stats().end();
     }
 }
 
 impl fmt::Debug for InFlightGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InFlightGuard")
-            .field("in_flight", &self.stats.in_flight())
+            .field("endpoint", &format_args!("{}", self.endpoint))
+            .field("in_flight", &self.stats().in_flight())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::by_name;
+
+    fn cluster(n: usize) -> Vec<Instance> {
+        (0..n)
+            .map(|i| Instance::parse(&format!("10.4.0.{}:8091", i + 1)).unwrap())
+            .collect()
+    }
+
+    /// One word for the guard (the endpoint), one for the index: `Option<Picked>` comes
+    /// back in two registers.
+    #[test]
+    fn a_pick_is_two_words() {
+        assert_eq!(size_of::<Endpoint>(), size_of::<usize>());
+        assert_eq!(size_of::<InFlightGuard>(), size_of::<usize>());
+        assert_eq!(size_of::<Option<Picked>>(), 2 * size_of::<usize>());
+    }
+
+    #[test]
+    fn the_group_total_is_counted_only_for_algorithms_that_read_it() {
+        for (name, counted) in [
+            ("BoundedLoad", true),
+            ("zone:BoundedLoad", true),
+            ("RoundRobinLoadBalance", false),
+            ("LeastActiveLoadBalance", false),
+            ("P2C", false),
+            ("zone:XID", false),
+        ] {
+            let b = Balancer::new(by_name(name).unwrap());
+            assert_eq!(b.stats_registry().group().counted(), counted, "{name}");
+            b.update(&cluster(4));
+            let held: Vec<Picked> = (0..6)
+                .map(|_| b.pick(&PickRequest::default()).unwrap())
+                .collect();
+            assert_eq!(b.stats_registry().group().in_flight(), 6, "{name}");
+            drop(held);
+            assert_eq!(b.stats_registry().group().in_flight(), 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn parts_and_guards_keep_the_endpoint_and_end_once() {
+        let b = Balancer::new(by_name("RoundRobinLoadBalance").unwrap());
+        b.update(&cluster(2));
+        let picked = b.pick(&PickRequest::default()).unwrap();
+        let key = picked.endpoint().key().clone();
+        let (endpoint, guard) = picked.into_parts();
+        assert_eq!(endpoint.key(), &key);
+        assert_eq!(guard.endpoint().key(), &key);
+        // The endpoint leaves the membership; the guard still counts on it.
+        b.update(&[]);
+        assert_eq!(guard.stats().in_flight(), 1);
+        drop(endpoint);
+        assert_eq!(guard.stats().in_flight(), 1);
+        let stats = guard.endpoint().stats_arc().clone();
+        guard.success(Duration::from_millis(2));
+        assert_eq!(
+            (stats.in_flight(), stats.successes(), stats.picks()),
+            (0, 1, 1)
+        );
+        b.update(&cluster(2));
+        let guard = b.pick(&PickRequest::default()).unwrap().into_guard();
+        assert_eq!(guard.stats().in_flight(), 1);
+        guard.cancel();
+        assert_eq!(b.stats_registry().group().in_flight(), 0);
     }
 }

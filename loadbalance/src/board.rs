@@ -14,10 +14,11 @@
 //! picker scans with vector loads.
 //!
 //! The cost: up to sixteen endpoints' counters share a cache line, so increments on
-//! different endpoints from different cores contend for it. Every pick and every
-//! completion already writes the registry-wide [`crate::stats::LoadGroup`] counter, so
-//! the traffic is of the same kind, and least-active (which reads every counter) gains
-//! far more than it pays.
+//! different endpoints from different cores contend for it. That is the traffic the
+//! registry-wide [`crate::stats::LoadGroup`] counter causes for the whole cluster when
+//! it is kept (bounded-load hashing), and least-active (which reads every counter)
+//! gains far more than it pays. The board also answers `LoadGroup::in_flight` for a
+//! group that keeps no counter ([`Board::total`]).
 //!
 //! ## Reading lanes with vector loads
 //!
@@ -128,6 +129,17 @@ impl Board {
 
     fn release(&self, id: u32) {
         self.lock().free.insert(id);
+    }
+
+    /// The sum of every counter on the board (free slots read 0). Takes the lock.
+    pub(crate) fn total(&self) -> u64 {
+        let inner = self.lock();
+        inner
+            .pages
+            .iter()
+            .flat_map(|page| page.lanes.iter())
+            .map(|lane| u64::from(lane.load(Ordering::Relaxed)))
+            .sum()
     }
 }
 

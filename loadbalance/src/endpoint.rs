@@ -1,4 +1,5 @@
-//! One pickable server: a registry [`Instance`] plus its shared [`EndpointStats`].
+//! One pickable server: a registry [`Instance`] plus its shared [`EndpointStats`], behind
+//! one reference count.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,13 +11,18 @@ use crate::{EndpointStats, InFlightGuard};
 /// A server a picker can choose: what the registry said about it, and the live
 /// counters every balancer reads.
 ///
-/// Cloning is two reference-count increments. Two endpoints with the same
-/// [`InstanceKey`] built through one [`crate::StatsRegistry`] (or one
-/// [`crate::Balancer`]) share their stats.
+/// One shared pointer to both: cloning is one reference-count increment (an
+/// [`InFlightGuard`] holds the endpoint it counts on, so that is also what a request
+/// costs in reference counting). Two endpoints with the same [`InstanceKey`] built
+/// through one [`crate::StatsRegistry`] (or one [`crate::Balancer`]) share their stats.
 #[derive(Clone)]
 pub struct Endpoint {
-    instance: Arc<Instance>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     stats: Arc<EndpointStats>,
+    instance: Instance,
 }
 
 impl Endpoint {
@@ -31,67 +37,67 @@ impl Endpoint {
     /// An endpoint using the given stats.
     pub fn with_stats(instance: Instance, stats: Arc<EndpointStats>) -> Self {
         Endpoint {
-            instance: Arc::new(instance),
-            stats,
+            inner: Arc::new(Inner { stats, instance }),
         }
     }
 
     /// What the registry says about this server.
     #[inline]
     pub fn instance(&self) -> &Instance {
-        &self.instance
+        &self.inner.instance
     }
 
     /// The identity (host, port).
     #[inline]
     pub fn key(&self) -> &InstanceKey {
-        self.instance.key()
+        self.inner.instance.key()
     }
 
     /// The registry weight (0 = no new traffic, unless every endpoint has weight 0).
     #[inline]
     pub fn weight(&self) -> u32 {
-        self.instance.weight()
+        self.inner.instance.weight()
     }
 
     /// The zone label, if any.
     #[inline]
     pub fn zone(&self) -> Option<&str> {
-        self.instance.zone()
+        self.inner.instance.zone()
     }
 
     /// The live counters.
     #[inline]
     pub fn stats(&self) -> &EndpointStats {
-        &self.stats
+        &self.inner.stats
     }
 
     /// The live counters as a shared pointer (to keep them beyond this endpoint).
     #[inline]
     pub fn stats_arc(&self) -> &Arc<EndpointStats> {
-        &self.stats
+        &self.inner.stats
     }
 
     /// Counts a request in flight on this endpoint without going through a picker
     /// (for example a broadcast to every endpoint). The count drops with the guard.
+    #[inline]
     pub fn begin(&self) -> InFlightGuard {
-        InFlightGuard::begin(self.stats.clone())
+        InFlightGuard::begin(self)
     }
 }
 
 impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoint")
-            .field("address", &format_args!("{}", self.instance))
-            .field("weight", &self.instance.weight())
-            .field("zone", &self.instance.zone())
-            .field("in_flight", &self.stats.in_flight())
+            .field("address", &format_args!("{}", self.instance()))
+            .field("weight", &self.weight())
+            .field("zone", &self.zone())
+            .field("in_flight", &self.stats().in_flight())
             .finish()
     }
 }
 
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.instance, f)
+        fmt::Display::fmt(self.instance(), f)
     }
 }

@@ -4,11 +4,11 @@
 #[derive(Debug, thiserror::Error)]
 pub enum LoadBalanceError {
     /// `client.loadBalance.type` (or the name given) is not an algorithm we know.
+    /// The message lists the names from the factory's name table.
     #[error(
-        "unknown load balancer `{name}`; use one of: XID, RandomLoadBalance, RoundRobinLoadBalance, \
-         ConsistentHashLoadBalance, ConsistentHashJava, LeastActiveLoadBalance, P2C, BoundedLoad, \
-         JumpHash, AccountHash, RoleHash, SourceHash, FillOneByOne, LoadWeighted, FewestRequests \
-         (case-insensitive; prefix `zone:` for zone preference)"
+        "unknown load balancer `{name}`; use one of: {} (case-insensitive; prefix `zone:` for \
+         zone preference)",
+        crate::factory::known_names()
     )]
     UnknownName {
         /// The name as given.

@@ -60,8 +60,8 @@ impl Default for LoadBalanceOptions {
     fn default() -> Self {
         LoadBalanceOptions {
             consistent_hash: HashMode::default(),
-            java_virtual_nodes: crate::java_ring::SEATA_DEFAULT_VIRTUAL_NODES,
-            balance_factor: crate::bounded::DEFAULT_BALANCE_FACTOR,
+            java_virtual_nodes: crate::algorithms::java_ring::SEATA_DEFAULT_VIRTUAL_NODES,
+            balance_factor: crate::algorithms::bounded::DEFAULT_BALANCE_FACTOR,
             fill_capacity: 1000,
             zone_min_healthy: 1,
             p2c_default_rtt: Duration::from_millis(30),
@@ -98,44 +98,143 @@ pub fn by_name_with(
             ZoneAwareLoadBalance::new(inner).with_min_healthy(options.zone_min_healthy),
         ));
     }
-    let unknown = || LoadBalanceError::UnknownName {
-        name: name.to_owned(),
-    };
-    let lb: Arc<dyn LoadBalance> = match normalise(trimmed).as_str() {
-        "xid" => Arc::new(XidLoadBalance),
-        "randomloadbalance" | "random" => Arc::new(RandomLoadBalance),
-        "roundrobinloadbalance" | "roundrobin" | "rr" => Arc::new(RoundRobinLoadBalance::new()),
-        "consistenthashloadbalance" | "consistenthash" | "ch" | "ketama" => Arc::new(match options
-            .consistent_hash
-        {
-            HashMode::Java { .. } => ConsistentHashLoadBalance::java(options.java_virtual_nodes),
-            fast => ConsistentHashLoadBalance::with_mode(fast),
+    let wanted = normalise(trimmed);
+    match NAMES
+        .iter()
+        .find(|entry| entry.aliases.contains(&wanted.as_str()))
+    {
+        Some(entry) => (entry.make)(options),
+        None => Err(LoadBalanceError::UnknownName {
+            name: name.to_owned(),
         }),
-        "consistenthashjava"
-        | "javaconsistenthash"
-        | "chjava"
-        | "consistenthashloadbalancejava" => {
-            Arc::new(ConsistentHashLoadBalance::java(options.java_virtual_nodes))
-        }
-        "leastactiveloadbalance" | "leastactive" => Arc::new(LeastActiveLoadBalance::new()),
-        "p2c" | "peakewma" | "p2cpeakewma" => {
-            Arc::new(P2cLoadBalance::new().with_default_rtt(options.p2c_default_rtt))
-        }
-        "boundedload" | "boundedloadconsistenthash" | "chbl" | "consistenthashboundedload" => {
-            Arc::new(BoundedLoadLoadBalance::new().with_factor(options.balance_factor)?)
-        }
-        "jumphash" | "jump" | "jumpconsistenthash" => Arc::new(JumpHashLoadBalance),
-        "accounthash" | "account" => Arc::new(AffinityHashLoadBalance::account()),
-        "rolehash" | "role" => Arc::new(AffinityHashLoadBalance::role()),
-        "sourcehash" | "iphash" | "sourceaddress" | "sourceaddresshash" => {
-            Arc::new(AffinityHashLoadBalance::source_address())
-        }
-        "fillonebyone" | "fill" => Arc::new(FillLoadBalance::new(options.fill_capacity)),
-        "loadweighted" | "load" | "loadweightedrandom" => Arc::new(LoadWeightedLoadBalance),
-        "fewestrequests" | "leastrequests" | "leastrequest" => Arc::new(fewest_requests()),
-        _ => return Err(unknown()),
-    };
-    Ok(lb)
+    }
+}
+
+/// One row of the name table: the name users are told about, every accepted spelling
+/// (normalised: lower case, without `-`, `_`, `.` and spaces) and the constructor.
+struct Named {
+    name: &'static str,
+    aliases: &'static [&'static str],
+    make: fn(&LoadBalanceOptions) -> Result<Arc<dyn LoadBalance>, LoadBalanceError>,
+}
+
+/// Every name [`by_name_with`] accepts (apart from the `zone:` prefix), in the order the
+/// "unknown load balancer" error lists them: the single source of both.
+static NAMES: &[Named] = &[
+    Named {
+        name: "XID",
+        aliases: &["xid"],
+        make: |_| Ok(Arc::new(XidLoadBalance)),
+    },
+    Named {
+        name: "RandomLoadBalance",
+        aliases: &["randomloadbalance", "random"],
+        make: |_| Ok(Arc::new(RandomLoadBalance)),
+    },
+    Named {
+        name: "RoundRobinLoadBalance",
+        aliases: &["roundrobinloadbalance", "roundrobin", "rr"],
+        make: |_| Ok(Arc::new(RoundRobinLoadBalance::new())),
+    },
+    Named {
+        name: "ConsistentHashLoadBalance",
+        aliases: &[
+            "consistenthashloadbalance",
+            "consistenthash",
+            "ch",
+            "ketama",
+        ],
+        make: |o| {
+            Ok(Arc::new(match o.consistent_hash {
+                HashMode::Java { .. } => ConsistentHashLoadBalance::java(o.java_virtual_nodes),
+                fast => ConsistentHashLoadBalance::with_mode(fast),
+            }))
+        },
+    },
+    Named {
+        name: "ConsistentHashJava",
+        aliases: &[
+            "consistenthashjava",
+            "javaconsistenthash",
+            "chjava",
+            "consistenthashloadbalancejava",
+        ],
+        make: |o| {
+            Ok(Arc::new(ConsistentHashLoadBalance::java(
+                o.java_virtual_nodes,
+            )))
+        },
+    },
+    Named {
+        name: "LeastActiveLoadBalance",
+        aliases: &["leastactiveloadbalance", "leastactive"],
+        make: |_| Ok(Arc::new(LeastActiveLoadBalance::new())),
+    },
+    Named {
+        name: "P2C",
+        aliases: &["p2c", "peakewma", "p2cpeakewma"],
+        make: |o| {
+            Ok(Arc::new(
+                P2cLoadBalance::new().with_default_rtt(o.p2c_default_rtt),
+            ))
+        },
+    },
+    Named {
+        name: "BoundedLoad",
+        aliases: &[
+            "boundedload",
+            "boundedloadconsistenthash",
+            "chbl",
+            "consistenthashboundedload",
+        ],
+        make: |o| {
+            Ok(Arc::new(
+                BoundedLoadLoadBalance::new().with_factor(o.balance_factor)?,
+            ))
+        },
+    },
+    Named {
+        name: "JumpHash",
+        aliases: &["jumphash", "jump", "jumpconsistenthash"],
+        make: |_| Ok(Arc::new(JumpHashLoadBalance)),
+    },
+    Named {
+        name: "AccountHash",
+        aliases: &["accounthash", "account"],
+        make: |_| Ok(Arc::new(AffinityHashLoadBalance::account())),
+    },
+    Named {
+        name: "RoleHash",
+        aliases: &["rolehash", "role"],
+        make: |_| Ok(Arc::new(AffinityHashLoadBalance::role())),
+    },
+    Named {
+        name: "SourceHash",
+        aliases: &["sourcehash", "iphash", "sourceaddress", "sourceaddresshash"],
+        make: |_| Ok(Arc::new(AffinityHashLoadBalance::source_address())),
+    },
+    Named {
+        name: "FillOneByOne",
+        aliases: &["fillonebyone", "fill"],
+        make: |o| Ok(Arc::new(FillLoadBalance::new(o.fill_capacity))),
+    },
+    Named {
+        name: "LoadWeighted",
+        aliases: &["loadweighted", "load", "loadweightedrandom"],
+        make: |_| Ok(Arc::new(LoadWeightedLoadBalance)),
+    },
+    Named {
+        name: "FewestRequests",
+        aliases: &["fewestrequests", "leastrequests", "leastrequest"],
+        make: |_| Ok(Arc::new(fewest_requests())),
+    },
+];
+
+/// The names the "unknown load balancer" error offers, from the name table:
+/// `XID, RandomLoadBalance, ...`.
+pub(crate) fn known_names() -> String {
+    let names: Vec<&str> = NAMES.iter().map(|entry| entry.name).collect();
+    names.join(", ")
 }
 
 fn normalise(name: &str) -> String {
@@ -175,6 +274,57 @@ mod tests {
             ("Zone:XID", "zone:XID"),
         ] {
             assert_eq!(by_name(name).unwrap().name(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_table_name_and_alias_resolves_and_the_error_lists_the_table() {
+        let err = by_name("nope").err().unwrap().to_string();
+        for entry in NAMES {
+            assert_eq!(
+                normalise(entry.name),
+                entry.aliases[0],
+                "{}: the first alias is the name",
+                entry.name
+            );
+            for alias in entry.aliases {
+                assert_eq!(*alias, normalise(alias), "{alias} is not normalised");
+                by_name(alias).unwrap_or_else(|e| panic!("{alias}: {e}"));
+            }
+            by_name(entry.name).unwrap();
+            assert!(err.contains(entry.name), "{err} lacks {}", entry.name);
+        }
+        assert!(err.contains(&known_names()), "{err}");
+        let mut all: Vec<&str> = NAMES
+            .iter()
+            .flat_map(|e| e.aliases.iter().copied())
+            .collect();
+        all.sort_unstable();
+        let len = all.len();
+        all.dedup();
+        assert_eq!(all.len(), len, "an alias names two algorithms");
+    }
+
+    /// The module docs' table names only spellings the table accepts, and every
+    /// algorithm of the table.
+    #[test]
+    fn the_doc_table_agrees_with_the_name_table() {
+        let docs: Vec<&str> = include_str!("factory.rs")
+            .lines()
+            .filter(|l| l.starts_with("//! | ") && !l.starts_with("//! | Algorithm"))
+            .filter_map(|l| l.split('|').nth(2))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .collect();
+        assert!(docs.len() > NAMES.len(), "{docs:?}");
+        for spelling in &docs {
+            by_name(spelling).unwrap_or_else(|e| panic!("documented {spelling}: {e}"));
+        }
+        for entry in NAMES {
+            assert!(
+                docs.contains(&entry.name),
+                "{} is not documented",
+                entry.name
+            );
         }
     }
 

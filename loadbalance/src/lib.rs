@@ -74,46 +74,36 @@
 
 #![warn(missing_docs)]
 
+mod algorithms;
 mod balancer;
 mod board;
-mod bounded;
-mod consistent_hash;
 mod endpoint;
 mod error;
 mod factory;
-pub mod game;
 pub mod hash;
-mod java_ring;
-mod jump;
-mod least_active;
-mod p2c;
 mod picker;
-mod random;
 mod request;
-mod ring;
-mod round_robin;
 pub mod stats;
-mod xid;
-mod zone;
 
+pub use algorithms::bounded::{BoundedLoadLoadBalance, DEFAULT_BALANCE_FACTOR, bounded_cap};
+pub use algorithms::consistent_hash::{ConsistentHashLoadBalance, HashMode};
+pub use algorithms::game;
+pub use algorithms::game::{
+    AffinityHashLoadBalance, FillLoadBalance, LoadWeightedLoadBalance, fewest_requests,
+};
+pub use algorithms::java_ring::SEATA_DEFAULT_VIRTUAL_NODES;
+pub use algorithms::jump::{JumpHashLoadBalance, jump_consistent_hash};
+pub use algorithms::least_active::LeastActiveLoadBalance;
+pub use algorithms::p2c::P2cLoadBalance;
+pub use algorithms::random::RandomLoadBalance;
+pub use algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
+pub use algorithms::round_robin::RoundRobinLoadBalance;
+pub use algorithms::xid::{XidLoadBalance, parse_xid_address};
+pub use algorithms::zone::ZoneAwareLoadBalance;
 pub use balancer::{Balancer, InFlightGuard, Picked, Snapshot};
-pub use bounded::{BoundedLoadLoadBalance, DEFAULT_BALANCE_FACTOR, bounded_cap};
-pub use consistent_hash::{ConsistentHashLoadBalance, HashMode};
 pub use endpoint::Endpoint;
 pub use error::LoadBalanceError;
 pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_config};
-pub use game::{
-    AffinityHashLoadBalance, FillLoadBalance, LoadWeightedLoadBalance, fewest_requests,
-};
-pub use java_ring::SEATA_DEFAULT_VIRTUAL_NODES;
-pub use jump::{JumpHashLoadBalance, jump_consistent_hash};
-pub use least_active::LeastActiveLoadBalance;
-pub use p2c::P2cLoadBalance;
 pub use picker::{LoadBalance, Picker};
-pub use random::RandomLoadBalance;
 pub use request::{Exclusions, PickRequest};
-pub use ring::DEFAULT_POINTS_PER_WEIGHT;
-pub use round_robin::RoundRobinLoadBalance;
 pub use stats::{EndpointStats, StatsRegistry};
-pub use xid::{XidLoadBalance, parse_xid_address};
-pub use zone::ZoneAwareLoadBalance;

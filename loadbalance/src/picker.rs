@@ -17,8 +17,18 @@ pub trait LoadBalance: Send + Sync + 'static {
 
     /// Precomputes a picker for `endpoints`. Called on membership change only; may
     /// allocate. The picker keeps whatever it needs (it may clone the endpoints, which
-    /// is cheap: two reference counts each).
+    /// is cheap: one reference count each).
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker>;
+
+    /// Whether this algorithm's pickers read the group's in-flight total
+    /// ([`crate::stats::LoadGroup::in_flight`]) on every pick, as bounded-load hashing
+    /// does. A [`crate::Balancer`] for such an algorithm keeps the total as a counter
+    /// (two more atomic operations per request); for the others the total is summed
+    /// from the load board when somebody asks. Default: `false`. An algorithm that
+    /// wraps another should forward its answer.
+    fn reads_group_in_flight(&self) -> bool {
+        false
+    }
 }
 
 /// The per-request half: chooses one endpoint of the slice it was built from.
@@ -90,7 +100,9 @@ impl Members {
     }
 }
 
-/// The first `i` (from `start`, wrapping) for which `ok(i)` holds.
+/// The first `i` (from `start`, wrapping around at `n`) for which `ok(i)` holds, each
+/// position tried once: the one wrap-around scan every picker uses (a retry's scan over
+/// the members, the walks of both consistent-hash rings).
 #[inline]
 pub(crate) fn scan_from(
     start: usize,

@@ -223,7 +223,7 @@ impl<'a> PickRequest<'a> {
     pub(crate) fn routing_text(&self) -> Option<&'a [u8]> {
         match (self.key, self.xid) {
             (Some(k), _) if !k.is_empty() => Some(k),
-            (_, Some(x)) if !x.trim().is_empty() => Some(x.as_bytes()),
+            (_, Some(x)) if !is_blank(x) => Some(x.as_bytes()),
             _ => None,
         }
     }
@@ -236,5 +236,38 @@ impl<'a> PickRequest<'a> {
             return Some(crate::hash::mix64(h));
         }
         self.routing_text().map(crate::hash::key_hash)
+    }
+}
+
+/// Whether `s` is empty or only whitespace (Seata's blank key). An XID starts with its
+/// server's address, so the first byte nearly always answers.
+#[inline]
+fn is_blank(s: &str) -> bool {
+    match s.as_bytes().first() {
+        // A printable ASCII byte is a character that is not whitespace.
+        Some(&b) if b > b' ' && b < 0x7f => false,
+        _ => s.trim().is_empty(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn blank_is_whitespace_only() {
+        for (s, blank) in [
+            ("", true),
+            (" ", true),
+            ("\t\n \u{3000}", true),
+            ("\u{b}", true),
+            ("x", false),
+            (" x ", false),
+            ("\u{3000}x", false),
+            ("10.0.0.1:8091:1", false),
+            ("\u{7f}", false),
+            ("é", false),
+        ] {
+            assert_eq!(super::is_blank(s), blank, "{s:?}");
+            assert_eq!(super::is_blank(s), s.trim().is_empty(), "{s:?}");
+        }
     }
 }

@@ -56,16 +56,54 @@ pub(crate) mod clock {
 
 /// In-flight requests of a whole group of endpoints (one [`StatsRegistry`]).
 ///
-/// Bounded-load hashing needs the group's total to compute its cap in O(1).
-#[derive(Debug, Default)]
+/// Bounded-load hashing needs the group's total to compute its cap in O(1): for it the
+/// total is a counter every request increments and decrements. Keeping that counter
+/// costs two atomic operations per request on a line every core shares, so a
+/// [`crate::Balancer`] whose algorithm does not read the total
+/// ([`crate::LoadBalance::reads_group_in_flight`]) has a group that sums its load
+/// board instead, when asked. Either way [`in_flight`](Self::in_flight) is exact.
+#[derive(Default)]
 pub struct LoadGroup {
     in_flight: AtomicU64,
+    /// `None`: `in_flight` is kept by every request. `Some`: nothing is kept; the
+    /// total is the sum of this board's counters.
+    board: Option<Arc<Board>>,
 }
 
 impl LoadGroup {
+    /// A group whose total is summed from `board` on demand.
+    fn summed(board: Arc<Board>) -> LoadGroup {
+        LoadGroup {
+            in_flight: AtomicU64::new(0),
+            board: Some(board),
+        }
+    }
+
     /// Requests in flight on all endpoints of the group.
+    ///
+    /// O(1) for a counted group (one built for an algorithm that reads it, and any
+    /// group made with `LoadGroup::default()`); otherwise a sum over the group's
+    /// counters, under the lock that hands out their slots.
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        match &self.board {
+            None => self.in_flight.load(Ordering::Relaxed),
+            Some(board) => board.total(),
+        }
+    }
+
+    /// Whether every request updates the total (so reading it is one load).
+    #[inline]
+    pub(crate) fn counted(&self) -> bool {
+        self.board.is_none()
+    }
+}
+
+impl std::fmt::Debug for LoadGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadGroup")
+            .field("in_flight", &self.in_flight())
+            .field("counted", &self.counted())
+            .finish()
     }
 }
 
@@ -207,36 +245,47 @@ impl EndpointStats {
     /// creation: it starts expensive (so a fresh endpoint is not flooded before it has
     /// answered once) and becomes attractive if it stays unused.
     #[inline]
-    pub(crate) fn rtt_estimate_ns(&self, now: u64, default_rtt_ns: f64, decay_ns: f64) -> f64 {
+    pub(crate) fn rtt_estimate_ns(&self, now: u64, default_rtt_ns: f64, inv_decay_ns: f64) -> f64 {
         let ewma = f64::from_bits(self.ewma_bits.load(Ordering::Relaxed));
         let (base, at) = if ewma > 0.0 {
             (ewma, self.ewma_at.load(Ordering::Relaxed))
         } else {
             (default_rtt_ns, self.created_at)
         };
-        let x = now.saturating_sub(at) as f64 / decay_ns;
+        // Nanoseconds since the process epoch fit in an i64 (292 years): one
+        // conversion instruction, where u64 -> f64 takes several.
+        let x = now.saturating_sub(at) as i64 as f64 * inv_decay_ns;
         // e^-x ~ 1 - x within 5e-7 for small x (the usual case: the clock moves with
         // every completion), which spares an `exp` per candidate.
         if x < 1e-3 {
             base * (1.0 - x)
         } else {
-            base * (-x).exp()
+            decayed(base, x)
         }
     }
 
-    /// Counts one more request in flight (here and in the group).
+    /// Counts one more request in flight (here, and in the group if it is counted).
     ///
     /// The counter is 32 bits: it cannot wrap, since every count is a live guard.
+    #[inline]
     pub(crate) fn begin(&self) {
-        self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
-        self.group.in_flight.fetch_add(1, Ordering::Relaxed);
+        let (lane, group) = (self.in_flight.counter(), &*self.group);
+        lane.fetch_add(1, Ordering::Relaxed);
+        if group.counted() {
+            group.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
         self.picks.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one request out (here and in the group).
+    /// Counts one request out (here, and in the group if it is counted: a group is
+    /// counted or not for its whole life, so every end matches its begin).
+    #[inline]
     pub(crate) fn end(&self) {
-        self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
-        self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let (lane, group) = (self.in_flight.counter(), &*self.group);
+        lane.fetch_sub(1, Ordering::Relaxed);
+        if group.counted() {
+            group.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Records a success and its latency in the peak-EWMA estimate.
@@ -290,6 +339,14 @@ impl Default for EndpointStats {
     }
 }
 
+/// `base × e^-x`, out of line: the rare branch of [`EndpointStats::rtt_estimate_ns`],
+/// kept out of the pickers' inlined code.
+#[cold]
+#[inline(never)]
+fn decayed(base: f64, x: f64) -> f64 {
+    base * (-x).exp()
+}
+
 fn decay(value: f64, elapsed_ns: u64, decay: Duration) -> f64 {
     value * (-(elapsed_ns as f64) / decay.as_nanos() as f64).exp()
 }
@@ -326,9 +383,20 @@ impl std::fmt::Debug for StatsRegistry {
 }
 
 impl StatsRegistry {
-    /// An empty registry.
+    /// An empty registry. Its group's total is a counter (see [`LoadGroup`]).
     pub fn new() -> Self {
         StatsRegistry::default()
+    }
+
+    /// An empty registry whose group total is summed on demand rather than counted
+    /// on every request (for algorithms that never read it).
+    pub(crate) fn summing() -> Self {
+        let board = Board::new();
+        StatsRegistry {
+            entries: Mutex::default(),
+            group: Arc::new(LoadGroup::summed(board.clone())),
+            board,
+        }
     }
 
     /// The load group shared by every stats entry of this registry.
@@ -414,6 +482,37 @@ mod tests {
     }
 
     #[test]
+    fn a_summed_group_is_exact_without_a_counter() {
+        let reg = StatsRegistry::summing();
+        assert!(!reg.group().counted());
+        let a = Instance::parse("10.0.0.1:80").unwrap();
+        let b = Instance::parse("10.0.0.2:80").unwrap();
+        let eps = reg.endpoints(&[a.clone(), b]);
+        let g1 = eps[0].begin();
+        let g2 = eps[1].begin();
+        let g3 = eps[1].begin();
+        assert_eq!(reg.group().in_flight(), 3);
+        // `b` leaves with two requests in flight: they are still counted.
+        drop(eps);
+        let eps = reg.endpoints(&[a]);
+        assert_eq!(reg.group().in_flight(), 3);
+        drop((g2, g3));
+        assert_eq!(reg.group().in_flight(), 1);
+        drop(g1);
+        assert_eq!(reg.group().in_flight(), 0);
+        assert_eq!(eps[0].stats().picks(), 1);
+        // Nothing ever touched the counter.
+        assert_eq!(reg.group().in_flight.load(Ordering::Relaxed), 0);
+        // A counted group keeps it.
+        let reg = StatsRegistry::new();
+        let eps = reg.endpoints(&[Instance::parse("10.0.0.3:80").unwrap()]);
+        let g = eps[0].begin();
+        assert_eq!(reg.group().in_flight.load(Ordering::Relaxed), 1);
+        drop(g);
+        assert_eq!(reg.group().in_flight(), 0);
+    }
+
+    #[test]
     fn forgotten_when_unused_and_duplicates_dropped() {
         let reg = StatsRegistry::new();
         let a = Instance::parse("10.0.0.1:80").unwrap();
@@ -441,7 +540,7 @@ mod tests {
         assert!(s.latency_estimate().unwrap() > Duration::from_millis(40));
         // Far in the future the estimate has decayed towards zero.
         let far = clock::coarse_nanos() + 100 * DEFAULT_EWMA_DECAY.as_nanos() as u64;
-        assert!(s.rtt_estimate_ns(far, 1.0, DEFAULT_EWMA_DECAY.as_nanos() as f64) < 1.0);
+        assert!(s.rtt_estimate_ns(far, 1.0, 1.0 / DEFAULT_EWMA_DECAY.as_nanos() as f64) < 1.0);
         s.record_failure();
         s.record_failure();
         assert_eq!(s.consecutive_failures(), 2);

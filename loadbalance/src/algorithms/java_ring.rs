@@ -9,7 +9,7 @@
 //! Weights are ignored, as in Java.
 
 use crate::hash::java_hash;
-use crate::picker::Members;
+use crate::picker::{Members, scan_from};
 
 /// Seata's default `client.loadBalance.virtualNodes`.
 pub const SEATA_DEFAULT_VIRTUAL_NODES: u32 = 10;
@@ -79,21 +79,12 @@ impl JavaRing {
     /// Walks from the ceiling of `h` and returns the first endpoint `ok` accepts.
     #[inline]
     pub(crate) fn walk(&self, h: i64, mut ok: impl FnMut(usize) -> bool) -> Option<usize> {
-        let n = self.len();
-        if n == 0 {
+        if self.len() == 0 {
             return None;
         }
-        let mut pos = self.position(h);
-        for _ in 0..n {
-            let node = self.nodes[pos] as usize;
-            if ok(node) {
-                return Some(node);
-            }
-            pos += 1;
-            if pos == n {
-                pos = 0;
-            }
-        }
-        None
+        scan_from(self.position(h), self.len(), |pos| {
+            ok(self.nodes[pos] as usize)
+        })
+        .map(|pos| self.nodes[pos] as usize)
     }
 }

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::board::CounterRef;
 use crate::picker::{EmptyPicker, Members};
 use crate::stats::{DEFAULT_EWMA_DECAY, clock};
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
@@ -67,10 +68,13 @@ impl LoadBalance for P2cLoadBalance {
             return Arc::new(EmptyPicker);
         }
         let members = Members::new(endpoints);
+        let stats: Box<[Arc<EndpointStats>]> =
+            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
         Arc::new(P2cPicker {
-            stats: endpoints.iter().map(|e| e.stats_arc().clone()).collect(),
+            counters: stats.iter().map(|s| s.slot().counter_ref()).collect(),
+            stats,
             default_rtt_ns: self.default_rtt.max(MIN_DEFAULT_RTT).as_nanos() as f64,
-            decay_ns: self.decay.max(Duration::from_millis(1)).as_nanos() as f64,
+            inv_decay_ns: 1.0 / self.decay.max(Duration::from_millis(1)).as_nanos() as f64,
             members,
         })
     }
@@ -78,19 +82,23 @@ impl LoadBalance for P2cLoadBalance {
 
 struct P2cPicker {
     stats: Box<[Arc<EndpointStats>]>,
+    /// The in-flight counters of `stats` (kept alive by them), one load each.
+    counters: Box<[CounterRef]>,
     members: Members,
     default_rtt_ns: f64,
-    decay_ns: f64,
+    /// 1 / decay in nanoseconds (a multiplication per candidate, not a division).
+    inv_decay_ns: f64,
 }
 
 impl P2cPicker {
     #[inline]
     fn cost(&self, i: usize, now: u64) -> f64 {
-        let s = &self.stats[i];
-        let rtt = s
-            .rtt_estimate_ns(now, self.default_rtt_ns, self.decay_ns)
+        let rtt = self.stats[i]
+            .rtt_estimate_ns(now, self.default_rtt_ns, self.inv_decay_ns)
             .max(1.0);
-        let load = rtt * (s.in_flight() + 1) as f64;
+        // SAFETY: `self.stats[i]` owns the slot this counter belongs to.
+        let in_flight = unsafe { self.counters[i].load() };
+        let load = rtt * (f64::from(in_flight) + 1.0);
         if self.members.uniform {
             load
         } else {
@@ -130,18 +138,20 @@ impl Picker for P2cPicker {
         if n == 1 {
             return self.members.eligible(0, req).then_some(0);
         }
-        if req.exclusions().is_empty() && self.members.uniform {
-            let i = fastrand::usize(..n);
-            let mut j = fastrand::usize(..n - 1);
-            if j >= i {
-                j += 1;
+        let (i, j) = if req.exclusions().is_empty() && self.members.uniform {
+            // One access to the thread's generator for both draws.
+            let mut rng = fastrand::Rng::with_seed(fastrand::u64(..));
+            let i = rng.usize(..n);
+            let j = rng.usize(..n - 1);
+            (i, if j >= i { j + 1 } else { j })
+        } else {
+            let i = self.draw_eligible(req, None)?;
+            match self.draw_eligible(req, Some(i)) {
+                Some(j) => (i, j),
+                None => return Some(i),
             }
-            return Some(self.better(i, j));
-        }
-        let i = self.draw_eligible(req, None)?;
-        match self.draw_eligible(req, Some(i)) {
-            Some(j) => Some(self.better(i, j)),
-            None => Some(i),
-        }
+        };
+        // One call site, so that the comparison is inlined here.
+        Some(self.better(i, j))
     }
 }

@@ -59,6 +59,10 @@ impl LoadBalance for ZoneAwareLoadBalance {
         &self.name
     }
 
+    fn reads_group_in_flight(&self) -> bool {
+        self.inner.reads_group_in_flight()
+    }
+
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         let mut zones: Vec<ZoneGroup> = Vec::new();
         // (zone group, position in it) of every endpoint.

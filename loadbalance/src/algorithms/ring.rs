@@ -15,7 +15,7 @@
 //! ring does not depend on list order.
 
 use crate::hash::{key_hash, mix64};
-use crate::picker::Members;
+use crate::picker::{Members, scan_from};
 
 /// Points per weight unit, as nginx / pingora ketama.
 pub const DEFAULT_POINTS_PER_WEIGHT: u32 = 160;
@@ -175,19 +175,8 @@ impl Ring {
     /// (each point visited once).
     #[inline]
     pub(crate) fn walk(&self, h: u64, mut ok: impl FnMut(usize) -> bool) -> Option<usize> {
-        let n = self.len();
-        let mut pos = self.position(h);
-        for _ in 0..n {
-            let node = self.node_at(pos);
-            if ok(node) {
-                return Some(node);
-            }
-            pos += 1;
-            if pos == n {
-                pos = 0;
-            }
-        }
-        None
+        scan_from(self.position(h), self.len(), |pos| ok(self.node_at(pos)))
+            .map(|pos| self.node_at(pos))
     }
 }
 

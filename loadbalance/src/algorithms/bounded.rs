@@ -11,14 +11,15 @@
 //!
 //! "Load" is in-flight requests, read from [`crate::EndpointStats`]; the cluster total
 //! comes from the endpoints' shared [`crate::stats::LoadGroup`] (one per
-//! [`crate::Balancer`]) in O(1). Endpoints built independently (no shared group) are
-//! summed at pick time instead. Concurrent picks can each see the same counts, so under
+//! [`crate::Balancer`], counted because this algorithm says it reads it:
+//! [`crate::LoadBalance::reads_group_in_flight`]) in O(1). Endpoints built
+//! independently (no shared, counted group) are summed at pick time instead. Concurrent picks can each see the same counts, so under
 //! concurrency the cap can be exceeded by the number of simultaneous picks.
 
 use std::sync::Arc;
 
+use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::picker::{EmptyPicker, Members};
-use crate::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::stats::LoadGroup;
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
 
@@ -71,15 +72,22 @@ impl LoadBalance for BoundedLoadLoadBalance {
         "BoundedLoadConsistentHash"
     }
 
+    fn reads_group_in_flight(&self) -> bool {
+        true
+    }
+
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         if endpoints.is_empty() {
             return Arc::new(EmptyPicker);
         }
         let members = Members::new(endpoints);
         let group = endpoints[0].stats().group().clone();
-        let shared = endpoints
-            .iter()
-            .all(|e| Arc::ptr_eq(e.stats().group(), &group));
+        // One counted group: its total is one load. Otherwise the picker sums its
+        // endpoints' counts (a group that is not counted is summed under a lock).
+        let shared = group.counted()
+            && endpoints
+                .iter()
+                .all(|e| Arc::ptr_eq(e.stats().group(), &group));
         // Exact integer test: load_i < c (m+1) w_i / W  <=>
         // load_i * MICRO * W < c_micro * w_i * (m+1).
         let c_micro = (self.factor * MICRO as f64).round() as u128;

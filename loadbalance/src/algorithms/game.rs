@@ -16,10 +16,10 @@
 
 use std::sync::Arc;
 
-use crate::consistent_hash::{RingKey, RingPicker};
+use crate::algorithms::consistent_hash::{RingKey, RingPicker};
+use crate::algorithms::random::AliasTable;
+use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::picker::{EmptyPicker, Members};
-use crate::random::AliasTable;
-use crate::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::{Endpoint, EndpointStats, LeastActiveLoadBalance, LoadBalance, PickRequest, Picker};
 
 /// Sticky routing by an identity: account, role, or the client's source address.

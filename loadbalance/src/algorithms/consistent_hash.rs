@@ -15,9 +15,9 @@
 
 use std::sync::Arc;
 
-use crate::java_ring::{JavaRing, SEATA_DEFAULT_VIRTUAL_NODES};
+use crate::algorithms::java_ring::{JavaRing, SEATA_DEFAULT_VIRTUAL_NODES};
+use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::picker::{EmptyPicker, Members};
-use crate::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
 use crate::{Endpoint, LoadBalance, PickRequest, Picker, hash};
 
 /// How [`ConsistentHashLoadBalance`] hashes keys and places endpoints.

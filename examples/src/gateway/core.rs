@@ -391,6 +391,10 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     let in_flight = Arc::new(Semaphore::new(32));
     // The WebSocket close code, if the connection is still open at the end.
     let mut close = CloseCode::Normal;
+    // Created once: the reader stops when the writer's queue closes (overflow, kick,
+    // resume elsewhere).
+    let queue_closed = link.outbound.closed();
+    tokio::pin!(queue_closed);
     loop {
         let next = tokio::select! {
             n = reader.next() => n,
@@ -398,7 +402,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
                 close = CloseCode::Away;
                 break;
             }
-            _ = writer_closed(&link.outbound) => break,
+            _ = &mut queue_closed => break,
         };
         let frame = match next {
             None => break,
@@ -433,17 +437,6 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     if let Ok(wr) = writer.await {
         let reason = link.outbound.closed_reason().unwrap_or_default();
         wr.close(close, &reason).await;
-    }
-}
-
-async fn writer_closed(outbound: &Outbound) {
-    // The reader stops when the writer's queue was closed (overflow, kick, resume
-    // elsewhere): polled cheaply, a closed queue is rare.
-    loop {
-        if outbound.closed_reason().is_some() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

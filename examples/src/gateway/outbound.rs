@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::protocol::ClientFrame;
 
@@ -47,6 +48,8 @@ struct State {
 pub struct Outbound {
     state: Mutex<State>,
     ready: Notify,
+    /// Cancelled once the queue is closed (overflow, kick, resume elsewhere).
+    closed: CancellationToken,
     soft: usize,
     hard: usize,
 }
@@ -68,6 +71,7 @@ impl Outbound {
         Outbound {
             state: Mutex::new(State::default()),
             ready: Notify::new(),
+            closed: CancellationToken::new(),
             soft,
             hard: hard.max(soft),
         }
@@ -110,6 +114,7 @@ impl Outbound {
                 ));
                 st.queue.clear();
                 st.bytes = 0;
+                self.closed.cancel();
                 Pushed::Overflow
             } else {
                 st.bytes += len;
@@ -161,7 +166,13 @@ impl Outbound {
             st.closed = Some(reason.into());
         }
         drop(st);
+        self.closed.cancel();
         self.ready.notify_one();
+    }
+
+    /// Waits until the queue is closed.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
     }
 
     /// Why it is closed, if it is.

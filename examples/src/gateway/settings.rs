@@ -25,6 +25,11 @@
 //!     3: { name: room,  cluster: room,  kind: static,    choice: RoundRobinLoadBalance }
 //! ```
 //!
+//! The gateway keeps one rpc-client per *cluster*: modules that share a cluster share its
+//! balancer (the first such module's `choice`), each still routing by its own `key`
+//! (the key travels with the request). Give modules that need different algorithms
+//! different clusters.
+//!
 //! `kind`: `stateless` (every request balanced), `static` (the first request to any
 //! static module binds the session to one backend of that cluster, for every static
 //! module that cluster serves: Zeze's static binding) or `dynamic` (the backend binds

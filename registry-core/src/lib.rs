@@ -26,6 +26,7 @@ pub mod config;
 mod discovery;
 mod error;
 mod instance;
+pub mod probe;
 mod registry;
 mod watch;
 

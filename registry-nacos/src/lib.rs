@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
     Config, EmptyProtection, Instance, InstanceKey, RegistryError, RegistryService, Watch, WatchHub,
 };
@@ -93,65 +94,29 @@ fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> Registr
     RegistryError::backend(KIND, server, op.to_string(), e)
 }
 
-/// Why the client could not connect, with what a plain TCP connect to each server's
-/// gRPC port said: nacos-sdk reports only "the connection is not connected" and keeps
-/// the I/O error ("Connection refused") to itself.
-#[derive(Debug)]
-struct ConnectFailure {
-    /// What nacos-sdk (or our deadline) said.
-    what: String,
-    /// One `host:port: outcome` per server.
-    probe: String,
-    source: Option<nacos_sdk::api::error::Error>,
-}
-
-impl std::fmt::Display for ConnectFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.what, self.probe)
-    }
-}
-
-impl std::error::Error for ConnectFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
 /// Tries one TCP connection to the gRPC port of each server in `server_addr`
 /// (`grpc_port`, or the HTTP port + 1000 as nacos-sdk does) and says what happened.
 async fn probe_servers(server_addr: &str, grpc_port: Option<u16>) -> String {
-    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-    let mut out = Vec::new();
-    for addr in server_addr
+    // nacos-sdk reports only "the connection is not connected" and keeps the I/O error
+    // ("Connection refused") to itself.
+    let targets = server_addr
         .split([',', ';'])
         .map(str::trim)
         .filter(|a| !a.is_empty())
-    {
-        let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
-        let addr = addr.split('/').next().unwrap_or_default();
-        let (host, http_port) = match Instance::parse(addr) {
-            Ok(i) => (i.host().to_string(), i.port()),
-            Err(_) => (addr.to_string(), 8848),
-        };
-        let port = grpc_port.unwrap_or_else(|| http_port.saturating_add(1000));
-        let target = Instance::new(&host, port)
-            .map(|i| i.to_string())
-            .unwrap_or_else(|_| format!("{host}:{port}"));
-        let outcome = match tokio::time::timeout(
-            PROBE_TIMEOUT,
-            tokio::net::TcpStream::connect(&target),
-        )
-        .await
-        {
-            Ok(Ok(_)) => "accepts TCP connections".to_string(),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("TCP connect timed out after {PROBE_TIMEOUT:?}"),
-        };
-        out.push(format!("{target} (gRPC): {outcome}"));
-    }
-    out.join("; ")
+        .map(|addr| {
+            let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+            let addr = addr.split('/').next().unwrap_or_default();
+            let (host, http_port) = match Instance::parse(addr) {
+                Ok(i) => (i.host().to_string(), i.port()),
+                Err(_) => (addr.to_string(), 8848),
+            };
+            let port = grpc_port.unwrap_or_else(|| http_port.saturating_add(1000));
+            Instance::new(&host, port)
+                .map(|i| i.to_string())
+                .unwrap_or_else(|_| format!("{host}:{port}"))
+        })
+        .collect::<Vec<_>>();
+    probe_targets(targets, " (gRPC)", "accepts TCP connections").await
 }
 
 /// Runs one request to the Nacos server(s) at `server` with [`REQUEST_TIMEOUT`].
@@ -264,7 +229,7 @@ impl NacosRegistry {
         };
         let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, builder.build()).await {
             Ok(Ok(naming)) => return Ok(Self::new(naming, server, config)),
-            Ok(Err(e)) => (e.to_string(), Some(e)),
+            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
             Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
         };
         let probe = probe_servers(&n.server_addr, n.grpc_port).await;

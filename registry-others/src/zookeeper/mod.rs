@@ -45,6 +45,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
     Backoff, Config, Instance, RegistryError, RegistryService, Watch, WatchHub,
 };
@@ -79,63 +80,32 @@ fn zk_err(server: &str, op: &str, e: zk::Error) -> RegistryError {
     RegistryError::backend(KIND, server, op.to_string(), e)
 }
 
-/// Why no session could be established, with what a plain TCP connect to each server
-/// said: zookeeper-client reports a failed connect only as "no available hosts" or
-/// "timeout" and keeps the I/O error ("Connection refused") to itself.
-#[derive(Debug)]
-struct ConnectFailure {
-    /// What the client library (or our deadline) said.
-    what: String,
-    /// One `host:port: outcome` per server of the connect string.
-    probe: String,
-    source: Option<zk::Error>,
-}
-
-impl std::fmt::Display for ConnectFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.what, self.probe)
-    }
-}
-
-impl std::error::Error for ConnectFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
 /// Tries one TCP connection to each server of `connect_string` (without its chroot
 /// suffix) and says what happened, e.g. `127.0.0.1:2181: Connection refused (os error
 /// 111)`.
 async fn probe_servers(connect_string: &str) -> String {
-    const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+    // zookeeper-client reports a failed connect only as "no available hosts" or
+    // "timeout" and keeps the I/O error ("Connection refused") to itself.
     let hosts = connect_string
         .split_once("://")
         .map_or(connect_string, |(_, rest)| rest);
     let hosts = hosts.split('/').next().unwrap_or_default();
-    let mut out = Vec::new();
-    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        let target = match Instance::parse(host) {
+    let targets = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|host| match Instance::parse(host) {
             Ok(_) => host.to_string(),
             // No port: ZooKeeper's default.
             Err(_) => format!("{host}:2181"),
-        };
-        let outcome = match tokio::time::timeout(
-            PROBE_TIMEOUT,
-            tokio::net::TcpStream::connect(&target),
-        )
-        .await
-        {
-            Ok(Ok(_)) => {
-                "accepts TCP connections, but no ZooKeeper session was established".to_string()
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("TCP connect timed out after {PROBE_TIMEOUT:?}"),
-        };
-        out.push(format!("{target}: {outcome}"));
-    }
-    out.join("; ")
+        })
+        .collect::<Vec<_>>();
+    probe_targets(
+        targets,
+        "",
+        "accepts TCP connections, but no ZooKeeper session was established",
+    )
+    .await
 }
 
 fn parse_children(cluster: &str, children: &[String]) -> Vec<Instance> {
@@ -200,7 +170,7 @@ async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
     let (what, source) =
         match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
             Ok(Ok(c)) => return Ok(c),
-            Ok(Err(e)) => (e.to_string(), Some(e)),
+            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
             Err(_) => (format!("no session within {limit:?}"), None),
         };
     let probe = probe_servers(&s.connect_string).await;

@@ -53,62 +53,26 @@ use tokio::net::TcpStream;
 
 // -------------------------------------------------------------------- flags --
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Parser)]
+#[command(about = "Server memory with idle and stalled connections")]
 struct Args {
+    /// Connections that send nothing.
+    #[arg(long, default_value_t = 1000)]
     idle: usize,
+    /// Connections that announce a frame and stall.
+    #[arg(long, default_value_t = 1000)]
     stalled: usize,
+    /// The announced frame length (header included; an i32 on the wire).
+    #[arg(long, default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(16..=i32::MAX as u64))]
     frame_bytes: u64,
+    /// Stop a phase when the process's resident memory passes this.
+    #[arg(long, default_value_t = 16 * 1024)]
     rss_limit_mib: u64,
 }
 
-const USAGE: &str =
-    "usage: conn_memory [--idle N] [--stalled N] [--frame-bytes N] [--rss-limit-mib N]";
-
-fn usage_exit(msg: &str) -> ! {
-    eprintln!("conn_memory: {msg}\n{USAGE}");
-    std::process::exit(2);
-}
-
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
-    v.parse()
-        .unwrap_or_else(|_| usage_exit(&format!("{flag}: not a number: {v:?}")))
-}
-
 fn parse_args() -> Args {
-    let mut args = Args {
-        idle: 1000,
-        stalled: 1000,
-        frame_bytes: 8 * 1024 * 1024,
-        rss_limit_mib: 16 * 1024,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        if flag == "-h" || flag == "--help" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        if !["--idle", "--stalled", "--frame-bytes", "--rss-limit-mib"].contains(&flag.as_str()) {
-            usage_exit(&format!("unknown flag {flag}"));
-        }
-        let value = inline
-            .or_else(|| it.next())
-            .unwrap_or_else(|| usage_exit(&format!("{flag} needs a value")));
-        match flag.as_str() {
-            "--idle" => args.idle = parse_num(&flag, &value),
-            "--stalled" => args.stalled = parse_num(&flag, &value),
-            "--frame-bytes" => args.frame_bytes = parse_num(&flag, &value),
-            "--rss-limit-mib" => args.rss_limit_mib = parse_num(&flag, &value),
-            _ => usage_exit(&format!("unknown flag {flag}")),
-        }
-    }
-    if args.frame_bytes < 16 || args.frame_bytes > i32::MAX as u64 {
-        usage_exit("--frame-bytes must be between 16 and 2147483647 (an i32, header included)");
-    }
-    args
+    <Args as clap::Parser>::parse()
 }
 
 // ------------------------------------------------------------------- memory --

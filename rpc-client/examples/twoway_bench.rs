@@ -82,65 +82,46 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 // -------------------------------------------------------------------- flags --
 
-#[derive(Debug, Clone)]
+/// Which system to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Only {
+    Meshline,
+    Tonic,
+}
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(about = "Both ends pushing over one connection: meshline against tonic streaming")]
 struct Args {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 10.0, value_parser = positive_secs)]
     secs: f64,
+    /// Calls in flight per direction.
+    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
     inflight: usize,
+    /// Body bytes.
+    #[arg(long, default_value_t = 128)]
     body: usize,
-    only: Option<String>,
+    /// Measure only one system.
+    #[arg(long, value_enum)]
+    only: Option<Only>,
 }
 
-const USAGE: &str =
-    "usage: twoway_bench [--secs N] [--inflight N] [--body N] [--only meshline|tonic]";
-
-fn usage_exit(msg: &str) -> ! {
-    eprintln!("twoway_bench: {msg}\n{USAGE}");
-    std::process::exit(2);
+fn positive_secs(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s > 0.0 => Ok(s),
+        _ => Err(format!("`{v}` is not a positive number of seconds")),
+    }
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
-    v.parse()
-        .unwrap_or_else(|_| usage_exit(&format!("{flag}: not a number: {v:?}")))
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{v}` is not a positive whole number")),
+    }
 }
 
 fn parse_args() -> Args {
-    let mut args = Args {
-        secs: 10.0,
-        inflight: 256,
-        body: 128,
-        only: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        if flag == "-h" || flag == "--help" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        if !["--secs", "--inflight", "--body", "--only"].contains(&flag.as_str()) {
-            usage_exit(&format!("unknown flag {flag}"));
-        }
-        let value = inline
-            .or_else(|| it.next())
-            .unwrap_or_else(|| usage_exit(&format!("{flag} needs a value")));
-        match flag.as_str() {
-            "--secs" => args.secs = parse_num(&flag, &value),
-            "--inflight" => args.inflight = parse_num(&flag, &value),
-            "--body" => args.body = parse_num(&flag, &value),
-            "--only" => match value.as_str() {
-                "meshline" | "tonic" => args.only = Some(value),
-                _ => usage_exit("--only takes meshline or tonic"),
-            },
-            _ => usage_exit(&format!("unknown flag {flag}")),
-        }
-    }
-    if args.secs.is_nan() || args.secs <= 0.0 || args.inflight == 0 {
-        usage_exit("--secs and --inflight must be positive");
-    }
-    args
+    <Args as clap::Parser>::parse()
 }
 
 // ---------------------------------------------------------------- measuring --
@@ -1045,8 +1026,8 @@ fn runtime(name: &str) -> Runtime {
 
 fn main() {
     let args = parse_args();
-    let run_mesh = args.only.as_deref() != Some("tonic");
-    let run_tonic_peer = args.only.as_deref() != Some("meshline");
+    let run_mesh = args.only != Some(Only::Tonic);
+    let run_tonic_peer = args.only != Some(Only::Meshline);
     let body = Bytes::from(vec![0x5au8; args.body]);
     let servers = runtime("servers");
     let clients = runtime("clients");

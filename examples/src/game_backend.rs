@@ -110,15 +110,20 @@ fn rebind(state: &State, conn: &Connection, sid: &str) {
     }
 }
 
+/// Remembers a connection a gateway reaches us through (room fan-out uses it).
+fn remember_gateway(state: &State, conn: &Connection) {
+    state
+        .gateways
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(conn.id(), conn.clone());
+}
+
 async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     let head = &req.payload.head;
     if head.get(wire::CMD) == Some("rebind") {
         let conn = req.connection.clone();
-        state
-            .gateways
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(conn.id(), conn.clone());
+        remember_gateway(&state, &conn);
         if let Some(sid) = head.get(wire::SESSION) {
             rebind(&state, &conn, sid);
         }
@@ -130,11 +135,7 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     let account = head.get(wire::ACCOUNT).unwrap_or("?").to_string();
     let sid = head.get(wire::SESSION).unwrap_or("").to_string();
     let conn = req.connection.clone();
-    state
-        .gateways
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(conn.id(), conn.clone());
+    remember_gateway(&state, &conn);
     if let Some(gw) = head.get(wire::GATEWAY) {
         state
             .by_gateway

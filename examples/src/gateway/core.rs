@@ -22,7 +22,7 @@ use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
 use super::session::{Link, Session, Sessions};
-use super::settings::GatewaySettings;
+use super::settings::{GatewaySettings, ModuleKind};
 use super::transport::{self, ClientReader, ClientWriter, Incoming};
 use super::{admin, wire};
 
@@ -470,25 +470,15 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     let Some(client) = shared.backends().get(&route.cluster) else {
         return;
     };
-    let mut refused: Vec<InstanceKey> = shared
-        .refused
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&route.cluster)
-        .map(|s| s.iter().cloned().collect())
-        .unwrap_or_default();
-    if let Some(ours) = &shared.settings.app_version {
-        // Same major version only, for new bindings.
-        let major = |v: &str| v.split('.').next().unwrap_or("").trim().to_string();
-        let want = major(ours);
-        for e in client.alive().endpoints() {
-            if let Some(v) = e.instance.metadata().get("version")
-                && major(v) != want
-            {
-                refused.push(e.instance.key().clone());
-            }
-        }
-    }
+    // Only a new static binding consults the backends that take no new sessions:
+    // every other message skips this work.
+    let refused = if route.kind == ModuleKind::Static
+        && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
+    {
+        refused_backends(shared, &route.cluster, client)
+    } else {
+        Vec::new()
+    };
     let who = Identity {
         session,
         gateway: &shared.settings.id,
@@ -531,6 +521,30 @@ fn push(shared: &Shared, outbound: &Outbound, frame: ClientFrame) {
         }
         Pushed::Closed => {}
     }
+}
+
+/// Backends of `cluster` that take no new sessions: disabled or overloaded (backend
+/// commands), or of another major app version than `gateway.app-version`.
+fn refused_backends(shared: &Shared, cluster: &str, client: &RpcClient) -> Vec<InstanceKey> {
+    let mut refused: Vec<InstanceKey> = shared
+        .refused
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(cluster)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default();
+    if let Some(ours) = &shared.settings.app_version {
+        let major = |v: &str| v.split('.').next().unwrap_or("").trim().to_string();
+        let want = major(ours);
+        for e in client.alive().endpoints() {
+            if let Some(v) = e.instance.metadata().get("version")
+                && major(v) != want
+            {
+                refused.push(e.instance.key().clone());
+            }
+        }
+    }
+    refused
 }
 
 /// A command a backend pushed (see [`wire`]).

@@ -208,12 +208,42 @@ impl WatchHub {
     /// 0 and empty when nothing was); backends publish the initial list before
     /// returning a watch to the user.
     pub fn subscribe(&self, cluster: &str) -> Watch {
-        let ch = self.channel(cluster);
+        // The receivers are made under the map's lock, so `forget_if_unwatched` never
+        // removes a channel between its lookup here and the new watch on it.
+        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let ch = map
+            .entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(Channel::new()));
         Watch {
             kind: self.kind,
             snapshot: ch.snapshot.subscribe(),
             health: ch.health.subscribe(),
             delivered_first: false,
+        }
+    }
+
+    /// Resolves once no [`Watch`] on `cluster` is left (at once when there is none or
+    /// the cluster is unknown). Backends' watch tasks wait on it to end themselves.
+    pub async fn watchers_gone(&self, cluster: &str) {
+        if let Some(ch) = self.existing(cluster) {
+            ch.snapshot.closed().await;
+        }
+    }
+
+    /// Forgets `cluster` (its snapshot and health) when no [`Watch`] on it is left, so
+    /// a hub that watched many names over its life does not keep them all. Returns
+    /// whether it did. The check and the removal are one step under the hub's lock,
+    /// so a concurrent [`subscribe`](Self::subscribe) either keeps the channel alive or
+    /// gets a fresh one.
+    pub fn forget_if_unwatched(&self, cluster: &str) -> bool {
+        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(cluster) {
+            Some(ch) if ch.snapshot.receiver_count() == 0 => {
+                map.remove(cluster);
+                tracing::debug!(registry = self.kind, cluster, "no watch left; forgot the cluster");
+                true
+            }
+            _ => false,
         }
     }
 
@@ -484,6 +514,34 @@ mod tests {
         }
         hub.mark_all_connected();
         assert_eq!(w.health_changed().await.unwrap(), Health::Connected);
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_watches_is_forgotten() {
+        let hub = WatchHub::new("test", EmptyProtection::Protect);
+        let w = hub.subscribe("c");
+        let w2 = w.clone();
+        hub.publish("c", vec![inst("10.0.0.1:1")]);
+        assert!(!hub.forget_if_unwatched("c"), "two watches are left");
+        drop(w);
+        assert!(!hub.forget_if_unwatched("c"), "a clone is left");
+        let gone = tokio::spawn({
+            let hub = Arc::new(hub);
+            async move {
+                hub.watchers_gone("c").await;
+                hub
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!gone.is_finished(), "a watch is still held");
+        drop(w2);
+        let hub = tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("watchers_gone resolves when the last watch is dropped")
+            .unwrap();
+        assert!(hub.forget_if_unwatched("c"));
+        assert!(hub.current("c").is_none());
+        assert!(hub.clusters().is_empty());
     }
 
     #[tokio::test]

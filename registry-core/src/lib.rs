@@ -14,6 +14,8 @@
 //! - [`Config`]: one configuration type loaded from YAML / TOML / JSON, Seata's flat
 //!   `.properties` keys, seata-go's `seata:` YAML and environment variables.
 //! - [`Backoff`]: the jittered exponential backoff every reconnect loop uses.
+//! - [`Lifecycle`]: open/closed/abandoned, shared watches that end with their last
+//!   [`Watch`], close-once and drop-time clean-up: the life every backend shares.
 //!
 //! Why a separate crate: backends, the load balancer and the rpc-client all depend on
 //! these types and on nothing of each other, so each can be compiled alone behind a
@@ -26,6 +28,7 @@ pub mod config;
 mod discovery;
 mod error;
 mod instance;
+pub mod lifecycle;
 pub mod probe;
 mod registry;
 mod watch;
@@ -35,5 +38,6 @@ pub use config::Config;
 pub use discovery::Discovery;
 pub use error::RegistryError;
 pub use instance::{Instance, InstanceKey};
+pub use lifecycle::{Lifecycle, Registrations, WatchScope};
 pub use registry::RegistryService;
 pub use watch::{EmptyProtection, Health, PublishOutcome, Snapshot, Watch, WatchHub};

@@ -1,0 +1,603 @@
+//! The life of a registry client, written once for every backend.
+//!
+//! Every network backend has the same life: it is open until [`close`] or drop; a
+//! closed client refuses calls with [`RegistryError::Closed`]; its background tasks
+//! (keep-alive, watch loops) end when it closes; `close` removes everything the client
+//! registered, exactly once; dropping it without `close` does the same in the
+//! background when a tokio runtime is there; and tests can [`abandon`] it to play a
+//! crashed process (everything stops, nothing is removed, so the registry must notice
+//! by itself). [`Lifecycle`] holds that state and [`Registrations`] the client's own
+//! announcements, so a backend only says what is special about it: how to write,
+//! refresh, remove and read its entries.
+//!
+//! Watches are shared per cluster name: the first [`Lifecycle::watch`] on a name reads
+//! the registry once, publishes into the [`WatchHub`] and starts the backend's follow
+//! task; later ones subscribe to the same channel. When the last [`Watch`] on a name is
+//! dropped, the follow task is told to stop (its [`WatchScope`] is cancelled) and the
+//! hub forgets the name, so neither the hub nor the backend keep every name a
+//! long-running process ever watched.
+//!
+//! [`close`]: crate::RegistryService::close
+//! [`abandon`]: Lifecycle::abandon
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{EmptyProtection, Instance, PublishOutcome, RegistryError, Watch, WatchHub};
+
+/// The shared state of one registry client: open or closed, abandoned or not, its
+/// [`WatchHub`] and its running watches. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Lifecycle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    kind: &'static str,
+    cancel: CancellationToken,
+    abandoned: AtomicBool,
+    hub: WatchHub,
+    /// Cluster name -> the token that stops its follow task.
+    watches: tokio::sync::Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl std::fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("kind", &self.shared.kind)
+            .field("closed", &self.is_closed())
+            .field("hub", &self.shared.hub)
+            .finish()
+    }
+}
+
+impl Lifecycle {
+    /// An open client of registry type `kind` whose hub applies `policy`.
+    pub fn new(kind: &'static str, policy: EmptyProtection) -> Self {
+        Lifecycle {
+            shared: Arc::new(Shared {
+                kind,
+                cancel: CancellationToken::new(),
+                abandoned: AtomicBool::new(false),
+                hub: WatchHub::new(kind, policy),
+                watches: tokio::sync::Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The registry type (`etcd3`, `zk`, ...).
+    pub fn kind(&self) -> &'static str {
+        self.shared.kind
+    }
+
+    /// The hub the backend publishes into.
+    pub fn hub(&self) -> &WatchHub {
+        &self.shared.hub
+    }
+
+    /// `Err(Closed)` once the client was closed, dropped or abandoned.
+    pub fn check_open(&self) -> Result<(), RegistryError> {
+        if self.is_closed() {
+            Err(RegistryError::Closed {
+                kind: self.shared.kind,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// True once the client was closed, dropped or abandoned.
+    pub fn is_closed(&self) -> bool {
+        self.shared.cancel.is_cancelled()
+    }
+
+    /// Resolves when the client closes (for `select!` in background loops).
+    pub async fn closed(&self) {
+        self.shared.cancel.cancelled().await
+    }
+
+    /// A token cancelled when the client closes, for tasks that outlive a borrow.
+    pub fn token(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// Sleeps for `d`; false when the client closed meanwhile (the caller returns).
+    pub async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = self.shared.cancel.cancelled() => false,
+            _ = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// Stops every background task at once **without** removing what was registered,
+    /// as if the process had crashed: the registry must expire the entries itself.
+    /// Watches end. Used by tests that measure how fast watchers notice a dead
+    /// registrant.
+    pub fn abandon(&self) {
+        self.shared.abandoned.store(true, Ordering::SeqCst);
+        self.shared.cancel.cancel();
+        self.shared.hub.close();
+    }
+
+    /// True after [`abandon`](Self::abandon).
+    pub fn is_abandoned(&self) -> bool {
+        self.shared.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Closes the client once: stops the background tasks, runs `remove_all` (the
+    /// backend's removal of everything it registered), then ends every watch. A
+    /// second call, or a call after drop or abandon, does nothing and returns `Ok`.
+    pub async fn close<F>(&self, remove_all: F) -> Result<(), RegistryError>
+    where
+        F: Future<Output = Result<(), RegistryError>>,
+    {
+        if !self.begin_close() {
+            return Ok(());
+        }
+        let result = remove_all.await;
+        self.shared.hub.close();
+        result
+    }
+
+    /// The drop-time half of [`close`](Self::close), for a backend's `Drop`: when the
+    /// client is still open and not abandoned, `remove_all` runs in the background if a
+    /// tokio runtime is there (best effort: entries go now rather than after their
+    /// TTL), and the watches end after it; without a runtime they end at once.
+    pub fn close_on_drop<F>(&self, remove_all: impl FnOnce() -> F)
+    where
+        F: Future<Output = Result<(), RegistryError>> + Send + 'static,
+    {
+        if !self.begin_close() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let fut = remove_all();
+                let life = self.clone();
+                handle.spawn(async move {
+                    if let Err(e) = fut.await {
+                        tracing::warn!(registry = life.kind(), error = %e, "removing our registrations on drop failed");
+                    }
+                    life.shared.hub.close();
+                });
+            }
+            Err(_) => self.shared.hub.close(),
+        }
+    }
+
+    /// Marks the client closed; true only for the first call.
+    fn begin_close(&self) -> bool {
+        let first = !self.shared.cancel.is_cancelled();
+        self.shared.cancel.cancel();
+        first
+    }
+
+    /// A [`Watch`] on `cluster`, shared with every other watch on the same name.
+    ///
+    /// The first watch on a name runs `start` (one read of the registry, returning the
+    /// members and whatever the follow task needs, such as a revision to watch from),
+    /// publishes the members, marks the cluster connected, and spawns `follow` with a
+    /// [`WatchScope`]. The follow task must return soon after its scope is cancelled:
+    /// when the client closes, or when the last `Watch` on the name is dropped (the hub
+    /// then forgets the name). An error from `start` is returned and nothing is kept.
+    pub async fn watch<S, Start, StartFut, Follow, FollowFut>(
+        &self,
+        cluster: &str,
+        start: Start,
+        follow: Follow,
+    ) -> Result<Watch, RegistryError>
+    where
+        Start: FnOnce() -> StartFut,
+        StartFut: Future<Output = Result<(Vec<Instance>, S), RegistryError>>,
+        Follow: FnOnce(S, WatchScope) -> FollowFut,
+        FollowFut: Future<Output = ()> + Send + 'static,
+    {
+        self.check_open()?;
+        // Held across the first read, so two first watches on a name do not both start
+        // a follow task, and the supervisor cannot forget the name meanwhile.
+        let mut watches = self.shared.watches.lock().await;
+        if let Some(token) = watches.get(cluster)
+            && !token.is_cancelled()
+        {
+            return Ok(self.shared.hub.subscribe(cluster));
+        }
+        let (members, state) = start().await?;
+        self.check_open()?;
+        let watch = self.shared.hub.subscribe(cluster);
+        self.shared.hub.publish(cluster, members);
+        self.shared.hub.mark_connected(cluster);
+        let token = self.shared.cancel.child_token();
+        watches.insert(cluster.to_string(), token.clone());
+        drop(watches);
+        let scope = WatchScope {
+            cluster: cluster.to_string(),
+            token: token.clone(),
+            life: self.clone(),
+        };
+        tokio::spawn(follow(state, scope));
+        tokio::spawn(self.clone().supervise(cluster.to_string(), token));
+        Ok(watch)
+    }
+
+    /// Ends the follow task of `cluster` once no `Watch` on it is left.
+    async fn supervise(self, cluster: String, token: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = self.shared.hub.watchers_gone(&cluster) => {}
+            }
+            let mut watches = self.shared.watches.lock().await;
+            // Forgotten now, or already gone with the whole hub (closed).
+            let hub = &self.shared.hub;
+            if hub.forget_if_unwatched(&cluster) || hub.current(&cluster).is_none() {
+                // The entry is ours: a newer one replaces it only after its token was
+                // cancelled, which only this task and close do.
+                watches.remove(&cluster);
+                token.cancel();
+                tracing::debug!(
+                    registry = self.kind(),
+                    cluster,
+                    "last watch dropped; stopped following"
+                );
+                return;
+            }
+            drop(watches);
+            // A new watch arrived between the last drop and the lock: wait again.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The cluster names with a running follow task, sorted. Backends with one shared
+    /// loop for every cluster (a full fetch, a file) publish these.
+    pub async fn watched(&self) -> Vec<String> {
+        let watches = self.shared.watches.lock().await;
+        let mut v: Vec<String> = watches
+            .iter()
+            .filter(|(_, t)| !t.is_cancelled())
+            .map(|(c, _)| c.clone())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// What a backend's follow task gets: its cluster, its stop signal, and publishing
+/// that stops once the task was told to stop (so a late answer cannot overwrite what a
+/// newer watch published).
+pub struct WatchScope {
+    cluster: String,
+    token: CancellationToken,
+    life: Lifecycle,
+}
+
+impl std::fmt::Debug for WatchScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchScope")
+            .field("cluster", &self.cluster)
+            .field("stopped", &self.is_stopped())
+            .finish()
+    }
+}
+
+impl WatchScope {
+    /// The cluster this task follows.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The client this task belongs to.
+    pub fn life(&self) -> &Lifecycle {
+        &self.life
+    }
+
+    /// Resolves when the task must stop (client closed, or no watch left).
+    pub async fn stopped(&self) {
+        self.token.cancelled().await
+    }
+
+    /// True when the task must stop.
+    pub fn is_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Sleeps for `d`; false when the task must stop meanwhile.
+    pub async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = self.token.cancelled() => false,
+            _ = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// Publishes the full member list (see [`WatchHub::publish`]); nothing once the
+    /// task was told to stop.
+    pub fn publish(&self, members: Vec<Instance>) -> Option<PublishOutcome> {
+        if self.is_stopped() {
+            return None;
+        }
+        Some(self.life.hub().publish(&self.cluster, members))
+    }
+
+    /// Marks the cluster stale (see [`WatchHub::mark_stale`]) unless stopped.
+    pub fn mark_stale(&self, reason: &str) {
+        if !self.is_stopped() {
+            self.life.hub().mark_stale(&self.cluster, reason);
+        }
+    }
+
+    /// Marks the cluster connected (see [`WatchHub::mark_connected`]) unless stopped.
+    pub fn mark_connected(&self) {
+        if !self.is_stopped() {
+            self.life.hub().mark_connected(&self.cluster);
+        }
+    }
+}
+
+/// What a client registered, keyed by the backend's own key (a path, a key, a
+/// service id), with whatever the backend needs to write it again or remove it.
+///
+/// An async mutex: backends hold it across the write of a registration, so a
+/// concurrent re-registration after a session loss sees either both or neither.
+pub struct Registrations<V> {
+    map: tokio::sync::Mutex<BTreeMap<String, V>>,
+}
+
+impl<V> Default for Registrations<V> {
+    fn default() -> Self {
+        Registrations {
+            map: tokio::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for Registrations<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.map.try_lock() {
+            Ok(m) => f.debug_set().entries(m.keys()).finish(),
+            Err(_) => f.write_str("Registrations(<in use>)"),
+        }
+    }
+}
+
+impl<V: Clone + Send> Registrations<V> {
+    /// No registrations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The map itself, locked (to write a registration and record it as one step).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, BTreeMap<String, V>> {
+        self.map.lock().await
+    }
+
+    /// Records `key`.
+    pub async fn insert(&self, key: String, value: V) {
+        self.map.lock().await.insert(key, value);
+    }
+
+    /// Forgets `key`, returning what was recorded.
+    pub async fn remove(&self, key: &str) -> Option<V> {
+        self.map.lock().await.remove(key)
+    }
+
+    /// True when `key` is recorded.
+    pub async fn contains(&self, key: &str) -> bool {
+        self.map.lock().await.contains_key(key)
+    }
+
+    /// A copy of every registration, in key order.
+    pub async fn snapshot(&self) -> Vec<(String, V)> {
+        self.map
+            .lock()
+            .await
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Removes every registration with `remove` (the backend's delete), one after
+    /// another; the map is emptied first, so nothing is removed twice. Every failure is
+    /// logged; the first is returned.
+    pub async fn remove_all<F, Fut>(
+        &self,
+        kind: &'static str,
+        remove: F,
+    ) -> Result<(), RegistryError>
+    where
+        F: Fn(String, V) -> Fut,
+        Fut: Future<Output = Result<(), RegistryError>>,
+    {
+        let all = std::mem::take(&mut *self.map.lock().await);
+        let mut first_err = None;
+        for (key, value) in all {
+            if let Err(e) = remove(key.clone(), value).await {
+                tracing::warn!(registry = kind, key, error = %e, "removing a registration failed");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn inst(s: &str) -> Instance {
+        Instance::parse(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn watches_share_one_follow_task_that_ends_with_the_last_watch() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let starts = Arc::new(AtomicUsize::new(0));
+        let ended = Arc::new(tokio::sync::Notify::new());
+        let open = |life: &Lifecycle| {
+            let starts = starts.clone();
+            let ended = ended.clone();
+            let life = life.clone();
+            async move {
+                life.watch(
+                    "c",
+                    || async move {
+                        starts.fetch_add(1, Ordering::SeqCst);
+                        Ok((vec![inst("10.0.0.1:1")], ()))
+                    },
+                    move |(), scope| async move {
+                        scope.stopped().await;
+                        ended.notify_one();
+                    },
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let mut a = open(&life).await;
+        let b = open(&life).await;
+        assert_eq!(
+            starts.load(Ordering::SeqCst),
+            1,
+            "one read for both watches"
+        );
+        assert_eq!(a.next().await.unwrap().len(), 1);
+        assert_eq!(life.watched().await, vec!["c".to_string()]);
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(life.watched().await.len(), 1, "one watch is left");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(5), ended.notified())
+            .await
+            .expect("the follow task ends when the last watch is dropped");
+        assert!(life.hub().clusters().is_empty(), "the hub forgot the name");
+        assert!(life.watched().await.is_empty());
+        // A new watch starts afresh.
+        let _c = open(&life).await;
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn close_runs_removal_once_and_ends_watches() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let mut w = life
+            .watch(
+                "c",
+                || async { Ok((vec![inst("10.0.0.1:1")], ())) },
+                |(), scope| async move { scope.stopped().await },
+            )
+            .await
+            .unwrap();
+        w.next().await.unwrap();
+        let regs: Registrations<u32> = Registrations::new();
+        regs.insert("a".into(), 1).await;
+        regs.insert("b".into(), 2).await;
+        let removed = Arc::new(AtomicUsize::new(0));
+        let remove_all = || {
+            let removed = removed.clone();
+            let regs = &regs;
+            async move {
+                regs.remove_all("test", |_, _| {
+                    let removed = removed.clone();
+                    async move {
+                        removed.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                })
+                .await
+            }
+        };
+        life.close(remove_all()).await.unwrap();
+        life.close(remove_all()).await.unwrap();
+        assert_eq!(
+            removed.load(Ordering::SeqCst),
+            2,
+            "each registration removed once"
+        );
+        assert!(matches!(w.next().await, Err(RegistryError::Closed { .. })));
+        assert!(matches!(
+            life.check_open(),
+            Err(RegistryError::Closed { .. })
+        ));
+        assert!(
+            life.watch("c", || async { Ok((vec![], ())) }, |(), _| async {})
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn abandon_removes_nothing_and_drop_after_it_does_nothing() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let mut w = life.hub().subscribe("c");
+        w.next().await.unwrap();
+        life.abandon();
+        assert!(life.is_abandoned());
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        life.close_on_drop(move || async move {
+            r.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!ran.load(Ordering::SeqCst));
+        assert!(matches!(w.next().await, Err(RegistryError::Closed { .. })));
+    }
+
+    #[tokio::test]
+    async fn drop_removes_in_the_background_then_ends_watches() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let mut w = life.hub().subscribe("c");
+        w.next().await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        life.close_on_drop(move || async move {
+            let _ = tx.send(());
+            Ok(())
+        });
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .unwrap()
+            .unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), w.next())
+            .await
+            .unwrap();
+        assert!(matches!(end, Err(RegistryError::Closed { .. })));
+    }
+
+    #[test]
+    fn drop_without_a_runtime_ends_watches() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let w = life.hub().subscribe("c");
+        life.close_on_drop(|| async { Ok(()) });
+        assert!(life.is_closed());
+        assert!(life.hub().clusters().is_empty());
+        drop(w);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_scope_publishes_nothing() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let w = life
+            .watch(
+                "c",
+                || async { Ok((vec![], ())) },
+                move |(), scope| async move {
+                    scope.stopped().await;
+                    let _ = tx.send(scope.publish(vec![inst("10.0.0.9:1")]));
+                },
+            )
+            .await
+            .unwrap();
+        drop(w);
+        let late = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(late, None);
+        assert!(life.hub().current("c").is_none());
+    }
+}

@@ -18,7 +18,7 @@
 //! address part equals their value, so `a` never picks up members of `a-b` either.
 //! Values that are not addresses are skipped with a `warn!` naming the key; they never
 //! empty the list. The watch then follows a prefix watch from the get's revision and
-//! applies the events to its member map, publishing full lists into a [`WatchHub`].
+//! applies the events to its member map, publishing full lists into a [`WatchHub`](meshline_registry_core::WatchHub).
 //!
 //! ## Self-healing
 //!
@@ -35,6 +35,9 @@
 //!   open, which etcd's default keep-alive policy accepts (pings at most every 5 s, none
 //!   without a stream). Shorter intervals get the connection closed by etcd for "too
 //!   many pings" every few seconds (see `KEEP_ALIVE_INTERVAL` in the source).
+//! - Open, closed, abandoned, close-once, drop-time revocation and shared watches come
+//!   from [`Lifecycle`]: a cluster's watch stream is cancelled when the last
+//!   [`Watch`] on it is dropped.
 //! - `server-addr` takes a comma-separated endpoint list; the client balances over the
 //!   endpoints and fails over when one dies. Requests carry etcd's "require leader"
 //!   flag, so a member cut off from its cluster is not trusted.
@@ -59,7 +62,7 @@
 
 #![warn(missing_docs)]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,10 +71,10 @@ use etcd_client::{
     Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions,
 };
 use meshline_registry_core::{
-    Backoff, Config, EmptyProtection, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Backoff, Config, EmptyProtection, Instance, Lifecycle, RegistryError, RegistryService, Watch,
+    WatchScope,
 };
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 const KIND: &str = "etcd3";
 
@@ -300,27 +303,23 @@ struct Inner {
     client: Client,
     /// The configured endpoints, comma-separated: the address in error messages.
     servers: String,
-    hub: WatchHub,
+    life: Lifecycle,
     ttl: Duration,
     op_timeout: Duration,
     lease: tokio::sync::Mutex<LeaseState>,
     lease_granted: Notify,
-    watched: tokio::sync::Mutex<HashSet<String>>,
-    cancel: CancellationToken,
 }
 
 /// The etcd v3 registry (Seata `etcd3` layout). See the [crate docs](crate).
 pub struct EtcdRegistry {
     inner: Arc<Inner>,
-    /// Set by [`EtcdRegistry::abandon`]: drop must leave the lease alone.
-    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for EtcdRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdRegistry")
             .field("ttl", &self.inner.ttl)
-            .field("hub", &self.inner.hub)
+            .field("life", &self.inner.life)
             .finish()
     }
 }
@@ -375,19 +374,14 @@ impl EtcdRegistry {
         let inner = Arc::new(Inner {
             client,
             servers,
-            hub: WatchHub::new(KIND, policy),
+            life: Lifecycle::new(KIND, policy),
             ttl,
             op_timeout,
             lease: tokio::sync::Mutex::new(LeaseState::default()),
             lease_granted: Notify::new(),
-            watched: tokio::sync::Mutex::new(HashSet::new()),
-            cancel: CancellationToken::new(),
         });
         tokio::spawn(keeper_loop(inner.clone()));
-        Ok(EtcdRegistry {
-            inner,
-            abandoned: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(EtcdRegistry { inner })
     }
 
     /// The lease our keys are attached to (None before the first registration).
@@ -399,17 +393,11 @@ impl EtcdRegistry {
     /// process had crashed: the keys expire with the lease TTL. Used by tests that
     /// measure how fast watchers notice a dead registrant.
     pub fn abandon(&self) {
-        self.abandoned
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.inner.cancel.cancel();
+        self.inner.life.abandon();
     }
 
     fn check_open(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
-        }
+        self.inner.life.check_open()
     }
 }
 
@@ -485,18 +473,14 @@ impl Inner {
         Ok((parse_members(cluster, resp.kvs()), revision))
     }
 
-    fn publish(&self, cluster: &str, members: &BTreeMap<Vec<u8>, Instance>) {
-        self.hub
-            .publish(cluster, members.values().cloned().collect());
-    }
-
-    /// Sleeps for the backoff delay; false when cancelled meanwhile.
+    /// Sleeps for the backoff delay; false when the client closed meanwhile.
     async fn pause(&self, backoff: &mut Backoff) -> bool {
-        tokio::select! {
-            _ = self.cancel.cancelled() => false,
-            _ = backoff.wait() => true,
-        }
+        self.life.sleep(backoff.next_delay()).await
     }
+}
+
+fn members_of(members: &BTreeMap<Vec<u8>, Instance>) -> Vec<Instance> {
+    members.values().cloned().collect()
 }
 
 /// Keeps our lease alive; re-grants it (and re-puts our keys) when it is lost.
@@ -506,13 +490,13 @@ async fn keeper_loop(inner: Arc<Inner>) {
     // After a broken stream, our keys are written again once the lease answers.
     let mut reput = false;
     loop {
-        if inner.cancel.is_cancelled() {
+        if inner.life.is_closed() {
             return;
         }
         let id = inner.lease.lock().await.id;
         let Some(id) = id else {
             tokio::select! {
-                _ = inner.cancel.cancelled() => return,
+                _ = inner.life.closed() => return,
                 _ = inner.lease_granted.notified() => continue,
             }
         };
@@ -595,7 +579,7 @@ async fn keeper_loop(inner: Arc<Inner>) {
                 }
             }
             tokio::select! {
-                _ = inner.cancel.cancelled() => return,
+                _ = inner.life.closed() => return,
                 _ = tokio::time::sleep(interval) => {}
             }
         }
@@ -605,10 +589,11 @@ async fn keeper_loop(inner: Arc<Inner>) {
 /// Follows one cluster: watch from `revision + 1`, re-list and re-watch on any break.
 async fn watch_loop(
     inner: Arc<Inner>,
-    cluster: String,
+    scope: WatchScope,
     mut members: BTreeMap<Vec<u8>, Instance>,
     mut revision: i64,
 ) {
+    let cluster = scope.cluster().to_string();
     let prefix = cluster_prefix(&cluster);
     // Capped at 1 s: after an election or a restart the watch is live again within a
     // second of the cluster answering.
@@ -624,13 +609,13 @@ async fn watch_loop(
             async move { client.watch(prefix, Some(opts)).await }
         });
         let watched = tokio::select! {
-            _ = inner.cancel.cancelled() => return,
+            _ = scope.stopped() => return,
             w = open => w,
         };
         match watched {
             Ok(mut stream) => loop {
                 let msg = tokio::select! {
-                    _ = inner.cancel.cancelled() => return,
+                    _ = scope.stopped() => return,
                     m = stream.message() => m,
                 };
                 match msg {
@@ -647,7 +632,7 @@ async fn watch_loop(
                         }
                         if resp.created() {
                             backoff.reset();
-                            inner.hub.mark_connected(&cluster);
+                            scope.mark_connected();
                         }
                         for ev in resp.events() {
                             let Some(kv) = ev.kv() else { continue };
@@ -670,44 +655,38 @@ async fn watch_loop(
                             revision = revision.max(h.revision());
                         }
                         if !resp.events().is_empty() {
-                            inner.publish(&cluster, &members);
+                            scope.publish(members_of(&members));
                         }
                     }
                     Ok(None) => {
-                        inner
-                            .hub
-                            .mark_stale(&cluster, "etcd closed the watch stream");
+                        scope.mark_stale("etcd closed the watch stream");
                         break;
                     }
                     Err(e) => {
-                        inner
-                            .hub
-                            .mark_stale(&cluster, &format!("watch broken: {e}"));
+                        scope.mark_stale(&format!("watch broken: {e}"));
                         break;
                     }
                 }
             },
             Err(e) => {
-                inner
-                    .hub
-                    .mark_stale(&cluster, &format!("cannot watch: {e}"));
+                scope.mark_stale(&format!("cannot watch: {e}"));
             }
         }
         // 2. Re-list until it works, then loop to re-watch from the new revision.
         loop {
-            if !inner.pause(&mut backoff).await {
+            if !scope.sleep(backoff.next_delay()).await {
                 return;
             }
             match inner.get_prefix(&cluster).await {
                 Ok((m, rev)) => {
                     members = m;
                     revision = rev;
-                    inner.publish(&cluster, &members);
-                    inner.hub.mark_connected(&cluster);
+                    scope.publish(members_of(&members));
+                    scope.mark_connected();
                     break;
                 }
                 Err(e) => {
-                    inner.hub.mark_stale(&cluster, &format!("cannot list: {e}"));
+                    scope.mark_stale(&format!("cannot list: {e}"));
                 }
             }
         }
@@ -779,39 +758,33 @@ impl RegistryService for EtcdRegistry {
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        self.check_open()?;
-        let mut watched = self.inner.watched.lock().await;
-        if !watched.contains(cluster) {
-            let (members, revision) = self.inner.get_prefix(cluster).await?;
-            self.inner.publish(cluster, &members);
-            self.inner.hub.mark_connected(cluster);
-            tokio::spawn(watch_loop(
-                self.inner.clone(),
-                cluster.to_string(),
-                members,
-                revision,
-            ));
-            watched.insert(cluster.to_string());
-        }
-        Ok(self.inner.hub.subscribe(cluster))
+        let inner = &self.inner;
+        let follower = inner.clone();
+        inner
+            .life
+            .watch(
+                cluster,
+                || async {
+                    let (members, revision) = inner.get_prefix(cluster).await?;
+                    Ok((members_of(&members), (members, revision)))
+                },
+                move |(members, revision), scope| watch_loop(follower, scope, members, revision),
+            )
+            .await
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        self.inner.cancel.cancel();
-        let mut st = self.inner.lease.lock().await;
-        let result = match st.id.take() {
-            Some(id) => {
-                // Revoking the lease deletes every key attached to it in one step.
-                revoke(&self.inner, id).await
-            }
-            None => Ok(()),
-        };
-        st.keys.clear();
-        self.inner.hub.close();
-        result
+        self.inner.life.close(revoke_lease(&self.inner)).await
+    }
+}
+
+/// Revokes our lease, which deletes every key attached to it in one step.
+async fn revoke_lease(inner: &Inner) -> Result<(), RegistryError> {
+    let mut st = inner.lease.lock().await;
+    st.keys.clear();
+    match st.id.take() {
+        Some(id) => revoke(inner, id).await,
+        None => Ok(()),
     }
 }
 
@@ -825,25 +798,13 @@ async fn revoke(inner: &Inner, id: i64) -> Result<(), RegistryError> {
 }
 
 impl Drop for EtcdRegistry {
+    /// Unless closed or [`abandon`](EtcdRegistry::abandon)ed, revokes our lease in the
+    /// background (best effort: our keys go now rather than after the TTL).
     fn drop(&mut self) {
-        let was_open = !self.inner.cancel.is_cancelled();
-        self.inner.cancel.cancel();
-        if !was_open || self.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        // Best effort: remove our keys now rather than after the TTL.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
-            handle.spawn(async move {
-                let id = inner.lease.lock().await.id.take();
-                if let Some(id) = id {
-                    let _ = revoke(&inner, id).await;
-                }
-                inner.hub.close();
-            });
-        } else {
-            self.inner.hub.close();
-        }
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { revoke_lease(&inner).await });
     }
 }
 

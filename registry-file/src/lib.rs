@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshline_registry_core::config::{ConfigLoader, split_grouplist};
 use meshline_registry_core::{
-    Config, EmptyProtection, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Config, EmptyProtection, Instance, Lifecycle, RegistryError, RegistryService, Watch,
 };
 
 const KIND: &str = "file";
@@ -40,13 +40,12 @@ pub struct FileRegistry {
 }
 
 struct Inner {
-    hub: WatchHub,
+    life: Lifecycle,
     /// cluster -> grouplist text, from the last good load.
     grouplists: Mutex<BTreeMap<String, String>>,
     /// The file followed for changes, if any.
     path: Option<PathBuf>,
     follower_started: Mutex<bool>,
-    closed: Mutex<bool>,
 }
 
 impl std::fmt::Debug for FileRegistry {
@@ -85,11 +84,10 @@ impl FileRegistry {
         }
         FileRegistry {
             inner: Arc::new(Inner {
-                hub: WatchHub::new(KIND, policy),
+                life: Lifecycle::new(KIND, policy),
                 grouplists: Mutex::new(grouplists),
                 path,
                 follower_started: Mutex::new(false),
-                closed: Mutex::new(false),
             }),
         }
     }
@@ -98,11 +96,10 @@ impl FileRegistry {
     pub fn from_grouplists(grouplists: BTreeMap<String, String>) -> Self {
         FileRegistry {
             inner: Arc::new(Inner {
-                hub: WatchHub::new(KIND, EmptyProtection::Protect),
+                life: Lifecycle::new(KIND, EmptyProtection::Protect),
                 grouplists: Mutex::new(grouplists),
                 path: None,
                 follower_started: Mutex::new(false),
-                closed: Mutex::new(false),
             }),
         }
     }
@@ -151,14 +148,11 @@ impl Inner {
         Ok(parse_list(cluster, text))
     }
 
-    fn is_closed(&self) -> bool {
-        *self.closed.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Applies a freshly loaded set of grouplists and publishes every watched cluster.
     fn apply(&self, lists: BTreeMap<String, String>) {
         *self.lock_lists() = lists.clone();
-        for cluster in self.hub.clusters() {
+        let hub = self.life.hub();
+        for cluster in hub.clusters() {
             let members = lists
                 .get(&cluster)
                 .map(|t| parse_list(&cluster, t))
@@ -166,7 +160,7 @@ impl Inner {
             if members.is_empty() && !lists.contains_key(&cluster) {
                 tracing::warn!(cluster, "grouplist removed from the file");
             }
-            self.hub.publish(&cluster, members);
+            hub.publish(&cluster, members);
         }
     }
 }
@@ -184,7 +178,7 @@ async fn follow(weak: Weak<Inner>, path: PathBuf) {
         }
         first = false;
         let Some(inner) = weak.upgrade() else { return };
-        if inner.is_closed() {
+        if inner.life.is_closed() {
             return;
         }
         let bytes = match tokio::fs::read(&path).await {
@@ -193,7 +187,7 @@ async fn follow(weak: Weak<Inner>, path: PathBuf) {
                 let msg = format!("cannot read {}: {e}", path.display());
                 if last_error.as_deref() != Some(&msg) {
                     tracing::warn!(error = %msg, "file registry keeps the last good list");
-                    inner.hub.mark_all_stale(&msg);
+                    inner.life.hub().mark_all_stale(&msg);
                     last_error = Some(msg);
                 }
                 continue;
@@ -204,7 +198,7 @@ async fn follow(weak: Weak<Inner>, path: PathBuf) {
         }
         if last.as_deref() == Some(&bytes[..]) {
             // Readable again with the same content as the last good version.
-            inner.hub.mark_all_connected();
+            inner.life.hub().mark_all_connected();
             last_error = None;
             continue;
         }
@@ -213,13 +207,13 @@ async fn follow(weak: Weak<Inner>, path: PathBuf) {
             Ok(lists) => {
                 tracing::info!(path = %path.display(), "file registry reloaded");
                 inner.apply(lists);
-                inner.hub.mark_all_connected();
+                inner.life.hub().mark_all_connected();
                 last_error = None;
             }
             Err(e) => {
                 let msg = e.to_string();
                 tracing::warn!(error = %msg, "broken edit of the registry file; keeping the last good list");
-                inner.hub.mark_all_stale(&msg);
+                inner.life.hub().mark_all_stale(&msg);
                 last_error = Some(msg);
             }
         }
@@ -247,36 +241,43 @@ impl RegistryService for FileRegistry {
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        if self.inner.is_closed() {
-            return Err(RegistryError::Closed { kind: KIND });
-        }
+        self.inner.life.check_open()?;
         self.inner.members(cluster)
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        if self.inner.is_closed() {
-            return Err(RegistryError::Closed { kind: KIND });
-        }
-        let members = self.inner.members(cluster)?;
-        self.inner.hub.publish(cluster, members);
-        let watch = self.inner.hub.subscribe(cluster);
-        if let Some(path) = &self.inner.path {
-            let mut started = self
-                .inner
+        let inner = &self.inner;
+        // One follower reads the file for every watched cluster; a cluster's own task
+        // only waits to be stopped, so the hub forgets the name with its last watch.
+        let watch = inner
+            .life
+            .watch(
+                cluster,
+                || async { Ok((inner.members(cluster)?, ())) },
+                |(), scope| async move { scope.stopped().await },
+            )
+            .await?;
+        if let Some(path) = &inner.path {
+            let mut started = inner
                 .follower_started
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             if !*started {
                 *started = true;
-                tokio::spawn(follow(Arc::downgrade(&self.inner), path.clone()));
+                tokio::spawn(follow(Arc::downgrade(inner), path.clone()));
             }
         }
         Ok(watch)
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        *self.inner.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.inner.hub.close();
-        Ok(())
+        self.inner.life.close(async { Ok(()) }).await
+    }
+}
+
+impl Drop for FileRegistry {
+    /// Ends the watches (nothing was registered, so there is nothing to remove).
+    fn drop(&mut self) {
+        self.inner.life.close_on_drop(|| async { Ok(()) });
     }
 }

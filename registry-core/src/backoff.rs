@@ -111,10 +111,27 @@ mod tests {
 
     #[test]
     fn degenerate_inputs_are_clamped() {
+        // A zero initial delay is raised to 1 ms (and a zero max with it): delays are
+        // in [0.5 ms, 1 ms], never a busy loop of zero-length sleeps.
         let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
-        let d = b.next_delay();
-        assert!(d <= Duration::from_millis(1));
+        for n in 0..50 {
+            assert_eq!(b.nominal(), Duration::from_millis(1), "attempt {n}");
+            let d = b.next_delay();
+            assert!(
+                d >= Duration::from_micros(500) && d <= Duration::from_millis(1),
+                "attempt {n}: {d:?}"
+            );
+        }
+        // A max below the initial delay is raised to it: the initial delay is kept,
+        // not cut to the max.
         let mut b = Backoff::new(Duration::from_secs(2), Duration::from_secs(1));
-        assert!(b.next_delay() <= Duration::from_secs(2));
+        for n in 0..50 {
+            assert_eq!(b.nominal(), Duration::from_secs(2), "attempt {n}");
+            let d = b.next_delay();
+            assert!(
+                d >= Duration::from_secs(1) && d <= Duration::from_secs(2),
+                "attempt {n}: {d:?}"
+            );
+        }
     }
 }

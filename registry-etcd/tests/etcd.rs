@@ -1,12 +1,16 @@
-//! EtcdRegistry against real etcd servers started by meshline-testkit.
+//! EtcdRegistry against real etcd servers started by meshline-testkit: the
+//! conformance suite, then what is etcd's own (Seata's key layout, leases, a 3-member
+//! cluster, etcd's keep-alive policy, credentials).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions, PutOptions};
+use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
-use meshline_testkit::watch::{addrs, assert_crash_removed_within, inst, survive_outage, wait_for};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::watch::{addrs, assert_unchanged_for, inst, wait_for};
 use meshline_testkit::{Etcd, EtcdCluster};
 
 const TTL: Duration = Duration::from_secs(2);
@@ -15,14 +19,90 @@ fn init_logs() {
     meshline_testkit::watch::init_logs("meshline_registry_etcd=info");
 }
 
-fn config(endpoints: &str, empty_protection: bool) -> Config {
-    let mut c = Config::default();
-    c.registry.kind = "etcd3".into();
-    c.registry.etcd3.server_addr = endpoints.to_string();
-    c.registry.etcd3.ttl = TTL;
-    c.registry.empty_protection = empty_protection;
-    c
+/// A config for `endpoints` with a 2 s TTL and empty protection on, then `extra` keys.
+fn config(endpoints: &str, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "etcd3")
+        .set("registry.etcd3.serverAddr", endpoints)
+        .set("registry.etcd3.ttl", "2s")
+        .set("registry.empty-protection", "true");
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
 }
+
+const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
+
+struct EtcdHarness {
+    etcd: Etcd,
+}
+
+async fn harness() -> EtcdHarness {
+    init_logs();
+    EtcdHarness {
+        etcd: Etcd::start().expect("etcd"),
+    }
+}
+
+impl Harness for EtcdHarness {
+    type Registry = EtcdRegistry;
+
+    async fn connect(&self, o: Opts) -> EtcdRegistry {
+        let protection = (
+            "registry.empty-protection",
+            if o.empty_protection { "true" } else { "false" },
+        );
+        let ttl = ("registry.etcd3.ttl", if o.long_ttl { "60s" } else { "2s" });
+        EtcdRegistry::connect(&config(&self.etcd.endpoint(), &[protection, ttl]))
+            .await
+            .unwrap()
+    }
+    fn ttl(&self) -> Duration {
+        TTL
+    }
+    async fn stop(&mut self) {
+        self.etcd.kill();
+    }
+    async fn restart(&mut self) {
+        tokio::task::block_in_place(|| self.etcd.restart()).expect("restart etcd");
+    }
+    fn resync_within(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+}
+
+impl Crash for EtcdHarness {
+    fn crash(&self, reg: EtcdRegistry) {
+        reg.abandon();
+        drop(reg);
+    }
+    /// The lease is kept alive every TTL/3 and expires TTL after the last keep-alive;
+    /// etcd's lessor looks for expired leases every 500 ms.
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            not_before: TTL / 2,
+            within: TTL + Duration::from_millis(500) + Duration::from_secs(2),
+        }
+    }
+}
+
+impl Garbage for EtcdHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        let mut raw = raw(&self.etcd.endpoint()).await;
+        let (key, value) = match round {
+            0 => (
+                format!("registry-seata-{cluster}-garbage"),
+                "not-an-address",
+            ),
+            _ => (format!("registry-seata-{cluster}-10.0.0.7:7"), "}{"),
+        };
+        raw.put(key, value, None).await.unwrap();
+    }
+}
+
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
 
 async fn raw(endpoint: &str) -> Client {
     Client::connect([endpoint], None)
@@ -31,54 +111,7 @@ async fn raw(endpoint: &str) -> Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn register_lookup_watch_unregister_round_trip() {
-    init_logs();
-    let etcd = Etcd::start().expect("etcd");
-    let server = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
-        .await
-        .unwrap();
-    let client = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
-        .await
-        .unwrap();
-    assert_eq!(client.kind(), "etcd3");
-
-    let mut w = client.watch("default").await.unwrap();
-    let first = w.next().await.unwrap();
-    assert!(first.is_empty());
-
-    let a = inst("127.0.0.1:8091");
-    let b = inst("[::1]:8092");
-    server.register("default", &a).await.unwrap();
-    server.register("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a and b", |s| s.len() == 2).await;
-    let mut found = client.lookup("default").await.unwrap();
-    found.sort_by(|x, y| x.key().cmp(y.key()));
-    assert_eq!(found.len(), 2);
-    assert!(found.contains(&a) && found.contains(&b));
-    // Another cluster is unaffected.
-    assert!(client.lookup("other").await.unwrap().is_empty());
-
-    server.unregister("default", &a).await.unwrap();
-    let s = wait_for(&mut w, Duration::from_secs(5), "only b", |s| s.len() == 1).await;
-    assert_eq!(addrs(&s), vec!["[::1]:8092"]);
-    // empty_protection = false: the last removal is applied.
-    server.unregister("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty", |s| s.is_empty()).await;
-
-    // close() revokes the lease: everything we registered disappears at once.
-    server.register("default", &a).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a again", |s| s.len() == 1).await;
-    server.close().await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty after close", |s| {
-        s.is_empty()
-    })
-    .await;
-    assert!(server.register("default", &a).await.is_err());
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seata_layout_both_ways_and_garbage_is_skipped() {
+async fn seata_layout_both_ways() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
     let mut raw = raw(&etcd.endpoint()).await;
@@ -109,12 +142,8 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
     )
     .await
     .unwrap();
-    // Garbage.
-    raw.put("registry-seata-default-garbage", "not-an-address", None)
-        .await
-        .unwrap();
 
-    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), true))
+    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), &[]))
         .await
         .unwrap();
     let mut w = reg.watch("default").await.unwrap();
@@ -122,13 +151,10 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
     assert_eq!(
         addrs(&s),
         vec!["172.0.0.1:8091", "[2000::1:2345:6789:abcd]:8091"],
-        "exact cluster match, garbage skipped"
+        "exact cluster match"
     );
 
-    // Garbage arriving through the watch is skipped while good entries keep flowing.
-    raw.put("registry-seata-default-10.0.0.7:7", "}{", None)
-        .await
-        .unwrap();
+    // A TC registering later, through the watch.
     raw.put(
         "registry-seata-default-10.0.0.5:8091",
         "10.0.0.5:8091",
@@ -138,7 +164,6 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
     .unwrap();
     let s = wait_for(&mut w, Duration::from_secs(5), "10.0.0.5", |s| s.len() == 3).await;
     assert!(addrs(&s).contains(&"10.0.0.5:8091".to_string()));
-    assert!(!addrs(&s).iter().any(|a| a.contains("10.0.0.7")));
 
     // What we register is Seata's layout, read back by the raw client.
     let me = inst("[2000::1:2345:6789:abcd]:8092");
@@ -164,63 +189,10 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn survives_kill_9_of_the_server() {
-    init_logs();
-    let etcd = Etcd::start().expect("etcd");
-    let ep = etcd.endpoint();
-    let server = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
-    let client = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
-    let me = inst("10.1.1.1:8091");
-    server.register("default", &me).await.unwrap();
-    let mut w = client.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-
-    // Down for 5 s: the watch still serves the last snapshot, and is still stale.
-    let etcd = survive_outage(
-        &mut w,
-        etcd,
-        Duration::from_secs(5),
-        Duration::from_secs(15),
-    )
-    .await;
-    // Our registration is back (readable by a raw client, on a live lease).
-    let mut raw = raw(&etcd.endpoint()).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = raw.get(instance_key("default", &me), None).await.unwrap();
-        if let Some(kv) = got.kvs().first() {
-            assert_eq!(kv.value_str().unwrap(), "10.1.1.1:8091");
-            assert_ne!(kv.lease(), 0);
-            break;
-        }
-        assert!(Instant::now() < deadline, "registration not restored");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Still there after several TTLs: the keep-alive works again.
-    tokio::time::sleep(TTL * 2).await;
-    assert_eq!(client.lookup("default").await.unwrap(), vec![me.clone()]);
-    assert_eq!(addrs(&w.current()), vec!["10.1.1.1:8091"]);
-    // And the watch is live: a new member shows up.
-    server
-        .register("default", &inst("10.1.1.2:8091"))
-        .await
-        .unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "new member", |s| {
-        s.len() == 2
-    })
-    .await;
-    server.close().await.unwrap();
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_lease_is_re_granted() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
-    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), false))
+    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), &[UNPROTECTED]))
         .await
         .unwrap();
     let me = inst("10.2.2.2:8091");
@@ -247,36 +219,12 @@ async fn a_revoked_lease_is_re_granted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_registrant_disappears_within_the_ttl() {
-    init_logs();
-    let etcd = Etcd::start().expect("etcd");
-    let ep = etcd.endpoint();
-    let stable = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
-    let doomed = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
-    let watcher = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
-    stable
-        .register("default", &inst("10.3.3.1:1"))
-        .await
-        .unwrap();
-    doomed
-        .register("default", &inst("10.3.3.2:1"))
-        .await
-        .unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "both", |s| s.len() == 2).await;
-    assert_crash_removed_within(&mut w, "etcd", TTL + Duration::from_secs(1), || {
-        doomed.abandon();
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_member_cluster_survives_losing_its_leader() {
     init_logs();
     let mut cluster = EtcdCluster::start().expect("etcd cluster");
     let eps = cluster.endpoints().join(",");
-    let server = EtcdRegistry::connect(&config(&eps, true)).await.unwrap();
-    let client = EtcdRegistry::connect(&config(&eps, true)).await.unwrap();
+    let server = EtcdRegistry::connect(&config(&eps, &[])).await.unwrap();
+    let client = EtcdRegistry::connect(&config(&eps, &[])).await.unwrap();
     let me = inst("10.4.4.4:8091");
     server.register("default", &me).await.unwrap();
     let mut w = client.watch("default").await.unwrap();
@@ -322,8 +270,8 @@ async fn three_member_cluster_survives_losing_its_leader() {
     .unwrap();
 
     // Several TTLs later the registration is still there: the lease was kept alive
-    // through the surviving members.
-    tokio::time::sleep(TTL * 2).await;
+    // through the surviving members (the watch never lost it, not even for a moment).
+    assert_unchanged_for(&mut w, TTL * 2, "registration kept through the failover").await;
     let mut raw = raw(&survivors[0]).await;
     let got = raw.get(instance_key("default", &me), None).await.unwrap();
     assert_eq!(got.kvs().len(), 1, "registration lost after leader kill");
@@ -359,10 +307,13 @@ async fn three_member_cluster_survives_losing_its_leader() {
     client.close().await.unwrap();
     let longest_stale = stale_log.await.unwrap();
     eprintln!("etcd cluster: longest stale period {longest_stale:?}");
-    // Stale at most for the election, plus one re-list backoff step (capped at 1 s).
+    // Stale at most for the election, plus a re-list in flight to the dead leader (the
+    // operation timeout, 1 s at this TTL), plus one backoff step (capped at 1 s), plus
+    // 2 s for a loaded machine.
+    let bound = election + Duration::from_secs(1) + Duration::from_secs(1) + Duration::from_secs(2);
     assert!(
-        longest_stale <= election + Duration::from_secs(1),
-        "stale for {longest_stale:?}, longer than the election ({election:?})"
+        longest_stale <= bound,
+        "stale for {longest_stale:?}, longer than the election ({election:?}) allows ({bound:?})"
     );
     // The old leader rejoins; our registration is removed cleanly at close.
     let cluster = tokio::task::spawn_blocking(move || {
@@ -379,43 +330,6 @@ async fn three_member_cluster_survives_losing_its_leader() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_registry_ends_its_tasks_and_removes_its_keys() {
-    init_logs();
-    let etcd = Etcd::start().expect("etcd");
-    let ep = etcd.endpoint();
-    let mut long_ttl = config(&ep, false);
-    long_ttl.registry.etcd3.ttl = Duration::from_secs(30);
-    let doomed = EtcdRegistry::connect(&long_ttl).await.unwrap();
-    let watcher = EtcdRegistry::connect(&config(&ep, false)).await.unwrap();
-    doomed
-        .register("default", &inst("10.8.8.8:1"))
-        .await
-        .unwrap();
-    let mut own = doomed.watch("default").await.unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-    let t = Instant::now();
-    drop(doomed);
-    // The lease is revoked at once (not after its 30 s TTL) ...
-    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
-        s.is_empty()
-    })
-    .await;
-    assert!(t.elapsed() < Duration::from_secs(5));
-    // ... and the dropped registry's own watch ends.
-    own.next().await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
-    assert!(
-        matches!(end, Ok(Err(_))),
-        "watch of a dropped registry must end: {end:?}"
-    );
-    watcher.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn username_and_password_are_used() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
@@ -425,9 +339,13 @@ async fn username_and_password_are_used() {
     admin.user_grant_role("root", "root").await.unwrap();
     admin.auth_enable().await.unwrap();
 
-    let mut cfg = config(&ep, true);
-    cfg.registry.etcd3.username = Some("root".into());
-    cfg.registry.etcd3.password = Some("s3cret".into());
+    let cfg = config(
+        &ep,
+        &[
+            ("registry.etcd3.username", "root"),
+            ("registry.etcd3.password", "s3cret"),
+        ],
+    );
     let reg = EtcdRegistry::connect(&cfg).await.unwrap();
     reg.register("default", &inst("10.9.9.9:8091"))
         .await
@@ -436,11 +354,15 @@ async fn username_and_password_are_used() {
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.9.9.9:8091"]);
 
     // Without credentials etcd refuses us, with an error rather than a panic.
-    let anonymous = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let anonymous = EtcdRegistry::connect(&config(&ep, &[])).await.unwrap();
     assert!(anonymous.lookup("default").await.is_err());
-    let mut wrong = config(&ep, true);
-    wrong.registry.etcd3.username = Some("root".into());
-    wrong.registry.etcd3.password = Some("nope".into());
+    let wrong = config(
+        &ep,
+        &[
+            ("registry.etcd3.username", "root"),
+            ("registry.etcd3.password", "nope"),
+        ],
+    );
     assert!(EtcdRegistry::connect(&wrong).await.is_err());
     reg.close().await.unwrap();
 }
@@ -463,10 +385,9 @@ async fn idle_watch_and_registration_survive_etcd_default_keepalive_policy() {
     let ep = etcd.endpoint();
     // The registrant's lease (TTL 30 s) is kept alive every 10 s: its connection is
     // idle between keep-alives, as the watcher's connection is all the time.
-    let mut registrant_config = config(&ep, true);
-    registrant_config.registry.etcd3.ttl = IDLE;
+    let registrant_config = config(&ep, &[("registry.etcd3.ttl", "30s")]);
     let registrant = EtcdRegistry::connect(&registrant_config).await.unwrap();
-    let watcher = EtcdRegistry::connect(&config(&ep, true)).await.unwrap();
+    let watcher = EtcdRegistry::connect(&config(&ep, &[])).await.unwrap();
     let me = inst("10.7.7.7:8091");
     registrant.register("default", &me).await.unwrap();
     let lease = registrant.lease_id().await.unwrap();
@@ -547,7 +468,7 @@ async fn idle_watch_and_registration_survive_etcd_default_keepalive_policy() {
 async fn keepalive_pings_find_a_frozen_etcd() {
     init_logs();
     let mut etcd = Etcd::start().expect("etcd");
-    let watcher = EtcdRegistry::connect(&config(&etcd.endpoint(), true))
+    let watcher = EtcdRegistry::connect(&config(&etcd.endpoint(), &[]))
         .await
         .unwrap();
     let mut w = watcher.watch("default").await.unwrap();
@@ -593,7 +514,7 @@ async fn an_unreachable_etcd_is_an_error_naming_the_address_and_the_cause() {
     let port = meshline_testkit::closed_port().expect("a closed port");
     let endpoint = format!("http://127.0.0.1:{port}");
     // Connecting is lazy (see `EtcdRegistry::connect`): the first operation fails.
-    let reg = EtcdRegistry::connect(&config(&endpoint, true))
+    let reg = EtcdRegistry::connect(&config(&endpoint, &[]))
         .await
         .unwrap();
     let t = Instant::now();
@@ -625,8 +546,10 @@ async fn register_on_a_revoked_lease_re_grants_it() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
     // A long TTL: the keeper (every TTL / 3) does not notice the revoke first.
-    let mut c = config(&etcd.endpoint(), false);
-    c.registry.etcd3.ttl = Duration::from_secs(60);
+    let c = config(
+        &etcd.endpoint(),
+        &[UNPROTECTED, ("registry.etcd3.ttl", "60s")],
+    );
     let reg = EtcdRegistry::connect(&c).await.unwrap();
     let a = inst("10.2.3.1:8091");
     let b = inst("10.2.3.2:8091");

@@ -1,23 +1,106 @@
-//! The Nacos registry against a real Nacos-protocol server (rnacos, started by testkit).
+//! The Nacos registry against a real Nacos-protocol server (rnacos, started by
+//! testkit): the conformance suite, then what is Nacos's own (Seata's layout with raw
+//! nacos-sdk clients, convergence, credentials).
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
-use meshline_testkit::watch::{addrs, survive_outage, wait_for};
+use meshline_testkit::conformance::{Garbage, Harness, Opts};
+use meshline_testkit::watch::{addrs, wait_for};
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
 use nacos_sdk::api::props::ClientProps;
 
 const WITHIN: Duration = Duration::from_secs(10);
 
-fn config(server: &Rnacos) -> Config {
-    let mut c = Config::default();
-    c.registry.kind = "nacos".into();
-    c.registry.nacos.server_addr = server.http_addr();
-    c.registry.nacos.grpc_port = Some(server.grpc_port());
-    c
+/// A config for `server` with empty protection on, then `extra` keys.
+fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "nacos")
+        .set("registry.nacos.serverAddr", server.http_addr())
+        .set("registry.nacos.grpcPort", server.grpc_port().to_string())
+        .set("registry.empty-protection", "true");
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
 }
+
+struct NacosHarness {
+    server: Rnacos,
+    /// Raw clients that wrote garbage: their (ephemeral) instances live with them.
+    raw: Mutex<Vec<NamingService>>,
+}
+
+async fn harness() -> NacosHarness {
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    NacosHarness {
+        server: Rnacos::start().expect("start rnacos"),
+        raw: Mutex::new(Vec::new()),
+    }
+}
+
+impl Harness for NacosHarness {
+    type Registry = NacosRegistry;
+
+    /// Nacos 2 instances are ephemeral, bound to the client's gRPC connection: there
+    /// is no TTL to make long.
+    async fn connect(&self, o: Opts) -> NacosRegistry {
+        let protection = if o.empty_protection { "true" } else { "false" };
+        NacosRegistry::connect(&config(
+            &self.server,
+            &[("registry.empty-protection", protection)],
+        ))
+        .await
+        .unwrap()
+    }
+    /// No TTL: the spans the suite holds a registration (and the server down) for.
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(4)
+    }
+    async fn stop(&mut self) {
+        self.server.kill();
+    }
+    async fn restart(&mut self) {
+        tokio::task::block_in_place(|| self.server.restart()).expect("restart rnacos");
+    }
+    /// nacos-sdk reconnects and redoes its registrations and subscriptions.
+    fn resync_within(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+impl Garbage for NacosHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        let raw = raw_client(&self.server).await;
+        let bad = match round {
+            0 => ("not an ip!", 8091),
+            _ => ("10.0.0.9", 70000),
+        };
+        raw.register_instance(
+            "seata-server".into(),
+            Some("DEFAULT_GROUP".into()),
+            ServiceInstance {
+                ip: bad.0.into(),
+                port: bad.1,
+                cluster_name: Some(cluster.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        self.raw.lock().unwrap().push(raw);
+    }
+}
+
+// No `crash_removed_within_ttl`: a Nacos 2 registration lives as long as the client's
+// gRPC connection (the server drops it when the connection closes), so a crash is
+// removed as fast as a deregistration, and the client has no `abandon`.
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    outage_stale_resync, garbage_skipped, empty_protection);
 
 /// A plain nacos-sdk client, as a Seata TC (Java) or any other client would use it.
 async fn raw_client(server: &Rnacos) -> NamingService {
@@ -34,9 +117,9 @@ async fn raw_client(server: &Rnacos) -> NamingService {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn round_trip_and_seata_layout_interop() {
+async fn seata_layout_both_ways() {
     let server = Rnacos::start().expect("start rnacos");
-    let reg = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
     let raw = raw_client(&server).await;
 
     let mut w = reg.watch("default").await.unwrap();
@@ -113,61 +196,15 @@ async fn round_trip_and_seata_layout_interop() {
     let s = wait_for(&mut w, WITHIN, "removals", |s| s.len() == 1).await;
     assert_eq!(addrs(&s), vec!["10.0.0.1:8091"]);
 
-    // close() removes what we registered; empty protection keeps the watcher's list,
-    // a fresh lookup sees the truth.
     reg.close().await.unwrap();
-    let probe = NacosRegistry::connect(&config(&server)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !probe.lookup("default").await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "close() did not deregister");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    probe.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_and_restart_the_server() {
-    let server = Rnacos::start().expect("start rnacos");
-    let reg = NacosRegistry::connect(&config(&server)).await.unwrap();
-    let me = Instance::parse("10.1.0.1:8091").unwrap();
-    reg.register("default", &me).await.unwrap();
-    let mut w = reg.watch("default").await.unwrap();
-    wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
-    assert!(w.health().is_connected());
-
-    let server = survive_outage(
-        &mut w,
-        server,
-        Duration::from_secs(5),
-        Duration::from_secs(30),
-    )
-    .await;
-    // Our registration comes back (nacos-sdk redo), seen through the server, and the
-    // watch resyncs and reports connected.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let listed = reg.lookup("default").await.map(|l| l.len()).unwrap_or(0);
-        if w.health().is_connected() && listed == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "registration not restored after restart: health {:?}, listed {listed}",
-            w.health()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(addrs(&w.current()), vec!["10.1.0.1:8091"]);
-    reg.close().await.unwrap();
-    drop(server);
 }
 
 /// Register on one client, time until another client's watch sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn convergence() {
     let server = Rnacos::start().expect("start rnacos");
-    let writer = NacosRegistry::connect(&config(&server)).await.unwrap();
-    let reader = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let writer = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let reader = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
     let mut w = reader.watch("conv").await.unwrap();
     w.next().await.unwrap();
     const N: u16 = 100;
@@ -182,14 +219,21 @@ async fn convergence() {
         .await;
         samples.push(t0.elapsed());
     }
+    // The true bound of each sample (not of a percentile: p99 of 100 samples is their
+    // maximum): a push, or at worst
+    // the next resync query (every RESYNC_PERIOD), plus a round trip, 2 s on a loaded
+    // machine.
+    let bound = meshline_registry_nacos::RESYNC_PERIOD + Duration::from_secs(2);
+    let slowest = samples.iter().copied().max().unwrap();
     samples.sort();
     let p50 = samples[samples.len() / 2];
-    let p99 = samples[samples.len() * 99 / 100];
-    println!("nacos (rnacos) convergence over {N} registrations: p50 {p50:?}, p99 {p99:?}");
-    // Bounded by the push path, and at worst by our resync period plus a round trip.
+    let p90 = samples[samples.len() * 9 / 10];
+    println!(
+        "nacos (rnacos) convergence over {N} registrations: p50 {p50:?}, p90 {p90:?}, max {slowest:?}"
+    );
     assert!(
-        p99 < meshline_registry_nacos::RESYNC_PERIOD + Duration::from_millis(500),
-        "p99 {p99:?}"
+        slowest <= bound,
+        "a registration took {slowest:?} (> {bound:?})"
     );
     writer.close().await.unwrap();
     reader.close().await.unwrap();
@@ -200,18 +244,26 @@ async fn convergence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn username_and_password_are_used() {
     let server = Rnacos::start_with_auth("meshline", "s3cret-pass").expect("start rnacos");
-    let mut good = config(&server);
-    good.registry.nacos.username = Some("meshline".into());
-    good.registry.nacos.password = Some("s3cret-pass".into());
+    let good = config(
+        &server,
+        &[
+            ("registry.nacos.username", "meshline"),
+            ("registry.nacos.password", "s3cret-pass"),
+        ],
+    );
     let reg = NacosRegistry::connect(&good).await.unwrap();
     let me = Instance::parse("10.3.0.1:8091").unwrap();
     reg.register("default", &me).await.unwrap();
     let mut w = reg.watch("default").await.unwrap();
     wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
 
-    let mut bad = config(&server);
-    bad.registry.nacos.username = Some("meshline".into());
-    bad.registry.nacos.password = Some("wrong".into());
+    let bad = config(
+        &server,
+        &[
+            ("registry.nacos.username", "meshline"),
+            ("registry.nacos.password", "wrong"),
+        ],
+    );
     let refused = match NacosRegistry::connect(&bad).await {
         Err(_) => true,
         Ok(r) => r.lookup("default").await.is_err(),
@@ -220,7 +272,7 @@ async fn username_and_password_are_used() {
         refused,
         "a wrong password must not be able to read the registry"
     );
-    let anonymous = match NacosRegistry::connect(&config(&server)).await {
+    let anonymous = match NacosRegistry::connect(&config(&server, &[])).await {
         Err(_) => true,
         Ok(r) => r
             .register("default", &Instance::parse("10.3.0.2:1").unwrap())
@@ -240,10 +292,12 @@ async fn username_and_password_are_used() {
 async fn an_unreachable_server_is_an_error_naming_the_address() {
     let port = meshline_testkit::closed_port().unwrap();
     let grpc = meshline_testkit::closed_port().unwrap();
-    let mut c = Config::default();
-    c.registry.kind = "nacos".into();
-    c.registry.nacos.server_addr = format!("127.0.0.1:{port}");
-    c.registry.nacos.grpc_port = Some(grpc);
+    let c = ConfigLoader::new()
+        .set("registry.type", "nacos")
+        .set("registry.nacos.serverAddr", format!("127.0.0.1:{port}"))
+        .set("registry.nacos.grpcPort", grpc.to_string())
+        .load()
+        .unwrap();
     let t = Instant::now();
     let text = NacosRegistry::connect(&c).await.unwrap_err().to_string();
     eprintln!("after {:?}: {text}", t.elapsed());

@@ -1,4 +1,6 @@
-//! RedisRegistry against a real Redis started by meshline-testkit.
+//! RedisRegistry against a real Redis started by meshline-testkit: the conformance
+//! suite, then what is Redis's own (Seata's key and channel layout, password and db,
+//! the rescan that finds keys whose message was lost).
 
 mod common;
 
@@ -6,23 +8,117 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
+use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::RedisRegistry;
 use meshline_registry_others::redis::instance_key;
 use meshline_testkit::Redis;
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
 
 const TTL: Duration = Duration::from_secs(2);
 
-fn config(addr: &str, empty_protection: bool) -> Config {
-    let mut c = Config::default();
-    c.registry.kind = "redis".into();
-    c.registry.redis.server_addr = addr.to_string();
-    c.registry.redis.ttl = TTL;
-    c.registry.redis.refresh_period = Duration::from_millis(500);
-    c.registry.redis.timeout = Duration::from_secs(1);
-    c.registry.empty_protection = empty_protection;
-    c
+/// A config for `addr`: 2 s TTL, refresh and rescan every 500 ms, 1 s timeout, empty
+/// protection on; then `extra` keys.
+fn config(addr: &str, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "redis")
+        .set("registry.redis.serverAddr", addr)
+        .set("registry.redis.ttl", "2s")
+        .set("registry.redis.refreshPeriod", "500ms")
+        .set("registry.redis.timeout", "1s")
+        .set("registry.empty-protection", "true");
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
 }
+
+struct RedisHarness {
+    redis: Redis,
+}
+
+async fn harness() -> RedisHarness {
+    init_logs();
+    RedisHarness {
+        redis: Redis::start().expect("redis"),
+    }
+}
+
+impl Harness for RedisHarness {
+    type Registry = RedisRegistry;
+
+    async fn connect(&self, o: Opts) -> RedisRegistry {
+        let extra = [
+            (
+                "registry.empty-protection",
+                if o.empty_protection { "true" } else { "false" },
+            ),
+            ("registry.redis.ttl", if o.long_ttl { "60s" } else { "2s" }),
+        ];
+        RedisRegistry::connect(&config(&self.redis.addr(), &extra))
+            .await
+            .unwrap()
+    }
+    fn ttl(&self) -> Duration {
+        TTL
+    }
+    async fn stop(&mut self) {
+        self.redis.kill();
+    }
+    /// No persistence: the restarted Redis is empty, the refresher writes our key again.
+    async fn restart(&mut self) {
+        tokio::task::block_in_place(|| self.redis.restart()).expect("restart redis");
+    }
+    fn resync_within(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+}
+
+impl Crash for RedisHarness {
+    fn crash(&self, reg: RedisRegistry) {
+        reg.abandon();
+        drop(reg);
+    }
+    /// SETEX every 500 ms with a 2 s TTL: the key outlives the crash by 1.5-2 s;
+    /// watchers rescan every 500 ms.
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            not_before: TTL / 2,
+            within: TTL + Duration::from_millis(500) + Duration::from_secs(2),
+        }
+    }
+}
+
+impl Garbage for RedisHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        let mut raw = raw(&self.redis.url()).await;
+        let prefix = format!("registry.redis.{cluster}");
+        let keys = match round {
+            0 => ["garbage", "10.0.0.9:0"],
+            _ => ["not an address:1", "10.0.0.9:70000"],
+        };
+        for k in keys {
+            let _: () = redis::cmd("SET")
+                .arg(format!("{prefix}_{k}"))
+                .arg("1@x")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        // Garbage on the channel is harmless too.
+        for msg in ["}{", "garbage-register", "10.0.0.9:0-register"] {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(&prefix)
+                .arg(msg)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
 
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
@@ -33,50 +129,7 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn register_lookup_watch_unregister_round_trip() {
-    init_logs();
-    let r = Redis::start().expect("redis");
-    let server = RedisRegistry::connect(&config(&r.addr(), false))
-        .await
-        .unwrap();
-    let client = RedisRegistry::connect(&config(&r.addr(), false))
-        .await
-        .unwrap();
-    assert_eq!(client.kind(), "redis");
-    let mut w = client.watch("default").await.unwrap();
-    assert!(w.next().await.unwrap().is_empty());
-
-    let a = inst("127.0.0.1:8091");
-    let b = inst("[::1]:8092");
-    server.register("default", &a).await.unwrap();
-    server.register("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a and b", |s| s.len() == 2).await;
-    let found = client.lookup("default").await.unwrap();
-    assert_eq!(found.len(), 2);
-    assert!(found.contains(&a) && found.contains(&b));
-    // Refreshed before expiry: still there after several TTLs.
-    tokio::time::sleep(TTL * 2).await;
-    assert_eq!(client.lookup("default").await.unwrap().len(), 2);
-
-    server.unregister("default", &a).await.unwrap();
-    let s = wait_for(&mut w, Duration::from_secs(5), "only b", |s| s.len() == 1).await;
-    assert_eq!(addrs(&s), vec!["[::1]:8092"]);
-    server.unregister("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty", |s| s.is_empty()).await;
-
-    server.register("default", &a).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a again", |s| s.len() == 1).await;
-    server.close().await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty after close", |s| {
-        s.is_empty()
-    })
-    .await;
-    assert!(server.register("default", &a).await.is_err());
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seata_layout_both_ways_and_garbage_is_skipped() {
+async fn seata_layout_both_ways() {
     init_logs();
     let r = Redis::start().expect("redis");
     let mut raw = raw(&r.url()).await;
@@ -95,21 +148,15 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    // Another cluster whose name starts with ours, and garbage.
+    // Another cluster whose name starts with ours.
     let _: () = redis::cmd("SET")
         .arg("registry.redis.default_x_10.9.9.9:8091")
         .arg("1@x")
         .query_async(&mut raw)
         .await
         .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("registry.redis.default_garbage")
-        .arg("1@x")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
 
-    let reg = RedisRegistry::connect(&config(&r.addr(), true))
+    let reg = RedisRegistry::connect(&config(&r.addr(), &[]))
         .await
         .unwrap();
     let mut w = reg.watch("default").await.unwrap();
@@ -130,13 +177,6 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
     let _: i64 = redis::cmd("PUBLISH")
         .arg("registry.redis.default")
         .arg("10.0.0.5:8091-register")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    // Garbage on the channel is harmless.
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg("registry.redis.default")
-        .arg("}{")
         .query_async(&mut raw)
         .await
         .unwrap();
@@ -196,85 +236,6 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn survives_kill_9_of_the_server() {
-    init_logs();
-    let r = Redis::start().expect("redis");
-    let server = RedisRegistry::connect(&config(&r.addr(), true))
-        .await
-        .unwrap();
-    let client = RedisRegistry::connect(&config(&r.addr(), true))
-        .await
-        .unwrap();
-    let me = inst("10.1.1.1:8091");
-    server.register("default", &me).await.unwrap();
-    let mut w = client.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-
-    // No persistence: the restarted Redis is empty; our refresher writes the key again.
-    let r = survive_outage(&mut w, r, Duration::from_secs(5), Duration::from_secs(15)).await;
-    let raw = raw(&r.url()).await;
-    let key = instance_key("default", &me);
-    eventually(Duration::from_secs(10), "key written again", || {
-        let mut raw = raw.clone();
-        let key = key.clone();
-        async move {
-            redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async::<i64>(&mut raw)
-                .await
-                .map(|n| n == 1)
-                .unwrap_or(false)
-        }
-    })
-    .await;
-    tokio::time::sleep(TTL * 2).await;
-    assert_eq!(client.lookup("default").await.unwrap(), vec![me.clone()]);
-    assert_eq!(addrs(&w.current()), vec!["10.1.1.1:8091"]);
-    server
-        .register("default", &inst("10.1.1.2:8091"))
-        .await
-        .unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "new member", |s| {
-        s.len() == 2
-    })
-    .await;
-    server.close().await.unwrap();
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_registrant_disappears_within_the_ttl() {
-    init_logs();
-    let r = Redis::start().expect("redis");
-    let stable = RedisRegistry::connect(&config(&r.addr(), true))
-        .await
-        .unwrap();
-    let doomed = RedisRegistry::connect(&config(&r.addr(), true))
-        .await
-        .unwrap();
-    let watcher = RedisRegistry::connect(&config(&r.addr(), true))
-        .await
-        .unwrap();
-    stable
-        .register("default", &inst("10.3.3.1:1"))
-        .await
-        .unwrap();
-    doomed
-        .register("default", &inst("10.3.3.2:1"))
-        .await
-        .unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "both", |s| s.len() == 2).await;
-    assert_crash_removed_within(&mut w, "redis", TTL + Duration::from_secs(1), || {
-        doomed.abandon();
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_and_db_are_applied_and_servers_fail_over() {
     init_logs();
     let r = Redis::start_with_password("s3cret").expect("redis");
@@ -282,9 +243,13 @@ async fn password_and_db_are_applied_and_servers_fail_over() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap().to_string();
     drop(dead);
-    let mut cfg = config(&format!("{dead_addr},{}", r.addr()), true);
-    cfg.registry.redis.password = Some("s3cret".into());
-    cfg.registry.redis.db = 3;
+    let cfg = config(
+        &format!("{dead_addr},{}", r.addr()),
+        &[
+            ("registry.redis.password", "s3cret"),
+            ("registry.redis.db", "3"),
+        ],
+    );
     let reg = RedisRegistry::connect(&cfg).await.unwrap();
     let me = inst("10.6.6.6:8091");
     reg.register("default", &me).await.unwrap();
@@ -301,53 +266,31 @@ async fn password_and_db_are_applied_and_servers_fail_over() {
     let mut w = reg.watch("default").await.unwrap();
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.6.6.6:8091"]);
 
-    // Wrong password: connect fails with a clear error, no panic.
-    let mut bad = config(&r.addr(), true);
-    bad.registry.redis.password = Some("wrong".into());
-    let err = RedisRegistry::connect(&bad).await.unwrap_err();
-    assert!(!err.to_string().is_empty());
-    reg.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_registry_ends_its_tasks_and_removes_its_key() {
-    init_logs();
-    let r = Redis::start().expect("redis");
-    let mut long_ttl = config(&r.addr(), false);
-    long_ttl.registry.redis.ttl = Duration::from_secs(30);
-    let doomed = RedisRegistry::connect(&long_ttl).await.unwrap();
-    let watcher = RedisRegistry::connect(&config(&r.addr(), false))
-        .await
-        .unwrap();
-    doomed
-        .register("default", &inst("10.8.8.8:1"))
-        .await
-        .unwrap();
-    let mut own = doomed.watch("default").await.unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-    drop(doomed);
-    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
-        s.is_empty()
-    })
-    .await;
-    own.next().await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
+    // Wrong password: connect fails with Redis's authentication error, naming the
+    // server (not any error: a refused connection or a timeout would not do).
+    let bad = config(&r.addr(), &[("registry.redis.password", "wrong")]);
+    let err = RedisRegistry::connect(&bad).await.unwrap_err().to_string();
+    eprintln!("wrong password: {err}");
+    assert!(err.contains(&r.addr()), "{err}");
     assert!(
-        matches!(end, Ok(Err(_))),
-        "watch of a dropped registry must end: {end:?}"
+        err.contains("Password authentication failed - AuthenticationFailed"),
+        "not the auth error: {err}"
     );
-    watcher.close().await.unwrap();
+    // No password at all against a server that wants one: NOAUTH.
+    let err = RedisRegistry::connect(&config(&r.addr(), &[]))
+        .await
+        .unwrap_err()
+        .to_string();
+    eprintln!("no password: {err}");
+    assert!(err.contains("NOAUTH"), "not the auth error: {err}");
+    reg.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_written_without_publish_is_found_by_the_periodic_rescan() {
     init_logs();
     let r = Redis::start().expect("redis");
-    let reg = RedisRegistry::connect(&config(&r.addr(), true))
+    let reg = RedisRegistry::connect(&config(&r.addr(), &[]))
         .await
         .unwrap();
     let mut w = reg.watch("default").await.unwrap();
@@ -379,7 +322,7 @@ async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
     let port = meshline_testkit::closed_port().unwrap();
     let server = format!("127.0.0.1:{port}");
     let t = std::time::Instant::now();
-    let text = RedisRegistry::connect(&config(&server, true))
+    let text = RedisRegistry::connect(&config(&server, &[]))
         .await
         .unwrap_err()
         .to_string();

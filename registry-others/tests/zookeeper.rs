@@ -1,27 +1,122 @@
-//! ZookeeperRegistry against a real ZooKeeper started by meshline-testkit.
+//! ZookeeperRegistry against a real ZooKeeper started by meshline-testkit: the
+//! conformance suite, then what is ZooKeeper's own (Seata's node layout, session
+//! expiry, digest ACLs, connect strings).
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
+use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
 use meshline_registry_others::zookeeper::instance_path;
 use meshline_testkit::ZooKeeper;
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
 use zookeeper_client as zk;
 
 const SESSION: Duration = Duration::from_secs(4);
 
-fn config(connect: &str, empty_protection: bool) -> Config {
-    let mut c = Config::default();
-    c.registry.kind = "zk".into();
-    c.registry.zk.server_addr = connect.to_string();
-    c.registry.zk.session_timeout = SESSION;
-    c.registry.zk.connect_timeout = Duration::from_secs(2);
-    c.registry.empty_protection = empty_protection;
-    c
+/// A config for `connect`: 4 s session timeout, 2 s connect timeout, empty protection
+/// on; then `extra` keys.
+fn config(connect: &str, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "zk")
+        .set("registry.zk.serverAddr", connect)
+        .set("registry.zk.sessionTimeout", "4s")
+        .set("registry.zk.connectTimeout", "2s")
+        .set("registry.empty-protection", "true");
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
 }
+
+const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
+
+struct ZkHarness {
+    zk: ZooKeeper,
+}
+
+async fn harness() -> ZkHarness {
+    init_logs();
+    ZkHarness {
+        zk: ZooKeeper::start().expect("zookeeper"),
+    }
+}
+
+impl Harness for ZkHarness {
+    type Registry = ZookeeperRegistry;
+
+    async fn connect(&self, o: Opts) -> ZookeeperRegistry {
+        let extra = [
+            (
+                "registry.empty-protection",
+                if o.empty_protection { "true" } else { "false" },
+            ),
+            // testkit's ZooKeeper allows sessions of up to 60 s.
+            (
+                "registry.zk.sessionTimeout",
+                if o.long_ttl { "60s" } else { "4s" },
+            ),
+        ];
+        ZookeeperRegistry::connect(&config(&self.zk.connect_string(), &extra))
+            .await
+            .unwrap()
+    }
+    fn ttl(&self) -> Duration {
+        SESSION
+    }
+    async fn stop(&mut self) {
+        self.zk.kill();
+    }
+    async fn restart(&mut self) {
+        tokio::task::block_in_place(|| self.zk.restart()).expect("restart zookeeper");
+    }
+    /// Down longer than the session timeout: sessions are rebuilt, nodes re-created.
+    fn resync_within(&self) -> Duration {
+        Duration::from_secs(20)
+    }
+}
+
+impl Crash for ZkHarness {
+    fn crash(&self, reg: ZookeeperRegistry) {
+        reg.abandon();
+        drop(reg);
+    }
+    /// The server expires a session the session timeout after it last heard from the
+    /// client (which pings several times per timeout), rounded up to its 500 ms tick;
+    /// the ephemeral node's deletion fires the watchers' child watch at once.
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            not_before: SESSION / 2,
+            within: SESSION + Duration::from_millis(500) + Duration::from_secs(2),
+        }
+    }
+}
+
+impl Garbage for ZkHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        let raw = raw(&self.zk.connect_string()).await;
+        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let parent = format!("/registry/zk/{cluster}");
+        let _ = raw.mkdir(&parent, &dir).await;
+        let names = match round {
+            0 => ["not-an-address", "10.0.0.9:0"],
+            _ => ["10.0.0.9:70000", "garbage-1"],
+        };
+        for name in names {
+            raw.create(&format!("{parent}/{name}"), b"true", &dir)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
 
 async fn raw(connect: &str) -> zk::Client {
     zk::Client::connector()
@@ -32,51 +127,7 @@ async fn raw(connect: &str) -> zk::Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn register_lookup_watch_unregister_round_trip() {
-    init_logs();
-    let zk = ZooKeeper::start().expect("zookeeper");
-    let server = ZookeeperRegistry::connect(&config(&zk.connect_string(), false))
-        .await
-        .unwrap();
-    let client = ZookeeperRegistry::connect(&config(&zk.connect_string(), false))
-        .await
-        .unwrap();
-    assert_eq!(client.kind(), "zk");
-    // Missing cluster path: empty, not an error.
-    assert!(client.lookup("default").await.unwrap().is_empty());
-    let mut w = client.watch("default").await.unwrap();
-    assert!(w.next().await.unwrap().is_empty());
-
-    let a = inst("127.0.0.1:8091");
-    let b = inst("[::1]:8092");
-    server.register("default", &a).await.unwrap();
-    server.register("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a and b", |s| s.len() == 2).await;
-    let found = client.lookup("default").await.unwrap();
-    assert_eq!(found.len(), 2);
-    assert!(found.contains(&a) && found.contains(&b));
-    // Registering twice is fine (same session owns the node).
-    server.register("default", &a).await.unwrap();
-
-    server.unregister("default", &a).await.unwrap();
-    let s = wait_for(&mut w, Duration::from_secs(5), "only b", |s| s.len() == 1).await;
-    assert_eq!(addrs(&s), vec!["[::1]:8092"]);
-    server.unregister("default", &b).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty", |s| s.is_empty()).await;
-
-    server.register("default", &a).await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "a again", |s| s.len() == 1).await;
-    server.close().await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "empty after close", |s| {
-        s.is_empty()
-    })
-    .await;
-    assert!(server.register("default", &a).await.is_err());
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seata_layout_both_ways_and_garbage_is_skipped() {
+async fn seata_layout_both_ways() {
     init_logs();
     let zk = ZooKeeper::start().expect("zookeeper");
     let raw = raw(&zk.connect_string()).await;
@@ -94,11 +145,8 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
     )
     .await
     .unwrap();
-    raw.create("/registry/zk/default/not-an-address", b"true", &eph)
-        .await
-        .unwrap();
 
-    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), true))
+    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
         .await
         .unwrap();
     let mut w = reg.watch("default").await.unwrap();
@@ -107,10 +155,7 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
         addrs(&s),
         vec!["172.0.0.1:8091", "[2000::1:2345:6789:abcd]:8091"]
     );
-    // More garbage and a good node through the watch.
-    raw.create("/registry/zk/default/10.0.0.9:0", b"true", &eph)
-        .await
-        .unwrap();
+    // A TC registering later, through the watch.
     raw.create("/registry/zk/default/10.0.0.5:8091", b"true", &eph)
         .await
         .unwrap();
@@ -135,63 +180,11 @@ async fn seata_layout_both_ways_and_garbage_is_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn survives_kill_9_of_the_server() {
-    init_logs();
-    let zk = ZooKeeper::start().expect("zookeeper");
-    let cs = zk.connect_string();
-    let server = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    let client = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    let me = inst("10.1.1.1:8091");
-    server.register("default", &me).await.unwrap();
-    let mut w = client.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-
-    // Down 5 s > session timeout 4 s: the sessions are rebuilt, our node re-created.
-    let zk = survive_outage(&mut w, zk, Duration::from_secs(5), Duration::from_secs(20)).await;
-    let raw = raw(&zk.connect_string()).await;
-    let path = instance_path("default", &me);
-    eventually(
-        Duration::from_secs(15),
-        "our node owned by our live session",
-        || {
-            let raw = raw.clone();
-            let path = path.clone();
-            let sid = server.session_id();
-            async move {
-                matches!(raw.check_stat(&path).await, Ok(Some(st)) if st.ephemeral_owner == sid)
-            }
-        },
-    )
-    .await;
-    // Stays there, and the watch still follows changes.
-    tokio::time::sleep(SESSION + Duration::from_secs(1)).await;
-    assert_eq!(client.lookup("default").await.unwrap(), vec![me.clone()]);
-    server
-        .register("default", &inst("10.1.1.2:8091"))
-        .await
-        .unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "new member", |s| {
-        s.len() == 2
-    })
-    .await;
-    assert_eq!(addrs(&w.current()), vec!["10.1.1.1:8091", "10.1.1.2:8091"]);
-    server.close().await.unwrap();
-    client.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_session_is_rebuilt_and_the_node_comes_back() {
     init_logs();
     let mut zk = ZooKeeper::start().expect("zookeeper");
     let cs = zk.connect_string();
-    let reg = ZookeeperRegistry::connect(&config(&cs, false))
+    let reg = ZookeeperRegistry::connect(&config(&cs, &[UNPROTECTED]))
         .await
         .unwrap();
     let me = inst("10.2.2.2:8091");
@@ -239,42 +232,6 @@ async fn an_expired_session_is_rebuilt_and_the_node_comes_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_registrant_disappears_within_the_session_timeout() {
-    init_logs();
-    let zk = ZooKeeper::start().expect("zookeeper");
-    let cs = zk.connect_string();
-    let stable = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    let doomed = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    let watcher = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    stable
-        .register("default", &inst("10.3.3.1:1"))
-        .await
-        .unwrap();
-    doomed
-        .register("default", &inst("10.3.3.2:1"))
-        .await
-        .unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "both", |s| s.len() == 2).await;
-    assert_crash_removed_within(
-        &mut w,
-        "zookeeper",
-        SESSION + Duration::from_secs(1),
-        || {
-            doomed.abandon();
-            drop(doomed);
-        },
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_credentials_are_sent() {
     init_logs();
     let zk = ZooKeeper::start().expect("zookeeper");
@@ -292,9 +249,13 @@ async fn digest_credentials_are_sent() {
         .await
         .unwrap();
 
-    let mut with_auth = config(&zk.connect_string(), true);
-    with_auth.registry.zk.username = Some("seata".into());
-    with_auth.registry.zk.password = Some("s3cret".into());
+    let with_auth = config(
+        &zk.connect_string(),
+        &[
+            ("registry.zk.username", "seata"),
+            ("registry.zk.password", "s3cret"),
+        ],
+    );
     let reg = ZookeeperRegistry::connect(&with_auth).await.unwrap();
     reg.register("secured", &inst("10.5.5.5:8091"))
         .await
@@ -304,7 +265,7 @@ async fn digest_credentials_are_sent() {
         vec![inst("10.5.5.5:8091")]
     );
 
-    let stranger = ZookeeperRegistry::connect(&config(&zk.connect_string(), true))
+    let stranger = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
         .await
         .unwrap();
     let refused = stranger.register("secured", &inst("10.5.5.6:8091")).await;
@@ -316,59 +277,61 @@ async fn digest_credentials_are_sent() {
     stranger.close().await.unwrap();
 }
 
+/// A "dead" server for connect strings: accepts connections and closes them at once
+/// (no ZooKeeper answer), counting them, so a test sees that it was tried.
+fn dead_server() -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let tried = Arc::new(AtomicUsize::new(0));
+    let count = tried.clone();
+    // Lives until the test process ends.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    (addr, tried)
+}
+
+/// The client shuffles the connect string, so a connect may never try a given server:
+/// with three dead servers and one live one, connects are repeated (each must work)
+/// until the dead servers were tried at least once, which one connect does with
+/// probability 3/4; twenty without are a failure (odds 4^-20 when fail-over works).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_string_with_a_dead_server_fails_over() {
     init_logs();
     let zk = ZooKeeper::start().expect("zookeeper");
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap().to_string();
-    drop(dead);
-    let cs = format!("{dead_addr},{}", zk.connect_string());
-    let reg = ZookeeperRegistry::connect(&config(&cs, true))
-        .await
-        .unwrap();
-    reg.register("default", &inst("10.7.7.7:8091"))
-        .await
-        .unwrap();
-    let mut w = reg.watch("default").await.unwrap();
-    assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.7.7.7:8091"]);
-    reg.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_registry_ends_its_tasks_and_removes_its_node() {
-    init_logs();
-    let zk = ZooKeeper::start().expect("zookeeper");
-    let cs = zk.connect_string();
-    let mut long_session = config(&cs, false);
-    long_session.registry.zk.session_timeout = Duration::from_secs(30);
-    let doomed = ZookeeperRegistry::connect(&long_session).await.unwrap();
-    let watcher = ZookeeperRegistry::connect(&config(&cs, false))
-        .await
-        .unwrap();
-    doomed
-        .register("default", &inst("10.8.8.8:1"))
-        .await
-        .unwrap();
-    let mut own = doomed.watch("default").await.unwrap();
-    let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
-    drop(doomed);
-    // Deleted at once, not after the 30 s session timeout.
-    wait_for(&mut w, Duration::from_secs(5), "removed on drop", |s| {
-        s.is_empty()
-    })
-    .await;
-    own.next().await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(5), own.next()).await;
-    assert!(
-        matches!(end, Ok(Err(_))),
-        "watch of a dropped registry must end: {end:?}"
-    );
-    watcher.close().await.unwrap();
+    let dead: Vec<_> = (0..3).map(|_| dead_server()).collect();
+    let mut servers: Vec<String> = dead.iter().map(|(a, _)| a.clone()).collect();
+    servers.push(zk.connect_string());
+    let cs = servers.join(",");
+    let tried = || {
+        dead.iter()
+            .map(|(_, n)| n.load(Ordering::SeqCst))
+            .sum::<usize>()
+    };
+    for attempt in 1..=20 {
+        let reg = ZookeeperRegistry::connect(&config(&cs, &[]))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "connect {attempt} (dead servers tried {} times): {e}",
+                    tried()
+                )
+            });
+        reg.register("default", &inst("10.7.7.7:8091"))
+            .await
+            .unwrap();
+        let mut w = reg.watch("default").await.unwrap();
+        assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.7.7.7:8091"]);
+        reg.close().await.unwrap();
+        if tried() > 0 {
+            eprintln!("dead servers tried {} times in {attempt} connects", tried());
+            return;
+        }
+    }
+    panic!("20 connects never tried the dead servers of {cs}");
 }
 
 /// `connect` establishes a session: with nothing listening, it fails with the connect
@@ -379,7 +342,7 @@ async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
     let port = meshline_testkit::closed_port().unwrap();
     let server = format!("127.0.0.1:{port}");
     let t = std::time::Instant::now();
-    let err = ZookeeperRegistry::connect(&config(&server, true))
+    let err = ZookeeperRegistry::connect(&config(&server, &[]))
         .await
         .unwrap_err();
     let text = err.to_string();

@@ -24,6 +24,11 @@
 //! multi-thread runtime (`#[tokio::test(flavor = "multi_thread")]`) so the code under
 //! test keeps running while a restart blocks, or wrap the call in `spawn_blocking`.
 //!
+//! [`conformance`] holds the behaviours every registry backend must show (round trip,
+//! drop, crash expiry, outage and resync, garbage, empty protection), run by each
+//! backend's test file through [`conformance_tests!`]; [`watch`] the assertions they
+//! share.
+//!
 //! For the registries no real server exists for here (Consul, Eureka), it has
 //! protocol-faithful **in-process doubles**, [`ConsulDouble`] and [`EurekaDouble`]: HTTP
 //! servers on their own thread and runtime, with `stop` / `restart` on the same port
@@ -33,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+pub mod conformance;
 mod consul_double;
 mod etcd;
 mod eureka_double;

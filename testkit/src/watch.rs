@@ -1,5 +1,7 @@
 //! Assertions on registry [`Watch`]es shared by every backend's tests: wait for a
-//! snapshot that satisfies a predicate, wait for a health state, poll a condition.
+//! snapshot that satisfies a predicate, wait for a health state, poll a condition,
+//! assert nothing changes over a span, capture log lines. The behaviours every backend
+//! shares are in [`crate::conformance`].
 //! Each panics with what it was waiting for and the last state seen, so a failing
 //! test says why.
 
@@ -95,87 +97,65 @@ where
     }
 }
 
-/// A test server that can crash and come back: the real servers of this crate.
-pub trait Restartable: Send + 'static {
-    /// Stops the server abruptly (`SIGKILL`).
-    fn kill(&mut self);
-    /// Starts it again on the same ports (and data dir where it has one); blocks until
-    /// it answers.
-    fn restart(&mut self) -> crate::Result<()>;
+/// Asserts the watch delivers no new snapshot for `span` (a change at any moment of it
+/// fails, not only one still there at the end); for what must hold over a span the
+/// protocol defines, such as a TTL a keep-alive must outlive.
+pub async fn assert_unchanged_for(w: &mut Watch, span: Duration, what: &str) {
+    let before = w.current();
+    // The first `next` of a fresh watch returns the current snapshot at once.
+    if let Ok(Ok(s)) = tokio::time::timeout(Duration::ZERO, w.next()).await {
+        assert_eq!(
+            s.revision(),
+            before.revision(),
+            "{what}: changed from {:?} to {:?}",
+            addrs(&before),
+            addrs(&s)
+        );
+    }
+    match tokio::time::timeout(span, w.next()).await {
+        Err(_) => {}
+        Ok(Ok(s)) => panic!(
+            "{what}: the watch changed within {span:?}, from {:?} to {:?}",
+            addrs(&before),
+            addrs(&s)
+        ),
+        Ok(Err(e)) => panic!("{what}: the watch ended within {span:?}: {e}"),
+    }
 }
 
-macro_rules! restartable {
-    ($($t:ty),*) => {$(
-        impl Restartable for $t {
-            fn kill(&mut self) {
-                <$t>::kill(self)
-            }
-            fn restart(&mut self) -> crate::Result<()> {
-                <$t>::restart(self)
-            }
-        }
-    )*};
-}
-restartable!(crate::Etcd, crate::ZooKeeper, crate::Redis, crate::Rnacos);
+/// Collects `tracing` output of the current thread, to assert that a skipped entry was
+/// logged and named: `let guard = logs.capture(); ...; drop(guard); logs.text()`.
+#[derive(Clone, Default)]
+pub struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
-/// The outage every backend must survive: kills `server` while `w` is live, checks the
-/// watch reports [`Health::Stale`] within 10 s and still serves the same snapshot after
-/// `down`, restarts the server and waits (up to `resync_within`) for the watch to
-/// report connected again. Returns the restarted server for the backend-specific checks
-/// that follow (our registration is back, the watch is live).
-pub async fn survive_outage<S: Restartable>(
-    w: &mut Watch,
-    mut server: S,
-    down: Duration,
-    resync_within: Duration,
-) -> S {
-    let before = addrs(&w.current());
-    server.kill();
-    let h = wait_health(w, Duration::from_secs(10), false).await;
-    assert!(matches!(h, Health::Stale { .. }), "{h:?}");
-    tokio::time::sleep(down).await;
-    assert_eq!(
-        addrs(&w.current()),
-        before,
-        "the last snapshot must be kept while down"
-    );
-    assert!(!w.health().is_connected(), "still down, still stale");
-    let started = Instant::now();
-    let server = tokio::task::spawn_blocking(move || {
-        server.restart().expect("restart the server");
-        server
-    })
-    .await
-    .expect("restart task");
-    wait_health(w, resync_within, true).await;
-    tracing::info!(after = ?started.elapsed(), "watch resynced after the restart began");
-    server
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// Crashes a registrant with `crash` (which must stop it without deregistering, as a
-/// killed process would), waits for the watch to show one member fewer, and asserts that
-/// took at most `limit` (the backend's TTL or session timeout + 1 s). Returns the time
-/// taken, also logged under `what`.
-pub async fn assert_crash_removed_within(
-    w: &mut Watch,
-    what: &str,
-    limit: Duration,
-    crash: impl FnOnce(),
-) -> Duration {
-    let before = w.current().len();
-    assert!(before > 0, "{what}: nothing registered to crash");
-    let started = Instant::now();
-    crash();
-    // Wait longer than the limit so a slow removal is measured, then judged.
-    wait_for(w, limit + Duration::from_secs(3), "crash seen", |s| {
-        s.len() + 1 == before
-    })
-    .await;
-    let took = started.elapsed();
-    tracing::info!(?took, ?limit, "{what}: crashed registrant removed");
-    assert!(
-        took <= limit,
-        "{what}: removal took {took:?}, more than {limit:?}"
-    );
-    took
+impl LogBuf {
+    /// Sends this thread's `WARN` and worse to the buffer until the guard is dropped.
+    pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let me = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::WARN)
+                .with_writer(move || me.clone())
+                .finish(),
+        )
+    }
+
+    /// What was captured so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
 }

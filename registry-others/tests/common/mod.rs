@@ -1,10 +1,10 @@
-//! Helpers shared by the backend tests of this crate (the watch assertions live in
-//! meshline-testkit, shared with the other backends).
+//! Helpers shared by the backend tests of this crate (the watch assertions and the
+//! conformance suite live in meshline-testkit, shared with the other backends).
 #![allow(dead_code)]
 
 #[allow(unused_imports)] // each test binary uses a different subset
 pub use meshline_testkit::watch::{
-    addrs, assert_crash_removed_within, eventually, inst, survive_outage, wait_for, wait_health,
+    LogBuf, addrs, assert_unchanged_for, eventually, inst, wait_for, wait_health,
 };
 
 pub fn init_logs() {

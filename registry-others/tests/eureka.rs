@@ -1,116 +1,136 @@
 //! The Eureka backend against the in-process Eureka server double (meshline-testkit),
 //! which really evicts expired leases, answers 404 to unknown heartbeats, serves deltas
-//! with `actionType` and `apps__hashcode`, and loses all state on restart.
+//! with `actionType` and `apps__hashcode`, and loses all state on restart: the
+//! conformance suite, then what is Eureka's own (Seata's application layout, status
+//! filtering, warnings, delta fall-back).
+
+mod common;
 
 use std::time::Duration;
 
+use common::*;
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{
-    Config, Health, Instance, RegistryError, RegistryService, Snapshot, Watch,
-};
+use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::EurekaRegistry;
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
 use meshline_testkit::{EurekaDouble, EurekaDoubleOptions};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "meshline=debug,warn".into()),
-        )
-        .try_init();
-}
-
-/// Collects this thread's log lines (for asserting that skipped entries are named).
-#[derive(Clone, Default)]
-struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl LogBuf {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let me = self.clone();
-        tracing::subscriber::set_default(
-            tracing_subscriber::fmt()
-                .with_ansi(false)
-                .with_max_level(tracing::Level::WARN)
-                .with_writer(move || me.clone())
-                .finish(),
-        )
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
+const LEASE: Duration = Duration::from_secs(3);
+const EVICTION: Duration = Duration::from_millis(200);
 
 fn double() -> EurekaDouble {
     EurekaDouble::start(EurekaDoubleOptions {
-        eviction_interval: Duration::from_millis(200),
+        eviction_interval: EVICTION,
         ..Default::default()
     })
     .unwrap()
 }
 
-fn config(eureka: &EurekaDouble) -> Config {
-    ConfigLoader::new()
+/// A config for the double: heartbeat every 1 s, 3 s lease, fetch every 200 ms; then
+/// `extra` keys.
+fn config_with(eureka: &EurekaDouble, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
         .set("registry.type", "eureka")
         .set("registry.eureka.serviceUrl", eureka.service_url())
         .set("registry.eureka.renewalInterval", "1s")
         .set("registry.eureka.leaseDuration", "3s")
-        .set("registry.eureka.refreshInterval", "200ms")
-        .load()
-        .unwrap()
-}
-
-fn inst(s: &str) -> Instance {
-    Instance::parse(s).unwrap()
-}
-
-fn addrs(s: &Snapshot) -> Vec<String> {
-    s.instances().iter().map(|i| i.to_string()).collect()
-}
-
-async fn wait_for(w: &mut Watch, what: &str, pred: impl Fn(&Snapshot) -> bool) -> Snapshot {
-    let cur = w.current();
-    if pred(&cur) {
-        return cur;
+        .set("registry.eureka.refreshInterval", "200ms");
+    for (k, v) in extra {
+        l = l.set(*k, *v);
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match tokio::time::timeout_at(deadline, w.next()).await {
-            Ok(Ok(s)) if pred(&s) => return s,
-            Ok(Ok(_)) => continue,
-            Ok(Err(e)) => panic!("watch ended while waiting for {what}: {e}"),
-            Err(_) => panic!(
-                "timed out waiting for {what}; last snapshot {:?}",
-                addrs(&w.current())
+    l.load().unwrap()
+}
+
+fn config(eureka: &EurekaDouble) -> Config {
+    config_with(eureka, &[])
+}
+
+struct EurekaHarness {
+    eureka: EurekaDouble,
+}
+
+async fn harness() -> EurekaHarness {
+    init_logs();
+    EurekaHarness { eureka: double() }
+}
+
+impl Harness for EurekaHarness {
+    type Registry = EurekaRegistry;
+
+    async fn connect(&self, o: Opts) -> EurekaRegistry {
+        let extra = [
+            (
+                "registry.empty-protection",
+                if o.empty_protection { "true" } else { "false" },
             ),
+            (
+                "registry.eureka.leaseDuration",
+                if o.long_ttl { "60s" } else { "3s" },
+            ),
+        ];
+        EurekaRegistry::connect(&config_with(&self.eureka, &extra))
+            .await
+            .unwrap()
+    }
+    fn ttl(&self) -> Duration {
+        LEASE
+    }
+    async fn stop(&mut self) {
+        self.eureka.stop();
+    }
+    /// Back with no state: our registrations must come back.
+    async fn restart(&mut self) {
+        tokio::task::block_in_place(|| self.eureka.restart()).expect("restart eureka");
+    }
+    fn resync_within(&self) -> Duration {
+        WAIT
+    }
+}
+
+impl Crash for EurekaHarness {
+    fn crash(&self, reg: EurekaRegistry) {
+        reg.abandon();
+        drop(reg);
+    }
+    /// Heartbeats every 1 s; the double evicts a lease 3 s after its last renewal
+    /// (checked every 200 ms), and watchers fetch every 200 ms.
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            not_before: LEASE / 2,
+            within: LEASE + EVICTION + Duration::from_millis(200) + Duration::from_secs(2),
         }
     }
 }
 
-async fn wait_health(w: &mut Watch, what: &str, pred: impl Fn(&Health) -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !pred(&w.health()) {
-        if tokio::time::timeout_at(deadline, w.health_changed())
-            .await
-            .is_err()
-        {
-            panic!("timed out waiting for health {what}; now {:?}", w.health());
+impl Garbage for EurekaHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        let app = cluster.to_uppercase();
+        for (id, ip, port) in malformed() {
+            let id = format!("{id}-{round}");
+            let st = raw_post(
+                &self.eureka,
+                &app,
+                &java_instance(&app, &id, ip, port, "UP"),
+            )
+            .await;
+            assert_eq!(st, 204, "{id}");
         }
     }
 }
+
+/// Instances with a port 0, an address that is none and a port that is no number.
+fn malformed() -> [(&'static str, &'static str, Value); 3] {
+    [
+        ("port0", "10.2.0.3", json!(0)),
+        ("badip", "not an ip!", json!(8091)),
+        ("portstr", "10.2.0.4", json!("eighty")),
+    ]
+}
+
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
 
 /// A registration as a Java Eureka client (Seata's TC) sends it.
 fn java_instance(app: &str, id: &str, ip: &str, port: Value, status: &str) -> Value {
@@ -149,26 +169,26 @@ async fn raw_get(eureka: &EurekaDouble, path: &str) -> Value {
     serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
 }
 
+/// What we register is Seata's layout (application `<CLUSTER>`, instance ID
+/// `<ip>:<cluster>:<port>`, weight metadata), weight and zone come back, and cluster
+/// names are case-blind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn register_lookup_watch_unregister_round_trip() {
+async fn seata_layout_and_metadata() {
     init_logs();
     let eureka = double();
     let a = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
     let b = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
     assert_eq!(a.kind(), "eureka");
     let mut w = b.watch("rt").await.unwrap();
-    assert!(w.next().await.unwrap().is_empty());
-
     let i1 = inst("10.1.0.1:8091");
     let i2 = inst("10.1.0.2:8092").with_weight(3).with_zone("z1");
     a.register("rt", &i1).await.unwrap();
     a.register("rt", &i2).await.unwrap();
-    let s = wait_for(&mut w, "both instances", |s| s.len() == 2).await;
+    let s = wait_for(&mut w, WAIT, "both instances", |s| s.len() == 2).await;
     let got2 = s.instances().iter().find(|i| i.key() == i2.key()).unwrap();
     assert_eq!(got2.weight(), 3);
     assert_eq!(got2.zone(), Some("z1"));
 
-    // Seata's layout: application RT, instance ID <ip>:<cluster>:<port>, weight metadata.
     let raw = raw_get(&eureka, "/apps/RT").await;
     let ids: Vec<&str> = raw["application"]["instance"]
         .as_array()
@@ -185,29 +205,8 @@ async fn register_lookup_watch_unregister_round_trip() {
         2,
         "cluster names are case-blind"
     );
-
-    a.unregister("rt", &i1).await.unwrap();
-    let s = wait_for(&mut w, "i1 removed", |s| s.len() == 1).await;
-    assert_eq!(addrs(&s), ["10.1.0.2:8092"]);
-
     a.close().await.unwrap();
-    assert!(b.lookup("rt").await.unwrap().is_empty());
-    assert!(matches!(
-        a.register("rt", &i1).await,
-        Err(RegistryError::Closed { .. })
-    ));
     b.close().await.unwrap();
-    // Once any snapshot not yet read is taken, the closed registry's watch ends.
-    let ended = tokio::time::timeout(Duration::from_secs(3), async {
-        loop {
-            if let Err(e) = w.next().await {
-                return e;
-            }
-        }
-    })
-    .await
-    .expect("the watch of a closed registry must end");
-    assert!(matches!(ended, RegistryError::Closed { .. }), "{ended}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,13 +239,14 @@ async fn an_instance_registered_like_a_seata_tc_is_discovered() {
 async fn malformed_and_not_up_instances_are_skipped() {
     init_logs();
     let eureka = double();
+    let bad = malformed().map(|(id, ip, port)| (id, ip, port, "UP"));
     for (id, ip, port, status) in [
         ("good", "10.2.0.1", json!(8091), "UP"),
         ("down", "10.2.0.2", json!(8091), "DOWN"),
-        ("port0", "10.2.0.3", json!(0), "UP"),
-        ("badip", "not an ip!", json!(8091), "UP"),
-        ("portstr", "10.2.0.4", json!("eighty"), "UP"),
-    ] {
+    ]
+    .into_iter()
+    .chain(bad)
+    {
         let st = raw_post(&eureka, "M", &java_instance("M", id, ip, port, status)).await;
         assert_eq!(st, 204, "{id}");
     }
@@ -270,66 +270,6 @@ async fn malformed_and_not_up_instances_are_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn heartbeats_keep_the_lease_and_a_dead_client_is_evicted() {
-    init_logs();
-    let eureka = double();
-    let a = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    let b = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    a.register("lease", &inst("10.3.0.1:1")).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await; // longer than the 3 s lease
-    assert_eq!(b.lookup("lease").await.unwrap().len(), 1);
-    a.abandon(); // a crash: no cancel, the lease must run out
-    drop(a);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !b.lookup("lease").await.unwrap().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    b.close().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_restart_keeps_snapshot_goes_stale_resyncs_and_reregisters() {
-    init_logs();
-    let mut eureka = double();
-    let a = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    let b = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    a.register("f", &inst("10.4.0.1:1")).await.unwrap();
-    a.register("f", &inst("10.4.0.2:1")).await.unwrap();
-    let mut w = b.watch("f").await.unwrap();
-    wait_for(&mut w, "two members", |s| s.len() == 2).await;
-
-    eureka.stop();
-    wait_health(&mut w, "stale", |h| matches!(h, Health::Stale { .. })).await;
-    assert_eq!(
-        w.current().len(),
-        2,
-        "the last snapshot is kept while stale"
-    );
-
-    eureka.restart().unwrap();
-    wait_health(&mut w, "connected", Health::is_connected).await;
-    let c = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while c.lookup("f").await.unwrap().len() != 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "registrations were not restored after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    c.register("f", &inst("10.4.0.3:1")).await.unwrap();
-    let s = wait_for(&mut w, "three members after restart", |s| s.len() == 3).await;
-    assert_eq!(addrs(&s), ["10.4.0.1:1", "10.4.0.2:1", "10.4.0.3:1"]);
-    for r in [a, b, c] {
-        r.close().await.unwrap();
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_delta_or_with_a_stale_delta_the_full_fetch_takes_over() {
     init_logs();
     // 403 on /apps/delta.
@@ -349,14 +289,14 @@ async fn without_delta_or_with_a_stale_delta_the_full_fetch_takes_over() {
         let b = EurekaRegistry::connect(&config(eureka)).await.unwrap();
         let mut w = b.watch("d").await.unwrap();
         a.register("d", &inst("10.6.0.1:1")).await.unwrap();
-        wait_for(&mut w, "the member", |s| s.len() == 1).await;
+        wait_for(&mut w, WAIT, "the member", |s| s.len() == 1).await;
         // Each step changes the status counts, so the hash code differs (a swap of
         // two UP instances within one refresh would not, in Eureka as here: the hash is
         // a consistency check of applied deltas, not of content).
         a.register("d", &inst("10.6.0.2:1")).await.unwrap();
-        wait_for(&mut w, "two members", |s| s.len() == 2).await;
+        wait_for(&mut w, WAIT, "two members", |s| s.len() == 2).await;
         a.unregister("d", &inst("10.6.0.1:1")).await.unwrap();
-        let s = wait_for(&mut w, "the first one gone", |s| s.len() == 1).await;
+        let s = wait_for(&mut w, WAIT, "the first one gone", |s| s.len() == 1).await;
         assert_eq!(addrs(&s), ["10.6.0.2:1"]);
         a.close().await.unwrap();
         b.close().await.unwrap();
@@ -385,42 +325,4 @@ async fn a_missing_service_url_or_server_is_an_error() {
         "{err}"
     );
     assert!(err.contains("Connection refused"), "{err}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_registry_cancels_at_once_and_ends_its_watches() {
-    init_logs();
-    let eureka = double();
-    // A lease far longer than the test: only an explicit cancel removes it.
-    let cfg = ConfigLoader::new()
-        .set("registry.type", "eureka")
-        .set("registry.eureka.serviceUrl", eureka.service_url())
-        .set("registry.eureka.leaseDuration", "60s")
-        .set("registry.eureka.refreshInterval", "200ms")
-        .load()
-        .unwrap();
-    let a = EurekaRegistry::connect(&cfg).await.unwrap();
-    let b = EurekaRegistry::connect(&cfg).await.unwrap();
-    a.register("drop", &inst("10.7.0.1:1")).await.unwrap();
-    let mut own = a.watch("drop").await.unwrap();
-    assert_eq!(own.next().await.unwrap().len(), 1);
-    drop(a);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while !b.lookup("drop").await.unwrap().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "drop did not cancel"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ended = tokio::time::timeout(Duration::from_secs(3), async {
-        loop {
-            if own.next().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(ended.is_ok(), "the dropped registry's watch did not end");
-    b.close().await.unwrap();
 }

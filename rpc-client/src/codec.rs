@@ -1,7 +1,7 @@
 //! Seata RPC protocol v1 framing as a `tokio_util` codec.
 //!
 //! Every message between a Seata client and a TC travels in one frame
-//! (big-endian, see `reference/seata-compat.md` §4.1):
+//! (big-endian, see [docs/seata-compat.md §4.1](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#41-frame)):
 //!
 //! ```text
 //! offset size field
@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn ping_pong_vectors() {
-        // seata-compat.md 4.3
+        // docs/seata-compat.md §4.3
         let ping = hex("dada0100000010001003010000000001");
         assert_eq!(encode(&Frame::ping(1)), ping);
         let f = decode_all(&ping).unwrap().remove(0);

@@ -1,8 +1,10 @@
 //! Seata message bodies needed at a TC's front door, and an opaque form for the rest.
 //!
-//! A Seata-codec body is `[i16 type code][fields]` (`reference/seata-compat.md` §4.1,
-//! §4.2). meshline decodes only what a client needs to be let in — the registration
-//! requests and responses — and treats every other body as [`SeataMessage::Other`]: a
+//! A Seata-codec body is `[i16 type code][fields]` ([docs/seata-compat.md
+//! §4.1](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#41-frame),
+//! [§4.2](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#42-registration-on-connect)).
+//! meshline decodes only what a client needs to be let in — the registration requests
+//! and responses — and treats every other body as [`SeataMessage::Other`]: a
 //! type code plus undecoded bytes, so users bring their own codec for global-begin,
 //! branch-commit and the rest (or for their game messages) without meshline getting
 //! in the way. Heartbeats have no body: PING/PONG are implied by the frame's message

@@ -391,14 +391,77 @@ mod tests {
         }
     }
 
+    /// IPv6 addresses with runs of zero groups (most groups are 0), so their text has
+    /// the `::`-compressed forms a uniform `u128` almost never gives.
+    fn ipv6_with_zero_runs() -> impl proptest::strategy::Strategy<Value = Ipv6Addr> {
+        use proptest::prelude::*;
+        proptest::collection::vec(prop_oneof![3 => Just(0u16), 2 => any::<u16>()], 8)
+            .prop_map(|g| Ipv6Addr::new(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]))
+    }
+
+    /// Any IPv4 address, any IPv6 address, or an IPv6 address with zero runs.
+    fn any_ip() -> impl proptest::strategy::Strategy<Value = IpAddr> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<std::net::Ipv4Addr>().prop_map(IpAddr::V4),
+            any::<Ipv6Addr>().prop_map(IpAddr::V6),
+            ipv6_with_zero_runs().prop_map(IpAddr::V6),
+        ]
+    }
+
+    #[test]
+    fn the_ipv6_generator_makes_compressed_forms() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let texts: Vec<String> = (0..200)
+            .map(|_| {
+                ipv6_with_zero_runs()
+                    .new_tree(&mut runner)
+                    .unwrap()
+                    .current()
+                    .to_string()
+            })
+            .collect();
+        let compressed = texts.iter().filter(|t| t.contains("::")).count();
+        assert!(
+            compressed >= 100,
+            "{compressed} of 200 have `::`: {texts:?}"
+        );
+        assert!(texts.iter().any(|t| t.starts_with("::")), "{texts:?}");
+        assert!(texts.iter().any(|t| t.ends_with("::")), "{texts:?}");
+        assert!(
+            texts.iter().any(|t| !t.contains("::")),
+            "no uncompressed form: {texts:?}"
+        );
+    }
+
     proptest::proptest! {
+        /// Every spelling of an IPv6 address with zero runs (compressed, Java's full
+        /// form, zero-padded, bracketed or not) is one identity, shown compressed.
+        #[test]
+        fn compressed_ipv6_spellings_are_one_instance(ip in ipv6_with_zero_runs(), port in 1u16..) {
+            if ip.to_ipv4_mapped().is_none() {
+                let g = ip.segments();
+                let java = g.iter().map(|x| format!("{x:x}")).collect::<Vec<_>>().join(":");
+                let padded = g.iter().map(|x| format!("{x:04x}")).collect::<Vec<_>>().join(":");
+                let want = Instance::parse(&format!("[{ip}]:{port}")).unwrap();
+                proptest::prop_assert_eq!(want.ip(), Some(IpAddr::V6(ip)));
+                proptest::prop_assert_eq!(want.to_string(), format!("[{ip}]:{port}"));
+                proptest::prop_assert_eq!(want.to_java_string(), format!("{java}:{port}"));
+                for text in [format!("{java}:{port}"), format!("{padded}:{port}"), format!("[{java}]:{port}")] {
+                    let i = Instance::parse(&text).unwrap();
+                    proptest::prop_assert_eq!(i.key(), want.key(), "{}", text);
+                }
+            }
+        }
+
         #[test]
         fn parse_never_panics(s in "\\PC{0,64}") {
             let _ = Instance::parse(&s);
         }
 
         #[test]
-        fn socket_addrs_round_trip(ip in proptest::prelude::any::<std::net::IpAddr>(), port in 1u16..) {
+        fn socket_addrs_round_trip(ip in any_ip(), port in 1u16..) {
             let sa = SocketAddr::new(ip, port);
             let i = Instance::parse(&sa.to_string()).unwrap();
             let canon = match ip { IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip), _ => ip };

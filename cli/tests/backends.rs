@@ -1,7 +1,10 @@
 //! `meshline register` / `lookup` end to end through the facade, against each network
 //! backend compiled in: a real etcd, ZooKeeper, Redis and rnacos started by testkit, and
 //! the Consul and Eureka doubles. Proves `registry::from_config` wires every backend and
-//! that `register` keeps the instance until it is signalled, then removes it.
+//! that `register` keeps the instance until it is signalled, then removes it: with a
+//! 60 s TTL (session timeout for ZooKeeper), so a removal within 15 s of the signal is
+//! the deregistration, not an expiry. (Nacos has no TTL: its registrations live with
+//! the client's connection, which a signal ends either way.)
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,8 +31,11 @@ fn lookup(kind: &str, server: &str, env: &[(&str, String)], cluster: &str) -> St
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// A removal within this after the signal is a deregistration: the TTL is 60 s.
+const DEREGISTERED_WITHIN: Duration = Duration::from_secs(15);
+
+fn wait_until(what: &str, within: Duration, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
     while !pred() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(200));
@@ -58,19 +64,24 @@ fn register_lookup_unregister(kind: &str, server: &str, env: &[(&str, String)]) 
     let cluster = format!("cli_{}", kind.replace('3', ""));
     let addr = "10.9.0.1:8091";
     let child = meshline(kind, server, env)
-        .args(["register", &cluster, addr, "--ttl", "3s"])
+        .args(["register", &cluster, addr, "--ttl", "60s"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_until(&format!("{kind}: lookup to list {addr}"), || {
-        lookup(kind, server, env, &cluster).contains(addr)
-    });
+    wait_until(
+        &format!("{kind}: lookup to list {addr}"),
+        Duration::from_secs(30),
+        || lookup(kind, server, env, &cluster).contains(addr),
+    );
+    let signalled = Instant::now();
     let status = terminate(child);
     assert!(status.success(), "{kind}: register exited with {status}");
-    wait_until(&format!("{kind}: {addr} to be removed"), || {
-        !lookup(kind, server, env, &cluster).contains(addr)
-    });
+    wait_until(
+        &format!("{kind}: {addr} to be deregistered (the TTL is 60 s)"),
+        DEREGISTERED_WITHIN.saturating_sub(signalled.elapsed()),
+        || !lookup(kind, server, env, &cluster).contains(addr),
+    );
 }
 
 #[cfg(feature = "etcd")]
@@ -84,7 +95,9 @@ fn etcd() {
 #[test]
 fn zookeeper() {
     let zk = meshline_testkit::ZooKeeper::start().expect("zookeeper");
-    register_lookup_unregister("zk", &zk.connect_string(), &[]);
+    // `--ttl` is not ZooKeeper's session timeout; testkit's server allows 60 s.
+    let env = [("MESHLINE_REGISTRY__ZK__SESSION_TIMEOUT", "60s".to_string())];
+    register_lookup_unregister("zk", &zk.connect_string(), &env);
 }
 
 #[cfg(feature = "redis")]

@@ -9,7 +9,7 @@ use etcd_client::{Client, GetOptions, PutOptions};
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
 use meshline_testkit::watch::{addrs, assert_unchanged_for, inst, wait_for};
 use meshline_testkit::{Etcd, EtcdCluster};
 
@@ -49,23 +49,16 @@ impl Harness for EtcdHarness {
     type Registry = EtcdRegistry;
 
     async fn connect(&self, o: Opts) -> EtcdRegistry {
-        let protection = (
-            "registry.empty-protection",
-            if o.empty_protection { "true" } else { "false" },
-        );
-        let ttl = ("registry.etcd3.ttl", if o.long_ttl { "60s" } else { "2s" });
-        EtcdRegistry::connect(&config(&self.etcd.endpoint(), &[protection, ttl]))
+        let extra = o.keys("registry.etcd3.ttl", "2s", "60s");
+        EtcdRegistry::connect(&config(&self.etcd.endpoint(), &extra))
             .await
             .unwrap()
     }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.etcd
+    }
     fn ttl(&self) -> Duration {
         TTL
-    }
-    async fn stop(&mut self) {
-        self.etcd.kill();
-    }
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.etcd.restart()).expect("restart etcd");
     }
     fn resync_within(&self) -> Duration {
         Duration::from_secs(15)

@@ -9,7 +9,7 @@ use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
-use meshline_testkit::conformance::{Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Garbage, Harness, Opts, Server};
 use meshline_testkit::watch::{addrs, wait_for};
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
 use nacos_sdk::api::props::ClientProps;
@@ -58,14 +58,11 @@ impl Harness for NacosHarness {
         .unwrap()
     }
     /// No TTL: the spans the suite holds a registration (and the server down) for.
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.server
+    }
     fn ttl(&self) -> Duration {
         Duration::from_secs(4)
-    }
-    async fn stop(&mut self) {
-        self.server.kill();
-    }
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.server.restart()).expect("restart rnacos");
     }
     /// nacos-sdk reconnects and redoes its registrations and subscriptions.
     fn resync_within(&self) -> Duration {

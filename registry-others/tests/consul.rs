@@ -12,7 +12,7 @@ use common::*;
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::ConsulRegistry;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
 use meshline_testkit::{ConsulDouble, ConsulDoubleOptions};
 use serde_json::{Value, json};
 
@@ -47,28 +47,16 @@ impl Harness for ConsulHarness {
     type Registry = ConsulRegistry;
 
     async fn connect(&self, o: Opts) -> ConsulRegistry {
-        let extra = [
-            (
-                "registry.empty-protection",
-                if o.empty_protection { "true" } else { "false" },
-            ),
-            ("registry.consul.ttl", if o.long_ttl { "60s" } else { "2s" }),
-        ];
+        let extra = o.keys("registry.consul.ttl", "2s", "60s");
         ConsulRegistry::connect(&config(&self.consul, &extra))
             .await
             .unwrap()
     }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.consul
+    }
     fn ttl(&self) -> Duration {
         TTL
-    }
-    /// Every connection (blocking queries too) is closed.
-    async fn stop(&mut self) {
-        self.consul.stop();
-    }
-    /// Back with no state and its index at 1 (our registrations must come back, the
-    /// watch must notice the index went backwards).
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.consul.restart()).expect("restart consul");
     }
     fn resync_within(&self) -> Duration {
         WAIT

@@ -12,7 +12,7 @@ use common::*;
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::EurekaRegistry;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
 use meshline_testkit::{EurekaDouble, EurekaDoubleOptions};
 use serde_json::{Value, json};
 
@@ -60,29 +60,16 @@ impl Harness for EurekaHarness {
     type Registry = EurekaRegistry;
 
     async fn connect(&self, o: Opts) -> EurekaRegistry {
-        let extra = [
-            (
-                "registry.empty-protection",
-                if o.empty_protection { "true" } else { "false" },
-            ),
-            (
-                "registry.eureka.leaseDuration",
-                if o.long_ttl { "60s" } else { "3s" },
-            ),
-        ];
+        let extra = o.keys("registry.eureka.leaseDuration", "3s", "60s");
         EurekaRegistry::connect(&config_with(&self.eureka, &extra))
             .await
             .unwrap()
     }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.eureka
+    }
     fn ttl(&self) -> Duration {
         LEASE
-    }
-    async fn stop(&mut self) {
-        self.eureka.stop();
-    }
-    /// Back with no state: our registrations must come back.
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.eureka.restart()).expect("restart eureka");
     }
     fn resync_within(&self) -> Duration {
         WAIT

@@ -13,7 +13,7 @@ use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::RedisRegistry;
 use meshline_registry_others::redis::instance_key;
 use meshline_testkit::Redis;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -48,26 +48,16 @@ impl Harness for RedisHarness {
     type Registry = RedisRegistry;
 
     async fn connect(&self, o: Opts) -> RedisRegistry {
-        let extra = [
-            (
-                "registry.empty-protection",
-                if o.empty_protection { "true" } else { "false" },
-            ),
-            ("registry.redis.ttl", if o.long_ttl { "60s" } else { "2s" }),
-        ];
+        let extra = o.keys("registry.redis.ttl", "2s", "60s");
         RedisRegistry::connect(&config(&self.redis.addr(), &extra))
             .await
             .unwrap()
     }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.redis
+    }
     fn ttl(&self) -> Duration {
         TTL
-    }
-    async fn stop(&mut self) {
-        self.redis.kill();
-    }
-    /// No persistence: the restarted Redis is empty, the refresher writes our key again.
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.redis.restart()).expect("restart redis");
     }
     fn resync_within(&self) -> Duration {
         Duration::from_secs(15)

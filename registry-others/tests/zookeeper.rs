@@ -14,7 +14,7 @@ use meshline_registry_core::{Config, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
 use meshline_registry_others::zookeeper::instance_path;
 use meshline_testkit::ZooKeeper;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
 use zookeeper_client as zk;
 
 const SESSION: Duration = Duration::from_secs(4);
@@ -51,29 +51,17 @@ impl Harness for ZkHarness {
     type Registry = ZookeeperRegistry;
 
     async fn connect(&self, o: Opts) -> ZookeeperRegistry {
-        let extra = [
-            (
-                "registry.empty-protection",
-                if o.empty_protection { "true" } else { "false" },
-            ),
-            // testkit's ZooKeeper allows sessions of up to 60 s.
-            (
-                "registry.zk.sessionTimeout",
-                if o.long_ttl { "60s" } else { "4s" },
-            ),
-        ];
+        // testkit's ZooKeeper allows sessions of up to 60 s.
+        let extra = o.keys("registry.zk.sessionTimeout", "4s", "60s");
         ZookeeperRegistry::connect(&config(&self.zk.connect_string(), &extra))
             .await
             .unwrap()
     }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.zk
+    }
     fn ttl(&self) -> Duration {
         SESSION
-    }
-    async fn stop(&mut self) {
-        self.zk.kill();
-    }
-    async fn restart(&mut self) {
-        tokio::task::block_in_place(|| self.zk.restart()).expect("restart zookeeper");
     }
     /// Down longer than the session timeout: sessions are rebuilt, nodes re-created.
     fn resync_within(&self) -> Duration {

@@ -59,6 +59,27 @@ pub struct Opts {
 }
 
 impl Opts {
+    /// The keys a harness sets for these options: `registry.empty-protection`, and
+    /// its TTL key (`ttl_key`) to `long` or `short`.
+    pub fn keys<'a>(
+        &self,
+        ttl_key: &'a str,
+        short: &'a str,
+        long: &'a str,
+    ) -> [(&'a str, &'a str); 2] {
+        [
+            (
+                "registry.empty-protection",
+                if self.empty_protection {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
+            (ttl_key, if self.long_ttl { long } else { short }),
+        ]
+    }
+
     /// Short TTL, empty protection off.
     pub const PLAIN: Opts = Opts {
         empty_protection: false,
@@ -78,9 +99,8 @@ impl Opts {
 
 /// A backend under test with its running server.
 ///
-/// The suite calls it from multi-thread tokio tests (the macro makes them so):
-/// [`stop`](Self::stop) and [`restart`](Self::restart) may block
-/// (`tokio::task::block_in_place`).
+/// The suite calls it from multi-thread tokio tests (the macro makes them so), so the
+/// server's blocking restart runs in `tokio::task::block_in_place`.
 #[allow(async_fn_in_trait)] // used from the tests' own runtime only
 pub trait Harness {
     /// The backend's client type.
@@ -93,16 +113,38 @@ pub trait Harness {
     /// timeout, lease duration): members are kept alive well past it.
     fn ttl(&self) -> Duration;
 
-    /// Stops the server abruptly (a kill, or every connection closed).
-    async fn stop(&mut self);
-
-    /// Starts it again on the same address; returns once it answers.
-    async fn restart(&mut self);
+    /// The running server (or double), for the outage.
+    fn server(&mut self) -> &mut dyn Server;
 
     /// How long a watch may take to be connected again after the server is back
     /// (reconnect backoff plus session setup and resync, with margin).
     fn resync_within(&self) -> Duration;
 }
+
+/// A test server that can go down and come back on the same address: the real servers
+/// of this crate (killed, restarted on the same ports and data dir) and the doubles
+/// (every connection closed, restarted with no state).
+pub trait Server: Send {
+    /// Stops it abruptly.
+    fn go_down(&mut self);
+    /// Starts it again on the same address; returns once it answers.
+    fn come_back(&mut self) -> crate::Result<()>;
+}
+
+macro_rules! server {
+    ($down:ident: $($t:ty),*) => {$(
+        impl Server for $t {
+            fn go_down(&mut self) {
+                <$t>::$down(self)
+            }
+            fn come_back(&mut self) -> crate::Result<()> {
+                <$t>::restart(self)
+            }
+        }
+    )*};
+}
+server!(kill: crate::Etcd, crate::ZooKeeper, crate::Redis, crate::Rnacos);
+server!(stop: crate::ConsulDouble, crate::EurekaDouble);
 
 /// A backend whose client can crash: stop without deregistering, as a killed process.
 pub trait Crash: Harness {
@@ -376,7 +418,7 @@ pub async fn outage_stale_resync<H: Harness>(h: &mut H) {
     }
     let before = addrs(&w.current());
 
-    h.stop().await;
+    h.server().go_down();
     let health = wait_health(&mut w, Duration::from_secs(10), false).await;
     assert!(matches!(health, Health::Stale { .. }), "{health:?}");
     // Down for longer than the TTL: the last snapshot is kept, unchanged.
@@ -385,7 +427,8 @@ pub async fn outage_stale_resync<H: Harness>(h: &mut H) {
     assert!(!w.health().is_connected(), "still down, still stale");
 
     let t = Instant::now();
-    h.restart().await;
+    let server = h.server();
+    tokio::task::block_in_place(|| server.come_back()).expect("restart the server");
     wait_health(&mut w, h.resync_within(), true).await;
     tracing::info!(after = ?t.elapsed(), "watch resynced after the restart");
     let probe = h.connect(Opts::PLAIN).await;

@@ -25,6 +25,13 @@
 //!   session timeout; [`close`](meshline_registry_core::RegistryService::close) and drop
 //!   delete our nodes explicitly.
 //!
+//! ## Watches
+//!
+//! One follow task per watched cluster (shared by every [`Watch`] on it, through
+//! [`Lifecycle`]) re-arms a one-shot child watch after each event, or an existence
+//! watch while the path is missing, and publishes the full child list. It ends when
+//! the last `Watch` on the cluster is dropped or the client closes.
+//!
 //! ## Convergence (measured)
 //!
 //! `cargo run --release -p meshline-registry-others --features zookeeper,redis --example
@@ -40,16 +47,15 @@
 //! A crashed registrant (session timeout 4 s) disappeared from watches after 4.32 s,
 //! 4.50 s and 4.50 s: when the server expires its session (tick 500 ms). Details in `CONVERGENCE.md`.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
-    Backoff, Config, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    WatchScope,
 };
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::common::empty_policy;
@@ -137,23 +143,20 @@ struct Inner {
     /// Bumped each time a new session replaces an expired one.
     generation: tokio::sync::watch::Sender<u64>,
     /// Paths of our ephemeral nodes.
-    registered: tokio::sync::Mutex<BTreeSet<String>>,
-    watched: tokio::sync::Mutex<BTreeSet<String>>,
-    hub: WatchHub,
-    cancel: CancellationToken,
+    registered: Registrations<()>,
+    life: Lifecycle,
 }
 
 /// The ZooKeeper registry (Seata `zk` layout). See the [module docs](self).
 pub struct ZookeeperRegistry {
     inner: Arc<Inner>,
-    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ZookeeperRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZookeeperRegistry")
             .field("connect_string", &self.inner.settings.connect_string)
-            .field("hub", &self.inner.hub)
+            .field("life", &self.inner.life)
             .finish()
     }
 }
@@ -223,16 +226,11 @@ impl ZookeeperRegistry {
             settings,
             client: RwLock::new(client),
             generation: tokio::sync::watch::Sender::new(0),
-            registered: tokio::sync::Mutex::new(BTreeSet::new()),
-            watched: tokio::sync::Mutex::new(BTreeSet::new()),
-            hub: WatchHub::new(KIND, empty_policy(config)),
-            cancel: CancellationToken::new(),
+            registered: Registrations::new(),
+            life: Lifecycle::new(KIND, empty_policy(config)),
         });
         tokio::spawn(session_loop(inner.clone()));
-        Ok(ZookeeperRegistry {
-            inner,
-            abandoned: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(ZookeeperRegistry { inner })
     }
 
     /// The id of the current session (changes after an expiry).
@@ -244,17 +242,7 @@ impl ZookeeperRegistry {
     /// process had crashed: they disappear when the server expires the session. Used by
     /// tests that measure how fast watchers notice a dead registrant.
     pub fn abandon(&self) {
-        self.abandoned
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.inner.cancel.cancel();
-    }
-
-    fn check_open(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
-        }
+        self.inner.life.abandon();
     }
 }
 
@@ -327,13 +315,6 @@ impl Inner {
             Err(e) => Err(self.err("list children", e)),
         }
     }
-
-    async fn sleep(&self, d: Duration) -> bool {
-        tokio::select! {
-            _ = self.cancel.cancelled() => false,
-            _ = tokio::time::sleep(d) => true,
-        }
-    }
 }
 
 /// Follows the session state: marks clusters stale / connected, and replaces an
@@ -345,15 +326,15 @@ async fn session_loop(inner: Arc<Inner>) {
         let mut states = client.state_watcher();
         loop {
             let state = tokio::select! {
-                _ = inner.cancel.cancelled() => return,
+                _ = inner.life.closed() => return,
                 s = states.changed() => s,
             };
             match state {
                 zk::SessionState::Disconnected => {
-                    inner.hub.mark_all_stale("zookeeper connection lost");
+                    inner.life.hub().mark_all_stale("zookeeper connection lost");
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                    inner.hub.mark_all_connected();
+                    inner.life.hub().mark_all_connected();
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::Closed
@@ -365,7 +346,8 @@ async fn session_loop(inner: Arc<Inner>) {
                         "zookeeper session ended; building a new one"
                     );
                     inner
-                        .hub
+                        .life
+                        .hub()
                         .mark_all_stale(&format!("zookeeper session {state:?}"));
                     break;
                 }
@@ -378,7 +360,7 @@ async fn session_loop(inner: Arc<Inner>) {
                 Err(e) => {
                     tracing::warn!(registry = KIND, error = %e, "cannot establish a zookeeper session; retrying");
                     let d = backoff.next_delay();
-                    if !inner.sleep(d).await {
+                    if !inner.life.sleep(d).await {
                         return;
                     }
                 }
@@ -388,11 +370,10 @@ async fn session_loop(inner: Arc<Inner>) {
         tracing::info!(registry = KIND, session = %fresh.session_id(), "new zookeeper session");
         *inner.client.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
         inner.generation.send_modify(|g| *g += 1);
-        let paths: Vec<String> = inner.registered.lock().await.iter().cloned().collect();
-        for path in paths {
+        for (path, ()) in inner.registered.snapshot().await {
             let mut attempt = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
             loop {
-                if !inner.registered.lock().await.contains(&path) {
+                if !inner.registered.contains(&path).await {
                     break;
                 }
                 match inner.create_ephemeral(&fresh, &path).await {
@@ -406,7 +387,7 @@ async fn session_loop(inner: Arc<Inner>) {
                             break;
                         }
                         let d = attempt.next_delay();
-                        if !inner.sleep(d).await {
+                        if !inner.life.sleep(d).await {
                             return;
                         }
                     }
@@ -417,9 +398,11 @@ async fn session_loop(inner: Arc<Inner>) {
 }
 
 /// Follows one cluster with one-shot child watches (existence watch while the path
-/// is missing), publishing the full child list after every change.
-async fn watch_loop(inner: Arc<Inner>, cluster: String) {
-    let path = cluster_path(&cluster);
+/// is missing), publishing the full child list after every change, until `scope` stops
+/// (the client closed or the last watch on the cluster was dropped).
+async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
+    let cluster = scope.cluster();
+    let path = cluster_path(cluster);
     let mut generations = inner.generation.subscribe();
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
@@ -427,46 +410,40 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String) {
         let result = client.list_and_watch_children(&path).await;
         let watcher = match result {
             Ok((children, watcher)) => {
-                inner
-                    .hub
-                    .publish(&cluster, parse_children(&cluster, &children));
-                inner.hub.mark_connected(&cluster);
+                scope.publish(parse_children(cluster, &children));
+                scope.mark_connected();
                 backoff.reset();
                 Some(watcher)
             }
             Err(zk::Error::NoNode) => match client.check_and_watch_stat(&path).await {
                 Ok((None, w)) => {
-                    inner.hub.publish(&cluster, Vec::new());
-                    inner.hub.mark_connected(&cluster);
+                    scope.publish(Vec::new());
+                    scope.mark_connected();
                     backoff.reset();
                     Some(w)
                 }
                 // Created meanwhile: list again.
                 Ok((Some(_), _)) => continue,
                 Err(e) => {
-                    inner
-                        .hub
-                        .mark_stale(&cluster, &format!("cannot watch {path}: {e}"));
+                    scope.mark_stale(&format!("cannot watch {path}: {e}"));
                     None
                 }
             },
             Err(e) => {
-                inner
-                    .hub
-                    .mark_stale(&cluster, &format!("cannot list {path}: {e}"));
+                scope.mark_stale(&format!("cannot list {path}: {e}"));
                 None
             }
         };
         match watcher {
             Some(w) => {
                 let ev = tokio::select! {
-                    _ = inner.cancel.cancelled() => return,
+                    _ = scope.stopped() => return,
                     ev = w.changed() => ev,
                 };
                 if ev.session_state.is_terminated() {
                     // Wait for the session loop to install a new session.
                     tokio::select! {
-                        _ = inner.cancel.cancelled() => return,
+                        _ = scope.stopped() => return,
                         _ = generations.changed() => {}
                     }
                 }
@@ -474,7 +451,7 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String) {
             None => {
                 let session_over = client.state().is_terminated();
                 tokio::select! {
-                    _ = inner.cancel.cancelled() => return,
+                    _ = scope.stopped() => return,
                     _ = generations.changed(), if session_over => {}
                     _ = backoff.wait(), if !session_over => {}
                 }
@@ -490,20 +467,20 @@ impl RegistryService for ZookeeperRegistry {
     }
 
     async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         check_cluster(cluster)?;
         let path = instance_path(cluster, instance);
         let mut registered = self.inner.registered.lock().await;
         self.inner
             .create_ephemeral(&self.inner.client(), &path)
             .await?;
-        registered.insert(path.clone());
+        registered.insert(path.clone(), ());
         tracing::info!(registry = KIND, cluster, %instance, path, "registered");
         Ok(())
     }
 
     async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         check_cluster(cluster)?;
         let path = instance_path(cluster, instance);
         let mut registered = self.inner.registered.lock().await;
@@ -517,7 +494,7 @@ impl RegistryService for ZookeeperRegistry {
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         check_cluster(cluster)?;
         let mut v = self.inner.list(cluster).await?;
         v.sort_by(|a, b| a.key().cmp(b.key()));
@@ -526,75 +503,56 @@ impl RegistryService for ZookeeperRegistry {
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         check_cluster(cluster)?;
-        let mut watched = self.inner.watched.lock().await;
-        if !watched.contains(cluster) {
-            // The first list is done here so that errors reach the caller and the
-            // watch's first value is the current membership.
-            let members = self.inner.list(cluster).await?;
-            self.inner.hub.publish(cluster, members);
-            self.inner.hub.mark_connected(cluster);
-            tokio::spawn(watch_loop(self.inner.clone(), cluster.to_string()));
-            watched.insert(cluster.to_string());
-        }
-        Ok(self.inner.hub.subscribe(cluster))
+        // The first list is done here so that errors reach the caller and the watch's
+        // first value is the current membership.
+        let inner = &self.inner;
+        let follower = inner.clone();
+        inner
+            .life
+            .watch(
+                cluster,
+                || async { Ok((inner.list(cluster).await?, ())) },
+                move |(), scope| watch_loop(follower, scope),
+            )
+            .await
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        self.inner.cancel.cancel();
-        let result = delete_all(&self.inner).await;
-        self.inner.hub.close();
-        result
+        self.inner.life.close(delete_all(&self.inner)).await
     }
 }
 
+/// Deletes every node we created (close and drop).
 async fn delete_all(inner: &Inner) -> Result<(), RegistryError> {
-    let paths: Vec<String> = std::mem::take(&mut *inner.registered.lock().await)
-        .into_iter()
-        .collect();
     let client = inner.client();
-    let mut first_err = None;
-    for path in paths {
-        match tokio::time::timeout(inner.settings.session_timeout, client.delete(&path, None)).await
-        {
-            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
-            Ok(Err(e)) => {
-                first_err.get_or_insert(inner.err("delete", e));
-            }
-            Err(_) => {
-                first_err.get_or_insert(RegistryError::timeout(
+    let client = &client;
+    let limit = inner.settings.session_timeout;
+    inner
+        .registered
+        .remove_all(KIND, |path, ()| async move {
+            match tokio::time::timeout(limit, client.delete(&path, None)).await {
+                Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => Ok(()),
+                Ok(Err(e)) => Err(inner.err("delete", e)),
+                Err(_) => Err(RegistryError::timeout(
                     KIND,
                     &inner.settings.connect_string,
                     "delete",
-                    inner.settings.session_timeout,
-                ));
+                    limit,
+                )),
             }
-        }
-    }
-    first_err.map_or(Ok(()), Err)
+        })
+        .await
 }
 
 impl Drop for ZookeeperRegistry {
+    /// Best effort: deletes our nodes now rather than after the session timeout.
     fn drop(&mut self) {
-        let was_open = !self.inner.cancel.is_cancelled();
-        self.inner.cancel.cancel();
-        if !was_open || self.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        // Best effort: delete our nodes now rather than after the session timeout.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
-            handle.spawn(async move {
-                let _ = delete_all(&inner).await;
-                inner.hub.close();
-            });
-        } else {
-            self.inner.hub.close();
-        }
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { delete_all(&inner).await });
     }
 }
 
@@ -625,6 +583,19 @@ mod tests {
         );
         let shown: Vec<String> = got.iter().map(|i| i.to_string()).collect();
         assert_eq!(shown, vec!["10.0.0.1:80", "[2000::1]:81"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_child_watch_loop_ends_with_the_last_watch() {
+        let zk = meshline_testkit::ZooKeeper::start().expect("zookeeper");
+        let mut config = Config::default();
+        config.registry.zk.server_addr = zk.connect_string();
+        config.registry.zk.session_timeout = Duration::from_secs(4);
+        let reg = ZookeeperRegistry::connect(&config).await.unwrap();
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
+            .await;
+        reg.close().await.unwrap();
     }
 
     #[test]

@@ -23,7 +23,9 @@
 //! rescan runs every refresh period, and additionally just after the earliest key TTL
 //! seen in the last scan runs out, so a registrant that died is dropped as soon as its
 //! key expires. After any reconnect the watch re-subscribes and rescans before it
-//! reports the registry as connected again.
+//! reports the registry as connected again. Every watch on a cluster shares that one
+//! subscription; it ends (the pub/sub connection is closed) when the last [`Watch`] on
+//! the cluster is dropped or the client closes.
 //!
 //! ## Servers
 //!
@@ -49,7 +51,6 @@
 //! three times: its key expires at most one TTL after its last refresh, and the watch
 //! rescans 20 ms after the earliest expiry it saw. Details in `CONVERGENCE.md`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -57,11 +58,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use meshline_registry_core::{
-    Backoff, Config, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    WatchScope,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
-use tokio_util::sync::CancellationToken;
 
 use crate::common::{empty_policy, split_addrs};
 
@@ -309,21 +310,18 @@ impl Servers {
 
 struct Inner {
     servers: Servers,
-    hub: WatchHub,
     ttl: Duration,
     refresh: Duration,
     rescan: Duration,
     identity: String,
     /// key -> (channel, Java address) of everything we registered.
-    registered: tokio::sync::Mutex<BTreeMap<String, (String, String)>>,
-    watched: tokio::sync::Mutex<BTreeSet<String>>,
-    cancel: CancellationToken,
+    registered: Registrations<(String, String)>,
+    life: Lifecycle,
 }
 
 /// The Redis registry (Seata `redis` layout). See the [module docs](self).
 pub struct RedisRegistry {
     inner: Arc<Inner>,
-    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisRegistry {
@@ -331,7 +329,7 @@ impl std::fmt::Debug for RedisRegistry {
         f.debug_struct("RedisRegistry")
             .field("servers", &self.inner.servers.addrs)
             .field("ttl", &self.inner.ttl)
-            .field("hub", &self.inner.hub)
+            .field("life", &self.inner.life)
             .finish()
     }
 }
@@ -460,13 +458,6 @@ impl Inner {
             .await?;
         self.announce(chan, format!("{addr}-unregister")).await
     }
-
-    async fn sleep(&self, d: Duration) -> bool {
-        tokio::select! {
-            _ = self.cancel.cancelled() => false,
-            _ = tokio::time::sleep(d) => true,
-        }
-    }
 }
 
 /// Refreshes our keys before they expire; after a failure, writes them all again and
@@ -480,16 +471,10 @@ async fn refresh_loop(inner: Arc<Inner>) {
         } else {
             inner.refresh
         };
-        if !inner.sleep(delay).await {
+        if !inner.life.sleep(delay).await {
             return;
         }
-        let regs: Vec<(String, String, String)> = inner
-            .registered
-            .lock()
-            .await
-            .iter()
-            .map(|(k, (ch, a))| (k.clone(), ch.clone(), a.clone()))
-            .collect();
+        let regs = inner.registered.snapshot().await;
         if regs.is_empty() {
             continue;
         }
@@ -499,7 +484,7 @@ async fn refresh_loop(inner: Arc<Inner>) {
             .servers
             .run("refresh", |mut c| {
                 let mut pipe = redis::pipe();
-                for (k, _, _) in &regs {
+                for (k, _) in &regs {
                     pipe.cmd("SETEX").arg(k).arg(ttl).arg(&identity).ignore();
                 }
                 async move { pipe.query_async::<()>(&mut c).await }
@@ -508,7 +493,7 @@ async fn refresh_loop(inner: Arc<Inner>) {
         match written {
             Ok(()) => {
                 if announce {
-                    for (_, ch, addr) in &regs {
+                    for (_, (ch, addr)) in &regs {
                         if let Err(e) = inner.announce(ch, format!("{addr}-register")).await {
                             tracing::warn!(registry = KIND, error = %e, "re-announcing failed");
                         }
@@ -532,28 +517,29 @@ async fn refresh_loop(inner: Arc<Inner>) {
     }
 }
 
-/// Follows one cluster: SUBSCRIBE + rescan on messages, periodically and at key expiry.
-async fn watch_loop(inner: Arc<Inner>, cluster: String) {
-    let chan = channel(&cluster);
+/// Follows one cluster: SUBSCRIBE + rescan on messages, periodically and at key expiry,
+/// until `scope` stops (the client closed or the last watch on the cluster was dropped);
+/// the subscription ends with it.
+async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
+    let cluster = scope.cluster();
+    let chan = channel(cluster);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     'connect: loop {
         let mut pubsub = match inner.servers.pubsub().await {
             Ok(p) => p,
             Err(e) => {
-                inner.hub.mark_stale(&cluster, &e.to_string());
+                scope.mark_stale(&e.to_string());
                 let d = backoff.next_delay();
-                if !inner.sleep(d).await {
+                if !scope.sleep(d).await {
                     return;
                 }
                 continue;
             }
         };
         if let Err(e) = pubsub.subscribe(&chan).await {
-            inner
-                .hub
-                .mark_stale(&cluster, &format!("cannot subscribe to {chan}: {e}"));
+            scope.mark_stale(&format!("cannot subscribe to {chan}: {e}"));
             let d = backoff.next_delay();
-            if !inner.sleep(d).await {
+            if !scope.sleep(d).await {
                 return;
             }
             continue;
@@ -563,7 +549,7 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String) {
         let mut next_scan = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                _ = inner.cancel.cancelled() => return,
+                _ = scope.stopped() => return,
                 msg = stream.next() => match msg {
                     Some(m) => {
                         let payload = String::from_utf8_lossy(m.get_payload_bytes()).into_owned();
@@ -579,19 +565,19 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String) {
                         next_scan = tokio::time::Instant::now();
                     }
                     None => {
-                        inner.hub.mark_stale(&cluster, "redis pub/sub connection lost");
+                        scope.mark_stale("redis pub/sub connection lost");
                         let d = backoff.next_delay();
-                        if !inner.sleep(d).await {
+                        if !scope.sleep(d).await {
                             return;
                         }
                         continue 'connect;
                     }
                 },
                 _ = tokio::time::sleep_until(next_scan) => {
-                    match inner.scan(&cluster).await {
+                    match inner.scan(cluster).await {
                         Ok(found) => {
-                            inner.hub.publish(&cluster, found.members);
-                            inner.hub.mark_connected(&cluster);
+                            scope.publish(found.members);
+                            scope.mark_connected();
                             backoff.reset();
                             let mut wait = inner.rescan;
                             if let Some(e) = found.earliest_expiry {
@@ -600,7 +586,7 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String) {
                             next_scan = tokio::time::Instant::now() + wait;
                         }
                         Err(e) => {
-                            inner.hub.mark_stale(&cluster, &format!("rescan failed: {e}"));
+                            scope.mark_stale(&format!("rescan failed: {e}"));
                             next_scan = tokio::time::Instant::now() + backoff.next_delay();
                         }
                     }
@@ -636,36 +622,22 @@ impl RedisRegistry {
         }
         let inner = Arc::new(Inner {
             servers,
-            hub: WatchHub::new(KIND, empty_policy(config)),
             ttl,
             refresh,
             rescan: c.refresh_period.max(Duration::from_millis(100)),
             identity: local_identity(),
-            registered: tokio::sync::Mutex::new(BTreeMap::new()),
-            watched: tokio::sync::Mutex::new(BTreeSet::new()),
-            cancel: CancellationToken::new(),
+            registered: Registrations::new(),
+            life: Lifecycle::new(KIND, empty_policy(config)),
         });
         tokio::spawn(refresh_loop(inner.clone()));
-        Ok(RedisRegistry {
-            inner,
-            abandoned: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(RedisRegistry { inner })
     }
 
     /// Stops every background task at once **without** deleting our keys, as if the
     /// process had crashed: they expire after the TTL. Used by tests that measure how
     /// fast watchers notice a dead registrant.
     pub fn abandon(&self) {
-        self.abandoned.store(true, Ordering::SeqCst);
-        self.inner.cancel.cancel();
-    }
-
-    fn check_open(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
-        }
+        self.inner.life.abandon();
     }
 }
 
@@ -676,7 +648,7 @@ impl RegistryService for RedisRegistry {
     }
 
     async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         let key = instance_key(cluster, instance);
         let chan = channel(cluster);
         let addr = instance.to_java_string();
@@ -692,18 +664,18 @@ impl RegistryService for RedisRegistry {
     }
 
     async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         let key = instance_key(cluster, instance);
         let chan = channel(cluster);
         let addr = instance.to_java_string();
-        self.inner.registered.lock().await.remove(&key);
+        self.inner.registered.remove(&key).await;
         self.inner.remove_key(&key, &chan, &addr).await?;
         tracing::info!(registry = KIND, cluster, %instance, key, "unregistered");
         Ok(())
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        self.check_open()?;
+        self.inner.life.check_open()?;
         let mut v = self.inner.scan(cluster).await?.members;
         v.sort_by(|a, b| a.key().cmp(b.key()));
         v.dedup_by(|a, b| a.key() == b.key());
@@ -711,57 +683,40 @@ impl RegistryService for RedisRegistry {
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        self.check_open()?;
-        let mut watched = self.inner.watched.lock().await;
-        if !watched.contains(cluster) {
-            let found = self.inner.scan(cluster).await?;
-            self.inner.hub.publish(cluster, found.members);
-            self.inner.hub.mark_connected(cluster);
-            tokio::spawn(watch_loop(self.inner.clone(), cluster.to_string()));
-            watched.insert(cluster.to_string());
-        }
-        Ok(self.inner.hub.subscribe(cluster))
+        let inner = &self.inner;
+        let follower = inner.clone();
+        inner
+            .life
+            .watch(
+                cluster,
+                || async { Ok((inner.scan(cluster).await?.members, ())) },
+                move |(), scope| watch_loop(follower, scope),
+            )
+            .await
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        self.inner.cancel.cancel();
-        let result = remove_all(&self.inner).await;
-        self.inner.hub.close();
-        result
+        self.inner.life.close(remove_all(&self.inner)).await
     }
 }
 
+/// Deletes every key we wrote and announces it (close and drop).
 async fn remove_all(inner: &Inner) -> Result<(), RegistryError> {
-    let regs = std::mem::take(&mut *inner.registered.lock().await);
-    let mut first_err = None;
-    for (key, (chan, addr)) in regs {
-        if let Err(e) = inner.remove_key(&key, &chan, &addr).await {
-            first_err.get_or_insert(e);
-        }
-    }
-    first_err.map_or(Ok(()), Err)
+    inner
+        .registered
+        .remove_all(KIND, |key, (chan, addr)| async move {
+            inner.remove_key(&key, &chan, &addr).await
+        })
+        .await
 }
 
 impl Drop for RedisRegistry {
+    /// Best effort: deletes our keys now rather than after the TTL.
     fn drop(&mut self) {
-        let was_open = !self.inner.cancel.is_cancelled();
-        self.inner.cancel.cancel();
-        if !was_open || self.abandoned.load(Ordering::SeqCst) {
-            return;
-        }
-        // Best effort: delete our keys now rather than after the TTL.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
-            handle.spawn(async move {
-                let _ = remove_all(&inner).await;
-                inner.hub.close();
-            });
-        } else {
-            self.inner.hub.close();
-        }
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { remove_all(&inner).await });
     }
 }
 
@@ -795,6 +750,45 @@ mod tests {
             Entry::Bad(_)
         ));
         assert!(matches!(classify(&p, &[0xff, 0x00]), Entry::Bad(_)));
+    }
+
+    /// Subscribers of `chan`, as the server counts them.
+    async fn subscribers(inner: &Inner, chan: &str) -> i64 {
+        let (_, n): (String, i64) = inner
+            .servers
+            .run("pubsub numsub", |mut c| async move {
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(chan)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await
+            .unwrap();
+        n
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_subscription_ends_with_the_last_watch() {
+        let server = meshline_testkit::Redis::start().expect("redis");
+        let mut config = Config::default();
+        config.registry.redis.server_addr = server.addr();
+        let reg = RedisRegistry::connect(&config).await.unwrap();
+        let chan = channel("c");
+        let w = reg.watch("c").await.unwrap();
+        meshline_testkit::watch::eventually(Duration::from_secs(10), "SUBSCRIBE", || async {
+            subscribers(&reg.inner, &chan).await == 1
+        })
+        .await;
+        drop(w);
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
+            .await;
+        meshline_testkit::watch::eventually(Duration::from_secs(10), "UNSUBSCRIBE", || async {
+            subscribers(&reg.inner, &chan).await == 0
+        })
+        .await;
+        reg.close().await.unwrap();
     }
 
     #[test]

@@ -20,6 +20,20 @@ pub(crate) fn split_addrs(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `e` and its sources, `: `-separated (reqwest hides the cause, e.g. "Connection
+/// refused", in its sources).
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// Proves that a backend's follow task for `cluster` ends with the last [`Watch`] on
 /// it: opens two watches, drops them one by one, and checks that the name stays
 /// followed while one is left, then leaves both the lifecycle and the hub. `refs`

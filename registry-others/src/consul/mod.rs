@@ -17,7 +17,9 @@
 //! never uses index 0, and a query that returns at once without a new index is
 //! rate-limited. After a failed query the next one is a plain read too: a restarted,
 //! empty agent may have a lower index than ours, and a blocking query on it would only
-//! return when `wait` (30 s) runs out. Entries are parsed
+//! return when `wait` (30 s) runs out. Every watch on a cluster shares one loop, which
+//! ends (abandoning its query in flight) when the last [`Watch`] on the cluster is
+//! dropped or the registry closes. Entries are parsed
 //! one by one: a malformed entry (no address, port 0 or out of range, a bad host) is
 //! skipped with a warning naming its service ID; a response that is not a JSON array
 //! is an error (the last snapshot is kept and the watch goes stale).
@@ -67,20 +69,18 @@
 
 mod parse;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Backoff, Config, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    WatchScope,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use crate::common::{empty_policy, split_addrs};
+use crate::common::{empty_policy, error_chain, split_addrs};
 
 const KIND: &str = "consul";
 
@@ -98,12 +98,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// Cheap to share behind an `Arc`; all methods take `&self`. Background tasks (the TTL
 /// keeper, one blocking-query loop per watched cluster) end on [`close`] and when this
-/// value is dropped.
+/// value is dropped; a cluster's loop also ends when the last [`Watch`] on it is dropped.
 ///
 /// [`close`]: RegistryService::close
 pub struct ConsulRegistry {
     inner: Arc<Inner>,
-    abandoned: AtomicBool,
 }
 
 impl std::fmt::Debug for ConsulRegistry {
@@ -115,22 +114,16 @@ impl std::fmt::Debug for ConsulRegistry {
     }
 }
 
-struct Registration {
-    cluster: String,
-    body: Value,
-}
-
 struct Inner {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
-    hub: WatchHub,
     ttl: Duration,
     deregister_after: Duration,
     wait: Duration,
-    regs: Mutex<HashMap<String, Registration>>,
-    watched: Mutex<HashSet<String>>,
-    cancel: CancellationToken,
+    /// Service ID -> its registration body (written again when the agent lost it).
+    regs: Registrations<Value>,
+    life: Lifecycle,
 }
 
 /// What a failed agent call looked like.
@@ -176,13 +169,11 @@ impl ConsulRegistry {
             base,
             token: c.acl_token.clone(),
             http,
-            hub: WatchHub::new(KIND, empty_policy(config)),
             ttl: c.ttl,
             deregister_after: c.deregister_critical_after,
             wait: BLOCKING_WAIT,
-            regs: Mutex::new(HashMap::new()),
-            watched: Mutex::new(HashSet::new()),
-            cancel: CancellationToken::new(),
+            regs: Registrations::new(),
+            life: Lifecycle::new(KIND, empty_policy(config)),
         });
         inner
             .call(
@@ -195,10 +186,7 @@ impl ConsulRegistry {
             .await
             .map_err(|e| e.into_registry(inner.server(), "connect"))?;
         tokio::spawn(keeper(inner.clone()));
-        Ok(ConsulRegistry {
-            inner,
-            abandoned: AtomicBool::new(false),
-        })
+        Ok(ConsulRegistry { inner })
     }
 
     /// Stops every background task at once **without** deregistering, as if the process
@@ -206,8 +194,7 @@ impl ConsulRegistry {
     /// `DeregisterCriticalServiceAfter`. Used by tests that measure how fast watchers
     /// notice a dead registrant.
     pub fn abandon(&self) {
-        self.abandoned.store(true, Ordering::SeqCst);
-        self.inner.cancel.cancel();
+        self.inner.life.abandon();
     }
 
     /// The agent's base URL.
@@ -222,20 +209,10 @@ impl Drop for ConsulRegistry {
     /// (best effort, on the current tokio runtime if there is one) instead of leaving
     /// them to TTL expiry.
     fn drop(&mut self) {
-        let was_open = !self.inner.cancel.is_cancelled();
-        self.inner.cancel.cancel();
-        if !was_open || self.abandoned.load(Ordering::SeqCst) {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
-            handle.spawn(async move {
-                let _ = deregister_all(&inner).await;
-                inner.hub.close();
-            });
-        } else {
-            self.inner.hub.close();
-        }
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { deregister_all(&inner).await });
     }
 }
 
@@ -266,14 +243,6 @@ impl Inner {
     /// The agent's address, for error messages.
     fn server(&self) -> &str {
         self.base.as_str().trim_end_matches('/')
-    }
-
-    fn closed(&self) -> Result<(), RegistryError> {
-        if self.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
-        }
     }
 
     fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
@@ -349,6 +318,19 @@ impl Inner {
         .map(|_| ())
     }
 
+    /// `PUT /v1/agent/service/deregister/<id>`.
+    async fn deregister(&self, id: &str) -> Result<(), CallError> {
+        self.call(
+            Method::PUT,
+            &["v1", "agent", "service", "deregister", id],
+            &[],
+            None,
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `GET /v1/health/service/<cluster>?passing=true&tag=services[&index&wait]`.
     async fn query(
         &self,
@@ -380,35 +362,17 @@ impl Inner {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 /// Keeps every registration's TTL check passing; re-registers on 404.
 async fn keeper(inner: Arc<Inner>) {
     let period = (inner.ttl / 3).max(Duration::from_millis(50));
     let mut backoff = Backoff::new(Duration::from_millis(100), period);
     let mut delay = period;
     loop {
-        tokio::select! {
-            _ = inner.cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !inner.life.sleep(delay).await {
+            return;
         }
-        let regs: Vec<(String, Value)> = {
-            let g = inner.regs.lock().unwrap_or_else(|p| p.into_inner());
-            g.iter()
-                .map(|(id, r)| (id.clone(), r.body.clone()))
-                .collect()
-        };
         let mut failed = false;
-        for (id, body) in regs {
+        for (id, body) in inner.regs.snapshot().await {
             let cid = parse::check_id(&id);
             let r = inner
                 .call(
@@ -423,12 +387,7 @@ async fn keeper(inner: Arc<Inner>) {
                 Ok(_) => {}
                 Err(CallError::Status(StatusCode::NOT_FOUND, _)) => {
                     // Still ours? unregister may have raced with this round.
-                    let still = inner
-                        .regs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .contains_key(&id);
-                    if !still {
+                    if !inner.regs.contains(&id).await {
                         continue;
                     }
                     match inner.put_registration(&body).await {
@@ -475,21 +434,24 @@ fn next_index(prev: u64, new: u64) -> u64 {
     if new < prev { 0 } else { new.max(1) }
 }
 
-/// The blocking-query loop of one cluster. `index` 0 means "read without blocking".
-async fn watch_loop(inner: Arc<Inner>, cluster: String, mut index: u64) {
+/// The blocking-query loop of one cluster, until `scope` stops (the client closed or
+/// the last watch on the cluster was dropped: the query in flight is abandoned). `index`
+/// 0 means "read without blocking".
+async fn watch_loop(inner: Arc<Inner>, scope: WatchScope, mut index: u64) {
+    let cluster = scope.cluster();
     let mut backoff = Backoff::default();
     loop {
         let started = StdInstant::now();
         let block = (index > 0).then_some(index);
         let res = tokio::select! {
-            _ = inner.cancel.cancelled() => return,
-            r = inner.query(&cluster, block) => r,
+            _ = scope.stopped() => return,
+            r = inner.query(cluster, block) => r,
         };
         match res {
             Ok((list, new_index)) => {
                 backoff.reset();
-                inner.hub.mark_connected(&cluster);
-                inner.hub.publish(&cluster, list);
+                scope.mark_connected();
+                scope.publish(list);
                 let prev = index;
                 index = next_index(prev, new_index);
                 if index == 0 {
@@ -502,23 +464,21 @@ async fn watch_loop(inner: Arc<Inner>, cluster: String, mut index: u64) {
                     );
                 }
                 // Rate-limit a query that came back at once without a newer index.
-                if new_index <= prev && started.elapsed() < Duration::from_millis(50) {
-                    tokio::select! {
-                        _ = inner.cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    }
+                if new_index <= prev
+                    && started.elapsed() < Duration::from_millis(50)
+                    && !scope.sleep(Duration::from_millis(50)).await
+                {
+                    return;
                 }
             }
             Err(reason) => {
-                inner.hub.mark_stale(&cluster, &reason);
+                scope.mark_stale(&reason);
                 // After a failure we know nothing of the agent's state (it may have
                 // restarted empty, with a lower index that a blocking query would sit
                 // on until `wait` ran out): the next query is a plain read.
                 index = 0;
-                let d = backoff.next_delay();
-                tokio::select! {
-                    _ = inner.cancel.cancelled() => return,
-                    _ = tokio::time::sleep(d) => {}
+                if !scope.sleep(backoff.next_delay()).await {
+                    return;
                 }
             }
         }
@@ -533,47 +493,30 @@ impl RegistryService for ConsulRegistry {
 
     async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
+        inner.life.check_open()?;
         let id = parse::service_id(cluster, instance);
         let body = parse::register_body(cluster, instance, inner.ttl, inner.deregister_after);
         inner
             .put_registration(&body)
             .await
             .map_err(|e| e.into_registry(inner.server(), "register"))?;
-        inner.regs.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            id,
-            Registration {
-                cluster: cluster.to_string(),
-                body,
-            },
-        );
+        inner.regs.insert(id, body).await;
         Ok(())
     }
 
     async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
+        inner.life.check_open()?;
         let id = parse::service_id(cluster, instance);
+        inner.regs.remove(&id).await;
         inner
-            .regs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        inner
-            .call(
-                Method::PUT,
-                &["v1", "agent", "service", "deregister", &id],
-                &[],
-                None,
-                REQUEST_TIMEOUT,
-            )
+            .deregister(&id)
             .await
-            .map(|_| ())
             .map_err(|e| e.into_registry(inner.server(), "unregister"))
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        self.inner.closed()?;
+        self.inner.life.check_open()?;
         self.inner
             .query(cluster, None)
             .await
@@ -589,76 +532,37 @@ impl RegistryService for ConsulRegistry {
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
-        let running = inner
-            .watched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(cluster);
-        if running {
-            return Ok(inner.hub.subscribe(cluster));
-        }
-        let (list, index) = inner.query(cluster, None).await.map_err(|m| {
-            RegistryError::unavailable(KIND, inner.server(), format!("watch `{cluster}`: {m}"))
-        })?;
-        let mut w = inner.watched.lock().unwrap_or_else(|p| p.into_inner());
-        let watch = inner.hub.subscribe(cluster);
-        if w.insert(cluster.to_string()) {
-            inner.hub.publish(cluster, list);
-            tokio::spawn(watch_loop(
-                inner.clone(),
-                cluster.to_string(),
-                next_index(0, index),
-            ));
-        }
-        Ok(watch)
+        let follower = inner.clone();
+        let first_read = || async {
+            inner.query(cluster, None).await.map_err(|m| {
+                RegistryError::unavailable(KIND, inner.server(), format!("watch `{cluster}`: {m}"))
+            })
+        };
+        inner
+            .life
+            .watch(cluster, first_read, move |index, scope| {
+                watch_loop(follower, scope, next_index(0, index))
+            })
+            .await
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        let inner = &self.inner;
-        if inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        inner.cancel.cancel();
-        let result = deregister_all(inner).await;
-        inner.hub.close();
-        result
+        self.inner.life.close(deregister_all(&self.inner)).await
     }
 }
 
-/// Deregisters every service we registered (close and drop); the first error is returned
-/// after trying them all.
+/// Deregisters every service we registered (close and drop); every failure is logged,
+/// the first is returned after trying them all.
 async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
-    let regs: Vec<(String, String)> = inner
+    inner
         .regs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(id, r)| (id, r.cluster))
-        .collect();
-    let mut first_err = None;
-    for (id, cluster) in regs {
-        let r = inner
-            .call(
-                Method::PUT,
-                &["v1", "agent", "service", "deregister", &id],
-                &[],
-                None,
-                REQUEST_TIMEOUT,
-            )
-            .await;
-        if let Err(e) = r {
-            tracing::warn!(
-                registry = KIND,
-                cluster,
-                service_id = id,
-                error = e.describe(),
-                "deregistration failed"
-            );
-            first_err.get_or_insert(e.into_registry(inner.server(), "deregister"));
-        }
-    }
-    first_err.map_or(Ok(()), Err)
+        .remove_all(KIND, |id, _| async move {
+            inner
+                .deregister(&id)
+                .await
+                .map_err(|e| e.into_registry(inner.server(), "deregister"))
+        })
+        .await
 }
 
 #[cfg(test)]
@@ -672,6 +576,18 @@ mod tests {
         assert_eq!(next_index(10, 3), 0, "backwards: read afresh");
         assert_eq!(next_index(0, 3), 3);
         assert_eq!(next_index(0, 0), 1, "never block with index 0");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_blocking_query_loop_ends_with_the_last_watch() {
+        let agent = meshline_testkit::ConsulDouble::start(Default::default()).unwrap();
+        let mut config = Config::default();
+        config.registry.consul.server_addr = agent.server_addr();
+        let reg = ConsulRegistry::connect(&config).await.unwrap();
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
+            .await;
+        reg.close().await.unwrap();
     }
 
     #[test]

@@ -29,7 +29,9 @@
 //! code (`UP_3_DOWN_1_`...) is compared with the server's `apps__hashcode`; on a
 //! mismatch, or when delta is refused (403) or fails, the fetcher falls back to a full
 //! fetch, as Netflix's `DiscoveryClient` does. Every watched cluster gets the UP members
-//! of its application after each fetch (unchanged lists are not re-sent). Malformed
+//! of its application after each fetch (unchanged lists are not re-sent); when the last
+//! [`Watch`] on a cluster is dropped it is no longer published and its snapshot is
+//! forgotten (the fetcher runs until the registry closes). Malformed
 //! instances (no ID, a bad `ipAddr`, a bad port) are skipped with a warning naming them.
 //!
 //! All requests send `Accept: application/json` (the server answers XML otherwise).
@@ -47,20 +49,18 @@
 
 mod parse;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Backoff, Config, Instance, RegistryError, RegistryService, Watch, WatchHub,
+    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use crate::common::{empty_policy, split_addrs};
+use crate::common::{empty_policy, error_chain, split_addrs};
 
 const KIND: &str = "eureka";
 
@@ -75,7 +75,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`close`]: RegistryService::close
 pub struct EurekaRegistry {
     inner: Arc<Inner>,
-    abandoned: AtomicBool,
 }
 
 impl std::fmt::Debug for EurekaRegistry {
@@ -89,6 +88,7 @@ impl std::fmt::Debug for EurekaRegistry {
     }
 }
 
+#[derive(Clone)]
 struct Registration {
     app: String,
     body: Value,
@@ -98,15 +98,14 @@ struct Inner {
     urls: Vec<Url>,
     preferred: AtomicUsize,
     http: reqwest::Client,
-    hub: WatchHub,
     renewal: Duration,
     lease: Duration,
     refresh: Duration,
     /// instance ID -> registration.
-    regs: Mutex<HashMap<String, Registration>>,
+    regs: Registrations<Registration>,
     mirror: tokio::sync::Mutex<Option<parse::Mirror>>,
     fetcher_started: AtomicBool,
-    cancel: CancellationToken,
+    life: Lifecycle,
 }
 
 enum CallError {
@@ -195,32 +194,27 @@ impl EurekaRegistry {
             urls,
             preferred: AtomicUsize::new(0),
             http,
-            hub: WatchHub::new(KIND, empty_policy(config)),
             renewal: c.renewal_interval,
             lease: c.lease_duration,
             refresh: c.refresh_interval,
-            regs: Mutex::new(HashMap::new()),
+            regs: Registrations::new(),
             mirror: tokio::sync::Mutex::new(None),
             fetcher_started: AtomicBool::new(false),
-            cancel: CancellationToken::new(),
+            life: Lifecycle::new(KIND, empty_policy(config)),
         });
         inner
             .call(Method::GET, &["apps"], &[], None)
             .await
             .map_err(|e| e.into_registry(&inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
-        Ok(EurekaRegistry {
-            inner,
-            abandoned: AtomicBool::new(false),
-        })
+        Ok(EurekaRegistry { inner })
     }
 
     /// Stops every background task at once **without** cancelling our instances, as if
     /// the process had crashed: the server evicts them when their lease runs out. Used
     /// by tests that measure how fast watchers notice a dead registrant.
     pub fn abandon(&self) {
-        self.abandoned.store(true, Ordering::SeqCst);
-        self.inner.cancel.cancel();
+        self.inner.life.abandon();
     }
 }
 
@@ -230,20 +224,10 @@ impl Drop for EurekaRegistry {
     /// (best effort, on the current tokio runtime if there is one) instead of leaving
     /// them to lease expiry.
     fn drop(&mut self) {
-        let was_open = !self.inner.cancel.is_cancelled();
-        self.inner.cancel.cancel();
-        if !was_open || self.abandoned.load(Ordering::SeqCst) {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.inner.clone();
-            handle.spawn(async move {
-                let _ = cancel_all(&inner).await;
-                inner.hub.close();
-            });
-        } else {
-            self.inner.hub.close();
-        }
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { cancel_all(&inner).await });
     }
 }
 
@@ -255,14 +239,6 @@ impl Inner {
             .map(|u| u.as_str().trim_end_matches('/'))
             .collect::<Vec<_>>()
             .join(",")
-    }
-
-    fn closed(&self) -> Result<(), RegistryError> {
-        if self.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
-        }
     }
 
     /// One request, failing over across the service URLs on transport errors. `Ok`
@@ -360,6 +336,20 @@ impl Inner {
         .map(|_| ())
     }
 
+    /// `DELETE .../apps/{APP}/{id}`. A 404 (the server no longer has it: evicted or
+    /// restarted) is what we want.
+    async fn cancel(&self, app: &str, id: &str) -> Result<(), CallError> {
+        self.expect(
+            Method::DELETE,
+            &["apps", app, id],
+            &[],
+            None,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn get_json(&self, segments: &[&str]) -> Result<Value, CallError> {
         let (_, bytes) = self
             .expect(Method::GET, segments, &[], None, &[StatusCode::OK])
@@ -408,23 +398,6 @@ impl Inner {
         }
         Ok(())
     }
-
-    fn publish_all(&self, mirror: &parse::Mirror) {
-        for cluster in self.hub.clusters() {
-            self.hub.publish(&cluster, mirror.members(&cluster));
-        }
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Renews every registration each renewal interval; registers again on 404.
@@ -433,18 +406,11 @@ async fn heartbeat(inner: Arc<Inner>) {
     let mut backoff = Backoff::new(Duration::from_millis(100), period);
     let mut delay = period;
     loop {
-        tokio::select! {
-            _ = inner.cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !inner.life.sleep(delay).await {
+            return;
         }
-        let regs: Vec<(String, String, Value)> = {
-            let g = inner.regs.lock().unwrap_or_else(|p| p.into_inner());
-            g.iter()
-                .map(|(id, r)| (id.clone(), r.app.clone(), r.body.clone()))
-                .collect()
-        };
         let mut failed = false;
-        for (id, app, body) in regs {
+        for (id, Registration { app, body }) in inner.regs.snapshot().await {
             let r = inner
                 .call(
                     Method::PUT,
@@ -456,12 +422,7 @@ async fn heartbeat(inner: Arc<Inner>) {
             match r {
                 Ok((StatusCode::OK, _)) => {}
                 Ok((StatusCode::NOT_FOUND, _)) => {
-                    let still = inner
-                        .regs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .contains_key(&id);
-                    if !still {
+                    if !inner.regs.contains(&id).await {
                         continue;
                     }
                     match inner.post_registration(&app, &body).await {
@@ -510,26 +471,30 @@ async fn fetcher(inner: Arc<Inner>) {
     let mut backoff = Backoff::new(Duration::from_millis(100), inner.refresh);
     let mut delay = inner.refresh;
     loop {
-        tokio::select! {
-            _ = inner.cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !inner.life.sleep(delay).await {
+            return;
         }
-        let mut mirror = inner.mirror.lock().await;
         let r = tokio::select! {
-            _ = inner.cancel.cancelled() => return,
-            r = inner.refresh(&mut mirror) => r,
+            _ = inner.life.closed() => return,
+            r = async { inner.refresh(&mut *inner.mirror.lock().await).await } => r,
         };
+        let hub = inner.life.hub();
         match r {
             Ok(()) => {
-                if let Some(m) = mirror.as_ref() {
-                    inner.publish_all(m);
+                // The watched names are read without the mirror locked: a first watch
+                // holds the lifecycle's lock while it reads the mirror.
+                let watched = inner.life.watched().await;
+                if let Some(m) = inner.mirror.lock().await.as_ref() {
+                    for cluster in watched {
+                        hub.publish(&cluster, m.members(&cluster));
+                    }
                 }
-                inner.hub.mark_all_connected();
+                hub.mark_all_connected();
                 backoff.reset();
                 delay = inner.refresh;
             }
             Err(reason) => {
-                inner.hub.mark_all_stale(&reason);
+                hub.mark_all_stale(&reason);
                 delay = backoff.next_delay();
             }
         }
@@ -544,7 +509,7 @@ impl RegistryService for EurekaRegistry {
 
     async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
+        inner.life.check_open()?;
         let app = parse::app_name(cluster);
         let id = parse::instance_id(cluster, instance);
         let body = parse::register_body(cluster, instance, inner.renewal, inner.lease, now_ms());
@@ -552,41 +517,25 @@ impl RegistryService for EurekaRegistry {
             .post_registration(&app, &body)
             .await
             .map_err(|e| e.into_registry(&inner.server(), "register"))?;
-        inner
-            .regs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Registration { app, body });
+        inner.regs.insert(id, Registration { app, body }).await;
         Ok(())
     }
 
     async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
+        inner.life.check_open()?;
         let app = parse::app_name(cluster);
         let id = parse::instance_id(cluster, instance);
+        inner.regs.remove(&id).await;
         inner
-            .regs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        // 404: the server no longer has it (evicted or restarted), which is what we want.
-        inner
-            .expect(
-                Method::DELETE,
-                &["apps", &app, &id],
-                &[],
-                None,
-                &[StatusCode::OK, StatusCode::NOT_FOUND],
-            )
+            .cancel(&app, &id)
             .await
-            .map(|_| ())
             .map_err(|e| e.into_registry(&inner.server(), "unregister"))
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
+        inner.life.check_open()?;
         let app = parse::app_name(cluster);
         let (status, bytes) = inner
             .expect(
@@ -615,18 +564,30 @@ impl RegistryService for EurekaRegistry {
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
         let inner = &self.inner;
-        inner.closed()?;
-        let mut mirror = inner.mirror.lock().await;
-        if mirror.is_none() {
-            inner.full_fetch(&mut mirror).await.map_err(|m| {
-                RegistryError::unavailable(KIND, inner.server(), format!("watch `{cluster}`: {m}"))
-            })?;
-        }
-        let watch = inner.hub.subscribe(cluster);
-        if let Some(m) = mirror.as_ref() {
-            inner.hub.publish(cluster, m.members(cluster));
-        }
-        drop(mirror);
+        // The first watch fetches the whole registry; later ones (of any cluster) read
+        // the mirror, which the shared fetcher keeps fresh.
+        let first_read = || async {
+            let mut mirror = inner.mirror.lock().await;
+            if mirror.is_none() {
+                inner.full_fetch(&mut mirror).await.map_err(|m| {
+                    RegistryError::unavailable(
+                        KIND,
+                        inner.server(),
+                        format!("watch `{cluster}`: {m}"),
+                    )
+                })?;
+            }
+            let members = mirror.as_ref().map(|m| m.members(cluster));
+            Ok((members.unwrap_or_default(), ()))
+        };
+        // The fetcher publishes the names the lifecycle follows; a name's own task
+        // only marks it followed until its last watch is dropped.
+        let watch = inner
+            .life
+            .watch(cluster, first_read, |(), scope| async move {
+                scope.stopped().await
+            })
+            .await?;
         if !inner.fetcher_started.swap(true, Ordering::SeqCst) {
             tokio::spawn(fetcher(inner.clone()));
         }
@@ -634,54 +595,46 @@ impl RegistryService for EurekaRegistry {
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        let inner = &self.inner;
-        if inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        inner.cancel.cancel();
-        let result = cancel_all(inner).await;
-        inner.hub.close();
-        result
+        self.inner.life.close(cancel_all(&self.inner)).await
     }
 }
 
-/// Cancels every instance we registered (close and drop); the first error is returned
-/// after trying them all. A 404 (already gone) is fine.
+/// Cancels every instance we registered (close and drop); every failure is logged, the
+/// first is returned after trying them all. A 404 (already gone) is fine.
 async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
-    let regs: Vec<(String, String)> = inner
+    inner
         .regs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(id, r)| (id, r.app))
-        .collect();
-    let mut first_err = None;
-    for (id, app) in regs {
-        let r = inner
-            .expect(
-                Method::DELETE,
-                &["apps", &app, &id],
-                &[],
-                None,
-                &[StatusCode::OK, StatusCode::NOT_FOUND],
-            )
-            .await;
-        if let Err(e) = r {
-            tracing::warn!(
-                registry = KIND,
-                instance = id,
-                error = e.describe(),
-                "cancel failed"
-            );
-            first_err.get_or_insert(e.into_registry(&inner.server(), "cancel"));
-        }
-    }
-    first_err.map_or(Ok(()), Err)
+        .remove_all(KIND, |id, Registration { app, .. }| async move {
+            inner
+                .cancel(&app, &id)
+                .await
+                .map_err(|e| e.into_registry(&inner.server(), "cancel"))
+        })
+        .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cluster_is_no_longer_published_after_its_last_watch() {
+        let server = meshline_testkit::EurekaDouble::start(Default::default()).unwrap();
+        let mut config = Config::default();
+        config.registry.eureka.service_url = server.service_url();
+        config.registry.eureka.refresh_interval = Duration::from_millis(50);
+        let reg = EurekaRegistry::connect(&config).await.unwrap();
+        let life = &reg.inner.life;
+        // The fetcher is shared and outlives the watch: its reference stays.
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, life, "c", 0, refs).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            life.hub().clusters().is_empty(),
+            "the fetcher published a cluster nobody watches"
+        );
+        reg.close().await.unwrap();
+    }
 
     #[test]
     fn service_url_forms() {

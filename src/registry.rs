@@ -1,65 +1,222 @@
-//! Building the registry a [`Config`] names.
+//! Building the registry a [`Config`] names: one table of registry types.
+//!
+//! Every registry type is one [`RegistryType`] entry in [`REGISTRY_TYPES`]: Seata's
+//! name and the aliases, the cargo feature that compiles it in, the keys the CLI's
+//! `--server` and `--ttl` set, and the constructor (absent when the feature is off).
+//! [`resolve_type`], [`is_compiled_in`], [`from_config`] and the "not compiled in"
+//! message all read that table; adding a backend adds one entry.
 //!
 //! `registry.type` is matched case-insensitively against Seata's names (`file`,
 //! `nacos`, `etcd3`, `zk`, `redis`, `consul`, `eureka`) and the aliases `etcd` and
 //! `zookeeper`. A known type whose backend is not compiled into this build is an error
 //! naming the cargo feature to enable; an unknown type lists the known ones.
+//!
+//! # Your own registry: `registry.type=custom`
+//!
+//! Seata loads a `custom` registry through its SPI, by `registry.custom.name`. Here a
+//! program adds a constructor under a name at run time with [`register_custom`]; then
+//! `registry.type=custom` with `registry.custom.name=<name>` (or `registry.type=<name>`)
+//! builds it. The constructor gets the whole [`Config`] and reads its own section with
+//! `config.registry.section(&["<name>"])`.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
 
 use crate::{Config, Discovery, RegistryError, RegistryService};
 
+/// What a constructor returns: the registry, built and (for most types) connected.
+pub type RegistryFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Arc<dyn RegistryService>, RegistryError>> + Send + 'a>>;
+
+/// A constructor in the table: builds a registry from the whole configuration.
+pub type Connect = for<'a> fn(&'a Config) -> RegistryFuture<'a>;
+
 /// A registry type meshline knows, whether or not it is compiled in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct RegistryType {
-    /// Seata's name for it (`etcd3`, `zk`, ...).
+    /// Seata's name for it (`etcd3`, `zk`, ...), also its config section's name.
     pub seata_name: &'static str,
-    /// Other accepted spellings.
+    /// Other accepted spellings (also accepted as section names).
     pub aliases: &'static [&'static str],
     /// The `meshline` cargo feature that compiles it in.
     pub feature: &'static str,
+    /// The key of its section that names the server(s): what `--server` sets.
+    pub address_key: &'static str,
+    /// The key of its section for the registration TTL, if it has one: what `--ttl`
+    /// sets.
+    pub ttl_key: Option<&'static str>,
+    /// The key of its section naming the cluster a server registers in (Seata's TC
+    /// reads `registry.<type>.cluster`; Eureka's `application`); default `default`.
+    pub cluster_key: Option<&'static str>,
+    /// Whether a registration can carry a weight (etcd3, zk and redis keep `ip:port`
+    /// only, in Seata's layouts).
+    pub stores_weight: bool,
+    /// The constructor; `None` when the feature is not compiled in.
+    pub connect: Option<Connect>,
 }
 
-/// Every registry type, in Seata's order.
-pub const REGISTRY_TYPES: &[RegistryType] = &[
+impl RegistryType {
+    /// Its section's names, aliases first and Seata's name last (so Seata's spelling
+    /// wins when both are given): the argument to
+    /// [`RegistryConfig::section`](crate::core::config::RegistryConfig::section).
+    pub fn section_names(&self) -> Vec<&'static str> {
+        self.aliases
+            .iter()
+            .copied()
+            .chain(std::iter::once(self.seata_name))
+            .collect()
+    }
+}
+
+/// Wraps a backend's `async fn connect(&Config) -> Result<B, RegistryError>` as a
+/// table constructor, or `None` when its feature is off.
+macro_rules! connect {
+    ($feature:literal, $build:expr) => {{
+        #[cfg(feature = $feature)]
+        let c: Option<Connect> = Some(|config| {
+            Box::pin(async move {
+                let registry = $build(config).await?;
+                Ok(Arc::new(registry) as Arc<dyn RegistryService>)
+            })
+        });
+        #[cfg(not(feature = $feature))]
+        let c: Option<Connect> = None;
+        c
+    }};
+}
+
+/// Every built-in registry type, in Seata's order.
+pub static REGISTRY_TYPES: &[RegistryType] = &[
     RegistryType {
         seata_name: "file",
         aliases: &[],
         feature: "file",
+        address_key: "",
+        ttl_key: None,
+        cluster_key: None,
+        stores_weight: false,
+        connect: connect!("file", |c| async move {
+            Ok::<_, RegistryError>(meshline_registry_file::FileRegistry::from_config(c))
+        }),
     },
     RegistryType {
         seata_name: "nacos",
         aliases: &[],
         feature: "nacos",
+        address_key: "serverAddr",
+        ttl_key: None,
+        cluster_key: Some("cluster"),
+        stores_weight: true,
+        connect: connect!("nacos", meshline_registry_nacos::NacosRegistry::connect),
     },
     RegistryType {
         seata_name: "etcd3",
         aliases: &["etcd"],
         feature: "etcd",
+        address_key: "serverAddr",
+        ttl_key: Some("ttl"),
+        cluster_key: Some("cluster"),
+        stores_weight: false,
+        connect: connect!("etcd", meshline_registry_etcd::EtcdRegistry::connect),
     },
     RegistryType {
         seata_name: "zk",
         aliases: &["zookeeper"],
         feature: "zookeeper",
+        address_key: "serverAddr",
+        ttl_key: None,
+        cluster_key: Some("cluster"),
+        stores_weight: false,
+        connect: connect!(
+            "zookeeper",
+            meshline_registry_others::ZookeeperRegistry::connect
+        ),
     },
     RegistryType {
         seata_name: "redis",
         aliases: &[],
         feature: "redis",
+        address_key: "serverAddr",
+        ttl_key: Some("ttl"),
+        cluster_key: Some("cluster"),
+        stores_weight: false,
+        connect: connect!("redis", meshline_registry_others::RedisRegistry::connect),
     },
     RegistryType {
         seata_name: "consul",
         aliases: &[],
         feature: "consul",
+        address_key: "serverAddr",
+        ttl_key: Some("ttl"),
+        cluster_key: Some("cluster"),
+        stores_weight: true,
+        connect: connect!("consul", meshline_registry_others::ConsulRegistry::connect),
     },
     RegistryType {
         seata_name: "eureka",
         aliases: &[],
         feature: "eureka",
+        address_key: "serviceUrl",
+        ttl_key: Some("leaseDuration"),
+        cluster_key: Some("application"),
+        stores_weight: true,
+        connect: connect!("eureka", meshline_registry_others::EurekaRegistry::connect),
     },
 ];
 
-/// Resolves a `registry.type` value (any case, aliases allowed) to its [`RegistryType`].
+/// A constructor added at run time (see [`register_custom`]).
+pub type CustomConnect =
+    Arc<dyn for<'a> Fn(&'a Config) -> RegistryFuture<'a> + Send + Sync + 'static>;
+
+fn custom_table() -> &'static RwLock<BTreeMap<String, CustomConnect>> {
+    static TABLE: std::sync::OnceLock<RwLock<BTreeMap<String, CustomConnect>>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| RwLock::new(BTreeMap::new()))
+}
+
+/// Adds a registry type under `name` (matched case-insensitively), for
+/// `registry.type=custom` + `registry.custom.name=<name>` (Seata's SPI) or
+/// `registry.type=<name>`. A built-in name cannot be replaced; registering a name
+/// again replaces the earlier constructor.
+pub fn register_custom<F>(name: &str, connect: F) -> Result<(), RegistryError>
+where
+    F: for<'a> Fn(&'a Config) -> RegistryFuture<'a> + Send + Sync + 'static,
+{
+    let n = name.trim().to_ascii_lowercase();
+    if n.is_empty() || n == "custom" || resolve_type(&n).is_ok() {
+        return Err(RegistryError::Config(format!(
+            "cannot register a custom registry named `{name}`: the name is empty or built in"
+        )));
+    }
+    custom_table()
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(n, Arc::new(connect));
+    Ok(())
+}
+
+/// The names added with [`register_custom`], sorted.
+pub fn custom_names() -> Vec<String> {
+    custom_table()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn custom(name: &str) -> Option<CustomConnect> {
+    custom_table()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name.trim().to_ascii_lowercase())
+        .cloned()
+}
+
+/// Resolves a `registry.type` value (any case, aliases allowed) to its built-in
+/// [`RegistryType`].
 pub fn resolve_type(name: &str) -> Result<&'static RegistryType, RegistryError> {
     let n = name.trim().to_ascii_lowercase();
     REGISTRY_TYPES
@@ -67,26 +224,31 @@ pub fn resolve_type(name: &str) -> Result<&'static RegistryType, RegistryError> 
         .find(|t| t.seata_name == n || t.aliases.contains(&n.as_str()))
         .ok_or_else(|| RegistryError::UnknownType {
             given: name.to_string(),
-            known: REGISTRY_TYPES
-                .iter()
-                .flat_map(|t| std::iter::once(t.seata_name).chain(t.aliases.iter().copied()))
-                .collect::<Vec<_>>()
-                .join(", "),
+            known: known_names(),
         })
+}
+
+fn known_names() -> String {
+    let mut names: Vec<String> = REGISTRY_TYPES
+        .iter()
+        .flat_map(|t| std::iter::once(t.seata_name).chain(t.aliases.iter().copied()))
+        .map(str::to_string)
+        .collect();
+    names.push("custom (with registry.custom.name)".into());
+    names.extend(custom_names());
+    names.join(", ")
 }
 
 /// True when the backend for `ty` is compiled into this build.
 pub fn is_compiled_in(ty: &RegistryType) -> bool {
-    match ty.feature {
-        // One arm per backend feature; each backend issue adds its own.
-        "file" => cfg!(feature = "file"),
-        "nacos" => cfg!(feature = "nacos"),
-        "etcd" => cfg!(feature = "etcd"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        "redis" => cfg!(feature = "redis"),
-        "consul" => cfg!(feature = "consul"),
-        "eureka" => cfg!(feature = "eureka"),
-        _ => false,
+    ty.connect.is_some()
+}
+
+/// The error for a type whose backend is not compiled in.
+fn not_compiled_in(given: &str, ty: &RegistryType) -> RegistryError {
+    RegistryError::FeatureNotEnabled {
+        kind: given.to_string(),
+        feature: ty.feature,
     }
 }
 
@@ -104,52 +266,42 @@ pub fn is_compiled_in(ty: &RegistryType) -> bool {
 /// | `redis` | `PING` | `from_config`, within `registry.redis.timeout` per server |
 /// | `consul` | `GET /v1/status/leader` | `from_config`, within 5 s |
 /// | `eureka` | `GET {serviceUrl}/apps` | `from_config`, within 5 s per URL |
+/// | `custom` | whatever its constructor does | |
 ///
 /// Either way the error names the server address and the cause (`... at
 /// 127.0.0.1:2181: connect: ... Connection refused`). A registry built while its server
-/// was reachable reconnects on its own afterwards.
+/// was reachable reconnects on its own afterwards. Each backend reads its own
+/// `registry.<type>.*` section here, so an invalid value there is reported by this call.
 pub async fn from_config(config: &Config) -> Result<Arc<dyn RegistryService>, RegistryError> {
-    let ty = resolve_type(&config.registry.kind)?;
-    if !is_compiled_in(ty) {
-        return Err(RegistryError::FeatureNotEnabled {
-            kind: config.registry.kind.clone(),
-            feature: ty.feature,
-        });
+    let given = config.registry.kind.trim();
+    if given.eq_ignore_ascii_case("custom") {
+        let section = config.registry.section(&["custom"]);
+        let Some(name) = section.get("name").filter(|n| !n.is_empty()) else {
+            return Err(RegistryError::Config(
+                "registry.type=custom needs registry.custom.name: the name a program gave \
+                 meshline::registry::register_custom"
+                    .into(),
+            ));
+        };
+        return match custom(name) {
+            Some(connect) => connect(config).await,
+            None => Err(RegistryError::Config(format!(
+                "registry.custom.name=`{name}`: no custom registry of that name was registered \
+                 (registered: {})",
+                match custom_names() {
+                    v if v.is_empty() => "none".to_string(),
+                    v => v.join(", "),
+                }
+            ))),
+        };
     }
-    // One arm per backend, behind its feature (see `is_compiled_in`).
-    match ty.seata_name {
-        #[cfg(feature = "file")]
-        "file" => Ok(Arc::new(meshline_registry_file::FileRegistry::from_config(
-            config,
-        ))),
-        #[cfg(feature = "nacos")]
-        "nacos" => Ok(Arc::new(
-            meshline_registry_nacos::NacosRegistry::connect(config).await?,
-        )),
-        #[cfg(feature = "etcd")]
-        "etcd3" => Ok(Arc::new(
-            meshline_registry_etcd::EtcdRegistry::connect(config).await?,
-        )),
-        #[cfg(feature = "zookeeper")]
-        "zk" => Ok(Arc::new(
-            meshline_registry_others::ZookeeperRegistry::connect(config).await?,
-        )),
-        #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(
-            meshline_registry_others::RedisRegistry::connect(config).await?,
-        )),
-        #[cfg(feature = "consul")]
-        "consul" => Ok(Arc::new(
-            meshline_registry_others::ConsulRegistry::connect(config).await?,
-        )),
-        #[cfg(feature = "eureka")]
-        "eureka" => Ok(Arc::new(
-            meshline_registry_others::EurekaRegistry::connect(config).await?,
-        )),
-        other => Err(RegistryError::FeatureNotEnabled {
-            kind: other.to_string(),
-            feature: ty.feature,
-        }),
+    if let Some(connect) = custom(given) {
+        return connect(config).await;
+    }
+    let ty = resolve_type(given)?;
+    match ty.connect {
+        Some(connect) => connect(config).await,
+        None => Err(not_compiled_in(given, ty)),
     }
 }
 
@@ -177,8 +329,23 @@ mod tests {
         );
     }
 
+    /// Every entry's refusal, whatever this build compiled in: the same entry with its
+    /// constructor taken away must name its own feature.
     #[tokio::test]
     async fn a_type_not_compiled_in_names_its_feature() {
+        for ty in REGISTRY_TYPES {
+            let off = RegistryType {
+                connect: None,
+                ..*ty
+            };
+            assert!(!is_compiled_in(&off));
+            let err = not_compiled_in(&ty.seata_name.to_uppercase(), &off).to_string();
+            assert!(
+                err.contains(&format!("cargo feature `{}`", ty.feature)),
+                "{err}"
+            );
+        }
+        // And through `from_config`, for the types this build lacks.
         for ty in REGISTRY_TYPES.iter().filter(|t| !is_compiled_in(t)) {
             let mut c = Config::default();
             c.registry.kind = ty.seata_name.to_uppercase();
@@ -188,6 +355,38 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn the_table_agrees_with_the_cargo_features() {
+        assert_eq!(
+            is_compiled_in(resolve_type("file").unwrap()),
+            cfg!(feature = "file")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("nacos").unwrap()),
+            cfg!(feature = "nacos")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("etcd3").unwrap()),
+            cfg!(feature = "etcd")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("zk").unwrap()),
+            cfg!(feature = "zookeeper")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("redis").unwrap()),
+            cfg!(feature = "redis")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("consul").unwrap()),
+            cfg!(feature = "consul")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("eureka").unwrap()),
+            cfg!(feature = "eureka")
+        );
     }
 
     #[cfg(feature = "file")]

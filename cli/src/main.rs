@@ -145,20 +145,24 @@ fn with_overrides(
                     .grouplist
                     .insert(cluster.to_string(), server.clone());
             }
-            "nacos" => config.registry.nacos.server_addr = server.clone(),
-            "etcd3" => config.registry.etcd3.server_addr = server.clone(),
-            "zk" => config.registry.zk.server_addr = server.clone(),
-            "redis" => config.registry.redis.server_addr = server.clone(),
-            "consul" => config.registry.consul.server_addr = server.clone(),
-            "eureka" => config.registry.eureka.service_url = server.clone(),
-            _ => {}
+            _ => config
+                .registry
+                .section_mut(ty.seata_name)
+                .set(ty.address_key, server.clone()),
         }
     }
     if let Some(ttl) = ttl {
-        config.registry.etcd3.ttl = ttl;
-        config.registry.redis.ttl = ttl;
-        config.registry.consul.ttl = ttl;
-        config.registry.eureka.lease_duration = ttl;
+        match ty.ttl_key {
+            Some(key) => config
+                .registry
+                .section_mut(ty.seata_name)
+                .set(key, format!("{}ms", ttl.as_millis())),
+            None => eprintln!(
+                "warning: a {} registry has no TTL setting (its registrations live as long as \
+                 the session); --ttl is ignored",
+                ty.seata_name
+            ),
+        }
     }
     Ok(config)
 }
@@ -199,7 +203,7 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             if let Some(w) = weight {
                 instance = instance.with_weight(*w);
                 let ty = meshline::registry::resolve_type(&config.registry.kind)?;
-                if !stores_weight(ty.seata_name) {
+                if !ty.stores_weight {
                     eprintln!(
                         "warning: a {} registry cannot store a weight (Seata's layout keeps only \
                          ip:port); --weight {w} is not registered",
@@ -221,11 +225,6 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             Ok(())
         }
     }
-}
-
-/// Whether a registry type's layout carries an instance weight.
-fn stores_weight(seata_name: &str) -> bool {
-    matches!(seata_name, "nacos" | "consul" | "eureka")
 }
 
 async fn lookup(

@@ -90,33 +90,6 @@ fn registry_errors_exit_1_with_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.yaml"));
 }
 
-/// Each backend not compiled into this build is refused with the feature to enable.
-#[test]
-fn backend_not_compiled_in_names_the_feature() {
-    for ty in meshline::registry::REGISTRY_TYPES {
-        if meshline::registry::is_compiled_in(ty) {
-            continue;
-        }
-        let out = meshline()
-            .args([
-                "lookup",
-                "--registry",
-                ty.seata_name,
-                "--server",
-                "127.0.0.1:1",
-                "default_tx_group",
-            ])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", ty.seata_name);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(&format!("cargo feature `{}`", ty.feature)),
-            "{err}"
-        );
-    }
-}
-
 #[test]
 fn file_override_and_config_file() {
     let out = meshline()

@@ -44,17 +44,15 @@ use meshline::Config;
 /// under its own key, as Seata's TC reads it.
 pub fn server_cluster(config: &Config) -> String {
     let r = &config.registry;
-    let seata_name = meshline::registry::resolve_type(&r.kind)
-        .map(|t| t.seata_name)
-        .unwrap_or("");
-    match seata_name {
-        "etcd3" => r.etcd3.cluster.clone(),
-        "nacos" => r.nacos.cluster.clone(),
-        "zk" => r.zk.cluster.clone(),
-        "redis" => r.redis.cluster.clone(),
-        "consul" => r.consul.cluster.clone(),
-        "eureka" => r.eureka.application.clone(),
-        _ => config
+    let ty = meshline::registry::resolve_type(&r.kind).ok();
+    match ty.and_then(|t| Some((t, t.cluster_key?))) {
+        Some((t, key)) => r
+            .section(&t.section_names())
+            .get(key)
+            .filter(|c| !c.is_empty())
+            .unwrap_or("default")
+            .to_string(),
+        None => config
             .service
             .vgroup_mapping
             .get(&config.tx_service_group)

@@ -56,6 +56,9 @@ use std::time::Duration;
 
 use crate::RegistryError;
 
+mod section;
+pub use section::{Section, SectionReader};
+
 /// File formats [`ConfigLoader`] understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -127,11 +130,12 @@ pub struct Config {
 /// of being reported as unknown keys: `gateway` (the example game gateway's settings).
 pub const APP_SECTIONS: &[&str] = &["gateway"];
 
-/// `registry.*`: which registry, and each backend's settings.
+/// `registry.*`: which registry, the keys every registry shares, and each registry
+/// type's own keys, raw (see [`Section`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegistryConfig {
     /// `registry.type`: `file`, `nacos`, `etcd3` (`etcd`), `zk` (`zookeeper`), `redis`,
-    /// `consul`, `eureka`. Default `file`.
+    /// `consul`, `eureka`, or `custom` (with `registry.custom.name`). Default `file`.
     pub kind: String,
     /// `registry.empty-protection` (meshline): keep the last non-empty list when the
     /// registry reports none. Default `true`.
@@ -139,140 +143,41 @@ pub struct RegistryConfig {
     /// `registry.preferredNetworks`: address prefixes to prefer when choosing the local
     /// address to register (comma-separated).
     pub preferred_networks: Vec<String>,
-    /// `registry.file.*`.
-    pub file: FileRegistryConfig,
-    /// `registry.nacos.*`.
-    pub nacos: NacosConfig,
-    /// `registry.etcd3.*`.
-    pub etcd3: Etcd3Config,
-    /// `registry.zk.*`.
-    pub zk: ZkConfig,
-    /// `registry.redis.*`.
-    pub redis: RedisConfig,
-    /// `registry.consul.*`.
-    pub consul: ConsulConfig,
-    /// `registry.eureka.*`.
-    pub eureka: EurekaConfig,
+    /// `registry.<type>.*`, by normalised type name (`etcd3`, `zk`, `custom`...): each
+    /// backend reads its own with [`RegistryConfig::section`].
+    pub sections: BTreeMap<String, Section>,
 }
 
-/// `registry.file.*`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FileRegistryConfig {
-    /// `registry.file.name`: a separate file holding the `service.*` keys, relative to
-    /// the main config file. Default: the main config file itself.
-    pub name: Option<String>,
-}
+impl RegistryConfig {
+    /// The keys of the section named by any of `names` (a type and its aliases, e.g.
+    /// `["etcd3", "etcd"]`), merged; later names win where both set a key, so list the
+    /// canonical name last. Empty when none was given.
+    pub fn section(&self, names: &[&str]) -> Section {
+        let mut out = Section::new(names.last().copied().unwrap_or_default());
+        for n in names {
+            if let Some(s) = self.sections.get(&norm(n)) {
+                out.merge(s);
+            }
+        }
+        out
+    }
 
-/// `registry.nacos.*` (Seata's keys and defaults).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NacosConfig {
-    /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:8848`.
-    pub server_addr: String,
-    /// `namespace`. Default empty (Nacos' `public`).
-    pub namespace: String,
-    /// `group`. Default `DEFAULT_GROUP` (see seata-compat.md 1.2 for the `SEATA_GROUP` caveat).
-    pub group: String,
-    /// `application`: the Nacos service name. Default `seata-server`.
-    pub application: String,
-    /// `cluster`: the Nacos cluster name the server registers in. Default `default`.
-    pub cluster: String,
-    /// `username`.
-    pub username: Option<String>,
-    /// `password`.
-    pub password: Option<String>,
-    /// `accessKey`.
-    pub access_key: Option<String>,
-    /// `secretKey`.
-    pub secret_key: Option<String>,
-    /// `contextPath`.
-    pub context_path: Option<String>,
-    /// `grpcPort` (meshline): the server's gRPC port when it is not HTTP port + 1000.
-    pub grpc_port: Option<u16>,
-}
+    /// The section `name`, created when absent: for setting keys in code
+    /// (`config.registry.section_mut("etcd3").set("ttl", "3s")`).
+    pub fn section_mut(&mut self, name: &str) -> &mut Section {
+        self.sections
+            .entry(norm(name))
+            .or_insert_with(|| Section::new(name))
+    }
 
-/// `registry.etcd3.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Etcd3Config {
-    /// `serverAddr`: one or more endpoints, comma-separated. Default `http://localhost:2379`.
-    pub server_addr: String,
-    /// `cluster`. Default `default`.
-    pub cluster: String,
-    /// `ttl` (meshline): lease TTL of our registrations. Default 10 s (Seata's).
-    pub ttl: Duration,
-    /// `username`.
-    pub username: Option<String>,
-    /// `password`.
-    pub password: Option<String>,
-}
-
-/// `registry.zk.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ZkConfig {
-    /// `serverAddr`: a ZooKeeper connect string. Default `127.0.0.1:2181`.
-    pub server_addr: String,
-    /// `cluster`. Default `default`.
-    pub cluster: String,
-    /// `sessionTimeout`. Default 6000 ms.
-    pub session_timeout: Duration,
-    /// `connectTimeout`. Default 2000 ms.
-    pub connect_timeout: Duration,
-    /// `username` (digest auth).
-    pub username: Option<String>,
-    /// `password` (digest auth).
-    pub password: Option<String>,
-}
-
-/// `registry.redis.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisConfig {
-    /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:6379`.
-    pub server_addr: String,
-    /// `db`. Default 0.
-    pub db: i64,
-    /// `username` (Redis 6 ACL).
-    pub username: Option<String>,
-    /// `password`.
-    pub password: Option<String>,
-    /// `cluster`. Default `default`.
-    pub cluster: String,
-    /// `timeout`: per-command timeout. Default 2000 ms.
-    pub timeout: Duration,
-    /// `ttl` (meshline): expiry of our `SETEX` keys. Default 5 s (Seata's).
-    pub ttl: Duration,
-    /// `refreshPeriod` (meshline): how often we refresh our keys and rescan. Default 2000 ms.
-    pub refresh_period: Duration,
-}
-
-/// `registry.consul.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConsulConfig {
-    /// `serverAddr`. Default `127.0.0.1:8500`.
-    pub server_addr: String,
-    /// `cluster`. Default `default`.
-    pub cluster: String,
-    /// `aclToken`.
-    pub acl_token: Option<String>,
-    /// `ttl` (meshline): TTL of our health check. Default 10 s.
-    pub ttl: Duration,
-    /// `deregisterCriticalServiceAfter`. Default 20 s (Seata's).
-    pub deregister_critical_after: Duration,
-}
-
-/// `registry.eureka.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EurekaConfig {
-    /// `serviceUrl`: required for the eureka registry (e.g. `http://localhost:8761/eureka`).
-    pub service_url: String,
-    /// `application`. Default `default` (Eureka shows `DEFAULT`).
-    pub application: String,
-    /// `weight`, sent as metadata. Default `1`.
-    pub weight: String,
-    /// `renewalInterval` (meshline): heartbeat period. Default 30 s.
-    pub renewal_interval: Duration,
-    /// `leaseDuration` (meshline). Default 90 s.
-    pub lease_duration: Duration,
-    /// `refreshInterval` (meshline): fetch period for watches. Default 5 s (Seata's).
-    pub refresh_interval: Duration,
+    /// The empty-list policy `registry.empty-protection` asks for.
+    pub fn empty_policy(&self) -> crate::EmptyProtection {
+        if self.empty_protection {
+            crate::EmptyProtection::Protect
+        } else {
+            crate::EmptyProtection::Apply
+        }
+    }
 }
 
 /// `service.*`.
@@ -348,60 +253,7 @@ impl Default for Config {
                 kind: "file".into(),
                 empty_protection: true,
                 preferred_networks: Vec::new(),
-                file: FileRegistryConfig::default(),
-                nacos: NacosConfig {
-                    server_addr: "127.0.0.1:8848".into(),
-                    namespace: String::new(),
-                    group: "DEFAULT_GROUP".into(),
-                    application: "seata-server".into(),
-                    cluster: "default".into(),
-                    username: None,
-                    password: None,
-                    access_key: None,
-                    secret_key: None,
-                    context_path: None,
-                    grpc_port: None,
-                },
-                etcd3: Etcd3Config {
-                    server_addr: "http://localhost:2379".into(),
-                    cluster: "default".into(),
-                    ttl: Duration::from_secs(10),
-                    username: None,
-                    password: None,
-                },
-                zk: ZkConfig {
-                    server_addr: "127.0.0.1:2181".into(),
-                    cluster: "default".into(),
-                    session_timeout: Duration::from_millis(6000),
-                    connect_timeout: Duration::from_millis(2000),
-                    username: None,
-                    password: None,
-                },
-                redis: RedisConfig {
-                    server_addr: "127.0.0.1:6379".into(),
-                    db: 0,
-                    username: None,
-                    password: None,
-                    cluster: "default".into(),
-                    timeout: Duration::from_millis(2000),
-                    ttl: Duration::from_secs(5),
-                    refresh_period: Duration::from_millis(2000),
-                },
-                consul: ConsulConfig {
-                    server_addr: "127.0.0.1:8500".into(),
-                    cluster: "default".into(),
-                    acl_token: None,
-                    ttl: Duration::from_secs(10),
-                    deregister_critical_after: Duration::from_secs(20),
-                },
-                eureka: EurekaConfig {
-                    service_url: String::new(),
-                    application: "default".into(),
-                    weight: "1".into(),
-                    renewal_interval: Duration::from_secs(30),
-                    lease_duration: Duration::from_secs(90),
-                    refresh_interval: Duration::from_secs(5),
-                },
+                sections: BTreeMap::new(),
             },
             service: ServiceConfig {
                 vgroup_mapping,
@@ -659,7 +511,7 @@ fn norm(s: &str) -> String {
 fn apply_all(cfg: &mut Config, entries: Vec<Entry>, origin: &str) -> Result<(), RegistryError> {
     for (path, value) in entries {
         let shown = path.join(".");
-        match apply(cfg, &path, &value) {
+        match apply(cfg, &path, &value, origin) {
             Ok(Applied::Used) | Ok(Applied::Ignored) => {}
             Ok(Applied::Unknown) => cfg.warnings.push(format!(
                 "{origin}: unknown config key `{shown}` (value `{value}`) ignored"
@@ -728,16 +580,9 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "protocol",
     "rpctmclientbatchsendrequest",
 ];
-const IGNORED_REGISTRY: &[&str] = &[
-    "raft",
-    "seata",
-    "sofa",
-    "custom",
-    "namingserver",
-    "metadata",
-];
+const IGNORED_REGISTRY: &[&str] = &["raft", "seata", "sofa", "namingserver", "metadata"];
 
-fn apply(cfg: &mut Config, path: &[String], v: &str) -> Result<Applied, String> {
+fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<Applied, String> {
     let mut p: Vec<String> = path.iter().map(|s| s.trim().to_string()).collect();
     if p.first().map(|s| norm(s) == "seata").unwrap_or(false) && p.len() > 1 {
         p.remove(0);
@@ -870,109 +715,22 @@ fn apply(cfg: &mut Config, path: &[String], v: &str) -> Result<Applied, String> 
             cfg.registry.preferred_networks = split_list(v);
             Used
         }
-        ["registry", "file", "name"] => {
-            cfg.registry.file.name = opt(v);
-            Used
-        }
-        ["registry", "nacos", k] => apply_nacos(&mut cfg.registry.nacos, k, v)?,
-        ["registry", "etcd3" | "etcd", k] => apply_etcd(&mut cfg.registry.etcd3, k, v)?,
-        ["registry", "zk" | "zookeeper", k] => apply_zk(&mut cfg.registry.zk, k, v)?,
-        ["registry", "redis", k] => apply_redis(&mut cfg.registry.redis, k, v)?,
-        ["registry", "consul", k] => apply_consul(&mut cfg.registry.consul, k, v)?,
-        ["registry", "eureka", k] => apply_eureka(&mut cfg.registry.eureka, k, v)?,
         ["registry", b, ..] if IGNORED_REGISTRY.contains(b) => Ignored,
         // Seata's per-backend heartbeat knobs (registry.<type>.heartbeat-period...).
         ["registry", _, k] if k.starts_with("heartbeat") => Ignored,
+        // Each registry type's own keys, raw, for its backend to read.
+        ["registry", section, rest @ ..] if !rest.is_empty() => {
+            let shown = p.join(".");
+            cfg.registry
+                .sections
+                .entry(section.to_string())
+                .or_insert_with(|| Section::new(p[1].trim()))
+                .insert(&shown, &p[2..].join("."), v.to_string(), origin);
+            Used
+        }
         [top, ..] if IGNORED_TOP.contains(top) => Ignored,
         _ => Unknown,
     })
-}
-
-fn apply_nacos(c: &mut NacosConfig, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serveraddr" => c.server_addr = nonempty(v)?,
-        "namespace" => c.namespace = v.trim().to_string(),
-        "group" => c.group = nonempty(v)?,
-        "application" => c.application = nonempty(v)?,
-        "cluster" => c.cluster = nonempty(v)?,
-        "username" => c.username = opt(v),
-        "password" => c.password = opt(v),
-        "accesskey" => c.access_key = opt(v),
-        "secretkey" => c.secret_key = opt(v),
-        "contextpath" => c.context_path = opt(v),
-        "grpcport" => c.grpc_port = Some(parse_num(v)?),
-        "slbpattern" | "ramrolename" | "clustername" => return Ok(Applied::Ignored),
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
-}
-
-fn apply_etcd(c: &mut Etcd3Config, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serveraddr" => c.server_addr = nonempty(v)?,
-        "cluster" => c.cluster = nonempty(v)?,
-        "ttl" => c.ttl = parse_duration(v)?,
-        "username" => c.username = opt(v),
-        "password" => c.password = opt(v),
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
-}
-
-fn apply_zk(c: &mut ZkConfig, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serveraddr" => c.server_addr = nonempty(v)?,
-        "cluster" => c.cluster = nonempty(v)?,
-        "sessiontimeout" => c.session_timeout = parse_duration(v)?,
-        "connecttimeout" => c.connect_timeout = parse_duration(v)?,
-        "username" => c.username = opt(v),
-        "password" => c.password = opt(v),
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
-}
-
-fn apply_redis(c: &mut RedisConfig, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serveraddr" => c.server_addr = nonempty(v)?,
-        "db" => c.db = parse_num(v)?,
-        "username" => c.username = opt(v),
-        "password" => c.password = opt(v),
-        "cluster" => c.cluster = nonempty(v)?,
-        "timeout" => c.timeout = parse_duration(v)?,
-        "ttl" => c.ttl = parse_duration(v)?,
-        "refreshperiod" => c.refresh_period = parse_duration(v)?,
-        "maxwait" | "minidle" | "maxidle" | "maxactive" | "maxtotal" | "pool" => {
-            return Ok(Applied::Ignored);
-        }
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
-}
-
-fn apply_consul(c: &mut ConsulConfig, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serveraddr" => c.server_addr = nonempty(v)?,
-        "cluster" => c.cluster = nonempty(v)?,
-        "acltoken" => c.acl_token = opt(v),
-        "ttl" => c.ttl = parse_duration(v)?,
-        "deregistercriticalserviceafter" => c.deregister_critical_after = parse_duration(v)?,
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
-}
-
-fn apply_eureka(c: &mut EurekaConfig, k: &str, v: &str) -> Result<Applied, String> {
-    match k {
-        "serviceurl" => c.service_url = v.trim().to_string(),
-        "application" => c.application = nonempty(v)?,
-        "weight" => c.weight = nonempty(v)?,
-        "renewalinterval" => c.renewal_interval = parse_duration(v)?,
-        "leaseduration" => c.lease_duration = parse_duration(v)?,
-        "refreshinterval" => c.refresh_interval = parse_duration(v)?,
-        _ => return Ok(Applied::Unknown),
-    }
-    Ok(Applied::Used)
 }
 
 fn nonempty(v: &str) -> Result<String, String> {
@@ -982,11 +740,6 @@ fn nonempty(v: &str) -> Result<String, String> {
     } else {
         Ok(t.to_string())
     }
-}
-
-fn opt(v: &str) -> Option<String> {
-    let t = v.trim();
-    (!t.is_empty()).then(|| t.to_string())
 }
 
 fn split_list(v: &str) -> Vec<String> {

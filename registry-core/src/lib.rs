@@ -20,6 +20,38 @@
 //! Why a separate crate: backends, the load balancer and the rpc-client all depend on
 //! these types and on nothing of each other, so each can be compiled alone behind a
 //! cargo feature of the `meshline` facade.
+//!
+//! # Adding a backend
+//!
+//! A new registry type (Kubernetes endpoints, say) touches three places, and no code
+//! in this crate:
+//!
+//! 1. **The backend itself**, in its own crate or a module of `registry-others`
+//!    behind a feature:
+//!    - a settings type that reads the type's section of the configuration,
+//!      `config.registry.section(&["<alias>", "<name>"])`, with a
+//!      [`SectionReader`](config::SectionReader) (its defaults, units, validation,
+//!      and `finish()` reporting keys it does not know), as
+//!      `meshline_registry_etcd::EtcdSettings` does;
+//!    - a type implementing [`RegistryService`] on a [`Lifecycle`]: `check_open` at
+//!      the top of each call, [`Lifecycle::watch`] with the first read and the follow
+//!      loop (publishing through its [`WatchScope`], returning when the scope stops),
+//!      [`Lifecycle::close`] and [`Lifecycle::close_on_drop`] with the removal of what
+//!      it registered (kept in [`Registrations`]), and an `abandon` for crash tests;
+//!    - its tests: `meshline_testkit::conformance` runs the behaviours every backend
+//!      must show (round trip, drop ends watches, crash removal, outage and resync,
+//!      garbage skipped, empty protection) against a server testkit starts, in a few
+//!      lines; only what is special to the backend needs tests of its own.
+//! 2. **The `meshline` facade**: a cargo feature in its `Cargo.toml` (and in `all`),
+//!    and one `RegistryType` entry in `src/registry.rs`'s `REGISTRY_TYPES` (name,
+//!    aliases, feature, the keys `--server` and `--ttl` set, the constructor). The
+//!    "not compiled in" message, `is_compiled_in` and `from_config` come from the
+//!    entry.
+//! 3. **The CLI's `Cargo.toml`**: the same feature, forwarded to the facade.
+//!
+//! A program can also add a type at run time without any of these:
+//! `meshline::registry::register_custom(name, constructor)` and then
+//! `registry.type=custom`, `registry.custom.name=<name>`, as Seata's SPI does.
 
 #![warn(missing_docs)]
 

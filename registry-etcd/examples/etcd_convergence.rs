@@ -36,8 +36,9 @@ async fn until(w: &mut Watch, pred: impl Fn(&[Instance]) -> bool) {
 async fn main() {
     let etcd = meshline_testkit::Etcd::start().expect("etcd (scripts/install-test-deps.sh)");
     let mut cfg = Config::default();
-    cfg.registry.etcd3.server_addr = etcd.endpoint();
-    cfg.registry.etcd3.ttl = TTL;
+    let etcd3 = cfg.registry.section_mut("etcd3");
+    etcd3.set("serverAddr", etcd.endpoint());
+    etcd3.set("ttl", format!("{}ms", TTL.as_millis()));
     cfg.registry.empty_protection = false;
     let a = EtcdRegistry::connect(&cfg).await.unwrap();
     let b = EtcdRegistry::connect(&cfg).await.unwrap();

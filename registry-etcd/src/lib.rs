@@ -71,10 +71,13 @@ use etcd_client::{
     Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions,
 };
 use meshline_registry_core::{
-    Backoff, Config, EmptyProtection, Instance, Lifecycle, RegistryError, RegistryService, Watch,
+    Backoff, Config, Instance, Lifecycle, RegistryError, RegistryService, Watch,
     WatchScope,
 };
 use tokio::sync::Notify;
+
+mod settings;
+pub use settings::EtcdSettings;
 
 const KIND: &str = "etcd3";
 
@@ -325,8 +328,8 @@ impl std::fmt::Debug for EtcdRegistry {
 }
 
 impl EtcdRegistry {
-    /// Connects with `config.registry.etcd3` (endpoints, TTL, credentials) and
-    /// `config.registry.empty_protection`.
+    /// Connects with `registry.etcd3.*` ([`EtcdSettings`]: endpoints, TTL, credentials)
+    /// and `registry.empty-protection`.
     ///
     /// Connecting is lazy: this fails only on an invalid endpoint list or bad
     /// credentials; an unreachable etcd shows up as errors of the first operations
@@ -334,7 +337,7 @@ impl EtcdRegistry {
     /// endpoints and the cause (`etcd3 registry at http://127.0.0.1:2379: get: ...
     /// Connection refused`).
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &config.registry.etcd3;
+        let c = EtcdSettings::from_config(config)?;
         let endpoints: Vec<String> = c
             .server_addr
             .split([',', ';'])
@@ -366,11 +369,7 @@ impl EtcdRegistry {
             .await
             .map_err(|_| RegistryError::timeout(KIND, &servers, "connect", op_timeout * 2))?
             .map_err(|e| backend_err(&servers, "connect", e))?;
-        let policy = if config.registry.empty_protection {
-            EmptyProtection::Protect
-        } else {
-            EmptyProtection::Apply
-        };
+        let policy = config.registry.empty_policy();
         let inner = Arc::new(Inner {
             client,
             servers,

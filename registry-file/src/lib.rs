@@ -29,6 +29,9 @@ use meshline_registry_core::{
     Config, EmptyProtection, Instance, Lifecycle, RegistryError, RegistryService, Watch,
 };
 
+mod settings;
+pub use settings::FileSettings;
+
 const KIND: &str = "file";
 
 /// How often the followed file is re-read.
@@ -60,21 +63,18 @@ impl FileRegistry {
     /// A file registry over `config.service.grouplist`, following `config.path` (or
     /// `registry.file.name`, relative to the config file's folder) when there is one.
     pub fn from_config(config: &Config) -> Self {
-        let path = match (&config.registry.file.name, &config.path) {
+        let settings = FileSettings::from_config(config);
+        let path = match (&settings.name, &config.path) {
             (Some(name), Some(main)) => {
                 Some(main.parent().unwrap_or_else(|| Path::new(".")).join(name))
             }
             (Some(name), None) => Some(PathBuf::from(name)),
             (None, main) => main.clone(),
         };
-        let policy = if config.registry.empty_protection {
-            EmptyProtection::Protect
-        } else {
-            EmptyProtection::Apply
-        };
+        let policy = config.registry.empty_policy();
         let mut grouplists = config.service.grouplist.clone();
         // `registry.file.name` pointing elsewhere: that file's grouplists win.
-        if let (Some(p), true) = (&path, config.registry.file.name.is_some()) {
+        if let (Some(p), true) = (&path, settings.name.is_some()) {
             match load_grouplists(p) {
                 Ok(g) => grouplists = g,
                 Err(e) => {

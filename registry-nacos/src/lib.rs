@@ -1,7 +1,7 @@
 //! # meshline-registry-nacos
 //!
 //! The Nacos registry, on the official `nacos-sdk` client (Nacos 2.x gRPC), laid out as
-//! Seata lays it out (seata-compat.md 1.2):
+//! Seata lays it out ([docs/seata-compat.md §1.2](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#12-nacos)):
 //!
 //! - A Seata TC registers an ephemeral instance of service `registry.nacos.application`
 //!   (default `seata-server`) in group `registry.nacos.group` (default `DEFAULT_GROUP`:
@@ -43,13 +43,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
-    Config, EmptyProtection, Instance, InstanceKey, RegistryError, RegistryService, Watch, WatchHub,
+    Config, Instance, InstanceKey, Lifecycle, RegistryError, RegistryService,
+    Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
     NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
 };
 use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
+
+mod settings;
+pub use settings::NacosSettings;
 
 const KIND: &str = "nacos";
 
@@ -73,12 +77,9 @@ struct Inner {
     server: String,
     service: String,
     group: String,
-    hub: WatchHub,
+    life: Lifecycle,
     /// Our own instances, per Nacos cluster, keyed by identity.
     own: Mutex<BTreeMap<InstanceKey, ServiceInstance>>,
-    /// Clusters with a subscription and a resync task.
-    watched: Mutex<HashMap<String, Arc<dyn NamingEventListener>>>,
-    cancel: CancellationToken,
 }
 
 impl std::fmt::Debug for NacosRegistry {
@@ -173,9 +174,11 @@ fn usable(cluster: &str, list: &[ServiceInstance]) -> Vec<Instance> {
         .collect()
 }
 
+/// nacos-sdk's push callback for one cluster; silent once its watch stopped.
 struct Listener {
     cluster: String,
     inner: std::sync::Weak<Inner>,
+    stopped: CancellationToken,
 }
 
 impl NamingEventListener for Listener {
@@ -183,21 +186,25 @@ impl NamingEventListener for Listener {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
+        if self.stopped.is_cancelled() {
+            return;
+        }
         let list = event.instances.as_deref().unwrap_or(&[]);
         inner
-            .hub
+            .life
+            .hub()
             .publish(&self.cluster, usable(&self.cluster, list));
     }
 }
 
 impl NacosRegistry {
-    /// Connects with `config.registry.nacos` (server list, namespace, group,
-    /// application, auth) and `config.registry.empty_protection`.
+    /// Connects with `registry.nacos.*` ([`NacosSettings`]: server list, namespace,
+    /// group, application, auth) and `registry.empty-protection`.
     ///
     /// Fails when nacos-sdk cannot connect within 10 s; the error names the server and
     /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let n = &config.registry.nacos;
+        let n = NacosSettings::from_config(config)?;
         let mut props = ClientProps::new()
             .server_addr(n.server_addr.clone())
             .namespace(n.namespace.clone())
@@ -228,7 +235,7 @@ impl NacosRegistry {
             None => n.server_addr.clone(),
         };
         let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, builder.build()).await {
-            Ok(Ok(naming)) => return Ok(Self::new(naming, server, config)),
+            Ok(Ok(naming)) => return Ok(Self::new(naming, server, &n, config)),
             Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
             Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
         };
@@ -245,23 +252,16 @@ impl NacosRegistry {
         ))
     }
 
-    fn new(naming: NamingService, server: String, config: &Config) -> Self {
-        let n = &config.registry.nacos;
-        let policy = if config.registry.empty_protection {
-            EmptyProtection::Protect
-        } else {
-            EmptyProtection::Apply
-        };
+    fn new(naming: NamingService, server: String, n: &NacosSettings, config: &Config) -> Self {
+        let policy = config.registry.empty_policy();
         NacosRegistry {
             inner: Arc::new(Inner {
                 naming,
                 server,
                 service: n.application.clone(),
                 group: n.group.clone(),
-                hub: WatchHub::new(KIND, policy),
+                life: Lifecycle::new(KIND, policy),
                 own: Mutex::new(BTreeMap::new()),
-                watched: Mutex::new(HashMap::new()),
-                cancel: CancellationToken::new(),
             }),
         }
     }
@@ -279,11 +279,58 @@ impl NacosRegistry {
 
 impl Inner {
     fn check_open(&self) -> Result<(), RegistryError> {
-        if self.cancel.is_cancelled() {
-            Err(RegistryError::Closed { kind: KIND })
-        } else {
-            Ok(())
+        self.life.check_open()
+    }
+
+    /// Deregisters every instance we registered (close and drop); the first error is
+    /// returned.
+    async fn deregister_all(&self) -> Result<(), RegistryError> {
+        let own: Vec<ServiceInstance> =
+            std::mem::take(&mut *self.own.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_values()
+                .collect();
+        let mut result = Ok(());
+        for si in own {
+            let gone = timed(
+                &self.server,
+                "deregister",
+                self.naming
+                    .deregister_instance(self.service.clone(), Some(self.group.clone()), si),
+            )
+            .await;
+            if let Err(e) = gone {
+                tracing::warn!(registry = KIND, error = %e, "deregistering failed");
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
         }
+        result
+    }
+
+    /// Subscribes to `cluster`'s pushes; the listener is silent once `stopped`.
+    async fn subscribe(
+        self: &Arc<Self>,
+        cluster: &str,
+    ) -> Result<(Arc<dyn NamingEventListener>, CancellationToken), RegistryError> {
+        let stopped = CancellationToken::new();
+        let listener: Arc<dyn NamingEventListener> = Arc::new(Listener {
+            cluster: cluster.to_string(),
+            inner: Arc::downgrade(self),
+            stopped: stopped.clone(),
+        });
+        timed(
+            &self.server,
+            "subscribe",
+            self.naming.subscribe(
+                self.service.clone(),
+                Some(self.group.clone()),
+                vec![cluster.to_string()],
+                listener.clone(),
+            ),
+        )
+        .await?;
+        Ok((listener, stopped))
     }
 
     async fn query(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
@@ -339,21 +386,39 @@ impl Inner {
     }
 }
 
-/// Re-queries `cluster` every [`RESYNC_PERIOD`] until cancelled or the registry is gone.
-async fn resync(weak: std::sync::Weak<Inner>, cluster: String, cancel: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(RESYNC_PERIOD) => {}
-        }
+/// Re-queries `cluster` every [`RESYNC_PERIOD`] until its watch stops (the client
+/// closed, or the last `Watch` on it was dropped); then unsubscribes.
+async fn resync(
+    weak: std::sync::Weak<Inner>,
+    scope: WatchScope,
+    listener: Arc<dyn NamingEventListener>,
+    stopped: CancellationToken,
+) {
+    while scope.sleep(RESYNC_PERIOD).await {
         let Some(inner) = weak.upgrade() else { return };
-        match inner.query(&cluster).await {
+        match inner.query(scope.cluster()).await {
             Ok(list) => {
-                inner.hub.mark_connected(&cluster);
-                inner.hub.publish(&cluster, list);
+                scope.mark_connected();
+                scope.publish(list);
             }
-            Err(e) => inner.hub.mark_stale(&cluster, &e.to_string()),
+            Err(e) => scope.mark_stale(&e.to_string()),
         }
+    }
+    stopped.cancel();
+    let Some(inner) = weak.upgrade() else { return };
+    let gone = timed(
+        &inner.server,
+        "unsubscribe",
+        inner.naming.unsubscribe(
+            inner.service.clone(),
+            Some(inner.group.clone()),
+            vec![scope.cluster().to_string()],
+            listener,
+        ),
+    )
+    .await;
+    if let Err(e) = gone {
+        tracing::debug!(registry = KIND, cluster = scope.cluster(), error = %e, "unsubscribe failed");
     }
 }
 
@@ -413,96 +478,35 @@ impl RegistryService for NacosRegistry {
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        self.inner.check_open()?;
-        let first = self.inner.query(cluster).await?;
-        self.inner.hub.publish(cluster, first);
-        let watch = self.inner.hub.subscribe(cluster);
-        let needs_subscription = {
-            let watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
-            !watched.contains_key(cluster)
-        };
-        if needs_subscription {
-            let listener: Arc<dyn NamingEventListener> = Arc::new(Listener {
-                cluster: cluster.to_string(),
-                inner: Arc::downgrade(&self.inner),
-            });
-            timed(
-                &self.inner.server,
-                "subscribe",
-                self.inner.naming.subscribe(
-                    self.inner.service.clone(),
-                    Some(self.inner.group.clone()),
-                    vec![cluster.to_string()],
-                    listener.clone(),
-                ),
+        let inner = &self.inner;
+        let weak = Arc::downgrade(inner);
+        inner
+            .life
+            .watch(
+                cluster,
+                || async {
+                    let first = inner.query(cluster).await?;
+                    let subscription = inner.subscribe(cluster).await?;
+                    Ok((first, subscription))
+                },
+                move |(listener, stopped), scope| resync(weak, scope, listener, stopped),
             )
-            .await?;
-            let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
-            if !watched.contains_key(cluster) {
-                watched.insert(cluster.to_string(), listener);
-                tokio::spawn(resync(
-                    Arc::downgrade(&self.inner),
-                    cluster.to_string(),
-                    self.inner.cancel.child_token(),
-                ));
-            }
-        }
-        Ok(watch)
+            .await
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
-        if self.inner.cancel.is_cancelled() {
-            return Ok(());
-        }
-        self.inner.cancel.cancel();
-        let own: Vec<ServiceInstance> =
-            std::mem::take(&mut *self.inner.own.lock().unwrap_or_else(|p| p.into_inner()))
-                .into_values()
-                .collect();
-        let mut result = Ok(());
-        for si in own {
-            if let Err(e) = timed(
-                &self.inner.server,
-                "deregister",
-                self.inner.naming.deregister_instance(
-                    self.inner.service.clone(),
-                    Some(self.inner.group.clone()),
-                    si,
-                ),
-            )
-            .await
-            {
-                result = Err(e);
-            }
-        }
-        let watched: Vec<(String, Arc<dyn NamingEventListener>)> = self
-            .inner
-            .watched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        for (cluster, listener) in watched {
-            let _ = timed(
-                &self.inner.server,
-                "unsubscribe",
-                self.inner.naming.unsubscribe(
-                    self.inner.service.clone(),
-                    Some(self.inner.group.clone()),
-                    vec![cluster],
-                    listener,
-                ),
-            )
-            .await;
-        }
-        self.inner.hub.close();
-        result
+        self.inner.life.close(self.inner.deregister_all()).await
     }
 }
 
 impl Drop for NacosRegistry {
+    /// Unless closed, deregisters our instances in the background (best effort; the
+    /// server also drops them when the client's connection goes) and ends the watches.
     fn drop(&mut self) {
-        self.inner.cancel.cancel();
+        let inner = self.inner.clone();
+        self.inner
+            .life
+            .close_on_drop(move || async move { inner.deregister_all().await });
     }
 }
 

@@ -88,8 +88,9 @@ async fn main() {
             meshline_testkit::ZooKeeper::start().expect("zookeeper (scripts/install-test-deps.sh)");
         let session = Duration::from_secs(4);
         let mut cfg = Config::default();
-        cfg.registry.zk.server_addr = zk.connect_string();
-        cfg.registry.zk.session_timeout = session;
+        let section = cfg.registry.section_mut("zk");
+        section.set("serverAddr", zk.connect_string());
+        section.set("sessionTimeout", format!("{}ms", session.as_millis()));
         cfg.registry.empty_protection = false;
         measure(
             "zookeeper",
@@ -103,9 +104,10 @@ async fn main() {
         let r = meshline_testkit::Redis::start().expect("redis (scripts/install-test-deps.sh)");
         let ttl = Duration::from_secs(3);
         let mut cfg = Config::default();
-        cfg.registry.redis.server_addr = r.addr();
-        cfg.registry.redis.ttl = ttl;
-        cfg.registry.redis.refresh_period = Duration::from_secs(1);
+        let section = cfg.registry.section_mut("redis");
+        section.set("serverAddr", r.addr());
+        section.set("ttl", format!("{}ms", ttl.as_millis()));
+        section.set("refreshPeriod", "1s");
         cfg.registry.empty_protection = false;
         measure(
             "redis",

@@ -4,11 +4,7 @@ use meshline_registry_core::{Config, EmptyProtection};
 
 /// The empty-list policy configured by `registry.empty-protection`.
 pub(crate) fn empty_policy(config: &Config) -> EmptyProtection {
-    if config.registry.empty_protection {
-        EmptyProtection::Protect
-    } else {
-        EmptyProtection::Apply
-    }
+    config.registry.empty_policy()
 }
 
 /// Splits a `host:port[,host:port...]` list (`;` accepted too), trimming blanks.

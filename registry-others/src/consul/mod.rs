@@ -82,6 +82,8 @@ use serde_json::Value;
 
 use crate::common::{empty_policy, error_chain, split_addrs};
 
+mod settings;
+pub use settings::ConsulSettings;
 const KIND: &str = "consul";
 
 /// How long one blocking query waits on the agent before it returns unchanged.
@@ -152,7 +154,7 @@ impl ConsulRegistry {
     /// Connects to the agent named by `registry.consul.serverAddr` (checked with
     /// `GET /v1/status/leader`) and starts the TTL keeper.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &config.registry.consul;
+        let c = ConsulSettings::from_config(config)?;
         let base = parse_base(&c.server_addr)?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
@@ -582,7 +584,10 @@ mod tests {
     async fn the_blocking_query_loop_ends_with_the_last_watch() {
         let agent = meshline_testkit::ConsulDouble::start(Default::default()).unwrap();
         let mut config = Config::default();
-        config.registry.consul.server_addr = agent.server_addr();
+        config
+            .registry
+            .section_mut("consul")
+            .set("serverAddr", agent.server_addr());
         let reg = ConsulRegistry::connect(&config).await.unwrap();
         let refs = || Arc::strong_count(&reg.inner);
         crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)

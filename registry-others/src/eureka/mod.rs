@@ -62,6 +62,8 @@ use serde_json::Value;
 
 use crate::common::{empty_policy, error_chain, split_addrs};
 
+mod settings;
+pub use settings::EurekaSettings;
 const KIND: &str = "eureka";
 
 /// Timeout of every request.
@@ -177,7 +179,7 @@ impl EurekaRegistry {
     /// A client of the server(s) in `registry.eureka.serviceUrl` (required). Checks the
     /// first reachable one with `GET {serviceUrl}/apps` and starts the heartbeat task.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &config.registry.eureka;
+        let c = EurekaSettings::from_config(config)?;
         let urls = parse_urls(&c.service_url)?;
         if c.renewal_interval.is_zero() || c.refresh_interval.is_zero() {
             return Err(RegistryError::Config(
@@ -621,8 +623,9 @@ mod tests {
     async fn a_cluster_is_no_longer_published_after_its_last_watch() {
         let server = meshline_testkit::EurekaDouble::start(Default::default()).unwrap();
         let mut config = Config::default();
-        config.registry.eureka.service_url = server.service_url();
-        config.registry.eureka.refresh_interval = Duration::from_millis(50);
+        let eureka = config.registry.section_mut("eureka");
+        eureka.set("serviceUrl", server.service_url());
+        eureka.set("refreshInterval", "50ms");
         let reg = EurekaRegistry::connect(&config).await.unwrap();
         let life = &reg.inner.life;
         // The fetcher is shared and outlives the watch: its reference stays.

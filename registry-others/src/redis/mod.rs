@@ -66,6 +66,8 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 
 use crate::common::{empty_policy, split_addrs};
 
+mod settings;
+pub use settings::RedisSettings;
 const KIND: &str = "redis";
 const PREFIX: &str = "registry.redis.";
 
@@ -167,7 +169,7 @@ struct Servers {
 }
 
 impl Servers {
-    fn new(config: &meshline_registry_core::config::RedisConfig) -> Result<Self, RegistryError> {
+    fn new(config: &RedisSettings) -> Result<Self, RegistryError> {
         let addrs = split_addrs(&config.server_addr);
         if addrs.is_empty() {
             return Err(RegistryError::Config(
@@ -597,12 +599,12 @@ async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
 }
 
 impl RedisRegistry {
-    /// Connects with `config.registry.redis` (servers, password, db, TTL, refresh
-    /// period, timeout) and `config.registry.empty_protection`.
+    /// Connects with `registry.redis.*` ([`RedisSettings`]: servers, password, db, TTL,
+    /// refresh period, timeout) and `registry.empty-protection`.
     ///
     /// Fails when no configured server answers.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &config.registry.redis;
+        let c = &RedisSettings::from_config(config)?;
         let servers = Servers::new(c)?;
         // Check the servers (and the credentials) now, so a wrong address fails here.
         servers
@@ -772,7 +774,10 @@ mod tests {
     async fn the_subscription_ends_with_the_last_watch() {
         let server = meshline_testkit::Redis::start().expect("redis");
         let mut config = Config::default();
-        config.registry.redis.server_addr = server.addr();
+        config
+            .registry
+            .section_mut("redis")
+            .set("serverAddr", server.addr());
         let reg = RedisRegistry::connect(&config).await.unwrap();
         let chan = channel("c");
         let w = reg.watch("c").await.unwrap();

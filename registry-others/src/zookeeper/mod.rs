@@ -60,6 +60,8 @@ use zookeeper_client as zk;
 
 use crate::common::empty_policy;
 
+mod settings;
+pub use settings::ZkSettings;
 const KIND: &str = "zk";
 const ROOT: &str = "/registry/zk";
 
@@ -190,14 +192,14 @@ async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
 }
 
 impl ZookeeperRegistry {
-    /// Connects with `config.registry.zk` (connect string, session and connect
-    /// timeouts, digest credentials) and `config.registry.empty_protection`.
+    /// Connects with `registry.zk.*` ([`ZkSettings`]: connect string, session and
+    /// connect timeouts, digest credentials) and `registry.empty-protection`.
     ///
     /// Fails when no session can be established within the session timeout; the error
     /// names the connect string and what a TCP connect to each server said (e.g.
     /// `127.0.0.1:2181: Connection refused`), which the client library does not report.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &config.registry.zk;
+        let c = &ZkSettings::from_config(config)?;
         let connect_string = crate::common::split_addrs(&c.server_addr).join(",");
         if connect_string.is_empty() {
             return Err(RegistryError::Config(
@@ -589,8 +591,9 @@ mod tests {
     async fn the_child_watch_loop_ends_with_the_last_watch() {
         let zk = meshline_testkit::ZooKeeper::start().expect("zookeeper");
         let mut config = Config::default();
-        config.registry.zk.server_addr = zk.connect_string();
-        config.registry.zk.session_timeout = Duration::from_secs(4);
+        let zk_section = config.registry.section_mut("zk");
+        zk_section.set("serverAddr", zk.connect_string());
+        zk_section.set("sessionTimeout", "4s");
         let reg = ZookeeperRegistry::connect(&config).await.unwrap();
         let refs = || Arc::strong_count(&reg.inner);
         crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)

@@ -1,0 +1,234 @@
+//! A backend's own part of the configuration, handed to it raw.
+//!
+//! registry-core routes keys (flat Seata keys, YAML trees, environment variables) but
+//! does not know what `registry.etcd3.ttl` or `registry.zk.sessionTimeout` mean: every
+//! `registry.<type>.*` key is kept in a [`Section`] named after `<type>`, and the
+//! backend's crate reads its section with a [`SectionReader`] into its own typed
+//! settings, with its own defaults and validation. Adding a backend therefore touches
+//! no code here.
+//!
+//! Keys are matched the way every structural key is (ignoring case, `-` and `_`:
+//! `serverAddr`, `server-addr` and `server_addr` are one key); messages show the key as
+//! it was written and where it came from. A key the backend does not read is reported
+//! by [`SectionReader::finish`], by name only: its value may be a secret.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::{norm, parse_duration};
+use crate::RegistryError;
+
+/// The raw `registry.<type>.*` keys of one registry type.
+///
+/// Two sections are equal when they hold the same keys (in any spelling) with the
+/// same values, wherever they came from.
+#[derive(Clone, Default)]
+pub struct Section {
+    /// The registry type as the section was first written (`etcd3`).
+    name: String,
+    entries: BTreeMap<String, SectionEntry>,
+}
+
+#[derive(Clone)]
+struct SectionEntry {
+    /// The whole key as written (`registry.etcd3.serverAddr`), for messages.
+    shown: String,
+    value: String,
+    /// Where it came from (a file name, `environment`, `override`).
+    origin: String,
+}
+
+impl PartialEq for Section {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.len() == other.entries.len()
+            && self
+                .entries
+                .iter()
+                .zip(&other.entries)
+                .all(|((k1, e1), (k2, e2))| k1 == k2 && e1.value == e2.value)
+    }
+}
+
+/// Keys only: values can be passwords.
+impl std::fmt::Debug for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Section")
+            .field("name", &self.name)
+            .field(
+                "keys",
+                &self.entries.values().map(|e| &e.shown).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Section {
+    /// No keys, for registry type `name`.
+    pub fn new(name: &str) -> Self {
+        Section {
+            name: name.to_string(),
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The registry type this section belongs to, as first written.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets `key` (relative to the section: `serverAddr`, or dotted for nested keys)
+    /// to `value`, as an explicit override: what the CLI's `--server` does.
+    pub fn set(&mut self, key: &str, value: impl Into<String>) {
+        let shown = format!("registry.{}.{key}", self.name);
+        self.insert(&shown, key, value.into(), "override");
+    }
+
+    pub(crate) fn insert(&mut self, shown: &str, key: &str, value: String, origin: &str) {
+        let k = key.split('.').map(norm).collect::<Vec<_>>().join(".");
+        self.entries.insert(
+            k,
+            SectionEntry {
+                shown: shown.to_string(),
+                value: value.trim().to_string(),
+                origin: origin.to_string(),
+            },
+        );
+    }
+
+    /// Adds every key of `other`, replacing keys both have.
+    pub fn merge(&mut self, other: &Section) {
+        for (k, e) in &other.entries {
+            self.entries.insert(k.clone(), e.clone());
+        }
+    }
+
+    /// The value of `key` (any spelling), trimmed.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(&norm_key(key)).map(|e| e.value.as_str())
+    }
+
+    /// True when no key was given.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The keys as written, sorted by their normalised form.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.values().map(|e| e.shown.as_str())
+    }
+
+    /// A reader that remembers which keys the backend used.
+    pub fn reader(&self) -> SectionReader<'_> {
+        SectionReader {
+            section: self,
+            used: RefCell::new(BTreeSet::new()),
+        }
+    }
+}
+
+fn norm_key(key: &str) -> String {
+    key.split('.').map(norm).collect::<Vec<_>>().join(".")
+}
+
+/// Typed reads of a [`Section`], with the section's defaults and errors that name the
+/// key, its origin and what was expected.
+pub struct SectionReader<'a> {
+    section: &'a Section,
+    used: RefCell<BTreeSet<String>>,
+}
+
+impl SectionReader<'_> {
+    fn entry(&self, key: &str) -> Option<&SectionEntry> {
+        let k = norm_key(key);
+        let e = self.section.entries.get(&k)?;
+        self.used.borrow_mut().insert(k);
+        Some(e)
+    }
+
+    fn invalid(e: &SectionEntry, reason: &str) -> RegistryError {
+        RegistryError::Config(format!(
+            "{}: key `{}` has invalid value `{}`: {reason}",
+            e.origin, e.shown, e.value
+        ))
+    }
+
+    /// Text that must not be empty when given; `default` when absent.
+    pub fn text(&self, key: &str, default: &str) -> Result<String, RegistryError> {
+        match self.entry(key) {
+            Some(e) if e.value.is_empty() => Err(Self::invalid(e, "must not be empty")),
+            Some(e) => Ok(e.value.clone()),
+            None => Ok(default.to_string()),
+        }
+    }
+
+    /// Text that may be empty (`namespace=`); `default` when absent.
+    pub fn text_or_empty(&self, key: &str, default: &str) -> String {
+        self.entry(key)
+            .map_or_else(|| default.to_string(), |e| e.value.clone())
+    }
+
+    /// Optional text: absent or empty is `None`. Also for secrets: the value never
+    /// appears in a message.
+    pub fn optional(&self, key: &str) -> Option<String> {
+        self.entry(key)
+            .filter(|e| !e.value.is_empty())
+            .map(|e| e.value.clone())
+    }
+
+    /// A duration (a bare number is milliseconds, as in Seata; `10s`, `1m 30s`);
+    /// `default` when absent.
+    pub fn duration(&self, key: &str, default: Duration) -> Result<Duration, RegistryError> {
+        match self.entry(key) {
+            Some(e) => parse_duration(&e.value).map_err(|r| Self::invalid(e, &r)),
+            None => Ok(default),
+        }
+    }
+
+    /// A number of type `T` (in range for it); `default` when absent.
+    pub fn number<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, RegistryError> {
+        Ok(self.optional_number(key)?.unwrap_or(default))
+    }
+
+    /// An optional number of type `T`.
+    pub fn optional_number<T: std::str::FromStr>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, RegistryError> {
+        match self.entry(key) {
+            Some(e) => e.value.parse().map(Some).map_err(|_| {
+                Self::invalid(
+                    e,
+                    &format!(
+                        "expected a whole number in range for {}",
+                        std::any::type_name::<T>()
+                    ),
+                )
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// Keys Seata defines for this registry that the backend does not use: accepted
+    /// without a warning.
+    pub fn accept(&self, keys: &[&str]) {
+        for k in keys {
+            self.entry(k);
+        }
+    }
+
+    /// One message per key the backend did not read (by name and origin, never the
+    /// value), each also logged as a warning.
+    pub fn finish(self) -> Vec<String> {
+        let used = self.used.into_inner();
+        let mut out = Vec::new();
+        for (k, e) in &self.section.entries {
+            if !used.contains(k) && !k.starts_with("heartbeat") {
+                let msg = format!("{}: unknown config key `{}` ignored", e.origin, e.shown);
+                tracing::warn!("{msg}");
+                out.push(msg);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,56 @@
+//! `registry.etcd3.*` (also `registry.etcd.*`): what this backend reads from its
+//! section of the configuration, with Seata's defaults.
+
+use std::time::Duration;
+
+use meshline_registry_core::{Config, RegistryError};
+
+/// The etcd3 registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct EtcdSettings {
+    /// `serverAddr`: one or more endpoints, comma-separated. Default `http://localhost:2379`.
+    pub server_addr: String,
+    /// `cluster`: the cluster a server registers in. Default `default`.
+    pub cluster: String,
+    /// `ttl` (meshline): lease TTL of our registrations. Default 10 s (Seata's).
+    pub ttl: Duration,
+    /// `username`.
+    pub username: Option<String>,
+    /// `password`.
+    pub password: Option<String>,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// The password is never printed.
+impl std::fmt::Debug for EtcdSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSettings")
+            .field("server_addr", &self.server_addr)
+            .field("cluster", &self.cluster)
+            .field("ttl", &self.ttl)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl EtcdSettings {
+    /// Reads `registry.etcd3.*` (and the alias `registry.etcd.*`) from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["etcd", "etcd3"]);
+        let r = section.reader();
+        let settings = EtcdSettings {
+            server_addr: r.text("serverAddr", "http://localhost:2379")?,
+            cluster: r.text("cluster", "default")?,
+            ttl: r.duration("ttl", Duration::from_secs(10))?,
+            username: r.optional("username"),
+            password: r.optional("password"),
+            warnings: Vec::new(),
+        };
+        Ok(EtcdSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}

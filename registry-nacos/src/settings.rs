@@ -1,0 +1,110 @@
+//! `registry.nacos.*`: what this backend reads from its section of the
+//! configuration, with Seata's defaults.
+
+use meshline_registry_core::{Config, RegistryError};
+
+/// The Nacos registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct NacosSettings {
+    /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:8848`.
+    pub server_addr: String,
+    /// `namespace`. Default empty (Nacos' `public`).
+    pub namespace: String,
+    /// `group`. Default `DEFAULT_GROUP` (Seata's own server config template uses
+    /// `SEATA_GROUP`: client and server must agree).
+    pub group: String,
+    /// `application`: the Nacos service name. Default `seata-server`.
+    pub application: String,
+    /// `cluster`: the Nacos cluster name the server registers in. Default `default`.
+    pub cluster: String,
+    /// `username`.
+    pub username: Option<String>,
+    /// `password`.
+    pub password: Option<String>,
+    /// `accessKey`.
+    pub access_key: Option<String>,
+    /// `secretKey`.
+    pub secret_key: Option<String>,
+    /// `contextPath`.
+    pub context_path: Option<String>,
+    /// `grpcPort` (meshline): the server's gRPC port when it is not HTTP port + 1000.
+    pub grpc_port: Option<u16>,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// Passwords and secret keys are never printed.
+impl std::fmt::Debug for NacosSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
+        f.debug_struct("NacosSettings")
+            .field("server_addr", &self.server_addr)
+            .field("namespace", &self.namespace)
+            .field("group", &self.group)
+            .field("application", &self.application)
+            .field("cluster", &self.cluster)
+            .field("username", &self.username)
+            .field("password", &hidden(&self.password))
+            .field("access_key", &self.access_key)
+            .field("secret_key", &hidden(&self.secret_key))
+            .field("context_path", &self.context_path)
+            .field("grpc_port", &self.grpc_port)
+            .finish()
+    }
+}
+
+impl NacosSettings {
+    /// Reads `registry.nacos.*` from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["nacos"]);
+        let r = section.reader();
+        // Seata keys for its Java client that have no meaning here.
+        r.accept(&["slbPattern", "ramRoleName", "clusterName"]);
+        let settings = NacosSettings {
+            server_addr: r.text("serverAddr", "127.0.0.1:8848")?,
+            namespace: r.text_or_empty("namespace", ""),
+            group: r.text("group", "DEFAULT_GROUP")?,
+            application: r.text("application", "seata-server")?,
+            cluster: r.text("cluster", "default")?,
+            username: r.optional("username"),
+            password: r.optional("password"),
+            access_key: r.optional("accessKey"),
+            secret_key: r.optional("secretKey"),
+            context_path: r.optional("contextPath"),
+            grpc_port: r.optional_number("grpcPort")?,
+            warnings: Vec::new(),
+        };
+        Ok(NacosSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::{ConfigLoader, Format};
+
+    #[test]
+    fn seata_defaults_and_secrets_hidden() {
+        let s = NacosSettings::from_config(&Config::default()).unwrap();
+        assert_eq!(s.server_addr, "127.0.0.1:8848");
+        assert_eq!(s.group, "DEFAULT_GROUP");
+        assert_eq!(s.application, "seata-server");
+        assert_eq!(s.namespace, "");
+        let c = ConfigLoader::new()
+            .text(
+                "registry.nacos.password=s3cret\nregistry.nacos.username=u\nregistry.nacos.slbPattern=x\nregistry.nacos.pasword=typo-s3cret\n",
+                Format::Properties,
+            )
+            .load()
+            .unwrap();
+        let s = NacosSettings::from_config(&c).unwrap();
+        assert_eq!(s.password.as_deref(), Some("s3cret"));
+        assert!(!format!("{s:?}").contains("s3cret"));
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        assert!(s.warnings[0].contains("registry.nacos.pasword"));
+        assert!(!s.warnings[0].contains("typo-s3cret"), "{:?}", s.warnings);
+    }
+}

@@ -1,0 +1,57 @@
+//! `registry.consul.*`: what this backend reads from its section of the
+//! configuration, with Seata's defaults.
+
+use std::time::Duration;
+
+use meshline_registry_core::{Config, RegistryError};
+
+/// The Consul registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct ConsulSettings {
+    /// `serverAddr`. Default `127.0.0.1:8500`.
+    pub server_addr: String,
+    /// `cluster`: the cluster (Consul service) a server registers in. Default `default`.
+    pub cluster: String,
+    /// `aclToken`.
+    pub acl_token: Option<String>,
+    /// `ttl` (meshline): TTL of our health check. Default 10 s.
+    pub ttl: Duration,
+    /// `deregisterCriticalServiceAfter`. Default 20 s (Seata's).
+    pub deregister_critical_after: Duration,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// The ACL token is never printed.
+impl std::fmt::Debug for ConsulSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsulSettings")
+            .field("server_addr", &self.server_addr)
+            .field("cluster", &self.cluster)
+            .field("acl_token", &self.acl_token.as_ref().map(|_| "<redacted>"))
+            .field("ttl", &self.ttl)
+            .field("deregister_critical_after", &self.deregister_critical_after)
+            .finish()
+    }
+}
+
+impl ConsulSettings {
+    /// Reads `registry.consul.*` from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["consul"]);
+        let r = section.reader();
+        let settings = ConsulSettings {
+            server_addr: r.text("serverAddr", "127.0.0.1:8500")?,
+            cluster: r.text("cluster", "default")?,
+            acl_token: r.optional("aclToken"),
+            ttl: r.duration("ttl", Duration::from_secs(10))?,
+            deregister_critical_after: r
+                .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,
+            warnings: Vec::new(),
+        };
+        Ok(ConsulSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}

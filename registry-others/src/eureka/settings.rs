@@ -1,0 +1,93 @@
+//! `registry.eureka.*`: what this backend reads from its section of the
+//! configuration, with Seata's defaults.
+
+use std::time::Duration;
+
+use meshline_registry_core::{Config, RegistryError};
+
+/// The Eureka registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct EurekaSettings {
+    /// `serviceUrl`: required for the eureka registry (e.g. `http://localhost:8761/eureka`).
+    pub service_url: String,
+    /// `application`. Default `default` (Eureka shows `DEFAULT`).
+    pub application: String,
+    /// `weight`, sent as metadata. Default `1`.
+    pub weight: String,
+    /// `renewalInterval` (meshline): heartbeat period. Default 30 s.
+    pub renewal_interval: Duration,
+    /// `leaseDuration` (meshline). Default 90 s.
+    pub lease_duration: Duration,
+    /// `refreshInterval` (meshline): fetch period for watches. Default 5 s (Seata's).
+    pub refresh_interval: Duration,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// A `serviceUrl` with `user:pass@` is printed without the password.
+impl std::fmt::Debug for EurekaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EurekaSettings")
+            .field("service_url", &redact_userinfo(&self.service_url))
+            .field("application", &self.application)
+            .field("weight", &self.weight)
+            .field("renewal_interval", &self.renewal_interval)
+            .field("lease_duration", &self.lease_duration)
+            .field("refresh_interval", &self.refresh_interval)
+            .finish()
+    }
+}
+
+/// `http://user:pass@host/` -> `http://user:<redacted>@host/` (each comma-separated URL).
+fn redact_userinfo(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| {
+            let Some((scheme, rest)) = u.split_once("://") else {
+                return u.to_string();
+            };
+            let host_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..host_end].rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or_default();
+                    format!("{scheme}://{user}:<redacted>@{host}{}", &rest[host_end..])
+                }
+                None => u.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl EurekaSettings {
+    /// Reads `registry.eureka.*` from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["eureka"]);
+        let r = section.reader();
+        let settings = EurekaSettings {
+            service_url: r.text_or_empty("serviceUrl", ""),
+            application: r.text("application", "default")?,
+            weight: r.text("weight", "1")?,
+            renewal_interval: r.duration("renewalInterval", Duration::from_secs(30))?,
+            lease_duration: r.duration("leaseDuration", Duration::from_secs(90))?,
+            refresh_interval: r.duration("refreshInterval", Duration::from_secs(5))?,
+            warnings: Vec::new(),
+        };
+        Ok(EurekaSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_redacted() {
+        assert_eq!(
+            redact_userinfo("http://a:pw@h:8761/eureka,http://h2/eureka"),
+            "http://a:<redacted>@h:8761/eureka,http://h2/eureka"
+        );
+    }
+}

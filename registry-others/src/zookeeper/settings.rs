@@ -1,0 +1,93 @@
+//! `registry.zk.*` (also `registry.zookeeper.*`): what this backend reads from its
+//! section of the configuration, with Seata's defaults.
+
+use std::time::Duration;
+
+use meshline_registry_core::{Config, RegistryError};
+
+/// The ZooKeeper registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct ZkSettings {
+    /// `serverAddr`: a ZooKeeper connect string. Default `127.0.0.1:2181`.
+    pub server_addr: String,
+    /// `cluster`: the cluster a server registers in. Default `default`.
+    pub cluster: String,
+    /// `sessionTimeout`. Default 6000 ms.
+    pub session_timeout: Duration,
+    /// `connectTimeout`. Default 2000 ms.
+    pub connect_timeout: Duration,
+    /// `username` (digest auth).
+    pub username: Option<String>,
+    /// `password` (digest auth).
+    pub password: Option<String>,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// The password is never printed.
+impl std::fmt::Debug for ZkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkSettings")
+            .field("server_addr", &self.server_addr)
+            .field("cluster", &self.cluster)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ZkSettings {
+    /// Reads `registry.zk.*` (and the alias `registry.zookeeper.*`) from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["zookeeper", "zk"]);
+        let r = section.reader();
+        let settings = ZkSettings {
+            server_addr: r.text("serverAddr", "127.0.0.1:2181")?,
+            cluster: r.text("cluster", "default")?,
+            session_timeout: r.duration("sessionTimeout", Duration::from_millis(6000))?,
+            connect_timeout: r.duration("connectTimeout", Duration::from_millis(2000))?,
+            username: r.optional("username"),
+            password: r.optional("password"),
+            warnings: Vec::new(),
+        };
+        Ok(ZkSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::{ConfigLoader, Format};
+
+    #[test]
+    fn seata_defaults_units_and_the_alias() {
+        let s = ZkSettings::from_config(&Config::default()).unwrap();
+        assert_eq!(s.server_addr, "127.0.0.1:2181");
+        assert_eq!(s.session_timeout, Duration::from_millis(6000));
+        assert_eq!(s.connect_timeout, Duration::from_millis(2000));
+        let c = ConfigLoader::new()
+            .text(
+                "registry:\n  zookeeper:\n    session-timeout: 9000\n  zk:\n    connectTimeout: 3s\n",
+                Format::Yaml,
+            )
+            .load()
+            .unwrap();
+        let s = ZkSettings::from_config(&c).unwrap();
+        assert_eq!(s.session_timeout, Duration::from_millis(9000));
+        assert_eq!(s.connect_timeout, Duration::from_secs(3));
+        let bad = ConfigLoader::new()
+            .set("registry.zk.sessionTimeout", "soon")
+            .load()
+            .unwrap();
+        let e = ZkSettings::from_config(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("registry.zk.sessionTimeout") && e.contains("soon"),
+            "{e}"
+        );
+    }
+}

@@ -126,7 +126,8 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         aliases: &["zookeeper"],
         feature: "zookeeper",
         address_key: "serverAddr",
-        ttl_key: None,
+        // Ephemeral nodes live as long as the session: its timeout is their TTL.
+        ttl_key: Some("sessionTimeout"),
         cluster_key: Some("cluster"),
         stores_weight: false,
         connect: connect!(

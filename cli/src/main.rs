@@ -47,8 +47,9 @@ enum Command {
         cluster: String,
         /// Address to register (`ip:port`, `[v6]:port`).
         addr: String,
-        /// Registration TTL / lease for registries that have one: as config files take
-        /// it (`10s`, `1m 30s`, or bare milliseconds).
+        /// Registration TTL / lease for registries that have one (etcd3 lease, Redis
+        /// key expiry, Consul check TTL, Eureka lease, ZooKeeper session timeout): as
+        /// config files take it (`10s`, `1m 30s`, or bare milliseconds).
         #[arg(long, value_parser = meshline::core::config::parse_duration)]
         ttl: Option<Duration>,
         /// Weight metadata.

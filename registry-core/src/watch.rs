@@ -271,7 +271,11 @@ impl WatchHub {
     /// Marks `cluster` as stale (the registry is unreachable). The `since` time of an
     /// already stale cluster is kept; only the reason is updated.
     pub fn mark_stale(&self, cluster: &str, reason: &str) {
-        let ch = self.channel(cluster);
+        // Health only matters to watchers: a cluster nobody watches (or one forgotten
+        // a moment ago) is not brought back by a late report.
+        let Some(ch) = self.existing(cluster) else {
+            return;
+        };
         ch.health.send_if_modified(|h| match h {
             Health::Connected => {
                 tracing::warn!(
@@ -299,7 +303,11 @@ impl WatchHub {
 
     /// Marks `cluster` as connected again.
     pub fn mark_connected(&self, cluster: &str) {
-        let ch = self.channel(cluster);
+        // Health only matters to watchers: a cluster nobody watches (or one forgotten
+        // a moment ago) is not brought back by a late report.
+        let Some(ch) = self.existing(cluster) else {
+            return;
+        };
         ch.health.send_if_modified(|h| {
             if h.is_connected() {
                 false

@@ -108,7 +108,7 @@ async fn seata_layout_both_ways() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
     let mut raw = raw(&etcd.endpoint()).await;
-    // What a Seata TC writes (seata-compat.md 1.3 test vectors), through a raw client.
+    // What a Seata TC writes (docs/seata-compat.md §1.3 test vectors), through a raw client.
     let v6 = "2000:0000:0000:0000:0001:2345:6789:abcd:8091";
     raw.put(format!("registry-seata-default-{v6}"), v6, None)
         .await

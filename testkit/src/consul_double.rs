@@ -1,9 +1,9 @@
 //! A protocol-faithful Consul agent double (in-process HTTP server).
 //!
 //! No Consul server can be installed on the build machines (not in Debian 12, PyPI or
-//! npm; see `reference/backends.md` 4), so the Consul backend is tested against this
+//! npm; see [docs/registry-wire.md §1](https://github.com/meshline/meshline/blob/main/docs/registry-wire.md#1-why-test-doubles)), so the Consul backend is tested against this
 //! double, which implements the agent and health endpoints a service-discovery client
-//! uses, with the behaviours that matter for correctness (backends.md 6.1):
+//! uses, with the behaviours that matter for correctness ([docs/registry-wire.md §2](https://github.com/meshline/meshline/blob/main/docs/registry-wire.md#2-consul)):
 //!
 //! - `PUT /v1/agent/service/register[?replace-existing-checks]` with `Check` / `Checks`
 //!   (TTL and TCP checks), answering 200 with an empty body. A single check gets the ID

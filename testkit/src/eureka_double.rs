@@ -1,9 +1,9 @@
 //! A protocol-faithful Eureka server double (in-process HTTP server).
 //!
 //! The Eureka server is only published on Maven, which cannot be reached from the build
-//! machines (`reference/backends.md` 4), so the Eureka backend is tested against this
+//! machines ([docs/registry-wire.md §1](https://github.com/meshline/meshline/blob/main/docs/registry-wire.md#1-why-test-doubles)), so the Eureka backend is tested against this
 //! double. It serves the REST API under both `/eureka/...` (Spring Cloud) and
-//! `/eureka/v2/...` (Netflix) with the behaviours of backends.md 6.2:
+//! `/eureka/v2/...` (Netflix) with the behaviours of [docs/registry-wire.md §3](https://github.com/meshline/meshline/blob/main/docs/registry-wire.md#3-eureka):
 //!
 //! - `POST /apps/{APP}` (JSON `{"instance":{...}}`) → **204**. The application name is
 //!   upper-cased as Eureka does; the instance ID is `instanceId`, else `hostName`. The

@@ -1,4 +1,4 @@
-//! The Consul and Eureka doubles behave as backends.md 6.1 / 6.2 say: blocking queries
+//! The Consul and Eureka doubles behave as docs/registry-wire.md §2 / §3 say: blocking queries
 //! block and wake, TTL checks and leases expire, unknown heartbeats are 404, deltas carry
 //! `actionType`, and a restart loses everything. Driven with plain HTTP/1.1 over std
 //! sockets, independent of meshline's clients.

@@ -1,6 +1,6 @@
 //! Consul backend (`registry.type = consul`), Seata's layout.
 //!
-//! # Layout (seata-compat.md 1.6)
+//! # Layout ([docs/seata-compat.md §1.6](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#16-consul))
 //!
 //! A cluster is a Consul **service named after the cluster**; each member is a service
 //! instance with ID `<cluster>-<ip>:<port>` (Java's address form, IPv6 unbracketed),
@@ -430,7 +430,7 @@ async fn keeper(inner: Arc<Inner>) {
 }
 
 /// The index of the next query, after one made with `prev` (0: a plain read) answered
-/// `new` (Consul's rules, backends.md 6.1): reset to 0 (a plain read) when the index went
+/// `new` (Consul's rules, docs/registry-wire.md §2.5): reset to 0 (a plain read) when the index went
 /// backwards, otherwise follow it, but never block with index 0.
 fn next_index(prev: u64, new: u64) -> u64 {
     if new < prev { 0 } else { new.max(1) }

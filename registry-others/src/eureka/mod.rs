@@ -1,6 +1,6 @@
 //! Eureka backend (`registry.type = eureka`), Seata's layout.
 //!
-//! # Layout (seata-compat.md 1.7)
+//! # Layout ([docs/seata-compat.md §1.7](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#17-eureka))
 //!
 //! A cluster is a Eureka **application named after the cluster, upper-cased** (Seata's
 //! TC registers `registry.eureka.application`, default `default`, which Eureka shows as

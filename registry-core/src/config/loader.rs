@@ -1,0 +1,187 @@
+//! [`ConfigLoader`]: the sources (files in each format, environment variables,
+//! overrides) and how a text becomes flat `(path, value)` entries.
+
+use std::path::PathBuf;
+
+use super::{Config, Format, apply_all};
+use crate::RegistryError;
+
+enum Source {
+    File(PathBuf),
+    Text(String, Format),
+    Env(Vec<(String, String)>),
+    ProcessEnv,
+    Set(String, String),
+}
+
+/// Builds a [`Config`] from several sources, later ones overriding earlier ones.
+#[derive(Default)]
+pub struct ConfigLoader {
+    sources: Vec<Source>,
+}
+
+impl ConfigLoader {
+    /// A loader with only the defaults.
+    pub fn new() -> Self {
+        ConfigLoader::default()
+    }
+
+    /// Adds a file; the format comes from its extension.
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.sources.push(Source::File(path.into()));
+        self
+    }
+
+    /// Adds text in a given format.
+    pub fn text(mut self, text: impl Into<String>, format: Format) -> Self {
+        self.sources.push(Source::Text(text.into(), format));
+        self
+    }
+
+    /// Adds environment variables from an explicit list (`MESHLINE_*` are used).
+    pub fn env_vars<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.sources.push(Source::Env(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        ));
+        self
+    }
+
+    /// Adds the process environment (`MESHLINE_*` variables).
+    pub fn process_env(mut self) -> Self {
+        self.sources.push(Source::ProcessEnv);
+        self
+    }
+
+    /// Sets one key (any accepted spelling, dotted: `registry.type`).
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.sources.push(Source::Set(key.into(), value.into()));
+        self
+    }
+
+    /// Reads every source and builds the config.
+    pub fn load(self) -> Result<Config, RegistryError> {
+        let mut cfg = Config::default();
+        for source in self.sources {
+            match source {
+                Source::File(path) => {
+                    let format = Format::from_path(&path)?;
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        RegistryError::Config(format!(
+                            "cannot read config file {}: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    let entries = parse_text(&text, format)
+                        .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))?;
+                    apply_all(&mut cfg, entries, &path.display().to_string())?;
+                    cfg.path = Some(path);
+                }
+                Source::Text(text, format) => {
+                    let entries = parse_text(&text, format).map_err(RegistryError::Config)?;
+                    apply_all(&mut cfg, entries, "config text")?;
+                }
+                Source::Env(vars) => apply_all(&mut cfg, env_entries(vars), "environment")?,
+                Source::ProcessEnv => {
+                    apply_all(&mut cfg, env_entries(std::env::vars()), "environment")?
+                }
+                Source::Set(k, v) => {
+                    let path = k.split('.').map(str::to_string).collect();
+                    apply_all(&mut cfg, vec![(path, v)], "override")?;
+                }
+            }
+        }
+        for w in &cfg.warnings {
+            tracing::warn!("{w}");
+        }
+        Ok(cfg)
+    }
+}
+
+pub(super) type Entry = (Vec<String>, String);
+
+/// Parses a whole text into flat `(path, value)` entries.
+pub(crate) fn parse_text(text: &str, format: Format) -> Result<Vec<Entry>, String> {
+    match format {
+        Format::Properties => {
+            let map = java_properties::read(text.as_bytes())
+                .map_err(|e| format!("bad .properties: {e}"))?;
+            let mut v: Vec<Entry> = map
+                .into_iter()
+                .map(|(k, v)| (k.split('.').map(str::to_string).collect(), v))
+                .collect();
+            v.sort();
+            Ok(v)
+        }
+        Format::Yaml | Format::Toml | Format::Json => {
+            let ff = match format {
+                Format::Yaml => config::FileFormat::Yaml,
+                Format::Toml => config::FileFormat::Toml,
+                _ => config::FileFormat::Json,
+            };
+            if text.trim().is_empty() {
+                return Ok(Vec::new());
+            }
+            let built = config::Config::builder()
+                .add_source(config::File::from_str(text, ff))
+                .build()
+                .map_err(|e| format!("bad {format:?}: {e}"))?;
+            let table =
+                config::Source::collect(&built).map_err(|e| format!("bad {format:?}: {e}"))?;
+            let mut out = Vec::new();
+            for (k, v) in table {
+                let mut path: Vec<String> = k.split('.').map(str::to_string).collect();
+                flatten(&mut path, &v, &mut out);
+            }
+            out.sort();
+            Ok(out)
+        }
+    }
+}
+
+fn flatten(path: &mut Vec<String>, v: &config::Value, out: &mut Vec<Entry>) {
+    use config::ValueKind as K;
+    let scalar = match &v.kind {
+        K::Table(t) => {
+            for (k, child) in t {
+                let n = path.len();
+                path.extend(k.split('.').map(str::to_string));
+                flatten(path, child, out);
+                path.truncate(n);
+            }
+            return;
+        }
+        K::Array(items) => items
+            .iter()
+            .filter_map(|i| match &i.kind {
+                K::Table(_) | K::Array(_) => None,
+                _ => Some(i.to_string()),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        K::Nil => String::new(),
+        _ => v.to_string(),
+    };
+    out.push((path.clone(), scalar));
+}
+
+fn env_entries<I: IntoIterator<Item = (String, String)>>(vars: I) -> Vec<Entry> {
+    let mut out: Vec<Entry> = vars
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let rest = k.strip_prefix("MESHLINE_")?;
+            if rest == "CONFIG" || rest == "LOG" || rest.is_empty() {
+                return None;
+            }
+            Some((rest.split("__").map(str::to_string).collect(), v))
+        })
+        .collect();
+    out.sort();
+    out
+}

@@ -1,0 +1,245 @@
+//! The key router: every flat `(path, value)` entry goes to the field it sets, to a
+//! registry type's [`Section`], to an application section, or is reported unknown.
+//! Seata keys for other parts of Seata are accepted silently.
+
+use super::loader::Entry;
+use super::values::{nonempty, parse_bool, parse_num, split_list};
+use super::{APP_SECTIONS, Config, Section, parse_bytes, parse_duration, parse_duration_with_unit};
+use crate::RegistryError;
+
+/// Structural segment normalisation: lower-case, `-` and `_` removed.
+pub(super) fn norm(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+pub(super) fn apply_all(
+    cfg: &mut Config,
+    entries: Vec<Entry>,
+    origin: &str,
+) -> Result<(), RegistryError> {
+    for (path, value) in entries {
+        let shown = path.join(".");
+        match apply(cfg, &path, &value, origin) {
+            Ok(Applied::Used) | Ok(Applied::Ignored) => {}
+            Ok(Applied::Unknown) => cfg.warnings.push(format!(
+                "{origin}: unknown config key `{shown}` (value `{value}`) ignored"
+            )),
+            Err(reason) => {
+                return Err(RegistryError::Config(format!(
+                    "{origin}: key `{shown}` has invalid value `{value}`: {reason}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+enum Applied {
+    Used,
+    /// A Seata key for another part of Seata; accepted silently.
+    Ignored,
+    Unknown,
+}
+
+/// Top-level Seata / Spring / seata-go sections that are not ours.
+const IGNORED_TOP: &[&str] = &[
+    "store",
+    "server",
+    "log",
+    "metrics",
+    "tcc",
+    "saga",
+    "config",
+    "security",
+    "console",
+    "spring",
+    "tm",
+    "rm",
+    "undo",
+    "lock",
+    "enabled",
+    "datasourceproxymode",
+    "enableautodatasourceproxy",
+    "usejdkproxy",
+    "scanpackages",
+    "excludesforautoproxying",
+    "accesskey",
+    "secretkey",
+    "sqlparsertype",
+    "logging",
+    "management",
+];
+const IGNORED_CLIENT: &[&str] = &["rm", "tm", "undo", "lock", "log"];
+const IGNORED_SERVICE: &[&str] = &[
+    "disableglobaltransaction",
+    "enabledegrade",
+    "degradecheck",
+    "degradecheckperiod",
+    "degradecheckallowtimes",
+];
+const IGNORED_TRANSPORT: &[&str] = &[
+    "type",
+    "server",
+    "threadfactory",
+    "shutdown",
+    "enableclientbatchsendrequest",
+    "enabletcserverbatchsendresponse",
+    "rpctimeout",
+    "protocol",
+    "rpctmclientbatchsendrequest",
+];
+const IGNORED_REGISTRY: &[&str] = &["raft", "seata", "sofa", "namingserver", "metadata"];
+
+fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<Applied, String> {
+    let mut p: Vec<String> = path.iter().map(|s| s.trim().to_string()).collect();
+    if p.first().map(|s| norm(s) == "seata").unwrap_or(false) && p.len() > 1 {
+        p.remove(0);
+    }
+    let n: Vec<String> = p.iter().map(|s| norm(s)).collect();
+    let ns: Vec<&str> = n.iter().map(String::as_str).collect();
+    use Applied::*;
+    if let [section, rest @ ..] = ns.as_slice()
+        && !rest.is_empty()
+        && APP_SECTIONS.contains(section)
+    {
+        cfg.app_sections
+            .entry(section.to_string())
+            .or_default()
+            .insert(rest.join("."), v.trim().to_string());
+        return Ok(Used);
+    }
+    Ok(match ns.as_slice() {
+        ["applicationid"] => {
+            cfg.application_id = v.trim().to_string();
+            Used
+        }
+        ["txservicegroup"] => {
+            cfg.tx_service_group = nonempty(v)?;
+            Used
+        }
+        // ---- service.*
+        ["service", "vgroupmapping", _] => {
+            cfg.service
+                .vgroup_mapping
+                .insert(p[2].clone(), v.trim().to_string());
+            Used
+        }
+        ["service", "grouplist", _] => {
+            cfg.service
+                .grouplist
+                .insert(p[2].clone(), v.trim().to_string());
+            Used
+        }
+        ["service", _, "grouplist"] => {
+            cfg.service
+                .grouplist
+                .insert(p[1].clone(), v.trim().to_string());
+            Used
+        }
+        ["service", k, ..] if IGNORED_SERVICE.contains(k) => Ignored,
+        // ---- client.* / seata-go getty.*
+        ["client", "loadbalance", "type"] | ["getty", "loadbalancetype"] => {
+            cfg.client.load_balance.kind = nonempty(v)?;
+            Used
+        }
+        ["client", "loadbalance", "virtualnodes"] => {
+            cfg.client.load_balance.virtual_nodes = parse_num(v)?;
+            Used
+        }
+        ["client", k, ..] if IGNORED_CLIENT.contains(k) => Ignored,
+        ["getty", ..] => Ignored,
+        // ---- transport.*
+        ["transport", k] => match *k {
+            "heartbeat" => {
+                cfg.transport.heartbeat = parse_bool(v)?;
+                Used
+            }
+            "serialization" => {
+                cfg.transport.serialization = nonempty(v)?;
+                Used
+            }
+            "compressor" => {
+                cfg.transport.compressor = nonempty(v)?;
+                Used
+            }
+            "rpctmrequesttimeout" => {
+                cfg.transport.rpc_tm_request_timeout = parse_duration(v)?;
+                Used
+            }
+            "rpcrmrequesttimeout" => {
+                cfg.transport.rpc_rm_request_timeout = parse_duration(v)?;
+                Used
+            }
+            "rpctcrequesttimeout" => {
+                cfg.transport.rpc_tc_request_timeout = parse_duration(v)?;
+                Used
+            }
+            "enabletmclientbatchsendrequest" => {
+                cfg.transport.enable_tm_client_batch_send_request = parse_bool(v)?;
+                Used
+            }
+            "enablermclientbatchsendrequest" => {
+                cfg.transport.enable_rm_client_batch_send_request = parse_bool(v)?;
+                Used
+            }
+            "maxframelength" => {
+                cfg.transport.max_frame_length = Some(parse_bytes(v)?);
+                Used
+            }
+            "requestqueuebytes" => {
+                cfg.transport.request_queue_bytes = Some(parse_bytes(v)?);
+                Used
+            }
+            "responsequeuebytes" => {
+                cfg.transport.response_queue_bytes = Some(parse_bytes(v)?);
+                Used
+            }
+            "writetimeout" => {
+                cfg.transport.write_timeout = Some(parse_duration_with_unit(v)?);
+                Used
+            }
+            "maxinboundrequests" => {
+                let n: usize = parse_num(v)?;
+                if n == 0 {
+                    return Err("must be at least 1".into());
+                }
+                cfg.transport.max_inbound_requests = Some(n);
+                Used
+            }
+            k if IGNORED_TRANSPORT.contains(&k) || k.starts_with("enable") => Ignored,
+            _ => Unknown,
+        },
+        ["transport", k, ..] if IGNORED_TRANSPORT.contains(k) => Ignored,
+        // ---- registry.*
+        ["registry", "type"] => {
+            cfg.registry.kind = nonempty(v)?;
+            Used
+        }
+        ["registry", "emptyprotection"] => {
+            cfg.registry.empty_protection = parse_bool(v)?;
+            Used
+        }
+        ["registry", "preferrednetworks"] => {
+            cfg.registry.preferred_networks = split_list(v);
+            Used
+        }
+        ["registry", b, ..] if IGNORED_REGISTRY.contains(b) => Ignored,
+        // Seata's per-backend heartbeat knobs (registry.<type>.heartbeat-period...).
+        ["registry", _, k] if k.starts_with("heartbeat") => Ignored,
+        // Each registry type's own keys, raw, for its backend to read.
+        ["registry", section, rest @ ..] if !rest.is_empty() => {
+            let shown = p.join(".");
+            cfg.registry
+                .sections
+                .entry(section.to_string())
+                .or_insert_with(|| Section::new(p[1].trim()))
+                .insert(&shown, &p[2..].join("."), v.to_string(), origin);
+            Used
+        }
+        [top, ..] if IGNORED_TOP.contains(top) => Ignored,
+        _ => Unknown,
+    })
+}

@@ -15,7 +15,15 @@ use crate::{Instance, RegistryError, Watch};
 ///   job, with jittered exponential backoff ([`crate::Backoff`]). While the registry is
 ///   unreachable, watchers keep the last good snapshot and see [`crate::Health::Stale`].
 /// - A registration keeps itself alive until [`unregister`](Self::unregister) or
-///   [`close`](Self::close); `close` removes everything this client registered.
+///   [`close`](Self::close); `close` removes everything this client registered.///
+/// Why one trait for finding and announcing, where pingora and volo keep registration
+/// out of discovery: every Seata registry type both reads and writes the same layout
+/// with one client and one session (a ZooKeeper session owns our ephemeral nodes, an
+/// etcd lease our keys, a Nacos gRPC connection our instances), and the close that
+/// removes our registrations must also end our watches, so the two halves share the
+/// client's whole life ([`crate::Lifecycle`]). Callers that only discover hold the
+/// same `Arc<dyn RegistryService>` and never call `register`; the one read-only type,
+/// `file`, answers it with [`RegistryError::ReadOnly`] naming the registries that can.
 #[async_trait]
 pub trait RegistryService: Send + Sync + 'static {
     /// The registry type, as Seata spells it (`file`, `etcd3`, `zk`, `redis`, `nacos`,

@@ -8,8 +8,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -191,6 +192,137 @@ impl TryFrom<std::net::SocketAddr> for Instance {
     }
 }
 
+/// `instances` sorted by identity (the order of [`InstanceKey`]'s `Ord`), the first
+/// entry of each identity kept, as one shared slice; and how many duplicates were
+/// dropped.
+///
+/// The same result as a stable `sort_by` on the key and a `dedup_by` on the key, at a
+/// fraction of the cost for large lists (a registry snapshot of 10 000 members): each
+/// host's first 16 bytes are packed big-endian into an integer (which orders as the
+/// strings do), the bytes every host shares are skipped, and the next 8 bytes with the
+/// position in the list make one `u128` per instance, sorted as plain integers; only
+/// runs that tie on those 8 bytes are ordered again by the whole key. Ties keep the
+/// list order, so the first of an identity stays first.
+pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize) {
+    fn prefix(key: &InstanceKey) -> u128 {
+        let host = key.host.as_bytes();
+        let mut bytes = [0u8; 16];
+        let n = host.len().min(16);
+        bytes[..n].copy_from_slice(&host[..n]);
+        u128::from_be_bytes(bytes)
+    }
+    let n = instances.len();
+    if n > u32::MAX as usize {
+        // Not a registry's member list; keep the plain path rather than truncate.
+        let mut instances = instances;
+        instances.sort_by(|a, b| a.key.cmp(&b.key));
+        instances.dedup_by(|later, first| later.key == first.key);
+        let dropped = n - instances.len();
+        return (instances.into(), dropped);
+    }
+    let mut ranks: Vec<u128> = instances.iter().map(|i| prefix(&i.key)).collect();
+    // Leading bytes every host shares (`10.` in a 10.0.0.0/8 cluster) tell nothing.
+    let differ = ranks
+        .first()
+        .map_or(0, |&p0| ranks.iter().fold(0u128, |acc, &p| acc | (p ^ p0)));
+    let shared = (differ.leading_zeros() / 8).min(8);
+    for (i, r) in ranks.iter_mut().enumerate() {
+        *r = ((*r << (8 * shared)) >> 64) << 64 | i as u128;
+    }
+    radix_sort_by_top_64(&mut ranks);
+    // Runs that tie on the 8 bytes compared: the whole key decides, then the position.
+    let at = |r: u128| r as u32 as usize;
+    let mut k = 0;
+    while k < ranks.len() {
+        let top = ranks[k] >> 64;
+        let end = k + ranks[k..].iter().take_while(|&&r| r >> 64 == top).count();
+        if end - k > 1 {
+            ranks[k..end].sort_unstable_by(|&a, &b| {
+                instances[at(a)]
+                    .key
+                    .cmp(&instances[at(b)].key)
+                    .then(at(a).cmp(&at(b)))
+            });
+        }
+        k = end;
+    }
+    // Keep the first rank of each identity; the rest are dropped below.
+    let mut keep = vec![false; n];
+    let mut kept: Vec<u32> = Vec::with_capacity(n);
+    let mut last: Option<u128> = None;
+    for &r in &ranks {
+        let duplicate = last
+            .is_some_and(|l| l >> 64 == r >> 64 && instances[at(l)].key == instances[at(r)].key);
+        if !duplicate {
+            keep[at(r)] = true;
+            kept.push(r as u32);
+            last = Some(r);
+        }
+    }
+    drop(ranks);
+    let dropped = n - kept.len();
+    // Move the kept instances out in sorted order straight into the shared slice (one
+    // allocation, no intermediate vector), then drop the duplicates and free the
+    // list's buffer without dropping what was moved.
+    let mut list = std::mem::ManuallyDrop::new(instances);
+    let (base, capacity) = (list.as_mut_ptr(), list.capacity());
+    // SAFETY: every index in `kept` is below `n` and appears once, so each kept
+    // instance is read (moved) exactly once; the buffer is never read again for it.
+    let sorted: Arc<[Instance]> = kept
+        .iter()
+        .map(|&i| unsafe { base.add(i as usize).read() })
+        .collect();
+    for (i, &k) in keep.iter().enumerate() {
+        if !k {
+            // SAFETY: a duplicate was not moved out above; it is dropped once here.
+            unsafe { base.add(i).drop_in_place() };
+        }
+    }
+    // SAFETY: the buffer came from this `Vec` (pointer and capacity unchanged); length 0
+    // so that freeing it drops no element (each was moved out or dropped above).
+    drop(unsafe { Vec::from_raw_parts(base, 0, capacity) });
+    (sorted, dropped)
+}
+
+/// Sorts `ranks` by their top 64 bits, stably (equal tops keep their order): an LSD
+/// radix sort, one pass per byte that is not the same in every rank. On 10 000 ranks
+/// it is several times faster than a comparison sort, whose branches on random keys
+/// mispredict half the time.
+fn radix_sort_by_top_64(ranks: &mut Vec<u128>) {
+    if ranks.len() < 64 {
+        ranks.sort_by_key(|&r| r >> 64);
+        return;
+    }
+    let mut counts = [[0u32; 256]; 8];
+    for &r in ranks.iter() {
+        let top = (r >> 64) as u64;
+        for (d, c) in counts.iter_mut().enumerate() {
+            c[(top >> (8 * d)) as usize & 255] += 1;
+        }
+    }
+    let mut from = std::mem::take(ranks);
+    let mut to = vec![0u128; from.len()];
+    for (d, c) in counts.iter_mut().enumerate() {
+        if c.iter().any(|&k| k as usize == from.len()) {
+            // Every rank has the same byte here: nothing to order.
+            continue;
+        }
+        let mut sum = 0u32;
+        for slot in c.iter_mut() {
+            let k = *slot;
+            *slot = sum;
+            sum += k;
+        }
+        for &r in &from {
+            let slot = &mut c[((r >> 64) as u64 >> (8 * d)) as usize & 255];
+            to[*slot as usize] = r;
+            *slot += 1;
+        }
+        std::mem::swap(&mut from, &mut to);
+    }
+    *ranks = from;
+}
+
 /// Splits `text` into host and port following Seata's rules (brackets optional, last
 /// `:` separates the port). The host is returned raw (not yet validated).
 pub(crate) fn split_host_port(text: &str) -> Result<(&str, u16), RegistryError> {
@@ -254,8 +386,12 @@ fn normalise_host(host: &str) -> Result<String, String> {
             })
             .map_err(|_| format!("`{h}` is not a valid IPv6 address"));
     }
-    if let Ok(ip) = h.parse::<IpAddr>() {
-        return Ok(ip.to_string());
+    if let Ok(v4) = h.parse::<Ipv4Addr>() {
+        // Rust's IPv4 parser takes only the canonical text (four decimal octets, no
+        // leading zeros), so the text is already what `to_string` would render: no
+        // formatting, the most common registry entry's main cost.
+        debug_assert_eq!(v4.to_string(), h);
+        return Ok(h.to_string());
     }
     if h.len() > 253 {
         return Err("host name longer than 253 characters".into());

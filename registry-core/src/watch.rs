@@ -167,15 +167,15 @@ impl WatchHub {
     /// The list is sorted by identity and de-duplicated (the first entry of an identity
     /// wins; later ones are logged). Identical lists are not re-sent. An empty list
     /// replacing a non-empty one is subject to the [`EmptyProtection`] policy.
-    pub fn publish(&self, cluster: &str, mut instances: Vec<Instance>) -> PublishOutcome {
-        instances.sort_by(|a, b| a.key().cmp(b.key()));
-        let before = instances.len();
-        instances.dedup_by(|later, first| later.key() == first.key());
-        if instances.len() != before {
+    pub fn publish(&self, cluster: &str, instances: Vec<Instance>) -> PublishOutcome {
+        // Sorted, de-duplicated (first of each identity kept) and moved into the shared
+        // slice the snapshot holds, ordered through integer ranks (see `sorted_unique`).
+        let (instances, dropped) = crate::instance::sorted_unique(instances);
+        if dropped > 0 {
             tracing::warn!(
                 registry = self.kind,
                 cluster,
-                dropped = before - instances.len(),
+                dropped,
                 "duplicate instances in registry data; kept the first of each address"
             );
         }
@@ -196,7 +196,10 @@ impl WatchHub {
                 return false;
             }
             let revision = cur.revision + 1;
-            *cur = Snapshot::new(std::mem::take(&mut instances), revision);
+            *cur = Snapshot {
+                instances,
+                revision,
+            };
             tracing::debug!(registry = self.kind, cluster, revision, members = cur.len(), "membership changed");
             outcome = PublishOutcome::Changed(revision);
             true

@@ -1,7 +1,6 @@
 //! The balancer a client holds: the current picker behind an `ArcSwap`, rebuilt on
 //! membership change, and the in-flight accounting around every pick.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +8,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use meshline_registry_core::{Instance, InstanceKey};
 
+use crate::change::{JOINED, MembershipChange};
+use crate::index::KeyIndex;
 use crate::picker::EmptyPicker;
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker, StatsRegistry};
 
@@ -17,20 +18,20 @@ pub struct Snapshot {
     endpoints: Arc<[Endpoint]>,
     picker: Arc<dyn Picker>,
     /// Position of each identity in `endpoints`.
-    index: HashMap<InstanceKey, usize>,
+    index: KeyIndex,
+    /// `endpoints` are in strictly ascending identity order and their stats are this
+    /// balancer's registry's: the next update can be merged against them.
+    sorted: bool,
 }
 
 impl Snapshot {
-    fn new(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>) -> Snapshot {
-        let index = endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.key().clone(), i))
-            .collect();
+    fn new(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>, sorted: bool) -> Snapshot {
+        let index = KeyIndex::build(&endpoints);
         Snapshot {
             endpoints,
             picker,
             index,
+            sorted,
         }
     }
 
@@ -38,7 +39,9 @@ impl Snapshot {
     /// server (a broadcast, a call to a named endpoint) that still want its in-flight
     /// count and latency recorded ([`Endpoint::begin`]). O(1).
     pub fn endpoint(&self, key: &InstanceKey) -> Option<&Endpoint> {
-        self.index.get(key).map(|&i| &self.endpoints[i])
+        self.index
+            .get(&self.endpoints, key)
+            .map(|i| &self.endpoints[i])
     }
 
     /// The endpoints, in the order the picker's indices refer to.
@@ -59,6 +62,12 @@ impl Snapshot {
 ///   swaps it in atomically;
 /// - [`pick`](Self::pick) (per request) loads the current picker without locking, asks
 ///   it for an endpoint and returns it with an [`InFlightGuard`].
+///
+/// An update in identity order (as every registry [`meshline_registry_core::Snapshot`]
+/// is) is merged against the previous membership: unchanged endpoints are carried over
+/// as they are, only new identities touch the stats registry, and the algorithm gets
+/// the difference ([`LoadBalance::rebuild`]), so one member joining a cluster of
+/// 10 000 does not cost a rebuild of everything.
 pub struct Balancer {
     lb: Arc<dyn LoadBalance>,
     registry: StatsRegistry,
@@ -80,6 +89,7 @@ impl Balancer {
             current: ArcSwap::from_pointee(Snapshot::new(
                 Arc::from(Vec::new()),
                 Arc::new(EmptyPicker),
+                true,
             )),
         }
     }
@@ -97,23 +107,114 @@ impl Balancer {
     /// Replaces the membership with `instances` (duplicates keep their first
     /// occurrence). Stats of identities already known are kept.
     pub fn update(&self, instances: &[Instance]) {
-        let endpoints = self.registry.endpoints(instances);
-        self.install(endpoints);
+        let previous = self.current.load_full();
+        match self.merge(&previous, instances) {
+            Some((endpoints, from)) => self.install(endpoints, true, &previous, Some(from)),
+            None => {
+                let endpoints = self.registry.endpoints(instances);
+                self.install(endpoints, false, &previous, None);
+            }
+        }
     }
 
     /// Replaces the membership with ready-made endpoints (their stats are used as
     /// given; build them with [`Balancer::stats_registry`] to keep stats across
     /// updates).
     pub fn update_endpoints(&self, endpoints: Vec<Endpoint>) {
-        self.install(endpoints);
+        let previous = self.current.load_full();
+        self.install(endpoints, false, &previous, None);
     }
 
-    fn install(&self, endpoints: Vec<Endpoint>) {
+    /// The endpoints for `instances` merged against the previous (identity-ordered)
+    /// membership, with each one's previous position ([`JOINED`] for a new or changed
+    /// one); `None` when either list is not in strictly ascending identity order.
+    fn merge(
+        &self,
+        previous: &Snapshot,
+        instances: &[Instance],
+    ) -> Option<(Vec<Endpoint>, Vec<u32>)> {
+        if !previous.sorted || previous.endpoints.len() >= JOINED as usize {
+            return None;
+        }
+        let old = &previous.endpoints[..];
+        let mut out = Vec::with_capacity(instances.len());
+        let mut from = Vec::with_capacity(instances.len());
+        let mut stats = None;
+        let mut j = 0;
+        let mut last: Option<&InstanceKey> = None;
+        // Whether the previous instance was found in the old list: then this one, if
+        // found further on, is known to be greater (the old list is strictly ordered)
+        // and the order check's string comparison is skipped.
+        let mut last_found = false;
+        for inst in instances {
+            let key = inst.key();
+            let mut same = None;
+            while let Some(e) = old.get(j) {
+                match e.key().cmp(key) {
+                    std::cmp::Ordering::Less => j += 1,
+                    std::cmp::Ordering::Equal => {
+                        same = Some(e);
+                        j += 1;
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if !(last_found && same.is_some()) && last.is_some_and(|l| l >= key) {
+                return None;
+            }
+            last = Some(key);
+            last_found = same.is_some();
+            match same {
+                Some(e) if e.same_data(inst) => {
+                    out.push(e.clone());
+                    from.push((j - 1) as u32);
+                }
+                Some(e) => {
+                    out.push(Endpoint::with_stats(inst.clone(), e.stats_arc().clone()));
+                    from.push(JOINED);
+                }
+                None => {
+                    let reg = stats.get_or_insert_with(|| self.registry.updating(old.len()));
+                    out.push(Endpoint::with_stats(inst.clone(), reg.stats(key)));
+                    from.push(JOINED);
+                }
+            }
+        }
+        if stats.is_none() {
+            // Nothing new: still prune what earlier updates left behind, as every
+            // update does (a lock and a length check when there is nothing to prune).
+            drop(self.registry.updating(old.len()));
+        }
+        Some((out, from))
+    }
+
+    fn install(
+        &self,
+        endpoints: Vec<Endpoint>,
+        sorted: bool,
+        previous: &Snapshot,
+        from: Option<Vec<u32>>,
+    ) {
         crate::stats::clock::now_nanos();
+        let endpoints: Arc<[Endpoint]> = Arc::from(endpoints);
         let picker = if endpoints.is_empty() {
             Arc::new(EmptyPicker) as Arc<dyn Picker>
         } else {
-            self.lb.build(&endpoints)
+            let from = from.unwrap_or_else(|| carried_over(previous, &endpoints));
+            let joined: Vec<u32> = (0..endpoints.len() as u32)
+                .filter(|&i| from[i as usize] == JOINED)
+                .collect();
+            let mut kept = vec![false; previous.endpoints.len()];
+            for &j in from.iter().filter(|&&j| j != JOINED) {
+                kept[j as usize] = true;
+            }
+            let left: Vec<u32> = (0..kept.len() as u32)
+                .filter(|&j| !kept[j as usize])
+                .collect();
+            self.lb.rebuild(&MembershipChange::new(
+                &endpoints, previous, &from, &joined, &left,
+            ))
         };
         tracing::debug!(
             lb = self.lb.name(),
@@ -121,7 +222,7 @@ impl Balancer {
             "picker rebuilt"
         );
         self.current
-            .store(Arc::new(Snapshot::new(Arc::from(endpoints), picker)));
+            .store(Arc::new(Snapshot::new(endpoints, picker, sorted)));
     }
 
     /// The current snapshot.
@@ -159,6 +260,33 @@ impl Balancer {
             index,
         })
     }
+}
+
+/// Where each of `endpoints` was in `previous` when it is the same endpoint (identity,
+/// instance data and stats), for updates that were not merged. A list naming one
+/// previous endpoint twice (ready-made endpoints with a repeated identity) is reported
+/// as all new, so that algorithms build from scratch.
+fn carried_over(previous: &Snapshot, endpoints: &[Endpoint]) -> Vec<u32> {
+    let mut claimed = vec![false; previous.endpoints.len()];
+    let mut from = Vec::with_capacity(endpoints.len());
+    for e in endpoints {
+        let j = previous
+            .index
+            .get(&previous.endpoints, e.key())
+            .filter(|&j| {
+                let old = &previous.endpoints[j];
+                old.is(e.instance()) && Arc::ptr_eq(old.stats_arc(), e.stats_arc())
+            });
+        match j {
+            Some(j) if claimed[j] => return vec![JOINED; endpoints.len()],
+            Some(j) if j < JOINED as usize => {
+                claimed[j] = true;
+                from.push(j as u32);
+            }
+            _ => from.push(JOINED),
+        }
+    }
+    from
 }
 
 impl fmt::Debug for Balancer {

@@ -23,6 +23,18 @@ pub struct Endpoint {
 struct Inner {
     stats: Arc<EndpointStats>,
     instance: Instance,
+    /// [`hash_key`] of the identity, computed once: the snapshot's key index is rebuilt
+    /// on every membership change without hashing 10 000 strings again.
+    key_hash: u64,
+}
+
+/// The process-wide hash of an identity that [`Endpoint`]s carry (foldhash, seeded at
+/// random once per process: fast on short keys, and not predictable from outside, so
+/// registry data cannot be crafted to collide).
+pub(crate) fn hash_key(key: &InstanceKey) -> u64 {
+    use std::hash::BuildHasher;
+    static STATE: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    STATE.get_or_init(Default::default).hash_one(key)
 }
 
 impl Endpoint {
@@ -36,8 +48,13 @@ impl Endpoint {
 
     /// An endpoint using the given stats.
     pub fn with_stats(instance: Instance, stats: Arc<EndpointStats>) -> Self {
+        let key_hash = hash_key(instance.key());
         Endpoint {
-            inner: Arc::new(Inner { stats, instance }),
+            inner: Arc::new(Inner {
+                stats,
+                instance,
+                key_hash,
+            }),
         }
     }
 
@@ -51,6 +68,29 @@ impl Endpoint {
     #[inline]
     pub fn key(&self) -> &InstanceKey {
         self.inner.instance.key()
+    }
+
+    /// [`hash_key`] of the identity.
+    #[inline]
+    pub(crate) fn key_hash(&self) -> u64 {
+        self.inner.key_hash
+    }
+
+    /// Whether `instance` says exactly what this endpoint's instance says (identity,
+    /// weight, zone, metadata): the endpoint can stand for it unchanged.
+    #[inline]
+    pub(crate) fn is(&self, instance: &Instance) -> bool {
+        self.key() == instance.key() && self.same_data(instance)
+    }
+
+    /// [`is`](Self::is) without the identity (known to be equal): weight, zone and
+    /// metadata.
+    #[inline]
+    pub(crate) fn same_data(&self, instance: &Instance) -> bool {
+        let mine = self.instance();
+        mine.weight() == instance.weight()
+            && mine.zone() == instance.zone()
+            && mine.metadata() == instance.metadata()
     }
 
     /// The registry weight (0 = no new traffic, unless every endpoint has weight 0).

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::{Endpoint, PickRequest};
+use crate::{Endpoint, MembershipChange, PickRequest};
 
 /// A load-balancing algorithm. Builds a [`Picker`] whenever membership changes.
 ///
@@ -19,6 +19,16 @@ pub trait LoadBalance: Send + Sync + 'static {
     /// allocate. The picker keeps whatever it needs (it may clone the endpoints, which
     /// is cheap: one reference count each).
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker>;
+
+    /// The picker for a membership change, given the previous membership and picker
+    /// (what a [`crate::Balancer`] calls). It must pick exactly as
+    /// [`build`](Self::build) over [`MembershipChange::endpoints`] would; it may reuse
+    /// parts of the previous picker (found through [`Picker::as_any`]) so that one
+    /// endpoint joining a large cluster does not cost a whole rebuild. Default:
+    /// `build`.
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        self.build(change.endpoints())
+    }
 
     /// Whether this algorithm's pickers read the group's in-flight total
     /// ([`crate::stats::LoadGroup::in_flight`]) on every pick, as bounded-load hashing
@@ -39,11 +49,18 @@ pub trait Picker: Send + Sync {
     /// endpoint, or `None` when no endpoint is eligible (empty list, everything
     /// excluded).
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize>;
+
+    /// This picker as [`Any`](std::any::Any), for a [`LoadBalance::rebuild`] that
+    /// reuses parts of the picker it built before. Default: `None` (nothing to reuse).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// What most pickers keep: the endpoints and their normalised weights.
 pub(crate) struct Members {
-    pub(crate) endpoints: Box<[Endpoint]>,
+    /// Shared with the [`crate::Snapshot`] when built through a [`crate::Balancer`].
+    pub(crate) endpoints: Arc<[Endpoint]>,
     /// Weights divided by their greatest common divisor; all ones when every weight is
     /// equal or every weight is 0 (Seata ignores weights, and a cluster whose every
     /// weight is 0 is almost certainly misconfigured rather than meant to be idle).
@@ -55,6 +72,11 @@ pub(crate) struct Members {
 
 impl Members {
     pub(crate) fn new(endpoints: &[Endpoint]) -> Members {
+        Members::shared(Arc::from(endpoints))
+    }
+
+    /// Members over `endpoints` without copying the list.
+    pub(crate) fn shared(endpoints: Arc<[Endpoint]>) -> Members {
         let raw: Vec<u32> = endpoints.iter().map(Endpoint::weight).collect();
         let g = raw.iter().copied().fold(0u32, gcd);
         let weights: Box<[u32]> = if g == 0 {
@@ -71,7 +93,7 @@ impl Members {
         let uniform = weights.iter().all(|&w| w == 1);
         let total_weight = weights.iter().map(|&w| u64::from(w)).sum();
         Members {
-            endpoints: endpoints.to_vec().into_boxed_slice(),
+            endpoints,
             weights,
             uniform,
             total_weight,

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::board::{CounterRef, LANES, Page, SMALL_PAGES, Scan, page_min, select_bit};
 use crate::picker::{EmptyPicker, Members, gcd};
-use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// Fewest in-flight requests, weighted, random among ties (Seata name
 /// `LeastActiveLoadBalance`).
@@ -65,6 +65,15 @@ impl LoadBalance for LeastActiveLoadBalance {
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         self.build_with_scan(endpoints, Scan::detect())
     }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        let members = Members::shared(change.endpoints().clone());
+        match self.make_from(members, Scan::detect()) {
+            Some(p) => Arc::new(p),
+            None => Arc::new(EmptyPicker),
+        }
+    }
 }
 
 impl LeastActiveLoadBalance {
@@ -76,17 +85,21 @@ impl LeastActiveLoadBalance {
     }
 
     fn make(&self, endpoints: &[Endpoint], scan: Scan) -> Option<LeastActivePicker> {
-        if endpoints.is_empty() {
+        self.make_from(Members::new(endpoints), scan)
+    }
+
+    fn make_from(&self, members: Members, scan: Scan) -> Option<LeastActivePicker> {
+        if members.len() == 0 {
             return None;
         }
-        let members = Members::new(endpoints);
-        let stats: Box<[Arc<EndpointStats>]> =
-            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
         let weighted = self.weighted && !members.uniform;
-        let view = BoardView::build(&stats, &members.weights, weighted, scan);
-        let counters = stats.iter().map(|s| s.slot().counter_ref()).collect();
+        let view = BoardView::build(&members.endpoints, &members.weights, weighted, scan);
+        let counters = members
+            .endpoints
+            .iter()
+            .map(|e| e.stats().slot().counter_ref())
+            .collect();
         Some(LeastActivePicker {
-            stats,
             counters,
             weighted,
             members,
@@ -96,9 +109,8 @@ impl LeastActiveLoadBalance {
 }
 
 struct LeastActivePicker {
-    /// Keeps every counter in `counters` alive.
-    stats: Box<[Arc<EndpointStats>]>,
-    /// The endpoints' in-flight counters, read one load each by the one-by-one scan.
+    /// The endpoints' in-flight counters, read one load each by the one-by-one scan
+    /// (kept alive by `members`' endpoints, which hold their stats).
     counters: Box<[CounterRef]>,
     weighted: bool,
     members: Members,
@@ -138,19 +150,20 @@ const MAX_WEIGHT_LCM: u64 = 1 << 16;
 
 impl BoardView {
     fn build(
-        stats: &[Arc<EndpointStats>],
+        endpoints: &[Endpoint],
         weights: &[u32],
         weighted: bool,
         scan: Scan,
     ) -> Option<BoardView> {
-        let n = stats.len();
+        let stats = || endpoints.iter().map(Endpoint::stats);
+        let n = endpoints.len();
         if n < MIN_VIEW_ENDPOINTS || scan == Scan::Scalar {
             // Reading lanes one by one through the view is no faster than reading the
             // endpoints one by one.
             return None;
         }
-        let board = stats[0].slot().board();
-        if !stats.iter().all(|s| Arc::ptr_eq(s.slot().board(), board)) {
+        let board = endpoints[0].stats().slot().board();
+        if !stats().all(|s| Arc::ptr_eq(s.slot().board(), board)) {
             return None;
         }
         let lcm = if weighted {
@@ -165,15 +178,26 @@ impl BoardView {
         } else {
             1
         };
-        // Board pages in slot order.
-        let mut page_nos: Vec<u32> = stats.iter().map(|s| s.slot().id() / LANES as u32).collect();
-        page_nos.sort_unstable();
-        page_nos.dedup();
+        // Board pages in slot order: each used page number's rank among the used ones,
+        // by a table over page numbers (slots are dense: the board hands out the
+        // lowest free one), not a sort and a binary search per endpoint.
+        let ids: Vec<u32> = stats().map(|s| s.slot().id()).collect();
+        // (The table has one entry per 64 slots of the board, which holds only this
+        // balancer's endpoints and those still draining.)
+        let last_page = ids.iter().max().map_or(0, |&id| id as usize / LANES);
+        let mut rank = vec![u32::MAX; last_page + 1];
+        for &id in &ids {
+            rank[id as usize / LANES] = 0;
+        }
+        let mut p = 0usize;
+        for r in rank.iter_mut().filter(|r| **r == 0) {
+            *r = p as u32;
+            p += 1;
+        }
         // Sparse layouts (a few endpoints per page) are cheaper to read one by one.
-        if page_nos.len() > n / MIN_VIEW_ENDPOINTS + 1 {
+        if p > n / MIN_VIEW_ENDPOINTS + 1 {
             return None;
         }
-        let p = page_nos.len();
         let mut pages: Vec<Option<Arc<Page>>> = vec![None; p];
         let mut member = vec![0u64; p];
         let mut veto = vec![[u32::MAX; LANES]; p];
@@ -183,11 +207,12 @@ impl BoardView {
         } else {
             Vec::new()
         };
-        for (i, s) in stats.iter().enumerate() {
-            let id = s.slot().id();
-            let pg = page_nos.binary_search(&(id / LANES as u32)).ok()?;
+        for (i, (s, &id)) in stats().zip(&ids).enumerate() {
+            let pg = rank[id as usize / LANES] as usize;
             let lane = id as usize % LANES;
-            pages[pg].get_or_insert_with(|| s.slot().page().clone());
+            if pages[pg].is_none() {
+                pages[pg] = Some(s.slot().page().clone());
+            }
             if weights[i] == 0 {
                 continue;
             }
@@ -419,7 +444,7 @@ impl LeastActivePicker {
             if !ok(i) {
                 continue;
             }
-            // SAFETY: `self.stats` keeps every counter alive.
+            // SAFETY: `self.members` keeps every counter alive.
             let load = u64::from(unsafe { c.load() });
             let wi = weight(i);
             if wi == 0 {
@@ -485,7 +510,7 @@ impl LeastActivePicker {
         let mut len = 0usize;
         let mut min = u64::MAX;
         for (i, &c) in self.counters.iter().enumerate() {
-            // SAFETY: `self.stats` keeps every counter alive.
+            // SAFETY: `self.members` keeps every counter alive.
             let load = u64::from(unsafe { c.load() });
             if load < min {
                 min = load;
@@ -519,7 +544,7 @@ impl Picker for LeastActivePicker {
         }
         match (all, self.weighted, self.members.uniform) {
             // Equal weights, nothing excluded: the common case.
-            (true, _, true) if self.stats.len() <= TIE_BUFFER => self.select_uniform(),
+            (true, _, true) if self.counters.len() <= TIE_BUFFER => self.select_uniform(),
             (true, _, true) => self.select(|_| true, |_| 1),
             (true, true, false) => self.select(|_| true, |i| u64::from(w[i])),
             (true, false, false) => self.select(|_| true, |i| u64::from(w[i].min(1))),
@@ -536,181 +561,4 @@ impl Picker for LeastActivePicker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{InFlightGuard, StatsRegistry};
-    use meshline_registry_core::Instance;
-
-    fn scans() -> Vec<Scan> {
-        [Scan::Scalar, Scan::Avx2, Scan::Avx512]
-            .into_iter()
-            .filter(|s| *s <= Scan::supported())
-            .collect()
-    }
-
-    /// Every scan width, every page layout (one page, the in-register pages, the
-    /// per-page path, the reservoir beyond 32 pages), with identities on the board that
-    /// the picker must not choose (they carry no load, so a scan that let them through
-    /// would pick them): only least-loaded endpoints are picked, and ties are shared.
-    #[test]
-    fn every_scan_picks_only_the_least_loaded_and_shares_ties() {
-        let mut rng = fastrand::Rng::with_seed(11);
-        for n in [
-            8usize, 9, 63, 64, 65, 100, 128, 200, 256, 257, 300, 1000, 2100,
-        ] {
-            for (mode, weighted) in [("uniform", false), ("weighted", true), ("fewest", true)] {
-                let reg = StatsRegistry::new();
-                let all: Vec<Instance> = (0..n + n / 4)
-                    .map(|i| {
-                        let inst =
-                            Instance::parse(&format!("10.1.{}.{}:8091", i / 250, i % 250)).unwrap();
-                        // Weight 0 on a few: never chosen while others are eligible.
-                        let w = if weighted { [1, 2, 3, 0, 2][i % 5] } else { 1 };
-                        inst.with_weight(w)
-                    })
-                    .collect();
-                let eps = reg.endpoints(&all);
-                let members: Vec<Endpoint> = eps
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % 5 != 2)
-                    .map(|(_, e)| e.clone())
-                    .collect();
-                let mut held: Vec<InFlightGuard> = Vec::new();
-                for e in &members {
-                    for _ in 0..rng.u32(1..4) {
-                        held.push(e.begin());
-                    }
-                }
-                let lb = match mode {
-                    "fewest" => LeastActiveLoadBalance::unweighted("FewestRequests"),
-                    _ => LeastActiveLoadBalance::new(),
-                };
-                let key = |i: usize| -> (u64, u64) {
-                    let w = u64::from(members[i].weight());
-                    let w = if mode == "weighted" { w } else { w.min(1) };
-                    (members[i].stats().in_flight(), w)
-                };
-                let better = |a: (u64, u64), b: (u64, u64)| a.0 * b.1 < b.0 * a.1;
-                let eligible: Vec<usize> = (0..members.len()).filter(|&i| key(i).1 > 0).collect();
-                let best = eligible
-                    .iter()
-                    .copied()
-                    .fold(None::<usize>, |b, i| match b {
-                        Some(b) if !better(key(i), key(b)) => Some(b),
-                        _ => Some(i),
-                    })
-                    .unwrap();
-                let ties: Vec<usize> = eligible
-                    .iter()
-                    .copied()
-                    .filter(|&i| !better(key(best), key(i)))
-                    .collect();
-                for scan in scans() {
-                    let mut picker = lb.make(&members, scan).unwrap();
-                    let req = PickRequest::default();
-                    if scan != Scan::Scalar {
-                        let view = picker.view.as_mut().expect("a board view");
-                        if mode == "weighted" {
-                            // Above the cap the view declines and the exact scan answers.
-                            let cap = view.cap;
-                            view.cap = 1;
-                            assert_eq!(view.pick::<true>(), None);
-                            let i = picker.pick(&req).unwrap();
-                            assert!(ties.contains(&i), "n={n} over the cap: picked {i}");
-                            picker.view.as_mut().unwrap().cap = cap;
-                        }
-                    } else {
-                        assert!(picker.view.is_none());
-                    }
-                    let rounds = 200 * ties.len().min(50);
-                    let mut hits = vec![0usize; members.len()];
-                    for _ in 0..rounds {
-                        // The view itself must answer (no silent fallback).
-                        let i = match (&picker.view, picker.weighted) {
-                            (Some(view), true) => view.pick::<true>(),
-                            (Some(view), false) => view.pick::<false>(),
-                            (None, _) => picker.pick(&req),
-                        };
-                        let i = i.unwrap_or_else(|| panic!("n={n} {mode} {scan:?}: no pick"));
-                        assert_eq!(picker.pick(&req).map(|j| ties.contains(&j)), Some(true));
-                        hits[i] += 1;
-                    }
-                    for (i, &h) in hits.iter().enumerate() {
-                        assert!(
-                            h == 0 || ties.contains(&i),
-                            "n={n} {mode} {scan:?}: picked {i} {:?}, best {:?}",
-                            key(i),
-                            key(best)
-                        );
-                    }
-                    if ties.len() <= 50 {
-                        let expect = rounds / ties.len();
-                        for &t in &ties {
-                            assert!(
-                                hits[t] > expect / 2 && hits[t] < expect * 2,
-                                "n={n} {mode} {scan:?}: tie {t} got {} of {rounds}, expected ~{expect}",
-                                hits[t]
-                            );
-                        }
-                    }
-                }
-                drop(held);
-            }
-        }
-    }
-
-    /// Threads picking through the board scan while guards end on other threads and the
-    /// membership churns: every count returns to zero.
-    #[test]
-    fn concurrent_picks_and_churn_leave_no_count_behind() {
-        use crate::Balancer;
-        use std::sync::mpsc;
-        let all: Vec<Instance> = (0..150)
-            .map(|i| Instance::parse(&format!("10.2.{}.{}:8091", i / 250, i % 250)).unwrap())
-            .collect();
-        let balancer = Arc::new(Balancer::new(Arc::new(LeastActiveLoadBalance::new())));
-        balancer.update(&all);
-        let (tx, rx) = mpsc::channel::<InFlightGuard>();
-        let ender = std::thread::spawn(move || {
-            for g in rx {
-                drop(g);
-            }
-        });
-        let workers: Vec<_> = (0..3)
-            .map(|t| {
-                let balancer = balancer.clone();
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    let mut held = Vec::new();
-                    for i in 0..20_000usize {
-                        let p = balancer.pick(&PickRequest::default()).unwrap();
-                        let (_, g) = p.into_parts();
-                        match (i + t) % 3 {
-                            0 => drop(g),
-                            1 => tx.send(g).unwrap(),
-                            _ => held.push(g),
-                        }
-                        if held.len() > 64 {
-                            held.clear();
-                        }
-                    }
-                })
-            })
-            .collect();
-        for k in 0..200 {
-            let n = 20 + (k * 7) % 130;
-            balancer.update(&all[..n]);
-        }
-        for w in workers {
-            w.join().unwrap();
-        }
-        drop(tx);
-        ender.join().unwrap();
-        balancer.update(&all);
-        for e in balancer.endpoints().iter() {
-            assert_eq!(e.stats().in_flight(), 0, "{e}");
-        }
-        assert_eq!(balancer.stats_registry().group().in_flight(), 0);
-    }
-}
+mod tests;

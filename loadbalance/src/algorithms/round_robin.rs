@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::picker::{EmptyPicker, FastMod, Members};
-use crate::{Endpoint, LoadBalance, PickRequest, Picker};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// Longest weighted cycle precomputed; larger weight sums are scaled down.
 const MAX_SLOTS: u64 = 1 << 20;
@@ -46,7 +46,20 @@ impl LoadBalance for RoundRobinLoadBalance {
         if endpoints.is_empty() {
             return Arc::new(EmptyPicker);
         }
-        let members = Members::new(endpoints);
+        self.picker(Members::new(endpoints))
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        if change.endpoints().is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        self.picker(Members::shared(change.endpoints().clone()))
+    }
+}
+
+impl RoundRobinLoadBalance {
+    fn picker(&self, members: Members) -> Arc<dyn Picker> {
         let slots: Box<[u32]> = if members.uniform {
             Box::new([])
         } else {

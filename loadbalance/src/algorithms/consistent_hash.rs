@@ -16,9 +16,10 @@
 use std::sync::Arc;
 
 use crate::algorithms::java_ring::{JavaRing, SEATA_DEFAULT_VIRTUAL_NODES};
-use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
+use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
+use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring, identity_hashes, point_counts};
 use crate::picker::{EmptyPicker, Members};
-use crate::{Endpoint, LoadBalance, PickRequest, Picker, hash};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker, hash};
 
 /// How [`ConsistentHashLoadBalance`] hashes keys and places endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,9 +56,23 @@ impl HashMode {
 
 /// Consistent hashing on the request's routing key (Seata name
 /// `ConsistentHashLoadBalance`).
-#[derive(Debug, Clone, Copy, Default)]
+///
+/// In [`HashMode::Fast`], rings of [`PAGED_MIN_POINTS`] points and more (about 820
+/// endpoints) are paged: a [`crate::Balancer`] update in which a few endpoints join or
+/// leave rewrites only the pages their points fall in (see
+/// [`LoadBalance::rebuild`]); every key maps to the same endpoint as on a ring built
+/// afresh.
+#[derive(Debug, Clone, Copy)]
 pub struct ConsistentHashLoadBalance {
     mode: HashMode,
+    /// Fast rings of at least this many points are paged.
+    paged_from: u64,
+}
+
+impl Default for ConsistentHashLoadBalance {
+    fn default() -> Self {
+        ConsistentHashLoadBalance::with_mode(HashMode::default())
+    }
 }
 
 impl ConsistentHashLoadBalance {
@@ -69,21 +84,66 @@ impl ConsistentHashLoadBalance {
     /// Seata-Java's ring with `virtual_nodes` points per endpoint (Seata default 10;
     /// 0 is read as 1).
     pub fn java(virtual_nodes: u32) -> Self {
-        ConsistentHashLoadBalance {
-            mode: HashMode::Java {
-                virtual_nodes: virtual_nodes.max(1),
-            },
-        }
+        ConsistentHashLoadBalance::with_mode(HashMode::Java {
+            virtual_nodes: virtual_nodes.max(1),
+        })
     }
 
     /// A balancer with the given mode.
     pub fn with_mode(mode: HashMode) -> Self {
-        ConsistentHashLoadBalance { mode }
+        ConsistentHashLoadBalance {
+            mode,
+            paged_from: PAGED_MIN_POINTS,
+        }
     }
 
     /// The mode.
     pub fn mode(&self) -> HashMode {
         self.mode
+    }
+
+    /// Pages fast rings from `points` points on (tests: paged rings of a few
+    /// endpoints).
+    #[cfg(test)]
+    pub(crate) fn paged_from(mut self, points: u64) -> Self {
+        self.paged_from = points;
+        self
+    }
+
+    /// The fast-mode picker over `members`, updated from `previous` (a paged ring and
+    /// the change since it) when that is possible.
+    fn fast(
+        &self,
+        members: Members,
+        per_weight: u32,
+        previous: Option<(&PagedRing, &MembershipChange<'_>)>,
+    ) -> Arc<dyn Picker> {
+        let (counts, _) = point_counts(&members, per_weight);
+        let total: u64 = counts.iter().sum();
+        if total < self.paged_from {
+            return Arc::new(RingPicker {
+                ring: Ring::with_counts(&members, &counts),
+                members,
+                key: RingKey::Request,
+            });
+        }
+        let updated = previous.and_then(|(ring, change)| {
+            ring.update(
+                &members,
+                |i| change.previous_index(i),
+                change.left(),
+                &counts,
+            )
+        });
+        let ring = match updated {
+            Some(ring) => ring,
+            None => PagedRing::build(&members, identity_hashes(&members), counts),
+        };
+        Arc::new(RingPicker {
+            ring,
+            members,
+            key: RingKey::Request,
+        })
     }
 }
 
@@ -98,16 +158,30 @@ impl LoadBalance for ConsistentHashLoadBalance {
         }
         let members = Members::new(endpoints);
         match self.mode {
-            HashMode::Fast { points_per_weight } => Arc::new(RingPicker {
-                ring: Ring::build(&members, points_per_weight),
-                members,
-                key: RingKey::Request,
-            }),
+            HashMode::Fast { points_per_weight } => self.fast(members, points_per_weight, None),
             HashMode::Java { virtual_nodes } => Arc::new(JavaRingPicker {
                 ring: JavaRing::build(&members, virtual_nodes.max(1)),
                 members,
             }),
         }
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        let HashMode::Fast { points_per_weight } = self.mode else {
+            return self.build(change.endpoints());
+        };
+        if change.endpoints().is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        let members = Members::shared(change.endpoints().clone());
+        let previous = change
+            .previous()
+            .picker()
+            .as_any()
+            .and_then(|p| p.downcast_ref::<RingPicker<PagedRing>>())
+            .map(|p| (&p.ring, change));
+        self.fast(members, points_per_weight, previous)
     }
 }
 
@@ -120,13 +194,43 @@ pub(crate) enum RingKey {
     Source,
 }
 
-pub(crate) struct RingPicker {
-    pub(crate) ring: Ring,
+/// What a [`RingPicker`] needs of its ring: the flat [`Ring`] or the [`PagedRing`].
+pub(crate) trait RingLookup: Send + Sync + 'static {
+    /// The endpoint for the key hash `h`.
+    fn node(&self, h: u64) -> usize;
+    /// The first endpoint from `h` on that `ok` accepts.
+    fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize>;
+}
+
+impl RingLookup for Ring {
+    #[inline]
+    fn node(&self, h: u64) -> usize {
+        Ring::node(self, h)
+    }
+    #[inline]
+    fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize> {
+        Ring::walk(self, h, ok)
+    }
+}
+
+impl RingLookup for PagedRing {
+    #[inline]
+    fn node(&self, h: u64) -> usize {
+        PagedRing::node(self, h)
+    }
+    #[inline]
+    fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize> {
+        PagedRing::walk(self, h, ok)
+    }
+}
+
+pub(crate) struct RingPicker<R = Ring> {
+    pub(crate) ring: R,
     pub(crate) members: Members,
     pub(crate) key: RingKey,
 }
 
-impl RingPicker {
+impl<R> RingPicker<R> {
     #[inline]
     fn point(&self, req: &PickRequest<'_>) -> u64 {
         let h = match (self.key, req.source()) {
@@ -140,7 +244,7 @@ impl RingPicker {
     }
 }
 
-impl Picker for RingPicker {
+impl<R: RingLookup> Picker for RingPicker<R> {
     #[inline]
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
         let h = self.point(req);
@@ -148,6 +252,10 @@ impl Picker for RingPicker {
             return Some(self.ring.node(h));
         }
         self.ring.walk(h, |i| self.members.eligible(i, req))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 
@@ -167,5 +275,86 @@ impl Picker for JavaRingPicker {
         };
         self.ring
             .walk(h, |i| !req.is_excluded(i, &self.members.endpoints[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Balancer;
+    use meshline_registry_core::Instance;
+
+    fn paged(b: &Balancer) -> Arc<dyn Picker> {
+        b.snapshot().picker().clone()
+    }
+
+    /// A balancer fed membership after membership (endpoints joining, leaving, changing
+    /// weight) picks exactly as one built afresh for each, and most updates reuse the
+    /// previous ring's pages.
+    #[test]
+    fn an_updated_balancer_picks_as_a_fresh_one() {
+        let lb = Arc::new(ConsistentHashLoadBalance::new().paged_from(0));
+        let updated = Balancer::new(lb.clone());
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut ids: Vec<(u32, u32)> = (0..120).map(|i| (i * 7, 1)).collect();
+        let mut reused = 0;
+        for step in 0..30 {
+            match step % 3 {
+                0 => ids.push((rng.u32(1000..60_000), 1)),
+                1 => {
+                    let k = rng.usize(..ids.len());
+                    ids.swap_remove(k);
+                }
+                _ => {
+                    let k = rng.usize(..ids.len());
+                    ids[k].1 = if step % 2 == 0 { 1 } else { 3 };
+                }
+            }
+            let mut list: Vec<Instance> = ids
+                .iter()
+                .map(|&(i, w)| {
+                    Instance::parse(&format!("10.7.{}.{}:8091", i / 256 % 256, i % 256))
+                        .unwrap()
+                        .with_weight(w)
+                })
+                .collect();
+            list.sort_by(|a, b| a.key().cmp(b.key()));
+            let before = paged(&updated);
+            updated.update(&list);
+            let after = paged(&updated);
+            let fresh = Balancer::new(lb.clone());
+            fresh.update(&list);
+            let ring = |p: &Arc<dyn Picker>| {
+                p.as_any()
+                    .and_then(|a| a.downcast_ref::<RingPicker<PagedRing>>())
+                    .map(|r| &r.ring as *const PagedRing)
+            };
+            if let (Some(a), Some(b)) = (ring(&before), ring(&after)) {
+                // SAFETY: both pickers are alive (held above).
+                if unsafe { (*b).shares_pages_with(&*a) } {
+                    reused += 1;
+                }
+            }
+            for k in 0..3000u64 {
+                let req = PickRequest::default().with_hash(hash::mix64(k + step));
+                let a = updated.pick(&req).unwrap();
+                let b = fresh.pick(&req).unwrap();
+                assert_eq!(
+                    a.endpoint().key(),
+                    b.endpoint().key(),
+                    "step {step} key {k}"
+                );
+                let skip = [a.endpoint().key().clone()];
+                let req = req.excluding(&skip);
+                let a = updated.pick(&req).unwrap();
+                let b = fresh.pick(&req).unwrap();
+                assert_eq!(
+                    a.endpoint().key(),
+                    b.endpoint().key(),
+                    "step {step} key {k}"
+                );
+            }
+        }
+        assert!(reused >= 20, "only {reused} of 30 updates reused pages");
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod java_ring;
 pub(crate) mod jump;
 pub(crate) mod least_active;
 pub(crate) mod p2c;
+pub(crate) mod paged_ring;
 pub(crate) mod random;
 pub(crate) mod ring;
 pub(crate) mod round_robin;

@@ -39,48 +39,106 @@ pub(crate) struct Ring {
 fn for_points(bases: &[u64], counts: &[u64], mut f: impl FnMut(u32, u32)) {
     for (i, &base) in bases.iter().enumerate() {
         for p in 0..counts[i] {
-            f(
-                (mix64(base.wrapping_add(p.wrapping_mul(GOLDEN))) >> 32) as u32,
-                i as u32,
-            );
+            f(point_hash(base, p), i as u32);
         }
     }
+}
+
+/// Points of each endpoint: its (normalised) weight times `per_weight`, scaled down
+/// proportionally when the ring would exceed [`MAX_POINTS`] (then `true`), at least one
+/// for a positive weight, none for weight 0.
+pub(crate) fn point_counts(members: &Members, per_weight: u32) -> (Vec<u64>, bool) {
+    let per_weight = u64::from(per_weight.max(1));
+    let wanted: u64 = members.total_weight * per_weight;
+    let scale = if wanted > MAX_POINTS {
+        MAX_POINTS as f64 / wanted as f64
+    } else {
+        1.0
+    };
+    let counts = members
+        .weights
+        .iter()
+        .map(|&w| point_count(w, per_weight, scale))
+        .collect();
+    (counts, scale != 1.0)
+}
+
+/// One endpoint's share of [`point_counts`].
+#[inline]
+pub(crate) fn point_count(weight: u32, per_weight: u64, scale: f64) -> u64 {
+    if weight == 0 {
+        0
+    } else {
+        ((u64::from(weight) * per_weight) as f64 * scale).max(1.0) as u64
+    }
+}
+
+/// XXH3 of each endpoint's identity text (`host:port`, `[v6]:port`: the
+/// [`InstanceKey`](meshline_registry_core::InstanceKey) `Display`), the base its ring
+/// points derive from.
+pub(crate) fn identity_hashes(members: &Members) -> Vec<u64> {
+    let mut text = String::with_capacity(64);
+    members
+        .endpoints
+        .iter()
+        .map(|ep| identity_hash(ep.key(), &mut text))
+        .collect()
+}
+
+/// XXH3 of `key`'s `Display` text, written into `text` by hand (the formatting
+/// machinery costs more than the hash on a 10 000-endpoint build).
+pub(crate) fn identity_hash(key: &meshline_registry_core::InstanceKey, text: &mut String) -> u64 {
+    text.clear();
+    let v6 = key.host.contains(':');
+    if v6 {
+        text.push('[');
+    }
+    text.push_str(&key.host);
+    if v6 {
+        text.push(']');
+    }
+    text.push(':');
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut port = key.port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (port % 10) as u8;
+        port /= 10;
+        if port == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        text.push(char::from(d));
+    }
+    key_hash(text.as_bytes())
+}
+
+/// The hash of point `p` of an endpoint whose identity hashes to `base`.
+#[inline]
+pub(crate) fn point_hash(base: u64, p: u64) -> u32 {
+    (mix64(base.wrapping_add(p.wrapping_mul(GOLDEN))) >> 32) as u32
 }
 
 impl Ring {
     /// A ring over `members` with `per_weight` points per (normalised) weight unit.
     /// Endpoints with weight 0 get no points.
     pub(crate) fn build(members: &Members, per_weight: u32) -> Ring {
-        let per_weight = u64::from(per_weight.max(1));
-        let wanted: u64 = members.total_weight * per_weight;
-        let scale = if wanted > MAX_POINTS {
-            MAX_POINTS as f64 / wanted as f64
-        } else {
-            1.0
-        };
-        let counts: Vec<u64> = members
-            .weights
-            .iter()
-            .map(|&w| {
-                if w == 0 {
-                    0
-                } else {
-                    ((u64::from(w) * per_weight) as f64 * scale).max(1.0) as u64
-                }
-            })
-            .collect();
+        let (counts, _) = point_counts(members, per_weight);
+        Ring::with_counts(members, &counts)
+    }
+
+    /// A ring of `counts[i]` points for endpoint `i` ([`point_counts`]).
+    pub(crate) fn with_counts(members: &Members, counts: &[u64]) -> Ring {
         // Each endpoint's identity is hashed once; its points are cheap to regenerate,
         // so the counting sort generates them twice instead of storing an unsorted copy.
-        let bases: Vec<u64> = members
-            .endpoints
-            .iter()
-            .map(|ep| key_hash(ep.key().to_string().as_bytes()))
-            .collect();
-        Ring::from_bases(members, &bases, &counts)
+        let bases = identity_hashes(members);
+        Ring::from_bases(members, &bases, counts)
     }
 
     /// The ring of `counts[i]` points derived from `bases[i]` for each endpoint.
-    fn from_bases(members: &Members, bases: &[u64], counts: &[u64]) -> Ring {
+    pub(crate) fn from_bases(members: &Members, bases: &[u64], counts: &[u64]) -> Ring {
         let total = counts.iter().sum::<u64>() as usize;
         // About two points per bucket.
         let bits = (usize::BITS - total.max(4).leading_zeros() - 2).clamp(1, 24);
@@ -157,6 +215,12 @@ impl Ring {
             i += 1;
         }
         if i == self.points.len() { 0 } else { i }
+    }
+
+    /// The hash of the point at `pos` (for tests).
+    #[cfg(test)]
+    pub(crate) fn hash_at(&self, pos: usize) -> u32 {
+        (self.points[pos] >> 32) as u32
     }
 
     /// The endpoint index of the point at `pos`.

@@ -1,0 +1,545 @@
+//! The fast consistent-hash ring of a large cluster, kept in pages so that a membership
+//! change rewrites only the pages it touches.
+//!
+//! The same points as the flat [`Ring`](super::ring::Ring) (`point_hash(base, p)` for
+//! each endpoint's `p`-th point), the same order (hash, then endpoint identity on a
+//! tie) and so the same answer for every key. What differs is the layout: the points
+//! are split by the top bits of their hash into pages of a few hundred, each with its
+//! own lookup table, shared between successive rings (`Arc`). A point names a *node*,
+//! a number that stays with an endpoint while it is a member, and the ring maps nodes
+//! to the current endpoint indices; so when one endpoint joins a cluster of 10 000, the
+//! indices of half the others shift without a point changing, and only the ~160 pages
+//! receiving the newcomer's points are rewritten (a fresh ring of 1.6 million points
+//! is 12.8 MB: copying it alone would take longer than the whole update should).
+//!
+//! Building from scratch is also cheaper than the flat ring's at this size: points are
+//! scattered into pages a few kilobytes each, and each page is counting-sorted while it
+//! sits in the L1 cache.
+
+use std::sync::Arc;
+
+use super::ring::{identity_hash, point_hash};
+use crate::picker::Members;
+
+/// Rings of at least this many points are paged (about 820 endpoints at the default
+/// 160 points each); smaller ones are flat, rebuilt in well under a millisecond, and
+/// one load shorter per pick.
+pub(crate) const PAGED_MIN_POINTS: u64 = 1 << 17;
+
+/// Points per page aimed at by a fresh build.
+const PAGE_POINTS: u64 = 512;
+
+/// Lookup-table bits per page (256 buckets, about two points each).
+const LUT_BITS: u32 = 8;
+const LUT_MASK: usize = (1 << LUT_BITS) - 1;
+
+/// Marks a node number no endpoint holds.
+const FREE: u32 = u32::MAX;
+
+/// Bits of the counting sort that orders a fresh page (two buckets per lookup bucket).
+const SORT_BITS: u32 = LUT_BITS + 1;
+
+/// Buffers a fresh build reuses from page to page.
+#[derive(Default)]
+struct Scratch {
+    starts: Vec<u32>,
+    points: Vec<u64>,
+}
+
+/// Points and lookup tables of one or more pages: a fresh build makes one block for
+/// all its pages (one allocation each, written once), an update one per rewritten page.
+struct Block {
+    /// Per page, sorted `hash << 32 | node`, ties in endpoint identity order.
+    points: Box<[u64]>,
+    /// Per page, `1 << LUT_BITS` + 1 entries: `lut[b]` is the first point (counted
+    /// from the page's start) whose hash bits below the page's own start at or after
+    /// bucket `b`; the last entry is the page's number of points.
+    luts: Box<[u32]>,
+}
+
+/// One page: where its points and its lookup table are in a shared [`Block`].
+#[derive(Clone)]
+struct Page {
+    block: Arc<Block>,
+    start: u32,
+    len: u32,
+    lut: u32,
+}
+
+impl Page {
+    #[inline]
+    fn points(&self) -> &[u64] {
+        &self.block.points[self.start as usize..(self.start + self.len) as usize]
+    }
+
+    #[inline]
+    fn lut(&self) -> &[u32] {
+        &self.block.luts[self.lut as usize..self.lut as usize + LUT_MASK + 2]
+    }
+}
+
+pub(crate) struct PagedRing {
+    /// Cloned whole on an update: the fresh build's pages share one block, so that is
+    /// a few thousand increments of one reference count.
+    pages: Box<[Page]>,
+    /// `32 - page bits`.
+    page_shift: u32,
+    /// `page_shift - LUT_BITS`.
+    lut_shift: u32,
+    /// Endpoint index of each node ([`FREE`] for an unused number).
+    index_of: Box<[u32]>,
+    /// Node of each endpoint.
+    node_of: Box<[u32]>,
+    /// Per node: the identity hash its points derive from, and its number of points.
+    bases: Box<[u64]>,
+    counts: Box<[u64]>,
+    len: usize,
+    /// The number of points the page geometry was chosen for.
+    planned: usize,
+}
+
+impl PagedRing {
+    /// A fresh ring of `counts[i]` points per endpoint `i` of `members`, derived from
+    /// `bases[i]`; node `i` is endpoint `i`.
+    pub(crate) fn build(members: &Members, bases: Vec<u64>, counts: Vec<u64>) -> PagedRing {
+        let total = counts.iter().sum::<u64>();
+        let page_bits = (total / PAGE_POINTS)
+            .max(2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(1, 32 - SORT_BITS);
+        let page_shift = 32 - page_bits;
+        let n_pages = 1usize << page_bits;
+        fn each(bases: &[u64], counts: &[u64], mut f: impl FnMut(u32, u64)) {
+            for (node, (&base, &count)) in bases.iter().zip(counts).enumerate() {
+                for p in 0..count {
+                    let h = point_hash(base, p);
+                    f(h, u64::from(h) << 32 | node as u64);
+                }
+            }
+        }
+        // Points are generated twice (cheap arithmetic) rather than stored twice: once
+        // to count each page's points, once to write each where its page starts in one
+        // buffer, the only large memory the build writes.
+        let mut next = vec![0u32; n_pages + 1];
+        each(&bases, &counts, |h, _| {
+            next[(h >> page_shift) as usize + 1] += 1
+        });
+        let mut sum = 0u32;
+        for slot in next.iter_mut() {
+            sum += *slot;
+            *slot = sum;
+        }
+        let starts = next.clone();
+        // Written slot by slot, without zeroing it first (a 12.8 MB memset for 10 000
+        // endpoints).
+        let mut points: Vec<u64> = Vec::with_capacity(total as usize);
+        let spare = &mut points.spare_capacity_mut()[..total as usize];
+        each(&bases, &counts, |h, point| {
+            let slot = &mut next[(h >> page_shift) as usize];
+            spare[*slot as usize].write(point);
+            *slot += 1;
+        });
+        // SAFETY: the pages' ranges `starts[p]..starts[p + 1]` partition `0..total`, and
+        // each page's slots were written once each above (its count was counted from
+        // the same points), so all `total` elements are initialised.
+        unsafe { points.set_len(total as usize) };
+        let mut points = points.into_boxed_slice();
+        let index_of: Box<[u32]> = (0..members.len() as u32).collect();
+        let lut_shift = page_shift - LUT_BITS;
+        let mut luts = vec![0u32; n_pages * (LUT_MASK + 2)].into_boxed_slice();
+        let mut scratch = Scratch::default();
+        for (p, lut) in luts.chunks_exact_mut(LUT_MASK + 2).enumerate() {
+            let page = &mut points[starts[p] as usize..starts[p + 1] as usize];
+            sort_page(page, lut, lut_shift, members, &index_of, &mut scratch);
+        }
+        let block = Arc::new(Block { points, luts });
+        let pages = (0..n_pages)
+            .map(|p| Page {
+                block: block.clone(),
+                start: starts[p],
+                len: starts[p + 1] - starts[p],
+                lut: (p * (LUT_MASK + 2)) as u32,
+            })
+            .collect();
+        PagedRing {
+            pages,
+            page_shift,
+            lut_shift,
+            node_of: index_of.clone(),
+            index_of,
+            bases: bases.into_boxed_slice(),
+            counts: counts.into_boxed_slice(),
+            len: total as usize,
+            planned: total as usize,
+        }
+    }
+
+    /// This ring updated for a membership change, or `None` when the change is not one
+    /// a few pages can absorb (then build afresh): `from[i]` is new endpoint `i`'s index
+    /// in the previous membership if it is unchanged there, `left` the previous
+    /// endpoints that are gone (or changed), `counts` every new endpoint's points.
+    pub(crate) fn update(
+        &self,
+        members: &Members,
+        from: impl Fn(usize) -> Option<usize>,
+        left: impl ExactSizeIterator<Item = usize>,
+        counts: &[u64],
+    ) -> Option<PagedRing> {
+        let n = members.len();
+        if counts.len() != n {
+            return None;
+        }
+        let n_left = left.len();
+        // Large changes are cheaper rebuilt.
+        let n_joined = (n + n_left).saturating_sub(self.node_of.len());
+        if n_left > n / 8 + 16 || n_joined > n / 8 + 16 {
+            return None;
+        }
+        // Removed nodes, and their numbers for reuse (lowest first).
+        let mut removed = vec![false; self.index_of.len()];
+        let mut free: Vec<u32> = left
+            .map(|j| {
+                let node = self.node_of[j];
+                removed[node as usize] = true;
+                node
+            })
+            .collect();
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        let mut index_of = self.index_of.to_vec();
+        let mut bases = self.bases.to_vec();
+        let mut node_counts = self.counts.to_vec();
+        for &node in &free {
+            index_of[node as usize] = FREE;
+            node_counts[node as usize] = 0;
+        }
+        let mut node_of = Vec::with_capacity(n);
+        let mut joined: Vec<u32> = Vec::new();
+        let mut text = String::new();
+        for (i, &count) in counts.iter().enumerate().take(n) {
+            let node = match from(i) {
+                Some(j) => {
+                    // An unchanged endpoint keeps its points only if it keeps their
+                    // number (the weights' gcd and the ring's scale did not change).
+                    let node = self.node_of[j];
+                    if count != self.counts[node as usize] {
+                        return None;
+                    }
+                    node
+                }
+                None => {
+                    let node = free.pop().unwrap_or(index_of.len() as u32);
+                    if node == FREE {
+                        return None;
+                    }
+                    if node as usize == index_of.len() {
+                        index_of.push(FREE);
+                        bases.push(0);
+                        node_counts.push(0);
+                    }
+                    bases[node as usize] = identity_hash(members.endpoints[i].key(), &mut text);
+                    node_counts[node as usize] = count;
+                    joined.push(node);
+                    node
+                }
+            };
+            index_of[node as usize] = i as u32;
+            node_of.push(node);
+        }
+        let len = node_counts.iter().sum::<u64>() as usize;
+        if len == 0 || len > self.planned * 2 || len < self.planned / 2 {
+            return None;
+        }
+        // Every point that goes or comes, by page: `(page, point, comes)`.
+        let mut moves: Vec<(u32, u64, bool)> = Vec::new();
+        for (node, &gone) in removed.iter().enumerate() {
+            if gone {
+                for p in 0..self.counts[node] {
+                    let h = point_hash(self.bases[node], p);
+                    moves.push((
+                        h >> self.page_shift,
+                        u64::from(h) << 32 | node as u64,
+                        false,
+                    ));
+                }
+            }
+        }
+        for &node in &joined {
+            for p in 0..node_counts[node as usize] {
+                let h = point_hash(bases[node as usize], p);
+                moves.push((
+                    h >> self.page_shift,
+                    u64::from(h) << 32 | u64::from(node),
+                    true,
+                ));
+            }
+        }
+        let key = |point: u64| members.endpoints[index_of[point as u32 as usize] as usize].key();
+        // By page, then arrivals in ring order (hash, then identity).
+        moves.sort_unstable_by(|a, b| {
+            (a.0, a.1 >> 32)
+                .cmp(&(b.0, b.1 >> 32))
+                .then_with(|| match (a.2, b.2) {
+                    (true, true) => key(a.1).cmp(key(b.1)),
+                    _ => a.2.cmp(&b.2),
+                })
+        });
+        let mut pages: Vec<Page> = self.pages.to_vec();
+        let mut k = 0;
+        while k < moves.len() {
+            let page = moves[k].0 as usize;
+            let end = k + moves[k..]
+                .iter()
+                .take_while(|m| m.0 as usize == page)
+                .count();
+            let old = self.pages[page].points();
+            let mut points = Vec::with_capacity(old.len() + (end - k));
+            // Between the hashes that change, the page is copied as it is; at each
+            // such hash, the old points that stay and the arrivals are merged in
+            // identity order.
+            let mut pos = 0;
+            let mut e = k;
+            while e < end {
+                let h = moves[e].1 >> 32;
+                let below = pos + old[pos..].partition_point(|&p| p >> 32 < h);
+                points.extend_from_slice(&old[pos..below]);
+                let at_h = below + old[below..].partition_point(|&p| p >> 32 == h);
+                let e_end = e + moves[e..end].iter().take_while(|m| m.1 >> 32 == h).count();
+                let mut staying = old[below..at_h]
+                    .iter()
+                    .copied()
+                    .filter(|&p| !removed[p as u32 as usize])
+                    .peekable();
+                let mut arriving = moves[e..e_end]
+                    .iter()
+                    .filter(|m| m.2)
+                    .map(|m| m.1)
+                    .peekable();
+                loop {
+                    let take_staying = match (staying.peek(), arriving.peek()) {
+                        (Some(&s), Some(&a)) => key(s) <= key(a),
+                        (Some(_), None) => true,
+                        (None, Some(_)) => false,
+                        (None, None) => break,
+                    };
+                    let next = if take_staying {
+                        staying.next()
+                    } else {
+                        arriving.next()
+                    };
+                    points.extend(next);
+                }
+                pos = at_h;
+                e = e_end;
+            }
+            points.extend_from_slice(&old[pos..]);
+            pages[page] = Page::indexed(points.into_boxed_slice(), self.lut_shift);
+            k = end;
+        }
+        Some(PagedRing {
+            pages: pages.into_boxed_slice(),
+            page_shift: self.page_shift,
+            lut_shift: self.lut_shift,
+            index_of: index_of.into_boxed_slice(),
+            node_of: node_of.into_boxed_slice(),
+            bases: bases.into_boxed_slice(),
+            counts: node_counts.into_boxed_slice(),
+            len,
+            planned: self.planned,
+        })
+    }
+
+    /// The page and offset of the first point at or after the key hash `h`, wrapping
+    /// to the first point of the ring.
+    #[inline]
+    fn position(&self, h: u64) -> (usize, usize) {
+        let h = (h >> 32) as u32;
+        let p = (h >> self.page_shift) as usize;
+        let page = &self.pages[p];
+        let (points, lut) = (page.points(), page.lut());
+        let b = (h >> self.lut_shift) as usize & LUT_MASK;
+        let mut i = lut[b] as usize;
+        let end = lut[b + 1] as usize;
+        while i < end && ((points[i] >> 32) as u32) < h {
+            i += 1;
+        }
+        if i < points.len() {
+            return (p, i);
+        }
+        self.next_page(p)
+    }
+
+    /// The first point of the first non-empty page after `p`, wrapping around.
+    #[cold]
+    fn next_page(&self, p: usize) -> (usize, usize) {
+        let n = self.pages.len();
+        let mut q = p;
+        for _ in 0..n {
+            q = (q + 1) & (n - 1);
+            if self.pages[q].len > 0 {
+                return (q, 0);
+            }
+        }
+        (p, 0)
+    }
+
+    /// The endpoint of the point at `(page, offset)`.
+    #[inline]
+    fn endpoint_at(&self, (p, i): (usize, usize)) -> usize {
+        self.index_of[self.pages[p].points()[i] as u32 as usize] as usize
+    }
+
+    /// The endpoint for the key hash `h`. The ring must not be empty.
+    #[inline]
+    pub(crate) fn node(&self, h: u64) -> usize {
+        self.endpoint_at(self.position(h))
+    }
+
+    /// Walks the ring from `h` and returns the first endpoint accepted by `ok` (each
+    /// point visited once).
+    pub(crate) fn walk(&self, h: u64, mut ok: impl FnMut(usize) -> bool) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let (mut p, mut i) = self.position(h);
+        for _ in 0..self.len {
+            let e = self.endpoint_at((p, i));
+            if ok(e) {
+                return Some(e);
+            }
+            i += 1;
+            if i == self.pages[p].len as usize {
+                (p, i) = self.next_page(p);
+            }
+        }
+        None
+    }
+
+    /// Whether this ring shares any page with `other` (for tests).
+    #[cfg(test)]
+    pub(crate) fn shares_pages_with(&self, other: &PagedRing) -> bool {
+        self.pages
+            .iter()
+            .zip(other.pages.iter())
+            .any(|(a, b)| Arc::ptr_eq(&a.block, &b.block) && a.start == b.start)
+    }
+
+    /// Every point as `(hash, endpoint index)`, in ring order (for tests).
+    #[cfg(test)]
+    pub(crate) fn points(&self) -> Vec<(u32, usize)> {
+        self.pages
+            .iter()
+            .flat_map(|pg| pg.points().iter())
+            .map(|&pt| {
+                (
+                    (pt >> 32) as u32,
+                    self.index_of[pt as u32 as usize] as usize,
+                )
+            })
+            .collect()
+    }
+}
+
+/// Sorts one page of a fresh build in place (nodes are endpoint indices through
+/// `index_of`): hash and node, then identity among equal hashes; and fills its lookup
+/// table.
+///
+/// A counting sort on [`SORT_BITS`] bits below the page's own, with `scratch` reused
+/// from page to page (it stays in the L1 cache), leaves under one point per bucket on
+/// average, so the insertion-sort pass that finishes the order rarely moves anything
+/// (each move is a mispredicted branch: with the coarser lookup buckets they cost more
+/// than everything else in the build).
+fn sort_page(
+    points: &mut [u64],
+    lut: &mut [u32],
+    lut_shift: u32,
+    members: &Members,
+    index_of: &[u32],
+    scratch: &mut Scratch,
+) {
+    const FINE: usize = 1 << SORT_BITS;
+    let fine_shift = lut_shift - (SORT_BITS - LUT_BITS);
+    let bucket = |pt: u64| ((pt >> 32) as u32 >> fine_shift) as usize & (FINE - 1);
+    let starts = &mut scratch.starts;
+    starts.clear();
+    starts.resize(FINE + 1, 0);
+    for &pt in points.iter() {
+        starts[bucket(pt) + 1] += 1;
+    }
+    // Counts to starts, with the running sum in a register.
+    let mut sum = 0u32;
+    for slot in starts.iter_mut() {
+        sum += *slot;
+        *slot = sum;
+    }
+    for (b, slot) in lut.iter_mut().enumerate() {
+        *slot = starts[b << (SORT_BITS - LUT_BITS)];
+    }
+    let sorted = &mut scratch.points;
+    sorted.clear();
+    sorted.resize(points.len(), 0);
+    for &pt in points.iter() {
+        let slot = &mut starts[bucket(pt)];
+        sorted[*slot as usize] = pt;
+        *slot += 1;
+    }
+    // Buckets already in order, rarely more than one point each: one insertion-sort
+    // pass.
+    for k in 1..sorted.len() {
+        let v = sorted[k];
+        let mut j = k;
+        while j > 0 && sorted[j - 1] > v {
+            sorted[j] = sorted[j - 1];
+            j -= 1;
+        }
+        sorted[j] = v;
+    }
+    points.copy_from_slice(sorted);
+    // Equal hashes (rare): endpoint identity order, as the flat ring.
+    let mut k = 0;
+    while k + 1 < points.len() {
+        if points[k] >> 32 != points[k + 1] >> 32 {
+            k += 1;
+            continue;
+        }
+        let h = points[k] >> 32;
+        let end = k + points[k..].iter().take_while(|&&p| p >> 32 == h).count();
+        points[k..end].sort_by(|a, b| {
+            let ka = members.endpoints[index_of[*a as u32 as usize] as usize].key();
+            ka.cmp(members.endpoints[index_of[*b as u32 as usize] as usize].key())
+        });
+        k = end;
+    }
+}
+
+impl Page {
+    /// A page of its own holding `points`, already in ring order, with its lookup
+    /// table.
+    fn indexed(points: Box<[u64]>, lut_shift: u32) -> Page {
+        let mut lut = vec![0u32; LUT_MASK + 2];
+        for &pt in points.iter() {
+            lut[((pt >> 32) as u32 >> lut_shift) as usize & LUT_MASK] += 1;
+        }
+        let mut start = 0u32;
+        for slot in lut.iter_mut() {
+            let count = *slot;
+            *slot = start;
+            start += count;
+        }
+        let len = points.len() as u32;
+        Page {
+            block: Arc::new(Block {
+                points,
+                luts: lut.into_boxed_slice(),
+            }),
+            start: 0,
+            len,
+            lut: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod timing;

@@ -96,13 +96,33 @@ fn instances(n: usize, weighted: bool) -> Vec<Instance> {
 
 #[test]
 fn picks_do_not_allocate() {
-    // The counter itself works: an allocation while counting is seen.
+    // The counter itself works, so that the zero below can fail: one allocation
+    // while counting is seen exactly once, a growth (realloc) once more, and nothing
+    // is counted while counting is off.
     COUNTING.with(|c| c.set(true));
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     let boxed = std::hint::black_box(Box::new(7u64));
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed) - before,
+        1,
+        "a Box is one allocation"
+    );
+    let mut grown: Vec<u64> = std::hint::black_box(Vec::with_capacity(1));
+    grown.extend([1, 2, 3, 4, 5]);
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed) - before,
+        3,
+        "and a Vec's growth one more"
+    );
     COUNTING.with(|c| c.set(false));
-    assert!(ALLOCATIONS.load(Ordering::Relaxed) > before);
-    drop(boxed);
+    let idle = ALLOCATIONS.load(Ordering::Relaxed);
+    let unseen = std::hint::black_box(Box::new(8u64));
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed),
+        idle,
+        "counted while counting was off"
+    );
+    drop((boxed, grown, unseen));
 
     let xids: Vec<String> = (0..64)
         .map(|i| format!("10.0.0.{}:8091:{}", i % 100, 1000 + i))
@@ -161,7 +181,12 @@ fn picks_do_not_allocate() {
             let before = ALLOCATIONS.load(Ordering::Relaxed);
             let picked = run(true);
             let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
-            assert!(picked > 0, "{name}: no picks");
+            // Every request has an eligible endpoint (at most 3 of 100 are excluded,
+            // no weight is 0): each pick must succeed, not merely some.
+            assert_eq!(
+                picked, 20_000,
+                "{name} (weighted: {weighted}): picks failed"
+            );
             assert_eq!(
                 allocations, 0,
                 "{name} (weighted: {weighted}) allocated on the pick path"

@@ -1,0 +1,212 @@
+//! Our one lease per client: granting it, putting our keys on it, re-granting and
+//! re-putting when it is lost, the keep-alive loop, and revocation on close. Separate
+//! from the registry itself because it is the self-healing half of registration and
+//! runs as its own background task.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::PutOptions;
+use meshline_registry_core::{Backoff, RegistryError};
+
+use crate::timed::timed;
+use crate::{Inner, KIND};
+
+#[derive(Default)]
+pub(crate) struct LeaseState {
+    /// The lease our keys are attached to, once granted.
+    pub(crate) id: Option<i64>,
+    /// Every key we registered, with its value.
+    pub(crate) keys: BTreeMap<String, String>,
+}
+
+impl Inner {
+    fn ttl_secs(&self) -> i64 {
+        self.ttl.as_secs().max(1) as i64
+    }
+
+    pub(crate) async fn grant(&self) -> Result<i64, RegistryError> {
+        let ttl = self.ttl_secs();
+        let resp = timed(&self.servers, "lease grant", self.op_timeout, || {
+            let mut lease = self.client.lease_client();
+            async move { lease.grant(ttl, None).await }
+        })
+        .await?;
+        tracing::info!(
+            registry = KIND,
+            lease = resp.id(),
+            ttl = resp.ttl(),
+            "lease granted"
+        );
+        Ok(resp.id())
+    }
+
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<(), RegistryError> {
+        timed(&self.servers, "put", self.op_timeout, || {
+            let mut kv = self.client.kv_client();
+            async move {
+                kv.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                    .await
+            }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Grants a new lease and puts every registered key on it. Caller holds the lock.
+    pub(crate) async fn regrant_locked(&self, st: &mut LeaseState) -> Result<i64, RegistryError> {
+        let id = self.grant().await?;
+        st.id = Some(id);
+        self.lease_granted.notify_one();
+        self.reput_locked(st, id).await?;
+        Ok(id)
+    }
+
+    async fn reput_locked(&self, st: &LeaseState, id: i64) -> Result<(), RegistryError> {
+        for (k, v) in &st.keys {
+            self.put(k, v, id).await?;
+        }
+        if !st.keys.is_empty() {
+            tracing::info!(
+                registry = KIND,
+                lease = id,
+                keys = st.keys.len(),
+                "registrations written"
+            );
+        }
+        Ok(())
+    }
+
+    /// Sleeps for the backoff delay; false when the client closed meanwhile.
+    async fn pause(&self, backoff: &mut Backoff) -> bool {
+        self.life.sleep(backoff.next_delay()).await
+    }
+}
+
+/// Keeps our lease alive; re-grants it (and re-puts our keys) when it is lost.
+pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
+    let interval = (inner.ttl / 3).max(Duration::from_millis(300));
+    let mut backoff = Backoff::new(Duration::from_millis(100), interval);
+    // After a broken stream, our keys are written again once the lease answers.
+    let mut reput = false;
+    loop {
+        if inner.life.is_closed() {
+            return;
+        }
+        let id = inner.lease.lock().await.id;
+        let Some(id) = id else {
+            tokio::select! {
+                _ = inner.life.closed() => return,
+                _ = inner.lease_granted.notified() => continue,
+            }
+        };
+        let (mut keeper, mut stream) = match timed(
+            &inner.servers,
+            "lease keep-alive",
+            inner.op_timeout,
+            || {
+                let mut lease = inner.client.lease_client();
+                async move { lease.keep_alive(id).await }
+            },
+        )
+        .await
+        {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(registry = KIND, lease = id, error = %e, "cannot open the lease keep-alive stream; retrying");
+                reput = true;
+                if !inner.pause(&mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            let answer = tokio::time::timeout(inner.op_timeout, async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await;
+            match answer {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                    backoff.reset();
+                    if reput {
+                        let st = inner.lease.lock().await;
+                        if st.id == Some(id) {
+                            match inner.reput_locked(&st, id).await {
+                                Ok(()) => reput = false,
+                                Err(e) => {
+                                    tracing::warn!(registry = KIND, error = %e, "re-putting our keys failed; will retry")
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(Ok(Some(_))) => {
+                    tracing::warn!(
+                        registry = KIND,
+                        lease = id,
+                        "our lease expired or was revoked; granting a new one and re-registering"
+                    );
+                    let mut st = inner.lease.lock().await;
+                    if st.id == Some(id) {
+                        match inner.regrant_locked(&mut st).await {
+                            Ok(_) => reput = false,
+                            Err(e) => {
+                                tracing::warn!(registry = KIND, error = %e, "re-granting the lease failed; retrying");
+                                reput = true;
+                                drop(st);
+                                if !inner.pause(&mut backoff).await {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    break;
+                }
+                other => {
+                    let why = match other {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(None)) => "stream closed by the server".into(),
+                        _ => format!("no answer within {:?}", inner.op_timeout),
+                    };
+                    tracing::warn!(registry = KIND, lease = id, reason = %why, "lease keep-alive broken; reconnecting");
+                    reput = true;
+                    if !inner.pause(&mut backoff).await {
+                        return;
+                    }
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = inner.life.closed() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+}
+
+/// Revokes our lease, which deletes every key attached to it in one step.
+pub(crate) async fn revoke_lease(inner: &Inner) -> Result<(), RegistryError> {
+    let mut st = inner.lease.lock().await;
+    st.keys.clear();
+    match st.id.take() {
+        Some(id) => revoke(inner, id).await,
+        None => Ok(()),
+    }
+}
+
+async fn revoke(inner: &Inner, id: i64) -> Result<(), RegistryError> {
+    timed(&inner.servers, "lease revoke", inner.op_timeout, || {
+        let mut lease = inner.client.lease_client();
+        async move { lease.revoke(id).await }
+    })
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,104 @@
+//! Seata's redis layout: key and channel names, the value our keys carry, and how a
+//! scanned key is classified as a member, another cluster's key or a malformed entry.
+//! Kept apart from the I/O so the compatibility rules and their tests read on their own.
+
+use meshline_registry_core::Instance;
+
+const PREFIX: &str = "registry.redis.";
+
+/// The key prefix of `cluster`'s members: `registry.redis.<cluster>_`.
+pub fn key_prefix(cluster: &str) -> String {
+    format!("{PREFIX}{cluster}_")
+}
+
+/// The key of `instance` in `cluster` (Seata's layout).
+pub fn instance_key(cluster: &str, instance: &Instance) -> String {
+    format!("{}{}", key_prefix(cluster), instance.to_java_string())
+}
+
+/// The pub/sub channel of `cluster`: `registry.redis.<cluster>`.
+pub fn channel(cluster: &str) -> String {
+    format!("{PREFIX}{cluster}")
+}
+
+/// Escapes Redis glob characters so `text` matches only itself in `SCAN MATCH`.
+pub(super) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[derive(Debug, PartialEq)]
+pub(super) enum Entry {
+    Member(Instance),
+    OtherCluster,
+    Bad(String),
+}
+
+pub(super) fn classify(prefix: &str, key: &[u8]) -> Entry {
+    let Ok(key) = std::str::from_utf8(key) else {
+        return Entry::Bad("key is not UTF-8".into());
+    };
+    let Some(rest) = key.strip_prefix(prefix) else {
+        return Entry::OtherCluster;
+    };
+    if rest.contains('_') {
+        return Entry::OtherCluster;
+    }
+    match Instance::parse(rest) {
+        Ok(i) => Entry::Member(i),
+        Err(e) => Entry::Bad(format!("not an address after the cluster prefix: {e}")),
+    }
+}
+
+pub(super) fn local_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{}@{host}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seata_keys_and_channels() {
+        let i = Instance::parse("[2000::1:2345:6789:abcd]:8091").unwrap();
+        assert_eq!(
+            instance_key("default", &i),
+            "registry.redis.default_2000:0:0:0:1:2345:6789:abcd:8091"
+        );
+        assert_eq!(channel("default"), "registry.redis.default");
+    }
+
+    #[test]
+    fn exact_cluster_and_garbage() {
+        let p = key_prefix("a");
+        assert_eq!(
+            classify(&p, b"registry.redis.a_10.0.0.1:80"),
+            Entry::Member(Instance::parse("10.0.0.1:80").unwrap())
+        );
+        assert_eq!(
+            classify(&p, b"registry.redis.a_b_10.0.0.1:80"),
+            Entry::OtherCluster
+        );
+        assert!(matches!(
+            classify(&p, b"registry.redis.a_garbage"),
+            Entry::Bad(_)
+        ));
+        assert!(matches!(classify(&p, &[0xff, 0x00]), Entry::Bad(_)));
+    }
+
+    #[test]
+    fn globs_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

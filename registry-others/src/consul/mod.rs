@@ -67,34 +67,31 @@
 //! `127.0.0.1:8500`), `aclToken` (sent as `X-Consul-Token`), `ttl`,
 //! `deregisterCriticalServiceAfter`, and `registry.empty-protection`.
 
-mod parse;
-
 use std::sync::Arc;
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
-    WatchScope,
+    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
 };
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{Method, Url};
 use serde_json::Value;
 
-use crate::common::{empty_policy, error_chain, split_addrs};
+use crate::common::empty_policy;
 
+mod agent;
+mod follow;
+mod keeper;
+mod parse;
 mod settings;
+
 pub use settings::ConsulSettings;
+
+use agent::{REQUEST_TIMEOUT, parse_base};
+use follow::{BLOCKING_WAIT, next_index, watch_loop};
+use keeper::{deregister_all, keeper};
+
 const KIND: &str = "consul";
-
-/// How long one blocking query waits on the agent before it returns unchanged.
-const BLOCKING_WAIT: Duration = Duration::from_secs(30);
-
-/// Extra time on top of `wait` (Consul adds up to wait/16 of jitter) before our HTTP
-/// client gives up on a blocking query.
-const BLOCKING_MARGIN: Duration = Duration::from_secs(5);
-
-/// Timeout of every non-blocking request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Consul registry client (see the [module docs](self) for layout and behaviour).
 ///
@@ -116,6 +113,7 @@ impl std::fmt::Debug for ConsulRegistry {
     }
 }
 
+/// What the registry, its keeper and its watches share.
 struct Inner {
     base: Url,
     token: Option<String>,
@@ -127,29 +125,6 @@ struct Inner {
     regs: Registrations<Value>,
     life: Lifecycle,
 }
-
-/// What a failed agent call looked like.
-enum CallError {
-    /// The agent answered with this status and text.
-    Status(StatusCode, String),
-    /// No answer (connection refused, reset, timeout...).
-    Transport(String),
-}
-
-impl CallError {
-    /// The registry error of `op` against the agent at `server`.
-    fn into_registry(self, server: &str, op: &str) -> RegistryError {
-        RegistryError::unavailable(KIND, server, format!("{op}: {}", self.describe()))
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            CallError::Status(s, t) => format!("agent answered {s}: {}", t.trim()),
-            CallError::Transport(t) => t.clone(),
-        }
-    }
-}
-
 impl ConsulRegistry {
     /// Connects to the agent named by `registry.consul.serverAddr` (checked with
     /// `GET /v1/status/leader`) and starts the TTL keeper.
@@ -217,276 +192,6 @@ impl Drop for ConsulRegistry {
             .close_on_drop(move || async move { deregister_all(&inner).await });
     }
 }
-
-fn parse_base(addr: &str) -> Result<Url, RegistryError> {
-    let first = split_addrs(addr)
-        .into_iter()
-        .next()
-        .ok_or_else(|| RegistryError::Config("registry.consul.serverAddr is empty".into()))?;
-    let with_scheme = if first.contains("://") {
-        first.to_string()
-    } else {
-        format!("http://{first}")
-    };
-    let url = Url::parse(&with_scheme).map_err(|e| {
-        RegistryError::Config(format!(
-            "registry.consul.serverAddr `{addr}` is not host:port or a URL: {e}"
-        ))
-    })?;
-    if url.scheme() != "http" && url.scheme() != "https" {
-        return Err(RegistryError::Config(format!(
-            "registry.consul.serverAddr `{addr}`: scheme must be http or https"
-        )));
-    }
-    Ok(url)
-}
-
-impl Inner {
-    /// The agent's address, for error messages.
-    fn server(&self) -> &str {
-        self.base.as_str().trim_end_matches('/')
-    }
-
-    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
-        let mut url = self.base.clone();
-        if let Ok(mut p) = url.path_segments_mut() {
-            p.pop_if_empty();
-            p.extend(segments);
-        }
-        if !query.is_empty() {
-            let mut q = url.query_pairs_mut();
-            for (k, v) in query {
-                q.append_pair(k, v);
-            }
-        }
-        url
-    }
-
-    /// One HTTP call; `Ok` carries the body and the `X-Consul-Index` (0 when absent).
-    async fn call(
-        &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
-        timeout: Duration,
-    ) -> Result<(Vec<u8>, u64), CallError> {
-        let mut req = self
-            .http
-            .request(method, self.url(segments, query))
-            .timeout(timeout);
-        if let Some(t) = &self.token {
-            req = req.header("X-Consul-Token", t);
-        }
-        if let Some(b) = body {
-            req = req
-                .header("Content-Type", "application/json")
-                .body(b.to_string());
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| CallError::Transport(error_chain(&e)))?;
-        let status = resp.status();
-        let index = resp
-            .headers()
-            .get("x-consul-index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| CallError::Transport(error_chain(&e)))?
-            .to_vec();
-        if status != StatusCode::OK {
-            return Err(CallError::Status(
-                status,
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ));
-        }
-        Ok((bytes, index))
-    }
-
-    async fn put_registration(&self, body: &Value) -> Result<(), CallError> {
-        self.call(
-            Method::PUT,
-            &["v1", "agent", "service", "register"],
-            &[],
-            Some(body),
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// `PUT /v1/agent/service/deregister/<id>`.
-    async fn deregister(&self, id: &str) -> Result<(), CallError> {
-        self.call(
-            Method::PUT,
-            &["v1", "agent", "service", "deregister", id],
-            &[],
-            None,
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// `GET /v1/health/service/<cluster>?passing=true&tag=services[&index&wait]`.
-    async fn query(
-        &self,
-        cluster: &str,
-        block: Option<u64>,
-    ) -> Result<(Vec<Instance>, u64), String> {
-        let mut q = vec![
-            ("passing", "true".to_string()),
-            ("tag", "services".to_string()),
-        ];
-        let mut timeout = REQUEST_TIMEOUT;
-        if let Some(index) = block {
-            q.push(("index", index.to_string()));
-            q.push(("wait", format!("{}s", self.wait.as_secs().max(1))));
-            timeout = self.wait + self.wait / 16 + BLOCKING_MARGIN;
-        }
-        let (body, index) = self
-            .call(
-                Method::GET,
-                &["v1", "health", "service", cluster],
-                &q,
-                None,
-                timeout,
-            )
-            .await
-            .map_err(|e| e.describe())?;
-        let list = parse::parse_health(cluster, &body)?;
-        Ok((list, index))
-    }
-}
-
-/// Keeps every registration's TTL check passing; re-registers on 404.
-async fn keeper(inner: Arc<Inner>) {
-    let period = (inner.ttl / 3).max(Duration::from_millis(50));
-    let mut backoff = Backoff::new(Duration::from_millis(100), period);
-    let mut delay = period;
-    loop {
-        if !inner.life.sleep(delay).await {
-            return;
-        }
-        let mut failed = false;
-        for (id, body) in inner.regs.snapshot().await {
-            let cid = parse::check_id(&id);
-            let r = inner
-                .call(
-                    Method::PUT,
-                    &["v1", "agent", "check", "pass", &cid],
-                    &[],
-                    None,
-                    REQUEST_TIMEOUT,
-                )
-                .await;
-            match r {
-                Ok(_) => {}
-                Err(CallError::Status(StatusCode::NOT_FOUND, _)) => {
-                    // Still ours? unregister may have raced with this round.
-                    if !inner.regs.contains(&id).await {
-                        continue;
-                    }
-                    match inner.put_registration(&body).await {
-                        Ok(()) => tracing::info!(
-                            registry = KIND,
-                            service_id = id,
-                            "the agent had lost our service; registered it again"
-                        ),
-                        Err(e) => {
-                            failed = true;
-                            tracing::warn!(
-                                registry = KIND,
-                                service_id = id,
-                                error = e.describe(),
-                                "re-registration failed; retrying"
-                            );
-                        }
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(
-                        registry = KIND,
-                        service_id = id,
-                        error = e.describe(),
-                        "TTL pass failed; retrying"
-                    );
-                }
-            }
-        }
-        delay = if failed {
-            backoff.next_delay()
-        } else {
-            backoff.reset();
-            period
-        };
-    }
-}
-
-/// The index of the next query, after one made with `prev` (0: a plain read) answered
-/// `new` (Consul's rules, docs/registry-wire.md §2.5): reset to 0 (a plain read) when the index went
-/// backwards, otherwise follow it, but never block with index 0.
-fn next_index(prev: u64, new: u64) -> u64 {
-    if new < prev { 0 } else { new.max(1) }
-}
-
-/// The blocking-query loop of one cluster, until `scope` stops (the client closed or
-/// the last watch on the cluster was dropped: the query in flight is abandoned). `index`
-/// 0 means "read without blocking".
-async fn watch_loop(inner: Arc<Inner>, scope: WatchScope, mut index: u64) {
-    let cluster = scope.cluster();
-    let mut backoff = Backoff::default();
-    loop {
-        let started = StdInstant::now();
-        let block = (index > 0).then_some(index);
-        let res = tokio::select! {
-            _ = scope.stopped() => return,
-            r = inner.query(cluster, block) => r,
-        };
-        match res {
-            Ok((list, new_index)) => {
-                backoff.reset();
-                scope.mark_connected();
-                scope.publish(list);
-                let prev = index;
-                index = next_index(prev, new_index);
-                if index == 0 {
-                    tracing::info!(
-                        registry = KIND,
-                        cluster,
-                        prev,
-                        new_index,
-                        "Consul index went backwards (agent restarted?); reading afresh"
-                    );
-                }
-                // Rate-limit a query that came back at once without a newer index.
-                if new_index <= prev
-                    && started.elapsed() < Duration::from_millis(50)
-                    && !scope.sleep(Duration::from_millis(50)).await
-                {
-                    return;
-                }
-            }
-            Err(reason) => {
-                scope.mark_stale(&reason);
-                // After a failure we know nothing of the agent's state (it may have
-                // restarted empty, with a lower index that a blocking query would sit
-                // on until `wait` ran out): the next query is a plain read.
-                index = 0;
-                if !scope.sleep(backoff.next_delay()).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl RegistryService for ConsulRegistry {
     fn kind(&self) -> &'static str {
@@ -550,68 +255,5 @@ impl RegistryService for ConsulRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(deregister_all(&self.inner)).await
-    }
-}
-
-/// Deregisters every service we registered (close and drop); every failure is logged,
-/// the first is returned after trying them all.
-async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
-    inner
-        .regs
-        .remove_all(KIND, |id, _| async move {
-            inner
-                .deregister(&id)
-                .await
-                .map_err(|e| e.into_registry(inner.server(), "deregister"))
-        })
-        .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_rules() {
-        assert_eq!(next_index(10, 12), 12);
-        assert_eq!(next_index(10, 10), 10, "a wait timeout keeps the index");
-        assert_eq!(next_index(10, 3), 0, "backwards: read afresh");
-        assert_eq!(next_index(0, 3), 3);
-        assert_eq!(next_index(0, 0), 1, "never block with index 0");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_blocking_query_loop_ends_with_the_last_watch() {
-        let agent = meshline_testkit::ConsulDouble::start(Default::default()).unwrap();
-        let mut config = Config::default();
-        config
-            .registry
-            .section_mut("consul")
-            .set("serverAddr", agent.server_addr());
-        let reg = ConsulRegistry::connect(&config).await.unwrap();
-        let refs = || Arc::strong_count(&reg.inner);
-        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
-            .await;
-        reg.close().await.unwrap();
-    }
-
-    #[test]
-    fn server_addr_forms() {
-        assert_eq!(
-            parse_base("127.0.0.1:8500").unwrap().as_str(),
-            "http://127.0.0.1:8500/"
-        );
-        assert_eq!(
-            parse_base(" https://consul.example:8501 ")
-                .unwrap()
-                .as_str(),
-            "https://consul.example:8501/"
-        );
-        assert_eq!(
-            parse_base("10.0.0.1:8500,10.0.0.2:8500").unwrap().as_str(),
-            "http://10.0.0.1:8500/"
-        );
-        assert!(parse_base("").is_err());
-        assert!(parse_base("ftp://x:1").is_err());
     }
 }

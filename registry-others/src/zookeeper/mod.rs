@@ -51,87 +51,32 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
-    Backoff, Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
-    WatchScope,
+    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
 };
 use zookeeper_client as zk;
 
 use crate::common::empty_policy;
 
+mod follow;
+mod layout;
+mod session;
 mod settings;
+
+pub use layout::{cluster_path, instance_path};
 pub use settings::ZkSettings;
+
+use follow::watch_loop;
+use layout::check_cluster;
+use session::{new_session, session_loop};
+
 const KIND: &str = "zk";
-const ROOT: &str = "/registry/zk";
-
-/// The path under which `cluster`'s members are ephemeral children.
-pub fn cluster_path(cluster: &str) -> String {
-    format!("{ROOT}/{cluster}")
-}
-
-/// The ephemeral node of `instance` in `cluster` (Seata's layout).
-pub fn instance_path(cluster: &str, instance: &Instance) -> String {
-    format!("{}/{}", cluster_path(cluster), instance.to_java_string())
-}
-
-fn check_cluster(cluster: &str) -> Result<(), RegistryError> {
-    if cluster.is_empty() || cluster.contains('/') || cluster == "." || cluster == ".." {
-        return Err(RegistryError::Config(format!(
-            "cluster name `{cluster}` cannot be a ZooKeeper path segment"
-        )));
-    }
-    Ok(())
-}
 
 fn zk_err(server: &str, op: &str, e: zk::Error) -> RegistryError {
     RegistryError::backend(KIND, server, op.to_string(), e)
 }
 
-/// Tries one TCP connection to each server of `connect_string` (without its chroot
-/// suffix) and says what happened, e.g. `127.0.0.1:2181: Connection refused (os error
-/// 111)`.
-async fn probe_servers(connect_string: &str) -> String {
-    // zookeeper-client reports a failed connect only as "no available hosts" or
-    // "timeout" and keeps the I/O error ("Connection refused") to itself.
-    let hosts = connect_string
-        .split_once("://")
-        .map_or(connect_string, |(_, rest)| rest);
-    let hosts = hosts.split('/').next().unwrap_or_default();
-    let targets = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(|host| match Instance::parse(host) {
-            Ok(_) => host.to_string(),
-            // No port: ZooKeeper's default.
-            Err(_) => format!("{host}:2181"),
-        })
-        .collect::<Vec<_>>();
-    probe_targets(
-        targets,
-        "",
-        "accepts TCP connections, but no ZooKeeper session was established",
-    )
-    .await
-}
-
-fn parse_children(cluster: &str, children: &[String]) -> Vec<Instance> {
-    let mut out = Vec::with_capacity(children.len());
-    for name in children {
-        match Instance::parse(name) {
-            Ok(i) => out.push(i),
-            Err(e) => tracing::warn!(
-                registry = KIND,
-                cluster,
-                node = %format!("{}/{name}", cluster_path(cluster)),
-                "skipping malformed registry entry: {e}"
-            ),
-        }
-    }
-    out
-}
-
+/// The session settings, as connect and the session loop use them.
 struct Settings {
     connect_string: String,
     session_timeout: Duration,
@@ -139,6 +84,7 @@ struct Settings {
     auth: Option<Vec<u8>>,
 }
 
+/// What the registry, its session loop and its watches share.
 struct Inner {
     settings: Settings,
     client: RwLock<zk::Client>,
@@ -162,35 +108,6 @@ impl std::fmt::Debug for ZookeeperRegistry {
             .finish()
     }
 }
-
-async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
-    let mut connector = zk::Client::connector()
-        .with_session_timeout(s.session_timeout)
-        .with_connection_timeout(s.connect_timeout)
-        .with_detached();
-    if let Some(auth) = &s.auth {
-        connector = connector.with_auth("digest", auth);
-    }
-    let limit = s.session_timeout + s.connect_timeout;
-    let (what, source) =
-        match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
-            Ok(Ok(c)) => return Ok(c),
-            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
-            Err(_) => (format!("no session within {limit:?}"), None),
-        };
-    let probe = probe_servers(&s.connect_string).await;
-    Err(RegistryError::backend(
-        KIND,
-        &s.connect_string,
-        "connect",
-        ConnectFailure {
-            what,
-            probe,
-            source,
-        },
-    ))
-}
-
 impl ZookeeperRegistry {
     /// Connects with `registry.zk.*` ([`ZkSettings`]: connect string, session and
     /// connect timeouts, digest credentials) and `registry.empty-protection`.
@@ -309,157 +226,6 @@ impl Inner {
             format!("could not create {path}: it keeps changing under us"),
         ))
     }
-
-    async fn list(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        match self.client().list_children(&cluster_path(cluster)).await {
-            Ok(children) => Ok(parse_children(cluster, &children)),
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(self.err("list children", e)),
-        }
-    }
-}
-
-/// Follows the session state: marks clusters stale / connected, and replaces an
-/// expired session (re-creating our nodes).
-async fn session_loop(inner: Arc<Inner>) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    loop {
-        let client = inner.client();
-        let mut states = client.state_watcher();
-        loop {
-            let state = tokio::select! {
-                _ = inner.life.closed() => return,
-                s = states.changed() => s,
-            };
-            match state {
-                zk::SessionState::Disconnected => {
-                    inner.life.hub().mark_all_stale("zookeeper connection lost");
-                }
-                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                    inner.life.hub().mark_all_connected();
-                }
-                zk::SessionState::Expired
-                | zk::SessionState::Closed
-                | zk::SessionState::AuthFailed => {
-                    tracing::warn!(
-                        registry = KIND,
-                        session = %client.session_id(),
-                        ?state,
-                        "zookeeper session ended; building a new one"
-                    );
-                    inner
-                        .life
-                        .hub()
-                        .mark_all_stale(&format!("zookeeper session {state:?}"));
-                    break;
-                }
-            }
-        }
-        // A new session, then our nodes again; watch loops re-arm on the generation bump.
-        let fresh = loop {
-            match new_session(&inner.settings).await {
-                Ok(c) => break c,
-                Err(e) => {
-                    tracing::warn!(registry = KIND, error = %e, "cannot establish a zookeeper session; retrying");
-                    let d = backoff.next_delay();
-                    if !inner.life.sleep(d).await {
-                        return;
-                    }
-                }
-            }
-        };
-        backoff.reset();
-        tracing::info!(registry = KIND, session = %fresh.session_id(), "new zookeeper session");
-        *inner.client.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
-        inner.generation.send_modify(|g| *g += 1);
-        for (path, ()) in inner.registered.snapshot().await {
-            let mut attempt = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-            loop {
-                if !inner.registered.contains(&path).await {
-                    break;
-                }
-                match inner.create_ephemeral(&fresh, &path).await {
-                    Ok(()) => {
-                        tracing::info!(registry = KIND, path, "re-registered after session loss");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(registry = KIND, path, error = %e, "re-registering failed; retrying");
-                        if fresh.state().is_terminated() {
-                            break;
-                        }
-                        let d = attempt.next_delay();
-                        if !inner.life.sleep(d).await {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Follows one cluster with one-shot child watches (existence watch while the path
-/// is missing), publishing the full child list after every change, until `scope` stops
-/// (the client closed or the last watch on the cluster was dropped).
-async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
-    let cluster = scope.cluster();
-    let path = cluster_path(cluster);
-    let mut generations = inner.generation.subscribe();
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    loop {
-        let client = inner.client();
-        let result = client.list_and_watch_children(&path).await;
-        let watcher = match result {
-            Ok((children, watcher)) => {
-                scope.publish(parse_children(cluster, &children));
-                scope.mark_connected();
-                backoff.reset();
-                Some(watcher)
-            }
-            Err(zk::Error::NoNode) => match client.check_and_watch_stat(&path).await {
-                Ok((None, w)) => {
-                    scope.publish(Vec::new());
-                    scope.mark_connected();
-                    backoff.reset();
-                    Some(w)
-                }
-                // Created meanwhile: list again.
-                Ok((Some(_), _)) => continue,
-                Err(e) => {
-                    scope.mark_stale(&format!("cannot watch {path}: {e}"));
-                    None
-                }
-            },
-            Err(e) => {
-                scope.mark_stale(&format!("cannot list {path}: {e}"));
-                None
-            }
-        };
-        match watcher {
-            Some(w) => {
-                let ev = tokio::select! {
-                    _ = scope.stopped() => return,
-                    ev = w.changed() => ev,
-                };
-                if ev.session_state.is_terminated() {
-                    // Wait for the session loop to install a new session.
-                    tokio::select! {
-                        _ = scope.stopped() => return,
-                        _ = generations.changed() => {}
-                    }
-                }
-            }
-            None => {
-                let session_over = client.state().is_terminated();
-                tokio::select! {
-                    _ = scope.stopped() => return,
-                    _ = generations.changed(), if session_over => {}
-                    _ = backoff.wait(), if !session_over => {}
-                }
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -555,56 +321,5 @@ impl Drop for ZookeeperRegistry {
         self.inner
             .life
             .close_on_drop(move || async move { delete_all(&inner).await });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seata_paths() {
-        let i = Instance::parse("[2000::1:2345:6789:abcd]:8091").unwrap();
-        assert_eq!(
-            instance_path("default", &i),
-            "/registry/zk/default/2000:0:0:0:1:2345:6789:abcd:8091"
-        );
-        assert_eq!(cluster_path("prod"), "/registry/zk/prod");
-    }
-
-    #[test]
-    fn bad_children_are_skipped() {
-        let got = parse_children(
-            "c",
-            &[
-                "10.0.0.1:80".into(),
-                "junk".into(),
-                "10.0.0.2:0".into(),
-                "2000:0:0:0:0:0:0:1:81".into(),
-            ],
-        );
-        let shown: Vec<String> = got.iter().map(|i| i.to_string()).collect();
-        assert_eq!(shown, vec!["10.0.0.1:80", "[2000::1]:81"]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_child_watch_loop_ends_with_the_last_watch() {
-        let zk = meshline_testkit::ZooKeeper::start().expect("zookeeper");
-        let mut config = Config::default();
-        let zk_section = config.registry.section_mut("zk");
-        zk_section.set("serverAddr", zk.connect_string());
-        zk_section.set("sessionTimeout", "4s");
-        let reg = ZookeeperRegistry::connect(&config).await.unwrap();
-        let refs = || Arc::strong_count(&reg.inner);
-        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
-            .await;
-        reg.close().await.unwrap();
-    }
-
-    #[test]
-    fn cluster_names_must_be_path_segments() {
-        assert!(check_cluster("a/b").is_err());
-        assert!(check_cluster("").is_err());
-        assert!(check_cluster("default").is_ok());
     }
 }

@@ -1,0 +1,80 @@
+//! Seata's zk layout: the paths of clusters and members, which cluster names can be
+//! path segments, and how child names are parsed into members. Kept apart from the I/O
+//! so the compatibility rules and their tests read on their own.
+
+use meshline_registry_core::{Instance, RegistryError};
+
+use super::KIND;
+
+const ROOT: &str = "/registry/zk";
+
+/// The path under which `cluster`'s members are ephemeral children.
+pub fn cluster_path(cluster: &str) -> String {
+    format!("{ROOT}/{cluster}")
+}
+
+/// The ephemeral node of `instance` in `cluster` (Seata's layout).
+pub fn instance_path(cluster: &str, instance: &Instance) -> String {
+    format!("{}/{}", cluster_path(cluster), instance.to_java_string())
+}
+
+pub(super) fn check_cluster(cluster: &str) -> Result<(), RegistryError> {
+    if cluster.is_empty() || cluster.contains('/') || cluster == "." || cluster == ".." {
+        return Err(RegistryError::Config(format!(
+            "cluster name `{cluster}` cannot be a ZooKeeper path segment"
+        )));
+    }
+    Ok(())
+}
+pub(super) fn parse_children(cluster: &str, children: &[String]) -> Vec<Instance> {
+    let mut out = Vec::with_capacity(children.len());
+    for name in children {
+        match Instance::parse(name) {
+            Ok(i) => out.push(i),
+            Err(e) => tracing::warn!(
+                registry = KIND,
+                cluster,
+                node = %format!("{}/{name}", cluster_path(cluster)),
+                "skipping malformed registry entry: {e}"
+            ),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seata_paths() {
+        let i = Instance::parse("[2000::1:2345:6789:abcd]:8091").unwrap();
+        assert_eq!(
+            instance_path("default", &i),
+            "/registry/zk/default/2000:0:0:0:1:2345:6789:abcd:8091"
+        );
+        assert_eq!(cluster_path("prod"), "/registry/zk/prod");
+    }
+
+    #[test]
+    fn bad_children_are_skipped() {
+        let got = parse_children(
+            "c",
+            &[
+                "10.0.0.1:80".into(),
+                "junk".into(),
+                "10.0.0.2:0".into(),
+                "2000:0:0:0:0:0:0:1:81".into(),
+            ],
+        );
+        let shown: Vec<String> = got.iter().map(|i| i.to_string()).collect();
+        assert_eq!(shown, vec!["10.0.0.1:80", "[2000::1]:81"]);
+    }
+
+    #[test]
+    fn cluster_names_must_be_path_segments() {
+        assert!(check_cluster("a/b").is_err());
+        assert!(check_cluster("").is_err());
+        assert!(check_cluster("default").is_ok());
+    }
+}

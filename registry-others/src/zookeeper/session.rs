@@ -1,0 +1,147 @@
+//! The ZooKeeper session: building one (and, when that fails, probing the servers to
+//! say why), and the session loop that follows its state, marks clusters stale or
+//! connected, and replaces an expired session, creating our ephemeral nodes again.
+//! Separate because sessions are this backend's recovery unit and their own task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshline_registry_core::probe::{ConnectFailure, probe_targets};
+use meshline_registry_core::{Backoff, Instance, RegistryError};
+use zookeeper_client as zk;
+
+use super::{Inner, KIND, Settings};
+
+/// Tries one TCP connection to each server of `connect_string` (without its chroot
+/// suffix) and says what happened, e.g. `127.0.0.1:2181: Connection refused (os error
+/// 111)`.
+async fn probe_servers(connect_string: &str) -> String {
+    // zookeeper-client reports a failed connect only as "no available hosts" or
+    // "timeout" and keeps the I/O error ("Connection refused") to itself.
+    let hosts = connect_string
+        .split_once("://")
+        .map_or(connect_string, |(_, rest)| rest);
+    let hosts = hosts.split('/').next().unwrap_or_default();
+    let targets = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|host| match Instance::parse(host) {
+            Ok(_) => host.to_string(),
+            // No port: ZooKeeper's default.
+            Err(_) => format!("{host}:2181"),
+        })
+        .collect::<Vec<_>>();
+    probe_targets(
+        targets,
+        "",
+        "accepts TCP connections, but no ZooKeeper session was established",
+    )
+    .await
+}
+pub(super) async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
+    let mut connector = zk::Client::connector()
+        .with_session_timeout(s.session_timeout)
+        .with_connection_timeout(s.connect_timeout)
+        .with_detached();
+    if let Some(auth) = &s.auth {
+        connector = connector.with_auth("digest", auth);
+    }
+    let limit = s.session_timeout + s.connect_timeout;
+    let (what, source) =
+        match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
+            Err(_) => (format!("no session within {limit:?}"), None),
+        };
+    let probe = probe_servers(&s.connect_string).await;
+    Err(RegistryError::backend(
+        KIND,
+        &s.connect_string,
+        "connect",
+        ConnectFailure {
+            what,
+            probe,
+            source,
+        },
+    ))
+}
+/// Follows the session state: marks clusters stale / connected, and replaces an
+/// expired session (re-creating our nodes).
+pub(super) async fn session_loop(inner: Arc<Inner>) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        let client = inner.client();
+        let mut states = client.state_watcher();
+        loop {
+            let state = tokio::select! {
+                _ = inner.life.closed() => return,
+                s = states.changed() => s,
+            };
+            match state {
+                zk::SessionState::Disconnected => {
+                    inner.life.hub().mark_all_stale("zookeeper connection lost");
+                }
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    inner.life.hub().mark_all_connected();
+                }
+                zk::SessionState::Expired
+                | zk::SessionState::Closed
+                | zk::SessionState::AuthFailed => {
+                    tracing::warn!(
+                        registry = KIND,
+                        session = %client.session_id(),
+                        ?state,
+                        "zookeeper session ended; building a new one"
+                    );
+                    inner
+                        .life
+                        .hub()
+                        .mark_all_stale(&format!("zookeeper session {state:?}"));
+                    break;
+                }
+            }
+        }
+        // A new session, then our nodes again; watch loops re-arm on the generation bump.
+        let fresh = loop {
+            match new_session(&inner.settings).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(registry = KIND, error = %e, "cannot establish a zookeeper session; retrying");
+                    let d = backoff.next_delay();
+                    if !inner.life.sleep(d).await {
+                        return;
+                    }
+                }
+            }
+        };
+        backoff.reset();
+        tracing::info!(registry = KIND, session = %fresh.session_id(), "new zookeeper session");
+        *inner.client.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
+        inner.generation.send_modify(|g| *g += 1);
+        for (path, ()) in inner.registered.snapshot().await {
+            let mut attempt = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+            loop {
+                if !inner.registered.contains(&path).await {
+                    break;
+                }
+                match inner.create_ephemeral(&fresh, &path).await {
+                    Ok(()) => {
+                        tracing::info!(registry = KIND, path, "re-registered after session loss");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(registry = KIND, path, error = %e, "re-registering failed; retrying");
+                        if fresh.state().is_terminated() {
+                            break;
+                        }
+                        let d = attempt.next_delay();
+                        if !inner.life.sleep(d).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -50,7 +50,14 @@ impl RedisSettings {
         let section = config.registry.section(&["redis"]);
         let r = section.reader();
         // Seata's Jedis pool keys: no pool here (one multiplexed connection).
-        r.accept(&["maxWait", "minIdle", "maxIdle", "maxActive", "maxTotal", "pool"]);
+        r.accept(&[
+            "maxWait",
+            "minIdle",
+            "maxIdle",
+            "maxActive",
+            "maxTotal",
+            "pool",
+        ]);
         let settings = RedisSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:6379")?,
             db: r.number("db", 0)?,

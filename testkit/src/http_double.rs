@@ -5,10 +5,14 @@
 //! a hard stop: dropping the runtime drops every open connection (blocking queries
 //! included), exactly like a killed agent. A restart binds the same port again with a
 //! brand-new, empty state (a registry restarted without persistence).
+//!
+//! Also here: the few request helpers both doubles use the same way (a poison-tolerant
+//! lock, a query-string lookup) and Go's duration syntax, which Consul speaks.
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
@@ -22,10 +26,14 @@ pub(crate) struct Built {
     pub background: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
+/// Builds a double's router and background work on fresh state; called on each start.
+type Build = Box<dyn Fn() -> Built + Send + Sync>;
+
 /// A running or stopped in-process HTTP server on a fixed port.
 pub(crate) struct HttpDouble {
     name: &'static str,
     addr: SocketAddr,
+    build: Build,
     running: Option<Running>,
 }
 
@@ -35,8 +43,13 @@ struct Running {
 }
 
 impl HttpDouble {
-    /// Binds `127.0.0.1:port` (0 = any free port) and starts serving.
-    pub(crate) fn start(name: &'static str, port: u16, build: &dyn Fn() -> Built) -> Result<Self> {
+    /// Binds `127.0.0.1:port` (0 = any free port) and starts serving what `build`
+    /// makes; `build` is called again, for fresh state, on each restart.
+    pub(crate) fn start(
+        name: &'static str,
+        port: u16,
+        build: impl Fn() -> Built + Send + Sync + 'static,
+    ) -> Result<Self> {
         let listener = bind(name, port)?;
         let addr = listener
             .local_addr()
@@ -44,14 +57,15 @@ impl HttpDouble {
         let mut d = HttpDouble {
             name,
             addr,
+            build: Box::new(build),
             running: None,
         };
-        d.run(listener, build)?;
+        d.run(listener)?;
         Ok(d)
     }
 
-    fn run(&mut self, listener: TcpListener, build: &dyn Fn() -> Built) -> Result<()> {
-        let Built { router, background } = build();
+    fn run(&mut self, listener: TcpListener) -> Result<()> {
+        let Built { router, background } = (self.build)();
         let (stop, stop_rx) = oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -97,14 +111,14 @@ impl HttpDouble {
     }
 
     /// Stops (if running) and starts again on the same port with fresh state.
-    pub(crate) fn restart(&mut self, build: &dyn Fn() -> Built) -> Result<()> {
+    pub(crate) fn restart(&mut self) -> Result<()> {
         self.stop();
         // The port was ours a moment ago; SO_REUSEADDR (set by std on Unix) lets us
         // rebind at once. Retry briefly in case the old socket is still closing.
         let mut last = None;
         for _ in 0..50 {
             match bind(self.name, self.addr.port()) {
-                Ok(l) => return self.run(l, build),
+                Ok(l) => return self.run(l),
                 Err(e) => last = Some(e),
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -118,6 +132,18 @@ impl HttpDouble {
 
     pub(crate) fn is_running(&self) -> bool {
         self.running.is_some()
+    }
+
+    /// The `Debug` form of the public double type named `type_name` that wraps this.
+    pub(crate) fn fmt_as(
+        &self,
+        type_name: &str,
+        f: &mut std::fmt::Formatter<'_>,
+    ) -> std::fmt::Result {
+        f.debug_struct(type_name)
+            .field("addr", &self.addr())
+            .field("running", &self.is_running())
+            .finish()
     }
 }
 
@@ -133,6 +159,17 @@ fn bind(name: &str, port: u16) -> Result<TcpListener> {
     l.set_nonblocking(true)
         .map_err(io_err(format!("{name}: set the listener non-blocking")))?;
     Ok(l)
+}
+
+/// Locks a double's state, going on after a panic in another handler (the state is
+/// still the best answer a test can get).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The first value of `key` in a query string.
+pub(crate) fn query_get<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
 /// Parses a Go `time.ParseDuration` string (`10s`, `1m30s`, `250ms`, `1.5h`, `0`).

@@ -8,9 +8,11 @@
 //! Prints the bound `host:port` on stdout once it accepts connections (the service URL
 //! is `http://host:port/eureka`), then serves until killed.
 
-use std::io::Write;
+mod double_cli;
+
 use std::time::Duration;
 
+use double_cli::{Args, serve_forever, started};
 use meshline_testkit::{EurekaDouble, EurekaDoubleOptions};
 
 const USAGE: &str =
@@ -18,52 +20,20 @@ const USAGE: &str =
 
 fn main() {
     let mut opts = EurekaDoubleOptions::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| {
-            args.next().unwrap_or_else(|| {
-                eprintln!("{name} needs a value\n{USAGE}");
-                std::process::exit(2)
-            })
-        };
+    let mut args = Args::new(USAGE);
+    while let Some(a) = args.next_flag() {
         match a.as_str() {
-            "--port" => opts.port = parse(&value("--port"), "--port"),
+            "--port" => opts.port = args.number("--port"),
             "--eviction-ms" => {
-                opts.eviction_interval =
-                    Duration::from_millis(parse(&value("--eviction-ms"), "--eviction-ms"))
+                opts.eviction_interval = Duration::from_millis(args.number("--eviction-ms"))
             }
             "--retention-ms" => {
-                opts.retention =
-                    Duration::from_millis(parse(&value("--retention-ms"), "--retention-ms"))
+                opts.retention = Duration::from_millis(args.number("--retention-ms"))
             }
             "--no-delta" => opts.delta_enabled = false,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return;
-            }
-            other => {
-                eprintln!("unknown argument `{other}`\n{USAGE}");
-                std::process::exit(2);
-            }
+            other => args.unknown(other),
         }
     }
-    let double = match EurekaDouble::start(opts) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("eureka-double: {e}");
-            std::process::exit(1);
-        }
-    };
-    println!("{}", double.addr());
-    let _ = std::io::stdout().flush();
-    loop {
-        std::thread::park();
-    }
-}
-
-fn parse<T: std::str::FromStr>(v: &str, name: &str) -> T {
-    v.parse().unwrap_or_else(|_| {
-        eprintln!("{name}: `{v}` is not a valid number\n{USAGE}");
-        std::process::exit(2)
-    })
+    let double = started("eureka-double", EurekaDouble::start(opts));
+    serve_forever(double.addr());
 }

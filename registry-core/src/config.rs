@@ -63,7 +63,7 @@ mod values;
 pub use loader::ConfigLoader;
 use router::{apply_all, norm};
 pub use section::{Section, SectionReader};
-pub use values::{parse_bytes, parse_duration, parse_duration_with_unit};
+pub use values::{MAX_DURATION, parse_bytes, parse_duration, parse_duration_with_unit};
 
 /// File formats [`ConfigLoader`] understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,3 +328,5 @@ pub fn split_grouplist(text: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod hardening_tests;

@@ -88,9 +88,11 @@ impl ConfigLoader {
                     apply_all(&mut cfg, entries, "config text")?;
                 }
                 Source::Env(vars) => apply_all(&mut cfg, env_entries(vars), "environment")?,
-                Source::ProcessEnv => {
-                    apply_all(&mut cfg, env_entries(std::env::vars()), "environment")?
-                }
+                Source::ProcessEnv => apply_all(
+                    &mut cfg,
+                    env_entries(utf8_vars(std::env::vars_os())),
+                    "environment",
+                )?,
                 Source::Set(k, v) => {
                     let path = k.split('.').map(str::to_string).collect();
                     apply_all(&mut cfg, vec![(path, v)], "override")?;
@@ -171,7 +173,33 @@ fn flatten(path: &mut Vec<String>, v: &config::Value, out: &mut Vec<Entry>) {
     out.push((path.clone(), scalar));
 }
 
-fn env_entries<I: IntoIterator<Item = (String, String)>>(vars: I) -> Vec<Entry> {
+/// The UTF-8 variables of `vars`. `std::env::vars()` panics on the first variable
+/// that is not UTF-8, anywhere in the environment; such a variable is skipped here, with
+/// a warning (by name, lossy) when it looks like ours.
+pub(crate) fn utf8_vars(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(String, String)> {
+    vars.into_iter()
+        .filter_map(|(k, v)| match (k.into_string(), v.into_string()) {
+            (Ok(k), Ok(v)) => Some((k, v)),
+            (k, _) => {
+                let name = match &k {
+                    Ok(k) => k.clone(),
+                    Err(k) => k.to_string_lossy().into_owned(),
+                };
+                if name.starts_with("MESHLINE_") {
+                    tracing::warn!(
+                        variable = %name,
+                        "environment variable is not UTF-8; ignored"
+                    );
+                }
+                None
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn env_entries<I: IntoIterator<Item = (String, String)>>(vars: I) -> Vec<Entry> {
     let mut out: Vec<Entry> = vars
         .into_iter()
         .filter_map(|(k, v)| {

@@ -24,9 +24,10 @@ pub(super) fn apply_all(
         let shown = path.join(".");
         match apply(cfg, &path, &value, origin) {
             Ok(Applied::Used) | Ok(Applied::Ignored) => {}
-            Ok(Applied::Unknown) => cfg.warnings.push(format!(
-                "{origin}: unknown config key `{shown}` (value `{value}`) ignored"
-            )),
+            // By name only: a misspelt `pasword=...` must not log the password.
+            Ok(Applied::Unknown) => cfg
+                .warnings
+                .push(format!("{origin}: unknown config key `{shown}` ignored")),
             Err(reason) => {
                 return Err(RegistryError::Config(format!(
                     "{origin}: key `{shown}` has invalid value `{value}`: {reason}"

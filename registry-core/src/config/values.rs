@@ -36,18 +36,37 @@ pub(super) fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
     })
 }
 
+/// The longest duration any key accepts: 365 days.
+///
+/// Every configured duration ends up added to an `Instant` (a deadline, a session
+/// timeout plus a connect timeout); `Instant + Duration` panics on overflow, and a
+/// bare `18446744073709551615` is a valid millisecond count. No registry timeout or
+/// period means anything beyond a year, so longer values are refused with a message
+/// rather than panicking later.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+fn capped(d: Duration, t: &str) -> Result<Duration, String> {
+    if d > MAX_DURATION {
+        Err(format!("`{t}` is longer than the maximum of 365 days"))
+    } else {
+        Ok(d)
+    }
+}
+
 /// Bare numbers are milliseconds; otherwise humantime text (`10s`, `1m 30s`, `500ms`).
+/// At most [`MAX_DURATION`].
 pub fn parse_duration(v: &str) -> Result<Duration, String> {
     let t = v.trim();
     if let Ok(ms) = t.parse::<u64>() {
-        return Ok(Duration::from_millis(ms));
+        return capped(Duration::from_millis(ms), t);
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("expected milliseconds or a duration like `10s`: {e}"))
+    let d = humantime::parse_duration(t)
+        .map_err(|e| format!("expected milliseconds or a duration like `10s`: {e}"))?;
+    capped(d, t)
 }
 
 /// A duration that must carry its unit (`10s`, `500ms`): for keys only meshline has,
-/// where a bare number would be ambiguous.
+/// where a bare number would be ambiguous. At most [`MAX_DURATION`].
 pub fn parse_duration_with_unit(v: &str) -> Result<Duration, String> {
     let t = v.trim();
     if t.parse::<u64>().is_ok() {
@@ -55,7 +74,9 @@ pub fn parse_duration_with_unit(v: &str) -> Result<Duration, String> {
             "`{t}` has no unit: write it with one, e.g. `{t}ms` or `{t}s`"
         ));
     }
-    humantime::parse_duration(t).map_err(|e| format!("expected a duration like `10s`: {e}"))
+    let d =
+        humantime::parse_duration(t).map_err(|e| format!("expected a duration like `10s`: {e}"))?;
+    capped(d, t)
 }
 
 /// A byte size: a bare number of bytes, or a number with `B`, `KiB`/`KB`/`K`,

@@ -62,6 +62,7 @@ mod error;
 mod instance;
 pub mod lifecycle;
 pub mod probe;
+pub mod redact;
 mod registry;
 mod watch;
 

@@ -170,6 +170,43 @@ impl Lifecycle {
         }
     }
 
+    /// Retries a removal that failed, in the background, until `attempt` succeeds or
+    /// the client closes (its close removes what is still pending, once more).
+    ///
+    /// `attempt` returns `Ok(true)` when the entry is gone (or no longer wanted gone:
+    /// it was registered again), `Ok(false)` to try again later, or an error (logged,
+    /// tried again). Delays grow from 200 ms to 30 s: a registry that is down is not
+    /// hammered, and one that comes back sees the delete within 30 s.
+    pub fn retry_removal<F, Fut>(&self, what: String, mut attempt: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool, RegistryError>> + Send + 'static,
+    {
+        let life = self.clone();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let mut backoff =
+                crate::Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+            loop {
+                if !life.sleep(backoff.next_delay()).await {
+                    return;
+                }
+                match attempt().await {
+                    Ok(true) => {
+                        tracing::info!(registry = life.kind(), what, "removed after retrying");
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::debug!(registry = life.kind(), what, error = %e, "removal failed again; retrying")
+                    }
+                }
+            }
+        });
+    }
+
     /// Marks the client closed; true only for the first call.
     fn begin_close(&self) -> bool {
         let first = !self.shared.cancel.is_cancelled();
@@ -342,14 +379,24 @@ impl WatchScope {
 ///
 /// An async mutex: backends hold it across the write of a registration, so a
 /// concurrent re-registration after a session loss sees either both or neither.
+///
+/// An entry whose removal failed stays here as *to remove* (see
+/// [`begin_removal`](Self::begin_removal)) rather than being forgotten: it is no
+/// longer written again after a session loss, [`remove_all`](Self::remove_all) still
+/// removes it on close, and [`Lifecycle::retry_removal`] keeps trying in the
+/// background. Forgetting it before the delete succeeded left a zombie: the key stayed
+/// in the registry, kept alive by our own lease or session.
 pub struct Registrations<V> {
     map: tokio::sync::Mutex<BTreeMap<String, V>>,
+    /// Entries we want gone whose removal has not succeeded yet.
+    removing: std::sync::Mutex<BTreeMap<String, V>>,
 }
 
 impl<V> Default for Registrations<V> {
     fn default() -> Self {
         Registrations {
             map: tokio::sync::Mutex::new(BTreeMap::new()),
+            removing: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -374,9 +421,40 @@ impl<V: Clone + Send> Registrations<V> {
         self.map.lock().await
     }
 
-    /// Records `key`.
+    /// Records `key` (a registration again cancels a pending removal of it).
     pub async fn insert(&self, key: String, value: V) {
-        self.map.lock().await.insert(key, value);
+        let mut map = self.map.lock().await;
+        self.removing_map().remove(&key);
+        map.insert(key, value);
+    }
+
+    fn removing_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, V>> {
+        self.removing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves `key` from the registrations to *to remove*, returning its value: call
+    /// it before deleting the entry, then [`removal_done`](Self::removal_done) once the
+    /// delete succeeded. `None` when `key` is neither registered nor being removed.
+    pub async fn begin_removal(&self, key: &str) -> Option<V> {
+        let mut map = self.map.lock().await;
+        let mut removing = self.removing_map();
+        match map.remove(key) {
+            Some(v) => {
+                removing.insert(key.to_string(), v.clone());
+                Some(v)
+            }
+            None => removing.get(key).cloned(),
+        }
+    }
+
+    /// The delete of `key` succeeded: it is forgotten.
+    pub fn removal_done(&self, key: &str) {
+        self.removing_map().remove(key);
+    }
+
+    /// True while `key` is waiting for its removal to succeed.
+    pub fn is_removing(&self, key: &str) -> bool {
+        self.removing_map().contains_key(key)
     }
 
     /// Forgets `key`, returning what was recorded.
@@ -399,9 +477,9 @@ impl<V: Clone + Send> Registrations<V> {
             .collect()
     }
 
-    /// Removes every registration with `remove` (the backend's delete), one after
-    /// another; the map is emptied first, so nothing is removed twice. Every failure is
-    /// logged; the first is returned.
+    /// Removes every registration, and every entry still waiting to be removed, with
+    /// `remove` (the backend's delete), one after another; the map is emptied first, so
+    /// nothing is removed twice. Every failure is logged; the first is returned.
     pub async fn remove_all<F, Fut>(
         &self,
         kind: &'static str,
@@ -411,7 +489,8 @@ impl<V: Clone + Send> Registrations<V> {
         F: Fn(String, V) -> Fut,
         Fut: Future<Output = Result<(), RegistryError>>,
     {
-        let all = std::mem::take(&mut *self.map.lock().await);
+        let mut all = std::mem::take(&mut *self.map.lock().await);
+        all.extend(std::mem::take(&mut *self.removing_map()));
         let mut first_err = None;
         for (key, value) in all {
             if let Err(e) = remove(key.clone(), value).await {
@@ -527,6 +606,53 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_failed_removal_stays_pending_and_is_retried_until_it_succeeds() {
+        let life = Lifecycle::new("test", EmptyProtection::Apply);
+        let regs: Arc<Registrations<u32>> = Arc::new(Registrations::new());
+        regs.insert("a".into(), 1).await;
+        assert_eq!(regs.begin_removal("a").await, Some(1));
+        assert!(regs.is_removing("a"));
+        assert!(regs.snapshot().await.is_empty(), "not written again");
+        let tries = Arc::new(AtomicUsize::new(0));
+        let (r, t) = (regs.clone(), tries.clone());
+        life.retry_removal("a".into(), move || {
+            let (r, t) = (r.clone(), t.clone());
+            async move {
+                if t.fetch_add(1, Ordering::SeqCst) < 2 {
+                    return Err(RegistryError::Config("down".into()));
+                }
+                r.removal_done("a");
+                Ok(true)
+            }
+        });
+        for _ in 0..100 {
+            if !regs.is_removing("a") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!regs.is_removing("a"));
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+        // Still pending at close: remove_all removes it too.
+        regs.insert("b".into(), 2).await;
+        regs.begin_removal("b").await;
+        let removed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let rm = removed.clone();
+        regs.remove_all("test", move |k, _| {
+            rm.lock().unwrap().push(k);
+            async { Ok(()) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(*removed.lock().unwrap(), vec!["b".to_string()]);
+        // Registering again cancels the pending removal.
+        regs.insert("c".into(), 3).await;
+        regs.begin_removal("c").await;
+        regs.insert("c".into(), 3).await;
+        assert!(!regs.is_removing("c"));
     }
 
     #[tokio::test]

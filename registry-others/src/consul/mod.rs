@@ -107,7 +107,7 @@ pub struct ConsulRegistry {
 impl std::fmt::Debug for ConsulRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsulRegistry")
-            .field("base", &self.inner.base.as_str())
+            .field("base", &self.inner.server())
             .field("ttl", &self.inner.ttl)
             .finish()
     }
@@ -118,6 +118,10 @@ struct Inner {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
+    /// `maxBodyBytes`: the largest answer read.
+    max_body: usize,
+    /// The base URL as messages show it: `user:pass@` redacted.
+    shown: String,
     ttl: Duration,
     deregister_after: Duration,
     wait: Duration,
@@ -145,6 +149,10 @@ impl ConsulRegistry {
         let inner = Arc::new(Inner {
             base,
             token: c.acl_token.clone(),
+            max_body: c.max_body_bytes,
+            shown: meshline_registry_core::redact::redact_userinfo(
+                c.server_addr.trim().trim_end_matches('/'),
+            ),
             http,
             ttl: c.ttl,
             deregister_after: c.deregister_critical_after,

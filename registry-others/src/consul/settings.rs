@@ -18,6 +18,8 @@ pub struct ConsulSettings {
     pub ttl: Duration,
     /// `deregisterCriticalServiceAfter`. Default 20 s (Seata's).
     pub deregister_critical_after: Duration,
+    /// `maxBodyBytes` (meshline): the largest agent answer read. Default 16 MiB.
+    pub max_body_bytes: usize,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -31,6 +33,7 @@ impl std::fmt::Debug for ConsulSettings {
             .field("acl_token", &self.acl_token.as_ref().map(|_| "<redacted>"))
             .field("ttl", &self.ttl)
             .field("deregister_critical_after", &self.deregister_critical_after)
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -47,6 +50,7 @@ impl ConsulSettings {
             ttl: r.duration("ttl", Duration::from_secs(10))?,
             deregister_critical_after: r
                 .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,
+            max_body_bytes: crate::common::max_body_bytes(&r, "consul")?,
             warnings: Vec::new(),
         };
         Ok(ConsulSettings {

@@ -87,10 +87,7 @@ pub struct EurekaRegistry {
 impl std::fmt::Debug for EurekaRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EurekaRegistry")
-            .field(
-                "service_urls",
-                &self.inner.urls.iter().map(Url::as_str).collect::<Vec<_>>(),
-            )
+            .field("service_urls", &self.inner.server())
             .finish()
     }
 }
@@ -106,6 +103,8 @@ struct Inner {
     urls: Vec<Url>,
     preferred: AtomicUsize,
     http: reqwest::Client,
+    /// `maxBodyBytes`: the largest answer read.
+    max_body: usize,
     renewal: Duration,
     lease: Duration,
     refresh: Duration,
@@ -136,12 +135,18 @@ impl EurekaRegistry {
             .connect_timeout(Duration::from_secs(3))
             .build()
             .map_err(|e| {
-                RegistryError::backend(KIND, &c.service_url, "cannot build the HTTP client", e)
+                RegistryError::backend(
+                    KIND,
+                    meshline_registry_core::redact::redact_userinfo(&c.service_url),
+                    "cannot build the HTTP client",
+                    e,
+                )
             })?;
         let inner = Arc::new(Inner {
             urls,
             preferred: AtomicUsize::new(0),
             http,
+            max_body: c.max_body_bytes,
             renewal: c.renewal_interval,
             lease: c.lease_duration,
             refresh: c.refresh_interval,

@@ -20,6 +20,9 @@ pub struct EurekaSettings {
     pub lease_duration: Duration,
     /// `refreshInterval` (meshline): fetch period for watches. Default 5 s (Seata's).
     pub refresh_interval: Duration,
+    /// `maxBodyBytes` (meshline): the largest answer read (a full fetch). Default
+    /// 16 MiB.
+    pub max_body_bytes: usize,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -34,6 +37,7 @@ impl std::fmt::Debug for EurekaSettings {
             .field("renewal_interval", &self.renewal_interval)
             .field("lease_duration", &self.lease_duration)
             .field("refresh_interval", &self.refresh_interval)
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -70,6 +74,7 @@ impl EurekaSettings {
             renewal_interval: r.duration("renewalInterval", Duration::from_secs(30))?,
             lease_duration: r.duration("leaseDuration", Duration::from_secs(90))?,
             refresh_interval: r.duration("refreshInterval", Duration::from_secs(5))?,
+            max_body_bytes: crate::common::max_body_bytes(&r, "eureka")?,
             warnings: Vec::new(),
         };
         Ok(EurekaSettings {

@@ -75,6 +75,7 @@ mod layout;
 mod lease;
 mod settings;
 mod timed;
+mod tls;
 
 pub use layout::{cluster_prefix, instance_key};
 pub use settings::EtcdSettings;
@@ -173,6 +174,7 @@ impl EtcdRegistry {
             .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
             .with_keep_alive_while_idle(false)
             .with_require_leader(true);
+        opts = tls::apply(opts, &c, &endpoints)?;
         if let Some(user) = &c.username {
             // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
             // them instead of failing a long-running registration.

@@ -134,13 +134,33 @@ impl ConsulRegistry {
     /// `GET /v1/status/leader`) and starts the TTL keeper.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = ConsulSettings::from_config(config)?;
-        let base = parse_base(&c.server_addr)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .build()
-            .map_err(|e| {
-                RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
-            })?;
+        let mut tls = c.tls.clone();
+        if c.server_addr.trim_start().starts_with("https://") {
+            tls.asked_by_url(&c.server_addr);
+        }
+        let material = crate::tls::prepare(
+            &tls,
+            KIND,
+            "consul",
+            cfg!(feature = "consul-tls"),
+            "consul-tls",
+        )?;
+        let base = parse_base(&crate::tls::http_scheme(
+            &c.server_addr,
+            tls.enabled,
+            "registry.consul.serverAddr",
+        )?)?;
+        #[allow(unused_mut)]
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
+        #[cfg(feature = "consul-tls")]
+        if let Some(m) = &material {
+            builder = crate::tls::http_client(builder, m, "consul")?;
+        }
+        #[cfg(not(feature = "consul-tls"))]
+        let _ = material;
+        let http = builder.build().map_err(|e| {
+            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
+        })?;
         if c.ttl.is_zero() {
             return Err(RegistryError::Config(
                 "registry.consul.ttl must be greater than 0".into(),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Consul registry's settings.
@@ -20,6 +21,9 @@ pub struct ConsulSettings {
     pub deregister_critical_after: Duration,
     /// `maxBodyBytes` (meshline): the largest agent answer read. Default 16 MiB.
     pub max_body_bytes: usize,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -34,6 +38,7 @@ impl std::fmt::Debug for ConsulSettings {
             .field("ttl", &self.ttl)
             .field("deregister_critical_after", &self.deregister_critical_after)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -51,6 +56,7 @@ impl ConsulSettings {
             deregister_critical_after: r
                 .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,
             max_body_bytes: crate::common::max_body_bytes(&r, "consul")?,
+            tls: TlsSettings::read(&r, "consul")?,
             warnings: Vec::new(),
         };
         Ok(ConsulSettings {

@@ -28,6 +28,17 @@ struct Cli {
     /// file registry, the grouplist of the cluster (`ip:port;ip:port`).
     #[arg(long, global = true)]
     server: Option<String>,
+    /// CA certificate(s) (PEM) the registry server's certificate must chain to: sets
+    /// `registry.<type>.tls.caFile` and turns TLS on (needs the backend's `-tls` feature).
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for servers that ask for one: `registry.<type>.tls.certFile`
+    /// (with --tls-key).
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert: `registry.<type>.tls.keyFile`.
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -160,6 +171,25 @@ fn with_overrides(
                 .registry
                 .section_mut(ty.seata_name)
                 .set(ty.address_key, server.clone()),
+        }
+    }
+    let tls_flags = [
+        ("tls.caFile", &cli.tls_ca),
+        ("tls.certFile", &cli.tls_cert),
+        ("tls.keyFile", &cli.tls_key),
+    ];
+    if tls_flags.iter().any(|(_, v)| v.is_some()) && ty.tls_feature.is_none() {
+        return Err(RegistryError::Config(format!(
+            "--tls-ca/--tls-cert/--tls-key: a {} registry has no server to connect to",
+            ty.seata_name
+        )));
+    }
+    for (key, value) in tls_flags {
+        if let Some(path) = value {
+            config
+                .registry
+                .section_mut(ty.seata_name)
+                .set(key, path.display().to_string());
         }
     }
     if let Some(ttl) = ttl {

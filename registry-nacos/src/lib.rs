@@ -74,6 +74,7 @@ use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
 mod settings;
+mod tls;
 pub use settings::NacosSettings;
 
 const KIND: &str = "nacos";
@@ -226,6 +227,7 @@ impl NacosRegistry {
     /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
+        tls::check(&n.tls)?;
         let mut props = ClientProps::new()
             .server_addr(n.server_addr.clone())
             .namespace(n.namespace.clone())

@@ -211,7 +211,7 @@ mod tests {
     fn settings(pairs: &[(&str, &str)]) -> Result<TlsSettings, RegistryError> {
         let mut l = ConfigLoader::new();
         for (k, v) in pairs {
-            l = l.set(&format!("registry.etcd3.{k}"), *v);
+            l = l.set(format!("registry.etcd3.{k}"), *v);
         }
         let c = l.load().unwrap();
         let section = c.registry.section(&["etcd3"]);

@@ -83,7 +83,10 @@ mod tests {
             if cfg!(feature = "tls") {
                 assert!(r.is_ok(), "{k}");
             } else {
-                let e = r.err().expect("refused").to_string();
+                let Err(e) = r else {
+                    panic!("{k}: TLS must be refused without the feature")
+                };
+                let e = e.to_string();
                 assert!(e.contains("`etcd-tls`"), "{e}");
             }
         }

@@ -53,7 +53,7 @@ mod tests {
     fn tls(pairs: &[(&str, &str)]) -> TlsSettings {
         let mut l = ConfigLoader::new();
         for (k, v) in pairs {
-            l = l.set(&format!("registry.nacos.{k}"), *v);
+            l = l.set(format!("registry.nacos.{k}"), *v);
         }
         crate::NacosSettings::from_config(&l.load().unwrap())
             .unwrap()

@@ -9,6 +9,23 @@
 //!
 //! Targets (issue "one shape for every registry backend", item 7): full apply < 10 ms,
 //! one change < 1 ms on the 2-core development machine.
+//!
+//! Measured (2 vCPU AMD EPYC VM shared with other builds, load average about 3;
+//! interleaved runs of the bench built before and after, medians of two rounds; see
+//! loadbalance/BENCHMARKS.md):
+//!
+//! | row | RoundRobin | ConsistentHash | LeastActive |
+//! |---|---|---|---|
+//! | full apply, before | 11.1 ms | 53.3 ms | 14.0 ms |
+//! | full apply, after | 6.4 ms | 31.0 ms | 6.3 ms |
+//! | one change, before | 10.4 ms | 43.4 ms | 8.8 ms |
+//! | one change, after | 1.49 ms | 2.24 ms | 1.48 ms |
+//!
+//! Missed: full apply with consistent hashing (building 1.6 million ring points, 12.8
+//! MB, is memory-bound at ~20 ms here), and one change < 1 ms (reached only on a quieter
+//! machine: 0.97-1.33 ms round robin, 1.57 ms consistent hash, 1.39 ms least-active at
+//! load average 1.1-1.8). `full_apply` times the drop of the previous hub and balancer
+//! too (criterion's `iter_batched` moves them into the routine).
 
 use std::hint::black_box;
 

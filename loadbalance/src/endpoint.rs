@@ -20,12 +20,16 @@ pub struct Endpoint {
     inner: Arc<Inner>,
 }
 
+/// `repr(C)`, stats first: what every pick touches (the reference count in the `Arc`
+/// header, the stats pointer) sits together at the allocation's start, whatever the
+/// instance's size.
+#[repr(C)]
 struct Inner {
     stats: Arc<EndpointStats>,
-    instance: Instance,
     /// [`hash_key`] of the identity, computed once: the snapshot's key index is rebuilt
     /// on every membership change without hashing 10 000 strings again.
     key_hash: u64,
+    instance: Instance,
 }
 
 /// The process-wide hash of an identity that [`Endpoint`]s carry (foldhash, seeded at

@@ -45,6 +45,8 @@ const POLL: Duration = Duration::from_millis(25);
 /// After closing the rest, how long their connections get to end (so their sessions
 /// are detached and written before the flush).
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// How long the closing KICKs get to be written before the connections are closed.
+const KICK_GRACE: Duration = Duration::from_millis(500);
 
 /// `gateway.drain.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,13 +287,23 @@ pub(crate) async fn run(
     let mut closed = 0;
     if !in_time {
         let rest = connected(shared);
+        let reason = format!("{}: drain deadline passed", settings.reason);
         for (_, link) in &rest {
-            let reason = format!("{}: drain deadline passed", settings.reason);
             link.outbound.push(
                 ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.clone()))
                     .with_flags(protocol::RELIABLE),
             );
-            link.outbound.close(reason);
+        }
+        // Closing a queue discards what it still holds: let the KICKs go out first
+        // (bounded: a client that does not read is closed regardless).
+        let written = tokio::time::Instant::now() + KICK_GRACE;
+        while rest.iter().any(|(_, l)| l.outbound.queued_bytes() > 0)
+            && tokio::time::Instant::now() < written
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for (_, link) in &rest {
+            link.outbound.close(reason.clone());
             closed += 1;
         }
         // Their read loops end, detaching (and marking) their sessions.

@@ -29,7 +29,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,6 +138,8 @@ struct Inner {
     tokens: Option<TokenSource>,
     options: RoamOptions,
     moves: AtomicU64,
+    /// No gateway took the session within `give_up_after`.
+    gave_up: AtomicBool,
 }
 
 impl Inner {
@@ -193,6 +195,7 @@ impl RoamingClient {
             tokens,
             options,
             moves: AtomicU64::new(0),
+            gave_up: AtomicBool::new(false),
         });
         let stop = CancellationToken::new();
         tokio::spawn(roam(inner.clone(), stop.clone()));
@@ -232,6 +235,12 @@ impl RoamingClient {
     /// Moves made so far (successful changes of connection).
     pub fn moves(&self) -> u64 {
         self.inner.moves.load(Ordering::Relaxed)
+    }
+
+    /// True when a move failed (no gateway took the session in time): the client no
+    /// longer moves, and its requests fail with [`ClientError::Closed`].
+    pub fn gave_up(&self) -> bool {
+        self.inner.gave_up.load(Ordering::SeqCst)
     }
 
     /// Sends a request on the current connection and waits for its reply; during a
@@ -360,6 +369,7 @@ async fn roam(inner: Arc<Inner>, stop: CancellationToken) {
             Err(e) => {
                 tracing::warn!(error = %e, "no gateway took the session; the client is closed");
                 // Requests go to the closed connection and fail with `Closed`.
+                inner.gave_up.store(true, Ordering::SeqCst);
                 inner.moving.send_replace(false);
                 return;
             }

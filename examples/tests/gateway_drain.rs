@@ -76,8 +76,7 @@ async fn drain_under_load_ends_with_every_client_resumed_elsewhere() {
     for i in 0..CLIENTS {
         let account = format!("p{i}");
         let minter = TokenMinter::new(SECRET);
-        let tokens: TokenSource =
-            Arc::new(move || minter.mint(&account, Duration::from_secs(60)));
+        let tokens: TokenSource = Arc::new(move || minter.mint(&account, Duration::from_secs(60)));
         let c = RoamingClient::connect(a_addr, gateways.clone(), tokens, RoamOptions::default())
             .await
             .unwrap();
@@ -120,7 +119,10 @@ async fn drain_under_load_ends_with_every_client_resumed_elsewhere() {
         let (first, c, sent, ok) = t.await.unwrap();
         let now = c.current();
         assert_eq!(now.welcome.gateway, "gw-b", "{first:?}");
-        assert_eq!(now.welcome.session, first.session, "same session after the move");
+        assert_eq!(
+            now.welcome.session, first.session,
+            "same session after the move"
+        );
         assert_eq!(c.moves(), 1);
         assert_eq!(sent, ok);
         total += sent;
@@ -140,21 +142,33 @@ async fn the_deadline_closes_a_client_that_ignores_the_advice() {
     let deadline = Duration::from_millis(800);
     let w = world(1, |s| s.drain.deadline = deadline).await;
     let stubborn = w.player("stubborn").await;
-    stubborn.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
+    stubborn
+        .request(modules::LOBBY, 1, Bytes::new())
+        .await
+        .unwrap();
     let t0 = std::time::Instant::now();
     let report = w.gateway.drain().await;
     let took = t0.elapsed();
-    assert_eq!(stubborn.reconnect_advice().as_deref(), Some("gateway draining"));
+    assert_eq!(
+        stubborn.reconnect_advice().as_deref(),
+        Some("gateway draining")
+    );
     assert!(!report.in_time && report.closed == 1, "{report:?}");
     assert!(
         took >= deadline && took < deadline + Duration::from_secs(4),
         "the drain took {took:?} for an {deadline:?} deadline"
     );
     // Told why, then closed.
-    let kick = stubborn.next_push(Duration::from_secs(2)).await.expect("a KICK");
+    let kick = stubborn
+        .next_push(Duration::from_secs(2))
+        .await
+        .expect("a KICK");
     assert_eq!((kick.module, kick.opcode), (GATEWAY_MODULE, op::KICK));
     assert!(String::from_utf8_lossy(&kick.payload).contains("drain deadline passed"));
-    until("closed", Duration::from_secs(2), async || stubborn.is_closed()).await;
+    until("closed", Duration::from_secs(2), async || {
+        stubborn.is_closed()
+    })
+    .await;
 
     // With a threshold of 1, one stubborn client does not hold the drain up.
     let w = world(1, |s| {
@@ -184,7 +198,9 @@ async fn a_draining_gateway_leaves_the_registry_and_refuses_connections() {
     // A client that stays keeps the drain running while we look.
     let holdout = w.player("holdout").await;
     // The admin port asks for the drain; the owner runs it.
-    let mut admin = TcpStream::connect(w.gateway.admin_addr().unwrap()).await.unwrap();
+    let mut admin = TcpStream::connect(w.gateway.admin_addr().unwrap())
+        .await
+        .unwrap();
     admin
         .write_all(b"POST /drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
         .await
@@ -198,7 +214,10 @@ async fn a_draining_gateway_leaves_the_registry_and_refuses_connections() {
     assert!(!w.gateway.is_draining(), "asking is not draining");
     let drain = async { w.gateway.drain().await };
     let check = async {
-        until("draining", Duration::from_secs(2), async || w.gateway.is_draining()).await;
+        until("draining", Duration::from_secs(2), async || {
+            w.gateway.is_draining()
+        })
+        .await;
         assert!(!registered(&w).await.contains(&tcp), "still registered");
         until("refusing connections", Duration::from_secs(2), async || {
             TcpStream::connect(tcp).await.is_err() && TcpStream::connect(ws).await.is_err()
@@ -209,7 +228,10 @@ async fn a_draining_gateway_leaves_the_registry_and_refuses_connections() {
             .unwrap_err();
         assert!(matches!(e, ClientError::Io(_)), "{e:?}");
         // The holdout is still served while the drain waits for it.
-        holdout.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
+        holdout
+            .request(modules::LOBBY, 1, Bytes::new())
+            .await
+            .unwrap();
         assert!(holdout.reconnect_advice().is_some());
     };
     let (report, ()) = tokio::join!(drain, check);
@@ -245,7 +267,8 @@ async fn the_websocket_upgrade_sets_the_gateway_cookie() {
         .lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("set-cookie").then(|| v.trim().to_string())
+            k.eq_ignore_ascii_case("set-cookie")
+                .then(|| v.trim().to_string())
         })
         .unwrap_or_else(|| panic!("no Set-Cookie in {head}"));
     assert_eq!(cookie, "MESHLINE_GW=gw-a; Path=/; HttpOnly; SameSite=Lax");
@@ -290,9 +313,12 @@ fn the_gateway_program_drains_and_exits_0_on_sigterm() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = child.id().to_string();
     let left_at = rt.block_on(async {
-        let p = GatewayClient::auth(addr, &TokenMinter::new(SECRET).mint("x", Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let p = GatewayClient::auth(
+            addr,
+            &TokenMinter::new(SECRET).mint("x", Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
         // The client is advised, then leaves on its own: the drain ends before its

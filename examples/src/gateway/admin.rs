@@ -25,7 +25,11 @@ const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// Accepts admin connections until `stop`. `POST /drain` cancels `drain` (asks for a
 /// drain: see [`drain`](super::drain)); this port has no authentication, so it must
 /// never be reachable from the public network.
-pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken, drain: CancellationToken) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    stop: CancellationToken,
+    drain: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
+use super::drain::{self, DrainReport, DrainState};
 use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
@@ -25,7 +26,6 @@ use super::session::{Link, Session, Sessions};
 use super::settings::{GatewaySettings, ModuleKind};
 use super::transport::{self, ClientReader, ClientWriter, Incoming};
 use super::{admin, wire};
-use super::drain::{self, DrainReport, DrainState};
 
 /// Counters of what the gateway did.
 #[derive(Debug, Default)]

@@ -36,10 +36,10 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError as WsProtocolError};
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::http::header::SET_COOKIE;
-use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError as WsProtocolError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, WebSocketConfig};
 use tokio_util::codec::FramedRead;
@@ -81,6 +81,8 @@ impl Incoming {
             Incoming::Tcp(stream) => Ok(tcp(stream, max_frame)),
             Incoming::WebSocket(stream) => {
                 let cookie = sticky_cookie(gateway_id);
+                // The error type is tungstenite's `Callback` contract (an HTTP response).
+                #[allow(clippy::result_large_err)]
                 let add_cookie = move |_: &Request, mut response: Response| {
                     if let Some(c) = cookie {
                         response.headers_mut().append(SET_COOKIE, c);
@@ -115,7 +117,10 @@ fn sticky_cookie(id: &str) -> Option<HeaderValue> {
             .bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b',' | b';' | b'\\'));
     if !ok {
-        tracing::debug!(id, "gateway id not usable as a cookie value; no sticky cookie");
+        tracing::debug!(
+            id,
+            "gateway id not usable as a cookie value; no sticky cookie"
+        );
         return None;
     }
     HeaderValue::from_str(&format!(

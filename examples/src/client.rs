@@ -1,6 +1,11 @@
 //! A small client of the gateway (what the `bot` program and the tests use): connect
 //! over TCP or WebSocket, authenticate or resume, send requests and match replies by
 //! sequence, receive pushes. The API is the same whatever the transport.
+//!
+//! A draining gateway sends `RECONNECT` advice: this client records it
+//! ([`GatewayClient::reconnect_advice`], [`GatewayClient::advised`]) instead of passing
+//! it on as a push; [`crate::roaming::RoamingClient`] acts on it (moves the session to
+//! another gateway at a quiet moment).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,7 +31,8 @@ pub struct Welcome {
     pub session: String,
     /// The resume secret.
     pub secret: String,
-    /// The gateway's id.
+    /// The gateway's id (the value of its WebSocket `MESHLINE_GW` sticky cookie), so a
+    /// client can tell which gateway holds its session and aim reconnects at it.
     pub gateway: String,
 }
 
@@ -60,6 +66,10 @@ pub struct GatewayClient {
     pushes: tokio::sync::Mutex<mpsc::UnboundedReceiver<ClientFrame>>,
     /// Stops the reading task, which holds the WebSocket's other half.
     _reading: DropGuard,
+    /// The latest `RECONNECT` advice (its reason), if any.
+    advice: tokio::sync::watch::Receiver<Option<String>>,
+    /// Cancelled when the connection has ended (the reading task stopped).
+    ended: CancellationToken,
     /// What the gateway answered at admission.
     pub welcome: Welcome,
 }
@@ -126,7 +136,11 @@ impl GatewayClient {
         let w2 = waiters.clone();
         let stop = CancellationToken::new();
         let stopped = stop.clone();
+        let (advice_tx, advice) = tokio::sync::watch::channel(None);
+        let ended = CancellationToken::new();
+        let ending = ended.clone().drop_guard();
         tokio::spawn(async move {
+            let _ending = ending;
             loop {
                 let f = tokio::select! {
                     next = reader.next() => match next {
@@ -135,7 +149,10 @@ impl GatewayClient {
                     },
                     _ = stopped.cancelled() => break,
                 };
-                if f.flags & protocol::REPLY != 0 {
+                if f.module == GATEWAY_MODULE && f.opcode == op::RECONNECT {
+                    let reason = String::from_utf8_lossy(&f.payload).into_owned();
+                    advice_tx.send_replace(Some(reason));
+                } else if f.flags & protocol::REPLY != 0 {
                     if let Some(w) = w2.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.seq) {
                         let _ = w.send(f);
                     }
@@ -151,6 +168,8 @@ impl GatewayClient {
             next_seq: AtomicU32::new(1),
             pushes: tokio::sync::Mutex::new(rx),
             _reading: stop.drop_guard(),
+            advice,
+            ended,
             welcome,
         })
     }
@@ -201,6 +220,43 @@ impl GatewayClient {
     pub async fn next_push(&self, limit: Duration) -> Option<ClientFrame> {
         let mut rx = self.pushes.lock().await;
         tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
+    }
+}
+
+impl GatewayClient {
+    /// The id of the gateway holding this connection (from AUTH_OK).
+    pub fn gateway_id(&self) -> &str {
+        &self.welcome.gateway
+    }
+
+    /// The reason of the gateway's `RECONNECT` advice, once it sent one.
+    pub fn reconnect_advice(&self) -> Option<String> {
+        self.advice.borrow().clone()
+    }
+
+    /// Waits for `RECONNECT` advice: `Some(reason)`, or `None` when the connection
+    /// ends without any.
+    pub async fn advised(&self) -> Option<String> {
+        let mut rx = self.advice.clone();
+        tokio::select! {
+            r = rx.wait_for(Option::is_some) => r.ok().and_then(|r| r.clone()),
+            _ = self.ended.cancelled() => self.reconnect_advice(),
+        }
+    }
+
+    /// Requests sent and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True once the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Resolves when the connection has ended.
+    pub async fn closed(&self) {
+        self.ended.cancelled().await
     }
 }
 

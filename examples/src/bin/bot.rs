@@ -9,7 +9,11 @@
 //! ```
 //!
 //! A bot whose connection drops reconnects with exponential backoff and full jitter
-//! and resumes its session.
+//! and resumes its session. A bot told to reconnect (its gateway drains) finishes its
+//! request in flight, then resumes its session on another of the `--gateway` addresses
+//! (`--gateway a,b,c`: the first is where the bots start; see
+//! `meshline_examples::roaming`). With the memory session store the resume elsewhere is
+//! refused and the bot authenticates again with a fresh token (a new session).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -21,13 +25,15 @@ use clap::Parser;
 use meshline_examples::client::{ClientError, GatewayClient, Welcome};
 use meshline_examples::game_backend::modules;
 use meshline_examples::gateway::admission::TokenMinter;
+use meshline_examples::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource, Via};
 
 #[derive(Parser, Debug)]
 #[command(about = "Load bots for the example gateway")]
 struct Args {
-    /// The gateway's address (its `ws-listen` address with `--ws`).
-    #[arg(long, required_unless_present = "token_for")]
-    gateway: Option<SocketAddr>,
+    /// The gateways' addresses (their `ws-listen` addresses with `--ws`), comma
+    /// separated: bots start on the first and move to the others when told to.
+    #[arg(long, required_unless_present = "token_for", value_delimiter = ',')]
+    gateway: Vec<SocketAddr>,
     /// Connect over WebSocket (one frame per binary message) instead of TCP.
     #[arg(long)]
     ws: bool,
@@ -109,9 +115,14 @@ async fn main() -> ExitCode {
         println!("{}", minter.mint(account, Duration::from_secs(3600)));
         return ExitCode::SUCCESS;
     }
-    let Some(gateway) = args.gateway else {
+    let Some(&gateway) = args.gateway.first() else {
         eprintln!("bot: --gateway is required");
         return ExitCode::FAILURE;
+    };
+    let gateways = Gateways::fixed(args.gateway.clone());
+    let options = RoamOptions {
+        via: if args.ws { Via::WebSocket } else { Via::Tcp },
+        ..RoamOptions::default()
     };
     let target = Target {
         addr: gateway,
@@ -122,11 +133,23 @@ async fn main() -> ExitCode {
     for i in 0..args.bots {
         let minter = minter.clone();
         let addr = target;
+        let (gateways, options) = (gateways.clone(), options.clone());
         tasks.push(tokio::spawn(async move {
             let account = format!("bot{i}");
             let mut latencies = Vec::new();
             let mut errors = 0u64;
-            let mut client = connect(addr, &minter, &account, None).await;
+            let tokens: TokenSource = {
+                let (minter, account) = (minter.clone(), account.clone());
+                Arc::new(move || minter.mint(&account, Duration::from_secs(300)))
+            };
+            let first = connect(addr, &minter, &account, None).await;
+            let mut client = RoamingClient::new(
+                first,
+                addr.addr,
+                gateways.clone(),
+                Some(tokens.clone()),
+                options.clone(),
+            );
             let _ = client
                 .request(modules::ROOM, 1, Bytes::from(format!("room{}", i % 10)))
                 .await;
@@ -146,8 +169,19 @@ async fn main() -> ExitCode {
                     Err(e) => {
                         errors += 1;
                         tracing::debug!(%account, error = %e, "request failed; resuming");
-                        let w = client.welcome.clone();
-                        client = connect(addr, &minter, &account, Some(&w)).await;
+                        // The roaming client moves by itself on advice or a drop; when
+                        // it gave up, start over (resume where the bot began).
+                        if client.gave_up() {
+                            let w = client.current().welcome.clone();
+                            let again = connect(addr, &minter, &account, Some(&w)).await;
+                            client = RoamingClient::new(
+                                again,
+                                addr.addr,
+                                gateways.clone(),
+                                Some(tokens.clone()),
+                                options.clone(),
+                            );
+                        }
                     }
                 }
             }

@@ -1,5 +1,8 @@
 //! The admin HTTP port (`gateway.admin-listen`): serves the browser client page,
 //! `GET /gateway.html` (examples/static/gateway.html, compiled in).
+//! `POST /drain` asks the gateway to drain (see [`drain`](super::drain)). Nothing on
+//! this port is authenticated: bind it to loopback or an operator network, never to the
+//! public one.
 //!
 //! Why hand-written HTTP and not a server crate: this port serves one static file to a
 //! browser on the operator's side; a request line, a bounded header read and a
@@ -19,8 +22,14 @@ pub const GATEWAY_HTML: &str = include_str!("../../static/gateway.html");
 
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
-/// Accepts admin connections until `stop`.
-pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
+/// Accepts admin connections until `stop`. `POST /drain` cancels `drain` (asks for a
+/// drain: see [`drain`](super::drain)); this port has no authentication, so it must
+/// never be reachable from the public network.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    stop: CancellationToken,
+    drain: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -28,8 +37,9 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
         };
         match accepted {
             Ok((stream, peer)) => {
+                let drain = drain.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = answer(stream).await {
+                    if let Err(e) = answer(stream, &drain).await {
                         tracing::debug!(%peer, error = %e, "admin request failed");
                     }
                 });
@@ -42,7 +52,7 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
     }
 }
 
-async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, drain: &CancellationToken) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let read = tokio::time::timeout(Duration::from_secs(5), async {
@@ -62,7 +72,7 @@ async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
     })
     .await;
     let response = match read {
-        Ok(Ok(true)) => route(&head),
+        Ok(Ok(true)) => super::drain::admin_route(&head, drain).unwrap_or_else(|| route(&head)),
         Ok(Err(e)) => return Err(e),
         _ => respond(
             "400 Bad Request",

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
+use super::drain::{self, DrainReport, DrainState};
 use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
@@ -64,6 +65,8 @@ pub(crate) struct Shared {
     pub unauthenticated: Arc<Semaphore>,
     pub stats: GatewayStats,
     pub stop: CancellationToken,
+    /// Graceful drain: stops the accept loops, says whether a drain was asked for.
+    pub drain: DrainState,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -119,6 +122,7 @@ impl Gateway {
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
+            drain: DrainState::new(&settings.id),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -158,7 +162,11 @@ impl Gateway {
             tokio::spawn(accept_loop(shared.clone(), l, Incoming::WebSocket));
         }
         if let Some(l) = admin_listener {
-            tokio::spawn(admin::serve(l, shared.stop.clone()));
+            tokio::spawn(admin::serve(
+                l,
+                shared.stop.clone(),
+                drain::request_token(&shared),
+            ));
         }
         // Sessions: detached ones expire; with a shared store, changes are written and
         // connected sessions' TTLs refreshed.
@@ -214,9 +222,34 @@ impl Gateway {
         self.shared.backends().get(cluster)
     }
 
+    /// Drains the gateway (see [`drain`](super::drain)): unregisters, stops accepting,
+    /// advises every client to reconnect elsewhere, waits for them to leave (down to
+    /// `drain.threshold`, at most `drain.deadline`), closes the rest and flushes the
+    /// sessions to the store. Call [`Gateway::shutdown`] after it.
+    pub async fn drain(&self) -> DrainReport {
+        drain::run(&self.shared, &*self.registry, self.registered.as_ref()).await
+    }
+
+    /// Resolves once a drain was asked for on the admin port (`POST /drain`): the
+    /// owner of the gateway then runs [`Gateway::drain`].
+    pub async fn drain_requested(&self) {
+        self.shared.drain.requested().await
+    }
+
+    /// Asks for a drain, as `POST /drain` does (it does not run it).
+    pub fn request_drain(&self) {
+        self.shared.drain.request()
+    }
+
+    /// True once a drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.shared.drain.is_draining()
+    }
+
     /// Unregisters, stops accepting, closes every client and backend connection.
     pub async fn shutdown(&self) {
-        if let Some((cluster, inst)) = &self.registered
+        if !self.shared.drain.unregistered()
+            && let Some((cluster, inst)) = &self.registered
             && let Err(e) = self.registry.unregister(cluster, inst).await
         {
             tracing::warn!(error = %e, "could not unregister the gateway");
@@ -246,6 +279,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStr
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shared.stop.cancelled() => return,
+            _ = shared.drain.accepting_stopped() => return,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -341,7 +375,11 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // first frame then has its own). A WebSocket client over the cap is refused after
     // its handshake: AUTH_FAIL needs a message to travel in.
     let (mut reader, wr) = match conn
-        .open(shared.settings.max_frame, shared.settings.auth_deadline)
+        .open(
+            shared.settings.max_frame,
+            shared.settings.auth_deadline,
+            &shared.settings.id,
+        )
         .await
     {
         Ok(x) => x,

@@ -18,11 +18,13 @@
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
+//! - [`drain`]: graceful drain (unregister, stop accepting, reconnect advice, deadline);
 //! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
 
 pub mod admin;
 pub mod admission;
 mod core;
+pub mod drain;
 pub mod outbound;
 pub mod protocol;
 pub mod route;
@@ -32,3 +34,4 @@ pub(crate) mod transport;
 pub mod wire;
 
 pub use core::{Gateway, GatewayStats, command};
+pub use drain::{DrainReport, DrainSettings};

@@ -19,6 +19,10 @@
 //!   session-store: memory         # memory (this gateway only) or redis (any gateway)
 //!   redis-url: redis://127.0.0.1:6379   # with session-store: redis
 //!   redis-timeout: 2s             # each Redis command (and connect) at most
+//!   drain:                        # graceful drain (SIGTERM, POST /drain): see drain.rs
+//!     threshold: 0                # done when at most this many clients are connected
+//!     deadline: 30s               # clients still connected then are closed
+//!     reason: gateway draining    # the RECONNECT advice's payload
 //!   modules:
 //!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
 //!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
@@ -145,6 +149,8 @@ pub struct GatewaySettings {
     pub redis_url: String,
     /// Bound on each Redis command and connect.
     pub redis_timeout: Duration,
+    /// Graceful drain (`gateway.drain.*`).
+    pub drain: super::drain::DrainSettings,
 }
 
 impl Default for GatewaySettings {
@@ -168,6 +174,7 @@ impl Default for GatewaySettings {
             session_store: SessionStoreKind::Memory,
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_timeout: Duration::from_secs(2),
+            drain: Default::default(),
         }
     }
 }
@@ -180,14 +187,14 @@ pub struct SettingsError {
     reason: String,
 }
 
-fn err(key: &str, reason: impl Into<String>) -> SettingsError {
+pub(crate) fn err(key: &str, reason: impl Into<String>) -> SettingsError {
     SettingsError {
         key: key.to_string(),
         reason: reason.into(),
     }
 }
 
-fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
+pub(crate) fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
     meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
 }
 
@@ -244,6 +251,7 @@ impl GatewaySettings {
                 }
                 "redisurl" => s.redis_url = v.to_string(),
                 "redistimeout" => s.redis_timeout = duration(k, v)?,
+                d if d.starts_with("drain.") => s.drain.set(k, &d["drain.".len()..], v)?,
                 other => match other
                     .strip_prefix("modules.")
                     .and_then(|r| r.split_once('.'))

@@ -14,6 +14,12 @@
 //! (`--gateway a,b,c`: the first is where the bots start; see
 //! `meshline_examples::roaming`). With the memory session store the resume elsewhere is
 //! refused and the bot authenticates again with a fresh token (a new session).
+//! and resumes its session. A bot waiting in the gateway's login queue waits (its
+//! `QUEUE` frames are handled by the client library); a request refused by the
+//! gateway's rate limits (`rate limited: ...`) is counted, not retried, and the bot
+//! slows down for a moment instead of reconnecting. The bots play flat out from one
+//! address: give the gateway `limits: { allow: 127.0.0.1, account-messages-per-sec: 0 }`
+//! (or similar) to measure it rather than its limits.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -138,6 +144,7 @@ async fn main() -> ExitCode {
             let account = format!("bot{i}");
             let mut latencies = Vec::new();
             let mut errors = 0u64;
+            let mut limited = 0u64;
             let tokens: TokenSource = {
                 let (minter, account) = (minter.clone(), account.clone());
                 Arc::new(move || minter.mint(&account, Duration::from_secs(300)))
@@ -166,6 +173,10 @@ async fn main() -> ExitCode {
                 };
                 match r {
                     Ok(_) => latencies.push(t0.elapsed()),
+                    Err(ClientError::Reply(text)) if text.starts_with("rate limited") => {
+                        limited += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     Err(e) => {
                         errors += 1;
                         tracing::debug!(%account, error = %e, "request failed; resuming");
@@ -185,15 +196,17 @@ async fn main() -> ExitCode {
                     }
                 }
             }
-            (latencies, errors)
+            (latencies, errors, limited)
         }));
     }
     let mut all = Vec::new();
     let mut errors = 0;
+    let mut limited = 0;
     for t in tasks {
-        if let Ok((l, e)) = t.await {
+        if let Ok((l, e, r)) = t.await {
             all.extend(l);
             errors += e;
+            limited += r;
         }
     }
     all.sort_unstable();
@@ -203,14 +216,15 @@ async fn main() -> ExitCode {
             .unwrap_or(0)
     };
     println!(
-        "bots {}: {} requests in {} s = {:.0}/s, p50 {} us, p99 {} us, errors {}",
+        "bots {}: {} requests in {} s = {:.0}/s, p50 {} us, p99 {} us, errors {}, rate limited {}",
         args.bots,
         all.len(),
         args.secs,
         all.len() as f64 / args.secs as f64,
         pct(0.50),
         pct(0.99),
-        errors
+        errors,
+        limited
     );
     if errors == 0 {
         ExitCode::SUCCESS

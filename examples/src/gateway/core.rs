@@ -19,8 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
 use super::drain::{self, DrainReport, DrainState};
+use super::limits::{Limited, Limits};
 use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use super::queue::{self, LoginQueue, Turn};
 use super::route::{self, Identity};
 use super::session::{Link, Session, Sessions};
 use super::settings::{GatewaySettings, ModuleKind};
@@ -67,6 +69,10 @@ pub(crate) struct Shared {
     pub stop: CancellationToken,
     /// Graceful drain: stops the accept loops, says whether a drain was asked for.
     pub drain: DrainState,
+    /// Connection and message rate limits.
+    pub limits: Limits,
+    /// The login queue.
+    pub queue: Arc<LoginQueue>,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -123,6 +129,8 @@ impl Gateway {
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
             drain: DrainState::new(&settings.id),
+            limits: Limits::new(&settings.limits),
+            queue: LoginQueue::new(settings.queue.clone()),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -172,6 +180,18 @@ impl Gateway {
         // connected sessions' TTLs refreshed.
         let s3 = shared.clone();
         tokio::spawn(async move { s3.sessions.maintain(&s3.stop).await });
+        // The login queue's admitting task; the limiters forget refilled keys each second.
+        tokio::spawn(shared.queue.clone().run(shared.stop.clone()));
+        let s4 = shared.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = every.tick() => s4.limits.sweep(),
+                    _ = s4.stop.cancelled() => return,
+                }
+            }
+        });
         let registered = match &settings.register_cluster {
             Some(cluster) => {
                 let inst = Instance::new(&local_addr.ip().to_string(), local_addr.port())?;
@@ -215,6 +235,16 @@ impl Gateway {
     /// Sessions held now.
     pub fn sessions(&self) -> usize {
         self.shared.sessions.len()
+    }
+
+    /// The rate limiters (refusals by kind, addresses tracked).
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// The login queue (waiting, online, admitted after waiting).
+    pub fn login_queue(&self) -> &LoginQueue {
+        &self.shared.queue
     }
 
     /// The backend client of `cluster`.
@@ -283,6 +313,11 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStr
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Before anything is spent on the connection.
+                if let Err(limited) = shared.limits.check_connect(peer.ip()) {
+                    refuse_over_limit(&shared, kind(stream), peer, limited);
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_client(shared.clone(), kind(stream), peer));
             }
@@ -294,27 +329,68 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStr
     }
 }
 
-fn fail_frame(r: Refusal) -> ClientFrame {
+/// AUTH_FAIL: `code text`.
+fn fail_frame(r: Refusal, text: &str) -> ClientFrame {
     ClientFrame::new(
         GATEWAY_MODULE,
         op::AUTH_FAIL,
         0,
-        Bytes::from(format!("{} {}", r.code(), r)),
+        Bytes::from(format!("{} {text}", r.code())),
     )
     .with_flags(protocol::RELIABLE)
 }
 
-async fn refuse(mut wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
+async fn refuse(wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
+    refuse_saying(wr, r, &r.to_string(), stats).await
+}
+
+async fn refuse_saying(mut wr: ClientWriter, r: Refusal, text: &str, stats: &GatewayStats) {
     stats.refused.fetch_add(1, Ordering::Relaxed);
-    let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[fail_frame(r)])).await;
-    wr.close(CloseCode::Policy, &r.to_string()).await;
+    let frame = fail_frame(r, text);
+    let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[frame])).await;
+    wr.close(CloseCode::Policy, text).await;
+}
+
+/// A connection over a connection-rate limit: told why (AUTH_FAIL, code 10, naming the
+/// limit; over WebSocket after the handshake) while a refusal slot is free, else
+/// closed at once. Either way nothing else is set up for it.
+fn refuse_over_limit(shared: &Arc<Shared>, conn: Incoming, peer: SocketAddr, limited: Limited) {
+    tracing::debug!(%peer, %limited, "connection refused");
+    let Some(slot) = shared.limits.refusal_slot() else {
+        shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let deadline = shared.settings.auth_deadline.min(Duration::from_secs(1));
+        if let Ok((mut reader, wr)) = conn
+            .open(shared.settings.max_frame, deadline, &shared.settings.id)
+            .await
+        {
+            let text = format!("{}: {limited}", Refusal::RateLimited);
+            refuse_saying(wr, Refusal::RateLimited, &text, &shared.stats).await;
+            // Read what the client already sent until it closes (bounded): closing a
+            // socket with unread data resets it, and the reset can destroy the refusal
+            // before the client has read it.
+            let _ = tokio::time::timeout(deadline, async {
+                while let Some(Ok(_)) = reader.next().await {}
+            })
+            .await;
+        }
+        drop(slot);
+    });
+}
+
+/// Who the first frame proved the client is.
+enum Claim {
+    /// A verified token: a new session, once the login queue admits it.
+    Login(String),
+    /// A resumed session.
+    Resumed(Arc<Session>),
 }
 
 /// Admission: the first frame, within the deadline, must be AUTH or RESUME.
-async fn admit(
-    shared: &Arc<Shared>,
-    reader: &mut ClientReader,
-) -> Result<(Arc<Session>, bool), Refusal> {
+async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim, Refusal> {
     let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
     let frame = match first {
         Err(_) => return Err(Refusal::Late),
@@ -328,14 +404,14 @@ async fn admit(
     match frame.opcode {
         op::AUTH => {
             let admitted = shared.verifier.verify(text)?;
-            Ok((shared.sessions.create(admitted.account), false))
+            Ok(Claim::Login(admitted.account))
         }
         op::RESUME => {
             let (id, secret) = text.split_once(' ').ok_or(Refusal::Malformed)?;
             // From memory, or from the shared store whichever gateway held it.
             let s = shared.sessions.resume(id, secret).await?;
             tokio::spawn(rebind(shared.clone(), s.clone()));
-            Ok((s, true))
+            Ok(Claim::Resumed(s))
         }
         _ => Err(Refusal::NotAuth),
     }
@@ -374,7 +450,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // A WebSocket handshake is part of authenticating: bounded by the auth deadline (the
     // first frame then has its own). A WebSocket client over the cap is refused after
     // its handshake: AUTH_FAIL needs a message to travel in.
-    let (mut reader, wr) = match conn
+    let (mut reader, mut wr) = match conn
         .open(
             shared.settings.max_frame,
             shared.settings.auth_deadline,
@@ -392,7 +468,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         refuse(wr, Refusal::Busy, &shared.stats).await;
         return;
     };
-    let (session, resumed) = match admit(&shared, &mut reader).await {
+    let claim = match admit(&shared, &mut reader).await {
         Ok(x) => x,
         Err(r) => {
             drop(permit);
@@ -402,6 +478,25 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         }
     };
     drop(permit);
+    // A new login waits its turn in the login queue; a resume was online already and
+    // bypasses it (see `queue`). Held until the connection ends: counted online.
+    let (_online, session, resumed) = match claim {
+        Claim::Resumed(s) => (shared.queue.bypass(), s, true),
+        Claim::Login(account) => {
+            match queue::wait_turn(&shared.queue, &mut reader, &mut wr, &shared.stop).await {
+                Turn::Admitted(online) => (online, shared.sessions.create(account), false),
+                Turn::Full(text) => {
+                    tracing::debug!(%peer, %account, "login queue full; refused");
+                    refuse_saying(wr, Refusal::Busy, &text, &shared.stats).await;
+                    return;
+                }
+                Turn::Left => {
+                    tracing::debug!(%peer, %account, "left the login queue");
+                    return;
+                }
+            }
+        }
+    };
     shared.stats.admitted.fetch_add(1, Ordering::Relaxed);
     let link = Arc::new(Link {
         outbound: Arc::new(Outbound::new(
@@ -433,6 +528,8 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // resume elsewhere).
     let queue_closed = link.outbound.closed();
     tokio::pin!(queue_closed);
+    // Refused messages of this connection (`limits.kick-after`).
+    let mut abuse = shared.limits.abuse_meter();
     loop {
         let next = tokio::select! {
             n = reader.next() => n,
@@ -461,6 +558,30 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             }
             continue;
         }
+        if let Err(limited) =
+            shared
+                .limits
+                .check_message(&session.account, frame.module, frame.opcode)
+        {
+            push(
+                &shared,
+                &link.outbound,
+                ClientFrame::new(
+                    frame.module,
+                    frame.opcode,
+                    frame.seq,
+                    Bytes::from(format!("rate limited: {limited}")),
+                )
+                .with_flags(protocol::REPLY | protocol::RELIABLE | protocol::ERROR),
+            );
+            if abuse.refused() {
+                tracing::info!(%peer, account = %session.account, %limited, "disconnected: over its rate limits");
+                kick_after_flush(&link.outbound, "rate limited: sustained abuse").await;
+                close = CloseCode::Policy;
+                break;
+            }
+            continue;
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             break;
         };
@@ -476,6 +597,22 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         let reason = link.outbound.closed_reason().unwrap_or_default();
         wr.close(close, &reason).await;
     }
+}
+
+/// Sends KICK with `reason` and closes the queue once what is queued before it has been
+/// taken by the writer (within 250 ms): a closed queue is not written any more.
+async fn kick_after_flush(outbound: &Outbound, reason: &str) {
+    outbound.push(
+        ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.to_string()))
+            .with_flags(protocol::RELIABLE),
+    );
+    let _ = tokio::time::timeout(Duration::from_millis(250), async {
+        while outbound.queued_bytes() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    outbound.close(reason);
 }
 
 /// Writes the queue to the client until it is closed; hands the writer back so the

@@ -10,6 +10,9 @@
 //! - [`protocol`]: the client frame and its codec (length cap before allocation);
 //! - `transport`: TCP and WebSocket behind one frame reader and one frame writer;
 //! - [`admission`]: HMAC-SHA256 tokens, expiry, replay refusal, reason codes;
+//! - [`limits`]: connection rates per IP (allow-listed NATs apart) and gateway-wide,
+//!   message rates per account and opcode (governor, bounded memory);
+//! - [`queue`]: the login queue (position and ETA instead of an error, FIFO);
 //! - [`outbound`]: the per-client send queue (soft limit drops unreliable frames,
 //!   hard limit disconnects);
 //! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups,
@@ -25,8 +28,10 @@ pub mod admin;
 pub mod admission;
 mod core;
 pub mod drain;
+pub mod limits;
 pub mod outbound;
 pub mod protocol;
+pub mod queue;
 pub mod route;
 pub mod session;
 pub mod settings;

@@ -23,6 +23,13 @@
 //!     threshold: 0                # done when at most this many clients are connected
 //!     deadline: 30s               # clients still connected then are closed
 //!     reason: gateway draining    # the RECONNECT advice's payload
+//!   limits:                       # rate limits; see the `limits` module (0 = off)
+//!     ip-connects-per-sec: 20
+//!     allow: 203.0.113.0/24       # proxies / NATs: their own, higher per-IP limit
+//!     account-messages-per-sec: 100
+//!   queue:                        # the login queue; see the `queue` module (0 = off)
+//!     admit-per-sec: 500
+//!     max-online: 50000
 //!   modules:
 //!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
 //!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
@@ -54,6 +61,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshline::Config;
+
+use super::limits::LimitSettings;
+use super::queue::QueueSettings;
 
 /// How a module's requests choose a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +161,10 @@ pub struct GatewaySettings {
     pub redis_timeout: Duration,
     /// Graceful drain (`gateway.drain.*`).
     pub drain: super::drain::DrainSettings,
+    /// Connection and message rate limits (`limits.*`).
+    pub limits: LimitSettings,
+    /// The login queue (`queue.*`).
+    pub queue: QueueSettings,
 }
 
 impl Default for GatewaySettings {
@@ -175,6 +189,8 @@ impl Default for GatewaySettings {
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_timeout: Duration::from_secs(2),
             drain: Default::default(),
+            limits: LimitSettings::default(),
+            queue: QueueSettings::default(),
         }
     }
 }
@@ -252,6 +268,14 @@ impl GatewaySettings {
                 "redisurl" => s.redis_url = v.to_string(),
                 "redistimeout" => s.redis_timeout = duration(k, v)?,
                 d if d.starts_with("drain.") => s.drain.set(k, &d["drain.".len()..], v)?,
+                _ if k.starts_with("limits.") => s
+                    .limits
+                    .set(&k["limits.".len()..], v)
+                    .map_err(|e| err(k, e))?,
+                _ if k.starts_with("queue.") => s
+                    .queue
+                    .set(&k["queue.".len()..], v)
+                    .map_err(|e| err(k, e))?,
                 other => match other
                     .strip_prefix("modules.")
                     .and_then(|r| r.split_once('.'))
@@ -403,6 +427,41 @@ mod tests {
         .unwrap();
         let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
         assert!(e.contains("127.0.0.1:7001"), "{e}");
+    }
+
+    #[test]
+    fn reads_limits_and_the_queue() {
+        let c = Config::from_text(
+            "gateway:\n  secret: k\n  limits:\n    ip-connects-per-sec: 5\n    allow: [10.0.0.0/8, \"2001:db8::/32\"]\n    opcodes: { \"2.1\": 3/s burst 6 }\n    global-connects-per-sec: 0\n  queue:\n    admit-per-sec: 50\n    max-length: 10\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        assert_eq!(s.limits.ip_connects.per_sec, 5);
+        assert_eq!(s.limits.ip_connects.burst, 40, "the default burst stays");
+        assert_eq!(s.limits.allow.to_string(), "10.0.0.0/8, 2001:db8::/32");
+        assert!(s.limits.global_connects.is_off());
+        assert_eq!(s.limits.opcodes.len(), 1);
+        assert_eq!((s.queue.admit_per_sec, s.queue.max_length), (50, 10));
+        assert_eq!(s.queue.max_online, 50_000);
+        for (text, want) in [
+            (
+                "gateway.secret=k\ngateway.limits.allow=10.0.0.0/99\n",
+                "gateway.limits.allow",
+            ),
+            (
+                "gateway.secret=k\ngateway.limits.speed=1\n",
+                "unknown limits setting",
+            ),
+            (
+                "gateway.secret=k\ngateway.queue.max-online=lots\n",
+                "gateway.queue.maxonline",
+            ),
+        ] {
+            let c = Config::from_text(text, Format::Properties).unwrap();
+            let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

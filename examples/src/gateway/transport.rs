@@ -25,14 +25,15 @@
 //! optimisation only: a session resumes on any gateway sharing the Redis session store.
 
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::stream::{SplitSink, Stream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -129,19 +130,39 @@ fn sticky_cookie(id: &str) -> Option<HeaderValue> {
     .ok()
 }
 
+/// Connects to `addr`, from `local` when given (a client of a gateway choosing its
+/// source address, as the tests do with 127.x.y.z).
+async fn connect_from(addr: SocketAddr, local: Option<IpAddr>) -> io::Result<TcpStream> {
+    let stream = match local {
+        None => TcpStream::connect(addr).await?,
+        Some(ip) => {
+            let socket = if ip.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            socket.bind(SocketAddr::new(ip, 0))?;
+            socket.connect(addr).await?
+        }
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// Connects to a gateway's TCP listener.
 pub(crate) async fn connect_tcp(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
+    local: Option<IpAddr>,
     max_frame: usize,
 ) -> io::Result<(ClientReader, ClientWriter)> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+    let stream = connect_from(addr, local).await?;
     Ok(tcp(stream, max_frame))
 }
 
 /// Connects to a gateway's WebSocket listener (`ws://host:port/...`).
 pub(crate) async fn connect_ws(
     url: &str,
+    local: Option<IpAddr>,
     max_frame: usize,
 ) -> io::Result<(ClientReader, ClientWriter)> {
     let request = url
@@ -156,8 +177,23 @@ pub(crate) async fn connect_ws(
     }
     let host = uri.host().unwrap_or("127.0.0.1").to_string();
     let port = uri.port_u16().unwrap_or(80);
-    let stream = TcpStream::connect((host.as_str(), port)).await?;
-    stream.set_nodelay(true)?;
+    let stream = match local {
+        None => {
+            let stream = TcpStream::connect((host.as_str(), port)).await?;
+            stream.set_nodelay(true)?;
+            stream
+        }
+        Some(_) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let addr = tokio::net::lookup_host((host, port))
+                .await?
+                .next()
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{url}: no address"))
+                })?;
+            connect_from(addr, local).await?
+        }
+    };
     let (ws, _) =
         tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(max_frame)))
             .await

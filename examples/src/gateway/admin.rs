@@ -1,5 +1,6 @@
 //! The admin HTTP port (`gateway.admin-listen`): serves the browser client page,
-//! `GET /gateway.html` (examples/static/gateway.html, compiled in).
+//! `GET /gateway.html` (examples/static/gateway.html, compiled in), and the metrics
+//! ([`metrics`](super::metrics)): `GET /metrics` (Prometheus text) and `GET /status`.
 //!
 //! Why hand-written HTTP and not a server crate: this port serves one static file to a
 //! browser on the operator's side; a request line, a bounded header read and a
@@ -13,6 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::Pages;
+
 /// The browser client: connects to the WebSocket listener, authenticates with the
 /// token in its URL, joins a room and shows the room's pushes.
 pub const GATEWAY_HTML: &str = include_str!("../../static/gateway.html");
@@ -20,7 +23,7 @@ pub const GATEWAY_HTML: &str = include_str!("../../static/gateway.html");
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 /// Accepts admin connections until `stop`.
-pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken, pages: Pages) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -28,8 +31,9 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
         };
         match accepted {
             Ok((stream, peer)) => {
+                let pages = pages.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = answer(stream).await {
+                    if let Err(e) = answer(stream, &pages).await {
                         tracing::debug!(%peer, error = %e, "admin request failed");
                     }
                 });
@@ -42,7 +46,7 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
     }
 }
 
-async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, pages: &Pages) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let read = tokio::time::timeout(Duration::from_secs(5), async {
@@ -62,7 +66,7 @@ async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
     })
     .await;
     let response = match read {
-        Ok(Ok(true)) => route(&head),
+        Ok(Ok(true)) => pages.answer(&head).unwrap_or_else(|| route(&head)),
         Ok(Err(e)) => return Err(e),
         _ => respond(
             "400 Bad Request",
@@ -91,12 +95,16 @@ fn route(head: &[u8]) -> Vec<u8> {
             }
             r
         }
-        ("GET" | "HEAD", _) => respond("404 Not Found", "text/plain", "try /gateway.html\n"),
+        ("GET" | "HEAD", _) => respond(
+            "404 Not Found",
+            "text/plain",
+            "try /gateway.html, /status or /metrics\n",
+        ),
         _ => respond("405 Method Not Allowed", "text/plain", "GET only\n"),
     }
 }
 
-fn respond(status: &str, content_type: &str, body: &str) -> Vec<u8> {
+pub(super) fn respond(status: &str, content_type: &str, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
+use super::metrics::{GatewayMetrics, Pages};
 use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
@@ -64,6 +65,7 @@ pub(crate) struct Shared {
     pub unauthenticated: Arc<Semaphore>,
     pub stats: GatewayStats,
     pub stop: CancellationToken,
+    pub metrics: GatewayMetrics,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -119,6 +121,7 @@ impl Gateway {
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
+            metrics: GatewayMetrics::new(&settings),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -158,7 +161,8 @@ impl Gateway {
             tokio::spawn(accept_loop(shared.clone(), l, Incoming::WebSocket));
         }
         if let Some(l) = admin_listener {
-            tokio::spawn(admin::serve(l, shared.stop.clone()));
+            let pages = Pages::new(&shared);
+            tokio::spawn(admin::serve(l, shared.stop.clone(), pages));
         }
         // Sessions: detached ones expire; with a shared store, changes are written and
         // connected sessions' TTLs refreshed.
@@ -485,6 +489,7 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
         addr: link.addr,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    let _timer = shared.metrics.time(frame.module);
     match route::route(route, client, &frame, &who, &refused).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {

@@ -18,11 +18,13 @@
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
+//! - [`metrics`]: Prometheus `/metrics` and the `/status` page on the admin port;
 //! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
 
 pub mod admin;
 pub mod admission;
 mod core;
+pub mod metrics;
 pub mod outbound;
 pub mod protocol;
 pub mod route;

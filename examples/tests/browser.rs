@@ -190,7 +190,10 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
     // cluster, alive endpoints, breaker (n/a without breakers), ...
     assert_eq!(view["room"][0], "room", "{view}");
     assert_eq!(view["room"][1], "1", "{view}");
-    assert_eq!(view["module"], true, "the room module's requests are listed: {view}");
+    assert_eq!(
+        view["module"], true,
+        "the room module's requests are listed: {view}"
+    );
 }
 
 /// A Chrome DevTools Protocol connection to the browser.

@@ -69,7 +69,10 @@ async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
         value(&before, r#"gateway_forwarded_total{gateway="gw-metrics"}"#),
         0.0
     );
-    assert_eq!(value(&before, r#"gateway_sessions{gateway="gw-metrics"}"#), 0.0);
+    assert_eq!(
+        value(&before, r#"gateway_sessions{gateway="gw-metrics"}"#),
+        0.0
+    );
     for cluster in CLUSTERS {
         let series = format!(
             r#"gateway_backend_alive_endpoints{{gateway="gw-metrics",cluster="{cluster}"}}"#
@@ -87,8 +90,14 @@ async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
     }
     let after = scrape(admin).await;
     let g = r#"gateway="gw-metrics""#;
-    assert_eq!(value(&after, &format!("gateway_forwarded_total{{{g}}}")), 5.0);
-    assert_eq!(value(&after, &format!("gateway_admitted_total{{{g}}}")), 1.0);
+    assert_eq!(
+        value(&after, &format!("gateway_forwarded_total{{{g}}}")),
+        5.0
+    );
+    assert_eq!(
+        value(&after, &format!("gateway_admitted_total{{{g}}}")),
+        1.0
+    );
     assert_eq!(value(&after, &format!("gateway_sessions{{{g}}}")), 1.0);
     assert_eq!(
         value(
@@ -153,7 +162,10 @@ async fn the_admin_port_serves_its_pages_and_refuses_the_rest() {
     let (status, _) = get(admin, "POST /metrics HTTP/1.1\r\n\r\n").await;
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
     // A head past the 8 KiB cap is cut short, not buffered.
-    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(16 * 1024));
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(16 * 1024)
+    );
     let (status, _) = get(admin, &huge).await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
 }

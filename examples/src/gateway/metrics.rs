@@ -143,8 +143,14 @@ fn install() -> Option<PrometheusHandle> {
 fn describe() {
     use metrics::{describe_counter as counter, describe_gauge as gauge};
     use names::*;
-    gauge!(CONNECTIONS, "Client connections by state (unauthenticated, authenticated).");
-    gauge!(SESSIONS, "Sessions held: connected, or detached awaiting resume.");
+    gauge!(
+        CONNECTIONS,
+        "Client connections by state (unauthenticated, authenticated)."
+    );
+    gauge!(
+        SESSIONS,
+        "Sessions held: connected, or detached awaiting resume."
+    );
     metrics::describe_histogram!(
         REQUEST_SECONDS,
         Unit::Seconds,
@@ -154,18 +160,45 @@ fn describe() {
     counter!(ADMITTED, "Clients admitted (AUTH or RESUME accepted).");
     counter!(REFUSED, "Clients refused at admission.");
     counter!(FORWARDED, "Client messages forwarded to backends.");
-    counter!(PUSHED, "Frames pushed to clients by backends, after fan-out.");
+    counter!(
+        PUSHED,
+        "Frames pushed to clients by backends, after fan-out."
+    );
     counter!(FANOUTS, "Backend broadcast commands received.");
-    counter!(SEND_QUEUE_DROPS, "Unreliable frames dropped for slow clients.");
-    counter!(SEND_QUEUE_OVERFLOWS, "Clients disconnected for not keeping up.");
-    counter!(RATE_LIMITED, "Connections or messages refused by a rate limit, by kind.");
+    counter!(
+        SEND_QUEUE_DROPS,
+        "Unreliable frames dropped for slow clients."
+    );
+    counter!(
+        SEND_QUEUE_OVERFLOWS,
+        "Clients disconnected for not keeping up."
+    );
+    counter!(
+        RATE_LIMITED,
+        "Connections or messages refused by a rate limit, by kind."
+    );
     gauge!(LOGIN_QUEUE_LENGTH, "Clients waiting in the login queue.");
-    counter!(LOGIN_QUEUE_ADMITTED, "Clients admitted from the login queue.");
-    gauge!(BREAKER_STATE, "Backend cluster circuit breaker: 0 closed, 1 half-open, 2 open.");
+    counter!(
+        LOGIN_QUEUE_ADMITTED,
+        "Clients admitted from the login queue."
+    );
+    gauge!(
+        BREAKER_STATE,
+        "Backend cluster circuit breaker: 0 closed, 1 half-open, 2 open."
+    );
     counter!(BACKEND_ERRORS, "Failed backend calls, by cluster and kind.");
-    gauge!(HELD_REQUESTS, "Requests held while their cluster has no alive endpoint.");
-    counter!(HELD_EXPIRED, "Held requests answered busy after the hold bound.");
-    counter!(SHED, "Sheddable requests dropped under overload, by module.");
+    gauge!(
+        HELD_REQUESTS,
+        "Requests held while their cluster has no alive endpoint."
+    );
+    counter!(
+        HELD_EXPIRED,
+        "Held requests answered busy after the hold bound."
+    );
+    counter!(
+        SHED,
+        "Sheddable requests dropped under overload, by module."
+    );
     gauge!(DRAINING, "1 while the gateway drains, else 0.");
 }
 
@@ -360,15 +393,23 @@ mod tests {
         assert!(kept.contains("# TYPE gateway_sessions gauge"));
         assert!(kept.contains("gateway_sessions{gateway=\"gw-1\"} 3"));
         assert!(!kept.contains("gw-10"), "{kept}");
-        assert!(!kept.contains("} 5"), "a quoted look-alike is not the label: {kept}");
+        assert!(
+            !kept.contains("} 5"),
+            "a quoted look-alike is not the label: {kept}"
+        );
         assert!(kept.contains("le=\"0.001\"} 2"));
         assert!(kept.contains("meshline_rpc_alive_endpoints"));
-        assert!(kept.contains("fromgateway"), "not the gateway label: {kept}");
+        assert!(
+            kept.contains("fromgateway"),
+            "not the gateway label: {kept}"
+        );
     }
 
     #[test]
     fn only_metrics_and_status_are_answered_here() {
-        let pages = Pages { shared: Weak::new() };
+        let pages = Pages {
+            shared: Weak::new(),
+        };
         let status = pages.answer(b"GET /status HTTP/1.1\r\n\r\n").unwrap();
         assert!(String::from_utf8_lossy(&status).starts_with("HTTP/1.1 200 OK"));
         assert!(String::from_utf8_lossy(&status).contains("/metrics"));
@@ -376,7 +417,11 @@ mod tests {
         assert!(head.ends_with(b"\r\n\r\n"));
         let gone = pages.answer(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n").unwrap();
         assert!(String::from_utf8_lossy(&gone).starts_with("HTTP/1.1 503"));
-        assert!(pages.answer(b"GET /gateway.html HTTP/1.1\r\n\r\n").is_none());
+        assert!(
+            pages
+                .answer(b"GET /gateway.html HTTP/1.1\r\n\r\n")
+                .is_none()
+        );
         assert!(pages.answer(b"POST /metrics HTTP/1.1\r\n\r\n").is_none());
         assert!(pages.answer(b"\xff\xfe").is_none());
     }

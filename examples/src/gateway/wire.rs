@@ -7,8 +7,9 @@
 //! identity the gateway stamps, which a client cannot forge (clients send no head map
 //! at all; every key below is written by the gateway):
 //! [`MODULE`], [`OPCODE`], [`SEQ`], [`ACCOUNT`], [`SESSION`], [`GATEWAY`], [`ADDR`],
-//! [`ROLE`], [`STATE`], and [`TRACE`], a trace id unique to this one message. An answer with [`ERROR`] set is sent to the client as an error
-//! reply; an answer with [`NO_REPLY`] is not sent.
+//! [`ROLE`], [`STATE`], and [`TRACE`] (a trace id unique to this one message). An answer
+//! with [`ERROR`] set is sent to the client as an error reply; an answer with
+//! [`NO_REPLY`] is not sent.
 //!
 //! **Gateway -> backend commands** (one-way requests, [`CMD`] set, no client message):
 //! - `rebind`: session [`SESSION`] was resumed on gateway [`GATEWAY`] (this or another

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{Refusal, TokenVerifier};
 use super::drain::{self, DrainReport, DrainState};
 use super::limits::{Limited, Limits};
+use super::metrics::{GatewayMetrics, Pages};
 use super::outbound::{Outbound, Pushed};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::queue::{self, LoginQueue, Turn};
@@ -73,6 +74,7 @@ pub(crate) struct Shared {
     pub limits: Limits,
     /// The login queue.
     pub queue: Arc<LoginQueue>,
+    pub metrics: GatewayMetrics,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -131,6 +133,7 @@ impl Gateway {
             drain: DrainState::new(&settings.id),
             limits: Limits::new(&settings.limits),
             queue: LoginQueue::new(settings.queue.clone()),
+            metrics: GatewayMetrics::new(&settings),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -170,10 +173,12 @@ impl Gateway {
             tokio::spawn(accept_loop(shared.clone(), l, Incoming::WebSocket));
         }
         if let Some(l) = admin_listener {
+            let pages = Pages::new(&shared);
             tokio::spawn(admin::serve(
                 l,
                 shared.stop.clone(),
                 drain::request_token(&shared),
+                pages,
             ));
         }
         // Sessions: detached ones expire; with a shared store, changes are written and
@@ -660,6 +665,7 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
         addr: link.addr,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    let _timer = shared.metrics.time(frame.module);
     match route::route(route, client, &frame, &who, &refused).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {

@@ -22,6 +22,7 @@
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
 //! - [`drain`]: graceful drain (unregister, stop accepting, reconnect advice, deadline);
+//! - [`metrics`]: Prometheus `/metrics` and the `/status` page on the admin port;
 //! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
 
 pub mod admin;
@@ -29,6 +30,7 @@ pub mod admission;
 mod core;
 pub mod drain;
 pub mod limits;
+pub mod metrics;
 pub mod outbound;
 pub mod protocol;
 pub mod queue;

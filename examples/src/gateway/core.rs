@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
 use super::outbound::{Outbound, Pushed};
+use super::protect::Protection;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route::{self, Identity};
 use super::session::{Link, Session, Sessions};
@@ -61,6 +62,8 @@ pub(crate) struct Shared {
     pub backends: OnceLock<HashMap<String, RpcClient>>,
     /// Backends that take no new sessions (disabled or overloaded), by cluster.
     pub refused: Mutex<HashMap<String, HashSet<InstanceKey>>>,
+    /// Bulkheads, breakers, held requests, reported loads.
+    pub protect: Protection,
     pub unauthenticated: Arc<Semaphore>,
     pub stats: GatewayStats,
     pub stop: CancellationToken,
@@ -116,6 +119,7 @@ impl Gateway {
             sessions: Sessions::from_settings(&settings)?,
             backends: OnceLock::new(),
             refused: Mutex::new(HashMap::new()),
+            protect: Protection::new(&settings),
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
@@ -136,7 +140,11 @@ impl Gateway {
             let client = RpcClient::builder()
                 .watch(registry.watch(&cluster).await?, cluster.clone())
                 .load_balance_name(&choice)
-                .configure(|o| o.request_timeout = settings.backend_timeout)
+                .configure(|o| {
+                    o.request_timeout = settings.backend_timeout;
+                    // A restarted backend is found quickly, within the hold's time.
+                    o.backoff_max = settings.protect.reconnect_max;
+                })
                 .inbound(move |req: InboundRequest| {
                     let weak = weak.clone();
                     let cluster = c2.clone();
@@ -149,6 +157,9 @@ impl Gateway {
                 })
                 .build()
                 .await?;
+            shared
+                .protect
+                .start_release(&cluster, &client, shared.stop.clone());
             backends.insert(cluster, client);
         }
         let _ = shared.backends.set(backends);
@@ -212,6 +223,11 @@ impl Gateway {
     /// The backend client of `cluster`.
     pub fn backend(&self, cluster: &str) -> Option<&RpcClient> {
         self.shared.backends().get(cluster)
+    }
+
+    /// Bulkheads, breakers and held requests, per module and cluster.
+    pub fn protection(&self) -> &Protection {
+        &self.shared.protect
     }
 
     /// Unregisters, stops accepting, closes every client and backend connection.
@@ -427,8 +443,10 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             break;
         };
         let (shared, session, link) = (shared.clone(), session.clone(), link.clone());
+        // Drawn here, in the client's order: held messages are replayed in it.
+        let ticket = shared.protect.ticket();
         tokio::spawn(async move {
-            forward(&shared, &session, &link, frame).await;
+            forward(&shared, &session, &link, frame, ticket).await;
             drop(permit);
         });
     }
@@ -455,7 +473,7 @@ async fn write_client(outbound: Arc<Outbound>, mut wr: ClientWriter) -> ClientWr
     wr
 }
 
-async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame) {
+async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame, ticket: u64) {
     let reply = |flags: u8, payload: Bytes| {
         ClientFrame::new(frame.module, frame.opcode, frame.seq, payload)
             .with_flags(protocol::REPLY | protocol::RELIABLE | flags)
@@ -470,14 +488,17 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     let Some(client) = shared.backends().get(&route.cluster) else {
         return;
     };
-    // Only a new static binding consults the backends that take no new sessions:
-    // every other message skips this work.
-    let refused = if route.kind == ModuleKind::Static
-        && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
-    {
-        refused_backends(shared, &route.cluster, client)
-    } else {
-        Vec::new()
+    // Bulkhead, shedding, breaker: a busy answer at once, without a backend.
+    let pass = match shared.protect.admit(route, frame.opcode, client, ticket) {
+        Ok(p) => p,
+        Err(busy) => {
+            push(
+                shared,
+                &link.outbound,
+                reply(protocol::ERROR, Bytes::from(busy.to_string())),
+            );
+            return;
+        }
     };
     let who = Identity {
         session,
@@ -485,7 +506,21 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
         addr: link.addr,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    match route::route(route, client, &frame, &who, &refused).await {
+    // One call per attempt: a request held while the cluster had no endpoint is sent
+    // when one is alive.
+    let attempt = || async {
+        // Only a new static binding consults the backends that take no new sessions:
+        // every other message skips this work.
+        let refused = if route.kind == ModuleKind::Static
+            && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
+        {
+            refused_backends(shared, &route.cluster, client)
+        } else {
+            Vec::new()
+        };
+        route::route(route, client, &frame, &who, &refused).await
+    };
+    match shared.protect.forward(pass, client, attempt).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {
                 return;
@@ -656,10 +691,16 @@ fn backend_command(shared: &Shared, cluster: &str, req: InboundRequest) {
             let refuse = match cmd {
                 "disable" => true,
                 "enable" => false,
-                _ => std::str::from_utf8(&req.payload.body)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u32>().ok())
-                    .is_some_and(|load| load > 90),
+                _ => {
+                    let load = std::str::from_utf8(&req.payload.body)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u32>().ok());
+                    // Shedding reads every report; new sessions avoid the overloaded.
+                    if let Some(l) = load {
+                        shared.protect.report_load(cluster, backend.clone(), l);
+                    }
+                    load.is_some_and(|load| load > 90)
+                }
             };
             let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());
             let set = r.entry(cluster.to_string()).or_default();

@@ -16,6 +16,8 @@
 //!   kept in memory or in Redis (resume on any gateway);
 //! - [`settings`]: the `gateway:` config section;
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
+//! - [`protect`]: per-module bulkheads, per-cluster circuit breakers, holding requests
+//!   while a cluster has no endpoint (replayed in order), shedding under overload;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
 //! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
@@ -24,6 +26,7 @@ pub mod admin;
 pub mod admission;
 mod core;
 pub mod outbound;
+pub mod protect;
 pub mod protocol;
 pub mod route;
 pub mod session;

@@ -116,6 +116,7 @@ pub struct ClusterGuard {
     hold: Arc<Hold>,
     loads: Loads,
     expired: AtomicU64,
+    resent: AtomicU64,
 }
 
 impl ClusterGuard {
@@ -137,6 +138,13 @@ impl ClusterGuard {
     /// Held requests let go to a backend so far.
     pub fn replayed_total(&self) -> u64 {
         self.hold.released_total()
+    }
+
+    /// Requests whose call failed without an answer (not written, no endpoint, or
+    /// written to a connection that died, for modules with `replay`) and that were held
+    /// to be sent again, so far.
+    pub fn resent_total(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
     }
 
     /// Held requests answered `busy: unavailable` so far.
@@ -233,6 +241,7 @@ impl Protection {
                     hold: Arc::new(Hold::new(&name, p.hold_max)),
                     loads: Loads::default(),
                     expired: AtomicU64::new(0),
+                    resent: AtomicU64::new(0),
                     name: name.clone(),
                 };
                 metrics::gauge!("gateway_breaker_state", "cluster" => name.clone()).set(0.0);
@@ -391,6 +400,7 @@ impl Protection {
                     if let Some(f) = Failure::of(&e) {
                         cluster.count_error(f);
                     }
+                    cluster.resent.fetch_add(1, Ordering::Relaxed);
                     hold = true;
                 }
                 other => break other.map_err(Denied::Route),

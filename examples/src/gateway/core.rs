@@ -492,13 +492,21 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     let pass = match shared.protect.admit(route, frame.opcode, client, ticket) {
         Ok(p) => p,
         Err(busy) => {
-            push(
+            return push(
                 shared,
                 &link.outbound,
-                reply(protocol::ERROR, Bytes::from(busy.to_string())),
+                reply(protocol::ERROR, busy.to_string().into()),
             );
-            return;
         }
+    };
+    // Only a new static binding consults the backends that take no new sessions:
+    // every other message skips this work.
+    let refused = if route.kind == ModuleKind::Static
+        && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
+    {
+        refused_backends(shared, &route.cluster, client)
+    } else {
+        Vec::new()
     };
     let who = Identity {
         session,
@@ -506,20 +514,8 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
         addr: link.addr,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    // One call per attempt: a request held while the cluster had no endpoint is sent
-    // when one is alive.
-    let attempt = || async {
-        // Only a new static binding consults the backends that take no new sessions:
-        // every other message skips this work.
-        let refused = if route.kind == ModuleKind::Static
-            && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
-        {
-            refused_backends(shared, &route.cluster, client)
-        } else {
-            Vec::new()
-        };
-        route::route(route, client, &frame, &who, &refused).await
-    };
+    // One call per attempt (held while the cluster has no endpoint, then sent).
+    let attempt = || route::route(route, client, &frame, &who, &refused);
     match shared.protect.forward(pass, client, attempt).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {

@@ -407,10 +407,9 @@ impl Protection {
             }
         };
         let failure = match &result {
-            Ok(_) | Err(Denied::Busy(Busy::AtCapacity(_) | Busy::Shed | Busy::CircuitOpen(_))) => {
-                None
-            }
-            Err(Denied::Busy(Busy::Unavailable(_))) => Some(Failure::NoEndpoint),
+            Ok(_) => None,
+            // The one busy answer given here: no endpoint within the hold's bounds.
+            Err(Denied::Busy(_)) => Some(Failure::NoEndpoint),
             Err(Denied::Route(e)) => Failure::of(e),
         };
         if let Some(f) = failure {

@@ -71,9 +71,10 @@ pub struct ModuleProtect {
 pub struct ProtectSettings {
     /// Default in-flight cap of a module (`protect.max-in-flight`).
     pub max_in_flight: usize,
-    /// Requests held per cluster while it has no alive endpoint (`protect.hold-max`).
+    /// Requests held per cluster while it has no alive endpoint (`protect.hold-max`;
+    /// 0 holds nothing: such requests are answered `busy: <cluster> unavailable` at once).
     pub hold_max: usize,
-    /// How long a request is held at most (`protect.hold-for`).
+    /// How long a request is held at most (`protect.hold-for`; 0 holds nothing).
     pub hold_for: Duration,
     /// The longest pause between reconnect attempts to a backend
     /// (`protect.reconnect-max`): bounds the gap between a backend's restart and the
@@ -153,17 +154,14 @@ impl ProtectSettings {
 
     /// Applies a module's protection field; `Ok(false)` when `field` is not one.
     pub fn set_module(&mut self, id: u16, field: &str, v: &str) -> Result<bool, Invalid> {
-        let m = || ModuleProtect::default();
+        let module = self.modules.entry(id).or_default();
         match field {
-            "maxinflight" => {
-                self.modules.entry(id).or_insert_with(m).max_in_flight =
-                    Some(positive(number(v, "a count")?)?);
-            }
+            "maxinflight" => module.max_in_flight = Some(positive(number(v, "a count")?)?),
             "shed" => {
                 let ops = crate::gateway::wire::list(Some(v))
                     .map(|op| number::<u16>(op, "opcodes like 7,8"))
                     .collect::<Result<Vec<u16>, _>>()?;
-                self.modules.entry(id).or_insert_with(m).shed = ops;
+                module.shed = ops;
             }
             "replay" => {
                 let on = match v.trim().to_ascii_lowercase().as_str() {
@@ -171,7 +169,7 @@ impl ProtectSettings {
                     "false" | "no" | "off" | "0" => false,
                     _ => return Err("true or false".into()),
                 };
-                self.modules.entry(id).or_insert_with(m).replay = Some(on);
+                module.replay = Some(on);
             }
             _ => return Ok(false),
         }

@@ -65,6 +65,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use meshline::InstanceKey;
 use meshline::rpc::{Payload, RpcClient};
@@ -78,7 +79,6 @@ use bulkhead::{Bulkhead, Permit};
 use hold::{Hold, after_first_poll};
 use outcome::{Failure, may_resend};
 use overload::Loads;
-use settings::ProtectSettings;
 
 /// Why the gateway answered a request itself, without a backend's answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -221,7 +221,10 @@ impl Drop for Pass<'_> {
 /// The gateway's protection, per cluster and per module (see the module docs).
 #[derive(Debug)]
 pub struct Protection {
-    settings: ProtectSettings,
+    /// `protect.hold-for`.
+    hold_for: Duration,
+    /// `protect.shed-load`.
+    shed_load: u32,
     /// Arrival order of every message (the holds' order).
     tickets: AtomicU64,
     clusters: HashMap<String, ClusterGuard>,
@@ -263,7 +266,8 @@ impl Protection {
             })
             .collect();
         Protection {
-            settings: p.clone(),
+            hold_for: p.hold_for,
+            shed_load: p.shed_load,
             tickets: AtomicU64::new(0),
             clusters,
             modules,
@@ -357,7 +361,7 @@ impl Protection {
         let alive = client.alive();
         cluster.loads.all_above(
             alive.endpoints().iter().map(|e| e.instance.key()),
-            self.settings.shed_load,
+            self.shed_load,
         )
     }
 
@@ -381,8 +385,7 @@ impl Protection {
             // Nothing held and an endpoint alive: the fast path, straight to the call.
             hold = hold || !cluster.hold.is_empty() || client.alive().is_empty();
             let answer = if hold {
-                let until =
-                    *deadline.get_or_insert_with(|| Instant::now() + self.settings.hold_for);
+                let until = *deadline.get_or_insert_with(|| Instant::now() + self.hold_for);
                 match cluster.hold.wait_turn(pass.ticket, until).await {
                     Ok(turn) => after_first_poll(attempt(), turn).await,
                     Err(_) => {

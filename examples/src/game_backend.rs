@@ -3,7 +3,8 @@
 //!
 //! - **lobby** (module 1, stateless request/response): opcode 1 answers
 //!   `<account>@<backend id>`; opcode 7 answers the message's trace id
-//!   ([`wire::TRACE`], stamped by the gateway); anything else is echoed.
+//!   ([`wire::TRACE`], stamped by the gateway); opcode 3 is a slow request: it answers
+//!   `slept <N>` after the `N` milliseconds in its payload; anything else is echoed.
 //! - **chat** (module 2, stateless, broadcast to all): opcode 1 sends the text to every
 //!   player: one `bcast` per *gateway* (by its `gw` id), the gateways copy to their players.
 //! - **room** (module 3, stateful): opcode 1 joins room `<payload>`: the session joins
@@ -152,6 +153,14 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     match (module, opcode) {
         (modules::LOBBY, 1) => answer(format!("{account}@{}", state.id)),
         (modules::LOBBY, 7) => answer(trace.to_string()),
+        (modules::LOBBY, 3) => {
+            let ms: u64 = std::str::from_utf8(&req.payload.body)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            answer(format!("slept {ms}"))
+        }
         (modules::LOBBY, _) => Some(Payload::new(req.payload.body.clone())),
         (modules::CHAT, 1) => {
             let text = format!("{account}: {}", String::from_utf8_lossy(&req.payload.body));

@@ -22,6 +22,7 @@ use super::drain::{self, DrainReport, DrainState};
 use super::limits::{Limited, Limits};
 use super::metrics::{GatewayMetrics, Pages};
 use super::outbound::{Outbound, Pushed};
+use super::protect::Protection;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::queue::{self, LoginQueue, Turn};
 use super::route::{self, Identity};
@@ -65,6 +66,8 @@ pub(crate) struct Shared {
     pub backends: OnceLock<HashMap<String, RpcClient>>,
     /// Backends that take no new sessions (disabled or overloaded), by cluster.
     pub refused: Mutex<HashMap<String, HashSet<InstanceKey>>>,
+    /// Bulkheads, breakers, held requests, reported loads.
+    pub protect: Protection,
     pub unauthenticated: Arc<Semaphore>,
     pub stats: GatewayStats,
     pub stop: CancellationToken,
@@ -127,6 +130,7 @@ impl Gateway {
             sessions: Sessions::from_settings(&settings)?,
             backends: OnceLock::new(),
             refused: Mutex::new(HashMap::new()),
+            protect: Protection::new(&settings),
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
@@ -151,7 +155,11 @@ impl Gateway {
             let client = RpcClient::builder()
                 .watch(registry.watch(&cluster).await?, cluster.clone())
                 .load_balance_name(&choice)
-                .configure(|o| o.request_timeout = settings.backend_timeout)
+                .configure(|o| {
+                    o.request_timeout = settings.backend_timeout;
+                    // A restarted backend is found quickly, within the hold's time.
+                    o.backoff_max = settings.protect.reconnect_max;
+                })
                 .inbound(move |req: InboundRequest| {
                     let weak = weak.clone();
                     let cluster = c2.clone();
@@ -164,6 +172,9 @@ impl Gateway {
                 })
                 .build()
                 .await?;
+            shared
+                .protect
+                .start_release(&cluster, &client, shared.stop.clone());
             backends.insert(cluster, client);
         }
         let _ = shared.backends.set(backends);
@@ -279,6 +290,11 @@ impl Gateway {
     /// True once a drain has started.
     pub fn is_draining(&self) -> bool {
         self.shared.drain.is_draining()
+    }
+
+    /// Bulkheads, breakers and held requests, per module and cluster.
+    pub fn protection(&self) -> &Protection {
+        &self.shared.protect
     }
 
     /// Unregisters, stops accepting, closes every client and backend connection.
@@ -591,8 +607,10 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             break;
         };
         let (shared, session, link) = (shared.clone(), session.clone(), link.clone());
+        // Drawn here, in the client's order: held messages are replayed in it.
+        let ticket = shared.protect.ticket();
         tokio::spawn(async move {
-            forward(&shared, &session, &link, frame).await;
+            forward(&shared, &session, &link, frame, ticket).await;
             drop(permit);
         });
     }
@@ -635,7 +653,7 @@ async fn write_client(outbound: Arc<Outbound>, mut wr: ClientWriter) -> ClientWr
     wr
 }
 
-async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame) {
+async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame, ticket: u64) {
     let reply = |flags: u8, payload: Bytes| {
         ClientFrame::new(frame.module, frame.opcode, frame.seq, payload)
             .with_flags(protocol::REPLY | protocol::RELIABLE | flags)
@@ -649,6 +667,17 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     };
     let Some(client) = shared.backends().get(&route.cluster) else {
         return;
+    };
+    // Bulkhead, shedding, breaker: a busy answer at once, without a backend.
+    let pass = match shared.protect.admit(route, frame.opcode, client, ticket) {
+        Ok(p) => p,
+        Err(busy) => {
+            return push(
+                shared,
+                &link.outbound,
+                reply(protocol::ERROR, busy.to_string().into()),
+            );
+        }
     };
     // Only a new static binding consults the backends that take no new sessions:
     // every other message skips this work.
@@ -666,7 +695,9 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let _timer = shared.metrics.time(frame.module);
-    match route::route(route, client, &frame, &who, &refused).await {
+    // One call per attempt (held while the cluster has no endpoint, then sent).
+    let attempt = || route::route(route, client, &frame, &who, &refused);
+    match shared.protect.forward(pass, client, attempt).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {
                 return;
@@ -837,10 +868,16 @@ fn backend_command(shared: &Shared, cluster: &str, req: InboundRequest) {
             let refuse = match cmd {
                 "disable" => true,
                 "enable" => false,
-                _ => std::str::from_utf8(&req.payload.body)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u32>().ok())
-                    .is_some_and(|load| load > 90),
+                _ => {
+                    let load = std::str::from_utf8(&req.payload.body)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u32>().ok());
+                    // Shedding reads every report; new sessions avoid the overloaded.
+                    if let Some(l) = load {
+                        shared.protect.report_load(cluster, backend.clone(), l);
+                    }
+                    load.is_some_and(|load| load > 90)
+                }
             };
             let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());
             let set = r.entry(cluster.to_string()).or_default();

@@ -19,6 +19,8 @@
 //!   kept in memory or in Redis (resume on any gateway);
 //! - [`settings`]: the `gateway:` config section;
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
+//! - [`protect`]: per-module bulkheads, per-cluster circuit breakers, holding requests
+//!   while a cluster has no endpoint (replayed in order), shedding under overload;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
 //! - [`drain`]: graceful drain (unregister, stop accepting, reconnect advice, deadline);
@@ -32,6 +34,7 @@ pub mod drain;
 pub mod limits;
 pub mod metrics;
 pub mod outbound;
+pub mod protect;
 pub mod protocol;
 pub mod queue;
 pub mod route;

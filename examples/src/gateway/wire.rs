@@ -32,7 +32,9 @@
 //! - `state`: set the sessions' user state to the body (UTF-8);
 //! - `disable` / `enable`: the sending backend takes no new sessions / takes them again;
 //! - `load`: the sending backend's load, 0..=100 in the body (over 90 = overloaded: no
-//!   new sessions).
+//!   new sessions; when every backend of the cluster is over `protect.shed-load`, the
+//!   modules' sheddable opcodes are answered `busy: shed`, see
+//!   [`protect`](super::protect)).
 
 /// Client module id.
 pub const MODULE: &str = "m";

@@ -9,6 +9,10 @@
 #                             with `cargo install` into the cargo home, so a warm machine
 #                             keeps the binary and does not rebuild it
 #   libprotobuf-dev         : google/protobuf/*.proto that etcd-client's protos import
+#   libssl-dev pkg-config   : OpenSSL headers for the `nacos-tls` check build (nacos-sdk's
+#                             TLS feature uses reqwest's native-tls for its HTTP login)
+#   (the other TLS tests need nothing new: Debian's redis-server and etcd serve TLS, and
+#    their certificates are generated at test time by rcgen)
 #   chromium                : headless browser for examples/tests/browser.rs (the
 #                             gateway's WebSocket page as a real browser client)
 set -euo pipefail
@@ -24,6 +28,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-test-deps: installing ${need[*]}"

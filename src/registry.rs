@@ -50,6 +50,10 @@ pub struct RegistryType {
     /// The key of its section naming the cluster a server registers in (Seata's TC
     /// reads `registry.<type>.cluster`; Eureka's `application`); default `default`.
     pub cluster_key: Option<&'static str>,
+    /// The `meshline` cargo feature giving it TLS (`registry.<type>.tls.*`, what the
+    /// CLI's `--tls-ca`, `--tls-cert` and `--tls-key` set); `None`: no server to
+    /// secure (`file`).
+    pub tls_feature: Option<&'static str>,
     /// Whether a registration can carry a weight (etcd3, zk and redis keep `ip:port`
     /// only, in Seata's layouts).
     pub stores_weight: bool,
@@ -96,6 +100,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "",
         ttl_key: None,
         cluster_key: None,
+        tls_feature: None,
         stores_weight: false,
         connect: connect!("file", |c| async move {
             Ok::<_, RegistryError>(meshline_registry_file::FileRegistry::from_config(c))
@@ -108,6 +113,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "serverAddr",
         ttl_key: None,
         cluster_key: Some("cluster"),
+        tls_feature: Some("nacos-tls"),
         stores_weight: true,
         connect: connect!("nacos", meshline_registry_nacos::NacosRegistry::connect),
     },
@@ -118,6 +124,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "serverAddr",
         ttl_key: Some("ttl"),
         cluster_key: Some("cluster"),
+        tls_feature: Some("etcd-tls"),
         stores_weight: false,
         connect: connect!("etcd", meshline_registry_etcd::EtcdRegistry::connect),
     },
@@ -129,6 +136,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         // Ephemeral nodes live as long as the session: its timeout is their TTL.
         ttl_key: Some("sessionTimeout"),
         cluster_key: Some("cluster"),
+        tls_feature: Some("zookeeper-tls"),
         stores_weight: false,
         connect: connect!(
             "zookeeper",
@@ -142,6 +150,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "serverAddr",
         ttl_key: Some("ttl"),
         cluster_key: Some("cluster"),
+        tls_feature: Some("redis-tls"),
         stores_weight: false,
         connect: connect!("redis", meshline_registry_others::RedisRegistry::connect),
     },
@@ -152,6 +161,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "serverAddr",
         ttl_key: Some("ttl"),
         cluster_key: Some("cluster"),
+        tls_feature: Some("consul-tls"),
         stores_weight: true,
         connect: connect!("consul", meshline_registry_others::ConsulRegistry::connect),
     },
@@ -162,6 +172,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         address_key: "serviceUrl",
         ttl_key: Some("leaseDuration"),
         cluster_key: Some("application"),
+        tls_feature: Some("eureka-tls"),
         stores_weight: true,
         connect: connect!("eureka", meshline_registry_others::EurekaRegistry::connect),
     },

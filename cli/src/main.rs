@@ -28,6 +28,17 @@ struct Cli {
     /// file registry, the grouplist of the cluster (`ip:port;ip:port`).
     #[arg(long, global = true)]
     server: Option<String>,
+    /// CA certificate(s) (PEM) the registry server's certificate must chain to: sets
+    /// `registry.<type>.tls.caFile` and turns TLS on (needs the backend's `-tls` feature).
+    #[arg(long, global = true, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for servers that ask for one: `registry.<type>.tls.certFile`
+    /// (with --tls-key).
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert: `registry.<type>.tls.keyFile`.
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -68,6 +79,16 @@ struct Target {
     cluster: Option<String>,
 }
 
+/// `filter` plus the directives that keep credentials out of the log whatever
+/// `MESHLINE_LOG` says (nacos-sdk logs its login password; see
+/// `meshline::core::redact::LOG_DIRECTIVES`).
+fn quiet_secrets(mut filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    for d in meshline::core::redact::LOG_DIRECTIVES {
+        filter = filter.add_directive(d.parse().expect("a valid directive"));
+    }
+    filter
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -85,10 +106,10 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         // Colour codes only for a terminal: a redirected log stays plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
+        .with_env_filter(quiet_secrets(
             tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        ))
         .init();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,6 +171,25 @@ fn with_overrides(
                 .registry
                 .section_mut(ty.seata_name)
                 .set(ty.address_key, server.clone()),
+        }
+    }
+    let tls_flags = [
+        ("tls.caFile", &cli.tls_ca),
+        ("tls.certFile", &cli.tls_cert),
+        ("tls.keyFile", &cli.tls_key),
+    ];
+    if tls_flags.iter().any(|(_, v)| v.is_some()) && ty.tls_feature.is_none() {
+        return Err(RegistryError::Config(format!(
+            "--tls-ca/--tls-cert/--tls-key: a {} registry has no server to connect to",
+            ty.seata_name
+        )));
+    }
+    for (key, value) in tls_flags {
+        if let Some(path) = value {
+            config
+                .registry
+                .section_mut(ty.seata_name)
+                .set(key, path.display().to_string());
         }
     }
     if let Some(ttl) = ttl {
@@ -329,5 +369,37 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod log_filter_tests {
+    /// Issue #13 item 2: at `trace`, nacos-sdk's login lines (their target) are
+    /// dropped; everything else is kept.
+    #[test]
+    fn nacos_login_lines_are_dropped_even_at_trace() {
+        let buf = meshline_testkit::watch::LogBuf::default();
+        let me = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_env_filter(super::quiet_secrets(tracing_subscriber::EnvFilter::new(
+                "trace",
+            )))
+            .with_writer(move || me.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::debug!(
+                target: "nacos_sdk::api::plugin::auth::auth_by_http",
+                "Http login with username=u,password=Nacos-Secret-1"
+            );
+            tracing::error!(
+                target: "nacos_sdk::api::plugin::auth::auth_by_http",
+                "Http login error, err=...password=Nacos-Secret-1"
+            );
+            tracing::trace!(target: "nacos_sdk::naming", "kept");
+        });
+        let text = buf.text();
+        assert!(!text.contains("Nacos-Secret-1"), "{text}");
+        assert!(text.contains("kept"), "{text}");
     }
 }

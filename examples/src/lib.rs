@@ -68,8 +68,13 @@ pub fn server_cluster(config: &Config) -> String {
 ///
 /// Does nothing when a subscriber is already installed.
 pub fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("MESHLINE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Whatever MESHLINE_LOG says: nacos-sdk logs its login password (see
+    // meshline::core::redact::LOG_DIRECTIVES).
+    for d in meshline::core::redact::LOG_DIRECTIVES {
+        filter = filter.add_directive(d.parse().expect("a valid directive"));
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

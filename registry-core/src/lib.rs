@@ -63,6 +63,7 @@ mod instance;
 pub mod lifecycle;
 pub mod probe;
 pub mod redact;
+pub mod tls;
 mod registry;
 mod watch;
 

@@ -46,7 +46,7 @@ pub(crate) async fn watch_loop(
         // 1. Watch from the revision after our list.
         let opts = WatchOptions::new()
             .with_prefix()
-            .with_start_revision(revision + 1);
+            .with_start_revision(revision.saturating_add(1));
         let open = timed(&inner.servers, "watch", inner.op_timeout, || {
             let mut client = inner.client.watch_client();
             let (prefix, opts) = (prefix.clone(), opts.clone());

@@ -55,9 +55,8 @@ fn classify(prefix: &str, key: &[u8], value: &[u8]) -> Entry {
     if addr_part.ends_with(&format!("-{value}")) {
         return Entry::OtherCluster;
     }
-    Entry::Bad(format!(
-        "the address in the key does not match the value `{value}`"
-    ))
+    // The value is logged beside the reason (truncated); not repeated here.
+    Entry::Bad("the address in the key does not match the value".into())
 }
 
 /// Parses a range of key-values of `cluster` into members (bad entries are logged).
@@ -73,17 +72,17 @@ pub(crate) fn parse_members(cluster: &str, kvs: &[KeyValue]) -> BTreeMap<Vec<u8>
 }
 
 pub(crate) fn member_of(prefix: &str, cluster: &str, kv: &KeyValue) -> Option<Instance> {
-    match classify(prefix, kv.key(), kv.value()) {
+    member_of_raw(prefix, cluster, kv.key(), kv.value())
+}
+
+fn member_of_raw(prefix: &str, cluster: &str, key: &[u8], value: &[u8]) -> Option<Instance> {
+    match classify(prefix, key, value) {
         Entry::Member(i) => Some(i),
         Entry::OtherCluster => None,
         Entry::Bad(reason) => {
-            tracing::warn!(
-                registry = KIND,
-                cluster,
-                key = %String::from_utf8_lossy(kv.key()),
-                value = %String::from_utf8_lossy(kv.value()),
-                "skipping malformed registry entry: {reason}"
-            );
+            // Truncated and rate-limited: a hostile etcd can store 1.5 MiB per value
+            // and rewrite it in a loop.
+            meshline_registry_core::redact::malformed_entry(KIND, cluster, key, value, &reason);
             None
         }
     }
@@ -156,5 +155,53 @@ mod tests {
             instance_key("default", &i),
             "registry-seata-default-2000:0:0:0:1:2345:6789:abcd:8091"
         );
+    }
+
+    /// Issue #13 item 3: a malformed value of 1.5 MiB, rewritten in a loop, is one
+    /// short line per period (it was one 1.5 MiB line per entry).
+    #[test]
+    fn malformed_entries_log_short_rate_limited_lines() {
+        let buf = meshline_testkit::watch::LogBuf::default();
+        let _g = buf.capture();
+        let p = cluster_prefix("huge");
+        let value = "x".repeat(1536 * 1024);
+        for _ in 0..50 {
+            assert!(
+                member_of_raw(
+                    &p,
+                    "huge",
+                    b"registry-seata-huge-1.2.3.4:5",
+                    value.as_bytes()
+                )
+                .is_none()
+            );
+        }
+        let text = buf.text();
+        assert_eq!(text.lines().count(), 1, "{}", &text[..text.len().min(2000)]);
+        assert!(text.len() < 2048, "{} bytes logged", text.len());
+        assert!(
+            text.contains("1572864 bytes"),
+            "says how long the value was"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any key and value bytes: classified without a panic; a member's key is under
+        /// the prefix and its address is the value's.
+        #[test]
+        fn any_key_value_is_classified(
+            key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            tail in "[0-9a-f:.\\[\\]-]{0,40}",
+            v in "[0-9a-f:.\\[\\] ]{0,40}",
+        ) {
+            let p = cluster_prefix("c");
+            let _ = classify(&p, &key, &value);
+            let k = format!("{p}{tail}");
+            if let Entry::Member(i) = classify(&p, k.as_bytes(), v.as_bytes()) {
+                let expected = Instance::parse(v.trim()).unwrap();
+                proptest::prop_assert_eq!(i.key(), expected.key());
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! from the registry itself because it is the self-healing half of registration and
 //! runs as its own background task.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +19,10 @@ pub(crate) struct LeaseState {
     pub(crate) id: Option<i64>,
     /// Every key we registered, with its value.
     pub(crate) keys: BTreeMap<String, String>,
+    /// Keys we unregistered whose delete has not succeeded yet: still on our lease,
+    /// which the keeper keeps alive, so they are deleted again in the background
+    /// ([`retry_delete`]) until etcd confirms. Never re-put.
+    pub(crate) removing: BTreeSet<String>,
 }
 
 impl Inner {
@@ -196,6 +200,8 @@ pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
 pub(crate) async fn revoke_lease(inner: &Inner) -> Result<(), RegistryError> {
     let mut st = inner.lease.lock().await;
     st.keys.clear();
+    // Keys still waiting for their delete are on this lease too.
+    st.removing.clear();
     match st.id.take() {
         Some(id) => revoke(inner, id).await,
         None => Ok(()),
@@ -209,4 +215,37 @@ async fn revoke(inner: &Inner, id: i64) -> Result<(), RegistryError> {
     })
     .await
     .map(|_| ())
+}
+
+/// Deletes `key`.
+pub(crate) async fn delete(inner: &Inner, key: &str) -> Result<(), RegistryError> {
+    timed(&inner.servers, "delete", inner.op_timeout, || {
+        let mut kv = inner.client.kv_client();
+        let key = key.to_string();
+        async move { kv.delete(key, None).await }
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Deletes `key` in the background until etcd confirms, unless it was registered
+/// again meanwhile or the client closed (close revokes the lease, which deletes it).
+pub(crate) fn retry_delete(inner: &Arc<Inner>, key: String) {
+    let weak = Arc::downgrade(inner);
+    let k = key.clone();
+    inner.life.retry_removal(key, move || {
+        let (weak, key) = (weak.clone(), k.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            let mut st = inner.lease.lock().await;
+            if !st.removing.contains(&key) {
+                return Ok(true);
+            }
+            delete(&inner, &key).await?;
+            st.removing.remove(&key);
+            Ok(true)
+        }
+    });
 }

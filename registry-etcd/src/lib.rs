@@ -75,6 +75,7 @@ mod layout;
 mod lease;
 mod settings;
 mod timed;
+mod tls;
 
 pub use layout::{cluster_prefix, instance_key};
 pub use settings::EtcdSettings;
@@ -82,7 +83,7 @@ pub use settings::EtcdSettings;
 use follow::watch_loop;
 use layout::members_of;
 use lease::{LeaseState, keeper_loop, revoke_lease};
-use timed::{backend_err, timed};
+use timed::backend_err;
 
 const KIND: &str = "etcd3";
 
@@ -173,6 +174,7 @@ impl EtcdRegistry {
             .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
             .with_keep_alive_while_idle(false)
             .with_require_leader(true);
+        opts = tls::apply(opts, &c, &endpoints)?;
         if let Some(user) = &c.username {
             // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
             // them instead of failing a long-running registration.
@@ -180,7 +182,8 @@ impl EtcdRegistry {
                 .with_user(user.clone(), c.password.clone().unwrap_or_default())
                 .with_auto_token_refresh(true);
         }
-        let servers = endpoints.join(",");
+        // For messages: an endpoint written with `user:pass@` shows no password.
+        let servers = meshline_registry_core::redact::redact_userinfo(&endpoints.join(","));
         let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
             .await
             .map_err(|_| RegistryError::timeout(KIND, &servers, "connect", op_timeout * 2))?
@@ -250,6 +253,7 @@ impl RegistryService for EtcdRegistry {
             let id = inner.regrant_locked(&mut st).await?;
             inner.put(&key, &value, id).await?;
         }
+        st.removing.remove(&key);
         st.keys.insert(key.clone(), value);
         tracing::info!(registry = KIND, cluster, %instance, key, "registered");
         Ok(())
@@ -259,13 +263,17 @@ impl RegistryService for EtcdRegistry {
         self.check_open()?;
         let key = instance_key(cluster, instance);
         let mut st = self.inner.lease.lock().await;
+        // Not forgotten until etcd confirms the delete: the key is on our lease, which
+        // the keeper keeps alive, so a failed delete would otherwise leave it forever.
         st.keys.remove(&key);
-        timed(&self.inner.servers, "delete", self.inner.op_timeout, || {
-            let mut kv = self.inner.client.kv_client();
-            let key = key.clone();
-            async move { kv.delete(key, None).await }
-        })
-        .await?;
+        st.removing.insert(key.clone());
+        if let Err(e) = lease::delete(&self.inner, &key).await {
+            tracing::warn!(registry = KIND, cluster, %instance, key, error = %e, "unregister failed; retrying in the background");
+            drop(st);
+            lease::retry_delete(&self.inner, key);
+            return Err(e);
+        }
+        st.removing.remove(&key);
         tracing::info!(registry = KIND, cluster, %instance, key, "unregistered");
         Ok(())
     }

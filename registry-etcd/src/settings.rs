@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The etcd3 registry's settings.
@@ -18,6 +19,9 @@ pub struct EtcdSettings {
     pub username: Option<String>,
     /// `password`.
     pub password: Option<String>,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]); `https://` endpoints turn TLS on too.
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -31,6 +35,7 @@ impl std::fmt::Debug for EtcdSettings {
             .field("ttl", &self.ttl)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -46,6 +51,7 @@ impl EtcdSettings {
             ttl: r.duration("ttl", Duration::from_secs(10))?,
             username: r.optional("username"),
             password: r.optional("password"),
+            tls: TlsSettings::read(&r, "etcd3")?,
             warnings: Vec::new(),
         };
         Ok(EtcdSettings {

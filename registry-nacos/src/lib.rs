@@ -29,6 +29,27 @@
 //! Re-registration after a server restart is done by nacos-sdk's redo task; our
 //! resync query confirms it from the outside.
 //!
+//! ## Credentials in nacos-sdk's logs
+//!
+//! nacos-sdk 0.8 logs its login with the password in clear (`Http login with
+//! username=...,password=...` at debug level, the login answer with the access token
+//! at debug level) and a failed login as the HTTP error's `Debug`, whose URL carries
+//! `password=` in its query, at **error** level. Our subscribers (the CLI, the
+//! examples) add [`meshline_registry_core::redact::LOG_DIRECTIVES`]
+//! (`nacos_sdk::api::plugin::auth=off`), which turns that one target off; a library
+//! user with their own subscriber should add the same directive to their `EnvFilter`
+//! (`tracing-subscriber` with its `env-filter` feature):
+//!
+//! ```ignore
+//! let mut filter = tracing_subscriber::EnvFilter::new("debug");
+//! for d in meshline_registry_core::redact::LOG_DIRECTIVES {
+//!     filter = filter.add_directive(d.parse().unwrap());
+//! }
+//! ```
+//!
+//! A failed login still shows up, as this crate's own error (the client cannot
+//! connect), without the password.
+//!
 //! ## Convergence (measured)
 //!
 //! See the crate's tests (`tests/nacos.rs`, `convergence`): figures are printed by
@@ -53,6 +74,7 @@ use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
 mod settings;
+mod tls;
 pub use settings::NacosSettings;
 
 const KIND: &str = "nacos";
@@ -205,6 +227,7 @@ impl NacosRegistry {
     /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
+        tls::check(&n.tls)?;
         let mut props = ClientProps::new()
             .server_addr(n.server_addr.clone())
             .namespace(n.namespace.clone())

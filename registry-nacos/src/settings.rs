@@ -1,6 +1,7 @@
 //! `registry.nacos.*`: what this backend reads from its section of the
 //! configuration, with Seata's defaults.
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Nacos registry's settings.
@@ -29,6 +30,8 @@ pub struct NacosSettings {
     pub context_path: Option<String>,
     /// `grpcPort` (meshline): the server's gRPC port when it is not HTTP port + 1000.
     pub grpc_port: Option<u16>,
+    /// `tls.*` (see the crate's TLS section: only `tls.enabled` and `tls.caFile` apply).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -49,6 +52,7 @@ impl std::fmt::Debug for NacosSettings {
             .field("secret_key", &hidden(&self.secret_key))
             .field("context_path", &self.context_path)
             .field("grpc_port", &self.grpc_port)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -72,6 +76,7 @@ impl NacosSettings {
             secret_key: r.optional("secretKey"),
             context_path: r.optional("contextPath"),
             grpc_port: r.optional_number("grpcPort")?,
+            tls: TlsSettings::read(&r, "nacos")?,
             warnings: Vec::new(),
         };
         Ok(NacosSettings {

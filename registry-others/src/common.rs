@@ -30,6 +30,160 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The default of `maxBodyBytes` (consul, eureka): 16 MiB, above what a healthy
+/// registry sends (an Eureka instance or a Consul health entry is about 1 KB of JSON,
+/// so 10,000 members are about 10 MB), while a broken or hostile registry can no
+/// longer make us buffer without bound.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) const DEFAULT_MAX_BODY: usize = 16 << 20;
+
+/// Reads `section`'s `maxBodyBytes` (a size: `16MiB`, `1048576`), default
+/// [`DEFAULT_MAX_BODY`].
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn max_body_bytes(
+    r: &meshline_registry_core::config::SectionReader<'_>,
+    section: &str,
+) -> Result<usize, meshline_registry_core::RegistryError> {
+    match r.optional("maxBodyBytes") {
+        None => Ok(DEFAULT_MAX_BODY),
+        Some(v) => meshline_registry_core::config::parse_bytes(&v).map_err(|e| {
+            meshline_registry_core::RegistryError::Config(format!(
+                "registry.{section}.maxBodyBytes: {e}"
+            ))
+        }),
+    }
+}
+
+/// Reads a response body chunk by chunk, failing as soon as it would exceed `cap`
+/// bytes (or at once when its `Content-Length` says so): a registry that answers
+/// with an endless or huge body costs at most `cap` bytes of memory.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, String> {
+    if let Some(len) = resp.content_length()
+        && len > cap as u64
+    {
+        return Err(format!(
+            "response body of {len} bytes is larger than maxBodyBytes ({cap} bytes); not read"
+        ));
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| error_chain(&e))? {
+        if out.len() + chunk.len() > cap {
+            return Err(format!(
+                "response body is larger than maxBodyBytes ({cap} bytes); stopped reading"
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Issue #13 items 2 and 3 against a hostile HTTP server: an endless body, an error
+/// body of a megabyte, and a `serviceUrl` with a password.
+#[cfg(all(test, feature = "consul", feature = "eureka"))]
+mod hostile_http {
+    use std::time::Duration;
+
+    use meshline_registry_core::config::ConfigLoader;
+    use meshline_registry_core::{Instance, RegistryService};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const SECRET: &str = "Http-Secret-4d2e";
+
+    /// Answers every GET with an endless chunked body (`endless`) or `[]`, and every
+    /// other request with a 500 carrying a 1 MiB body.
+    async fn hostile(endless: bool) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    let get = buf[..n].starts_with(b"GET");
+                    if get && endless {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").await;
+                        let chunk = format!("10000\r\n{}\r\n", "[".repeat(0x10000));
+                        while s.write_all(chunk.as_bytes()).await.is_ok() {}
+                    } else if get {
+                        let body = "{\"applications\":{\"application\":[]}}";
+                        let _ = s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes()).await;
+                    } else {
+                        let body = "E".repeat(1 << 20);
+                        let _ = s.write_all(format!("HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes()).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn config(kind: &str, key: &str, addr: &str) -> meshline_registry_core::Config {
+        ConfigLoader::new()
+            .set("registry.type", kind)
+            .set(format!("registry.{kind}.{key}"), addr)
+            .set(format!("registry.{kind}.maxBodyBytes"), "1MiB")
+            .load()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_stops_at_the_cap() {
+        let addr = hostile(true).await;
+        let consul = tokio::time::timeout(
+            Duration::from_secs(20),
+            crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr)),
+        )
+        .await
+        .expect("reading stops at the cap");
+        let e = consul.unwrap_err().to_string();
+        assert!(e.contains("maxBodyBytes"), "{e}");
+        let url = format!("http://meshline:{SECRET}@{addr}/eureka");
+        let eureka = tokio::time::timeout(
+            Duration::from_secs(20),
+            crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url)),
+        )
+        .await
+        .expect("reading stops at the cap");
+        let e = eureka.unwrap_err().to_string();
+        assert!(e.contains("maxBodyBytes"), "{e}");
+        assert!(!e.contains(SECRET), "the password is in the error: {e}");
+    }
+
+    #[tokio::test]
+    async fn error_bodies_are_truncated_and_urls_redacted() {
+        let addr = hostile(false).await;
+        let url = format!("http://meshline:{SECRET}@{addr}/eureka");
+        let eureka = crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url))
+            .await
+            .unwrap();
+        let e = eureka
+            .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(e.contains("500"), "{e}");
+        assert!(!e.contains(SECRET), "the password is in the error: {e}");
+        assert!(!format!("{eureka:?}").contains(SECRET));
+        let consul = crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr))
+            .await
+            .unwrap();
+        let e = consul
+            .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+    }
+}
+
 /// Proves that a backend's follow task for `cluster` ends with the last [`Watch`] on
 /// it: opens two watches, drops them one by one, and checks that the name stays
 /// followed while one is left, then leaves both the lifecycle and the hub. `refs`

@@ -48,3 +48,11 @@ pub use eureka::EurekaRegistry;
     feature = "eureka"
 ))]
 pub(crate) mod common;
+
+#[cfg(any(
+    feature = "zookeeper",
+    feature = "redis",
+    feature = "consul",
+    feature = "eureka"
+))]
+pub(crate) mod tls;

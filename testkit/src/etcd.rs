@@ -143,6 +143,8 @@ fn sum_counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 pub struct Etcd {
     process: ServerProcess,
     client_port: u16,
+    /// Serving clients over TLS ([`Etcd::start_tls`]).
+    tls: bool,
     _dir: TempDir,
 }
 
@@ -158,16 +160,40 @@ impl std::fmt::Debug for Etcd {
 impl Etcd {
     /// Starts etcd and waits until `/health` says true.
     pub fn start() -> Result<Etcd> {
+        Etcd::start_with(None)
+    }
+
+    /// Starts etcd serving its clients over TLS only (`https://`, [`Etcd::endpoint`])
+    /// with `pki`'s server certificate (`--cert-file`, `--key-file`); with
+    /// `client_cert_auth`, clients must present a certificate `pki`'s CA signed
+    /// (`--client-cert-auth --trusted-ca-file`). Readiness is probed on a plain
+    /// `--listen-metrics-urls` port.
+    pub fn start_tls(pki: &crate::TestPki, client_cert_auth: bool) -> Result<Etcd> {
+        let mut tls: Vec<OsString> = vec![
+            "--cert-file".into(),
+            pki.server_cert().into(),
+            "--key-file".into(),
+            pki.server_key().into(),
+        ];
+        if client_cert_auth {
+            tls.push("--client-cert-auth".into());
+            tls.push("--trusted-ca-file".into());
+            tls.push(pki.ca().into());
+        }
+        Etcd::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<Vec<OsString>>) -> Result<Etcd> {
         require_binary("etcd", INSTALL)?;
         start_with_port_retry(
-            2,
+            if tls.is_some() { 3 } else { 2 },
             |ports| {
                 let dir = tempfile::Builder::new()
                     .prefix("meshline-etcd-")
                     .tempdir()
                     .map_err(io_err("create a temp dir for etcd"))?;
                 let (client, peer) = (ports[0], ports[1]);
-                let args = member_args(
+                let mut args = member_args(
                     "t1",
                     &dir.path().join("data"),
                     client,
@@ -175,16 +201,30 @@ impl Etcd {
                     &format!("t1=http://127.0.0.1:{peer}"),
                     &format!("meshline-{client}"),
                 );
+                let mut probe_port = client;
+                if let Some(tls) = &tls {
+                    let https = format!("https://127.0.0.1:{client}");
+                    for a in args.iter_mut() {
+                        if *a == OsString::from(format!("http://127.0.0.1:{client}")) {
+                            *a = https.clone().into();
+                        }
+                    }
+                    probe_port = ports[2];
+                    args.push("--listen-metrics-urls".into());
+                    args.push(format!("http://127.0.0.1:{probe_port}").into());
+                    args.extend(tls.iter().cloned());
+                }
                 let process = ServerProcess::new(
                     "etcd",
                     dir.path().to_path_buf(),
                     "etcd",
                     args,
-                    health_probe(client),
+                    health_probe(probe_port),
                 );
                 Ok(Etcd {
                     process,
                     client_port: client,
+                    tls: tls.is_some(),
                     _dir: dir,
                 })
             },
@@ -192,9 +232,11 @@ impl Etcd {
         )
     }
 
-    /// `http://127.0.0.1:<port>`: what etcd clients connect to.
+    /// `http://127.0.0.1:<port>` (`https://` when started with [`Etcd::start_tls`]):
+    /// what etcd clients connect to.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The client port.

@@ -12,10 +12,10 @@
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{Error, Result, io_err};
 
@@ -34,6 +34,8 @@ pub(crate) struct HttpDouble {
     name: &'static str,
     addr: SocketAddr,
     build: Build,
+    /// Serve HTTPS with this configuration (see [`HttpDouble::start_tls`]).
+    tls: Option<Arc<rustls::ServerConfig>>,
     running: Option<Running>,
 }
 
@@ -50,6 +52,16 @@ impl HttpDouble {
         port: u16,
         build: impl Fn() -> Built + Send + Sync + 'static,
     ) -> Result<Self> {
+        Self::start_tls(name, port, None, build)
+    }
+
+    /// [`HttpDouble::start`], serving HTTPS with `tls` when given (restarts too).
+    pub(crate) fn start_tls(
+        name: &'static str,
+        port: u16,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        build: impl Fn() -> Built + Send + Sync + 'static,
+    ) -> Result<Self> {
         let listener = bind(name, port)?;
         let addr = listener
             .local_addr()
@@ -58,6 +70,7 @@ impl HttpDouble {
             name,
             addr,
             build: Box::new(build),
+            tls,
             running: None,
         };
         d.run(listener)?;
@@ -72,6 +85,7 @@ impl HttpDouble {
             .build()
             .map_err(io_err(format!("{}: build a tokio runtime", self.name)))?;
         let name = self.name;
+        let tls = self.tls.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{name}-double"))
             .spawn(move || {
@@ -84,8 +98,15 @@ impl HttpDouble {
                         }
                     };
                     tokio::spawn(background);
+                    let serve: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls
+                    {
+                        None => Box::pin(axum::serve(listener, router).into_future()),
+                        Some(config) => Box::pin(
+                            axum::serve(TlsListener::new(listener, config), router).into_future(),
+                        ),
+                    };
                     tokio::select! {
-                        r = axum::serve(listener, router) => {
+                        r = serve => {
                             if let Err(e) = r {
                                 eprintln!("{name} double: server error: {e}");
                             }
@@ -134,6 +155,11 @@ impl HttpDouble {
         self.running.is_some()
     }
 
+    /// `https` when serving TLS, else `http`.
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
     /// The `Debug` form of the public double type named `type_name` that wraps this.
     pub(crate) fn fmt_as(
         &self,
@@ -150,6 +176,62 @@ impl HttpDouble {
 impl Drop for HttpDouble {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A TLS listener for axum: TCP accepts go on while handshakes run in their own tasks
+/// (a client that never finishes its handshake blocks nobody); a failed handshake (a
+/// client that does not trust our CA) is dropped.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    done_tx: mpsc::UnboundedSender<(TlsIo, SocketAddr)>,
+    done_rx: mpsc::UnboundedReceiver<(TlsIo, SocketAddr)>,
+}
+
+type TlsIo = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+
+impl TlsListener {
+    fn new(tcp: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        TlsListener {
+            tcp,
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
+            done_tx,
+            done_rx,
+        }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            tokio::select! {
+                Some(done) = self.done_rx.recv() => return done,
+                r = self.tcp.accept() => match r {
+                    Ok((stream, addr)) => {
+                        let acceptor = self.acceptor.clone();
+                        let tx = self.done_tx.clone();
+                        tokio::spawn(async move {
+                            let limit = std::time::Duration::from_secs(10);
+                            if let Ok(Ok(tls)) =
+                                tokio::time::timeout(limit, acceptor.accept(stream)).await
+                            {
+                                let _ = tx.send((tls, addr));
+                            }
+                        });
+                    }
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                },
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
     }
 }
 

@@ -46,6 +46,7 @@ mod http_double;
 mod process;
 mod redis;
 mod rnacos;
+mod tls;
 pub mod watch;
 mod zookeeper;
 
@@ -57,6 +58,7 @@ pub use eureka_double::{EurekaDouble, EurekaDoubleOptions};
 pub use process::ServerProcess;
 pub use redis::Redis;
 pub use rnacos::Rnacos;
+pub use tls::{TestPki, round_trip as tls_round_trip};
 pub use zookeeper::ZooKeeper;
 
 /// How long a server may take to answer its readiness probe. Generous, because the

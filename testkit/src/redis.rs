@@ -16,6 +16,8 @@ pub struct Redis {
     process: ServerProcess,
     port: u16,
     password: Option<String>,
+    /// The TLS port, when started with [`Redis::start_tls`].
+    tls_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -39,12 +41,37 @@ impl Redis {
         Redis::start_inner(Some(password.to_string()))
     }
 
+    /// Starts Redis serving TLS on [`Redis::tls_port`] with `pki`'s server certificate
+    /// (the plain port stays open for the readiness probe). With
+    /// `require_client_cert`, clients must present a certificate `pki`'s CA signed
+    /// (`--tls-auth-clients yes`).
+    pub fn start_tls(pki: &crate::TestPki, require_client_cert: bool) -> Result<Redis> {
+        let p = |p: std::path::PathBuf| p.display().to_string();
+        let auth = if require_client_cert { "yes" } else { "no" };
+        let tls: Vec<String> = vec![
+            "--tls-cert-file".into(),
+            p(pki.server_cert()),
+            "--tls-key-file".into(),
+            p(pki.server_key()),
+            "--tls-ca-cert-file".into(),
+            p(pki.ca()),
+            "--tls-auth-clients".into(),
+            auth.into(),
+        ];
+        Redis::start_with(None, Some(tls))
+    }
+
     fn start_inner(password: Option<String>) -> Result<Redis> {
+        Redis::start_with(password, None)
+    }
+
+    fn start_with(password: Option<String>, tls: Option<Vec<String>>) -> Result<Redis> {
         require_binary("redis-server", INSTALL)?;
         start_with_port_retry(
-            1,
+            if tls.is_some() { 2 } else { 1 },
             |ports| {
                 let port = ports[0];
+                let tls_port = tls.as_ref().map(|_| ports[1]);
                 let dir = tempfile::Builder::new()
                     .prefix("meshline-redis-")
                     .tempdir()
@@ -72,6 +99,11 @@ impl Redis {
                     args.push("--requirepass".into());
                     args.push(pw.into());
                 }
+                if let (Some(tls), Some(tp)) = (&tls, tls_port) {
+                    args.push("--tls-port".into());
+                    args.push(tp.to_string().into());
+                    args.extend(tls.iter().map(OsString::from));
+                }
                 let probe = Arc::new(move || {
                     let answer = tcp_exchange(port, b"PING\r\n", 7)?;
                     // With requirepass, an unauthenticated PING gets -NOAUTH: up as well.
@@ -92,6 +124,7 @@ impl Redis {
                     process,
                     port,
                     password: password.clone(),
+                    tls_port,
                     _dir: dir,
                 })
             },
@@ -110,6 +143,11 @@ impl Redis {
             Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
             None => format!("redis://127.0.0.1:{}/", self.port),
         }
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` when started with [`Redis::start_tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}/"))
     }
 
     /// The port.

@@ -154,6 +154,20 @@ impl LogBuf {
         )
     }
 
+    /// Sends this thread's events at `level` and worse to the buffer until the guard
+    /// is dropped. With a current-thread runtime that covers every task the test
+    /// spawns: the secret-leak tests capture at `TRACE`, dependencies included.
+    pub fn capture_at(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
+        let me = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(level)
+                .with_writer(move || me.clone())
+                .finish(),
+        )
+    }
+
     /// What was captured so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()

@@ -23,6 +23,8 @@ const SLF4J: &str = "/usr/share/java/slf4j-simple.jar";
 pub struct ZooKeeper {
     process: ServerProcess,
     port: u16,
+    /// The secureClientPort, when started with [`ZooKeeper::start_tls`].
+    secure_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -38,12 +40,26 @@ impl std::fmt::Debug for ZooKeeper {
 impl ZooKeeper {
     /// Starts ZooKeeper and waits until `srvr` reports it serving.
     pub fn start() -> Result<ZooKeeper> {
+        ZooKeeper::start_with(None)
+    }
+
+    /// Starts ZooKeeper serving TLS on [`ZooKeeper::secure_port`] (Netty
+    /// `secureClientPort`, PEM key and trust stores) with `pki`'s server certificate;
+    /// with `require_client_cert`, clients must present a certificate `pki`'s CA
+    /// signed (`ssl.clientAuth=need`). The plain port stays open for the readiness
+    /// probe. Debian's `zookeeper` package ships the Netty jars this needs.
+    pub fn start_tls(pki: &crate::TestPki, require_client_cert: bool) -> Result<ZooKeeper> {
+        ZooKeeper::start_with(Some((pki, require_client_cert)))
+    }
+
+    fn start_with(tls: Option<(&crate::TestPki, bool)>) -> Result<ZooKeeper> {
         require_binary("java", INSTALL)?;
         require_file(JAR, INSTALL)?;
         start_with_port_retry(
-            1,
+            if tls.is_some() { 2 } else { 1 },
             |ports| {
                 let port = ports[0];
+                let secure_port = tls.map(|_| ports[1]);
                 let dir = tempfile::Builder::new()
                     .prefix("meshline-zk-")
                     .tempdir()
@@ -66,6 +82,45 @@ impl ZooKeeper {
                 if std::path::Path::new(SLF4J).is_file() {
                     cp.push(':');
                     cp.push_str(SLF4J);
+                }
+                if let (Some((pki, need)), Some(sp)) = (tls, secure_port) {
+                    let read = |p: std::path::PathBuf| {
+                        std::fs::read_to_string(&p).map_err(io_err(format!("read {}", p.display())))
+                    };
+                    let keystore = dir.path().join("server-keystore.pem");
+                    std::fs::write(
+                        &keystore,
+                        read(pki.server_cert())? + &read(pki.server_key())?,
+                    )
+                    .map_err(io_err("write the zookeeper key store"))?;
+                    let auth = if need { "need" } else { "none" };
+                    let extra = format!(
+                        "secureClientPort={sp}\nsecureClientPortAddress=127.0.0.1\n\
+                         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                         ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                         ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                         ssl.clientAuth={auth}\n",
+                        keystore.display(),
+                        pki.ca().display()
+                    );
+                    let mut text = std::fs::read_to_string(&cfg).map_err(io_err("read zoo.cfg"))?;
+                    text.push_str(&extra);
+                    std::fs::write(&cfg, text).map_err(io_err("write zoo.cfg"))?;
+                    // Netty (NettyServerCnxnFactory), from Debian's libnetty-java.
+                    let mut netty: Vec<String> = std::fs::read_dir("/usr/share/java")
+                        .map_err(io_err("list /usr/share/java"))?
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.path().display().to_string())
+                        .filter(|p| {
+                            let n = p.rsplit('/').next().unwrap_or_default();
+                            n.starts_with("netty-") && n.ends_with(".jar") && !n.contains("Final")
+                        })
+                        .collect();
+                    netty.sort();
+                    for j in netty {
+                        cp.push(':');
+                        cp.push_str(&j);
+                    }
                 }
                 let args: Vec<OsString> = [
                     "-Xmx256m",
@@ -94,6 +149,7 @@ impl ZooKeeper {
                 Ok(ZooKeeper {
                     process,
                     port,
+                    secure_port,
                     _dir: dir,
                 })
             },
@@ -104,6 +160,11 @@ impl ZooKeeper {
     /// `127.0.0.1:<port>`: the connect string.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:<secure port>` when started with [`ZooKeeper::start_tls`].
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.secure_port.map(|p| format!("127.0.0.1:{p}"))
     }
 
     /// The client port.

@@ -16,15 +16,17 @@
 //! scattered into pages a few kilobytes each, and each page is counting-sorted while it
 //! sits in the L1 cache.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::ring::{identity_hash, point_hash};
 use crate::picker::Members;
 
-/// Rings of at least this many points are paged (about 820 endpoints at the default
-/// 160 points each); smaller ones are flat, rebuilt in well under a millisecond, and
-/// one load shorter per pick.
-pub(crate) const PAGED_MIN_POINTS: u64 = 1 << 17;
+/// Rings of at least this many points are paged (about 1640 endpoints at the default
+/// 160 points each); smaller ones are flat: one pick is two dependent loads shorter
+/// (measured at 1000 endpoints: about 7 ns a pick, a third of it), and a rebuild takes
+/// under 3 ms.
+pub(crate) const PAGED_MIN_POINTS: u64 = 1 << 18;
 
 /// Points per page aimed at by a fresh build.
 const PAGE_POINTS: u64 = 512;
@@ -57,24 +59,51 @@ struct Block {
     luts: Box<[u32]>,
 }
 
-/// One page: where its points and its lookup table are in a shared [`Block`].
+/// One page: its points and its lookup table, in a shared [`Block`].
+///
+/// It points into the block directly rather than holding offsets, so that a lookup
+/// reads the page and then the table and the points (no load of the block's own
+/// pointers in between): a pick has one dependent load fewer.
 #[derive(Clone)]
 struct Page {
-    block: Arc<Block>,
-    start: u32,
+    /// Keeps `points` and `lut` alive (a block is never changed once built).
+    _block: Arc<Block>,
+    points: NonNull<u64>,
     len: u32,
-    lut: u32,
+    lut: NonNull<u32>,
 }
 
+// SAFETY: `points` and `lut` point into the immutable heap slices of `block`, which
+// the page keeps alive; reading them from any thread is reading shared `[u64]` and
+// `[u32]`, which are `Sync`.
+unsafe impl Send for Page {}
+// SAFETY: as above.
+unsafe impl Sync for Page {}
+
 impl Page {
+    /// Page `len` points from `start` in `block`, with the lookup table at `lut`.
+    fn new(block: &Arc<Block>, start: usize, len: usize, lut: usize) -> Page {
+        let points = &block.points[start..start + len];
+        let table = &block.luts[lut..lut + LUT_MASK + 2];
+        Page {
+            points: NonNull::from(points).cast(),
+            len: len as u32,
+            lut: NonNull::from(table).cast(),
+            _block: block.clone(),
+        }
+    }
+
     #[inline]
     fn points(&self) -> &[u64] {
-        &self.block.points[self.start as usize..(self.start + self.len) as usize]
+        // SAFETY: `Page::new` took this range from `block.points` (checked by slicing),
+        // and `block` is alive and never changed.
+        unsafe { std::slice::from_raw_parts(self.points.as_ptr(), self.len as usize) }
     }
 
     #[inline]
     fn lut(&self) -> &[u32] {
-        &self.block.luts[self.lut as usize..self.lut as usize + LUT_MASK + 2]
+        // SAFETY: as above, for `block.luts`.
+        unsafe { std::slice::from_raw_parts(self.lut.as_ptr(), LUT_MASK + 2) }
     }
 }
 
@@ -155,11 +184,9 @@ impl PagedRing {
         }
         let block = Arc::new(Block { points, luts });
         let pages = (0..n_pages)
-            .map(|p| Page {
-                block: block.clone(),
-                start: starts[p],
-                len: starts[p + 1] - starts[p],
-                lut: (p * (LUT_MASK + 2)) as u32,
+            .map(|p| {
+                let (start, end) = (starts[p] as usize, starts[p + 1] as usize);
+                Page::new(&block, start, end - start, p * (LUT_MASK + 2))
             })
             .collect();
         PagedRing {
@@ -421,7 +448,7 @@ impl PagedRing {
         self.pages
             .iter()
             .zip(other.pages.iter())
-            .any(|(a, b)| Arc::ptr_eq(&a.block, &b.block) && a.start == b.start)
+            .any(|(a, b)| a.points == b.points && a.len > 0)
     }
 
     /// Every point as `(hash, endpoint index)`, in ring order (for tests).
@@ -526,16 +553,12 @@ impl Page {
             *slot = start;
             start += count;
         }
-        let len = points.len() as u32;
-        Page {
-            block: Arc::new(Block {
-                points,
-                luts: lut.into_boxed_slice(),
-            }),
-            start: 0,
-            len,
-            lut: 0,
-        }
+        let len = points.len();
+        let block = Arc::new(Block {
+            points,
+            luts: lut.into_boxed_slice(),
+        });
+        Page::new(&block, 0, len, 0)
     }
 }
 

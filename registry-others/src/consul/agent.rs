@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use meshline_registry_core::RegistryError;
+use meshline_registry_core::redact::{SHOWN_BYTES, truncate};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
 use super::{Inner, KIND};
-use crate::common::{error_chain, split_addrs};
+use crate::common::{error_chain, read_capped, split_addrs};
 
 /// Timeout of every non-blocking request.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,7 +31,10 @@ impl CallError {
 
     pub(super) fn describe(&self) -> String {
         match self {
-            CallError::Status(s, t) => format!("agent answered {s}: {}", t.trim()),
+            // Truncated: the body is whatever the server chose to send.
+            CallError::Status(s, t) => {
+                format!("agent answered {s}: {}", truncate(t.trim(), SHOWN_BYTES))
+            }
             CallError::Transport(t) => t.clone(),
         }
     }
@@ -59,8 +63,9 @@ pub(super) fn parse_base(addr: &str) -> Result<Url, RegistryError> {
 }
 impl Inner {
     /// The agent's address, for error messages.
+    /// The agent's address for messages and logs, without a password.
     pub(super) fn server(&self) -> &str {
-        self.base.as_str().trim_end_matches('/')
+        &self.shown
     }
 
     fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
@@ -110,11 +115,9 @@ impl Inner {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
-        let bytes = resp
-            .bytes()
+        let bytes = read_capped(resp, self.max_body)
             .await
-            .map_err(|e| CallError::Transport(error_chain(&e)))?
-            .to_vec();
+            .map_err(CallError::Transport)?;
         if status != StatusCode::OK {
             return Err(CallError::Status(
                 status,

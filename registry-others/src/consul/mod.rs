@@ -107,7 +107,7 @@ pub struct ConsulRegistry {
 impl std::fmt::Debug for ConsulRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsulRegistry")
-            .field("base", &self.inner.base.as_str())
+            .field("base", &self.inner.server())
             .field("ttl", &self.inner.ttl)
             .finish()
     }
@@ -118,6 +118,10 @@ struct Inner {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
+    /// `maxBodyBytes`: the largest answer read.
+    max_body: usize,
+    /// The base URL as messages show it: `user:pass@` redacted.
+    shown: String,
     ttl: Duration,
     deregister_after: Duration,
     wait: Duration,
@@ -130,13 +134,33 @@ impl ConsulRegistry {
     /// `GET /v1/status/leader`) and starts the TTL keeper.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = ConsulSettings::from_config(config)?;
-        let base = parse_base(&c.server_addr)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .build()
-            .map_err(|e| {
-                RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
-            })?;
+        let mut tls = c.tls.clone();
+        if c.server_addr.trim_start().starts_with("https://") {
+            tls.asked_by_url(&c.server_addr);
+        }
+        let material = crate::tls::prepare(
+            &tls,
+            KIND,
+            "consul",
+            cfg!(feature = "consul-tls"),
+            "consul-tls",
+        )?;
+        let base = parse_base(&crate::tls::http_scheme(
+            &c.server_addr,
+            tls.enabled,
+            "registry.consul.serverAddr",
+        )?)?;
+        #[allow(unused_mut)]
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
+        #[cfg(feature = "consul-tls")]
+        if let Some(m) = &material {
+            builder = crate::tls::http_client(builder, m, "consul")?;
+        }
+        #[cfg(not(feature = "consul-tls"))]
+        let _ = material;
+        let http = builder.build().map_err(|e| {
+            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
+        })?;
         if c.ttl.is_zero() {
             return Err(RegistryError::Config(
                 "registry.consul.ttl must be greater than 0".into(),
@@ -145,6 +169,10 @@ impl ConsulRegistry {
         let inner = Arc::new(Inner {
             base,
             token: c.acl_token.clone(),
+            max_body: c.max_body_bytes,
+            shown: meshline_registry_core::redact::redact_userinfo(
+                c.server_addr.trim().trim_end_matches('/'),
+            ),
             http,
             ttl: c.ttl,
             deregister_after: c.deregister_critical_after,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Consul registry's settings.
@@ -18,6 +19,11 @@ pub struct ConsulSettings {
     pub ttl: Duration,
     /// `deregisterCriticalServiceAfter`. Default 20 s (Seata's).
     pub deregister_critical_after: Duration,
+    /// `maxBodyBytes` (meshline): the largest agent answer read. Default 16 MiB.
+    pub max_body_bytes: usize,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -31,6 +37,8 @@ impl std::fmt::Debug for ConsulSettings {
             .field("acl_token", &self.acl_token.as_ref().map(|_| "<redacted>"))
             .field("ttl", &self.ttl)
             .field("deregister_critical_after", &self.deregister_critical_after)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -47,6 +55,8 @@ impl ConsulSettings {
             ttl: r.duration("ttl", Duration::from_secs(10))?,
             deregister_critical_after: r
                 .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,
+            max_body_bytes: crate::common::max_body_bytes(&r, "consul")?,
+            tls: TlsSettings::read(&r, "consul")?,
             warnings: Vec::new(),
         };
         Ok(ConsulSettings {

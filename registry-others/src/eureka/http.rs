@@ -11,7 +11,8 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
 use super::{Inner, KIND};
-use crate::common::{error_chain, split_addrs};
+use crate::common::{error_chain, read_capped, split_addrs};
+use meshline_registry_core::redact::{SHOWN_BYTES, redact_userinfo, truncate};
 
 /// Timeout of every request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,7 +24,10 @@ pub(super) enum CallError {
 impl CallError {
     pub(super) fn describe(&self) -> String {
         match self {
-            CallError::Status(s, t) => format!("server answered {s}: {}", t.trim()),
+            // Truncated: the body is whatever the server chose to send.
+            CallError::Status(s, t) => {
+                format!("server answered {s}: {}", truncate(t.trim(), SHOWN_BYTES))
+            }
             CallError::Transport(t) => t.clone(),
         }
     }
@@ -72,11 +76,12 @@ pub(super) fn parse_urls(text: &str) -> Result<Vec<Url>, RegistryError> {
     Ok(out)
 }
 impl Inner {
-    /// The service URL(s), comma-separated, for error messages.
+    /// The service URL(s), comma-separated, for error messages, stale reasons and
+    /// logs: a `user:pass@` shows no password.
     pub(super) fn server(&self) -> String {
         self.urls
             .iter()
-            .map(|u| u.as_str().trim_end_matches('/'))
+            .map(|u| redact_userinfo(u.as_str().trim_end_matches('/')))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -123,12 +128,15 @@ impl Inner {
                 }
             };
             let status = resp.status();
-            match resp.bytes().await {
+            match read_capped(resp, self.max_body).await {
                 Ok(b) => {
                     self.preferred.store(i, Ordering::Relaxed);
-                    return Ok((status, b.to_vec()));
+                    return Ok((status, b));
                 }
-                Err(e) => last = self.failure(i, &e),
+                Err(e) if self.urls.len() > 1 => {
+                    last = format!("{}: {e}", redact_userinfo(self.urls[i].as_str()))
+                }
+                Err(e) => last = e,
             }
         }
         Err(CallError::Transport(last))
@@ -138,7 +146,11 @@ impl Inner {
     /// error names them all as its server).
     fn failure(&self, i: usize, e: &reqwest::Error) -> String {
         if self.urls.len() > 1 {
-            format!("{}: {}", self.urls[i], error_chain(e))
+            format!(
+                "{}: {}",
+                redact_userinfo(self.urls[i].as_str()),
+                error_chain(e)
+            )
         } else {
             error_chain(e)
         }

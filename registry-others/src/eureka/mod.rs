@@ -87,10 +87,7 @@ pub struct EurekaRegistry {
 impl std::fmt::Debug for EurekaRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EurekaRegistry")
-            .field(
-                "service_urls",
-                &self.inner.urls.iter().map(Url::as_str).collect::<Vec<_>>(),
-            )
+            .field("service_urls", &self.inner.server())
             .finish()
     }
 }
@@ -106,6 +103,8 @@ struct Inner {
     urls: Vec<Url>,
     preferred: AtomicUsize,
     http: reqwest::Client,
+    /// `maxBodyBytes`: the largest answer read.
+    max_body: usize,
     renewal: Duration,
     lease: Duration,
     refresh: Duration,
@@ -126,22 +125,52 @@ impl EurekaRegistry {
     /// first reachable one with `GET {serviceUrl}/apps` and starts the heartbeat task.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = EurekaSettings::from_config(config)?;
-        let urls = parse_urls(&c.service_url)?;
+        let mut tls = c.tls.clone();
+        if let Some(u) = crate::common::split_addrs(&c.service_url)
+            .into_iter()
+            .find(|u| u.starts_with("https://"))
+        {
+            tls.asked_by_url(&u);
+        }
+        let material = crate::tls::prepare(
+            &tls,
+            KIND,
+            "eureka",
+            cfg!(feature = "eureka-tls"),
+            "eureka-tls",
+        )?;
+        let with_scheme = crate::common::split_addrs(&c.service_url)
+            .iter()
+            .map(|u| crate::tls::http_scheme(u, tls.enabled, "registry.eureka.serviceUrl"))
+            .collect::<Result<Vec<_>, _>>()?
+            .join(",");
+        let urls = parse_urls(&with_scheme)?;
         if c.renewal_interval.is_zero() || c.refresh_interval.is_zero() {
             return Err(RegistryError::Config(
                 "registry.eureka.renewalInterval and refreshInterval must be greater than 0".into(),
             ));
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .build()
-            .map_err(|e| {
-                RegistryError::backend(KIND, &c.service_url, "cannot build the HTTP client", e)
-            })?;
+        #[allow(unused_mut)]
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
+        #[cfg(feature = "eureka-tls")]
+        if let Some(m) = &material {
+            builder = crate::tls::http_client(builder, m, "eureka")?;
+        }
+        #[cfg(not(feature = "eureka-tls"))]
+        let _ = material;
+        let http = builder.build().map_err(|e| {
+            RegistryError::backend(
+                KIND,
+                meshline_registry_core::redact::redact_userinfo(&c.service_url),
+                "cannot build the HTTP client",
+                e,
+            )
+        })?;
         let inner = Arc::new(Inner {
             urls,
             preferred: AtomicUsize::new(0),
             http,
+            max_body: c.max_body_bytes,
             renewal: c.renewal_interval,
             lease: c.lease_duration,
             refresh: c.refresh_interval,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Eureka registry's settings.
@@ -20,6 +21,12 @@ pub struct EurekaSettings {
     pub lease_duration: Duration,
     /// `refreshInterval` (meshline): fetch period for watches. Default 5 s (Seata's).
     pub refresh_interval: Duration,
+    /// `maxBodyBytes` (meshline): the largest answer read (a full fetch). Default
+    /// 16 MiB.
+    pub max_body_bytes: usize,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -34,6 +41,8 @@ impl std::fmt::Debug for EurekaSettings {
             .field("renewal_interval", &self.renewal_interval)
             .field("lease_duration", &self.lease_duration)
             .field("refresh_interval", &self.refresh_interval)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -70,6 +79,8 @@ impl EurekaSettings {
             renewal_interval: r.duration("renewalInterval", Duration::from_secs(30))?,
             lease_duration: r.duration("leaseDuration", Duration::from_secs(90))?,
             refresh_interval: r.duration("refreshInterval", Duration::from_secs(5))?,
+            max_body_bytes: crate::common::max_body_bytes(&r, "eureka")?,
+            tls: TlsSettings::read(&r, "eureka")?,
             warnings: Vec::new(),
         };
         Ok(EurekaSettings {

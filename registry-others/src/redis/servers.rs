@@ -42,6 +42,25 @@ fn no_server_answered(addrs: &[String], failures: &[(usize, impl std::fmt::Displ
     }
 }
 
+/// A TLS client of `info` (a `TcpTls` address) with the CA, identity of `m`.
+#[cfg(feature = "redis-tls")]
+fn tls_client(
+    info: redis::ConnectionInfo,
+    m: &meshline_registry_core::tls::TlsMaterial,
+) -> Result<redis::Client, redis::RedisError> {
+    crate::tls::ensure_crypto_provider();
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls: m.identity.as_ref().map(|(c, k)| redis::ClientTlsConfig {
+                client_cert: c.clone(),
+                client_key: k.clone(),
+            }),
+            root_cert: m.ca_pem.clone(),
+        },
+    )
+}
+
 /// Connections to the configured servers, with failover between them.
 pub(super) struct Servers {
     clients: Vec<redis::Client>,
@@ -59,10 +78,32 @@ impl Servers {
                 "registry.redis.serverAddr is empty: give host:port, e.g. 127.0.0.1:6379".into(),
             ));
         }
+        let mut tls = config.tls.clone();
+        if let Some(a) = addrs.iter().find(|a| a.starts_with("rediss://")) {
+            tls.asked_by_url(a);
+        }
+        let material = crate::tls::prepare(
+            &tls,
+            KIND,
+            "redis",
+            cfg!(feature = "redis-tls"),
+            "redis-tls",
+        )?;
+        #[cfg(feature = "redis-tls")]
+        if let Some(m) = &material {
+            crate::tls::refuse_server_name(m, "redis")?;
+        }
         let mut clients = Vec::with_capacity(addrs.len());
         for a in &addrs {
+            if material.is_some() && a.starts_with("redis://") {
+                return Err(RegistryError::Config(format!(
+                    "registry.redis.serverAddr entry `{a}` is plain redis:// but TLS is \
+                     configured: write rediss:// or host:port"
+                )));
+            }
             let addr = a
                 .strip_prefix("redis://")
+                .or_else(|| a.strip_prefix("rediss://"))
                 .unwrap_or(a)
                 .trim_end_matches('/');
             let inst = Instance::parse(addr).map_err(|e| {
@@ -75,11 +116,26 @@ impl Servers {
             if let Some(p) = &config.password {
                 redis_info = redis_info.set_password(p);
             }
-            let info = ConnectionAddr::Tcp(inst.host().to_string(), inst.port())
+            let host = inst.host().to_string();
+            let conn_addr = match &material {
+                Some(_) => ConnectionAddr::TcpTls {
+                    host,
+                    port: inst.port(),
+                    insecure: false,
+                    tls_params: None,
+                },
+                None => ConnectionAddr::Tcp(host, inst.port()),
+            };
+            let info = conn_addr
                 .into_connection_info()
                 .map_err(|e| redis_err(a, "configure", e))?
                 .set_redis_settings(redis_info);
-            clients.push(redis::Client::open(info).map_err(|e| redis_err(a, "configure", e))?);
+            let client = match &material {
+                #[cfg(feature = "redis-tls")]
+                Some(m) => tls_client(info, m).map_err(|e| redis_err(a, "configure TLS", e))?,
+                _ => redis::Client::open(info).map_err(|e| redis_err(a, "configure", e))?,
+            };
+            clients.push(client);
         }
         Ok(Servers {
             clients,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Redis registry's settings.
@@ -24,6 +25,9 @@ pub struct RedisSettings {
     pub ttl: Duration,
     /// `refreshPeriod` (meshline): how often we refresh our keys and rescan. Default 2000 ms.
     pub refresh_period: Duration,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -40,6 +44,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("timeout", &self.timeout)
             .field("ttl", &self.ttl)
             .field("refresh_period", &self.refresh_period)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -67,6 +72,7 @@ impl RedisSettings {
             timeout: r.duration("timeout", Duration::from_millis(2000))?,
             ttl: r.duration("ttl", Duration::from_secs(5))?,
             refresh_period: r.duration("refreshPeriod", Duration::from_millis(2000))?,
+            tls: TlsSettings::read(&r, "redis")?,
             warnings: Vec::new(),
         };
         Ok(RedisSettings {

@@ -82,6 +82,8 @@ struct Settings {
     session_timeout: Duration,
     connect_timeout: Duration,
     auth: Option<Vec<u8>>,
+    /// `registry.zk.tls.*` loaded: connect to secureClientPort with TLS.
+    tls: Option<meshline_registry_core::tls::TlsMaterial>,
 }
 
 /// What the registry, its session loop and its watches share.
@@ -128,11 +130,19 @@ impl ZookeeperRegistry {
             .username
             .as_ref()
             .map(|u| format!("{u}:{}", c.password.clone().unwrap_or_default()).into_bytes());
+        let tls = crate::tls::prepare(
+            &c.tls,
+            KIND,
+            "zk",
+            cfg!(feature = "zookeeper-tls"),
+            "zookeeper-tls",
+        )?;
         let settings = Settings {
             connect_string,
             session_timeout: c.session_timeout,
             connect_timeout: c.connect_timeout,
             auth,
+            tls,
         };
         let client = new_session(&settings).await?;
         tracing::info!(

@@ -47,13 +47,29 @@ pub(super) async fn new_session(s: &Settings) -> Result<zk::Client, RegistryErro
     if let Some(auth) = &s.auth {
         connector = connector.with_auth("digest", auth);
     }
+    #[cfg(feature = "zookeeper-tls")]
+    let secure = match &s.tls {
+        Some(m) => {
+            connector = connector.with_tls(crate::tls::zookeeper_options(m)?);
+            true
+        }
+        None => false,
+    };
+    #[cfg(not(feature = "zookeeper-tls"))]
+    let secure = false;
     let limit = s.session_timeout + s.connect_timeout;
-    let (what, source) =
-        match tokio::time::timeout(limit, connector.connect(&s.connect_string)).await {
-            Ok(Ok(c)) => return Ok(c),
-            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
-            Err(_) => (format!("no session within {limit:?}"), None),
-        };
+    let connecting = async {
+        if secure {
+            connector.secure_connect(&s.connect_string).await
+        } else {
+            connector.connect(&s.connect_string).await
+        }
+    };
+    let (what, source) = match tokio::time::timeout(limit, connecting).await {
+        Ok(Ok(c)) => return Ok(c),
+        Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
+        Err(_) => (format!("no session within {limit:?}"), None),
+    };
     let probe = probe_servers(&s.connect_string).await;
     Err(RegistryError::backend(
         KIND,

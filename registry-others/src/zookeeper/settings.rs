@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The ZooKeeper registry's settings.
@@ -20,6 +21,9 @@ pub struct ZkSettings {
     pub username: Option<String>,
     /// `password` (digest auth).
     pub password: Option<String>,
+    /// `tls.*`: CA file, client certificate and key, server name (see
+    /// [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
 }
@@ -34,6 +38,7 @@ impl std::fmt::Debug for ZkSettings {
             .field("connect_timeout", &self.connect_timeout)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -50,6 +55,7 @@ impl ZkSettings {
             connect_timeout: r.duration("connectTimeout", Duration::from_millis(2000))?,
             username: r.optional("username"),
             password: r.optional("password"),
+            tls: TlsSettings::read(&r, "zk")?,
             warnings: Vec::new(),
         };
         Ok(ZkSettings {

@@ -117,6 +117,18 @@ impl ConsulDouble {
         Ok(ConsulDouble { server })
     }
 
+    /// Starts the double serving HTTPS with `tls` (e.g.
+    /// [`TestPki::server_config`](crate::TestPki::server_config)); restarts serve
+    /// HTTPS too.
+    pub fn start_tls(
+        opts: ConsulDoubleOptions,
+        tls: std::sync::Arc<rustls::ServerConfig>,
+    ) -> Result<Self> {
+        let port = opts.port;
+        let server = HttpDouble::start_tls("consul", port, Some(tls), move || build(opts.clone()))?;
+        Ok(ConsulDouble { server })
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
@@ -127,9 +139,9 @@ impl ConsulDouble {
         self.addr().to_string()
     }
 
-    /// `http://host:port`.
+    /// `http://host:port` (`https://` when started with [`ConsulDouble::start_tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        format!("{}://{}", self.server.scheme(), self.addr())
     }
 
     /// Stops the agent: every connection (blocking queries too) is closed.

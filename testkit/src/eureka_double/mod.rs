@@ -102,6 +102,18 @@ impl EurekaDouble {
         Ok(EurekaDouble { server })
     }
 
+    /// Starts the double serving HTTPS with `tls` (e.g.
+    /// [`TestPki::server_config`](crate::TestPki::server_config)); restarts serve
+    /// HTTPS too.
+    pub fn start_tls(
+        opts: EurekaDoubleOptions,
+        tls: std::sync::Arc<rustls::ServerConfig>,
+    ) -> Result<Self> {
+        let port = opts.port;
+        let server = HttpDouble::start_tls("eureka", port, Some(tls), move || build(opts.clone()))?;
+        Ok(EurekaDouble { server })
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
@@ -109,7 +121,7 @@ impl EurekaDouble {
 
     /// `http://host:port/eureka`, as Seata's `registry.eureka.serviceUrl` wants it.
     pub fn service_url(&self) -> String {
-        format!("http://{}/eureka", self.addr())
+        format!("{}://{}/eureka", self.server.scheme(), self.addr())
     }
 
     /// Stops the server: every connection is closed.

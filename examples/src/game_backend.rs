@@ -2,7 +2,9 @@
 //! program. Three modules, one of each kind a game has:
 //!
 //! - **lobby** (module 1, stateless request/response): opcode 1 answers
-//!   `<account>@<backend id>`; anything else is echoed.
+//!   `<account>@<backend id>`; opcode 7 answers the message's trace id
+//!   ([`wire::TRACE`], stamped by the gateway); opcode 3 is a slow request: it answers
+//!   `slept <N>` after the `N` milliseconds in its payload; anything else is echoed.
 //! - **chat** (module 2, stateless, broadcast to all): opcode 1 sends the text to every
 //!   player: one `bcast` per *gateway* (by its `gw` id), the gateways copy to their players.
 //! - **room** (module 3, stateful): opcode 1 joins room `<payload>`: the session joins
@@ -17,6 +19,9 @@
 //! [`wire`]) on its own connection: the member's room snapshots
 //! go through that connection from then on, and the session is joined to the room's
 //! group there again.
+//!
+//! Every request is logged (`trace` level) with its trace id, and an error answer names
+//! it, so a client's complaint can be found in the backend's log.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -134,6 +139,8 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     let opcode: u16 = head.get(wire::OPCODE)?.parse().ok()?;
     let account = head.get(wire::ACCOUNT).unwrap_or("?").to_string();
     let sid = head.get(wire::SESSION).unwrap_or("").to_string();
+    let trace = head.get(wire::TRACE).unwrap_or("");
+    tracing::trace!(trace, module, opcode, session = %sid, "request");
     let conn = req.connection.clone();
     remember_gateway(&state, &conn);
     if let Some(gw) = head.get(wire::GATEWAY) {
@@ -145,6 +152,15 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     }
     match (module, opcode) {
         (modules::LOBBY, 1) => answer(format!("{account}@{}", state.id)),
+        (modules::LOBBY, 7) => answer(trace.to_string()),
+        (modules::LOBBY, 3) => {
+            let ms: u64 = std::str::from_utf8(&req.payload.body)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            answer(format!("slept {ms}"))
+        }
         (modules::LOBBY, _) => Some(Payload::new(req.payload.body.clone())),
         (modules::CHAT, 1) => {
             let text = format!("{account}: {}", String::from_utf8_lossy(&req.payload.body));
@@ -206,10 +222,15 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
             answer("unbound")
         }
         (modules::BIND, _) => answer(state.id.clone()),
-        _ => Some(
-            Payload::new(format!("unknown module {module} opcode {opcode}"))
+        _ => {
+            tracing::debug!(trace, module, opcode, "unknown module or opcode");
+            Some(
+                Payload::new(format!(
+                    "unknown module {module} opcode {opcode} (trace {trace})"
+                ))
                 .with_head(wire::ERROR, "1"),
-        ),
+            )
+        }
     }
 }
 

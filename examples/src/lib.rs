@@ -30,6 +30,7 @@ pub mod client;
 pub mod game_backend;
 pub mod gateway;
 pub mod memory_registry;
+pub mod roaming;
 pub mod tc;
 
 use meshline::Config;

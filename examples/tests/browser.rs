@@ -10,6 +10,9 @@
 //! fast-forwards while the page only waits on its WebSocket, so the DOM is dumped
 //! right after the room is joined, before the first snapshot arrives in real time.
 //!
+//! The same browser then loads the admin port's `/status` page, which reads `/metrics`
+//! in the page and must show the page's session and the room cluster's backend.
+//!
 //! Needs Debian's `chromium` (scripts/install-test-deps.sh installs it). Without it the
 //! test fails when `CI` is set and is skipped, saying so, otherwise.
 
@@ -157,6 +160,40 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 3
     );
+
+    // The status page, in a second tab: it renders what /metrics says about the session
+    // above and the room cluster's backend.
+    let status_url = format!("http://{}/status", gateway.admin_addr().unwrap());
+    let status = cdp.open(&status_url).await;
+    let read = "JSON.stringify({gateway: document.getElementById('gateway').textContent, \
+                sessions: document.getElementById('sessions').textContent, \
+                auth: document.getElementById('conn-auth').textContent, \
+                error: document.getElementById('error').textContent, \
+                room: [...(document.querySelector('tr[data-cluster=\"room\"]') || \
+                       {cells: []}).cells].map(c => c.textContent), \
+                module: document.querySelector('tr[data-module=\"room\"]') !== null})";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let view = loop {
+        let v = cdp.evaluate(&status, read).await;
+        let view: Value = serde_json::from_str(v.as_str().unwrap_or("{}")).unwrap();
+        if view["sessions"] == "1" && view["room"][1] == "1" && view["module"] == true
+            || tokio::time::Instant::now() > deadline
+        {
+            break view;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(view["gateway"], "gw-browser", "{view}");
+    assert_eq!(view["sessions"], "1", "{view}");
+    assert_eq!(view["auth"], "1", "{view}");
+    assert_eq!(view["error"], "", "{view}");
+    // cluster, alive endpoints, breaker (n/a without breakers), ...
+    assert_eq!(view["room"][0], "room", "{view}");
+    assert_eq!(view["room"][1], "1", "{view}");
+    assert_eq!(
+        view["module"], true,
+        "the room module's requests are listed: {view}"
+    );
 }
 
 /// A Chrome DevTools Protocol connection to the browser.
@@ -239,6 +276,21 @@ impl Cdp {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("chromium shows no gateway.html page");
+    }
+
+    /// Opens `url` in a new tab; returns the session id attached to it.
+    async fn open(&mut self, url: &str) -> String {
+        let t = self
+            .call(None, "Target.createTarget", json!({ "url": url }))
+            .await;
+        let r = self
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({ "targetId": t["targetId"], "flatten": true }),
+            )
+            .await;
+        r["sessionId"].as_str().unwrap().to_string()
     }
 
     /// Evaluates `expression` in the page; returns its value.

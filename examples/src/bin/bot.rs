@@ -9,7 +9,17 @@
 //! ```
 //!
 //! A bot whose connection drops reconnects with exponential backoff and full jitter
-//! and resumes its session.
+//! and resumes its session. A bot told to reconnect (its gateway drains) finishes its
+//! request in flight, then resumes its session on another of the `--gateway` addresses
+//! (`--gateway a,b,c`: the first is where the bots start; see
+//! `meshline_examples::roaming`). With the memory session store the resume elsewhere is
+//! refused and the bot authenticates again with a fresh token (a new session).
+//! and resumes its session. A bot waiting in the gateway's login queue waits (its
+//! `QUEUE` frames are handled by the client library); a request refused by the
+//! gateway's rate limits (`rate limited: ...`) is counted, not retried, and the bot
+//! slows down for a moment instead of reconnecting. The bots play flat out from one
+//! address: give the gateway `limits: { allow: 127.0.0.1, account-messages-per-sec: 0 }`
+//! (or similar) to measure it rather than its limits.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -21,13 +31,15 @@ use clap::Parser;
 use meshline_examples::client::{ClientError, GatewayClient, Welcome};
 use meshline_examples::game_backend::modules;
 use meshline_examples::gateway::admission::TokenMinter;
+use meshline_examples::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource, Via};
 
 #[derive(Parser, Debug)]
 #[command(about = "Load bots for the example gateway")]
 struct Args {
-    /// The gateway's address (its `ws-listen` address with `--ws`).
-    #[arg(long, required_unless_present = "token_for")]
-    gateway: Option<SocketAddr>,
+    /// The gateways' addresses (their `ws-listen` addresses with `--ws`), comma
+    /// separated: bots start on the first and move to the others when told to.
+    #[arg(long, required_unless_present = "token_for", value_delimiter = ',')]
+    gateway: Vec<SocketAddr>,
     /// Connect over WebSocket (one frame per binary message) instead of TCP.
     #[arg(long)]
     ws: bool,
@@ -109,9 +121,14 @@ async fn main() -> ExitCode {
         println!("{}", minter.mint(account, Duration::from_secs(3600)));
         return ExitCode::SUCCESS;
     }
-    let Some(gateway) = args.gateway else {
+    let Some(&gateway) = args.gateway.first() else {
         eprintln!("bot: --gateway is required");
         return ExitCode::FAILURE;
+    };
+    let gateways = Gateways::fixed(args.gateway.clone());
+    let options = RoamOptions {
+        via: if args.ws { Via::WebSocket } else { Via::Tcp },
+        ..RoamOptions::default()
     };
     let target = Target {
         addr: gateway,
@@ -122,11 +139,24 @@ async fn main() -> ExitCode {
     for i in 0..args.bots {
         let minter = minter.clone();
         let addr = target;
+        let (gateways, options) = (gateways.clone(), options.clone());
         tasks.push(tokio::spawn(async move {
             let account = format!("bot{i}");
             let mut latencies = Vec::new();
             let mut errors = 0u64;
-            let mut client = connect(addr, &minter, &account, None).await;
+            let mut limited = 0u64;
+            let tokens: TokenSource = {
+                let (minter, account) = (minter.clone(), account.clone());
+                Arc::new(move || minter.mint(&account, Duration::from_secs(300)))
+            };
+            let first = connect(addr, &minter, &account, None).await;
+            let mut client = RoamingClient::new(
+                first,
+                addr.addr,
+                gateways.clone(),
+                Some(tokens.clone()),
+                options.clone(),
+            );
             let _ = client
                 .request(modules::ROOM, 1, Bytes::from(format!("room{}", i % 10)))
                 .await;
@@ -143,23 +173,40 @@ async fn main() -> ExitCode {
                 };
                 match r {
                     Ok(_) => latencies.push(t0.elapsed()),
+                    Err(ClientError::Reply(text)) if text.starts_with("rate limited") => {
+                        limited += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     Err(e) => {
                         errors += 1;
                         tracing::debug!(%account, error = %e, "request failed; resuming");
-                        let w = client.welcome.clone();
-                        client = connect(addr, &minter, &account, Some(&w)).await;
+                        // The roaming client moves by itself on advice or a drop; when
+                        // it gave up, start over (resume where the bot began).
+                        if client.gave_up() {
+                            let w = client.current().welcome.clone();
+                            let again = connect(addr, &minter, &account, Some(&w)).await;
+                            client = RoamingClient::new(
+                                again,
+                                addr.addr,
+                                gateways.clone(),
+                                Some(tokens.clone()),
+                                options.clone(),
+                            );
+                        }
                     }
                 }
             }
-            (latencies, errors)
+            (latencies, errors, limited)
         }));
     }
     let mut all = Vec::new();
     let mut errors = 0;
+    let mut limited = 0;
     for t in tasks {
-        if let Ok((l, e)) = t.await {
+        if let Ok((l, e, r)) = t.await {
             all.extend(l);
             errors += e;
+            limited += r;
         }
     }
     all.sort_unstable();
@@ -169,14 +216,15 @@ async fn main() -> ExitCode {
             .unwrap_or(0)
     };
     println!(
-        "bots {}: {} requests in {} s = {:.0}/s, p50 {} us, p99 {} us, errors {}",
+        "bots {}: {} requests in {} s = {:.0}/s, p50 {} us, p99 {} us, errors {}, rate limited {}",
         args.bots,
         all.len(),
         args.secs,
         all.len() as f64 / args.secs as f64,
         pct(0.50),
         pct(0.99),
-        errors
+        errors,
+        limited
     );
     if errors == 0 {
         ExitCode::SUCCESS

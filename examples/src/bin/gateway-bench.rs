@@ -26,6 +26,8 @@ use meshline::rpc::{CallOptions, Payload, RpcClient};
 use meshline_examples::client::GatewayClient;
 use meshline_examples::game_backend::{GameBackend, modules};
 use meshline_examples::gateway::admission::TokenMinter;
+use meshline_examples::gateway::limits::LimitSettings;
+use meshline_examples::gateway::queue::QueueSettings;
 use meshline_examples::gateway::settings::{GatewaySettings, ModuleKind, ModuleRoute, RouteKey};
 use meshline_examples::gateway::{Gateway, wire};
 use meshline_examples::memory_registry::MemoryRegistry;
@@ -106,6 +108,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         listen: "127.0.0.1:0".parse()?,
         secret: "bench".into(),
         register_cluster: None,
+        // The clients share one address and send flat out; every login at once.
+        limits: LimitSettings::off(),
+        queue: QueueSettings::off(),
         ..GatewaySettings::default()
     };
     settings.modules.insert(

@@ -6,10 +6,15 @@
 //!
 //! Reads the registry settings and the `gateway:` section from the config file (and
 //! `MESHLINE_*` variables), finds the backend clusters in that registry, listens for
-//! clients, registers itself, and on Ctrl-C / SIGTERM unregisters and closes. The first
+//! clients, registers itself, and on Ctrl-C / SIGTERM (or `POST /drain` on the admin
+//! port, which must not be reachable from the public network) drains (see
+//! `meshline_examples::gateway::drain`: unregister, stop accepting, advise clients to
+//! reconnect elsewhere, wait for them up to `gateway.drain.deadline`, close the rest,
+//! flush sessions), closes and exits 0. The first
 //! stdout line is `gateway <id> listening on <addr>`; with `ws-listen` /
 //! `admin-listen` set, lines `gateway <id> websocket on ws://<addr>/` and
-//! `gateway <id> browser client on http://<addr>/gateway.html` follow.
+//! `gateway <id> browser client on http://<addr>/gateway.html` follow. When a drain ends:
+//! `gateway <id> drained: <advised> advised, <closed> closed at the deadline`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +50,15 @@ async fn main() -> ExitCode {
                 settings.id
             );
         }
-        meshline_examples::wait_for_stop().await;
+        tokio::select! {
+            _ = meshline_examples::wait_for_stop() => {}
+            _ = gw.drain_requested() => {}
+        }
+        let report = gw.drain().await;
+        println!(
+            "gateway {} drained: {} advised, {} closed at the deadline",
+            settings.id, report.advised, report.closed
+        );
         gw.shutdown().await;
         let _ = registry.close().await;
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())

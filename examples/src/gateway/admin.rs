@@ -1,5 +1,9 @@
 //! The admin HTTP port (`gateway.admin-listen`): serves the browser client page,
-//! `GET /gateway.html` (examples/static/gateway.html, compiled in).
+//! `GET /gateway.html` (examples/static/gateway.html, compiled in), and the metrics
+//! ([`metrics`](super::metrics)): `GET /metrics` (Prometheus text) and `GET /status`.
+//! `POST /drain` asks the gateway to drain (see [`drain`](super::drain)). Nothing on
+//! this port is authenticated: bind it to loopback or an operator network, never to the
+//! public one.
 //!
 //! Why hand-written HTTP and not a server crate: this port serves one static file to a
 //! browser on the operator's side; a request line, a bounded header read and a
@@ -13,14 +17,23 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::Pages;
+
 /// The browser client: connects to the WebSocket listener, authenticates with the
 /// token in its URL, joins a room and shows the room's pushes.
 pub const GATEWAY_HTML: &str = include_str!("../../static/gateway.html");
 
 const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
-/// Accepts admin connections until `stop`.
-pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
+/// Accepts admin connections until `stop`. `POST /drain` cancels `drain` (asks for a
+/// drain: see [`drain`](super::drain)); this port has no authentication, so it must
+/// never be reachable from the public network.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    stop: CancellationToken,
+    drain: CancellationToken,
+    pages: Pages,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -28,8 +41,10 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
         };
         match accepted {
             Ok((stream, peer)) => {
+                let drain = drain.clone();
+                let pages = pages.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = answer(stream).await {
+                    if let Err(e) = answer(stream, &drain, &pages).await {
                         tracing::debug!(%peer, error = %e, "admin request failed");
                     }
                 });
@@ -42,7 +57,11 @@ pub(crate) async fn serve(listener: TcpListener, stop: CancellationToken) {
     }
 }
 
-async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    drain: &CancellationToken,
+    pages: &Pages,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let read = tokio::time::timeout(Duration::from_secs(5), async {
@@ -62,7 +81,9 @@ async fn answer(mut stream: TcpStream) -> std::io::Result<()> {
     })
     .await;
     let response = match read {
-        Ok(Ok(true)) => route(&head),
+        Ok(Ok(true)) => super::drain::admin_route(&head, drain)
+            .or_else(|| pages.answer(&head))
+            .unwrap_or_else(|| route(&head)),
         Ok(Err(e)) => return Err(e),
         _ => respond(
             "400 Bad Request",
@@ -91,12 +112,16 @@ fn route(head: &[u8]) -> Vec<u8> {
             }
             r
         }
-        ("GET" | "HEAD", _) => respond("404 Not Found", "text/plain", "try /gateway.html\n"),
+        ("GET" | "HEAD", _) => respond(
+            "404 Not Found",
+            "text/plain",
+            "try /gateway.html, /status or /metrics\n",
+        ),
         _ => respond("405 Method Not Allowed", "text/plain", "GET only\n"),
     }
 }
 
-fn respond(status: &str, content_type: &str, body: &str) -> Vec<u8> {
+pub(super) fn respond(status: &str, content_type: &str, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",

@@ -43,7 +43,8 @@ pub enum Refusal {
     /// The first frame was not `AUTH` or `RESUME`.
     #[error("the first frame must be AUTH or RESUME")]
     NotAuth,
-    /// Too many connections waiting to authenticate.
+    /// Too many connections waiting to authenticate, or the login queue is full (the
+    /// refusal's text says which).
     #[error("too many unauthenticated connections")]
     Busy,
     /// A resume named a session this gateway cannot find, or the wrong secret.
@@ -53,6 +54,10 @@ pub enum Refusal {
     /// client can authenticate again for a new session).
     #[error("session store unavailable: cannot resume now")]
     StoreUnavailable,
+    /// Over a connection-rate limit (per IP, per allow-listed IP or gateway-wide: the
+    /// refusal's text names it); try again later.
+    #[error("rate limited")]
+    RateLimited,
 }
 
 impl Refusal {
@@ -68,6 +73,7 @@ impl Refusal {
             Refusal::Busy => 7,
             Refusal::BadResume => 8,
             Refusal::StoreUnavailable => 9,
+            Refusal::RateLimited => 10,
         }
     }
 
@@ -83,6 +89,7 @@ impl Refusal {
             Refusal::Busy,
             Refusal::BadResume,
             Refusal::StoreUnavailable,
+            Refusal::RateLimited,
         ]
         .into_iter()
         .find(|r| r.code() == code)
@@ -286,7 +293,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for c in 1..=9 {
+        for c in 1..=10 {
             assert_eq!(Refusal::from_code(c).unwrap().code(), c);
         }
         assert!(Refusal::from_code(99).is_none());

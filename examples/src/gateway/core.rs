@@ -18,8 +18,13 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Refusal, TokenVerifier};
+use super::drain::{self, DrainReport, DrainState};
+use super::limits::{Limited, Limits};
+use super::metrics::{GatewayMetrics, Pages};
 use super::outbound::{Outbound, Pushed};
+use super::protect::Protection;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use super::queue::{self, LoginQueue, Turn};
 use super::route::{self, Identity};
 use super::session::{Link, Session, Sessions};
 use super::settings::{GatewaySettings, ModuleKind};
@@ -61,9 +66,18 @@ pub(crate) struct Shared {
     pub backends: OnceLock<HashMap<String, RpcClient>>,
     /// Backends that take no new sessions (disabled or overloaded), by cluster.
     pub refused: Mutex<HashMap<String, HashSet<InstanceKey>>>,
+    /// Bulkheads, breakers, held requests, reported loads.
+    pub protect: Protection,
     pub unauthenticated: Arc<Semaphore>,
     pub stats: GatewayStats,
     pub stop: CancellationToken,
+    /// Graceful drain: stops the accept loops, says whether a drain was asked for.
+    pub drain: DrainState,
+    /// Connection and message rate limits.
+    pub limits: Limits,
+    /// The login queue.
+    pub queue: Arc<LoginQueue>,
+    pub metrics: GatewayMetrics,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -116,9 +130,14 @@ impl Gateway {
             sessions: Sessions::from_settings(&settings)?,
             backends: OnceLock::new(),
             refused: Mutex::new(HashMap::new()),
+            protect: Protection::new(&settings),
             unauthenticated: Arc::new(Semaphore::new(settings.max_unauthenticated.max(1))),
             stats: GatewayStats::default(),
             stop: CancellationToken::new(),
+            drain: DrainState::new(&settings.id),
+            limits: Limits::new(&settings.limits),
+            queue: LoginQueue::new(settings.queue.clone()),
+            metrics: GatewayMetrics::new(&settings),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -136,7 +155,11 @@ impl Gateway {
             let client = RpcClient::builder()
                 .watch(registry.watch(&cluster).await?, cluster.clone())
                 .load_balance_name(&choice)
-                .configure(|o| o.request_timeout = settings.backend_timeout)
+                .configure(|o| {
+                    o.request_timeout = settings.backend_timeout;
+                    // A restarted backend is found quickly, within the hold's time.
+                    o.backoff_max = settings.protect.reconnect_max;
+                })
                 .inbound(move |req: InboundRequest| {
                     let weak = weak.clone();
                     let cluster = c2.clone();
@@ -149,6 +172,9 @@ impl Gateway {
                 })
                 .build()
                 .await?;
+            shared
+                .protect
+                .start_release(&cluster, &client, shared.stop.clone());
             backends.insert(cluster, client);
         }
         let _ = shared.backends.set(backends);
@@ -158,12 +184,30 @@ impl Gateway {
             tokio::spawn(accept_loop(shared.clone(), l, Incoming::WebSocket));
         }
         if let Some(l) = admin_listener {
-            tokio::spawn(admin::serve(l, shared.stop.clone()));
+            let pages = Pages::new(&shared);
+            tokio::spawn(admin::serve(
+                l,
+                shared.stop.clone(),
+                drain::request_token(&shared),
+                pages,
+            ));
         }
         // Sessions: detached ones expire; with a shared store, changes are written and
         // connected sessions' TTLs refreshed.
         let s3 = shared.clone();
         tokio::spawn(async move { s3.sessions.maintain(&s3.stop).await });
+        // The login queue's admitting task; the limiters forget refilled keys each second.
+        tokio::spawn(shared.queue.clone().run(shared.stop.clone()));
+        let s4 = shared.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = every.tick() => s4.limits.sweep(),
+                    _ = s4.stop.cancelled() => return,
+                }
+            }
+        });
         let registered = match &settings.register_cluster {
             Some(cluster) => {
                 let inst = Instance::new(&local_addr.ip().to_string(), local_addr.port())?;
@@ -209,14 +253,54 @@ impl Gateway {
         self.shared.sessions.len()
     }
 
+    /// The rate limiters (refusals by kind, addresses tracked).
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// The login queue (waiting, online, admitted after waiting).
+    pub fn login_queue(&self) -> &LoginQueue {
+        &self.shared.queue
+    }
+
     /// The backend client of `cluster`.
     pub fn backend(&self, cluster: &str) -> Option<&RpcClient> {
         self.shared.backends().get(cluster)
     }
 
+    /// Drains the gateway (see [`drain`](super::drain)): unregisters, stops accepting,
+    /// advises every client to reconnect elsewhere, waits for them to leave (down to
+    /// `drain.threshold`, at most `drain.deadline`), closes the rest and flushes the
+    /// sessions to the store. Call [`Gateway::shutdown`] after it.
+    pub async fn drain(&self) -> DrainReport {
+        drain::run(&self.shared, &*self.registry, self.registered.as_ref()).await
+    }
+
+    /// Resolves once a drain was asked for on the admin port (`POST /drain`): the
+    /// owner of the gateway then runs [`Gateway::drain`].
+    pub async fn drain_requested(&self) {
+        self.shared.drain.requested().await
+    }
+
+    /// Asks for a drain, as `POST /drain` does (it does not run it).
+    pub fn request_drain(&self) {
+        self.shared.drain.request()
+    }
+
+    /// True once a drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.shared.drain.is_draining()
+    }
+
+    /// Bulkheads, breakers and held requests, per module and cluster.
+    pub fn protection(&self) -> &Protection {
+        &self.shared.protect
+    }
+
     /// Unregisters, stops accepting, closes every client and backend connection.
     pub async fn shutdown(&self) {
-        if let Some((cluster, inst)) = &self.registered
+        if !self.shared.drain.unregistered()
+            && let Some((cluster, inst)) = &self.registered
             && let Err(e) = self.registry.unregister(cluster, inst).await
         {
             tracing::warn!(error = %e, "could not unregister the gateway");
@@ -246,9 +330,15 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStr
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shared.stop.cancelled() => return,
+            _ = shared.drain.accepting_stopped() => return,
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Before anything is spent on the connection.
+                if let Err(limited) = shared.limits.check_connect(peer.ip()) {
+                    refuse_over_limit(&shared, kind(stream), peer, limited);
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_client(shared.clone(), kind(stream), peer));
             }
@@ -260,27 +350,68 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, kind: fn(TcpStr
     }
 }
 
-fn fail_frame(r: Refusal) -> ClientFrame {
+/// AUTH_FAIL: `code text`.
+fn fail_frame(r: Refusal, text: &str) -> ClientFrame {
     ClientFrame::new(
         GATEWAY_MODULE,
         op::AUTH_FAIL,
         0,
-        Bytes::from(format!("{} {}", r.code(), r)),
+        Bytes::from(format!("{} {text}", r.code())),
     )
     .with_flags(protocol::RELIABLE)
 }
 
-async fn refuse(mut wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
+async fn refuse(wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
+    refuse_saying(wr, r, &r.to_string(), stats).await
+}
+
+async fn refuse_saying(mut wr: ClientWriter, r: Refusal, text: &str, stats: &GatewayStats) {
     stats.refused.fetch_add(1, Ordering::Relaxed);
-    let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[fail_frame(r)])).await;
-    wr.close(CloseCode::Policy, &r.to_string()).await;
+    let frame = fail_frame(r, text);
+    let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[frame])).await;
+    wr.close(CloseCode::Policy, text).await;
+}
+
+/// A connection over a connection-rate limit: told why (AUTH_FAIL, code 10, naming the
+/// limit; over WebSocket after the handshake) while a refusal slot is free, else
+/// closed at once. Either way nothing else is set up for it.
+fn refuse_over_limit(shared: &Arc<Shared>, conn: Incoming, peer: SocketAddr, limited: Limited) {
+    tracing::debug!(%peer, %limited, "connection refused");
+    let Some(slot) = shared.limits.refusal_slot() else {
+        shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let deadline = shared.settings.auth_deadline.min(Duration::from_secs(1));
+        if let Ok((mut reader, wr)) = conn
+            .open(shared.settings.max_frame, deadline, &shared.settings.id)
+            .await
+        {
+            let text = format!("{}: {limited}", Refusal::RateLimited);
+            refuse_saying(wr, Refusal::RateLimited, &text, &shared.stats).await;
+            // Read what the client already sent until it closes (bounded): closing a
+            // socket with unread data resets it, and the reset can destroy the refusal
+            // before the client has read it.
+            let _ = tokio::time::timeout(deadline, async {
+                while let Some(Ok(_)) = reader.next().await {}
+            })
+            .await;
+        }
+        drop(slot);
+    });
+}
+
+/// Who the first frame proved the client is.
+enum Claim {
+    /// A verified token: a new session, once the login queue admits it.
+    Login(String),
+    /// A resumed session.
+    Resumed(Arc<Session>),
 }
 
 /// Admission: the first frame, within the deadline, must be AUTH or RESUME.
-async fn admit(
-    shared: &Arc<Shared>,
-    reader: &mut ClientReader,
-) -> Result<(Arc<Session>, bool), Refusal> {
+async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim, Refusal> {
     let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
     let frame = match first {
         Err(_) => return Err(Refusal::Late),
@@ -294,14 +425,14 @@ async fn admit(
     match frame.opcode {
         op::AUTH => {
             let admitted = shared.verifier.verify(text)?;
-            Ok((shared.sessions.create(admitted.account), false))
+            Ok(Claim::Login(admitted.account))
         }
         op::RESUME => {
             let (id, secret) = text.split_once(' ').ok_or(Refusal::Malformed)?;
             // From memory, or from the shared store whichever gateway held it.
             let s = shared.sessions.resume(id, secret).await?;
             tokio::spawn(rebind(shared.clone(), s.clone()));
-            Ok((s, true))
+            Ok(Claim::Resumed(s))
         }
         _ => Err(Refusal::NotAuth),
     }
@@ -340,8 +471,12 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // A WebSocket handshake is part of authenticating: bounded by the auth deadline (the
     // first frame then has its own). A WebSocket client over the cap is refused after
     // its handshake: AUTH_FAIL needs a message to travel in.
-    let (mut reader, wr) = match conn
-        .open(shared.settings.max_frame, shared.settings.auth_deadline)
+    let (mut reader, mut wr) = match conn
+        .open(
+            shared.settings.max_frame,
+            shared.settings.auth_deadline,
+            &shared.settings.id,
+        )
         .await
     {
         Ok(x) => x,
@@ -354,7 +489,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         refuse(wr, Refusal::Busy, &shared.stats).await;
         return;
     };
-    let (session, resumed) = match admit(&shared, &mut reader).await {
+    let claim = match admit(&shared, &mut reader).await {
         Ok(x) => x,
         Err(r) => {
             drop(permit);
@@ -364,6 +499,25 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         }
     };
     drop(permit);
+    // A new login waits its turn in the login queue; a resume was online already and
+    // bypasses it (see `queue`). Held until the connection ends: counted online.
+    let (_online, session, resumed) = match claim {
+        Claim::Resumed(s) => (shared.queue.bypass(), s, true),
+        Claim::Login(account) => {
+            match queue::wait_turn(&shared.queue, &mut reader, &mut wr, &shared.stop).await {
+                Turn::Admitted(online) => (online, shared.sessions.create(account), false),
+                Turn::Full(text) => {
+                    tracing::debug!(%peer, %account, "login queue full; refused");
+                    refuse_saying(wr, Refusal::Busy, &text, &shared.stats).await;
+                    return;
+                }
+                Turn::Left => {
+                    tracing::debug!(%peer, %account, "left the login queue");
+                    return;
+                }
+            }
+        }
+    };
     shared.stats.admitted.fetch_add(1, Ordering::Relaxed);
     let link = Arc::new(Link {
         outbound: Arc::new(Outbound::new(
@@ -395,6 +549,8 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // resume elsewhere).
     let queue_closed = link.outbound.closed();
     tokio::pin!(queue_closed);
+    // Refused messages of this connection (`limits.kick-after`).
+    let mut abuse = shared.limits.abuse_meter();
     loop {
         let next = tokio::select! {
             n = reader.next() => n,
@@ -423,12 +579,38 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             }
             continue;
         }
+        if let Err(limited) =
+            shared
+                .limits
+                .check_message(&session.account, frame.module, frame.opcode)
+        {
+            push(
+                &shared,
+                &link.outbound,
+                ClientFrame::new(
+                    frame.module,
+                    frame.opcode,
+                    frame.seq,
+                    Bytes::from(format!("rate limited: {limited}")),
+                )
+                .with_flags(protocol::REPLY | protocol::RELIABLE | protocol::ERROR),
+            );
+            if abuse.refused() {
+                tracing::info!(%peer, account = %session.account, %limited, "disconnected: over its rate limits");
+                kick_after_flush(&link.outbound, "rate limited: sustained abuse").await;
+                close = CloseCode::Policy;
+                break;
+            }
+            continue;
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             break;
         };
         let (shared, session, link) = (shared.clone(), session.clone(), link.clone());
+        // Drawn here, in the client's order: held messages are replayed in it.
+        let ticket = shared.protect.ticket();
         tokio::spawn(async move {
-            forward(&shared, &session, &link, frame).await;
+            forward(&shared, &session, &link, frame, ticket).await;
             drop(permit);
         });
     }
@@ -438,6 +620,22 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         let reason = link.outbound.closed_reason().unwrap_or_default();
         wr.close(close, &reason).await;
     }
+}
+
+/// Sends KICK with `reason` and closes the queue once what is queued before it has been
+/// taken by the writer (within 250 ms): a closed queue is not written any more.
+async fn kick_after_flush(outbound: &Outbound, reason: &str) {
+    outbound.push(
+        ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.to_string()))
+            .with_flags(protocol::RELIABLE),
+    );
+    let _ = tokio::time::timeout(Duration::from_millis(250), async {
+        while outbound.queued_bytes() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    outbound.close(reason);
 }
 
 /// Writes the queue to the client until it is closed; hands the writer back so the
@@ -455,7 +653,7 @@ async fn write_client(outbound: Arc<Outbound>, mut wr: ClientWriter) -> ClientWr
     wr
 }
 
-async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame) {
+async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientFrame, ticket: u64) {
     let reply = |flags: u8, payload: Bytes| {
         ClientFrame::new(frame.module, frame.opcode, frame.seq, payload)
             .with_flags(protocol::REPLY | protocol::RELIABLE | flags)
@@ -469,6 +667,17 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
     };
     let Some(client) = shared.backends().get(&route.cluster) else {
         return;
+    };
+    // Bulkhead, shedding, breaker: a busy answer at once, without a backend.
+    let pass = match shared.protect.admit(route, frame.opcode, client, ticket) {
+        Ok(p) => p,
+        Err(busy) => {
+            return push(
+                shared,
+                &link.outbound,
+                reply(protocol::ERROR, busy.to_string().into()),
+            );
+        }
     };
     // Only a new static binding consults the backends that take no new sessions:
     // every other message skips this work.
@@ -485,7 +694,10 @@ async fn forward(shared: &Shared, session: &Session, link: &Link, frame: ClientF
         addr: link.addr,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-    match route::route(route, client, &frame, &who, &refused).await {
+    let _timer = shared.metrics.time(frame.module);
+    // One call per attempt (held while the cluster has no endpoint, then sent).
+    let attempt = || route::route(route, client, &frame, &who, &refused);
+    match shared.protect.forward(pass, client, attempt).await {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {
                 return;
@@ -656,10 +868,16 @@ fn backend_command(shared: &Shared, cluster: &str, req: InboundRequest) {
             let refuse = match cmd {
                 "disable" => true,
                 "enable" => false,
-                _ => std::str::from_utf8(&req.payload.body)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u32>().ok())
-                    .is_some_and(|load| load > 90),
+                _ => {
+                    let load = std::str::from_utf8(&req.payload.body)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u32>().ok());
+                    // Shedding reads every report; new sessions avoid the overloaded.
+                    if let Some(l) = load {
+                        shared.protect.report_load(cluster, backend.clone(), l);
+                    }
+                    load.is_some_and(|load| load > 90)
+                }
             };
             let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());
             let set = r.entry(cluster.to_string()).or_default();

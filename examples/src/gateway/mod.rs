@@ -10,21 +10,33 @@
 //! - [`protocol`]: the client frame and its codec (length cap before allocation);
 //! - `transport`: TCP and WebSocket behind one frame reader and one frame writer;
 //! - [`admission`]: HMAC-SHA256 tokens, expiry, replay refusal, reason codes;
+//! - [`limits`]: connection rates per IP (allow-listed NATs apart) and gateway-wide,
+//!   message rates per account and opcode (governor, bounded memory);
+//! - [`queue`]: the login queue (position and ETA instead of an error, FIFO);
 //! - [`outbound`]: the per-client send queue (soft limit drops unreliable frames,
 //!   hard limit disconnects);
 //! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups,
 //!   kept in memory or in Redis (resume on any gateway);
 //! - [`settings`]: the `gateway:` config section;
 //! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
+//! - [`protect`]: per-module bulkheads, per-cluster circuit breakers, holding requests
+//!   while a cluster has no endpoint (replayed in order), shedding under overload;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
 //! - [`admin`]: the admin HTTP port serving the browser client page;
+//! - [`drain`]: graceful drain (unregister, stop accepting, reconnect advice, deadline);
+//! - [`metrics`]: Prometheus `/metrics` and the `/status` page on the admin port;
 //! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
 
 pub mod admin;
 pub mod admission;
 mod core;
+pub mod drain;
+pub mod limits;
+pub mod metrics;
 pub mod outbound;
+pub mod protect;
 pub mod protocol;
+pub mod queue;
 pub mod route;
 pub mod session;
 pub mod settings;
@@ -32,3 +44,4 @@ pub(crate) mod transport;
 pub mod wire;
 
 pub use core::{Gateway, GatewayStats, command};
+pub use drain::{DrainReport, DrainSettings};

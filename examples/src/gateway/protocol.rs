@@ -46,6 +46,14 @@ pub mod op {
     pub const KICK: u16 = 5;
     /// Either way: a keep-alive; answered with the same sequence and [`REPLY`](super::REPLY).
     pub const PING: u16 = 6;
+    /// Gateway -> client: reconnect advice, the gateway is draining (payload: reason).
+    /// The client should, at a quiet moment, resume its session on another gateway;
+    /// this connection keeps serving until then (or until the drain deadline).
+    pub const RECONNECT: u16 = 8;
+    /// Gateway -> client, while a verified login waits in the login queue (instead of
+    /// AUTH_OK, which follows when it is admitted): payload `position eta_ms`, position
+    /// 1 = next, `eta_ms` 0 = no estimate yet (see [`queue`](super::super::queue)).
+    pub const QUEUE: u16 = 7;
 }
 
 /// One client frame.

@@ -37,6 +37,14 @@ pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
         .with_head(wire::ADDR, who.addr.to_string())
         .with_head(wire::ROLE, who.session.role())
         .with_head(wire::STATE, who.session.user_state())
+        .with_head(wire::TRACE, trace_id())
+}
+
+/// A new trace id ([`wire::TRACE`]): 64 random bits in hex. Random rather than a
+/// counter so ids from several gateways (and restarts of one) do not collide, with no
+/// state shared between the tasks that forward.
+pub fn trace_id() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// The binding slot of a module: its cluster for static modules, `m:<id>` for dynamic.

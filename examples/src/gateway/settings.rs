@@ -19,10 +19,23 @@
 //!   session-store: memory         # memory (this gateway only) or redis (any gateway)
 //!   redis-url: redis://127.0.0.1:6379   # with session-store: redis
 //!   redis-timeout: 2s             # each Redis command (and connect) at most
+//!   drain:                        # graceful drain (SIGTERM, POST /drain): see drain.rs
+//!     threshold: 0                # done when at most this many clients are connected
+//!     deadline: 30s               # clients still connected then are closed
+//!     reason: gateway draining    # the RECONNECT advice's payload
+//!   limits:                       # rate limits; see the `limits` module (0 = off)
+//!     ip-connects-per-sec: 20
+//!     allow: 203.0.113.0/24       # proxies / NATs: their own, higher per-IP limit
+//!     account-messages-per-sec: 100
+//!   queue:                        # the login queue; see the `queue` module (0 = off)
+//!     admit-per-sec: 500
+//!     max-online: 50000
+//!   protect: { max-in-flight: 5000, hold-for: 3s }   # see below
 //!   modules:
 //!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
 //!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
 //!     3: { name: room,  cluster: room,  kind: static,    choice: RoundRobinLoadBalance }
+//!     4: { name: shop,  cluster: shop,  max-in-flight: 500, shed: [7, 8] }
 //! ```
 //!
 //! The gateway keeps one rpc-client per *cluster*: modules that share a cluster share its
@@ -44,12 +57,21 @@
 //! as the hash `meshline:gw:session:<id>` with a TTL of `resume-window`, so a client can
 //! resume on any gateway sharing that Redis. Redis is only needed to resume: while it is
 //! down, resumes are refused with a reason and everything else keeps working.
+//!
+//! `protect` and the modules' `max-in-flight`, `shed` and `replay`: the bulkheads,
+//! circuit breakers, holding of requests while a cluster has no endpoint, and load
+//! shedding of [`protect`](super::protect), with every key and default in
+//! [`ProtectSettings`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshline::Config;
+
+use super::limits::LimitSettings;
+use super::protect::settings::ProtectSettings;
+use super::queue::QueueSettings;
 
 /// How a module's requests choose a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +167,15 @@ pub struct GatewaySettings {
     pub redis_url: String,
     /// Bound on each Redis command and connect.
     pub redis_timeout: Duration,
+    /// Graceful drain (`gateway.drain.*`).
+    pub drain: super::drain::DrainSettings,
+    /// Connection and message rate limits (`limits.*`).
+    pub limits: LimitSettings,
+    /// The login queue (`queue.*`).
+    pub queue: QueueSettings,
+    /// Bulkheads, breakers, hold and shedding (`protect.*`, `modules.N.max-in-flight`,
+    /// `modules.N.shed`, `modules.N.replay`).
+    pub protect: ProtectSettings,
 }
 
 impl Default for GatewaySettings {
@@ -168,6 +199,10 @@ impl Default for GatewaySettings {
             session_store: SessionStoreKind::Memory,
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_timeout: Duration::from_secs(2),
+            drain: Default::default(),
+            limits: LimitSettings::default(),
+            queue: QueueSettings::default(),
+            protect: ProtectSettings::default(),
         }
     }
 }
@@ -180,14 +215,14 @@ pub struct SettingsError {
     reason: String,
 }
 
-fn err(key: &str, reason: impl Into<String>) -> SettingsError {
+pub(crate) fn err(key: &str, reason: impl Into<String>) -> SettingsError {
     SettingsError {
         key: key.to_string(),
         reason: reason.into(),
     }
 }
 
-fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
+pub(crate) fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
     meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
 }
 
@@ -244,6 +279,19 @@ impl GatewaySettings {
                 }
                 "redisurl" => s.redis_url = v.to_string(),
                 "redistimeout" => s.redis_timeout = duration(k, v)?,
+                d if d.starts_with("drain.") => s.drain.set(k, &d["drain.".len()..], v)?,
+                _ if k.starts_with("limits.") => s
+                    .limits
+                    .set(&k["limits.".len()..], v)
+                    .map_err(|e| err(k, e))?,
+                _ if k.starts_with("queue.") => s
+                    .queue
+                    .set(&k["queue.".len()..], v)
+                    .map_err(|e| err(k, e))?,
+                other if other.starts_with("protect.") => {
+                    let field = other.split_once('.').map_or("", |(_, f)| f);
+                    s.protect.set(field, v).map_err(|e| err(k, e))?
+                }
                 other => match other
                     .strip_prefix("modules.")
                     .and_then(|r| r.split_once('.'))
@@ -298,7 +346,15 @@ impl GatewaySettings {
                             },
                         }
                     }
-                    _ => return Err(err(&key(f), "unknown module setting")),
+                    _ => {
+                        if !s
+                            .protect
+                            .set_module(id, f, v)
+                            .map_err(|e| err(&key(f), e))?
+                        {
+                            return Err(err(&key(f), "unknown module setting"));
+                        }
+                    }
                 }
             }
             if route.cluster.is_empty() {
@@ -398,6 +454,41 @@ mod tests {
     }
 
     #[test]
+    fn reads_limits_and_the_queue() {
+        let c = Config::from_text(
+            "gateway:\n  secret: k\n  limits:\n    ip-connects-per-sec: 5\n    allow: [10.0.0.0/8, \"2001:db8::/32\"]\n    opcodes: { \"2.1\": 3/s burst 6 }\n    global-connects-per-sec: 0\n  queue:\n    admit-per-sec: 50\n    max-length: 10\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        assert_eq!(s.limits.ip_connects.per_sec, 5);
+        assert_eq!(s.limits.ip_connects.burst, 40, "the default burst stays");
+        assert_eq!(s.limits.allow.to_string(), "10.0.0.0/8, 2001:db8::/32");
+        assert!(s.limits.global_connects.is_off());
+        assert_eq!(s.limits.opcodes.len(), 1);
+        assert_eq!((s.queue.admit_per_sec, s.queue.max_length), (50, 10));
+        assert_eq!(s.queue.max_online, 50_000);
+        for (text, want) in [
+            (
+                "gateway.secret=k\ngateway.limits.allow=10.0.0.0/99\n",
+                "gateway.limits.allow",
+            ),
+            (
+                "gateway.secret=k\ngateway.limits.speed=1\n",
+                "unknown limits setting",
+            ),
+            (
+                "gateway.secret=k\ngateway.queue.max-online=lots\n",
+                "gateway.queue.maxonline",
+            ),
+        ] {
+            let c = Config::from_text(text, Format::Properties).unwrap();
+            let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn mistakes_name_the_key() {
         for (text, want) in [
             ("gateway.secret=k\ngateway.colour=red\n", "gateway.colour"),
@@ -431,10 +522,70 @@ mod tests {
                 "gateway.secret=k\ngateway.resume-window=0s\n",
                 "resume-window",
             ),
+            (
+                "gateway.secret=k\ngateway.protect.hold-time=3s\n",
+                "gateway.protect.holdtime: unknown protect setting",
+            ),
+            (
+                "gateway.secret=k\ngateway.protect.breaker-failure-ratio=2\n",
+                "protect.breakerfailureratio: a ratio",
+            ),
+            (
+                "gateway.secret=k\ngateway.protect.max-in-flight=0\n",
+                "more than zero",
+            ),
+            (
+                "gateway.secret=k\ngateway.protect.shed-load=101\n",
+                "protect.shedload",
+            ),
+            (
+                "gateway.secret=k\ngateway.modules.1.cluster=x\ngateway.modules.1.shed=7,x\n",
+                "modules.1.shed: expected opcodes",
+            ),
+            (
+                "gateway.secret=k\ngateway.modules.1.cluster=x\ngateway.modules.1.replay=maybe\n",
+                "modules.1.replay",
+            ),
         ] {
             let c = Config::from_text(text, Format::Properties).unwrap();
             let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn reads_the_protection_settings() {
+        let c = Config::from_text(
+            "gateway:\n  secret: k\n  protect:\n    max-in-flight: 100\n    hold-max: 5\n    hold-for: 1500ms\n    shed-load: 70\n    breaker-window: 5s\n    breaker-min-requests: 8\n    breaker-failure-ratio: 0.25\n    breaker-cool-down: 2s\n    breaker-probes: 1\n    reconnect-max: 200ms\n  modules:\n    1: { cluster: login, max-in-flight: 7 }\n    2: { cluster: shop, shed: [7, 8], replay: false }\n    3: { cluster: room, kind: static }\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let s = GatewaySettings::from_config(&c).unwrap();
+        let p = &s.protect;
+        assert_eq!((p.max_in_flight, p.hold_max, p.shed_load), (100, 5, 70));
+        assert_eq!(p.hold_for, Duration::from_millis(1500));
+        assert_eq!(p.reconnect_max, Duration::from_millis(200));
+        assert_eq!(p.breaker.window, Duration::from_secs(5));
+        assert_eq!(p.breaker.min_requests, 8);
+        assert_eq!(p.breaker.failure_ratio, 0.25);
+        assert_eq!(p.breaker.cool_down, Duration::from_secs(2));
+        assert_eq!(p.breaker.probes, 1);
+        assert_eq!(p.max_in_flight(1), 7);
+        assert_eq!(p.max_in_flight(2), 100, "the default");
+        assert_eq!(p.shed(2), [7, 8]);
+        assert!(p.shed(1).is_empty());
+        assert!(p.replay(&s.modules[&1]), "stateless: replayed by default");
+        assert!(!p.replay(&s.modules[&2]));
+        assert!(!p.replay(&s.modules[&3]), "bound: not replayed by default");
+        // Flat keys too.
+        let c = Config::from_text(
+            "gateway.secret=k\ngateway.modules.4.cluster=x\ngateway.modules.4.shed=3\n",
+            Format::Properties,
+        )
+        .unwrap();
+        assert_eq!(
+            GatewaySettings::from_config(&c).unwrap().protect.shed(4),
+            [3]
+        );
     }
 }

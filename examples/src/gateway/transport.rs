@@ -17,20 +17,30 @@
 //!
 //! A text message is refused (close 1003): the frame is binary, and a client sending
 //! text speaks another protocol.
+//!
+//! Stickiness behind an L7 load balancer: the upgrade response sets the cookie
+//! `MESHLINE_GW=<gateway id>` ([`STICKY_COOKIE`]; `Path=/; HttpOnly; SameSite=Lax`), so a
+//! cookie-sticky balancer sends the browser's reconnects to the same gateway (AUTH_OK
+//! names the gateway too, for clients that pick gateways themselves). Stickiness is an
+//! optimisation only: a session resumes on any gateway sharing the Redis session store.
 
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::stream::{SplitSink, Stream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError as WsProtocolError};
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::http::header::SET_COOKIE;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Message, WebSocketConfig};
 use tokio_util::codec::FramedRead;
@@ -41,6 +51,8 @@ use super::protocol::{ClientCodec, ClientFrame, ProtocolError};
 const LEN_FIELD: usize = 4;
 /// A WebSocket close reason is at most 123 bytes (125 minus the code).
 const MAX_CLOSE_REASON: usize = 123;
+/// The cookie naming the gateway, set on every WebSocket upgrade response.
+pub(crate) const STICKY_COOKIE: &str = "MESHLINE_GW";
 
 /// The frames a client sends, whatever the transport.
 pub(crate) type ClientReader =
@@ -58,18 +70,33 @@ pub(crate) enum Incoming {
 impl Incoming {
     /// Sets the transport up: a WebSocket handshake must finish within `deadline` (it is
     /// part of authenticating, and a client that never finishes it must not hold a
-    /// connection); frames over `max_frame` are refused before allocation.
+    /// connection); frames over `max_frame` are refused before allocation. The upgrade
+    /// response carries the [`STICKY_COOKIE`] naming `gateway_id`.
     pub(crate) async fn open(
         self,
         max_frame: usize,
         deadline: Duration,
+        gateway_id: &str,
     ) -> io::Result<(ClientReader, ClientWriter)> {
         match self {
             Incoming::Tcp(stream) => Ok(tcp(stream, max_frame)),
             Incoming::WebSocket(stream) => {
+                let cookie = sticky_cookie(gateway_id);
+                // The error type is tungstenite's `Callback` contract (an HTTP response).
+                #[allow(clippy::result_large_err)]
+                let add_cookie = move |_: &Request, mut response: Response| {
+                    if let Some(c) = cookie {
+                        response.headers_mut().append(SET_COOKIE, c);
+                    }
+                    Ok(response)
+                };
                 let ws = tokio::time::timeout(
                     deadline,
-                    tokio_tungstenite::accept_async_with_config(stream, Some(ws_config(max_frame))),
+                    tokio_tungstenite::accept_hdr_async_with_config(
+                        stream,
+                        add_cookie,
+                        Some(ws_config(max_frame)),
+                    ),
                 )
                 .await
                 .map_err(|_| {
@@ -82,19 +109,60 @@ impl Incoming {
     }
 }
 
+/// The `Set-Cookie` value naming gateway `id`; `None` (no cookie, logged once per
+/// connection at debug) when the id holds characters a cookie value cannot.
+fn sticky_cookie(id: &str) -> Option<HeaderValue> {
+    // RFC 6265 cookie-octet: visible ASCII except `"`, `,`, `;` and `\`.
+    let ok = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b',' | b';' | b'\\'));
+    if !ok {
+        tracing::debug!(
+            id,
+            "gateway id not usable as a cookie value; no sticky cookie"
+        );
+        return None;
+    }
+    HeaderValue::from_str(&format!(
+        "{STICKY_COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax"
+    ))
+    .ok()
+}
+
+/// Connects to `addr`, from `local` when given (a client of a gateway choosing its
+/// source address, as the tests do with 127.x.y.z).
+async fn connect_from(addr: SocketAddr, local: Option<IpAddr>) -> io::Result<TcpStream> {
+    let stream = match local {
+        None => TcpStream::connect(addr).await?,
+        Some(ip) => {
+            let socket = if ip.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            socket.bind(SocketAddr::new(ip, 0))?;
+            socket.connect(addr).await?
+        }
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// Connects to a gateway's TCP listener.
 pub(crate) async fn connect_tcp(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
+    local: Option<IpAddr>,
     max_frame: usize,
 ) -> io::Result<(ClientReader, ClientWriter)> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+    let stream = connect_from(addr, local).await?;
     Ok(tcp(stream, max_frame))
 }
 
 /// Connects to a gateway's WebSocket listener (`ws://host:port/...`).
 pub(crate) async fn connect_ws(
     url: &str,
+    local: Option<IpAddr>,
     max_frame: usize,
 ) -> io::Result<(ClientReader, ClientWriter)> {
     let request = url
@@ -109,8 +177,23 @@ pub(crate) async fn connect_ws(
     }
     let host = uri.host().unwrap_or("127.0.0.1").to_string();
     let port = uri.port_u16().unwrap_or(80);
-    let stream = TcpStream::connect((host.as_str(), port)).await?;
-    stream.set_nodelay(true)?;
+    let stream = match local {
+        None => {
+            let stream = TcpStream::connect((host.as_str(), port)).await?;
+            stream.set_nodelay(true)?;
+            stream
+        }
+        Some(_) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let addr = tokio::net::lookup_host((host, port))
+                .await?
+                .next()
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{url}: no address"))
+                })?;
+            connect_from(addr, local).await?
+        }
+    };
     let (ws, _) =
         tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(max_frame)))
             .await
@@ -274,6 +357,15 @@ mod tests {
         let t = truncate(&long, MAX_CLOSE_REASON);
         assert!(t.len() <= MAX_CLOSE_REASON && t.len() >= MAX_CLOSE_REASON - 1);
         assert_eq!(truncate("short", MAX_CLOSE_REASON), "short");
+    }
+
+    #[test]
+    fn the_sticky_cookie_names_the_gateway_or_is_left_out() {
+        let c = sticky_cookie("gw-a").unwrap();
+        assert_eq!(c, "MESHLINE_GW=gw-a; Path=/; HttpOnly; SameSite=Lax");
+        for bad in ["", "gw a", "gw;a", "gw\"a", "gw\u{e9}"] {
+            assert!(sticky_cookie(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

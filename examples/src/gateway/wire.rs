@@ -7,8 +7,9 @@
 //! identity the gateway stamps, which a client cannot forge (clients send no head map
 //! at all; every key below is written by the gateway):
 //! [`MODULE`], [`OPCODE`], [`SEQ`], [`ACCOUNT`], [`SESSION`], [`GATEWAY`], [`ADDR`],
-//! [`ROLE`], [`STATE`]. An answer with [`ERROR`] set is sent to the client as an error
-//! reply; an answer with [`NO_REPLY`] is not sent.
+//! [`ROLE`], [`STATE`], and [`TRACE`] (a trace id unique to this one message). An answer
+//! with [`ERROR`] set is sent to the client as an error reply; an answer with
+//! [`NO_REPLY`] is not sent.
 //!
 //! **Gateway -> backend commands** (one-way requests, [`CMD`] set, no client message):
 //! - `rebind`: session [`SESSION`] was resumed on gateway [`GATEWAY`] (this or another
@@ -31,7 +32,9 @@
 //! - `state`: set the sessions' user state to the body (UTF-8);
 //! - `disable` / `enable`: the sending backend takes no new sessions / takes them again;
 //! - `load`: the sending backend's load, 0..=100 in the body (over 90 = overloaded: no
-//!   new sessions).
+//!   new sessions; when every backend of the cluster is over `protect.shed-load`, the
+//!   modules' sheddable opcodes are answered `busy: shed`, see
+//!   [`protect`](super::protect)).
 
 /// Client module id.
 pub const MODULE: &str = "m";
@@ -51,6 +54,11 @@ pub const ADDR: &str = "addr";
 pub const ROLE: &str = "role";
 /// The session's user state.
 pub const STATE: &str = "state";
+/// The message's trace id: 16 lowercase hex digits (64 random bits), a new one for every
+/// client message the gateway forwards (a resent message is a new message). Backends log
+/// it with whatever the message causes, so one message can be followed from the
+/// gateway's logs through every backend it reached.
+pub const TRACE: &str = "tr";
 /// In an answer: the request failed; the body is the error text.
 pub const ERROR: &str = "err";
 /// In an answer: send nothing to the client.

@@ -12,7 +12,9 @@ pub use bytes::Bytes;
 pub use meshline_examples::client::{ClientError, GatewayClient};
 pub use meshline_examples::game_backend::{GameBackend, modules};
 pub use meshline_examples::gateway::admission::{Refusal, TokenMinter};
+pub use meshline_examples::gateway::limits::{LimitKind, LimitSettings, Rate};
 pub use meshline_examples::gateway::protocol::{ClientFrame, GATEWAY_MODULE, op};
+pub use meshline_examples::gateway::queue::QueueSettings;
 pub use meshline_examples::gateway::session::{KEY_PREFIX, secret_sha256};
 pub use meshline_examples::gateway::settings::{
     GatewaySettings, ModuleKind, ModuleRoute, RouteKey, SessionStoreKind,
@@ -34,6 +36,9 @@ pub fn settings() -> GatewaySettings {
         auth_deadline: Duration::from_millis(500),
         max_frame: 4096,
         register_cluster: Some("gateway".into()),
+        // Tests open many connections from 127.0.0.1 at once and send flat out: the
+        // rate limits are off here, and gateway_limits.rs turns each on.
+        limits: LimitSettings::off(),
         ..GatewaySettings::default()
     };
     for (id, name, kind) in [

@@ -1,0 +1,191 @@
+//! Observability, in-process on loopback: the admin port's Prometheus text moves with
+//! traffic and keeps to its gateway, the admin port answers only what it serves, and
+//! every forwarded message reaches its backend with a trace id of its own.
+mod gateway_world;
+
+use std::collections::HashSet;
+
+use gateway_world::*;
+
+/// One HTTP/1.1 request to the admin port; returns the status line and the body.
+async fn get(addr: std::net::SocketAddr, request: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all))
+        .await
+        .expect("the admin port answers within 10 s")
+        .unwrap();
+    let text = String::from_utf8(all).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// A scrape: `name{labels}` (as written) -> value, checking every sample line parses.
+async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+    let (status, body) = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let mut samples = HashMap::new();
+    for line in body.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("not a sample line: {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {line:?}"));
+        samples.insert(series.to_string(), value);
+    }
+    samples
+}
+
+fn value(samples: &HashMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(series)
+        .unwrap_or_else(|| panic!("no {series} among {:#?}", samples.keys()))
+}
+
+fn with_admin(id: &'static str) -> impl FnOnce(&mut GatewaySettings) {
+    move |s| {
+        s.id = id.into();
+        s.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
+    let w = world(2, with_admin("gw-metrics")).await;
+    // A second gateway in the same process (the recorder is process-global): its series
+    // must not show on the first one's port.
+    let other = world(1, with_admin("gw-metrics-other")).await;
+    let admin = w.gateway.admin_addr().unwrap();
+    let before = scrape(admin).await;
+    assert_eq!(
+        value(&before, r#"gateway_forwarded_total{gateway="gw-metrics"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(&before, r#"gateway_sessions{gateway="gw-metrics"}"#),
+        0.0
+    );
+    for cluster in CLUSTERS {
+        let series = format!(
+            r#"gateway_backend_alive_endpoints{{gateway="gw-metrics",cluster="{cluster}"}}"#
+        );
+        assert_eq!(value(&before, &series), 2.0, "{series}");
+    }
+
+    let alice = w.player("alice").await;
+    let _bob = other.player("bob").await;
+    for _ in 0..5 {
+        alice
+            .request(modules::LOBBY, 1, Bytes::new())
+            .await
+            .unwrap();
+    }
+    let after = scrape(admin).await;
+    let g = r#"gateway="gw-metrics""#;
+    assert_eq!(
+        value(&after, &format!("gateway_forwarded_total{{{g}}}")),
+        5.0
+    );
+    assert_eq!(
+        value(&after, &format!("gateway_admitted_total{{{g}}}")),
+        1.0
+    );
+    assert_eq!(value(&after, &format!("gateway_sessions{{{g}}}")), 1.0);
+    assert_eq!(
+        value(
+            &after,
+            &format!(r#"gateway_connections{{{g},state="authenticated"}}"#)
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            &format!(r#"gateway_connections{{{g},state="unauthenticated"}}"#)
+        ),
+        0.0
+    );
+    for counter in [
+        "refused",
+        "pushed",
+        "fanouts",
+        "send_queue_drops",
+        "send_queue_overflows",
+    ] {
+        value(&after, &format!("gateway_{counter}_total{{{g}}}"));
+    }
+    // The latency histogram: five lobby messages, each in some bucket under 10 s.
+    let lobby = format!(r#"{g},module="lobby""#);
+    assert_eq!(
+        value(&after, &format!("gateway_request_seconds_count{{{lobby}}}")),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            &format!(r#"gateway_request_seconds_bucket{{{lobby},le="10"}}"#)
+        ),
+        5.0
+    );
+    assert!(value(&after, &format!("gateway_request_seconds_sum{{{lobby}}}")) > 0.0);
+    assert!(
+        after.keys().all(|k| !k.contains("gw-metrics-other")),
+        "another gateway's series on this port"
+    );
+    assert!(
+        scrape(other.gateway.admin_addr().unwrap())
+            .await
+            .contains_key(r#"gateway_sessions{gateway="gw-metrics-other"}"#)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_serves_its_pages_and_refuses_the_rest() {
+    let w = world(1, with_admin("gw-admin-pages")).await;
+    let admin = w.gateway.admin_addr().unwrap();
+    let (status, body) = get(admin, "GET /status HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("fetch(\"/metrics\""), "{body}");
+    let (status, body) = get(admin, "HEAD /metrics HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.is_empty(), "HEAD has no body: {body}");
+    let (status, _) = get(admin, "GET /metricsx HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    let (status, _) = get(admin, "POST /metrics HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
+    // A head past the 8 KiB cap is cut short, not buffered.
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(16 * 1024)
+    );
+    let (status, _) = get(admin, &huge).await;
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_forwarded_message_reaches_the_backend_with_its_own_trace_id() {
+    let w = world(2, |_| {}).await;
+    let alice = w.player("alice").await;
+    let mut seen = HashSet::new();
+    for _ in 0..50 {
+        // Lobby opcode 7: the backend answers the trace id it received.
+        let trace = alice
+            .request(modules::LOBBY, 7, Bytes::new())
+            .await
+            .unwrap();
+        let trace = String::from_utf8(trace.to_vec()).unwrap();
+        assert_eq!(trace.len(), 16, "16 hex digits: {trace:?}");
+        assert!(trace.chars().all(|c| c.is_ascii_hexdigit()), "{trace:?}");
+        assert!(seen.insert(trace.clone()), "trace id {trace} seen twice");
+    }
+    // Both backends got some (round robin), each message with its own id.
+    assert!(w.backends.iter().all(|b| b.requests() > 0));
+}

@@ -327,6 +327,6 @@ pub fn split_grouplist(text: &str) -> Vec<&str> {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod hardening_tests;
+#[cfg(test)]
+mod tests;

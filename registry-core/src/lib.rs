@@ -63,8 +63,8 @@ mod instance;
 pub mod lifecycle;
 pub mod probe;
 pub mod redact;
-pub mod tls;
 mod registry;
+pub mod tls;
 mod watch;
 
 pub use backoff::Backoff;

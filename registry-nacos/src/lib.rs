@@ -64,8 +64,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshline_registry_core::probe::{ConnectFailure, probe_targets};
 use meshline_registry_core::{
-    Config, Instance, InstanceKey, Lifecycle, RegistryError, RegistryService,
-    Watch, WatchScope,
+    Config, Instance, InstanceKey, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
     NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,

@@ -41,7 +41,7 @@ impl Redis {
         Redis::start_inner(Some(password.to_string()))
     }
 
-    /// Starts Redis serving TLS on [`Redis::tls_port`] with `pki`'s server certificate
+    /// Starts Redis serving TLS on the port of [`Redis::tls_url`] with `pki`'s server certificate
     /// (the plain port stays open for the readiness probe). With
     /// `require_client_cert`, clients must present a certificate `pki`'s CA signed
     /// (`--tls-auth-clients yes`).

@@ -43,7 +43,7 @@ impl ZooKeeper {
         ZooKeeper::start_with(None)
     }
 
-    /// Starts ZooKeeper serving TLS on [`ZooKeeper::secure_port`] (Netty
+    /// Starts ZooKeeper serving TLS on [`ZooKeeper::secure_connect_string`] (Netty
     /// `secureClientPort`, PEM key and trust stores) with `pki`'s server certificate;
     /// with `require_client_cert`, clients must present a certificate `pki`'s CA
     /// signed (`ssl.clientAuth=need`). The plain port stays open for the readiness

@@ -102,7 +102,10 @@ async fn a_custom_registry_is_built_by_name() {
     assert!(watch.next().await.unwrap().is_empty());
     let i = Instance::parse("10.0.0.1:8091").unwrap();
     registry.register("default", &i).await.unwrap();
-    assert_eq!(watch.next().await.unwrap().instances()[..], [i.clone()]);
+    assert_eq!(
+        watch.next().await.unwrap().instances()[..],
+        *std::slice::from_ref(&i)
+    );
     assert_eq!(registry.lookup("default").await.unwrap(), vec![i]);
     registry.close().await.unwrap();
     assert!(matches!(

@@ -15,7 +15,7 @@
 //!
 //! What we add to the client:
 //!
-//! - Watches are full snapshots through a [`WatchHub`] (dedup, revisions, empty-list
+//! - Watches are full snapshots through a [`WatchHub`](meshline_registry_core::WatchHub) (dedup, revisions, empty-list
 //!   protection per `registry.empty-protection`), fed by the client's subscription push
 //!   **and** by a resync query every [`RESYNC_PERIOD`]. The query is also our health
 //!   probe: nacos-sdk exposes no connection state (nacos-sdk-rust#113), so a failing

@@ -25,12 +25,17 @@
 //! - [`admin`]: the admin HTTP port serving the browser client page;
 //! - [`drain`]: graceful drain (unregister, stop accepting, reconnect advice, deadline);
 //! - [`metrics`]: Prometheus `/metrics` and the `/status` page on the admin port;
-//! - `core`: the listeners, the per-client tasks, the backend push handler ([`Gateway`]).
+//! - `core`: the running gateway, its listeners and shared state ([`Gateway`]);
+//! - `serve`: one client connection: accept, admission flow, read loop, writer, refusals;
+//! - `forward`: a client message to its backend and the answer back (the hot path);
+//! - `commands`: what backends push (send, broadcast, groups, kick, ...; [`command`]).
 
 pub mod admin;
 pub mod admission;
+mod commands;
 mod core;
 pub mod drain;
+mod forward;
 pub mod limits;
 pub mod metrics;
 pub mod outbound;
@@ -38,10 +43,12 @@ pub mod protect;
 pub mod protocol;
 pub mod queue;
 pub mod route;
+mod serve;
 pub mod session;
 pub mod settings;
 pub(crate) mod transport;
 pub mod wire;
 
-pub use core::{Gateway, GatewayStats, command};
+pub use commands::command;
+pub use core::{Gateway, GatewayStats};
 pub use drain::{DrainReport, DrainSettings};

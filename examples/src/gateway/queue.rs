@@ -42,90 +42,24 @@
 //! Metrics: `gateway_login_queue_length` (gauge), `gateway_login_queue_admitted_total`
 //! (clients admitted after waiting).
 
+mod eta;
+mod settings;
+mod wait;
+
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures_util::StreamExt;
 use governor::clock::Clock;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
-use super::transport::{ClientReader, ClientWriter};
-
-/// Position updates at most this often.
-const UPDATE_EVERY: Duration = Duration::from_secs(1);
-/// A QUEUE frame at least this often, changed or not.
-const KEEPALIVE: Duration = Duration::from_secs(10);
-/// A QUEUE frame that cannot be written within this drops the client from the queue.
-const WRITE_DEADLINE: Duration = Duration::from_secs(5);
-/// Admissions the ETA is measured over.
-const MEASURED: usize = 32;
-/// An ETA is never said to be longer than this.
-const MAX_ETA: Duration = Duration::from_secs(24 * 3600);
-
-/// The `queue.*` settings (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueSettings {
-    /// New sessions admitted a second (0: no rate gate).
-    pub admit_per_sec: u32,
-    /// Admitted at once (0: `admit_per_sec`).
-    pub admit_burst: u32,
-    /// Connected players at most (0: no cap).
-    pub max_online: usize,
-    /// Clients waiting at most (0: nobody waits; over the gate means refused).
-    pub max_length: usize,
-}
-
-impl Default for QueueSettings {
-    fn default() -> Self {
-        QueueSettings {
-            admit_per_sec: 500,
-            admit_burst: 0,
-            max_online: 50_000,
-            max_length: 20_000,
-        }
-    }
-}
-
-impl QueueSettings {
-    /// No gate: every verified client is admitted at once.
-    pub fn off() -> Self {
-        QueueSettings {
-            admit_per_sec: 0,
-            admit_burst: 0,
-            max_online: 0,
-            max_length: 0,
-        }
-    }
-
-    /// Sets one `queue.<key>` (normalised: lower case, no `-` or `_`).
-    pub(crate) fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
-        let n = |v: &str| {
-            v.trim()
-                .parse::<usize>()
-                .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
-        };
-        let n32 = |v: &str| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
-        };
-        match key {
-            "admitpersec" => self.admit_per_sec = n32(v)?,
-            "admitburst" => self.admit_burst = n32(v)?,
-            "maxonline" => self.max_online = n(v)?,
-            "maxlength" => self.max_length = n(v)?,
-            _ => return Err("unknown queue setting".into()),
-        }
-        Ok(())
-    }
-}
+use eta::Admissions;
+pub use settings::QueueSettings;
+pub(crate) use wait::{Turn, wait_turn};
 
 struct Waiter {
     ticket: u64,
@@ -137,8 +71,8 @@ struct State {
     /// By ticket, ascending: arrival order.
     waiting: VecDeque<Waiter>,
     next_ticket: u64,
-    /// When the last admissions through the gate happened (for the ETA).
-    admissions: VecDeque<Instant>,
+    /// The last admissions through the gate (for the ETA).
+    admissions: Admissions,
 }
 
 /// The login queue of one gateway.
@@ -265,10 +199,7 @@ impl LoginQueue {
     /// is never overshot by them).
     fn admit_locked(self: &Arc<Self>, st: &mut State) -> Online {
         self.online.fetch_add(1, Ordering::AcqRel);
-        if st.admissions.len() == MEASURED {
-            st.admissions.pop_front();
-        }
-        st.admissions.push_back(Instant::now());
+        st.admissions.record(Instant::now());
         Online(self.clone())
     }
 
@@ -317,31 +248,6 @@ impl LoginQueue {
             .binary_search_by_key(&ticket.id, |w| w.ticket)
             .ok()
             .map(|i| i + 1)
-    }
-
-    /// The admissions a second the ETA is computed with.
-    fn rate_estimate(&self, st: &State, now: Instant) -> Option<f64> {
-        let configured =
-            (self.settings.admit_per_sec > 0).then_some(self.settings.admit_per_sec as f64);
-        let measured = match st.admissions.front() {
-            Some(first) if st.admissions.len() >= 2 => {
-                let span = now.duration_since(*first).max(Duration::from_secs(1));
-                Some(st.admissions.len() as f64 / span.as_secs_f64())
-            }
-            _ => None,
-        };
-        match (measured, configured) {
-            (Some(m), Some(c)) => Some(m.min(c)),
-            (m, c) => m.or(c),
-        }
-    }
-
-    /// The expected wait at `position`, if there is an estimate.
-    pub fn eta(&self, position: usize) -> Option<Duration> {
-        let st = self.lock();
-        let rate = self.rate_estimate(&st, Instant::now())?;
-        let secs = position as f64 / rate;
-        Some(Duration::try_from_secs_f64(secs).map_or(MAX_ETA, |d| d.min(MAX_ETA)))
     }
 
     /// The admitting task: admits the front of the queue whenever the cap and the rate
@@ -400,93 +306,6 @@ enum Step {
     RetryAfter(Duration),
 }
 
-/// How a login's wait ended.
-pub(crate) enum Turn {
-    /// Its turn: it is online.
-    Admitted(Online),
-    /// Refused: the queue is full (the text says so).
-    Full(String),
-    /// The client left (or the gateway is stopping, or it could not be written to).
-    Left,
-}
-
-/// The QUEUE frame for `position`.
-pub(crate) fn queue_frame(position: usize, eta: Option<Duration>) -> ClientFrame {
-    let eta_ms = eta.map_or(0, |d| d.as_millis().max(1) as u64);
-    ClientFrame::new(
-        GATEWAY_MODULE,
-        op::QUEUE,
-        0,
-        Bytes::from(format!("{position} {eta_ms}")),
-    )
-    .with_flags(protocol::RELIABLE)
-}
-
-async fn send(wr: &mut ClientWriter, frame: ClientFrame) -> bool {
-    matches!(
-        tokio::time::timeout(WRITE_DEADLINE, wr.write(&[frame])).await,
-        Ok(Ok(()))
-    )
-}
-
-/// A verified login waits its turn (see the module docs), telling the client where it
-/// stands and watching whether it leaves.
-pub(crate) async fn wait_turn(
-    queue: &Arc<LoginQueue>,
-    reader: &mut ClientReader,
-    wr: &mut ClientWriter,
-    stop: &CancellationToken,
-) -> Turn {
-    let mut ticket = match queue.enter() {
-        Entry::Admitted(online) => return Turn::Admitted(online),
-        Entry::Full(n) => {
-            return Turn::Full(format!("login queue full ({n} waiting): try again later"));
-        }
-        Entry::Waiting(t) => t,
-    };
-    let mut shown = ticket.position;
-    if !send(wr, queue_frame(shown, queue.eta(shown))).await {
-        return Turn::Left;
-    }
-    let mut last = Instant::now();
-    let mut tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + UPDATE_EVERY, UPDATE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            granted = &mut ticket.granted => return match granted {
-                Ok(online) => Turn::Admitted(online),
-                Err(_) => Turn::Left,
-            },
-            next = reader.next() => match next {
-                Some(Ok(f)) if f.module == GATEWAY_MODULE && f.opcode == op::PING => {
-                    let pong = ClientFrame::new(GATEWAY_MODULE, op::PING, f.seq, Bytes::new())
-                        .with_flags(protocol::REPLY);
-                    if !send(wr, pong).await {
-                        return Turn::Left;
-                    }
-                }
-                // Requests wait for AUTH_OK: ignored while queued.
-                Some(Ok(_)) => {}
-                None | Some(Err(_)) => return Turn::Left,
-            },
-            _ = tick.tick() => {
-                let Some(position) = queue.position(&ticket) else {
-                    continue; // admitted: the grant is on its way
-                };
-                if (position != shown && last.elapsed() >= UPDATE_EVERY) || last.elapsed() >= KEEPALIVE {
-                    if !send(wr, queue_frame(position, queue.eta(position))).await {
-                        return Turn::Left;
-                    }
-                    shown = position;
-                    last = Instant::now();
-                }
-            }
-            _ = stop.cancelled() => return Turn::Left,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,21 +315,6 @@ mod tests {
             Entry::Waiting(t) => t,
             _ => panic!("expected to wait"),
         }
-    }
-
-    #[test]
-    fn settings_keys() {
-        let mut s = QueueSettings::default();
-        s.set("admitpersec", "50").unwrap();
-        s.set("maxonline", "0").unwrap();
-        s.set("maxlength", "10").unwrap();
-        assert_eq!((s.admit_per_sec, s.max_online, s.max_length), (50, 0, 10));
-        assert!(
-            s.set("admitpersec", "fast")
-                .unwrap_err()
-                .contains("whole number")
-        );
-        assert!(s.set("colour", "1").unwrap_err().contains("unknown"));
     }
 
     #[tokio::test]
@@ -617,13 +421,5 @@ mod tests {
         assert!(took >= Duration::from_millis(200), "{took:?}");
         assert!(took < Duration::from_secs(2), "{took:?}");
         stop.cancel();
-    }
-
-    #[test]
-    fn queue_frames() {
-        let f = queue_frame(8420, Some(Duration::from_secs(62)));
-        assert_eq!((f.module, f.opcode), (GATEWAY_MODULE, op::QUEUE));
-        assert_eq!(&f.payload[..], b"8420 62000");
-        assert_eq!(&queue_frame(3, None).payload[..], b"3 0");
     }
 }

@@ -244,6 +244,10 @@ pub struct TransportConfig {
     /// `transport.maxInboundRequests` (meshline): requests from the peer handled at once
     /// per connection; at the cap the connection stops reading.
     pub max_inbound_requests: Option<usize>,
+    /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
+    /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
+    /// rpc-client's default cap (64).
+    pub max_connected_members: Option<usize>,
 }
 
 impl Default for Config {
@@ -285,6 +289,7 @@ impl Default for Config {
                 response_queue_bytes: None,
                 write_timeout: None,
                 max_inbound_requests: None,
+                max_connected_members: None,
             },
             path: None,
             warnings: Vec::new(),

@@ -8,8 +8,9 @@
 //! - `membership`: a **membership follower** reads the group's [`Watch`](meshline_registry_core::Watch) (full
 //!   snapshots). For each new endpoint it starts an endpoint task; for each removed one
 //!   it asks the task to drain (no new calls, in-flight ones finish, then close). With
-//!   [`ClientOptions::subset_size`] only a stable random subset of `k` endpoints is
-//!   connected (see the `subset` module).
+//!   [`ClientOptions::subset_size`] (default [`DEFAULT_MAX_CONNECTED_MEMBERS`], 64) only a
+//!   stable random subset of `k` endpoints is connected (see the `subset` module), and a
+//!   registry listing more members than that is logged once per change.
 //! - `endpoint`: an **endpoint task** connects, runs the [`Handshake`](crate::Handshake) on the new
 //!   connection, and only then puts the endpoint in the **alive set**. When the
 //!   connection dies it leaves the alive set at once and the task reconnects with
@@ -69,7 +70,7 @@ use tracing::Instrument;
 pub use alive::{AliveEndpoint, AliveSet, EndpointState, EndpointStatus};
 pub use builder::RpcClientBuilder;
 pub use metrics::ClientStats;
-pub use options::{CallOptions, ClientOptions};
+pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
 
 use crate::codec::Frame;
 use crate::connection::{SendFailure, SendKind};

@@ -103,8 +103,9 @@ mod subset;
 pub mod transport;
 
 pub use client::{
-    AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats, EndpointState,
-    EndpointStatus, Response, RpcClient, RpcClientBuilder,
+    AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats,
+    DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
+    RpcClientBuilder,
 };
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, MessageType};
 pub use connection::{Connection, ConnectionId};

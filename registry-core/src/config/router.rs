@@ -210,6 +210,10 @@ fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<App
                 cfg.transport.max_inbound_requests = Some(n);
                 Used
             }
+            "maxconnectedmembers" => {
+                cfg.transport.max_connected_members = Some(parse_num(v)?);
+                Used
+            }
             k if IGNORED_TRANSPORT.contains(&k) || k.starts_with("enable") => Ignored,
             _ => Unknown,
         },

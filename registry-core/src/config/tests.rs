@@ -435,7 +435,7 @@ fn transport_limits_from_keys() {
     let c = Config::from_text(
         "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=65536\n\
          transport.responseQueueBytes=2m\ntransport.writeTimeout=3s\n\
-         transport.maxInboundRequests=64\n",
+         transport.maxInboundRequests=64\ntransport.maxConnectedMembers=8\n",
         Format::Properties,
     )
     .unwrap();
@@ -445,6 +445,7 @@ fn transport_limits_from_keys() {
     assert_eq!(c.transport.response_queue_bytes, Some(2 << 20));
     assert_eq!(c.transport.write_timeout, Some(Duration::from_secs(3)));
     assert_eq!(c.transport.max_inbound_requests, Some(64));
+    assert_eq!(c.transport.max_connected_members, Some(8));
     let y = Config::from_text(
         "transport:\n  max-frame-length: 64KiB\n  write-timeout: 0s\n",
         Format::Yaml,
@@ -455,6 +456,10 @@ fn transport_limits_from_keys() {
     assert_eq!(y.transport.write_timeout, Some(Duration::ZERO));
     // Defaults leave the rpc-client's own defaults in force.
     assert_eq!(Config::default().transport.max_frame_length, None);
+    assert_eq!(Config::default().transport.max_connected_members, None);
+    let z = Config::from_text("transport.max-connected-members: 0\n", Format::Yaml).unwrap();
+    assert!(z.warnings.is_empty(), "{:?}", z.warnings);
+    assert_eq!(z.transport.max_connected_members, Some(0));
 }
 
 #[test]
@@ -469,6 +474,7 @@ fn transport_limits_refuse_bad_values() {
         ),
         ("transport.responseQueueBytes=17179869184G", "too large"),
         ("transport.maxInboundRequests=0", "at least 1"),
+        ("transport.maxConnectedMembers=many", "whole number"),
     ] {
         let e = Config::from_text(text, Format::Properties)
             .expect_err(text)

@@ -34,6 +34,10 @@ pub(crate) struct State {
     /// Tasks of endpoints the registry removed, still draining; `shutdown` waits for
     /// them.
     pub draining: Vec<JoinHandle<()>>,
+    /// The member count last warned about for being over the subset cap (`None` while
+    /// the registry lists no more than the cap): one warning per change, not per
+    /// snapshot.
+    pub over_cap_warned: Option<usize>,
 }
 
 pub(crate) struct Slot {
@@ -167,6 +171,20 @@ impl Inner {
         let mut st = self.state();
         let wanted: Vec<Instance> = match self.options.subset_size {
             Some(k) => {
+                if instances.len() > k {
+                    if st.over_cap_warned != Some(instances.len()) {
+                        st.over_cap_warned = Some(instances.len());
+                        tracing::warn!(
+                            listed = instances.len(),
+                            cap = k,
+                            "the registry lists more members than the client connects to; \
+                             using a stable random subset (raise transport.maxConnectedMembers \
+                             if this is intended)"
+                        );
+                    }
+                } else {
+                    st.over_cap_warned = None;
+                }
                 let current: HashSet<InstanceKey> = st.endpoints.keys().cloned().collect();
                 crate::subset::choose(&current, instances, k)
             }
@@ -277,6 +295,59 @@ mod tests {
 
     use super::*;
     use crate::RpcClient;
+
+    /// Issue 13 item 3: a registry listing 1,000 members made the client open 1,000
+    /// connections (no default cap); the warning about it comes once per change.
+    #[tokio::test]
+    async fn a_huge_listing_connects_to_at_most_the_default_cap() {
+        let hub = WatchHub::new("t", EmptyProtection::Apply);
+        let many: Vec<Instance> = (0..1000u16)
+            .map(|i| Instance::new("127.0.0.1", 20000 + i).unwrap())
+            .collect();
+        hub.publish("c", many.clone());
+        let client = RpcClient::builder()
+            .watch(hub.subscribe("c"), "c")
+            .load_balance_name("RandomLoadBalance")
+            .configure(|o| {
+                o.backoff_initial = Duration::from_secs(30);
+                o.backoff_max = Duration::from_secs(30);
+            })
+            .build()
+            .await
+            .unwrap();
+        let cap = crate::DEFAULT_MAX_CONNECTED_MEMBERS;
+        assert_eq!(client.options().subset_size, Some(cap));
+        let inner = client.handle.inner.clone();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let n = inner.state().endpoints.len();
+        assert_eq!(n, cap, "connected to {n} of 1000 members");
+        assert_eq!(inner.state().over_cap_warned, Some(1000));
+        // The same listing again: the same subset, no new warning state.
+        let before: Vec<InstanceKey> = inner.state().endpoints.keys().cloned().collect();
+        inner.apply(&many);
+        let after: Vec<InstanceKey> = inner.state().endpoints.keys().cloned().collect();
+        assert_eq!(before, after);
+        assert_eq!(inner.state().over_cap_warned, Some(1000));
+        // Back under the cap: the warning is re-armed.
+        inner.apply(&many[..10]);
+        assert_eq!(inner.state().endpoints.len(), 10);
+        assert_eq!(inner.state().over_cap_warned, None);
+        client.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[test]
+    fn max_connected_members_comes_from_config() {
+        let mut config = meshline_registry_core::Config::default();
+        let o = ClientOptions::from_config(&config);
+        assert_eq!(o.subset_size, Some(crate::DEFAULT_MAX_CONNECTED_MEMBERS));
+        config.transport.max_connected_members = Some(5);
+        assert_eq!(ClientOptions::from_config(&config).subset_size, Some(5));
+        config.transport.max_connected_members = Some(0);
+        assert_eq!(ClientOptions::from_config(&config).subset_size, None);
+    }
 
     /// Fault 8: an old endpoint task (its endpoint removed and added again) wrote its
     /// state into the new slot for the same key.

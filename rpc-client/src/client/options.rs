@@ -8,6 +8,18 @@ use meshline_registry_core::Config;
 
 use crate::transport::TransportOptions;
 
+/// The default cap on how many members of a cluster a client connects to
+/// ([`ClientOptions::subset_size`]).
+///
+/// A Seata cluster is a handful of TCs (3 to 10 in practice), and even large RPC
+/// clusters rarely need more than a few dozen connections per client for spread and
+/// failover; 64 leaves an order of magnitude of room for those. The cap is what keeps a
+/// broken or hostile registry that lists 100,000 members from making every client open
+/// 100,000 connections (file descriptors, memory, handshakes, heartbeats). Raise it with
+/// `transport.maxConnectedMembers` (or [`ClientOptions::subset_size`]), or set `0`
+/// (`None`) to connect to every member.
+pub const DEFAULT_MAX_CONNECTED_MEMBERS: usize = 64;
+
 /// Tunables of an [`RpcClient`](crate::RpcClient). Defaults follow Seata's Java client.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -40,10 +52,14 @@ pub struct ClientOptions {
     /// How long a removed endpoint may take to finish its in-flight calls.
     pub drain_timeout: Duration,
     /// Connect to at most this many endpoints (a stable random subset); `None` = all.
+    /// Default: `Some(`[`DEFAULT_MAX_CONNECTED_MEMBERS`]`)` (64); config key
+    /// `transport.maxConnectedMembers` (`0` = all).
     ///
     /// Chosen members stay chosen while the registry lists them; a member that is
     /// listed but unreachable keeps its slot (it is retried with backoff), so the live
-    /// subset can be smaller than `k` until the registry drops it.
+    /// subset can be smaller than `k` until the registry drops it. When the registry
+    /// lists more members than the cap, the client logs a warning (once per change of
+    /// the listed count, not once per snapshot).
     pub subset_size: Option<usize>,
 }
 
@@ -62,7 +78,7 @@ impl Default for ClientOptions {
             backoff_max: Duration::from_secs(10),
             stable_after: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
-            subset_size: None,
+            subset_size: Some(DEFAULT_MAX_CONNECTED_MEMBERS),
         }
     }
 }
@@ -76,11 +92,15 @@ impl ClientOptions {
     }
 
     /// Applies the keys `config` carries: `transport.heartbeat`,
-    /// `transport.rpcTmRequestTimeout` and the `transport.*` limits that are set. Every
-    /// other option keeps the value it has.
+    /// `transport.rpcTmRequestTimeout`, `transport.maxConnectedMembers` (`0`: no cap)
+    /// and the `transport.*` limits that are set. Every other option keeps the value it
+    /// has.
     pub fn apply_config(&mut self, config: &Config) {
         self.request_timeout = config.transport.rpc_tm_request_timeout;
         self.heartbeat = config.transport.heartbeat;
+        if let Some(k) = config.transport.max_connected_members {
+            self.subset_size = (k > 0).then_some(k);
+        }
         self.transport.apply_config(config);
     }
 }

@@ -56,3 +56,6 @@ pub(crate) mod common;
     feature = "eureka"
 ))]
 pub(crate) mod tls;
+
+#[cfg(all(test, any(feature = "consul", feature = "eureka")))]
+mod testjson;

@@ -110,8 +110,12 @@ pub(crate) fn parse_entry(entry: &Value) -> Result<Instance, String> {
     Ok(inst)
 }
 
-/// Parses a whole health response, skipping (with a warning naming it) every entry that
-/// is not a usable instance. A body that is not a JSON array is an error.
+/// Parses a whole health response, skipping every entry that is not a usable instance.
+/// Skipped entries are reported through
+/// [`malformed_entry`](meshline_registry_core::redact::malformed_entry): the service ID
+/// as the key, truncated, and at most one line per cluster per period, so a registry
+/// full of huge garbage entries costs a few short lines. A body that is not a JSON
+/// array is an error.
 pub(crate) fn parse_health(cluster: &str, body: &[u8]) -> Result<Vec<Instance>, String> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| format!("response is not JSON: {e}"))?;
@@ -126,12 +130,12 @@ pub(crate) fn parse_health(cluster: &str, body: &[u8]) -> Result<Vec<Instance>, 
                     .and_then(|s| s.get("ID"))
                     .and_then(Value::as_str)
                     .unwrap_or("<no ID>");
-                tracing::warn!(
-                    registry = "consul",
+                meshline_registry_core::redact::malformed_entry(
+                    "consul",
                     cluster,
-                    service_id = id,
-                    reason,
-                    "skipping a malformed Consul service entry"
+                    id.as_bytes(),
+                    b"",
+                    &reason,
                 );
             }
         }
@@ -206,5 +210,85 @@ mod tests {
         assert_eq!(list[0].to_string(), "10.0.0.2:1");
         assert!(parse_health("c", b"{}").is_err());
         assert!(parse_health("c", b"not json").is_err());
+    }
+
+    /// Issue 13 item 3: every malformed entry was logged, whole (a 100 kB ID made a
+    /// 100 kB line, per entry, per query). Now: truncated, one line per cluster per
+    /// period.
+    #[test]
+    fn malformed_entry_logs_are_truncated_and_rate_limited() {
+        let huge = "i".repeat(100_000);
+        let entries: Vec<Value> = (0..50)
+            .map(|_| json!({"Service": {"ID": huge, "Address": "bad host!", "Port": 5}}))
+            .collect();
+        let body = Value::Array(entries).to_string();
+        let logs = meshline_testkit::watch::LogBuf::default();
+        let guard = logs.capture();
+        for _ in 0..3 {
+            assert!(
+                parse_health("rate-limit-test", body.as_bytes())
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+        drop(guard);
+        let text = logs.text();
+        assert_eq!(text.lines().count(), 1, "{}", &text[..text.len().min(2000)]);
+        assert!(text.len() < 2_000, "a {} byte log line", text.len());
+        assert!(text.contains("rate-limit-test"), "{text}");
+    }
+
+    /// Where `entry` should put an instance, decided independently of `parse_entry`.
+    fn expected(entry: &Value) -> Option<Instance> {
+        let svc = entry.get("Service")?.as_object()?;
+        let sa = svc.get("Address").and_then(Value::as_str).unwrap_or("");
+        let host = if sa.trim().is_empty() {
+            entry.get("Node")?.get("Address")?.as_str()?
+        } else {
+            sa
+        };
+        let port = u16::try_from(svc.get("Port")?.as_u64()?).ok()?;
+        if port == 0 || host.trim().is_empty() {
+            return None;
+        }
+        Instance::new(host, port).ok()
+    }
+
+    /// Issue 13 item 6: arbitrary JSON-ish bodies never panic the decoder, and exactly
+    /// the well-formed entries become members, with their address.
+    #[test]
+    fn health_decoding_never_panics_and_keeps_only_well_formed_entries() {
+        use crate::testjson::{Rng, bytes, mutate, value};
+        let valid = json!({"Node": {"Address": "10.0.0.9"}, "Service": {
+            "ID": "c-10.0.0.1:8091", "Address": "10.0.0.1", "Port": 8091,
+            "Meta": {"weight": "3", "zone": "z"}, "Weights": {"Passing": 2}}});
+        for seed in 0..3000u64 {
+            let mut rng = Rng::new(seed);
+            let n = rng.below(6);
+            let entries: Vec<Value> = (0..n)
+                .map(|_| match rng.below(3) {
+                    0 => value(&mut rng, 4),
+                    _ => {
+                        let mut e = valid.clone();
+                        for _ in 0..rng.below(3) {
+                            mutate(&mut rng, &mut e);
+                        }
+                        e
+                    }
+                })
+                .collect();
+            let body = Value::Array(entries.clone()).to_string();
+            let got = parse_health("prop", body.as_bytes())
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let want: Vec<Instance> = entries.iter().filter_map(expected).collect();
+            assert_eq!(got.len(), want.len(), "seed {seed}: {body:.2000}");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.key(), w.key(), "seed {seed}");
+                assert_ne!(g.port(), 0, "seed {seed}");
+            }
+            // Not an array, cut or corrupted bytes: an error or a list, never a panic.
+            let _ = parse_health("prop", &bytes(&mut rng, body.as_bytes()));
+            let _ = parse_health("prop", value(&mut rng, 3).to_string().as_bytes());
+        }
     }
 }

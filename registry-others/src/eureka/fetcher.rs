@@ -39,7 +39,11 @@ impl Inner {
         let server_hash = match m.apply_delta(&doc) {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!(registry = KIND, error = e, "unusable delta; full fetch");
+                tracing::warn!(
+                    registry = KIND,
+                    error = %meshline_registry_core::redact::truncate(&e, meshline_registry_core::redact::SHOWN_BYTES),
+                    "unusable delta; full fetch"
+                );
                 return self.full_fetch(mirror).await;
             }
         };

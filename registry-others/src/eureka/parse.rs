@@ -7,6 +7,8 @@ use std::time::Duration;
 use meshline_registry_core::Instance;
 use serde_json::{Value, json};
 
+use super::KIND;
+
 /// Eureka's application name for a cluster: upper-cased, as Eureka stores it and as
 /// Seata asks for it (`getApplication(cluster.toUpperCase())`).
 pub(crate) fn app_name(cluster: &str) -> String {
@@ -123,9 +125,27 @@ fn port_of(inst: &Value) -> Result<u16, String> {
         .ok_or_else(|| format!("port {n} is not in 1..65535"))
 }
 
+/// Reports a malformed or skipped entry of `cluster` (an application name, or
+/// [`ALL_APPS`] for the registry-wide documents) through
+/// [`malformed_entry`](meshline_registry_core::redact::malformed_entry): truncated,
+/// rate-limited per cluster.
+fn malformed(cluster: &str, id: &str, value: &str, reason: &str) {
+    meshline_registry_core::redact::malformed_entry(
+        KIND,
+        cluster,
+        id.as_bytes(),
+        value.as_bytes(),
+        reason,
+    );
+}
+
+/// The "cluster" malformed entries of the whole-registry documents (full and delta) are
+/// reported under when they name no application.
+pub(crate) const ALL_APPS: &str = "<applications>";
+
 /// An UP instance's address, weight (metadata `weight`), zone (metadata `zone`) and
-/// metadata. Errors name what is wrong.
-pub(crate) fn to_instance(inst: &Value) -> Result<Instance, String> {
+/// metadata. Errors name what is wrong; `cluster` names where a bad weight is reported.
+pub(crate) fn to_instance(cluster: &str, inst: &Value) -> Result<Instance, String> {
     let ip = inst
         .get("ipAddr")
         .and_then(Value::as_str)
@@ -141,11 +161,11 @@ pub(crate) fn to_instance(inst: &Value) -> Result<Instance, String> {
                     Ok(w) if w.is_finite() && w >= 0.0 => {
                         out = out.with_weight(w.round().min(u32::MAX as f64) as u32)
                     }
-                    _ => tracing::warn!(
-                        registry = "eureka",
-                        instance = id_of(inst).unwrap_or_default(),
-                        weight = s,
-                        "metadata weight is not a number; using 1"
+                    _ => malformed(
+                        cluster,
+                        &id_of(inst).unwrap_or_default(),
+                        s,
+                        "metadata weight is not a number; using 1",
                     ),
                 },
                 "zone" if !s.is_empty() => out = out.with_zone(s),
@@ -188,10 +208,7 @@ impl Mirror {
         let mut m = Mirror::default();
         for app in one_or_many(apps.get("application")) {
             let Some(name) = app.get("name").and_then(Value::as_str) else {
-                tracing::warn!(
-                    registry = "eureka",
-                    "skipping an application without a name"
-                );
+                malformed(ALL_APPS, "", "", "skipping an application without a name");
                 continue;
             };
             let entry = m.apps.entry(name.to_uppercase()).or_default();
@@ -200,10 +217,11 @@ impl Mirror {
                     Some(id) => {
                         entry.insert(id, inst.clone());
                     }
-                    None => tracing::warn!(
-                        registry = "eureka",
-                        app = name,
-                        "skipping an instance without instanceId or hostName"
+                    None => malformed(
+                        name,
+                        "",
+                        "",
+                        "skipping an instance without instanceId or hostName",
                     ),
                 }
             }
@@ -221,9 +239,11 @@ impl Mirror {
                 .map(str::to_uppercase);
             for inst in one_or_many(app.get("instance")) {
                 let Some(id) = id_of(inst) else {
-                    tracing::warn!(
-                        registry = "eureka",
-                        "skipping a delta instance without an ID"
+                    malformed(
+                        app_name.as_deref().unwrap_or(ALL_APPS),
+                        "",
+                        "",
+                        "skipping a delta instance without an ID",
                     );
                     continue;
                 };
@@ -232,10 +252,11 @@ impl Mirror {
                         .and_then(Value::as_str)
                         .map(str::to_uppercase)
                 }) else {
-                    tracing::warn!(
-                        registry = "eureka",
-                        instance = id,
-                        "skipping a delta instance without an application"
+                    malformed(
+                        ALL_APPS,
+                        &id,
+                        "",
+                        "skipping a delta instance without an application",
                     );
                     continue;
                 };
@@ -251,11 +272,11 @@ impl Mirror {
                             }
                         }
                     }
-                    other => tracing::warn!(
-                        registry = "eureka",
-                        instance = id,
-                        action = other.unwrap_or("<none>"),
-                        "skipping a delta entry with an unknown actionType"
+                    other => malformed(
+                        &name,
+                        &id,
+                        other.unwrap_or("<none>"),
+                        "skipping a delta entry with an unknown actionType",
                     ),
                 }
             }
@@ -292,14 +313,13 @@ pub(crate) fn up_instances<'a>(
         if status_of(inst) != "UP" {
             continue;
         }
-        match to_instance(inst) {
+        match to_instance(cluster, inst) {
             Ok(i) => out.push(i),
-            Err(reason) => tracing::warn!(
-                registry = "eureka",
+            Err(reason) => malformed(
                 cluster,
-                instance = id_of(inst).unwrap_or_else(|| "<no id>".into()),
-                reason,
-                "skipping a malformed Eureka instance"
+                &id_of(inst).unwrap_or_else(|| "<no id>".into()),
+                "",
+                &reason,
             ),
         }
     }
@@ -340,7 +360,7 @@ mod tests {
         assert_eq!(x["metadata"]["weight"], "1");
         assert_eq!(x["leaseInfo"]["renewalIntervalInSecs"], 2);
         assert_eq!(x["leaseInfo"]["durationInSecs"], 3);
-        let back = to_instance(x).unwrap();
+        let back = to_instance("default", x).unwrap();
         assert_eq!(back.key(), i.key());
         assert_eq!(back.zone(), Some("z"));
     }
@@ -394,5 +414,122 @@ mod tests {
         .unwrap();
         assert_eq!(m.hashcode(), "OUT_OF_SERVICE_1_");
         assert!(m.members("default").is_empty());
+    }
+
+    /// Issue 13 item 3: every malformed instance was logged whole, per fetch. Now:
+    /// truncated, one line per cluster per period.
+    #[test]
+    fn malformed_instance_logs_are_truncated_and_rate_limited() {
+        let huge = "i".repeat(100_000);
+        let list: Vec<Value> = (0..50)
+            .map(|_| {
+                json!({"instanceId": huge, "status": "UP", "ipAddr": "not an ip!", "port": 1,
+                "metadata": {"weight": huge}})
+            })
+            .collect();
+        let logs = meshline_testkit::watch::LogBuf::default();
+        let guard = logs.capture();
+        for _ in 0..3 {
+            assert!(up_instances("rate-limit-test", &list).is_empty());
+        }
+        drop(guard);
+        let text = logs.text();
+        assert_eq!(text.lines().count(), 1, "{}", &text[..text.len().min(2000)]);
+        assert!(text.len() < 2_000, "a {} byte log line", text.len());
+    }
+
+    /// The member `inst` should give, decided independently of `to_instance`.
+    fn expected(inst: &Value) -> Option<Instance> {
+        if inst.get("status").and_then(Value::as_str) != Some("UP") {
+            return None;
+        }
+        let ip = inst.get("ipAddr")?.as_str()?;
+        let p = inst.get("port")?;
+        let raw = match p {
+            Value::Object(o) => o.get("$")?,
+            other => other,
+        };
+        let n = match raw {
+            Value::Number(n) => n.as_u64()?,
+            Value::String(s) => s.trim().parse().ok()?,
+            _ => return None,
+        };
+        let port = u16::try_from(n)
+            .ok()
+            .filter(|p| *p != 0 && *p != u16::MAX)?;
+        Instance::new(ip, port).ok()
+    }
+
+    fn keys(list: &[Instance]) -> Vec<String> {
+        let mut k: Vec<String> = list.iter().map(|i| i.key().to_string()).collect();
+        k.sort();
+        k
+    }
+
+    /// Issue 13 item 6: arbitrary full and delta documents never panic the decoder;
+    /// members are exactly the well-formed UP instances the mirror holds.
+    #[test]
+    fn full_and_delta_documents_never_panic_and_keep_only_well_formed_members() {
+        use crate::testjson::{Rng, mutate, value};
+        let valid = json!({"instanceId": "10.0.0.1:default:8091", "app": "DEFAULT",
+            "ipAddr": "10.0.0.1", "status": "UP", "port": {"$": 8091, "@enabled": "true"},
+            "metadata": {"weight": "2", "zone": "z"}, "actionType": "ADDED"});
+        let doc = |rng: &mut Rng| -> Value {
+            if rng.chance(10) {
+                return value(rng, 5);
+            }
+            let apps: Vec<Value> = (0..rng.below(3))
+                .map(|_| {
+                    let insts: Vec<Value> = (0..rng.below(5))
+                        .map(|_| {
+                            let mut i = valid.clone();
+                            i["instanceId"] = json!(format!("id{}", rng.below(6)));
+                            i["actionType"] =
+                                json!(*rng.pick(&["ADDED", "MODIFIED", "DELETED", "X"]));
+                            for _ in 0..rng.below(3) {
+                                mutate(rng, &mut i);
+                            }
+                            i
+                        })
+                        .collect();
+                    let mut app = json!({"name": *rng.pick(&["DEFAULT", "default", "OTHER"]),
+                        "instance": insts});
+                    if rng.chance(20) {
+                        mutate(rng, &mut app);
+                    }
+                    app
+                })
+                .collect();
+            let mut d = json!({"applications": {"apps__hashcode": "UP_1_", "application": apps}});
+            if rng.chance(10) {
+                mutate(rng, &mut d);
+            }
+            d
+        };
+        for seed in 0..2000u64 {
+            let mut rng = Rng::new(seed);
+            let full = doc(&mut rng);
+            let Ok(mut m) = Mirror::from_full(&full) else {
+                continue;
+            };
+            for _ in 0..rng.below(4) {
+                let delta = doc(&mut rng);
+                let _ = m.apply_delta(&delta);
+            }
+            let _ = m.hashcode();
+            for cluster in ["default", "other", "missing"] {
+                let got = m.members(cluster);
+                let want: Vec<Instance> = m
+                    .apps
+                    .get(&app_name(cluster))
+                    .map(|a| a.values().filter_map(expected).collect())
+                    .unwrap_or_default();
+                assert_eq!(keys(&got), keys(&want), "seed {seed}: {full}");
+            }
+            for (id, inst) in m.apps.values().flat_map(|a| a.iter()) {
+                assert_eq!(id_of(inst).as_deref(), Some(id.as_str()), "seed {seed}");
+            }
+            let _ = parse_application("default", &value(&mut rng, 4));
+        }
     }
 }

@@ -324,3 +324,197 @@ async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
     assert!(text.contains("Connection refused"), "{text}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
+
+/// How many SCANs the server has run.
+async fn scans(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Issue #13 item 3: a burst of 500 pub/sub messages costs a few scans per second, not
+/// one full SCAN per message, and the burst's last change still reaches the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pubsub_burst_is_coalesced_into_a_few_scans_per_second() {
+    init_logs();
+    let r = Redis::start().expect("redis");
+    // A long rescan period: the scans counted are the messages'.
+    let reg = RedisRegistry::connect(&config(
+        &r.addr(),
+        &[
+            ("registry.redis.ttl", "60s"),
+            ("registry.redis.refreshPeriod", "20s"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let mut w = reg.watch("burst").await.unwrap();
+    assert!(addrs(&w.next().await.unwrap()).is_empty());
+    let mut conn = raw(&r.url()).await;
+    let chan = meshline_registry_others::redis::channel("burst");
+    let before = scans(&mut conn).await;
+    let started = std::time::Instant::now();
+    for i in 0..500u32 {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&chan)
+            .arg(format!("10.1.{}.{}:8091-register", i / 250, i % 250))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    // The last change of the burst: a key, then its message.
+    let last = inst("10.1.9.9:8091");
+    let _: () = redis::cmd("SET")
+        .arg(instance_key("burst", &last))
+        .arg("1@test")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&chan)
+        .arg("10.1.9.9:8091-register")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    wait_for(
+        &mut w,
+        Duration::from_secs(5),
+        "the burst's last change",
+        |s| addrs(s) == vec!["10.1.9.9:8091"],
+    )
+    .await;
+    let elapsed = started.elapsed();
+    let ran = scans(&mut conn).await - before;
+    // One per 200 ms at most, plus the first and the last.
+    let allowed = elapsed.as_millis() as u64 / 200 + 3;
+    eprintln!("{ran} scans for 501 messages in {elapsed:?} (allowed {allowed})");
+    assert!(
+        ran <= allowed,
+        "{ran} scans for 501 messages in {elapsed:?}"
+    );
+    reg.close().await.unwrap();
+}
+
+/// Issue #13 item 2: at `trace`, dependencies included, a run that logs in with a
+/// password, fails to log in with a wrong one and reconnects after a server restart
+/// never prints either password. A current-thread runtime, so every task logs into the
+/// capture.
+#[tokio::test]
+async fn passwords_never_reach_the_log_even_at_trace() {
+    const SECRET: &str = "Redis-Secret-3c7f1";
+    const WRONG: &str = "Redis-Wrong-8e2b6";
+    let mut r = Redis::start_with_password(SECRET).expect("redis");
+    // The redis crate logs through `log`: forward it to tracing (and so to the
+    // capture) at every level. Another test may have installed the bridge already.
+    let _ = tracing_log::LogTracer::init();
+    tracing_log::log::set_max_level(tracing_log::log::LevelFilter::Trace);
+    let buf = meshline_testkit::watch::LogBuf::default();
+    let guard = buf.capture_at(tracing::Level::TRACE);
+    let addr = r.addr();
+    let creds = |p: &'static str| config(&addr, &[("registry.redis.password", p)]);
+    let reg = RedisRegistry::connect(&creds(SECRET)).await.unwrap();
+    reg.register("secret", &inst("10.9.9.1:8091"))
+        .await
+        .unwrap();
+    let mut w = reg.watch("secret").await.unwrap();
+    w.next().await.unwrap();
+    let err = RedisRegistry::connect(&creds(WRONG)).await.unwrap_err();
+    r.restart().unwrap();
+    // Reconnected and authenticated again: a new registration goes through and the
+    // watch sees it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while reg
+        .register("secret", &inst("10.9.9.2:8091"))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reconnect within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_for(
+        &mut w,
+        Duration::from_secs(10),
+        "both after the restart",
+        |s| addrs(s).len() == 2,
+    )
+    .await;
+    let cfg_debug = format!("{:?}", creds(SECRET));
+    let reg_debug = format!("{reg:?}");
+    reg.close().await.unwrap();
+    assert!(
+        tracing::enabled!(tracing::Level::TRACE),
+        "the capture runs at trace"
+    );
+    drop(guard);
+    let text = buf.text();
+    std::fs::write("/tmp/cap_redis.txt", &text).unwrap();
+    for s in [SECRET, WRONG] {
+        assert!(!text.contains(s), "a password is in the log");
+        assert!(!err.to_string().contains(s), "a password is in the error");
+        assert!(
+            !cfg_debug.contains(s),
+            "a password is in the config's Debug"
+        );
+        assert!(
+            !reg_debug.contains(s),
+            "a password is in the client's Debug"
+        );
+    }
+}
+
+/// Issue #13 item 3: 50 garbage keys of 8 KiB each, scanned again and again, and
+/// 1 MiB garbage messages are a few short lines (each key was a whole line per scan,
+/// each message a whole line). A current-thread runtime, so the watch task logs into
+/// the capture.
+#[tokio::test]
+async fn malformed_keys_and_messages_log_short_rate_limited_lines() {
+    let r = Redis::start().expect("redis");
+    let mut conn = raw(&r.url()).await;
+    let prefix = meshline_registry_others::redis::key_prefix("junk");
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{prefix}{i}{}", "x".repeat(8192)))
+            .arg("1@test")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let buf = meshline_testkit::watch::LogBuf::default();
+    let guard = buf.capture();
+    let reg = RedisRegistry::connect(&config(
+        &r.addr(),
+        &[("registry.empty-protection", "false")],
+    ))
+    .await
+    .unwrap();
+    for _ in 0..5 {
+        assert!(reg.lookup("junk").await.unwrap().is_empty());
+    }
+    let mut w = reg.watch("junk").await.unwrap();
+    w.next().await.unwrap();
+    let chan = meshline_registry_others::redis::channel("junk");
+    for _ in 0..5 {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&chan)
+            .arg("y".repeat(1 << 20))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reg.close().await.unwrap();
+    drop(guard);
+    let text = buf.text();
+    let malformed = text.lines().filter(|l| l.contains("malformed")).count();
+    assert_eq!(malformed, 1, "{}", &text[..text.len().min(3000)]);
+    assert!(text.len() < 8192, "{} bytes logged", text.len());
+}

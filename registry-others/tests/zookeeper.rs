@@ -347,3 +347,210 @@ async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
     // the 1 s probe.
     assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
 }
+
+/// Issue #13 item 4: an unregister that fails (ZooKeeper down) is not forgotten. Our
+/// session outlives a short outage, so before the fix the node stayed for as long as
+/// the process ran; now the delete is retried in the background and the node is gone
+/// soon after the server answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unregister_is_retried_until_the_node_is_gone() {
+    init_logs();
+    let mut zk = ZooKeeper::start().expect("zookeeper");
+    // A 30 s session: the node must go because of the retried delete, not an expiry.
+    let reg = ZookeeperRegistry::connect(&config(
+        &zk.connect_string(),
+        &[
+            ("registry.zk.sessionTimeout", "30s"),
+            ("registry.zk.connectTimeout", "1s"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let me = inst("10.7.7.7:8091");
+    reg.register("zombie", &me).await.unwrap();
+    zk.kill();
+    let failed = reg.unregister("zombie", &me).await;
+    zk.restart().unwrap();
+    assert!(failed.is_err(), "the delete against a stopped server fails");
+    let raw = raw(&zk.connect_string()).await;
+    let path = instance_path("zombie", &me);
+    meshline_testkit::watch::eventually(Duration::from_secs(15), "node deleted", || async {
+        raw.check_stat(&path).await.unwrap().is_none()
+    })
+    .await;
+    // Still a working client, and close does not fail on the already-deleted node.
+    reg.register("zombie", &inst("10.7.7.8:8091"))
+        .await
+        .unwrap();
+    reg.close().await.unwrap();
+}
+
+/// Issue #13 item 4: with credentials our cluster path and nodes are creator-all +
+/// world-read: a client without them reads the members but can neither delete nor
+/// overwrite them (it could delete them before: the ACLs were open to anyone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_credentials_strangers_cannot_delete_our_nodes() {
+    init_logs();
+    let zk = ZooKeeper::start().expect("zookeeper");
+    let reg = ZookeeperRegistry::connect(&config(
+        &zk.connect_string(),
+        &[
+            ("registry.zk.username", "seata"),
+            ("registry.zk.password", "s3cret"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let me = inst("10.5.5.7:8091");
+    reg.register("guarded", &me).await.unwrap();
+    let path = instance_path("guarded", &me);
+    let stranger = raw(&zk.connect_string()).await;
+    let children = stranger
+        .list_children("/registry/zk/guarded")
+        .await
+        .unwrap();
+    assert_eq!(children, vec![me.to_java_string()], "world can read");
+    let deleted = stranger.delete(&path, None).await;
+    assert!(
+        matches!(deleted, Err(zk::Error::NoAuth)),
+        "a stranger deleted our node: {deleted:?}"
+    );
+    let written = stranger.set_data(&path, b"false", None).await;
+    assert!(
+        matches!(written, Err(zk::Error::NoAuth)),
+        "a stranger wrote our node: {written:?}"
+    );
+    // Other clusters stay possible for other registrants: the shared roots are open.
+    stranger
+        .create(
+            "/registry/zk/other",
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reg.lookup("guarded").await.unwrap(), vec![me.clone()]);
+    reg.unregister("guarded", &me).await.unwrap();
+    assert!(stranger.check_stat(&path).await.unwrap().is_none());
+    reg.close().await.unwrap();
+}
+
+/// Issue #13 item 4: a node at our path that another session owns (a Java TC
+/// registered on the same address) is not deleted by our unregister or close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_another_session_owns_is_not_deleted() {
+    init_logs();
+    let zk = ZooKeeper::start().expect("zookeeper");
+    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
+        .await
+        .unwrap();
+    let me = inst("10.5.5.8:8091");
+    reg.register("shared", &me).await.unwrap();
+    let path = instance_path("shared", &me);
+    // The other session takes the path over (as after our node went away).
+    let java = raw(&zk.connect_string()).await;
+    java.delete(&path, None).await.unwrap();
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    java.create(&path, b"true", &eph).await.unwrap();
+    let owner = java.session_id().0;
+
+    reg.unregister("shared", &me).await.unwrap();
+    let stat = java.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|s| s.ephemeral_owner),
+        Some(owner),
+        "unregister deleted another session's node"
+    );
+    // Registered again by us (the node exists: we leave it), then close.
+    let other = inst("10.5.5.9:8091");
+    reg.register("shared", &other).await.unwrap();
+    let other_path = instance_path("shared", &other);
+    java.delete(&other_path, None).await.unwrap();
+    java.create(&other_path, b"true", &eph).await.unwrap();
+    reg.close().await.unwrap();
+    for p in [&path, &other_path] {
+        let stat = java.check_stat(p).await.unwrap();
+        assert_eq!(
+            stat.map(|s| s.ephemeral_owner),
+            Some(owner),
+            "close deleted another session's node {p}"
+        );
+    }
+}
+
+/// Issue #13 item 2: at `trace`, dependencies included, a run that logs in with a
+/// digest password, fails to log in with a wrong one (ZooKeeper accepts any digest
+/// identity; the wrong one is refused by the ACL) and reconnects after a server
+/// restart never prints either password. A current-thread runtime, so every task logs
+/// into the capture.
+#[tokio::test]
+async fn passwords_never_reach_the_log_even_at_trace() {
+    const SECRET: &str = "Zk-Secret-5d2e8";
+    const WRONG: &str = "Zk-Wrong-9a4c1";
+    let mut zk = ZooKeeper::start().expect("zookeeper");
+    let buf = meshline_testkit::watch::LogBuf::default();
+    let guard = buf.capture_at(tracing::Level::TRACE);
+    let cs = zk.connect_string();
+    let creds = |p: &'static str| {
+        config(
+            &cs,
+            &[
+                ("registry.zk.username", "seata"),
+                ("registry.zk.password", p),
+                ("registry.zk.sessionTimeout", "30s"),
+            ],
+        )
+    };
+    let reg = ZookeeperRegistry::connect(&creds(SECRET)).await.unwrap();
+    reg.register("secret", &inst("10.9.9.1:8091"))
+        .await
+        .unwrap();
+    let mut w = reg.watch("secret").await.unwrap();
+    w.next().await.unwrap();
+    let wrong = ZookeeperRegistry::connect(&creds(WRONG)).await.unwrap();
+    let err = wrong
+        .register("secret", &inst("10.9.9.3:8091"))
+        .await
+        .unwrap_err();
+    wrong.close().await.unwrap();
+    zk.restart().unwrap();
+    // Reconnected (auth sent again): a new registration goes through.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while reg
+        .register("secret", &inst("10.9.9.2:8091"))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reconnect within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cfg_debug = format!("{:?}", creds(SECRET));
+    let reg_debug = format!("{reg:?}");
+    reg.close().await.unwrap();
+    assert!(
+        tracing::enabled!(tracing::Level::TRACE),
+        "the capture runs at trace"
+    );
+    drop(guard);
+    let text = buf.text();
+    // The client library's own lines are in: the login (auth packets), the refusal
+    // and the reconnect.
+    for seen in ["(Auth, None)", "NoAuth", "enter state Disconnected"] {
+        assert!(text.contains(seen), "`{seen}` was not captured");
+    }
+    for s in [SECRET, WRONG] {
+        assert!(!text.contains(s), "a password is in the log");
+        assert!(!err.to_string().contains(s), "a password is in the error");
+        assert!(
+            !cfg_debug.contains(s),
+            "a password is in the config's Debug"
+        );
+        assert!(
+            !reg_debug.contains(s),
+            "a password is in the client's Debug"
+        );
+    }
+}

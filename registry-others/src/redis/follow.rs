@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use meshline_registry_core::{Backoff, Instance, RegistryError, WatchScope};
 
-use super::layout::{Entry, channel, classify, glob_escape, key_prefix};
+use super::layout::{Entry, channel, classify, glob_escape, key_prefix, parse_message};
 use super::{Inner, KIND};
 
 /// What one scan found: the members, and the shortest remaining key TTL.
@@ -58,12 +58,11 @@ impl Inner {
                     member_keys.push(k.clone());
                 }
                 Entry::OtherCluster => {}
-                Entry::Bad(reason) => tracing::warn!(
-                    registry = KIND,
-                    cluster,
-                    key = %String::from_utf8_lossy(k),
-                    "skipping malformed registry entry: {reason}"
-                ),
+                // Truncated and rate-limited per cluster: a hostile server can hold
+                // any number of long garbage keys, seen again on every scan.
+                Entry::Bad(reason) => {
+                    meshline_registry_core::redact::malformed_entry(KIND, cluster, k, b"", &reason)
+                }
             }
         }
         let mut earliest_expiry = None;
@@ -91,6 +90,10 @@ impl Inner {
     }
 }
 
+/// The shortest time between two scans a burst of pub/sub messages can trigger (a
+/// hostile or busy publisher made one full SCAN per message).
+const MIN_SCAN_GAP: Duration = Duration::from_millis(200);
+
 /// Follows one cluster: SUBSCRIBE + rescan on messages, periodically and at key expiry,
 /// until `scope` stops (the client closed or the last watch on the cluster was dropped);
 /// the subscription ends with it.
@@ -98,6 +101,10 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
     let cluster = scope.cluster();
     let chan = channel(cluster);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    // When the last scan started (none yet: the first may run at once).
+    let mut last_scan = tokio::time::Instant::now()
+        .checked_sub(MIN_SCAN_GAP)
+        .unwrap_or_else(tokio::time::Instant::now);
     'connect: loop {
         let mut pubsub = match inner.servers.pubsub().await {
             Ok(p) => p,
@@ -126,17 +133,21 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
                 _ = scope.stopped() => return,
                 msg = stream.next() => match msg {
                     Some(m) => {
-                        let payload = String::from_utf8_lossy(m.get_payload_bytes()).into_owned();
-                        let ok = payload
-                            .rsplit_once('-')
-                            .map(|(a, what)| {
-                                matches!(what, "register" | "unregister") && Instance::parse(a).is_ok()
-                            })
-                            .unwrap_or(false);
-                        if !ok {
-                            tracing::warn!(registry = KIND, channel = %chan, payload, "unexpected message on the registry channel; rescanning anyway");
+                        let payload = m.get_payload_bytes();
+                        if parse_message(payload).is_none() {
+                            meshline_registry_core::redact::malformed_entry(
+                                KIND,
+                                cluster,
+                                chan.as_bytes(),
+                                payload,
+                                "unexpected message on the registry channel; rescanning anyway",
+                            );
                         }
-                        next_scan = tokio::time::Instant::now();
+                        // Coalesced: at most one scan per MIN_SCAN_GAP. A burst's
+                        // messages all land before the next scan, which reads the state
+                        // after them, so the last change is never lost.
+                        let earliest = last_scan + MIN_SCAN_GAP;
+                        next_scan = next_scan.min(earliest.max(tokio::time::Instant::now()));
                     }
                     None => {
                         scope.mark_stale("redis pub/sub connection lost");
@@ -148,6 +159,7 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
                     }
                 },
                 _ = tokio::time::sleep_until(next_scan) => {
+                    last_scan = tokio::time::Instant::now();
                     match inner.scan(cluster).await {
                         Ok(found) => {
                             scope.publish(found.members);

@@ -56,6 +56,27 @@ pub(super) fn classify(prefix: &str, key: &[u8]) -> Entry {
     }
 }
 
+/// What a message on a cluster's channel announces (Seata publishes
+/// `<ip>:<port>-register` and `<ip>:<port>-unregister`).
+#[derive(Debug, PartialEq)]
+pub(super) enum Message {
+    Register(Instance),
+    Unregister(Instance),
+}
+
+/// Parses a pub/sub payload; `None` for anything else (which still triggers a
+/// rescan: the message says something changed).
+pub(super) fn parse_message(payload: &[u8]) -> Option<Message> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (addr, what) = text.rsplit_once('-')?;
+    let instance = Instance::parse(addr).ok()?;
+    match what {
+        "register" => Some(Message::Register(instance)),
+        "unregister" => Some(Message::Unregister(instance)),
+        _ => None,
+    }
+}
+
 pub(super) fn local_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -95,6 +116,71 @@ mod tests {
             Entry::Bad(_)
         ));
         assert!(matches!(classify(&p, &[0xff, 0x00]), Entry::Bad(_)));
+    }
+
+    #[test]
+    fn messages() {
+        let i = Instance::parse("10.0.0.1:80").unwrap();
+        assert_eq!(
+            parse_message(b"10.0.0.1:80-register"),
+            Some(Message::Register(i.clone()))
+        );
+        assert_eq!(
+            parse_message(b"10.0.0.1:80-unregister"),
+            Some(Message::Unregister(i))
+        );
+        assert_eq!(parse_message(b"10.0.0.1:80-other"), None);
+        assert_eq!(parse_message(b"\xff-register"), None);
+    }
+
+    proptest::proptest! {
+        /// Issue #13 item 6: any key bytes are classified without a panic, as
+        /// specified: not UTF-8 is bad; outside the prefix, or with `_` after it, is
+        /// another cluster's; else a member exactly when the rest is an address.
+        #[test]
+        fn any_key_is_classified_as_specified(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            tail in "[0-9a-f:.\\[\\]_x-]{0,40}",
+        ) {
+            let p = key_prefix("c");
+            let with_prefix = format!("{p}{tail}").into_bytes();
+            for key in [raw, with_prefix] {
+                let got = classify(&p, &key);
+                match std::str::from_utf8(&key) {
+                    Err(_) => proptest::prop_assert!(matches!(got, Entry::Bad(_))),
+                    Ok(k) => match k.strip_prefix(&p) {
+                        None => proptest::prop_assert_eq!(got, Entry::OtherCluster),
+                        Some(rest) if rest.contains('_') => {
+                            proptest::prop_assert_eq!(got, Entry::OtherCluster)
+                        }
+                        Some(rest) => match Instance::parse(rest) {
+                            Ok(i) => proptest::prop_assert_eq!(got, Entry::Member(i)),
+                            Err(_) => proptest::prop_assert!(matches!(got, Entry::Bad(_))),
+                        },
+                    },
+                }
+            }
+        }
+
+        /// Issue #13 item 6: any payload is parsed without a panic; a message is
+        /// recognised exactly for `<address>-register` / `<address>-unregister`.
+        #[test]
+        fn any_payload_is_parsed_as_specified(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            addr in "[0-9a-f:.\\[\\]-]{0,40}",
+            what in "(register|unregister|regist|-register|)",
+        ) {
+            let _ = parse_message(&raw);
+            let payload = format!("{addr}-{what}");
+            let got = parse_message(payload.as_bytes());
+            let (a, w) = payload.rsplit_once('-').unwrap();
+            let expected = match (Instance::parse(a), w) {
+                (Ok(i), "register") => Some(Message::Register(i)),
+                (Ok(i), "unregister") => Some(Message::Unregister(i)),
+                _ => None,
+            };
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]

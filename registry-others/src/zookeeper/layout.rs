@@ -31,11 +31,14 @@ pub(super) fn parse_children(cluster: &str, children: &[String]) -> Vec<Instance
     for name in children {
         match Instance::parse(name) {
             Ok(i) => out.push(i),
-            Err(e) => tracing::warn!(
-                registry = KIND,
+            // Truncated and rate-limited per cluster: a hostile server can list
+            // thousands of long garbage names on every change.
+            Err(e) => meshline_registry_core::redact::malformed_entry(
+                KIND,
                 cluster,
-                node = %format!("{}/{name}", cluster_path(cluster)),
-                "skipping malformed registry entry: {e}"
+                format!("{}/{name}", cluster_path(cluster)).as_bytes(),
+                b"",
+                &format!("the child name is not an address: {e}"),
             ),
         }
     }
@@ -69,6 +72,42 @@ mod tests {
         );
         let shown: Vec<String> = got.iter().map(|i| i.to_string()).collect();
         assert_eq!(shown, vec!["10.0.0.1:80", "[2000::1]:81"]);
+    }
+
+    /// Issue #13 item 3: 50 long garbage names are one short line (each was a line of
+    /// its own, whole).
+    #[test]
+    fn malformed_children_log_short_rate_limited_lines() {
+        let buf = meshline_testkit::watch::LogBuf::default();
+        let _g = buf.capture();
+        let names: Vec<String> = (0..50)
+            .map(|i| format!("{i}{}", "x".repeat(8192)))
+            .collect();
+        assert!(parse_children("zk-huge-names", &names).is_empty());
+        let text = buf.text();
+        assert_eq!(text.lines().count(), 1, "{}", &text[..text.len().min(2000)]);
+        assert!(text.len() < 2048, "{} bytes logged", text.len());
+    }
+
+    proptest::proptest! {
+        /// Issue #13 item 6: any child name is parsed without a panic; it is a member
+        /// exactly when it parses as an address, and then is that address.
+        #[test]
+        fn any_child_name_is_parsed_as_specified(
+            name in proptest::prelude::any::<String>(),
+            addr in "[0-9a-f:.\\[\\]]{0,40}",
+        ) {
+            for n in [name, addr] {
+                let got = parse_children("zk-prop", std::slice::from_ref(&n));
+                match Instance::parse(&n) {
+                    Ok(i) => {
+                        proptest::prop_assert_eq!(got.len(), 1);
+                        proptest::prop_assert_eq!(got[0].key(), i.key());
+                    }
+                    Err(_) => proptest::prop_assert!(got.is_empty()),
+                }
+            }
+        }
     }
 
     #[test]

@@ -83,6 +83,7 @@ struct Settings {
     connect_timeout: Duration,
     auth: Option<Vec<u8>>,
     /// `registry.zk.tls.*` loaded: connect to secureClientPort with TLS.
+    #[cfg_attr(not(feature = "zookeeper-tls"), allow(dead_code))]
     tls: Option<meshline_registry_core::tls::TlsMaterial>,
 }
 
@@ -94,6 +95,9 @@ struct Inner {
     generation: tokio::sync::watch::Sender<u64>,
     /// Paths of our ephemeral nodes.
     registered: Registrations<()>,
+    /// Our sessions that expiries replaced (the last few): their nodes are ours to
+    /// delete until the server expires them too.
+    old_sessions: std::sync::Mutex<Vec<i64>>,
     life: Lifecycle,
 }
 
@@ -156,6 +160,7 @@ impl ZookeeperRegistry {
             client: RwLock::new(client),
             generation: tokio::sync::watch::Sender::new(0),
             registered: Registrations::new(),
+            old_sessions: std::sync::Mutex::new(Vec::new()),
             life: Lifecycle::new(KIND, empty_policy(config)),
         });
         tokio::spawn(session_loop(inner.clone()));
@@ -181,6 +186,23 @@ impl Inner {
         zk_err(&self.settings.connect_string, op, e)
     }
 
+    /// True when `session` is one of ours that an expiry replaced.
+    fn was_ours(&self, session: i64) -> bool {
+        self.old_sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&session)
+    }
+
+    /// Remembers `session` (being replaced) as ours, keeping the last few.
+    fn retire_session(&self, session: i64) {
+        let mut old = self.old_sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if old.len() >= 16 {
+            old.remove(0);
+        }
+        old.push(session);
+    }
+
     fn client(&self) -> zk::Client {
         self.client
             .read()
@@ -188,16 +210,42 @@ impl Inner {
             .clone()
     }
 
+    /// The ACLs of the nodes we create: creator-all + world-read when credentials are
+    /// configured (only that digest user may change or delete them; everyone may
+    /// read), else open to anyone, as Seata's Java client does without credentials.
+    fn acls(&self) -> zk::Acls<'static> {
+        if self.settings.auth.is_some() {
+            zk::Acls::new(&CREATOR_ALL_WORLD_READ)
+        } else {
+            zk::Acls::anyone_all()
+        }
+    }
+
     /// Creates our ephemeral node at `path` (and its parents). A node left by an older
     /// session of ours is replaced.
+    ///
+    /// With credentials, the cluster path (whose ACL decides who may delete its
+    /// children) and our node get [`acls`](Self::acls); the shared roots above stay
+    /// open so that other clusters' registrants can create their own.
     async fn create_ephemeral(&self, client: &zk::Client, path: &str) -> Result<(), RegistryError> {
         let parent = &path[..path.rfind('/').unwrap_or(0)];
-        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        client
-            .mkdir(parent, &dir)
-            .await
-            .map_err(|e| self.err("create parents", e))?;
-        let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let root = &parent[..parent.rfind('/').unwrap_or(0)];
+        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let dir = zk::CreateMode::Persistent.with_acls(self.acls());
+        let mkdirs = || async {
+            if !root.is_empty() {
+                client
+                    .mkdir(root, &open)
+                    .await
+                    .map_err(|e| self.err("create parents", e))?;
+            }
+            client
+                .mkdir(parent, &dir)
+                .await
+                .map_err(|e| self.err("create parents", e))
+        };
+        mkdirs().await?;
+        let eph = zk::CreateMode::Ephemeral.with_acls(self.acls());
         for _ in 0..3 {
             match client.create(path, b"true", &eph).await {
                 Ok(_) => return Ok(()),
@@ -221,12 +269,7 @@ impl Inner {
                     Ok(None) => {}
                     Err(e) => return Err(self.err("stat", e)),
                 },
-                Err(zk::Error::NoNode) => {
-                    client
-                        .mkdir(parent, &dir)
-                        .await
-                        .map_err(|e| self.err("create parents", e))?;
-                }
+                Err(zk::Error::NoNode) => mkdirs().await?,
                 Err(e) => return Err(self.err("create", e)),
             }
         }
@@ -236,6 +279,82 @@ impl Inner {
             format!("could not create {path}: it keeps changing under us"),
         ))
     }
+
+    /// Deletes the node at `path` if one of our sessions (the current one, or one an
+    /// expiry replaced) owns it, within `limit`. A node another session owns (a Java TC
+    /// registered on the same address, or anyone's persistent node) is left alone and
+    /// logged; a missing node is fine.
+    async fn delete_ours(&self, path: &str, limit: Duration) -> Result<(), RegistryError> {
+        let client = self.client();
+        let deleting = async {
+            let Some(stat) = client
+                .check_stat(path)
+                .await
+                .map_err(|e| self.err("stat", e))?
+            else {
+                return Ok(());
+            };
+            let ours = client.session_id().0;
+            if stat.ephemeral_owner != ours && !self.was_ours(stat.ephemeral_owner) {
+                tracing::warn!(
+                    registry = KIND,
+                    path,
+                    owner = stat.ephemeral_owner,
+                    session = ours,
+                    "not deleting a node another session owns"
+                );
+                return Ok(());
+            }
+            match client.delete(path, Some(stat.version)).await {
+                Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                Err(e) => Err(self.err("delete", e)),
+            }
+        };
+        match tokio::time::timeout(limit, deleting).await {
+            Ok(r) => r,
+            Err(_) => Err(RegistryError::timeout(
+                KIND,
+                &self.settings.connect_string,
+                "delete",
+                limit,
+            )),
+        }
+    }
+}
+
+/// Creator-all (the session's digest identity) + world-read.
+static CREATOR_ALL_WORLD_READ: [zk::Acl; 2] = [
+    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+];
+
+/// Deletes `path` in the background until ZooKeeper confirms (or the node is not ours
+/// any more), unless it was registered again meanwhile or the client closed (close
+/// deletes what is still pending, once more).
+fn retry_delete(inner: &Arc<Inner>, path: String) {
+    let weak = Arc::downgrade(inner);
+    let p = path.clone();
+    inner.life.retry_removal(path, move || {
+        let (weak, path) = (weak.clone(), p.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            if !inner.registered.is_removing(&path) {
+                return Ok(true);
+            }
+            // Held so that a concurrent register of the same path waits for us.
+            let _regs = inner.registered.lock().await;
+            if !inner.registered.is_removing(&path) {
+                return Ok(true);
+            }
+            inner
+                .delete_ours(&path, inner.settings.session_timeout)
+                .await?;
+            inner.registered.removal_done(&path);
+            Ok(true)
+        }
+    });
 }
 
 #[async_trait]
@@ -252,6 +371,8 @@ impl RegistryService for ZookeeperRegistry {
         self.inner
             .create_ephemeral(&self.inner.client(), &path)
             .await?;
+        // A registration again cancels a pending background delete of the path.
+        self.inner.registered.removal_done(&path);
         registered.insert(path.clone(), ());
         tracing::info!(registry = KIND, cluster, %instance, path, "registered");
         Ok(())
@@ -261,12 +382,25 @@ impl RegistryService for ZookeeperRegistry {
         self.inner.life.check_open()?;
         check_cluster(cluster)?;
         let path = instance_path(cluster, instance);
-        let mut registered = self.inner.registered.lock().await;
-        registered.remove(&path);
-        match self.inner.client().delete(&path, None).await {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(self.inner.err("delete", e)),
+        // Not forgotten until ZooKeeper confirms the delete: our session keeps the node
+        // alive, so a failed delete would otherwise leave it for as long as we run.
+        self.inner.registered.begin_removal(&path).await;
+        let regs = self.inner.registered.lock().await;
+        // Bounded by the connect timeout: while disconnected the client library queues
+        // requests until it reconnects or gives the session up.
+        let limit = self
+            .inner
+            .settings
+            .connect_timeout
+            .max(Duration::from_secs(1));
+        if let Err(e) = self.inner.delete_ours(&path, limit).await {
+            drop(regs);
+            tracing::warn!(registry = KIND, cluster, %instance, path, error = %e, "unregister failed; retrying in the background");
+            retry_delete(&self.inner, path);
+            return Err(e);
         }
+        self.inner.registered.removal_done(&path);
+        drop(regs);
         tracing::info!(registry = KIND, cluster, %instance, path, "unregistered");
         Ok(())
     }
@@ -302,24 +436,15 @@ impl RegistryService for ZookeeperRegistry {
     }
 }
 
-/// Deletes every node we created (close and drop).
+/// Deletes every node we created (close and drop); nodes another session owns are
+/// left alone.
 async fn delete_all(inner: &Inner) -> Result<(), RegistryError> {
-    let client = inner.client();
-    let client = &client;
-    let limit = inner.settings.session_timeout;
     inner
         .registered
         .remove_all(KIND, |path, ()| async move {
-            match tokio::time::timeout(limit, client.delete(&path, None)).await {
-                Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => Ok(()),
-                Ok(Err(e)) => Err(inner.err("delete", e)),
-                Err(_) => Err(RegistryError::timeout(
-                    KIND,
-                    &inner.settings.connect_string,
-                    "delete",
-                    limit,
-                )),
-            }
+            inner
+                .delete_ours(&path, inner.settings.session_timeout)
+                .await
         })
         .await
 }

@@ -39,10 +39,18 @@ async fn probe_servers(connect_string: &str) -> String {
     )
     .await
 }
+/// The longest session or connect timeout given to the client library: what an i32
+/// of milliseconds holds (about 24.8 days).
+const MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 pub(super) async fn new_session(s: &Settings) -> Result<zk::Client, RegistryError> {
+    // The protocol carries the session timeout as i32 milliseconds, and the client
+    // library multiplies it (`* 7 / 5`): a huge configured value must not panic there.
+    let session_timeout = s.session_timeout.min(MAX_TIMEOUT);
+    let connect_timeout = s.connect_timeout.min(MAX_TIMEOUT);
     let mut connector = zk::Client::connector()
-        .with_session_timeout(s.session_timeout)
-        .with_connection_timeout(s.connect_timeout)
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(connect_timeout)
         .with_detached();
     if let Some(auth) = &s.auth {
         connector = connector.with_auth("digest", auth);
@@ -57,13 +65,18 @@ pub(super) async fn new_session(s: &Settings) -> Result<zk::Client, RegistryErro
     };
     #[cfg(not(feature = "zookeeper-tls"))]
     let secure = false;
-    let limit = s.session_timeout + s.connect_timeout;
+    // Saturating: both come from the configuration (a huge value must not panic).
+    let limit = session_timeout
+        .checked_add(connect_timeout)
+        .unwrap_or(Duration::MAX);
     let connecting = async {
+        #[cfg(feature = "zookeeper-tls")]
         if secure {
-            connector.secure_connect(&s.connect_string).await
-        } else {
-            connector.connect(&s.connect_string).await
+            return connector.secure_connect(&s.connect_string).await;
         }
+        #[cfg(not(feature = "zookeeper-tls"))]
+        let _ = secure;
+        connector.connect(&s.connect_string).await
     };
     let (what, source) = match tokio::time::timeout(limit, connecting).await {
         Ok(Ok(c)) => return Ok(c),
@@ -133,6 +146,7 @@ pub(super) async fn session_loop(inner: Arc<Inner>) {
         };
         backoff.reset();
         tracing::info!(registry = KIND, session = %fresh.session_id(), "new zookeeper session");
+        inner.retire_session(client.session_id().0);
         *inner.client.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
         inner.generation.send_modify(|g| *g += 1);
         for (path, ()) in inner.registered.snapshot().await {
@@ -158,6 +172,35 @@ pub(super) async fn session_loop(inner: Arc<Inner>) {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #13 item 5: a session timeout near `Duration::MAX` is an error naming the
+    /// server, not an overflow panic in `session_timeout + connect_timeout`.
+    #[tokio::test]
+    async fn huge_timeouts_do_not_overflow() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = dead.local_addr().unwrap().to_string();
+        drop(dead);
+        let s = Settings {
+            connect_string: addr.clone(),
+            session_timeout: Duration::MAX,
+            connect_timeout: Duration::from_millis(200),
+            auth: None,
+            tls: None,
+        };
+        let connecting = tokio::spawn(async move { new_session(&s).await.map(|_| ()) });
+        let got = tokio::time::timeout(Duration::from_secs(5), connecting).await;
+        match got {
+            Ok(Ok(r)) => assert!(r.unwrap_err().to_string().contains(&addr)),
+            Ok(Err(join)) => panic!("connect panicked: {join}"),
+            // Still trying (the library retries within the session timeout): no panic.
+            Err(_) => {}
         }
     }
 }

@@ -228,12 +228,17 @@ async fn malformed_entries_are_skipped() {
     assert_eq!(c.lookup("m").await.unwrap().len(), 1);
     drop(guard);
     let text = logs.text();
-    for id in ["m-port0", "m-badhost", "m-bigport"] {
-        assert!(
-            text.contains("WARN") && text.contains(&format!("service_id=\"{id}\"")),
-            "no warning naming {id}: {text}"
-        );
-    }
+    // Malformed entries go through the shared, rate-limited report: one line per
+    // cluster per period, naming the first bad entry and counting the others.
+    assert!(
+        text.contains("WARN")
+            && text.contains("skipping malformed registry entry")
+            && text.contains("cluster=\"m\"")
+            && ["m-port0", "m-badhost", "m-bigport"]
+                .iter()
+                .any(|id| text.contains(&format!("key={id}"))),
+        "no warning naming a malformed entry: {text}"
+    );
     assert!(!text.contains("m-good"), "{text}");
     c.close().await.unwrap();
 }
@@ -283,4 +288,80 @@ async fn an_unreachable_agent_is_an_error_naming_it() {
     );
     assert!(err.contains("connect"), "{err}");
     assert!(err.contains("Connection refused"), "{err}");
+}
+
+/// Issue #13 item 2: at `trace`, dependencies included, a run that connects with the
+/// ACL token, is refused with a wrong one, loses the agent and reconnects after its
+/// restart never prints either token: not in the log, not in an error's Display, not in
+/// a `Health::Stale` reason, not in a `Debug`. A current-thread runtime, so every task
+/// logs into the capture.
+#[tokio::test]
+async fn the_acl_token_never_reaches_the_log_even_at_trace() {
+    const SECRET: &str = "Consul-Token-5d1e9";
+    const WRONG: &str = "Consul-Wrong-7a3c2";
+    let mut consul = ConsulDouble::start(ConsulDoubleOptions {
+        acl_token: Some(SECRET.into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let buf = LogBuf::default();
+    let guard = buf.capture_at(tracing::Level::TRACE);
+    let with = |t: &str| config(&consul, &[("registry.consul.aclToken", t)]);
+    let good_cfg = with(SECRET);
+    let wrong_cfg = with(WRONG);
+    let reg = ConsulRegistry::connect(&good_cfg).await.unwrap();
+    reg.register("secret", &inst("10.9.9.1:8091"))
+        .await
+        .unwrap();
+    let mut w = reg.watch("secret").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(10), "registered", |s| {
+        addrs(s).len() == 1
+    })
+    .await;
+    let mut shown = vec![format!("{good_cfg:?}"), format!("{reg:?}")];
+    match ConsulRegistry::connect(&wrong_cfg).await {
+        Err(e) => shown.push(e.to_string()),
+        Ok(bad) => {
+            shown.push(bad.lookup("secret").await.unwrap_err().to_string());
+            shown.push(
+                bad.register("secret", &inst("10.9.9.3:8091"))
+                    .await
+                    .unwrap_err()
+                    .to_string(),
+            );
+            match bad.watch("secret").await {
+                Err(e) => shown.push(e.to_string()),
+                Ok(mut bw) => shown.push(format!(
+                    "{:?}",
+                    wait_health(&mut bw, Duration::from_secs(10), false).await
+                )),
+            }
+            shown.push(format!("{bad:?}"));
+            bad.close().await.unwrap();
+        }
+    }
+    consul.stop();
+    shown.push(format!(
+        "{:?}",
+        wait_health(&mut w, Duration::from_secs(20), false).await
+    ));
+    shown.push(reg.lookup("secret").await.unwrap_err().to_string());
+    consul.restart().unwrap();
+    wait_health(&mut w, Duration::from_secs(30), true).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while let Err(e) = reg.register("secret", &inst("10.9.9.2:8091")).await {
+        shown.push(e.to_string());
+        assert!(std::time::Instant::now() < deadline, "no reconnect: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    reg.close().await.unwrap();
+    drop(guard);
+    let text = buf.text();
+    assert!(text.contains("TRACE"), "the capture ran at trace");
+    for s in [SECRET, WRONG] {
+        assert!(!text.contains(s), "a token is in the log");
+        for m in &shown {
+            assert!(!m.contains(s), "a token is in `{m}`");
+        }
+    }
 }

@@ -15,9 +15,13 @@
 //! name escaped); the address is what follows `<cluster>_`. Keys whose rest still
 //! contains `_` belong to another cluster (`a_b` when asked for `a`) and are ignored
 //! (Seata's `split("_")[1]` gets this wrong); keys whose rest is not an address are
-//! skipped with a warning naming the key.
+//! skipped with a warning naming the key (truncated, at most one line per cluster per
+//! 10 s: [`meshline_registry_core::redact::malformed_entry`]; unexpected channel
+//! messages likewise).
 //!
-//! A watch `SUBSCRIBE`s to the channel and rescans on every message, and also
+//! A watch `SUBSCRIBE`s to the channel and rescans after messages (a burst is
+//! coalesced: at most one scan per 200 ms, which starts after the burst's messages
+//! arrived and so sees its last change), and also
 //! periodically, because pub/sub is at-most-once (anything published while we were
 //! disconnected is lost, and a crashed registrant publishes nothing). The periodic
 //! rescan runs every refresh period, and additionally just after the earliest key TTL

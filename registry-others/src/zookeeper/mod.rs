@@ -6,7 +6,8 @@
 //! `/registry/zk/<cluster>/<ip>:<port>` (Java's address form) with the data `true`; the
 //! parents are persistent and created as needed. Lookup lists the children of
 //! `/registry/zk/<cluster>` (a missing path is an empty cluster); child names that are
-//! not addresses are skipped with a warning naming the node.
+//! not addresses are skipped with a warning naming the node (truncated, at most one
+//! line per cluster per 10 s: [`meshline_registry_core::redact::malformed_entry`]).
 //!
 //! ## Sessions and recovery
 //!
@@ -19,7 +20,18 @@
 //!   the session timeout): a new session is built with jittered backoff, our ephemeral
 //!   nodes are created again (a leftover node of our old session is deleted first) and
 //!   every watch is re-armed and re-listed.
-//! - Digest auth (`registry.zk.username` / `password`) is added to every session.
+//! - Digest auth (`registry.zk.username` / `password`) is added to every session, and
+//!   then the cluster path and our nodes are created creator-all + world-read: only
+//!   that digest identity may delete or change them, anyone may read them (without
+//!   credentials they are open to anyone, as Seata's Java client makes them). The shared
+//!   roots `/registry` and `/registry/zk` stay open.
+//! - An unregister whose delete fails (server unreachable within the connect timeout)
+//!   returns the error and keeps the path as *to remove*: it is not created again
+//!   after a session loss, and its delete is retried in the background until it
+//!   succeeds or the client closes (close deletes it once more).
+//! - Unregister and close delete a node only when one of our sessions owns it: a node
+//!   at our path that another session owns (a Java TC registered on the same address)
+//!   is left alone and logged.
 //! - Sessions are *detached*: dropping the client does not close the session, so an
 //!   [`abandon`](ZookeeperRegistry::abandon)ed or crashed registrant disappears after the
 //!   session timeout; [`close`](meshline_registry_core::RegistryService::close) and drop

@@ -198,6 +198,14 @@ impl Inner {
         zk_err(&self.settings.connect_string, op, e)
     }
 
+    /// How long an unregister (or one background retry of it) waits: the connect
+    /// timeout, at least 1 s. While disconnected the client library queues requests
+    /// until it reconnects or gives the session up, and the registrations lock is held
+    /// meanwhile.
+    fn op_timeout(&self) -> Duration {
+        self.settings.connect_timeout.max(Duration::from_secs(1))
+    }
+
     /// True when `session` is one of ours that an expiry replaced.
     fn was_ours(&self, session: i64) -> bool {
         self.old_sessions
@@ -360,9 +368,7 @@ fn retry_delete(inner: &Arc<Inner>, path: String) {
             if !inner.registered.is_removing(&path) {
                 return Ok(true);
             }
-            inner
-                .delete_ours(&path, inner.settings.session_timeout)
-                .await?;
+            inner.delete_ours(&path, inner.op_timeout()).await?;
             inner.registered.removal_done(&path);
             Ok(true)
         }
@@ -398,14 +404,7 @@ impl RegistryService for ZookeeperRegistry {
         // alive, so a failed delete would otherwise leave it for as long as we run.
         self.inner.registered.begin_removal(&path).await;
         let regs = self.inner.registered.lock().await;
-        // Bounded by the connect timeout: while disconnected the client library queues
-        // requests until it reconnects or gives the session up.
-        let limit = self
-            .inner
-            .settings
-            .connect_timeout
-            .max(Duration::from_secs(1));
-        if let Err(e) = self.inner.delete_ours(&path, limit).await {
+        if let Err(e) = self.inner.delete_ours(&path, self.inner.op_timeout()).await {
             drop(regs);
             tracing::warn!(registry = KIND, cluster, %instance, path, error = %e, "unregister failed; retrying in the background");
             retry_delete(&self.inner, path);

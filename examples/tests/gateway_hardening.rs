@@ -1,0 +1,509 @@
+//! Hardening (issue #15, item 8): 5,000 unauthenticated idle connections plus slowloris
+//! senders while bots play. The authenticated bots' p99 stays within 2× of the quiet
+//! baseline (plus a small absolute floor), no bot is refused or disconnected, and the
+//! attackers are cut off by the auth deadline. In-process on loopback: one gateway, two
+//! game backends, the bots and the attackers share the test's 2-worker runtime.
+//!
+//! What the gateway is configured with, and why:
+//! - `max-unauthenticated` 5,000 (the default), `auth-deadline` 10 s, `max-frame` 4 KiB:
+//!   the cap, the deadline and the transport bounds are what is under test. The attack
+//!   is 5,000 idle connections plus 96 slowloris senders, so it goes past the cap: the
+//!   connections over it are refused at once (`Busy`), the rest are held until the
+//!   deadline cuts them (`Late`). The deadline is long enough for the attack to be opened
+//!   and measured while every connection is held, short enough for a bounded test.
+//! - Rate limits at their defaults (per IP 20/s burst 40, 100 messages/s per account),
+//!   but for the gateway-wide connection rate, off: it would refuse most of a flood of
+//!   5,096 connections in a second at accept, and the point here is what happens when
+//!   the attack does reach the gateway. The attackers come from 127.10-14.x.7 (all
+//!   loopback on Linux), at most 4 connections per address, so the per-IP limiter lets
+//!   all of them in too (asserted: it refused nothing). The bots play from 127.0.0.1.
+//! - The bots send one request every 20 ms each (a paced game client, not a flat-out
+//!   benchmark: the latency of a gateway below saturation is what the players feel),
+//!   staggered, 32 of them: about 1,600 requests a second, some 4,800 samples in each
+//!   3 s measurement.
+//!
+//! The latency bound: p99 under attack ≤ 2 × quiet p99 + 1 ms, each p99 the median of
+//! three 1 s windows' (a burst of another process on the shared machine spoils one
+//! window, not the verdict; a cost of the held connections shows in all three). The
+//! 1 ms floor keeps a sub-millisecond baseline from turning scheduler noise into a
+//! failure; it is small next to what an attack that did cost the players adds (a
+//! gateway waking each unauthenticated connection every 50 ms fails the bound by far).
+//!
+//! Not asserted, printed: the latency while the deadline cuts the 5,000 at once (they
+//! were opened within a few seconds, so they expire within about as long; the
+//! attackers' own client tasks run in this process too) and a quiet window after it.
+//! A login while the cap is full is refused `Busy`: the cap's price, paid by new
+//! players only while it is full, never by the ones already in.
+//!
+//! Cost: about 20 s (debug build, loaded 2-core machine), most of it the deadline; up to
+//! ~10,300 descriptors (the soft `RLIMIT_NOFILE` is raised to the hard one if needed).
+mod gateway_world;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
+
+use gateway_world::*;
+use meshline_examples::client::Connector;
+use meshline_examples::gateway::protocol::HEADER_AFTER_LEN;
+use tokio::net::TcpSocket;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{Instant, MissedTickBehavior};
+
+/// Idle unauthenticated connections: connect, send nothing.
+const IDLE: usize = 5_000;
+/// Slowloris over TCP: an AUTH frame's header and payload, a byte at a time.
+const SLOW_TCP: usize = 64;
+/// Slowloris over WebSocket: the upgrade request, a byte at a time.
+const SLOW_WS: usize = 32;
+/// Frames announcing 4 GiB: refused before anything is allocated.
+const OVERSIZE: usize = 8;
+/// The gateway's unauthenticated cap (`max-unauthenticated`, its default).
+const CAP: usize = 5_000;
+const AUTH_DEADLINE: Duration = Duration::from_secs(10);
+/// A slowloris sends one byte this often.
+const DRIBBLE: Duration = Duration::from_millis(200);
+const BOTS: usize = 32;
+/// Each bot sends one request this often.
+const BOT_EVERY: Duration = Duration::from_millis(20);
+/// A measurement is this many consecutive windows of [`SUB_WINDOW`]: its p99 is the
+/// median of theirs, so one window that another process's burst hit does not decide.
+const SUBS: u32 = 3;
+const SUB_WINDOW: Duration = Duration::from_secs(1);
+const WINDOW: Duration = Duration::from_secs(SUBS as u64);
+/// The absolute floor of the latency bound.
+const FLOOR: Duration = Duration::from_millis(1);
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit when it is below `need` (both ends
+/// of every connection live in this process), with `prlimit` on ourselves.
+fn ensure_nofile(need: u64) {
+    let read = || {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap_or_default()
+            .to_string();
+        let mut f = line.split_whitespace().skip(3);
+        let mut n = || match f.next() {
+            Some("unlimited") => u64::MAX,
+            Some(v) => v.parse().unwrap_or(0),
+            None => 0,
+        };
+        (n(), n())
+    };
+    let (soft, hard) = read();
+    if soft >= need {
+        return;
+    }
+    let _ = Command::new("prlimit")
+        .args([
+            "--pid",
+            &std::process::id().to_string(),
+            &format!("--nofile={hard}:{hard}"),
+        ])
+        .status();
+    let (soft, hard) = read();
+    assert!(
+        soft >= need,
+        "RLIMIT_NOFILE soft {soft} (hard {hard}): this test holds {need} descriptors; \
+         raise it (ulimit -n {need})"
+    );
+}
+
+/// The `i`-th attacker's source address: 4 connections per address, all loopback.
+fn attacker_ip(i: usize) -> Ipv4Addr {
+    let n = i / 4;
+    Ipv4Addr::new(127, 10 + (n / 256) as u8, (n % 256) as u8, 7)
+}
+
+async fn connect_from(ip: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    let s = TcpSocket::new_v4().unwrap();
+    s.bind(SocketAddr::new(ip.into(), 0)).unwrap();
+    s.connect(to).await.unwrap()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Idle,
+    SlowTcp,
+    SlowWs,
+    Oversize,
+}
+
+/// How an attacker's connection ended.
+#[derive(Debug)]
+struct Cut {
+    kind: Kind,
+    opened: Instant,
+    closed: Instant,
+    /// The code of the AUTH_FAIL read before the close, if one came.
+    code: Option<u16>,
+}
+
+impl Cut {
+    fn lasted(&self) -> Duration {
+        self.closed - self.opened
+    }
+}
+
+/// The refusal code of an AUTH_FAIL frame at the start of `got`.
+fn refusal_code(got: &[u8]) -> Option<u16> {
+    if got.len() < 4 + HEADER_AFTER_LEN {
+        return None;
+    }
+    let len = u32::from_be_bytes(got[0..4].try_into().unwrap()) as usize;
+    let module = u16::from_be_bytes([got[4], got[5]]);
+    let opcode = u16::from_be_bytes([got[6], got[7]]);
+    if module != GATEWAY_MODULE || opcode != op::AUTH_FAIL || got.len() < 4 + len {
+        return None;
+    }
+    let text = std::str::from_utf8(&got[4 + HEADER_AFTER_LEN..4 + len]).ok()?;
+    text.split(' ').next()?.parse().ok()
+}
+
+/// Holds `stream`, writing `dribble` a byte every [`DRIBBLE`] (nothing for an idle
+/// connection), until the gateway closes it.
+async fn attack(kind: Kind, stream: TcpStream, opened: Instant, dribble: Vec<u8>) -> Cut {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    let mut tick = tokio::time::interval(DRIBBLE);
+    let mut sent = 0;
+    loop {
+        tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) if got.len() < 4096 => got.extend_from_slice(&buf[..n]),
+                Ok(_) => {}
+            },
+            _ = tick.tick(), if sent < dribble.len() => {
+                if wr.write_all(&dribble[sent..sent + 1]).await.is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+        }
+    }
+    Cut {
+        kind,
+        opened,
+        closed: Instant::now(),
+        code: refusal_code(&got),
+    }
+}
+
+/// An AUTH frame announcing a 2,000-byte token (under `max-frame`), header and payload.
+fn slow_auth_frame() -> Vec<u8> {
+    let payload = 2000;
+    let mut f = Vec::new();
+    f.extend_from_slice(&((HEADER_AFTER_LEN + payload) as u32).to_be_bytes());
+    f.extend_from_slice(&GATEWAY_MODULE.to_be_bytes());
+    f.extend_from_slice(&op::AUTH.to_be_bytes());
+    f.extend_from_slice(&0u32.to_be_bytes());
+    f.push(0);
+    f.resize(4 + HEADER_AFTER_LEN + payload, b'x');
+    f
+}
+
+fn slow_upgrade(to: SocketAddr) -> Vec<u8> {
+    format!(
+        "GET / HTTP/1.1\r\nHost: {to}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// What a bot did: its requests (when sent, how long the reply took) and failures.
+struct Played {
+    client: GatewayClient,
+    samples: Vec<(Instant, Duration)>,
+    failures: Vec<String>,
+}
+
+fn play(i: usize, client: GatewayClient, mut stop: watch::Receiver<bool>) -> JoinHandle<Played> {
+    tokio::spawn(async move {
+        // Staggered: the bots' requests spread over the period instead of arriving
+        // together.
+        tokio::time::sleep(BOT_EVERY * i as u32 / BOTS as u32).await;
+        let mut tick = tokio::time::interval(BOT_EVERY);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut samples = Vec::new();
+        let mut failures = Vec::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => break,
+            }
+            let t = Instant::now();
+            match client.request(modules::LOBBY, 1, Bytes::new()).await {
+                Ok(_) => samples.push((t, t.elapsed())),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        Played {
+            client,
+            samples,
+            failures,
+        }
+    })
+}
+
+/// (count, p50, p99) of the latencies of requests sent within `from..to`.
+fn percentiles(played: &[Played], from: Instant, to: Instant) -> (usize, Duration, Duration) {
+    let mut v: Vec<Duration> = played
+        .iter()
+        .flat_map(|p| p.samples.iter())
+        .filter(|(t, _)| *t >= from && *t < to)
+        .map(|(_, d)| *d)
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no request in the window");
+    let at = |q: usize| v[(v.len() * q / 100).min(v.len() - 1)];
+    (v.len(), at(50), at(99))
+}
+
+/// The median of the p99s of the [`SUBS`] windows from `from` (see [`SUBS`]).
+fn typical_p99(played: &[Played], from: Instant) -> Duration {
+    let mut p99s: Vec<Duration> = (0..SUBS)
+        .map(|k| {
+            let (n, _, p99) =
+                percentiles(played, from + SUB_WINDOW * k, from + SUB_WINDOW * (k + 1));
+            assert!(n >= 500, "too few samples in a window: {n}");
+            p99
+        })
+        .collect();
+    p99s.sort();
+    p99s[p99s.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slowloris_connections_do_not_hurt_playing_bots() {
+    let t_test = Instant::now();
+    // Both ends of every connection, plus the bots, backends and slack.
+    ensure_nofile(2 * (IDLE + SLOW_TCP + SLOW_WS + OVERSIZE + BOTS) as u64 + 1_000);
+    let w = world(2, |s| {
+        s.ws_listen = Some("127.0.0.1:0".parse().unwrap());
+        s.auth_deadline = AUTH_DEADLINE;
+        s.max_unauthenticated = CAP;
+        s.limits = LimitSettings {
+            global_connects: Rate::OFF,
+            ..LimitSettings::default()
+        };
+    })
+    .await;
+    let addr = w.gateway.local_addr();
+    let ws_addr = w.gateway.ws_addr().unwrap();
+    let stats = w.gateway.stats();
+
+    // The bots log in and play all along.
+    let (stop_tx, stop) = watch::channel(false);
+    let mut bots = Vec::new();
+    for i in 0..BOTS {
+        bots.push(play(i, w.player(&format!("bot{i}")).await, stop.clone()));
+    }
+    let admitted = stats.admitted.load(Ordering::Relaxed);
+    assert_eq!(admitted, BOTS as u64);
+
+    // The quiet baseline (after a warm-up).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let quiet = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let quiet_end = Instant::now();
+
+    // The attack. Slowloris first: they take their place under the cap before the idle
+    // flood (so which connections the cap refuses is known: idle ones).
+    let refused0 = stats.refused.load(Ordering::Relaxed);
+    let mut attackers = JoinSet::new();
+    let mut next_ip = 0;
+    let mut ip = || {
+        next_ip += 1;
+        attacker_ip(next_ip)
+    };
+    let first_opened = Instant::now();
+    for _ in 0..SLOW_WS {
+        let s = connect_from(ip(), ws_addr).await;
+        let opened = Instant::now();
+        attackers.spawn(attack(Kind::SlowWs, s, opened, slow_upgrade(ws_addr)));
+    }
+    for _ in 0..SLOW_TCP {
+        let s = connect_from(ip(), addr).await;
+        let opened = Instant::now();
+        attackers.spawn(attack(Kind::SlowTcp, s, opened, slow_auth_frame()));
+    }
+    // Accepted and counted under the cap within this (they need one task step each).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The frame cap: 4 GiB announced, refused at once (Malformed), before any buffer.
+    let mut oversize = JoinSet::new();
+    for _ in 0..OVERSIZE {
+        let mut s = connect_from(ip(), addr).await;
+        let opened = Instant::now();
+        s.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+        oversize.spawn(attack(Kind::Oversize, s, opened, Vec::new()));
+    }
+    let oversize = tokio::time::timeout(Duration::from_secs(5), oversize.join_all())
+        .await
+        .expect("oversized frames are refused at once");
+    for c in &oversize {
+        assert_eq!(c.code, Some(Refusal::Malformed.code()), "{c:?}");
+        assert!(c.lasted() < Duration::from_secs(1), "{c:?}");
+    }
+    // The idle flood, 128 connects in flight at a time.
+    let connecting = Arc::new(Semaphore::new(128));
+    let (opened_tx, mut opened_rx) = mpsc::unbounded_channel();
+    for _ in 0..IDLE {
+        let from = ip();
+        let (connecting, opened_tx) = (connecting.clone(), opened_tx.clone());
+        attackers.spawn(async move {
+            let permit = connecting.acquire_owned().await.unwrap();
+            let s = connect_from(from, addr).await;
+            let opened = Instant::now();
+            drop(permit);
+            let _ = opened_tx.send(());
+            attack(Kind::Idle, s, opened, Vec::new()).await
+        });
+    }
+    for _ in 0..IDLE {
+        opened_rx.recv().await.unwrap();
+    }
+    let all_opened = Instant::now();
+    // Past the cap: refused at once with Busy (the idle connections last in).
+    let over_cap = IDLE + SLOW_TCP + SLOW_WS - CAP;
+    let refused_now = || (stats.refused.load(Ordering::Relaxed) - refused0) as usize;
+    let t = Instant::now();
+    while refused_now() < OVERSIZE + over_cap && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(refused_now(), OVERSIZE + over_cap, "refused over the cap");
+
+    // Under attack: 5,000 connections held unauthenticated, 96 of them dribbling.
+    let attacked = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let attacked_end = Instant::now();
+    assert!(
+        attacked_end + Duration::from_millis(250) < first_opened + AUTH_DEADLINE,
+        "the attack took {:?} to open: the window was not within the auth deadline",
+        all_opened - first_opened
+    );
+    assert_eq!(
+        refused_now(),
+        OVERSIZE + over_cap,
+        "an attacker was cut before the deadline"
+    );
+    // A new login now finds the cap full (the cap's price; not asserted).
+    let newcomer = Connector::tcp(addr)
+        .auth(&w.minter.mint("newcomer", Duration::from_secs(60)))
+        .await
+        .map(|_| ());
+
+    // The deadline cuts the rest.
+    let cuts = tokio::time::timeout(
+        AUTH_DEADLINE + Duration::from_secs(10),
+        attackers.join_all(),
+    )
+    .await
+    .expect("every attacker is cut off by the auth deadline");
+    let cut_end = Instant::now();
+    // After the attack a new player gets in again.
+    let late_player = w.player("after-the-attack").await;
+    let answer = late_player.request(modules::LOBBY, 1, Bytes::new()).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    // Quiet again, for comparison (not asserted).
+    let after = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let after_end = Instant::now();
+    stop_tx.send(true).unwrap();
+    let mut played = Vec::new();
+    for b in bots {
+        played.push(b.await.unwrap());
+    }
+    drop(stop);
+
+    // The attackers: the cap refused the excess at once, the deadline cut every other
+    // one, not before it.
+    let busy: Vec<&Cut> = cuts
+        .iter()
+        .filter(|c| c.code == Some(Refusal::Busy.code()))
+        .collect();
+    assert_eq!(busy.len(), over_cap, "refused Busy");
+    assert!(
+        busy.iter()
+            .all(|c| c.kind == Kind::Idle && c.lasted() < Duration::from_secs(1))
+    );
+    let held: Vec<&Cut> = cuts
+        .iter()
+        .filter(|c| c.code != Some(Refusal::Busy.code()))
+        .collect();
+    assert_eq!(held.len(), CAP);
+    let early = AUTH_DEADLINE - Duration::from_millis(250);
+    let late = AUTH_DEADLINE + Duration::from_secs(3);
+    for c in &held {
+        assert!(
+            c.lasted() >= early && c.lasted() <= late,
+            "cut after {:?}, not at the {AUTH_DEADLINE:?} deadline: {c:?}",
+            c.lasted()
+        );
+        match c.kind {
+            // Told why (AUTH_FAIL Late), then closed.
+            Kind::Idle => assert_eq!(c.code, Some(Refusal::Late.code()), "{c:?}"),
+            // The same, unless a byte it dribbled after the deadline arrived unread
+            // and the close reset the connection before the refusal was read.
+            Kind::SlowTcp => assert!(
+                c.code.is_none() || c.code == Some(Refusal::Late.code()),
+                "{c:?}"
+            ),
+            // WebSocket: no handshake, no message to carry a refusal in.
+            Kind::SlowWs | Kind::Oversize => assert_eq!(c.code, None, "{c:?}"),
+        }
+    }
+    let count = |k: Kind| held.iter().filter(|c| c.kind == k).count();
+    assert_eq!(
+        (count(Kind::Idle), count(Kind::SlowTcp), count(Kind::SlowWs)),
+        (CAP - SLOW_TCP - SLOW_WS, SLOW_TCP, SLOW_WS)
+    );
+    let lasted: Vec<Duration> = held.iter().map(|c| c.lasted()).collect();
+    let (min_cut, max_cut) = (
+        lasted.iter().min().copied().unwrap(),
+        lasted.iter().max().copied().unwrap(),
+    );
+    // The per-IP limiter let every attacker in: the cap and the deadline did the work.
+    assert_eq!(w.gateway.limits().refused(LimitKind::Ip), 0);
+    assert_eq!(w.gateway.limits().refused(LimitKind::Global), 0);
+
+    // The bots: never refused, never disconnected, nobody logged in again.
+    for (i, p) in played.iter().enumerate() {
+        assert!(p.failures.is_empty(), "bot {i}: {:?}", p.failures);
+        assert!(!p.client.is_closed(), "bot {i} was disconnected");
+    }
+    assert_eq!(
+        stats.admitted.load(Ordering::Relaxed),
+        admitted + 1,
+        "only the player after the attack logged in"
+    );
+
+    // The latencies.
+    let (n_q, p50_q, p99_q) = percentiles(&played, quiet, quiet_end);
+    let (n_a, p50_a, p99_a) = percentiles(&played, attacked, attacked_end);
+    let (n_c, p50_c, p99_c) = percentiles(&played, attacked_end, cut_end);
+    let (n_r, p50_r, p99_r) = percentiles(&played, after, after_end);
+    eprintln!(
+        "quiet: {n_q} requests, p50 {p50_q:?}, p99 {p99_q:?}\n\
+         under attack ({IDLE} idle + {SLOW_TCP} TCP + {SLOW_WS} WS slowloris; {CAP} held, \
+         {over_cap} refused Busy): {n_a} requests, p50 {p50_a:?}, p99 {p99_a:?}\n\
+         while the deadline cut them (not asserted): {n_c} requests, p50 {p50_c:?}, \
+         p99 {p99_c:?}\n\
+         quiet again after the attack: {n_r} requests, p50 {p50_r:?}, p99 {p99_r:?}\n\
+         attack opened in {:?}; held cut after {min_cut:?}..{max_cut:?}; \
+         a login while the cap was full: {newcomer:?}; test took {:?}",
+        all_opened - first_opened,
+        t_test.elapsed()
+    );
+    let (typical_q, typical_a) = (typical_p99(&played, quiet), typical_p99(&played, attacked));
+    eprintln!(
+        "p99, median of {SUBS} windows of {SUB_WINDOW:?}: quiet {typical_q:?}, under attack {typical_a:?}"
+    );
+    assert!(
+        typical_a <= typical_q * 2 + FLOOR,
+        "p99 under attack {typical_a:?} > 2 × quiet p99 {typical_q:?} + {FLOOR:?}"
+    );
+}

@@ -243,7 +243,11 @@ impl WatchHub {
         match map.get(cluster) {
             Some(ch) if ch.snapshot.receiver_count() == 0 => {
                 map.remove(cluster);
-                tracing::debug!(registry = self.kind, cluster, "no watch left; forgot the cluster");
+                tracing::debug!(
+                    registry = self.kind,
+                    cluster,
+                    "no watch left; forgot the cluster"
+                );
                 true
             }
             _ => false,

@@ -27,6 +27,15 @@ pub struct Snapshot {
 impl Snapshot {
     fn new(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>, sorted: bool) -> Snapshot {
         let index = KeyIndex::build(&endpoints);
+        Snapshot::with_index(endpoints, picker, index, sorted)
+    }
+
+    fn with_index(
+        endpoints: Arc<[Endpoint]>,
+        picker: Arc<dyn Picker>,
+        index: KeyIndex,
+        sorted: bool,
+    ) -> Snapshot {
         Snapshot {
             endpoints,
             picker,
@@ -198,31 +207,38 @@ impl Balancer {
     ) {
         crate::stats::clock::now_nanos();
         let endpoints: Arc<[Endpoint]> = Arc::from(endpoints);
-        let picker = if endpoints.is_empty() {
-            Arc::new(EmptyPicker) as Arc<dyn Picker>
+        // A merged update (distinct identities) carries the key index over.
+        let carry = sorted && from.is_some();
+        let (picker, index) = if endpoints.is_empty() {
+            (Arc::new(EmptyPicker) as Arc<dyn Picker>, None)
         } else {
             let from = from.unwrap_or_else(|| carried_over(previous, &endpoints));
             let joined: Vec<u32> = (0..endpoints.len() as u32)
                 .filter(|&i| from[i as usize] == JOINED)
                 .collect();
-            let mut kept = vec![false; previous.endpoints.len()];
-            for &j in from.iter().filter(|&&j| j != JOINED) {
-                kept[j as usize] = true;
+            // Where each previous endpoint is now (`JOINED`: it left).
+            let mut new_of_old = vec![JOINED; previous.endpoints.len()];
+            for (i, &j) in from.iter().enumerate().filter(|&(_, &j)| j != JOINED) {
+                new_of_old[j as usize] = i as u32;
             }
-            let left: Vec<u32> = (0..kept.len() as u32)
-                .filter(|&j| !kept[j as usize])
+            let left: Vec<u32> = (0..new_of_old.len() as u32)
+                .filter(|&j| new_of_old[j as usize] == JOINED)
                 .collect();
-            self.lb.rebuild(&MembershipChange::new(
+            let picker = self.lb.rebuild(&MembershipChange::new(
                 &endpoints, previous, &from, &joined, &left,
-            ))
+            ));
+            let index = carry.then(|| previous.index.carry(&new_of_old, &endpoints, &joined));
+            (picker, index)
         };
         tracing::debug!(
             lb = self.lb.name(),
             endpoints = endpoints.len(),
             "picker rebuilt"
         );
-        self.current
-            .store(Arc::new(Snapshot::new(endpoints, picker, sorted)));
+        let index = index.unwrap_or_else(|| KeyIndex::build(&endpoints));
+        self.current.store(Arc::new(Snapshot::with_index(
+            endpoints, picker, index, sorted,
+        )));
     }
 
     /// The current snapshot.

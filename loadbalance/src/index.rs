@@ -4,7 +4,9 @@
 //! A `HashMap<InstanceKey, usize>` rebuilt on every membership change cloned and hashed
 //! every identity (10 000 string allocations and hashes for a large cluster); this table
 //! stores only `hash << 32 | index + 1` per slot and compares keys on a 32-bit hash
-//! match, so building it is one pass of integer stores.
+//! match, so building it is one pass of integer stores. A slot's home is taken from the
+//! same 32 bits it stores, so an index can be carried over to the next membership
+//! ([`KeyIndex::carry`]) from its slots alone, without reading an endpoint.
 
 use meshline_registry_core::InstanceKey;
 
@@ -28,14 +30,11 @@ impl KeyIndex {
                 mask: 0,
             };
         }
-        // At most two-thirds full: short probe runs, a small table to fill.
-        let capacity = (endpoints.len() + endpoints.len() / 2 + 1).next_power_of_two();
-        let mask = capacity - 1;
-        let mut slots = vec![0u64; capacity].into_boxed_slice();
+        let (mut slots, mask) = KeyIndex::empty(endpoints.len());
         for (i, e) in endpoints.iter().enumerate() {
             let h = e.key_hash();
             let tag = h >> 32 << 32;
-            let mut s = h as usize & mask;
+            let mut s = (h >> 32) as usize & mask;
             loop {
                 let slot = slots[s];
                 if slot == 0 {
@@ -53,6 +52,47 @@ impl KeyIndex {
         KeyIndex { slots, mask }
     }
 
+    /// Zeroed slots for `n` identities: at most two-thirds full (short probe runs, a
+    /// small table to fill).
+    fn empty(n: usize) -> (Box<[u64]>, usize) {
+        let capacity = (n + n / 2 + 1).next_power_of_two();
+        (vec![0u64; capacity].into_boxed_slice(), capacity - 1)
+    }
+
+    /// The index of a membership of `len` distinct identities made from the one this
+    /// index was built for: previous endpoint `j` is now at `new_of_old[j]` (or gone:
+    /// `JOINED`), and `joined` (positions in `endpoints`, the new membership) are the
+    /// others. Integer work over the slots, plus one insertion per joined endpoint.
+    pub(crate) fn carry(
+        &self,
+        new_of_old: &[u32],
+        endpoints: &[Endpoint],
+        joined: &[u32],
+    ) -> KeyIndex {
+        if endpoints.is_empty() {
+            return KeyIndex::build(endpoints);
+        }
+        let (mut slots, mask) = KeyIndex::empty(endpoints.len());
+        // Identities are distinct: each entry goes to the first free slot from its home.
+        let mut put = |tag: u64, i: u32| {
+            let mut s = (tag >> 32) as usize & mask;
+            while slots[s] != 0 {
+                s = (s + 1) & mask;
+            }
+            slots[s] = tag | (u64::from(i) + 1);
+        };
+        for &slot in self.slots.iter().filter(|&&slot| slot != 0) {
+            let i = new_of_old[(slot as u32 - 1) as usize];
+            if i != crate::change::JOINED {
+                put(slot >> 32 << 32, i);
+            }
+        }
+        for &i in joined {
+            put(endpoints[i as usize].key_hash() >> 32 << 32, i);
+        }
+        KeyIndex { slots, mask }
+    }
+
     /// The position of `key` in `endpoints` (the slice this index was built from).
     pub(crate) fn get(&self, endpoints: &[Endpoint], key: &InstanceKey) -> Option<usize> {
         if self.slots.is_empty() {
@@ -60,7 +100,7 @@ impl KeyIndex {
         }
         let h = hash_key(key);
         let tag = h >> 32 << 32;
-        let mut s = h as usize & self.mask;
+        let mut s = (h >> 32) as usize & self.mask;
         loop {
             let slot = self.slots[s];
             if slot == 0 {
@@ -98,6 +138,35 @@ mod tests {
             let absent = Instance::parse("192.168.0.1:1").unwrap();
             assert_eq!(index.get(&eps, absent.key()), None);
         }
+    }
+
+    #[test]
+    fn a_carried_index_finds_every_member() {
+        use crate::change::JOINED;
+        let ep = |i: usize| {
+            Endpoint::new(Instance::parse(&format!("10.6.{}.{}:80", i / 250, i % 250)).unwrap())
+        };
+        let old: Vec<Endpoint> = (0..1000).map(ep).collect();
+        let index = KeyIndex::build(&old);
+        // Every third leaves; 700 join, interleaved.
+        let mut new = Vec::new();
+        let mut new_of_old = vec![JOINED; old.len()];
+        let mut joined = Vec::new();
+        for (j, e) in old.iter().enumerate() {
+            if j % 3 != 0 {
+                new_of_old[j] = new.len() as u32;
+                new.push(e.clone());
+            }
+            if j % 10 < 7 {
+                joined.push(new.len() as u32);
+                new.push(ep(1000 + j));
+            }
+        }
+        let carried = index.carry(&new_of_old, &new, &joined);
+        for (i, e) in new.iter().enumerate() {
+            assert_eq!(carried.get(&new, e.key()), Some(i));
+        }
+        assert_eq!(carried.get(&new, old[0].key()), None);
     }
 
     #[test]

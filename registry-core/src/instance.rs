@@ -20,12 +20,23 @@ use crate::RegistryError;
 ///
 /// Two [`Instance`]s with the same key are the same server, whatever their weight or
 /// metadata say; stats and connections are keyed by this.
+///
+/// The host is a shared string: cloning a key or an instance (a backend keeping its
+/// member list and publishing it again with one change, a stats registry remembering
+/// an identity) copies a pointer, and dropping a snapshot whose instances live on in
+/// the next one frees no strings. It compares, orders and hashes as the `str` it holds
+/// (as a `String` did).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct InstanceKey {
     /// Host without brackets: a normalised IP address or a DNS name (lower-cased).
-    pub host: String,
+    #[serde(serialize_with = "serialize_host")]
+    pub host: Arc<str>,
     /// TCP port, never 0.
     pub port: u16,
+}
+
+fn serialize_host<S: serde::Serializer>(host: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(host)
 }
 
 impl fmt::Display for InstanceKey {
@@ -70,7 +81,10 @@ impl Instance {
         let host =
             normalise_host(host).map_err(|reason| RegistryError::invalid_address(text, reason))?;
         Ok(Instance {
-            key: InstanceKey { host, port },
+            key: InstanceKey {
+                host: host.into(),
+                port,
+            },
             weight: 1,
             zone: None,
             metadata: BTreeMap::new(),
@@ -154,7 +168,7 @@ impl Instance {
         match self.ip() {
             Some(IpAddr::V6(v6)) => java_ipv6(&v6),
             Some(IpAddr::V4(v4)) => v4.to_string(),
-            None => self.key.host.clone(),
+            None => self.key.host.to_string(),
         }
     }
 
@@ -199,9 +213,10 @@ impl TryFrom<std::net::SocketAddr> for Instance {
 /// The same result as a stable `sort_by` on the key and a `dedup_by` on the key, at a
 /// fraction of the cost for large lists (a registry snapshot of 10 000 members): each
 /// host's first 16 bytes are packed big-endian into an integer (which orders as the
-/// strings do), the bytes every host shares are skipped, and the next 8 bytes with the
-/// position in the list make one `u128` per instance, sorted as plain integers; only
-/// runs that tie on those 8 bytes are ordered again by the whole key. Ties keep the
+/// strings do), the bytes every host shares are skipped, and the next 12 bytes with the
+/// position in the list make one `u128` per instance, sorted as plain integers by the
+/// first 8; runs that tie on those are ordered by the next 4, and only what ties on
+/// all 12 by the whole key. Ties keep the
 /// list order, so the first of an identity stays first.
 pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize) {
     fn prefix(key: &InstanceKey) -> u128 {
@@ -227,10 +242,13 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
         .map_or(0, |&p0| ranks.iter().fold(0u128, |acc, &p| acc | (p ^ p0)));
     let shared = (differ.leading_zeros() / 8).min(8);
     for (i, r) in ranks.iter_mut().enumerate() {
-        *r = ((*r << (8 * shared)) >> 64) << 64 | i as u128;
+        // The 12 bytes after the shared ones (zeros past the 16 taken: equal for all,
+        // so they never decide) above the position.
+        *r = ((*r << (8 * shared)) >> 32) << 32 | i as u128;
     }
     radix_sort_by_top_64(&mut ranks);
-    // Runs that tie on the 8 bytes compared: the whole key decides, then the position.
+    // Runs that tie on the 8 bytes sorted: the next 4 bytes decide, then (when those
+    // tie too) the whole key, then the position.
     let at = |r: u128| r as u32 as usize;
     let mut k = 0;
     while k < ranks.len() {
@@ -238,10 +256,12 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
         let end = k + ranks[k..].iter().take_while(|&&r| r >> 64 == top).count();
         if end - k > 1 {
             ranks[k..end].sort_unstable_by(|&a, &b| {
-                instances[at(a)]
-                    .key
-                    .cmp(&instances[at(b)].key)
-                    .then(at(a).cmp(&at(b)))
+                (a >> 32).cmp(&(b >> 32)).then_with(|| {
+                    instances[at(a)]
+                        .key
+                        .cmp(&instances[at(b)].key)
+                        .then(at(a).cmp(&at(b)))
+                })
             });
         }
         k = end;
@@ -252,7 +272,7 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
     let mut last: Option<u128> = None;
     for &r in &ranks {
         let duplicate = last
-            .is_some_and(|l| l >> 64 == r >> 64 && instances[at(l)].key == instances[at(r)].key);
+            .is_some_and(|l| l >> 32 == r >> 32 && instances[at(l)].key == instances[at(r)].key);
         if !duplicate {
             keep[at(r)] = true;
             kept.push(r as u32);

@@ -233,9 +233,14 @@ impl PagedRing {
             })
             .collect();
         free.sort_unstable_by(|a, b| b.cmp(a));
-        let mut index_of = self.index_of.to_vec();
-        let mut bases = self.bases.to_vec();
-        let mut node_counts = self.counts.to_vec();
+        // Room for the nodes that join without reusing a number: no reallocation.
+        let room = self.index_of.len() + n_joined;
+        let mut index_of = Vec::with_capacity(room);
+        index_of.extend_from_slice(&self.index_of);
+        let mut bases = Vec::with_capacity(room);
+        bases.extend_from_slice(&self.bases);
+        let mut node_counts = Vec::with_capacity(room);
+        node_counts.extend_from_slice(&self.counts);
         for &node in &free {
             index_of[node as usize] = FREE;
             node_counts[node as usize] = 0;

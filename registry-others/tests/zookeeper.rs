@@ -478,6 +478,70 @@ async fn a_node_another_session_owns_is_not_deleted() {
     }
 }
 
+/// Issue #13 item 4: registering where another session's node sits (a Java TC on the
+/// same address, or the process we replaced) never deletes it: the register waits for
+/// the owner's session to go, then creates ours; a live owner makes it an error.
+#[tokio::test]
+async fn register_waits_for_another_sessions_node_and_never_deletes_it() {
+    init_logs();
+    let zk = ZooKeeper::start().expect("zookeeper");
+    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
+        .await
+        .unwrap();
+    let java = raw(&zk.connect_string()).await;
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    // Parents first (a registration of another address makes them).
+    reg.register("taken", &inst("10.5.6.1:1")).await.unwrap();
+
+    // A live owner: the register fails after its wait, the node is untouched.
+    let me = inst("10.5.6.7:8091");
+    let path = instance_path("taken", &me);
+    java.create(&path, b"true", &eph).await.unwrap();
+    let owner = java.session_id().0;
+    let t0 = std::time::Instant::now();
+    let err = reg.register("taken", &me).await.unwrap_err().to_string();
+    assert!(err.contains("another live session"), "{err}");
+    assert!(
+        t0.elapsed() >= SESSION,
+        "gave up before a session timeout: {:?}",
+        t0.elapsed()
+    );
+    let stat = java.check_stat(&path).await.unwrap();
+    assert_eq!(
+        stat.map(|s| s.ephemeral_owner),
+        Some(owner),
+        "deleted another session's node"
+    );
+
+    // The owner goes away meanwhile: the register completes with our own node.
+    let waiting = tokio::spawn({
+        let reg = std::sync::Arc::new(reg);
+        let me = me.clone();
+        async move {
+            let r = reg.register("taken", &me).await;
+            (reg, r)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !waiting.is_finished(),
+        "it must wait while the other node is there"
+    );
+    java.delete(&path, None).await.unwrap();
+    let (reg, r) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("register finishes once the other node is gone")
+        .unwrap();
+    r.unwrap();
+    let stat = java.check_stat(&path).await.unwrap().expect("our node");
+    assert_ne!(stat.ephemeral_owner, owner);
+    reg.close().await.unwrap();
+    assert!(
+        java.check_stat(&path).await.unwrap().is_none(),
+        "close removes ours"
+    );
+}
+
 /// Issue #13 item 2: at `trace`, dependencies included, a run that logs in with a
 /// digest password, fails to log in with a wrong one (ZooKeeper accepts any digest
 /// identity; the wrong one is refused by the ACL) and reconnects after a server

@@ -241,8 +241,51 @@ impl Inner {
         }
     }
 
+    /// Waits until the node at `path`, owned by another session `owner`, is gone: at
+    /// most the session timeout plus the connect timeout and a second (the longest an
+    /// expired owner's node can outlive it, with our own session's timeout as the
+    /// bound). A node still there then belongs to a live session: an error naming it.
+    async fn await_foreign_node(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        owner: i64,
+    ) -> Result<(), RegistryError> {
+        tracing::warn!(
+            registry = KIND,
+            path,
+            owner = format!("{owner:#x}"),
+            "another session owns our node; waiting for it to expire (it is not deleted)"
+        );
+        let wait = self
+            .settings
+            .session_timeout
+            .saturating_add(self.op_timeout())
+            .saturating_add(Duration::from_secs(1));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match client.check_stat(path).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(stat)) if stat.ephemeral_owner != owner => return Ok(()),
+                Ok(Some(_)) => {}
+                Err(e) => return Err(self.err("stat", e)),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RegistryError::unavailable(
+                    KIND,
+                    &self.settings.connect_string,
+                    format!(
+                        "{path} belongs to another live session ({owner:#x}) after {wait:?}: \
+                         another process is registered at this address; it is not deleted"
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Creates our ephemeral node at `path` (and its parents). A node left by an older
-    /// session of ours is replaced.
+    /// session of ours is replaced; another session's is waited for, never deleted.
     ///
     /// With credentials, the cluster path (whose ACL decides who may delete its
     /// children) and our node get [`acls`](Self::acls); the shared roots above stay
@@ -273,18 +316,25 @@ impl Inner {
                     Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
                         return Ok(());
                     }
-                    Ok(Some(stat)) => {
+                    Ok(Some(stat)) if self.was_ours(stat.ephemeral_owner) => {
                         tracing::info!(
                             registry = KIND,
                             path,
                             owner = stat.ephemeral_owner,
-                            "replacing a node left by an older session"
+                            "replacing a node left by an older session of ours"
                         );
                         match client.delete(path, Some(stat.version)).await {
                             Ok(()) | Err(zk::Error::NoNode) => {}
                             Err(zk::Error::BadVersion) => {}
                             Err(e) => return Err(self.err("delete stale node", e)),
                         }
+                    }
+                    Ok(Some(stat)) => {
+                        // Another session's node (a Java TC on this address, or the
+                        // process that had it before us): never deleted. A dead owner's
+                        // node goes when its session expires; wait that long for it.
+                        self.await_foreign_node(client, path, stat.ephemeral_owner)
+                            .await?;
                     }
                     Ok(None) => {}
                     Err(e) => return Err(self.err("stat", e)),

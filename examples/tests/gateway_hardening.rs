@@ -24,7 +24,10 @@
 //!
 //! The latency bound: p99 under attack ≤ 2 × quiet p99 + 1 ms, each p99 the median of
 //! three 1 s windows' (a burst of another process on the shared machine spoils one
-//! window, not the verdict; a cost of the held connections shows in all three). The
+//! window, not the verdict; a cost of the held connections shows in all three), the
+//! quiet p99 the higher of the spells before and after the attack (a slow spell of the
+//! shared machine covers both the attack and the quiet right after it; the cost of
+//! the held connections shows only while they are held). The
 //! 1 ms floor keeps a sub-millisecond baseline from turning scheduler noise into a
 //! failure; it is small next to what an attack that did cost the players adds (a
 //! gateway waking each unauthenticated connection every 50 ms fails the bound by far).
@@ -498,9 +501,20 @@ async fn idle_and_slowloris_connections_do_not_hurt_playing_bots() {
         all_opened - first_opened,
         t_test.elapsed()
     );
-    let (typical_q, typical_a) = (typical_p99(&played, quiet), typical_p99(&played, attacked));
+    // The quiet baseline is the quiet measurement before the attack or the one after
+    // it, the higher: the machine this runs on is shared, and a slower spell of it
+    // (another process, not the attack) that covers the attack also covers the quiet
+    // spell right after it, while a cost of the held connections shows only while
+    // they are held.
+    let (before_q, typical_a, after_q) = (
+        typical_p99(&played, quiet),
+        typical_p99(&played, attacked),
+        typical_p99(&played, after),
+    );
+    let typical_q = before_q.max(after_q);
     eprintln!(
-        "p99, median of {SUBS} windows of {SUB_WINDOW:?}: quiet {typical_q:?}, under attack {typical_a:?}"
+        "p99, median of {SUBS} windows of {SUB_WINDOW:?}: quiet {before_q:?} before, \
+         {after_q:?} after, under attack {typical_a:?}"
     );
     assert!(
         typical_a <= typical_q * 2 + FLOOR,

@@ -99,14 +99,18 @@ pub async fn route(
             Err(e) => Err(e.into()),
         };
     }
-    let account = who.session.account.clone();
-    let role = who.session.role();
+    // Only the key a route balances by is read (stateless unkeyed routes, the common
+    // case, read none: no copy, no session lock).
+    let role: String;
     let prefix: Bytes;
     let mut pick = PickRequest::default();
     match route.key {
         RouteKey::None => {}
-        RouteKey::Account => pick = pick.with_key(account.as_bytes()),
-        RouteKey::Role => pick = pick.with_key(role.as_bytes()),
+        RouteKey::Account => pick = pick.with_key(who.session.account.as_bytes()),
+        RouteKey::Role => {
+            role = who.session.role();
+            pick = pick.with_key(role.as_bytes());
+        }
         RouteKey::Source => pick = pick.with_source(who.addr.ip()),
         RouteKey::Prefix(n) => {
             prefix = frame.payload.slice(..n.min(frame.payload.len()));

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::admission::Refusal;
@@ -246,7 +246,15 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     tracing::debug!(%peer, session = %session.id, account = %session.account, resumed, "client admitted");
     let writer = tokio::spawn(write_client(link.outbound.clone(), wr));
     // Bounded per-client concurrency: at the cap we stop reading, and TCP pushes back.
-    let in_flight = Arc::new(Semaphore::new(32));
+    // The forwards are driven here, in the connection's task (no task spawned per
+    // message); the ones still running when the connection ends finish in a task of
+    // their own, as they would have.
+    let mut in_flight = FuturesUnordered::new();
+    let ctx = Arc::new(Forwarding {
+        shared: shared.clone(),
+        session: session.clone(),
+        link: link.clone(),
+    });
     // The WebSocket close code, if the connection is still open at the end.
     let mut close = CloseCode::Normal;
     // Created once: the reader stops when the writer's queue closes (overflow, kick,
@@ -257,7 +265,8 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     let mut abuse = shared.limits.abuse_meter();
     loop {
         let next = tokio::select! {
-            n = reader.next() => n,
+            n = reader.next(), if in_flight.len() < MAX_IN_FLIGHT => n,
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
             _ = shared.stop.cancelled() => {
                 close = CloseCode::Away;
                 break;
@@ -307,23 +316,34 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             }
             continue;
         }
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            break;
-        };
-        let (shared, session, link) = (shared.clone(), session.clone(), link.clone());
         // Drawn here, in the client's order: held messages are replayed in it.
         let ticket = shared.protect.ticket();
-        tokio::spawn(async move {
-            forward(&shared, &session, &link, frame, ticket).await;
-            drop(permit);
-        });
+        in_flight.push(forward_in(ctx.clone(), frame, ticket));
     }
     session.detach(&link);
     link.outbound.close("client disconnected");
+    if !in_flight.is_empty() {
+        tokio::spawn(async move { while in_flight.next().await.is_some() {} });
+    }
     if let Ok(wr) = writer.await {
         let reason = link.outbound.closed_reason().unwrap_or_default();
         wr.close(close, &reason).await;
     }
+}
+
+/// Requests forwarded at once per connection: at the cap the connection is not read.
+const MAX_IN_FLIGHT: usize = 32;
+
+/// What a connection's forwards share (one reference count per message, on the
+/// connection's own allocation).
+struct Forwarding {
+    shared: Arc<Shared>,
+    session: Arc<Session>,
+    link: Arc<Link>,
+}
+
+async fn forward_in(ctx: Arc<Forwarding>, frame: ClientFrame, ticket: u64) {
+    forward(&ctx.shared, &ctx.session, &ctx.link, frame, ticket).await;
 }
 
 /// Sends KICK with `reason` and closes the queue once what is queued before it has been

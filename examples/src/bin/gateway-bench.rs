@@ -29,7 +29,7 @@ use meshline_examples::gateway::admission::TokenMinter;
 use meshline_examples::gateway::limits::LimitSettings;
 use meshline_examples::gateway::queue::QueueSettings;
 use meshline_examples::gateway::settings::{GatewaySettings, ModuleKind, ModuleRoute, RouteKey};
-use meshline_examples::gateway::{Gateway, wire};
+use meshline_examples::gateway::{Gateway, command, wire};
 use meshline_examples::memory_registry::MemoryRegistry;
 
 #[derive(Parser, Debug)]
@@ -47,22 +47,55 @@ struct Args {
     /// Game backends.
     #[arg(long, default_value_t = 2)]
     backends: usize,
+    /// Instead of one comparison: a load sweep, one gateway and one direct measurement
+    /// per concurrency level (connections with 1 request in flight each; direct: as
+    /// many callers on one `RpcClient`), e.g. `1,2,4,8,16,32,64,128,256`.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<usize>,
+    /// Where the sweep's rows go as CSV (`path,concurrency,msgs_per_s,p50_us,p99_us`),
+    /// the input of `gateway-plot`.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+    /// Instead of latency: the broadcast fan-out saving with this many players in one
+    /// room (backend bytes out per room update, `bcast` vs one `send` per player).
+    #[arg(long)]
+    fanout: Option<usize>,
 }
 
 struct Result_ {
     calls: u64,
     secs: f64,
     hist: Histogram<u64>,
+    /// CPU seconds this process used meanwhile (user + system, every thread).
+    cpu: f64,
+}
+
+/// CPU seconds used by this process so far (`/proc/self/stat` utime + stime).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 impl Result_ {
     fn row(&self, name: &str) -> String {
         format!(
-            "| {name:<28} | {:>10.0} | {:>8} | {:>8} |",
+            "| {name:<28} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
             self.calls as f64 / self.secs,
             self.hist.value_at_quantile(0.5),
-            self.hist.value_at_quantile(0.99)
+            self.hist.value_at_quantile(0.99),
+            self.cpu_per_msg()
         )
+    }
+
+    /// CPU microseconds per message, everything in this process included (clients,
+    /// gateway, backends): less sensitive to other load on the machine than latency.
+    fn cpu_per_msg(&self) -> f64 {
+        self.cpu * 1e6 / self.calls.max(1) as f64
     }
 }
 
@@ -72,6 +105,7 @@ where
     Fut: std::future::Future<Output = Histogram<u64>> + Send + 'static,
 {
     let start = Instant::now();
+    let cpu = cpu_secs();
     let tasks: Vec<_> = (0..workers).map(|i| tokio::spawn(make(i))).collect();
     let mut hist = Histogram::<u64>::new(3).expect("histogram");
     for t in tasks {
@@ -84,12 +118,16 @@ where
         calls: hist.len(),
         secs: start.elapsed().as_secs_f64(),
         hist,
+        cpu: cpu_secs() - cpu,
     }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = Args::parse();
+    if let Some(players) = args.fanout {
+        return fanout(players).await;
+    }
     let registry = Arc::new(MemoryRegistry::default());
     let mut backends = Vec::new();
     for i in 0..args.backends {
@@ -131,7 +169,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let minter = TokenMinter::new("bench");
     let mut clients = Vec::new();
-    for i in 0..args.clients {
+    let connections = args
+        .sweep
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(args.clients)
+        .max(1);
+    for i in 0..connections {
         clients.push(Arc::new(
             GatewayClient::auth(
                 gw.local_addr(),
@@ -149,6 +194,58 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .wait_alive(args.backends, Duration::from_secs(5))
         .await?;
     let deadline = |secs| Instant::now() + Duration::from_secs(secs);
+    if !args.sweep.is_empty() {
+        let mut csv = String::from("path,concurrency,msgs_per_s,p50_us,p99_us,cpu_us_per_msg\n");
+        println!(
+            "gateway-bench sweep: {} backends, {} s per point, 2 runtime workers\n",
+            args.backends, args.secs
+        );
+        println!("| in flight | path    |   msgs/s   |  p50 us  |  p99 us  | CPU us/msg |");
+        println!("|----------:|---------|------------|----------|----------|------------|");
+        // Warm-up.
+        let until = deadline(1);
+        let _ = measure(connections, 1, |i| {
+            let c = clients[i].clone();
+            async move { gateway_loop(c, until).await }
+        })
+        .await;
+        for &level in &args.sweep {
+            let until = deadline(args.secs);
+            let via = measure(level, args.secs, |i| {
+                let c = clients[i].clone();
+                async move { gateway_loop(c, until).await }
+            })
+            .await;
+            let until = deadline(args.secs);
+            let dir = measure(level, args.secs, |i| {
+                let d = direct.clone();
+                async move { direct_loop(d, i, until).await }
+            })
+            .await;
+            for (name, r) in [("gateway", &via), ("direct", &dir)] {
+                println!(
+                    "| {level:>9} | {name:<7} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
+                    r.calls as f64 / r.secs,
+                    r.hist.value_at_quantile(0.5),
+                    r.hist.value_at_quantile(0.99),
+                    r.cpu_per_msg()
+                );
+                csv.push_str(&format!(
+                    "{name},{level},{:.0},{},{},{:.1}\n",
+                    r.calls as f64 / r.secs,
+                    r.hist.value_at_quantile(0.5),
+                    r.hist.value_at_quantile(0.99),
+                    r.cpu_per_msg()
+                ));
+            }
+        }
+        if let Some(path) = &args.csv {
+            std::fs::write(path, csv)?;
+        }
+        direct.shutdown(Duration::from_secs(1)).await;
+        gw.shutdown().await;
+        return Ok(());
+    }
 
     // Warm-up, then through the gateway.
     let until = deadline(1);
@@ -173,15 +270,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         "gateway-bench: {} clients x {} in flight, {} backends, {} s each, 2 runtime workers\n",
         args.clients, args.inflight, args.backends, args.secs
     );
-    println!("| path                         |   msgs/s   |  p50 us  |  p99 us  |");
-    println!("|------------------------------|------------|----------|----------|");
+    println!("| path                         |   msgs/s   |  p50 us  |  p99 us  | CPU us/msg |");
+    println!("|------------------------------|------------|----------|----------|------------|");
     println!("{}", via.row("client -> gateway -> backend"));
     println!("{}", dir.row("rpc-client -> backend"));
     println!(
-        "\nadded by the gateway: p50 +{} us, p99 +{} us; throughput {:.2}x of direct",
+        "\nadded by the gateway: p50 +{} us, p99 +{} us; throughput {:.2}x of direct; CPU per message {:.1} us vs {:.1} us",
         via.hist.value_at_quantile(0.5) as i64 - dir.hist.value_at_quantile(0.5) as i64,
         via.hist.value_at_quantile(0.99) as i64 - dir.hist.value_at_quantile(0.99) as i64,
-        (via.calls as f64 / via.secs) / (dir.calls as f64 / dir.secs)
+        (via.calls as f64 / via.secs) / (dir.calls as f64 / dir.secs),
+        via.cpu_per_msg(),
+        dir.cpu_per_msg()
     );
     direct.shutdown(Duration::from_secs(1)).await;
     gw.shutdown().await;
@@ -220,4 +319,179 @@ async fn direct_loop(d: RpcClient, i: usize, until: Instant) -> Histogram<u64> {
         }
     }
     h
+}
+
+/// Backend bytes out per room update with `players` in one room on one gateway: the
+/// backend's connection to the gateway goes through a byte-counting proxy, and the same
+/// room update is sent as one `bcast` (what the game backend does) and as one `send` per
+/// player; every player must receive every update either way.
+async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const UPDATES: u64 = 50;
+    // The backend registers in its own registry; the gateway's names the proxy.
+    let private = Arc::new(MemoryRegistry::default());
+    let backend = GameBackend::start(
+        "be-room",
+        "127.0.0.1:0".parse()?,
+        private,
+        &["room"],
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let to_gateway = Arc::new(AtomicU64::new(0));
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let proxy_addr = proxy.local_addr()?;
+    let (target, counter) = (backend.local_addr(), to_gateway.clone());
+    tokio::spawn(async move {
+        while let Ok((gw_side, _)) = proxy.accept().await {
+            let Ok(be_side) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (mut gr, mut gwr) = gw_side.into_split();
+            let (mut br, mut bw) = be_side.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut gr, &mut bw).await });
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = br.read(&mut buf).await {
+                    if n == 0 || gwr.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    counter.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let registry = Arc::new(MemoryRegistry::default());
+    registry
+        .register(
+            "room",
+            &meshline::Instance::new(&proxy_addr.ip().to_string(), proxy_addr.port())?,
+        )
+        .await?;
+    let mut settings = GatewaySettings {
+        listen: "127.0.0.1:0".parse()?,
+        secret: "bench".into(),
+        register_cluster: None,
+        limits: LimitSettings::off(),
+        queue: QueueSettings::off(),
+        ..GatewaySettings::default()
+    };
+    settings.modules.insert(
+        modules::ROOM,
+        ModuleRoute {
+            id: modules::ROOM,
+            name: "room".into(),
+            cluster: "room".into(),
+            kind: ModuleKind::Static,
+            choice: "RoundRobinLoadBalance".into(),
+            key: RouteKey::None,
+        },
+    );
+    let gw = Gateway::start(settings, registry.clone()).await?;
+    gw.backend("room")
+        .expect("room cluster")
+        .wait_alive(1, Duration::from_secs(5))
+        .await?;
+    let minter = TokenMinter::new("bench");
+    let mut clients = Vec::new();
+    for i in 0..players {
+        let c = GatewayClient::auth(
+            gw.local_addr(),
+            &minter.mint(&format!("player{i}"), Duration::from_secs(3600)),
+        )
+        .await?;
+        c.request(modules::ROOM, 1, Bytes::from_static(b"arena"))
+            .await?;
+        clients.push(Arc::new(c));
+    }
+    let conn = backend
+        .gateway_connections()
+        .into_iter()
+        .next()
+        .ok_or("no gateway connection at the backend")?;
+    let sids: Vec<String> = clients.iter().map(|c| c.welcome.session.clone()).collect();
+    let update = |n: u64| Bytes::from(format!("arena snapshot {n:08}"));
+    let mut rows = Vec::new();
+    for per_player in [false, true] {
+        // Every player counts the updates it receives.
+        let receivers: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let mut got = 0;
+                    while got < UPDATES && c.next_push(Duration::from_secs(10)).await.is_some() {
+                        got += 1;
+                    }
+                    got
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = to_gateway.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for n in 0..UPDATES {
+            if per_player {
+                for sid in &sids {
+                    conn.send_oneway(
+                        command("send", update(n))
+                            .with_head(wire::TO, sid.clone())
+                            .with_head(wire::MODULE, modules::ROOM.to_string())
+                            .with_head(wire::OPCODE, "9"),
+                    )
+                    .await?;
+                }
+            } else {
+                conn.send_oneway(
+                    command("bcast", update(n))
+                        .with_head(wire::GROUP, "room:arena")
+                        .with_head(wire::MODULE, modules::ROOM.to_string())
+                        .with_head(wire::OPCODE, "9"),
+                )
+                .await?;
+            }
+            // Room updates come at a tick, not back to back: no client queue overflows.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut delivered = 0;
+        for r in receivers {
+            delivered += r.await.unwrap_or(0);
+        }
+        let took = t0.elapsed();
+        let bytes = to_gateway.load(Ordering::Relaxed) - before;
+        rows.push((per_player, bytes as f64 / UPDATES as f64, delivered, took));
+    }
+    println!(
+        "gateway-bench fan-out: {players} players in one room on one gateway, {UPDATES} updates of {} body bytes\n",
+        update(0).len()
+    );
+    println!(
+        "| backend sends              | backend bytes out / update | frames / update | delivered     |"
+    );
+    println!(
+        "|----------------------------|---------------------------:|----------------:|--------------:|"
+    );
+    for (per_player, per_update, delivered, _) in &rows {
+        println!(
+            "| {:<26} | {:>26.0} | {:>15} | {:>6} / {:<6} |",
+            if *per_player {
+                "one send per player"
+            } else {
+                "one bcast (gateway copies)"
+            },
+            per_update,
+            if *per_player { players } else { 1 },
+            delivered,
+            players as u64 * UPDATES
+        );
+    }
+    println!(
+        "\nsaving: {:.1}x fewer backend bytes per room update with bcast",
+        rows[1].1 / rows[0].1
+    );
+    gw.shutdown().await;
+    backend.stop(Duration::from_millis(200)).await;
+    Ok(())
 }

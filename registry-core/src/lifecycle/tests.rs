@@ -1,0 +1,222 @@
+use super::*;
+use std::sync::atomic::AtomicUsize;
+
+fn inst(s: &str) -> Instance {
+    Instance::parse(s).unwrap()
+}
+
+#[tokio::test]
+async fn watches_share_one_follow_task_that_ends_with_the_last_watch() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let starts = Arc::new(AtomicUsize::new(0));
+    let ended = Arc::new(tokio::sync::Notify::new());
+    let open = |life: &Lifecycle| {
+        let starts = starts.clone();
+        let ended = ended.clone();
+        let life = life.clone();
+        async move {
+            life.watch(
+                "c",
+                || async move {
+                    starts.fetch_add(1, Ordering::SeqCst);
+                    Ok((vec![inst("10.0.0.1:1")], ()))
+                },
+                move |(), scope| async move {
+                    scope.stopped().await;
+                    ended.notify_one();
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let mut a = open(&life).await;
+    let b = open(&life).await;
+    assert_eq!(
+        starts.load(Ordering::SeqCst),
+        1,
+        "one read for both watches"
+    );
+    assert_eq!(a.next().await.unwrap().len(), 1);
+    assert_eq!(life.watched().await, vec!["c".to_string()]);
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(life.watched().await.len(), 1, "one watch is left");
+    drop(b);
+    tokio::time::timeout(Duration::from_secs(5), ended.notified())
+        .await
+        .expect("the follow task ends when the last watch is dropped");
+    assert!(life.hub().clusters().is_empty(), "the hub forgot the name");
+    assert!(life.watched().await.is_empty());
+    // A new watch starts afresh.
+    let _c = open(&life).await;
+    assert_eq!(starts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn close_runs_removal_once_and_ends_watches() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let mut w = life
+        .watch(
+            "c",
+            || async { Ok((vec![inst("10.0.0.1:1")], ())) },
+            |(), scope| async move { scope.stopped().await },
+        )
+        .await
+        .unwrap();
+    w.next().await.unwrap();
+    let regs: Registrations<u32> = Registrations::new();
+    regs.insert("a".into(), 1).await;
+    regs.insert("b".into(), 2).await;
+    let removed = Arc::new(AtomicUsize::new(0));
+    let remove_all = || {
+        let removed = removed.clone();
+        let regs = &regs;
+        async move {
+            regs.remove_all("test", |_, _| {
+                let removed = removed.clone();
+                async move {
+                    removed.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .await
+        }
+    };
+    life.close(remove_all()).await.unwrap();
+    life.close(remove_all()).await.unwrap();
+    assert_eq!(
+        removed.load(Ordering::SeqCst),
+        2,
+        "each registration removed once"
+    );
+    assert!(matches!(w.next().await, Err(RegistryError::Closed { .. })));
+    assert!(matches!(
+        life.check_open(),
+        Err(RegistryError::Closed { .. })
+    ));
+    assert!(
+        life.watch("c", || async { Ok((vec![], ())) }, |(), _| async {})
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_failed_removal_stays_pending_and_is_retried_until_it_succeeds() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let regs: Arc<Registrations<u32>> = Arc::new(Registrations::new());
+    regs.insert("a".into(), 1).await;
+    assert_eq!(regs.begin_removal("a").await, Some(1));
+    assert!(regs.is_removing("a"));
+    assert!(regs.snapshot().await.is_empty(), "not written again");
+    let tries = Arc::new(AtomicUsize::new(0));
+    let (r, t) = (regs.clone(), tries.clone());
+    life.retry_removal("a".into(), move || {
+        let (r, t) = (r.clone(), t.clone());
+        async move {
+            if t.fetch_add(1, Ordering::SeqCst) < 2 {
+                return Err(RegistryError::Config("down".into()));
+            }
+            r.removal_done("a");
+            Ok(true)
+        }
+    });
+    for _ in 0..100 {
+        if !regs.is_removing("a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!regs.is_removing("a"));
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+    // Still pending at close: remove_all removes it too.
+    regs.insert("b".into(), 2).await;
+    regs.begin_removal("b").await;
+    let removed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rm = removed.clone();
+    regs.remove_all("test", move |k, _| {
+        rm.lock().unwrap().push(k);
+        async { Ok(()) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(*removed.lock().unwrap(), vec!["b".to_string()]);
+    // Registering again cancels the pending removal.
+    regs.insert("c".into(), 3).await;
+    regs.begin_removal("c").await;
+    regs.insert("c".into(), 3).await;
+    assert!(!regs.is_removing("c"));
+}
+
+#[tokio::test]
+async fn abandon_removes_nothing_and_drop_after_it_does_nothing() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let mut w = life.hub().subscribe("c");
+    w.next().await.unwrap();
+    life.abandon();
+    assert!(life.is_abandoned());
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    life.close_on_drop(move || async move {
+        r.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!ran.load(Ordering::SeqCst));
+    assert!(matches!(w.next().await, Err(RegistryError::Closed { .. })));
+}
+
+#[tokio::test]
+async fn drop_removes_in_the_background_then_ends_watches() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let mut w = life.hub().subscribe("c");
+    w.next().await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    life.close_on_drop(move || async move {
+        let _ = tx.send(());
+        Ok(())
+    });
+    tokio::time::timeout(Duration::from_secs(5), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap();
+    assert!(matches!(end, Err(RegistryError::Closed { .. })));
+}
+
+#[test]
+fn drop_without_a_runtime_ends_watches() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let w = life.hub().subscribe("c");
+    life.close_on_drop(|| async { Ok(()) });
+    assert!(life.is_closed());
+    assert!(life.hub().clusters().is_empty());
+    drop(w);
+}
+
+#[tokio::test]
+async fn a_stopped_scope_publishes_nothing() {
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let w = life
+        .watch(
+            "c",
+            || async { Ok((vec![], ())) },
+            move |(), scope| async move {
+                scope.stopped().await;
+                let _ = tx.send(scope.publish(vec![inst("10.0.0.9:1")]));
+            },
+        )
+        .await
+        .unwrap();
+    drop(w);
+    let late = tokio::time::timeout(Duration::from_secs(5), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(late, None);
+    assert!(life.hub().current("c").is_none());
+}

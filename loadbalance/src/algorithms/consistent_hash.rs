@@ -57,7 +57,7 @@ impl HashMode {
 /// Consistent hashing on the request's routing key (Seata name
 /// `ConsistentHashLoadBalance`).
 ///
-/// In [`HashMode::Fast`], rings of [`PAGED_MIN_POINTS`] points and more (about 1640
+/// In [`HashMode::Fast`], rings of `PAGED_MIN_POINTS` points and more (about 1640
 /// endpoints) are paged: a [`crate::Balancer`] update in which a few endpoints join or
 /// leave rewrites only the pages their points fall in (see
 /// [`LoadBalance::rebuild`]); every key maps to the same endpoint as on a ring built

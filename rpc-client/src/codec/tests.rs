@@ -1,0 +1,273 @@
+use super::*;
+
+pub(crate) fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn encode(f: &Frame) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    FrameCodec::default().encode(f, &mut b).unwrap();
+    b.to_vec()
+}
+
+fn decode_all(bytes: &[u8]) -> Result<Vec<Frame>, FrameError> {
+    let mut c = FrameCodec::default();
+    let mut b = BytesMut::from(bytes);
+    let mut out = Vec::new();
+    while let Some(f) = c.decode(&mut b)? {
+        out.push(f);
+    }
+    assert!(b.is_empty(), "left over bytes: {b:?}");
+    Ok(out)
+}
+
+#[test]
+fn ping_pong_vectors() {
+    // docs/seata-compat.md §4.3
+    let ping = hex("dada0100000010001003010000000001");
+    assert_eq!(encode(&Frame::ping(1)), ping);
+    let f = decode_all(&ping).unwrap().remove(0);
+    assert_eq!(f, Frame::ping(1));
+    let pong = hex("dada0100000010001004010000000001");
+    assert_eq!(encode(&Frame::pong_for(&f)), pong);
+}
+
+#[test]
+fn ping_with_head_vector() {
+    let v = hex("dada010000001600160301000000000700016b000176");
+    let mut f = Frame::ping(7);
+    f.head.insert("k", "v");
+    assert_eq!(encode(&f), v);
+    let d = decode_all(&v).unwrap().remove(0);
+    assert_eq!(d.head.get("k"), Some("v"));
+    assert_eq!(d, f);
+}
+
+#[test]
+fn null_and_empty_head_values() {
+    let mut f = Frame::ping(9);
+    f.head.insert_opt("n", None);
+    f.head.insert("e", "");
+    let bytes = encode(&f);
+    let d = decode_all(&bytes).unwrap().remove(0);
+    assert_eq!(
+        d.head.iter().collect::<Vec<_>>(),
+        vec![("n", None), ("e", Some(""))]
+    );
+}
+
+#[test]
+fn decodes_byte_by_byte_and_back_to_back() {
+    let mut f = Frame::ping(3);
+    f.msg_type = MessageType::Request;
+    f.head.insert("player", "42");
+    f.body = Bytes::from_static(b"hello");
+    let one = encode(&f);
+    let mut stream = one.clone();
+    stream.extend_from_slice(&encode(&Frame::ping(4)));
+    let mut c = FrameCodec::default();
+    let mut buf = BytesMut::new();
+    let mut got = Vec::new();
+    for b in &stream {
+        buf.put_u8(*b);
+        if let Some(x) = c.decode(&mut buf).unwrap() {
+            got.push(x);
+        }
+    }
+    assert_eq!(got, vec![f, Frame::ping(4)]);
+}
+
+#[test]
+fn faults_are_named() {
+    let cases: &[(&str, &str)] = &[
+        ("dbda01", "bad magic 0xdbda"),
+        ("dada02", "unsupported protocol version 2"),
+        ("dada010000000f", "full length 15"),
+        ("dada0180000000", "full length -2147483648"),
+        (
+            "dada010080000100",
+            "8388609 bytes exceeds the 8388608-byte limit",
+        ),
+        ("dada0100000010000f", "head length 15"),
+        ("dada0100000010001100", "head length 17"),
+        ("dada010000001000100901", "unknown message type 9"),
+        // head map: key length says 5 but only 1 byte left before the body.
+        ("dada010000001300130001000000000100050a", "entry runs past"),
+        // head map: odd single byte.
+        ("dada0100000011001100010000000001ff", "truncated key length"),
+        // head map: key length -2.
+        (
+            "dada01000000120012000100000000fffffe",
+            "negative string length",
+        ),
+        // head map: null key.
+        ("dada0100000014001400010000000001ffff0000", "null key"),
+        // head map: invalid UTF-8 key.
+        ("dada0100000015001500010000000001000180ffff", "not UTF-8"),
+    ];
+    for (input, want) in cases {
+        let err = decode_all(&hex(input)).expect_err(input).to_string();
+        assert!(err.contains(want), "{input}: `{err}` lacks `{want}`");
+    }
+}
+
+#[test]
+fn limit_is_checked_before_allocating() {
+    let mut c = FrameCodec::new(1024);
+    let mut b = BytesMut::from(&hex("dada0100000401")[..]);
+    let err = c.decode(&mut b).unwrap_err().to_string();
+    assert!(
+        err.contains("1025 bytes exceeds the 1024-byte limit"),
+        "{err}"
+    );
+    assert!(b.capacity() < 1024);
+    // A frame at the limit is accepted.
+    let f = Frame {
+        body: Bytes::from(vec![7u8; 1024 - HEADER_LEN]),
+        ..Frame::ping(1)
+    };
+    let mut out = BytesMut::new();
+    c.encode(&f, &mut out).unwrap();
+    assert_eq!(c.decode(&mut out).unwrap().unwrap(), f);
+    // One more byte is refused on encode, too.
+    let f2 = Frame {
+        body: Bytes::from(vec![7u8; 1025 - HEADER_LEN]),
+        ..Frame::ping(1)
+    };
+    assert!(matches!(
+        c.encode(&f2, &mut BytesMut::new()),
+        Err(FrameError::TooLong { len: 1025, .. })
+    ));
+}
+
+#[test]
+fn an_announced_length_is_not_reserved_before_the_bytes_arrive() {
+    // A header announcing an 8 MiB request, then nothing more: the buffer must not
+    // grow to the announced size (1,000 such peers would pin 8 GiB).
+    let mut c = FrameCodec::default();
+    let mut b = BytesMut::with_capacity(64);
+    b.extend_from_slice(&hex("dada0100800000001000010000000007"));
+    assert!(c.decode(&mut b).unwrap().is_none());
+    assert!(b.capacity() < 4096, "capacity {}", b.capacity());
+}
+
+#[test]
+fn a_repeated_head_key_keeps_its_last_value_as_java_does() {
+    let mut wire = BytesMut::new();
+    let mut f = Frame::ping(5);
+    f.msg_type = MessageType::Request;
+    f.head.insert("account", "attacker");
+    f.head.insert("other", "x");
+    f.encode_into(&mut wire, DEFAULT_MAX_FRAME_LEN).unwrap();
+    // Append a second `account` entry to the head map by hand and fix the lengths.
+    let extra = [&[0u8, 7][..], b"account", &[0, 6], b"victim"].concat();
+    let head_end = HEADER_LEN + f.head.encoded_len().unwrap();
+    let mut bytes = wire.to_vec();
+    bytes.splice(head_end..head_end, extra.iter().copied());
+    let full = bytes.len() as i32;
+    bytes[3..7].copy_from_slice(&full.to_be_bytes());
+    let head = (head_end + extra.len()) as i16;
+    bytes[7..9].copy_from_slice(&head.to_be_bytes());
+    let d = decode_all(&bytes).unwrap().remove(0);
+    assert_eq!(d.head.get("account"), Some("victim"));
+    assert_eq!(d.head.len(), 2, "{:?}", d.head);
+    // The same with more than 16 entries (the indexed path).
+    let mut many = HeadMap::new();
+    for i in 0..40 {
+        many.insert(format!("k{i}"), "first");
+    }
+    let mut raw = BytesMut::new();
+    many.encode_into(&mut raw);
+    for i in (0..40).step_by(3) {
+        HeadMap::from_iter([(format!("k{i}"), "last")]).encode_into(&mut raw);
+    }
+    let m = HeadMap::decode(&raw).unwrap();
+    assert_eq!(m.len(), 40);
+    for i in 0..40 {
+        let want = if i % 3 == 0 { "last" } else { "first" };
+        assert_eq!(m.get(&format!("k{i}")), Some(want), "k{i}");
+    }
+}
+
+#[test]
+fn head_entry_too_long_is_refused_on_encode() {
+    let mut f = Frame::ping(1);
+    f.head.insert("k", "x".repeat(40_000));
+    assert!(matches!(
+        FrameCodec::default().encode(&f, &mut BytesMut::new()),
+        Err(FrameError::HeadEntryTooLong { len: 40_000 })
+    ));
+}
+
+fn arb_frame() -> impl proptest::strategy::Strategy<Value = Frame> {
+    use proptest::prelude::*;
+    (
+        0u8..5,
+        any::<u8>(),
+        any::<u8>(),
+        any::<u32>(),
+        proptest::collection::vec(("\\PC{0,8}", proptest::option::of("\\PC{0,8}")), 0..4),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(t, codec, compressor, id, head, body)| {
+            let mut h = HeadMap::new();
+            for (k, v) in head {
+                h.insert_opt(k, v);
+            }
+            Frame {
+                msg_type: MessageType::from_code(t).unwrap(),
+                codec,
+                compressor,
+                request_id: id,
+                head: h,
+                body: Bytes::from(body),
+            }
+        })
+}
+
+proptest::proptest! {
+    #[test]
+    fn round_trip(frames in proptest::collection::vec(arb_frame(), 1..4), split in 0usize..200) {
+        let mut wire = BytesMut::new();
+        let mut c = FrameCodec::default();
+        for f in &frames {
+            c.encode(f, &mut wire).unwrap();
+        }
+        // Feed in two pieces at an arbitrary point.
+        let split = split.min(wire.len());
+        let tail = wire.split_off(split);
+        let mut buf = wire;
+        let mut got = Vec::new();
+        while let Some(f) = c.decode(&mut buf).unwrap() { got.push(f); }
+        buf.extend_from_slice(&tail);
+        while let Some(f) = c.decode(&mut buf).unwrap() { got.push(f); }
+        proptest::prop_assert!(buf.is_empty());
+        proptest::prop_assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+        let mut c = FrameCodec::new(4096);
+        let mut buf = BytesMut::from(&bytes[..]);
+        // Decode until an error, a need for more input, or the buffer is empty.
+        while let Ok(Some(_)) = c.decode(&mut buf) {}
+    }
+
+    #[test]
+    fn random_bytes_after_valid_header_never_panic(
+        full in 16i32..200, head in 16i16..200, t in 0u8..5,
+        rest in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..220),
+    ) {
+        let mut bytes = vec![0xda, 0xda, 1];
+        bytes.extend_from_slice(&full.to_be_bytes());
+        bytes.extend_from_slice(&head.to_be_bytes());
+        bytes.push(t);
+        bytes.extend_from_slice(&rest);
+        let mut c = FrameCodec::new(4096);
+        let mut buf = BytesMut::from(&bytes[..]);
+        while let Ok(Some(_)) = c.decode(&mut buf) {}
+    }
+}

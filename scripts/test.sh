@@ -5,8 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A one-off run gains nothing from incremental state, which costs gigabytes of disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+# Each step prints the time and the free disk, so a run that fails names its step and
+# shows whether the disk was the cause.
+step() {
+  printf '\n== %s (%s, %s free)\n' "$1" "$(date -u +%H:%M:%S)" \
+    "$(df -h --output=avail . | tail -1 | tr -d ' ')"
+}
 
 # Every feature of every crate except Nacos TLS (`nacos-tls`, registry-nacos `tls`):
 # nacos-sdk's TLS switch makes every Nacos connection of the build TLS, and the test

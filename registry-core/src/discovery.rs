@@ -40,8 +40,12 @@ impl Discovery {
         Discovery::new(registry, config.service.vgroup_mapping.clone())
     }
 
-    /// The cluster that `group` is mapped to.
-    pub fn cluster_for(&self, group: &str) -> Result<&str, RegistryError> {
+    /// The cluster that `group` is mapped to; `group` itself when the registry maps
+    /// groups on its own ([`RegistryService::resolves_groups`]).
+    pub fn cluster_for<'a>(&'a self, group: &'a str) -> Result<&'a str, RegistryError> {
+        if self.registry.resolves_groups() {
+            return Ok(group);
+        }
         match self.mapping.get(group) {
             Some(c) if !c.trim().is_empty() => Ok(c.as_str()),
             _ => Err(RegistryError::MissingMapping {

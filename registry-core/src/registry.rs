@@ -44,4 +44,15 @@ pub trait RegistryService: Send + Sync + 'static {
 
     /// Removes everything this client registered and stops background work.
     async fn close(&self) -> Result<(), RegistryError>;
+
+    /// True when the registry itself maps a transaction service group to its cluster,
+    /// so [`crate::Discovery`] passes the group through as the name to look up instead
+    /// of reading `service.vgroupMapping.<group>`.
+    ///
+    /// Seata's namingserver (`registry.type=seata`) is such a registry: a TC announces
+    /// the groups it serves in its metadata, and clients discover by vGroup. Every other
+    /// registry lists clusters, and keeps the default `false`.
+    fn resolves_groups(&self) -> bool {
+        false
+    }
 }

@@ -135,9 +135,10 @@ fn resolve_cluster(config: &Config, target: &Target) -> Result<String, RegistryE
     }
 }
 
-/// Loads the config files and environment once (so each config warning is printed
-/// once), with --registry applied.
-fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
+/// Loads the config files, the configuration centre `config.type` names (Seata's
+/// `service.vgroupMapping.*` may live there) and the environment once (so each config
+/// warning is printed once), with --registry applied.
+async fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
     let mut loader = ConfigLoader::new();
     if let Some(p) = &cli.config {
         loader = loader.file(p);
@@ -146,7 +147,8 @@ fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
     if let Some(r) = &cli.registry {
         loader = loader.set("registry.type", r.as_str());
     }
-    loader.load()
+    let live = meshline::centre::live_config(loader).await?;
+    Ok((*live.current()).clone())
 }
 
 /// Applies --server and --ttl to a loaded config.
@@ -211,7 +213,7 @@ fn with_overrides(
 async fn run(cli: Cli) -> Result<(), RegistryError> {
     match &cli.command {
         Command::Lookup(target) | Command::Watch(target) => {
-            let base = load_base(&cli)?;
+            let base = load_base(&cli).await?;
             let cluster = resolve_cluster(&base, target)?;
             let mut config = with_overrides(&cli, base, Some(&cluster), None)?;
             // Show the registry as it is: empty protection (clients keep the last
@@ -239,7 +241,7 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             ttl,
             weight,
         } => {
-            let config = with_overrides(&cli, load_base(&cli)?, Some(cluster), *ttl)?;
+            let config = with_overrides(&cli, load_base(&cli).await?, Some(cluster), *ttl)?;
             let mut instance = Instance::parse(addr)?;
             if let Some(w) = weight {
                 instance = instance.with_weight(*w);

@@ -53,10 +53,7 @@ async fn run(args: Args) -> Result<(), String> {
     let discovery = meshline::registry::discovery_from_config(&config)
         .await
         .map_err(|e| e.to_string())?;
-    let cluster = discovery
-        .cluster_for(&group)
-        .map_err(|e| e.to_string())?
-        .to_string();
+    let cluster = discovery.cluster_for(&group).map_err(|e| e.to_string())?;
     let mut builder = RpcClient::builder()
         .config(&config)
         .discovery(discovery, group.clone())

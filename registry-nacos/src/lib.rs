@@ -21,13 +21,28 @@
 //!   probe: nacos-sdk exposes no connection state (nacos-sdk-rust#113), so a failing
 //!   query marks watches [`Health::Stale`](meshline_registry_core::Health::Stale) and a
 //!   successful one marks them connected and repairs anything a lost push missed.
-//! - One Nacos connection holds one instance per service: registering a second instance
-//!   of the same service would replace the first. We keep every own instance per
-//!   (service, group) and send them together (`batchRegisterInstance`).
+//! - One instance per service is registered with the single-instance call, which every
+//!   Nacos 2.x server has; several instances of one service from one client go as one
+//!   batch (`batchRegisterInstance`, Nacos 2.1.1 and later), since one Nacos connection
+//!   keeps one registration per service. The rules, and how they keep nacos-sdk's
+//!   replay after a reconnect exact, are in `src/register.rs`.
+//! - `registry.nacos.serverAddr` may be written as Seata's Java client takes it,
+//!   `http://host:port` (or `https://host:port` in a build with `nacos-tls`); nacos-sdk
+//!   is given `host:port`. `registry.nacos.contextPath` has no effect on gRPC; nacos-sdk
+//!   0.8 logs in (username/password) only at `/nacos/v1/auth/login`, so another context
+//!   path together with username/password is refused with an error saying so.
 //! - [`close`](RegistryService::close) deregisters everything this client registered.
 //!
 //! Re-registration after a server restart is done by nacos-sdk's redo task; our
 //! resync query confirms it from the outside.
+//!
+//! ## Nacos 1.x is not supported
+//!
+//! nacos-sdk speaks only the Nacos 2.x gRPC protocol (on the HTTP port + 1000, or
+//! `registry.nacos.grpcPort`); Nacos 1.x servers serve HTTP only. Connecting to one
+//! fails, and the error says so: when the gRPC port refuses, the HTTP port is asked
+//! for its version (`/<contextPath>/v1/console/server/state`) and a 1.x answer is
+//! named as "Nacos 1.x (HTTP only) is not supported".
 //!
 //! ## Credentials in nacos-sdk's logs
 //!
@@ -57,14 +72,14 @@
 
 #![warn(missing_docs)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshline_registry_core::probe::{ConnectFailure, probe_targets};
+use meshline_registry_core::probe::ConnectFailure;
 use meshline_registry_core::{
-    Config, Instance, InstanceKey, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
+    Config, Instance, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
     NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
@@ -72,6 +87,9 @@ use nacos_sdk::api::naming::{
 use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
+mod address;
+mod probe;
+mod register;
 mod settings;
 mod tls;
 pub use settings::NacosSettings;
@@ -99,8 +117,8 @@ struct Inner {
     service: String,
     group: String,
     life: Lifecycle,
-    /// Our own instances, per Nacos cluster, keyed by identity.
-    own: Mutex<BTreeMap<InstanceKey, ServiceInstance>>,
+    /// Our own instances.
+    own: register::Registrations,
 }
 
 impl std::fmt::Debug for NacosRegistry {
@@ -114,31 +132,6 @@ impl std::fmt::Debug for NacosRegistry {
 
 fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
     RegistryError::backend(KIND, server, op.to_string(), e)
-}
-
-/// Tries one TCP connection to the gRPC port of each server in `server_addr`
-/// (`grpc_port`, or the HTTP port + 1000 as nacos-sdk does) and says what happened.
-async fn probe_servers(server_addr: &str, grpc_port: Option<u16>) -> String {
-    // nacos-sdk reports only "the connection is not connected" and keeps the I/O error
-    // ("Connection refused") to itself.
-    let targets = server_addr
-        .split([',', ';'])
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(|addr| {
-            let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
-            let addr = addr.split('/').next().unwrap_or_default();
-            let (host, http_port) = match Instance::parse(addr) {
-                Ok(i) => (i.host().to_string(), i.port()),
-                Err(_) => (addr.to_string(), 8848),
-            };
-            let port = grpc_port.unwrap_or_else(|| http_port.saturating_add(1000));
-            Instance::new(&host, port)
-                .map(|i| i.to_string())
-                .unwrap_or_else(|_| format!("{host}:{port}"))
-        })
-        .collect::<Vec<_>>();
-    probe_targets(targets, " (gRPC)", "accepts TCP connections").await
 }
 
 /// Runs one request to the Nacos server(s) at `server` with [`REQUEST_TIMEOUT`].
@@ -227,8 +220,15 @@ impl NacosRegistry {
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
         tls::check(&n.tls)?;
+        let http_login = n.username.is_some() && n.password.is_some();
+        let addrs = address::ServerAddrs::parse(
+            &n.server_addr,
+            n.context_path.as_deref(),
+            cfg!(feature = "tls"),
+            http_login,
+        )?;
         let mut props = ClientProps::new()
-            .server_addr(n.server_addr.clone())
+            .server_addr(addrs.sdk_list.clone())
             .namespace(n.namespace.clone())
             .app_name(config.application_id.clone())
             // Our hub applies the empty-list policy; the client must pass every push on.
@@ -249,8 +249,11 @@ impl NacosRegistry {
         } else {
             builder = NamingServiceBuilder::new(props);
         }
-        if let Some(cp) = &n.context_path {
-            tracing::debug!(context_path = %cp, "nacos contextPath is used by HTTP auth only");
+        if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
+            tracing::debug!(
+                context_path = %addrs.context_path,
+                "nacos contextPath: no effect on gRPC (used only to check for Nacos 1.x)"
+            );
         }
         let server = match n.grpc_port {
             Some(p) => format!("{} (gRPC port {p})", n.server_addr),
@@ -261,7 +264,7 @@ impl NacosRegistry {
             Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
             Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
         };
-        let probe = probe_servers(&n.server_addr, n.grpc_port).await;
+        let probe = probe::probe_servers(&addrs, n.grpc_port).await;
         Err(RegistryError::backend(
             KIND,
             server,
@@ -283,7 +286,7 @@ impl NacosRegistry {
                 service: n.application.clone(),
                 group: n.group.clone(),
                 life: Lifecycle::new(KIND, policy),
-                own: Mutex::new(BTreeMap::new()),
+                own: register::Registrations::default(),
             }),
         }
     }
@@ -304,30 +307,20 @@ impl Inner {
         self.life.check_open()
     }
 
+    /// Where our registrations go.
+    fn target(&self) -> register::Target<'_> {
+        register::Target {
+            naming: &self.naming,
+            server: &self.server,
+            service: &self.service,
+            group: &self.group,
+        }
+    }
+
     /// Deregisters every instance we registered (close and drop); the first error is
     /// returned.
     async fn deregister_all(&self) -> Result<(), RegistryError> {
-        let own: Vec<ServiceInstance> =
-            std::mem::take(&mut *self.own.lock().unwrap_or_else(|p| p.into_inner()))
-                .into_values()
-                .collect();
-        let mut result = Ok(());
-        for si in own {
-            let gone = timed(
-                &self.server,
-                "deregister",
-                self.naming
-                    .deregister_instance(self.service.clone(), Some(self.group.clone()), si),
-            )
-            .await;
-            if let Err(e) = gone {
-                tracing::warn!(registry = KIND, error = %e, "deregistering failed");
-                if result.is_ok() {
-                    result = Err(e);
-                }
-            }
-        }
-        result
+        self.own.remove_all(&self.target()).await
     }
 
     /// Subscribes to `cluster`'s pushes; the listener is silent once `stopped`.
@@ -368,43 +361,6 @@ impl Inner {
         )
         .await?;
         Ok(usable(cluster, &list))
-    }
-
-    /// Sends the whole set of our instances (one connection keeps one registration per
-    /// service, so several instances go as one batch).
-    async fn push_own(&self, removed: Option<ServiceInstance>) -> Result<(), RegistryError> {
-        let all: Vec<ServiceInstance> = self
-            .own
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        if let Some(r) = removed {
-            // Servers differ on whether a smaller batch drops the missing instance
-            // (Java Nacos replaces the connection's set; rnacos adds): deregister it
-            // explicitly, then re-send what remains.
-            timed(
-                &self.server,
-                "deregister",
-                self.naming
-                    .deregister_instance(self.service.clone(), Some(self.group.clone()), r),
-            )
-            .await?;
-        }
-        if all.is_empty() {
-            return Ok(());
-        }
-        timed(
-            &self.server,
-            "batch register",
-            self.naming.batch_register_instance(
-                self.service.clone(),
-                Some(self.group.clone()),
-                all,
-            ),
-        )
-        .await
     }
 }
 
@@ -472,26 +428,17 @@ impl RegistryService for NacosRegistry {
             metadata,
             ..Default::default()
         };
-        self.inner
+        let inner = &self.inner;
+        inner
             .own
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(instance.key().clone(), si);
-        self.inner.push_own(None).await
+            .add(&inner.target(), instance.key().clone(), si)
+            .await
     }
 
     async fn unregister(&self, _cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         self.inner.check_open()?;
-        let removed = self
-            .inner
-            .own
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(instance.key());
-        match removed {
-            Some(r) => self.inner.push_own(Some(r)).await,
-            None => Ok(()),
-        }
+        let inner = &self.inner;
+        inner.own.remove(&inner.target(), instance.key()).await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

@@ -7,7 +7,9 @@ use meshline_registry_core::{Config, RegistryError};
 /// The Nacos registry's settings.
 #[derive(Clone, PartialEq)]
 pub struct NacosSettings {
-    /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:8848`.
+    /// `serverAddr`: `host:port[,host:port…]`, each entry optionally with `http://` (or,
+    /// in a `nacos-tls` build, `https://`) as Seata's Java client takes it. Default
+    /// `127.0.0.1:8848`. Checked at connect (the crate's `address` rules).
     pub server_addr: String,
     /// `namespace`. Default empty (Nacos' `public`).
     pub namespace: String,
@@ -26,7 +28,9 @@ pub struct NacosSettings {
     pub access_key: Option<String>,
     /// `secretKey`.
     pub secret_key: Option<String>,
-    /// `contextPath`.
+    /// `contextPath` (Nacos' default `nacos`): no effect on gRPC; nacos-sdk 0.8 logs in
+    /// only at `/nacos/v1/auth/login`, so another value with `username`/`password` is
+    /// refused at connect. Also where the Nacos 1.x check after a failed connect asks.
     pub context_path: Option<String>,
     /// `grpcPort` (meshline): the server's gRPC port when it is not HTTP port + 1000.
     pub grpc_port: Option<u16>,

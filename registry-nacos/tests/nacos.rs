@@ -310,3 +310,132 @@ async fn an_unreachable_server_is_an_error_naming_the_address() {
     );
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
+
+/// `serverAddr` as Seata users write it for the Java client, `http://host:port`:
+/// registers and discovers (nacos-sdk alone would read it as host `http`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_addr_registers_and_discovers() {
+    let server = Rnacos::start().expect("start rnacos");
+    let http = config(
+        &server,
+        &[(
+            "registry.nacos.serverAddr",
+            &format!("http://{}", server.http_addr()),
+        )],
+    );
+    let reg = NacosRegistry::connect(&http).await.unwrap();
+    let me = Instance::parse("10.5.0.1:8091").unwrap();
+    reg.register("default", &me).await.unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    wait_for(&mut w, WITHIN, "our registration", |s| {
+        addrs(s) == ["10.5.0.1:8091"]
+    })
+    .await;
+    // The same server, reached with the plain address by another client.
+    let other = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let seen: Vec<String> = other
+        .lookup("default")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    assert_eq!(seen, ["10.5.0.1:8091"]);
+    other.close().await.unwrap();
+    reg.close().await.unwrap();
+}
+
+/// A free port `p` (held by the returned listener) with nothing on `p + 1000`: a Nacos
+/// 1.x server's HTTP port without the gRPC port a 2.x client looks for.
+async fn port_without_grpc_port() -> (tokio::net::TcpListener, u16) {
+    for _ in 0..100 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = l.local_addr().unwrap().port();
+        let Some(grpc) = p.checked_add(1000) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", grpc)).is_ok() {
+            return (l, p);
+        }
+    }
+    panic!("no free port p with p + 1000 free in 100 tries");
+}
+
+/// A Nacos 1.x server (HTTP only) standing in on port P, nothing on P + 1000: the
+/// connect error says Nacos 1.x is not supported, naming the version it answered, and
+/// the version check goes to `registry.nacos.contextPath`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nacos_1x_server_is_named_as_unsupported() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (listener, port) = port_without_grpc_port().await;
+    let asked = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = asked.clone();
+    let stub = tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+            log.lock().unwrap().push(path.clone());
+            // What Nacos 1.4.1's ServerStateController answers.
+            let (status, body) = if path == "/custom/v1/console/server/state" {
+                (
+                    "200 OK",
+                    r#"{"standalone_mode":"standalone","function_mode":null,"version":"1.4.1"}"#,
+                )
+            } else {
+                ("404 Not Found", "")
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+        }
+    });
+    let c = ConfigLoader::new()
+        .set("registry.type", "nacos")
+        .set(
+            "registry.nacos.serverAddr",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .set("registry.nacos.contextPath", "/custom/")
+        .load()
+        .unwrap();
+    let t = Instant::now();
+    let text = NacosRegistry::connect(&c).await.unwrap_err().to_string();
+    eprintln!("after {:?}: {text}", t.elapsed());
+    stub.abort();
+    assert!(
+        text.contains(&format!(
+            "127.0.0.1:{} (gRPC): Connection refused",
+            port + 1000
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "127.0.0.1:{port} answers HTTP as Nacos 1.4.1: Nacos 1.x (HTTP only) is not supported"
+        )),
+        "{text}"
+    );
+    assert!(
+        asked
+            .lock()
+            .unwrap()
+            .contains(&"/custom/v1/console/server/state".to_string()),
+        "{:?}",
+        asked.lock().unwrap()
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}

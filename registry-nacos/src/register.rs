@@ -1,0 +1,256 @@
+//! Our own instances, and which nacos-sdk call registers them.
+//!
+//! A Nacos 2 connection keeps one registration per service (Java Nacos replaces it on
+//! every register call; rnacos adds). One instance per service, the usual case (a
+//! Seata TC registers itself once), goes with the single-instance call
+//! (`InstanceRequest`), which every Nacos 2.x server has. Several instances of one
+//! service from one client can only go together as one batch (`BatchInstanceRequest`),
+//! which Nacos servers before 2.1.1 lack: that case needs Nacos 2.1.1 or later.
+//!
+//! nacos-sdk 0.8 keeps the last request of each kind per service and replays it after
+//! every reconnect (its redo task, keyed by namespace, group, service and request
+//! kind). A single deregistration drops the single-instance replay; nothing drops the
+//! batch replay (0.8 has no batch deregistration). So:
+//!
+//! - with one instance and no batch sent yet: register and deregister it with the
+//!   single calls;
+//! - when a second instance comes: deregister the first with the single call (so its
+//!   replay cannot overwrite the batch after a reconnect), then send both as a batch;
+//! - from then on this client sends every change as the whole batch, also when one
+//!   instance is left (the server has shown it takes batches, and the batch replay
+//!   stays exact); a removed instance is first deregistered explicitly, because rnacos
+//!   adds a batch to what is there instead of replacing it.
+//!
+//! Known gap: after the last instance of a batch is unregistered, nacos-sdk's batch
+//! replay still holds it, and a reconnect before the next registration (or before
+//! [`close`](meshline_registry_core::RegistryService::close)) registers it again. The
+//! next registration's batch replaces that replay.
+
+use std::collections::BTreeMap;
+
+use meshline_registry_core::{InstanceKey, RegistryError};
+use nacos_sdk::api::naming::{NamingService, ServiceInstance};
+
+use crate::timed;
+
+/// Where our registrations go.
+pub(crate) struct Target<'a> {
+    pub(crate) naming: &'a NamingService,
+    /// The server address for errors.
+    pub(crate) server: &'a str,
+    pub(crate) service: &'a str,
+    pub(crate) group: &'a str,
+}
+
+/// One nacos-sdk call.
+#[derive(Debug, Clone)]
+enum Call {
+    Register(ServiceInstance),
+    Deregister(ServiceInstance),
+    Batch(Vec<ServiceInstance>),
+}
+
+/// Our instances and whether a batch was sent.
+#[derive(Default)]
+struct Own {
+    instances: BTreeMap<InstanceKey, ServiceInstance>,
+    /// A batch was sent on this client: nacos-sdk replays it after reconnects.
+    batched: bool,
+}
+
+impl Own {
+    /// Adds (or replaces) `key` and says which calls bring the server up to date.
+    fn add(&mut self, key: InstanceKey, si: ServiceInstance) -> Vec<Call> {
+        let before: Vec<ServiceInstance> = self
+            .instances
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .map(|(_, v)| v.clone())
+            .collect();
+        self.instances.insert(key, si.clone());
+        if self.batched {
+            return vec![Call::Batch(self.all())];
+        }
+        match before.as_slice() {
+            [] => vec![Call::Register(si)],
+            others => {
+                self.batched = true;
+                let mut calls: Vec<Call> = others.iter().cloned().map(Call::Deregister).collect();
+                calls.push(Call::Batch(self.all()));
+                calls
+            }
+        }
+    }
+
+    /// Removes `key` and says which calls bring the server up to date.
+    fn remove(&mut self, key: &InstanceKey) -> Vec<Call> {
+        let Some(removed) = self.instances.remove(key) else {
+            return Vec::new();
+        };
+        let mut calls = vec![Call::Deregister(removed)];
+        if self.batched && !self.instances.is_empty() {
+            calls.push(Call::Batch(self.all()));
+        }
+        calls
+    }
+
+    fn all(&self) -> Vec<ServiceInstance> {
+        self.instances.values().cloned().collect()
+    }
+}
+
+/// Our instances of one service, changed one at a time.
+#[derive(Default)]
+pub(crate) struct Registrations {
+    /// Held across the calls, so that concurrent changes reach the server in order.
+    own: tokio::sync::Mutex<Own>,
+}
+
+impl Registrations {
+    /// Registers `si` (or updates the instance with its `key`).
+    pub(crate) async fn add(
+        &self,
+        to: &Target<'_>,
+        key: InstanceKey,
+        si: ServiceInstance,
+    ) -> Result<(), RegistryError> {
+        let mut own = self.own.lock().await;
+        let calls = own.add(key, si);
+        run(to, calls).await
+    }
+
+    /// Deregisters the instance with `key`, if it is ours.
+    pub(crate) async fn remove(
+        &self,
+        to: &Target<'_>,
+        key: &InstanceKey,
+    ) -> Result<(), RegistryError> {
+        let mut own = self.own.lock().await;
+        let calls = own.remove(key);
+        run(to, calls).await
+    }
+
+    /// Deregisters every instance we registered; every one is tried, the first error
+    /// is returned.
+    pub(crate) async fn remove_all(&self, to: &Target<'_>) -> Result<(), RegistryError> {
+        let mut own = self.own.lock().await;
+        let all = std::mem::take(&mut own.instances);
+        let mut result = Ok(());
+        for si in all.into_values() {
+            if let Err(e) = run(to, vec![Call::Deregister(si)]).await {
+                tracing::warn!(registry = "nacos", error = %e, "deregistering failed");
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        result
+    }
+}
+
+/// Makes `calls` in order, stopping at the first error.
+async fn run(to: &Target<'_>, calls: Vec<Call>) -> Result<(), RegistryError> {
+    let service = || to.service.to_string();
+    let group = || Some(to.group.to_string());
+    for call in calls {
+        match call {
+            Call::Register(si) => {
+                timed(
+                    to.server,
+                    "register",
+                    to.naming.register_instance(service(), group(), si),
+                )
+                .await?
+            }
+            Call::Deregister(si) => {
+                timed(
+                    to.server,
+                    "deregister",
+                    to.naming.deregister_instance(service(), group(), si),
+                )
+                .await?
+            }
+            Call::Batch(all) => {
+                timed(
+                    to.server,
+                    "batch register (several instances of one service from one client; \
+                     Nacos servers before 2.1.1 lack it)",
+                    to.naming.batch_register_instance(service(), group(), all),
+                )
+                .await?
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::Instance;
+
+    fn si(addr: &str) -> (InstanceKey, ServiceInstance) {
+        let i = Instance::parse(addr).unwrap();
+        let s = ServiceInstance {
+            ip: i.java_host(),
+            port: i32::from(i.port()),
+            ..Default::default()
+        };
+        (i.key().clone(), s)
+    }
+
+    fn ips(calls: &[Call]) -> Vec<String> {
+        calls
+            .iter()
+            .map(|c| match c {
+                Call::Register(s) => format!("register {}", s.ip),
+                Call::Deregister(s) => format!("deregister {}", s.ip),
+                Call::Batch(all) => format!(
+                    "batch {}",
+                    all.iter()
+                        .map(|s| s.ip.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_instance_uses_the_single_calls() {
+        let mut own = Own::default();
+        let (a, sa) = si("10.0.0.1:8091");
+        assert_eq!(ips(&own.add(a.clone(), sa.clone())), ["register 10.0.0.1"]);
+        // Re-registering the same instance (new weight, metadata) stays single.
+        assert_eq!(ips(&own.add(a.clone(), sa)), ["register 10.0.0.1"]);
+        assert_eq!(ips(&own.remove(&a)), ["deregister 10.0.0.1"]);
+        assert!(own.remove(&a).is_empty(), "not ours any more: no call");
+        assert!(!own.batched);
+    }
+
+    #[test]
+    fn two_then_one_then_two_keeps_the_batch_replay_exact() {
+        let mut own = Own::default();
+        let (a, sa) = si("10.0.0.1:8091");
+        let (b, sb) = si("10.0.0.2:8091");
+        let (c, sc) = si("10.0.0.3:8091");
+        assert_eq!(ips(&own.add(a.clone(), sa)), ["register 10.0.0.1"]);
+        assert_eq!(
+            ips(&own.add(b.clone(), sb)),
+            ["deregister 10.0.0.1", "batch 10.0.0.1+10.0.0.2"]
+        );
+        assert_eq!(
+            ips(&own.remove(&b)),
+            ["deregister 10.0.0.2", "batch 10.0.0.1"]
+        );
+        assert_eq!(ips(&own.add(c.clone(), sc)), ["batch 10.0.0.1+10.0.0.3"]);
+        assert_eq!(
+            ips(&own.remove(&a)),
+            ["deregister 10.0.0.1", "batch 10.0.0.3"]
+        );
+        assert_eq!(ips(&own.remove(&c)), ["deregister 10.0.0.3"]);
+        // The next registration replaces the stale batch replay.
+        let (d, sd) = si("10.0.0.4:8091");
+        assert_eq!(ips(&own.add(d, sd)), ["batch 10.0.0.4"]);
+    }
+}

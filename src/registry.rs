@@ -103,7 +103,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: None,
         stores_weight: false,
         connect: connect!("file", |c| async move {
-            Ok::<_, RegistryError>(meshline_registry_file::FileRegistry::from_config(c))
+            meshline_registry_file::FileRegistry::from_config(c)
         }),
     },
     RegistryType {

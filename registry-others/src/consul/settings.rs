@@ -95,7 +95,7 @@ mod tests {
         // `ttl` and `deregisterCriticalServiceAfter` are meshline's: a unit is required.
         for key in ["ttl", "deregisterCriticalServiceAfter"] {
             let bare = ConfigLoader::new()
-                .set(&format!("registry.consul.{key}"), "20")
+                .set(format!("registry.consul.{key}"), "20")
                 .load()
                 .unwrap();
             let e = ConsulSettings::from_config(&bare).unwrap_err().to_string();

@@ -118,7 +118,7 @@ mod tests {
         }
         for key in ["renewalInterval", "leaseDuration", "refreshInterval"] {
             let bare = meshline_registry_core::config::ConfigLoader::new()
-                .set(&format!("registry.eureka.{key}"), "5")
+                .set(format!("registry.eureka.{key}"), "5")
                 .load()
                 .unwrap();
             let e = EurekaSettings::from_config(&bare).unwrap_err().to_string();

@@ -1,23 +1,5 @@
 //! `registry.redis.*`: what this backend reads from its section of the
 //! configuration, with Seata's defaults.
-//!
-//! # `timeout` means what it means to Seata
-//!
-//! Seata's `RedisRegistryServiceImpl` passes `registry.redis.max-wait` (falling back to
-//! `registry.redis.timeout`, default and shipped value 0) to its Jedis pool's
-//! `maxWaitMillis`, and only when it is above 0: the longest a caller waits for a free
-//! pooled connection. Commands always use Jedis' `Protocol.DEFAULT_TIMEOUT`, 2,000 ms.
-//! So here:
-//!
-//! - `timeout` / `max-wait` (Seata's keys, a bare number is milliseconds) are read and
-//!   validated, and kept in [`RedisSettings::pool_max_wait`] (`None` for 0 or absent,
-//!   as Seata). meshline has no pool to wait on (one multiplexed connection per server,
-//!   shared by every call), so a non-zero value changes nothing, exactly as in Seata it
-//!   never changes how long a command may take.
-//! - The command timeout is `commandTimeout` (meshline; a unit is required, `2s`),
-//!   default 2,000 ms as Jedis', at least 100 ms.
-//! - Seata's other Jedis pool keys (`test-on-borrow`, `max-idle`, `max-total`...) are
-//!   accepted without a warning and have no effect.
 
 use std::time::Duration;
 
@@ -28,6 +10,24 @@ use meshline_registry_core::{Config, RegistryError};
 const JEDIS_DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 
 /// The Redis registry's settings.
+///
+/// # `timeout` means what it means to Seata
+///
+/// Seata's `RedisRegistryServiceImpl` passes `registry.redis.max-wait` (falling back to
+/// `registry.redis.timeout`, default and shipped value 0) to its Jedis pool's
+/// `maxWaitMillis`, and only when it is above 0: the longest a caller waits for a free
+/// pooled connection. Commands always use Jedis' `Protocol.DEFAULT_TIMEOUT`, 2,000 ms.
+/// So here:
+///
+/// - `timeout` / `max-wait` (Seata's keys, a bare number is milliseconds) are read and
+///   validated, and kept in [`pool_max_wait`](Self::pool_max_wait) (`None` for 0 or absent,
+///   as Seata). meshline has no pool to wait on (one multiplexed connection per server,
+///   shared by every call), so a non-zero value changes nothing, exactly as in Seata it
+///   never changes how long a command may take.
+/// - The command timeout is `commandTimeout` (meshline; a unit is required, `2s`),
+///   default 2,000 ms as Jedis', at least 100 ms.
+/// - Seata's other Jedis pool keys (`test-on-borrow`, `max-idle`, `max-total`...) are
+///   accepted without a warning and have no effect.
 #[derive(Clone, PartialEq)]
 pub struct RedisSettings {
     /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:6379`.
@@ -44,7 +44,7 @@ pub struct RedisSettings {
     /// 2,000 ms (Jedis' `Protocol.DEFAULT_TIMEOUT`, which Seata's commands use).
     pub command_timeout: Duration,
     /// `max-wait`, else `timeout` (Seata's keys, milliseconds): Seata's Jedis pool
-    /// max-wait; `None` for 0 or absent. No effect here: see the [module docs](self).
+    /// max-wait; `None` for 0 or absent. No effect here: see [`RedisSettings`].
     pub pool_max_wait: Option<Duration>,
     /// `ttl` (meshline; a unit is required): expiry of our `SETEX` keys. Default 5 s
     /// (Seata's).

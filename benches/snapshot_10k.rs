@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("snapshot_10k");
     for lb in [
         "RoundRobinLoadBalance",
-        "ConsistentHashLoadBalance",
+        "ConsistentHash",
         "LeastActiveLoadBalance",
     ] {
         group.bench_function(format!("full_apply/{lb}"), |b| {

@@ -197,4 +197,37 @@ mod tests {
         std::fs::write(&main, "config.type=file\n").unwrap();
         live_config(ConfigLoader::new().file(&main)).await.unwrap();
     }
+
+    /// Seata 1.x's shipped pair, verbatim: `registry.conf` names `file.conf` through
+    /// `config.type = "file"` and `config.file.name`, and only the first is given.
+    #[tokio::test]
+    async fn seatas_shipped_registry_conf_reads_its_file_conf() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("registry-core/tests/fixtures/seata");
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["registry.conf", "file.conf"] {
+            std::fs::copy(fixtures.join(f), dir.path().join(f)).unwrap();
+        }
+        let live = live_config(ConfigLoader::new().file(dir.path().join("registry.conf")))
+            .await
+            .unwrap();
+        let cfg = live.current();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        assert_eq!(cfg.registry.kind, "file");
+        assert_eq!(cfg.service.vgroup_mapping["default_tx_group"], "default");
+        assert_eq!(cfg.grouplist("default").unwrap(), vec!["127.0.0.1:8091"]);
+        // file.conf was read: its transport values differ from the defaults.
+        assert_eq!(
+            cfg.path.as_deref(),
+            Some(dir.path().join("file.conf").as_path())
+        );
+        // registry.conf names file.conf explicitly: without it, an error naming it (not
+        // Seata's silent fall-back to built-in defaults).
+        std::fs::remove_file(dir.path().join("file.conf")).unwrap();
+        let err = live_config(ConfigLoader::new().file(dir.path().join("registry.conf")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("config.file.name=`file.conf`"), "{err}");
+    }
 }

@@ -103,7 +103,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: None,
         stores_weight: false,
         connect: connect!("file", |c| async move {
-            Ok::<_, RegistryError>(meshline_registry_file::FileRegistry::from_config(c))
+            meshline_registry_file::FileRegistry::from_config(c)
         }),
     },
     RegistryType {
@@ -275,7 +275,7 @@ fn not_compiled_in(given: &str, ty: &RegistryType) -> RegistryError {
 /// | `nacos` | nacos-sdk connects | `from_config`, within 10 s |
 /// | `etcd3` | nothing: connecting is lazy (with credentials, it authenticates) | the first operation (`lookup`, `watch`, `register`), within its operation timeout (TTL / 2, 1 to 5 s) |
 /// | `zk` | a session is established | `from_config`, within session + connect timeout |
-/// | `redis` | `PING` | `from_config`, within `registry.redis.timeout` per server |
+/// | `redis` | `PING` | `from_config`, within `registry.redis.commandTimeout` per server |
 /// | `consul` | `GET /v1/status/leader` | `from_config`, within 5 s |
 /// | `eureka` | `GET {serviceUrl}/apps` | `from_config`, within 5 s per URL |
 /// | `custom` | whatever its constructor does | |

@@ -24,7 +24,7 @@ const ALGORITHMS: &[(&str, &str, bool, Option<&str>)] = &[
     ("RandomWeighted", "RandomLoadBalance", true, None),
     ("RoundRobin", "RoundRobinLoadBalance", false, None),
     ("RoundRobinWeighted", "RoundRobinLoadBalance", true, None),
-    ("ConsistentHash", "ConsistentHashLoadBalance", false, None),
+    ("ConsistentHash", "ConsistentHash", false, None),
     ("ConsistentHashJava", "ConsistentHashJava", false, None),
     ("LeastActive", "LeastActiveLoadBalance", false, None),
     ("LeastActiveWeighted", "LeastActiveLoadBalance", true, None),
@@ -189,7 +189,7 @@ fn bench_picks(c: &mut Criterion) {
         "RandomLoadBalance",
         "RoundRobinLoadBalance",
         "P2C",
-        "ConsistentHashLoadBalance",
+        "ConsistentHash",
     ] {
         let balancer = Balancer::new(by_name(name).unwrap());
         balancer.update(&instances(100, false));

@@ -8,8 +8,8 @@
 //! | [`XidLoadBalance`]                 | `XID`                                                      |
 //! | [`RandomLoadBalance`]              | `RandomLoadBalance`, `random`                              |
 //! | [`RoundRobinLoadBalance`]          | `RoundRobinLoadBalance`, `round-robin`, `rr`               |
-//! | [`ConsistentHashLoadBalance`] fast | `ConsistentHashLoadBalance`, `consistent-hash`, `ch`, `ketama` |
-//! | [`ConsistentHashLoadBalance`] Java | `ConsistentHashJava`, `java-consistent-hash`, `ch-java`    |
+//! | [`ConsistentHashLoadBalance`] Java | `ConsistentHashLoadBalance`, `ConsistentHashJava`, `ch-java` |
+//! | [`ConsistentHashLoadBalance`] fast | `ConsistentHash`, `consistent-hash`, `ch`, `ketama`        |
 //! | [`LeastActiveLoadBalance`]         | `LeastActiveLoadBalance`, `least-active`                   |
 //! | [`P2cLoadBalance`]                 | `P2C`, `peak-ewma`, `p2c-peak-ewma`                        |
 //! | [`BoundedLoadLoadBalance`]         | `BoundedLoad`, `bounded-load-consistent-hash`, `chbl`      |
@@ -21,10 +21,13 @@
 //!
 //! `zone:<name>` wraps any of them in [`ZoneAwareLoadBalance`].
 //!
-//! `ConsistentHashLoadBalance` means the fast ring by default. A fleet that mixes Java
-//! and Rust Seata clients, which must agree on where an XID goes, should use
-//! `ConsistentHashJava` or set [`LoadBalanceOptions::consistent_hash`] to
-//! [`HashMode::java`].
+//! `ConsistentHashLoadBalance`, Seata's name, is Seata-Java's ring (SHA-256,
+//! `client.loadBalance.virtualNodes` points per server, default 10): a fleet that
+//! mixes Java and Rust clients sends every XID to the same TC, as a Seata
+//! configuration expects (`ConsistentHashJava` and `java-consistent-hash` are aliases).
+//! meshline's faster ring (XXH3, weighted, O(1) lookup, not Java-compatible) has names
+//! of its own: `ConsistentHash`, `consistent-hash`, `ch`, `ketama`; what they build is
+//! [`LoadBalanceOptions::consistent_hash`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +44,9 @@ use crate::{
 /// Tunables of the algorithms [`by_name_with`] creates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadBalanceOptions {
-    /// What `ConsistentHashLoadBalance` means. Default: the fast ring.
+    /// What meshline's own names `ConsistentHash`, `consistent-hash`, `ch`, `ketama`
+    /// build. Default: the fast ring. (Seata's `ConsistentHashLoadBalance` is always the
+    /// Java ring with [`java_virtual_nodes`](Self::java_virtual_nodes).)
     pub consistent_hash: HashMode,
     /// Virtual nodes of the Java-compatible ring (`client.loadBalance.virtualNodes`,
     /// default 10).
@@ -136,24 +141,11 @@ static NAMES: &[Named] = &[
         aliases: &["roundrobinloadbalance", "roundrobin", "rr"],
         make: |_| Ok(Arc::new(RoundRobinLoadBalance::new())),
     },
+    // Seata's name, Seata's ring: what a Java client of the same fleet computes.
     Named {
         name: "ConsistentHashLoadBalance",
         aliases: &[
             "consistenthashloadbalance",
-            "consistenthash",
-            "ch",
-            "ketama",
-        ],
-        make: |o| {
-            Ok(Arc::new(match o.consistent_hash {
-                HashMode::Java { .. } => ConsistentHashLoadBalance::java(o.java_virtual_nodes),
-                fast => ConsistentHashLoadBalance::with_mode(fast),
-            }))
-        },
-    },
-    Named {
-        name: "ConsistentHashJava",
-        aliases: &[
             "consistenthashjava",
             "javaconsistenthash",
             "chjava",
@@ -163,6 +155,17 @@ static NAMES: &[Named] = &[
             Ok(Arc::new(ConsistentHashLoadBalance::java(
                 o.java_virtual_nodes,
             )))
+        },
+    },
+    // meshline's own names: the fast ring (or what `consistent_hash` asks for).
+    Named {
+        name: "ConsistentHash",
+        aliases: &["consistenthash", "ch", "ketama", "consistenthashfast"],
+        make: |o| {
+            Ok(Arc::new(match o.consistent_hash {
+                HashMode::Java { .. } => ConsistentHashLoadBalance::java(o.java_virtual_nodes),
+                fast => ConsistentHashLoadBalance::with_mode(fast),
+            }))
         },
     },
     Named {
@@ -259,6 +262,7 @@ mod tests {
             ("RoundRobinLoadBalance", "RoundRobinLoadBalance"),
             ("round-robin", "RoundRobinLoadBalance"),
             ("ConsistentHashLoadBalance", "ConsistentHashLoadBalance"),
+            ("ConsistentHashJava", "ConsistentHashLoadBalance"),
             ("consistent_hash", "ConsistentHashLoadBalance"),
             ("LEASTACTIVELOADBALANCE", "LeastActiveLoadBalance"),
             ("least-active", "LeastActiveLoadBalance"),

@@ -133,3 +133,91 @@ fn prepared_java_hash_routes_like_hashing_each_pick() {
         "a different prepared hash moved only {moved} of 2000"
     );
 }
+
+/// The port each of `keys` is sent to by `lb` on the ring 127.0.0.1:8091..8093.
+fn ports_for(lb: Arc<dyn meshline_loadbalance::LoadBalance>, keys: &[String]) -> Vec<u16> {
+    let balancer = Balancer::new(lb);
+    balancer.update(&tcs(&[8091, 8092, 8093]));
+    keys.iter()
+        .map(|k| {
+            balancer
+                .pick(&PickRequest::xid(k))
+                .unwrap()
+                .endpoint()
+                .instance()
+                .port()
+        })
+        .collect()
+}
+
+/// Seata's name read from Seata's keys (`client.loadBalance.type=ConsistentHashLoadBalance`,
+/// `client.loadBalance.virtualNodes`) is Java's ring: the JDK-17 vectors route as Java
+/// routes them, and `virtualNodes` sizes the ring.
+#[test]
+fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
+    use meshline_registry_core::config::{Config, Format};
+    let load = |vnodes: u32| {
+        let text = format!(
+            "client.loadBalance.type=ConsistentHashLoadBalance\n\
+             client.loadBalance.virtualNodes={vnodes}\n"
+        );
+        let c = Config::from_text(&text, Format::Properties).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        meshline_loadbalance::from_config(&c.client.load_balance).unwrap()
+    };
+    let vectors: Vec<String> = JAVA_VECTORS.iter().map(|s| s.to_string()).collect();
+    assert_eq!(ports_for(load(10), &vectors), vec![8093, 8093, 8093]);
+    // The same name in Seata's HOCON file.conf and Spring YAML shapes.
+    for (text, format) in [
+        (
+            "client { loadBalance { type = \"ConsistentHashLoadBalance\"\n virtualNodes = 10 } }",
+            Format::Hocon,
+        ),
+        (
+            "seata:\n  client:\n    load-balance:\n      type: ConsistentHashLoadBalance\n      virtual-nodes: 10\n",
+            Format::Yaml,
+        ),
+    ] {
+        let c = Config::from_text(text, format).unwrap();
+        let lb = meshline_loadbalance::from_config(&c.client.load_balance).unwrap();
+        assert_eq!(
+            ports_for(lb, &vectors),
+            vec![8093, 8093, 8093],
+            "{format:?}"
+        );
+    }
+    // virtualNodes is honoured: 3 points per server is Java's 3-point ring, a different
+    // ring from the 10-point one.
+    let keys: Vec<String> = (0..300)
+        .map(|i| format!("10.0.0.1:8091:{}", 2_612_341_069_705_662_465u64 + i))
+        .collect();
+    let three = ports_for(load(3), &keys);
+    assert_eq!(
+        three,
+        ports_for(Arc::new(ConsistentHashLoadBalance::java(3)), &keys)
+    );
+    let ten = ports_for(load(10), &keys);
+    assert_eq!(
+        ten,
+        ports_for(Arc::new(ConsistentHashLoadBalance::java(10)), &keys)
+    );
+    let moved = three.iter().zip(&ten).filter(|(a, b)| a != b).count();
+    assert!(moved > 0, "virtualNodes 3 and 10 gave the same ring");
+}
+
+/// meshline's own names keep the fast (XXH3) ring, which is not Java's.
+#[test]
+fn meshline_consistent_hash_names_keep_the_fast_ring() {
+    let keys: Vec<String> = (0..300)
+        .map(|i| format!("10.0.0.1:8091:{}", 2_612_341_069_705_662_465u64 + i))
+        .collect();
+    let java = ports_for(by_name("ConsistentHashLoadBalance").unwrap(), &keys);
+    let fast = ports_for(Arc::new(ConsistentHashLoadBalance::new()), &keys);
+    assert_ne!(java, fast);
+    for name in ["ConsistentHash", "consistent-hash", "ch", "ketama"] {
+        assert_eq!(ports_for(by_name(name).unwrap(), &keys), fast, "{name}");
+    }
+    for name in ["ConsistentHashJava", "java-consistent-hash", "ch-java"] {
+        assert_eq!(ports_for(by_name(name).unwrap(), &keys), java, "{name}");
+    }
+}

@@ -8,7 +8,13 @@
 //! 1. Built-in defaults (Seata's, see the field docs): with no file at all,
 //!    `registry.type=file`, `default_tx_group -> default -> 127.0.0.1:8091` works.
 //! 2. A file: YAML (`.yaml`/`.yml`), TOML (`.toml`) or JSON (`.json`) read through the
-//!    `config` crate, or Seata's flat Java `.properties`.
+//!    `config` crate, Seata's flat Java `.properties`, or Seata 1.x's HOCON
+//!    (`registry.conf`, `file.conf`; `.conf` or `.hocon`) read through the
+//!    `hocon-parser` crate as Seata's Typesafe Config reads it: `key = value`,
+//!    `key { }`, dotted and quoted keys, `#` / `//` comments, `"""` strings, `include`
+//!    relative to the file, `${...}` substitutions (also from the process environment);
+//!    a key set twice keeps the later value. Seata's `registry.conf` and `file.conf` are
+//!    two files: load both (`ConfigLoader::new().file("registry.conf").file("file.conf")`).
 //! 3. Environment variables (see below).
 //! 4. Explicit overrides ([`ConfigLoader::set`], used by the CLI's `--registry`/`--server`).
 //!
@@ -25,19 +31,51 @@
 //!
 //! Structural key segments are matched ignoring case, `-` and `_` (`serverAddr`,
 //! `server-addr` and `server_addr` are one key); group and cluster names are kept
-//! exactly as written. Bare numbers for durations are milliseconds (Seata's
-//! convention: `sessionTimeout=6000`); text such as `10s` or `1m 30s` is also accepted.
+//! exactly as written, and, as in Seata, they are the whole rest of the key, dots
+//! included: `service.vgroupMapping.order.tx=eu.west` maps group `order.tx`, and
+//! `service.eu.west.grouplist` / `service.grouplist.eu.west` is cluster `eu.west`.
+//!
+//! # Durations
+//!
+//! Keys that Seata defines keep Seata's unit for a bare number: every duration key Seata
+//! has counts milliseconds (`registry.zk.sessionTimeout=6000`,
+//! `transport.rpcTmRequestTimeout=30000`, `registry.redis.timeout=0`). Keys only
+//! meshline has (`registry.etcd3.ttl`, `registry.redis.refreshPeriod`,
+//! `transport.writeTimeout`...) need a unit (`10s`, `500ms`): a bare number is refused
+//! with a message asking for one. Text such as `10s` or `1m 30s` is accepted everywhere.
+//! Backends read their keys with [`SectionReader::seata_duration`] and
+//! [`SectionReader::duration`] accordingly.
+//!
+//! # The balancer: `client.loadBalance.type` and seata-go's `getty.load-balance-type`
+//!
+//! Seata-Java reads `client.loadBalance.type` (Spring: `seata.client.load-balance.type`)
+//! and `client.loadBalance.virtualNodes`; seata-go reads only
+//! `seata.getty.load-balance-type` and ignores `client.load-balance.*`. meshline reads
+//! both into [`LoadBalanceConfig::kind`]: a seata-go file works unchanged. When both
+//! are set, in any source and in any order, `client.loadBalance.type` wins (it is
+//! Seata's own key, and the one the Java clients of a mixed fleet read); the getty
+//! value is then ignored (logged at debug level). A name means the same whichever key
+//! it came from: `ConsistentHashLoadBalance` is Seata-Java's ring with
+//! `client.loadBalance.virtualNodes` points per server (seata-go's own ring is MD5 with
+//! a fixed 10 and is not reproduced). seata-go's other `getty.*` keys are accepted
+//! without a warning and have no effect. Seata 1.0-1.3's `registry.loadBalance` and
+//! `registry.loadBalanceVirtualNodes` are accepted and ignored, as Seata 1.4+ does.
 //!
 //! Keys nobody knows are reported in [`Config::warnings`] and logged with `tracing`,
-//! never silently dropped. Seata keys that belong to the server or to other client parts
-//! (`store.*`, `server.*`, `client.rm.*`, `transport.threadFactory.*`…) are accepted
-//! without a warning.
+//! never silently dropped; the message names the key, never its value. Seata keys that
+//! belong to the server or to other client parts (`store.*`, `server.*`, `client.rm.*`,
+//! `transport.threadFactory.*`, the Spring starter's switches…) are accepted without a
+//! warning, and so are the keys Seata defines for each registry that meshline has no use
+//! for (Redis pool keys such as `registry.redis.test-on-borrow`,
+//! `registry.nacos.clientApplication`, `registry.nacos.slbPattern`...: each backend
+//! lists them).
 //!
 //! # Environment variables
 //!
 //! `MESHLINE_` followed by the key's segments joined by a double underscore `__`; within a
 //! segment, `_` is ignored for structural keys, and group / cluster names are used as
-//! written:
+//! written (a dotted name may be written with its dots or with `__` in their place:
+//! `MESHLINE_SERVICE__GROUPLIST__eu__west` is cluster `eu.west`):
 //!
 //! ```text
 //! MESHLINE_REGISTRY__TYPE=etcd3
@@ -56,6 +94,7 @@ use std::time::Duration;
 
 use crate::RegistryError;
 
+mod hocon;
 mod loader;
 mod router;
 mod section;
@@ -77,6 +116,9 @@ pub enum Format {
     Json,
     /// Java `.properties` with Seata's flat keys.
     Properties,
+    /// HOCON (`.conf`, `.hocon`): Seata 1.x's `registry.conf` and `file.conf`, read as
+    /// Seata's Typesafe Config reads them (see the module docs).
+    Hocon,
 }
 
 impl Format {
@@ -92,13 +134,9 @@ impl Format {
             "toml" => Ok(Format::Toml),
             "json" => Ok(Format::Json),
             "properties" => Ok(Format::Properties),
-            "conf" => Err(RegistryError::Config(format!(
-                "{}: Seata's HOCON `.conf` files are not supported; write the same keys as a flat `.properties` file \
-                 (registry.type=..., service.vgroupMapping.<group>=...)",
-                path.display()
-            ))),
+            "conf" | "hocon" => Ok(Format::Hocon),
             _ => Err(RegistryError::Config(format!(
-                "{}: unknown config file extension `{ext}`; use .yaml, .yml, .toml, .json or .properties",
+                "{}: unknown config file extension `{ext}`; use .yaml, .yml, .toml, .json, .properties or .conf",
                 path.display()
             ))),
         }
@@ -245,7 +283,8 @@ pub struct ClientConfig {
 /// `client.loadBalance.*`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadBalanceConfig {
-    /// `client.loadBalance.type` (seata-go: `getty.load-balance-type`). Default `XID`.
+    /// `client.loadBalance.type` (seata-go: `getty.load-balance-type`; Seata's key wins
+    /// when both are set, see the [module docs](self)). Default `XID`.
     pub kind: String,
     /// `client.loadBalance.virtualNodes`. Default 10.
     pub virtual_nodes: u32,
@@ -378,5 +417,7 @@ pub fn split_grouplist(text: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod hardening_tests;
+#[cfg(test)]
+mod seata_keys_tests;
 #[cfg(test)]
 mod tests;

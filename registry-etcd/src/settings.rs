@@ -14,7 +14,8 @@ pub struct EtcdSettings {
     pub server_addr: String,
     /// `cluster`: the cluster a server registers in. Default `default`.
     pub cluster: String,
-    /// `ttl` (meshline): lease TTL of our registrations. Default 10 s (Seata's).
+    /// `ttl` (meshline; a unit is required: `10s`): lease TTL of our registrations.
+    /// Default 10 s (the TTL Seata hard-codes).
     pub ttl: Duration,
     /// `username`.
     pub username: Option<String>,
@@ -65,5 +66,51 @@ impl EtcdSettings {
             warnings: r.finish(),
             ..settings
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::ConfigLoader;
+
+    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
+    fn shipped(name: &str) -> Config {
+        let path = format!(
+            "{}/../registry-core/tests/fixtures/seata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        meshline_registry_core::config::ConfigLoader::new()
+            .file(path)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn seata_shipped_files_and_the_unit_of_ttl() {
+        for name in ["registry.conf", "application.yml", "application.properties"] {
+            let s = EtcdSettings::from_config(&shipped(name)).unwrap();
+            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
+            assert_eq!(s.server_addr, "http://localhost:2379", "{name}");
+            assert_eq!(s.ttl, Duration::from_secs(10), "{name}");
+        }
+        // `ttl` is meshline's own key: a bare number is refused, asking for a unit.
+        let bare = ConfigLoader::new()
+            .set("registry.etcd3.ttl", "10")
+            .load()
+            .unwrap();
+        let e = EtcdSettings::from_config(&bare).unwrap_err().to_string();
+        assert!(
+            e.contains("registry.etcd3.ttl") && e.contains("no unit") && e.contains("`10s`"),
+            "{e}"
+        );
+        let unit = ConfigLoader::new()
+            .set("registry.etcd3.ttl", "10s")
+            .load()
+            .unwrap();
+        assert_eq!(
+            EtcdSettings::from_config(&unit).unwrap().ttl,
+            Duration::from_secs(10)
+        );
     }
 }

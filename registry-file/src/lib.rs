@@ -62,7 +62,12 @@ impl std::fmt::Debug for FileRegistry {
 impl FileRegistry {
     /// A file registry over `config.service.grouplist`, following `config.path` (or
     /// `registry.file.name`, relative to the config file's folder) when there is one.
-    pub fn from_config(config: &Config) -> Self {
+    ///
+    /// A `registry.file.name` that cannot be read or parsed is an error naming the path
+    /// and the cause: falling back to the main config's grouplists (often only the
+    /// built-in `default -> 127.0.0.1:8091`) would send a misconfigured client to the
+    /// wrong servers without a word.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let settings = FileSettings::from_config(config);
         let path = match (&settings.name, &config.path) {
             (Some(name), Some(main)) => {
@@ -75,21 +80,22 @@ impl FileRegistry {
         let mut grouplists = config.service.grouplist.clone();
         // `registry.file.name` pointing elsewhere: that file's grouplists win.
         if let (Some(p), true) = (&path, settings.name.is_some()) {
-            match load_grouplists(p) {
-                Ok(g) => grouplists = g,
-                Err(e) => {
-                    tracing::warn!(path = %p.display(), error = %e, "cannot read registry.file.name; using the main config's grouplists")
-                }
-            }
+            grouplists = load_grouplists(p).map_err(|e| {
+                let cause = match e {
+                    RegistryError::Config(m) => m,
+                    other => other.to_string(),
+                };
+                RegistryError::Config(format!("registry.file.name `{}`: {cause}", p.display()))
+            })?;
         }
-        FileRegistry {
+        Ok(FileRegistry {
             inner: Arc::new(Inner {
                 life: Lifecycle::new(KIND, policy),
                 grouplists: Mutex::new(grouplists),
                 path,
                 follower_started: Mutex::new(false),
             }),
-        }
+        })
     }
 
     /// A registry over fixed grouplists (cluster -> `ip:port;ip:port`), following no file.

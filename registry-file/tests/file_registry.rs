@@ -20,7 +20,7 @@ fn addrs(s: &meshline_registry_core::Snapshot) -> Vec<String> {
 
 #[tokio::test]
 async fn default_config_lists_the_default_tc() {
-    let reg = FileRegistry::from_config(&Config::default());
+    let reg = FileRegistry::from_config(&Config::default()).unwrap();
     let list = reg.lookup("default").await.unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].to_string(), "127.0.0.1:8091");
@@ -30,7 +30,7 @@ async fn default_config_lists_the_default_tc() {
 
 #[tokio::test]
 async fn register_is_refused_as_read_only() {
-    let reg = FileRegistry::from_config(&Config::default());
+    let reg = FileRegistry::from_config(&Config::default()).unwrap();
     let i = meshline_registry_core::Instance::parse("10.0.0.1:8091").unwrap();
     assert!(matches!(
         reg.register("default", &i).await,
@@ -49,7 +49,7 @@ async fn bad_entries_are_skipped_not_fatal() {
         meshline_registry_core::config::Format::Properties,
     )
     .unwrap();
-    let reg = FileRegistry::from_config(&cfg);
+    let reg = FileRegistry::from_config(&cfg).unwrap();
     let list: Vec<String> = reg
         .lookup("prod")
         .await
@@ -69,7 +69,7 @@ async fn edits_reach_watchers_and_broken_edits_keep_last_good() {
         "service:\n  grouplist:\n    prod: \"10.0.0.1:8091\"\n",
     );
     let cfg = Config::load(Some(&path)).unwrap();
-    let reg = FileRegistry::from_config(&cfg);
+    let reg = FileRegistry::from_config(&cfg).unwrap();
     let mut w = reg.watch("prod").await.unwrap();
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.0.0.1:8091"]);
 
@@ -131,7 +131,7 @@ async fn registry_file_name_points_at_another_file() {
     .unwrap();
     write(&lists, "service.prod.grouplist=10.0.0.1:8091\n");
     let cfg = Config::load(Some(&main)).unwrap();
-    let reg = FileRegistry::from_config(&cfg);
+    let reg = FileRegistry::from_config(&cfg).unwrap();
     assert_eq!(reg.followed_path(), Some(lists.as_path()));
     let mut w = reg.watch("prod").await.unwrap();
     assert_eq!(w.next().await.unwrap().len(), 1);
@@ -144,4 +144,37 @@ async fn registry_file_name_points_at_another_file() {
         .expect("edit not seen")
         .unwrap();
     assert_eq!(s.len(), 2);
+}
+
+/// A `registry.file.name` that cannot be read is an error naming the path and the
+/// cause, never a silent fallback to the built-in `default -> 127.0.0.1:8091`.
+#[test]
+fn an_unreadable_registry_file_name_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("registry.conf");
+    write(
+        &main,
+        "registry { type = file\n file { name = \"missing.conf\" } }\n",
+    );
+    let cfg = Config::load(Some(&main)).unwrap();
+    let e = FileRegistry::from_config(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("registry.file.name") && e.contains("missing.conf") && e.contains("cannot read"),
+        "{e}"
+    );
+    // A file that is there but broken: the same, with the parse error.
+    write(&dir.path().join("missing.conf"), "service {\n");
+    let e = FileRegistry::from_config(&cfg).unwrap_err().to_string();
+    assert!(e.contains("missing.conf") && e.contains("HOCON"), "{e}");
+    // Seata's shipped pair: registry.conf names file.conf, which is read.
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../registry-core/tests/fixtures/seata"
+    );
+    let cfg = Config::load(Some(&std::path::Path::new(fixtures).join("registry.conf"))).unwrap();
+    let reg = FileRegistry::from_config(&cfg).unwrap();
+    assert_eq!(
+        reg.followed_path(),
+        Some(std::path::Path::new(fixtures).join("file.conf").as_path())
+    );
 }

@@ -66,8 +66,14 @@ impl NacosSettings {
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let section = config.registry.section(&["nacos"]);
         let r = section.reader();
-        // Seata keys for its Java client that have no meaning here.
-        r.accept(&["slbPattern", "ramRoleName", "clusterName"]);
+        // Seata keys for its Java client that have no meaning here
+        // (`NacosRegistryServiceImpl`, `RegistryNacosProperties`).
+        r.accept(&[
+            "slbPattern",
+            "ramRoleName",
+            "clusterName",
+            "clientApplication",
+        ]);
         let settings = NacosSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8848")?,
             namespace: r.text_or_empty("namespace", ""),
@@ -94,6 +100,31 @@ impl NacosSettings {
 mod tests {
     use super::*;
     use meshline_registry_core::config::{ConfigLoader, Format};
+
+    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
+    fn shipped(name: &str) -> Config {
+        let path = format!(
+            "{}/../registry-core/tests/fixtures/seata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        meshline_registry_core::config::ConfigLoader::new()
+            .file(path)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn seata_shipped_files() {
+        for name in ["registry.conf", "application.yml", "application.properties"] {
+            let s = NacosSettings::from_config(&shipped(name)).unwrap();
+            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
+            assert_eq!(s.server_addr, "127.0.0.1:8848", "{name}");
+            assert_eq!(s.group, "SEATA_GROUP", "{name}");
+            assert_eq!(s.application, "seata-server", "{name}");
+            assert_eq!(s.namespace, "", "{name}");
+            assert_eq!(s.password, None, "{name}: empty is unset");
+        }
+    }
 
     #[test]
     fn seata_defaults_and_secrets_hidden() {

@@ -146,7 +146,7 @@ fn eureka_config(double: &EurekaDouble, refresh_ms: u64) -> Result<Config, Strin
     ConfigLoader::new()
         .set("registry.type", "eureka")
         .set("registry.eureka.serviceUrl", double.service_url())
-        .set("registry.eureka.refreshInterval", refresh_ms.to_string())
+        .set("registry.eureka.refreshInterval", format!("{refresh_ms}ms"))
         .set("registry.eureka.renewalInterval", "1s")
         .set("registry.eureka.leaseDuration", "3s")
         .load()

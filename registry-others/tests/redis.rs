@@ -25,7 +25,7 @@ fn config(addr: &str, extra: &[(&str, &str)]) -> Config {
         .set("registry.redis.serverAddr", addr)
         .set("registry.redis.ttl", "2s")
         .set("registry.redis.refreshPeriod", "500ms")
-        .set("registry.redis.timeout", "1s")
+        .set("registry.redis.commandTimeout", "1s")
         .set("registry.empty-protection", "true");
     for (k, v) in extra {
         l = l.set(*k, *v);

@@ -96,6 +96,6 @@ proptest! {
         }
         // Applying them never panics (errors are fine: values are random).
         let mut cfg = Config::default();
-        let _ = apply_all(&mut cfg, entries, "environment");
+        let _ = apply_all(&mut cfg, &mut Default::default(), entries, "environment");
     }
 }

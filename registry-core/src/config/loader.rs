@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::router::RouteState;
 use super::{Config, Format, apply_all};
 use crate::RegistryError;
 
@@ -99,13 +100,14 @@ impl ConfigLoader {
     ) -> Result<Config, RegistryError> {
         let mut cfg = Config::default();
         let mut centre = centre;
+        let mut state = RouteState::default();
         for source in self.sources {
             if matches!(
                 source,
                 Source::Env(_) | Source::ProcessEnv | Source::Set(..)
             ) && let Some((entries, origin)) = centre.take()
             {
-                apply_all(&mut cfg, entries.to_vec(), origin)?;
+                apply_all(&mut cfg, &mut state, entries.to_vec(), origin)?;
             }
             match source {
                 Source::File(path) => {
@@ -116,29 +118,36 @@ impl ConfigLoader {
                             path.display()
                         ))
                     })?;
-                    let entries = parse_text(&text, format)
-                        .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))?;
-                    apply_all(&mut cfg, entries, &path.display().to_string())?;
+                    let entries = match format {
+                        // Includes are relative to the file, as Typesafe Config does.
+                        Format::Hocon => super::hocon::parse(&text, path.parent()),
+                        _ => parse_text(&text, format),
+                    }
+                    .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))?;
+                    apply_all(&mut cfg, &mut state, entries, &path.display().to_string())?;
                     cfg.path = Some(path);
                 }
                 Source::Text(text, format) => {
                     let entries = parse_text(&text, format).map_err(RegistryError::Config)?;
-                    apply_all(&mut cfg, entries, "config text")?;
+                    apply_all(&mut cfg, &mut state, entries, "config text")?;
                 }
-                Source::Env(vars) => apply_all(&mut cfg, env_entries(vars), "environment")?,
+                Source::Env(vars) => {
+                    apply_all(&mut cfg, &mut state, env_entries(vars), "environment")?
+                }
                 Source::ProcessEnv => apply_all(
                     &mut cfg,
+                    &mut state,
                     env_entries(utf8_vars(std::env::vars_os())),
                     "environment",
                 )?,
                 Source::Set(k, v) => {
                     let path = k.split('.').map(str::to_string).collect();
-                    apply_all(&mut cfg, vec![(path, v)], "override")?;
+                    apply_all(&mut cfg, &mut state, vec![(path, v)], "override")?;
                 }
             }
         }
         if let Some((entries, origin)) = centre {
-            apply_all(&mut cfg, entries.to_vec(), origin)?;
+            apply_all(&mut cfg, &mut state, entries.to_vec(), origin)?;
         }
         for w in &cfg.warnings {
             tracing::warn!("{w}");
@@ -152,6 +161,7 @@ pub(crate) type Entry = (Vec<String>, String);
 /// Parses a whole text into flat `(path, value)` entries.
 pub(crate) fn parse_text(text: &str, format: Format) -> Result<Vec<Entry>, String> {
     match format {
+        Format::Hocon => super::hocon::parse(text, None),
         Format::Properties => {
             let map = java_properties::read(text.as_bytes())
                 .map_err(|e| format!("bad .properties: {e}"))?;

@@ -15,14 +15,23 @@ pub(super) fn norm(s: &str) -> String {
         .collect()
 }
 
+/// What the router remembers across the sources of one load.
+#[derive(Default)]
+pub(super) struct RouteState {
+    /// `client.loadBalance.type` was set by some source: seata-go's
+    /// `getty.load-balance-type` no longer changes the balancer, in any source or order.
+    lb_type_from_client_key: bool,
+}
+
 pub(super) fn apply_all(
     cfg: &mut Config,
+    state: &mut RouteState,
     entries: Vec<Entry>,
     origin: &str,
 ) -> Result<(), RegistryError> {
     for (path, value) in entries {
         let shown = path.join(".");
-        match apply(cfg, &path, &value, origin) {
+        match apply(cfg, state, &path, &value, origin) {
             Ok(Applied::Used) | Ok(Applied::Ignored) => {}
             // By name only: a misspelt `pasword=...` must not log the password.
             Ok(Applied::Unknown) => cfg
@@ -71,8 +80,15 @@ const IGNORED_TOP: &[&str] = &[
     "sqlparsertype",
     "logging",
     "management",
+    // Spring Boot starter switches (`SeataProperties`).
+    "exposeproxy",
+    "excludesforscanning",
+    "applicationdatalimit",
+    "applicationdatalimitcheck",
 ];
-const IGNORED_CLIENT: &[&str] = &["rm", "tm", "undo", "lock", "log"];
+/// `client.*` keys of Seata's RM / TM / undo log, and the raft registry's
+/// `client.metadataMaxAgeMs` (read by the raft backend's crate when it has one).
+const IGNORED_CLIENT: &[&str] = &["rm", "tm", "undo", "lock", "log", "metadatamaxagems"];
 const IGNORED_SERVICE: &[&str] = &[
     "disableglobaltransaction",
     "enabledegrade",
@@ -90,10 +106,23 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "rpctimeout",
     "protocol",
     "rpctmclientbatchsendrequest",
+    // Seata's server-side thread pools (`ConfigurationKeys`).
+    "minserverpoolsize",
+    "maxserverpoolsize",
+    "minbranchresultpoolsize",
+    "maxbranchresultpoolsize",
+    "maxtaskqueuesize",
+    "keepalivetime",
 ];
 const IGNORED_REGISTRY: &[&str] = &["raft", "seata", "sofa", "namingserver", "metadata"];
 
-fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<Applied, String> {
+fn apply(
+    cfg: &mut Config,
+    state: &mut RouteState,
+    path: &[String],
+    v: &str,
+    origin: &str,
+) -> Result<Applied, String> {
     let mut p: Vec<String> = path.iter().map(|s| s.trim().to_string()).collect();
     if p.first().map(|s| norm(s) == "seata").unwrap_or(false) && p.len() > 1 {
         p.remove(0);
@@ -120,29 +149,43 @@ fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<App
             cfg.tx_service_group = nonempty(v)?;
             Used
         }
-        // ---- service.*
-        ["service", "vgroupmapping", _] => {
+        // ---- service.*: group and cluster names are the rest of the key, dots and all
+        // (Seata reads `service.vgroupMapping.<group>` by the whole text).
+        ["service", "vgroupmapping", rest @ ..] if !rest.is_empty() => {
             cfg.service
                 .vgroup_mapping
-                .insert(p[2].clone(), v.trim().to_string());
+                .insert(p[2..].join("."), v.trim().to_string());
             Used
         }
-        ["service", "grouplist", _] => {
+        ["service", "grouplist", rest @ ..] if !rest.is_empty() => {
             cfg.service
                 .grouplist
-                .insert(p[2].clone(), v.trim().to_string());
-            Used
-        }
-        ["service", _, "grouplist"] => {
-            cfg.service
-                .grouplist
-                .insert(p[1].clone(), v.trim().to_string());
+                .insert(p[2..].join("."), v.trim().to_string());
             Used
         }
         ["service", k, ..] if IGNORED_SERVICE.contains(k) => Ignored,
-        // ---- client.* / seata-go getty.*
-        ["client", "loadbalance", "type"] | ["getty", "loadbalancetype"] => {
+        ["service", cluster @ .., "grouplist"] if !cluster.is_empty() => {
+            cfg.service
+                .grouplist
+                .insert(p[1..p.len() - 1].join("."), v.trim().to_string());
+            Used
+        }
+        // ---- client.* / seata-go getty.*: `client.loadBalance.type` (Seata's key) wins
+        // over seata-go's `getty.load-balance-type` whenever both are set.
+        ["client", "loadbalance", "type"] => {
             cfg.client.load_balance.kind = nonempty(v)?;
+            state.lb_type_from_client_key = true;
+            Used
+        }
+        ["getty", "loadbalancetype"] => {
+            let kind = nonempty(v)?;
+            if state.lb_type_from_client_key {
+                tracing::debug!(
+                    "{origin}: getty.load-balance-type ignored: client.loadBalance.type is set"
+                );
+            } else {
+                cfg.client.load_balance.kind = kind;
+            }
             Used
         }
         ["client", "loadbalance", "virtualnodes"] => {
@@ -231,6 +274,9 @@ fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<App
             Used
         }
         ["registry", b, ..] if IGNORED_REGISTRY.contains(b) => Ignored,
+        // Seata 1.0-1.3's names of `client.loadBalance.*`; Seata since 1.4 ignores them,
+        // and so does meshline (the balancer comes from `client.loadBalance.type`).
+        ["registry", "loadbalance" | "loadbalancevirtualnodes"] => Ignored,
         // Seata's per-backend heartbeat knobs (registry.<type>.heartbeat-period...).
         ["registry", _, k] if k.starts_with("heartbeat") => Ignored,
         // Each registry type's own keys, raw, for its backend to read.

@@ -16,7 +16,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{norm, parse_duration};
+use super::values::parse_seata_duration;
+use super::{norm, parse_duration_with_unit};
 use crate::RegistryError;
 
 /// The raw `registry.<type>.*` keys of one registry type.
@@ -176,11 +177,30 @@ impl SectionReader<'_> {
             .map(|e| e.value.clone())
     }
 
-    /// A duration (a bare number is milliseconds, as in Seata; `10s`, `1m 30s`);
-    /// `default` when absent.
+    /// A duration of a key that Seata defines (`sessionTimeout`, `timeout`...): a bare
+    /// number counts in Seata's unit for that key, `bare_unit` (milliseconds for every
+    /// duration key Seata has: `Duration::from_millis(1)`), so a Seata file means what it
+    /// means to Seata; text with a unit (`10s`, `1m 30s`) is accepted too. `default`
+    /// when absent. At most [`MAX_DURATION`](super::MAX_DURATION).
+    pub fn seata_duration(
+        &self,
+        key: &str,
+        bare_unit: Duration,
+        default: Duration,
+    ) -> Result<Duration, RegistryError> {
+        match self.entry(key) {
+            Some(e) => parse_seata_duration(&e.value, bare_unit).map_err(|r| Self::invalid(e, &r)),
+            None => Ok(default),
+        }
+    }
+
+    /// A duration of a key only meshline has (`ttl`, `refreshPeriod`...): the value
+    /// must carry its unit (`10s`, `500ms`); a bare number is refused with a message
+    /// asking for one, since it would be ambiguous (Seata's keys count milliseconds,
+    /// TTLs are usually thought of in seconds). `default` when absent.
     pub fn duration(&self, key: &str, default: Duration) -> Result<Duration, RegistryError> {
         match self.entry(key) {
-            Some(e) => parse_duration(&e.value).map_err(|r| Self::invalid(e, &r)),
+            Some(e) => parse_duration_with_unit(&e.value).map_err(|r| Self::invalid(e, &r)),
             None => Ok(default),
         }
     }

@@ -26,8 +26,9 @@ fn same(mut got: Config) {
         got.warnings
     );
     got.path = None;
-    // The backends' sections are raw text (`7s` in one shape, `7000` in another): read
-    // them as the backends do.
+    // The backends' sections are raw text (`9s` in one shape, `9000` in another): read
+    // them as the backends do (zk's `sessionTimeout` is Seata's, in milliseconds; the
+    // etcd3 `ttl` is meshline's own and carries its unit).
     let sections = std::mem::take(&mut got.registry.sections);
     assert_eq!(got, expected());
     let read = |name: &str| {
@@ -51,7 +52,8 @@ fn same(mut got: Config) {
     let zk = read("zk");
     let r = zk.reader();
     assert_eq!(
-        r.duration("sessionTimeout", Duration::ZERO).unwrap(),
+        r.seata_duration("sessionTimeout", Duration::from_millis(1), Duration::ZERO)
+            .unwrap(),
         Duration::from_millis(9000)
     );
     assert!(r.finish().is_empty());
@@ -130,7 +132,7 @@ seata:
     etcd3:
       server-addr: "http://127.0.0.1:2379,http://127.0.0.1:2380"
       cluster: prod
-      ttl: 7000
+      ttl: 7 s
     zk:
       session-timeout: 9s
     nacos:
@@ -186,7 +188,7 @@ fn json_shape() {
     "txServiceGroup": "My_Tx_Group",
     "registry": {
       "type": "etcd3",
-      "etcd3": { "serverAddr": "http://127.0.0.1:2379,http://127.0.0.1:2380", "cluster": "prod", "ttl": 7000 },
+      "etcd3": { "serverAddr": "http://127.0.0.1:2379,http://127.0.0.1:2380", "cluster": "prod", "ttl": "7000ms" },
       "zk": { "sessionTimeout": 9000 },
       "nacos": { "group": "SEATA_GROUP" },
       "redis": { "db": 3 }
@@ -210,7 +212,7 @@ txServiceGroup=My_Tx_Group
 registry.type=etcd3
 registry.etcd3.serverAddr=http://127.0.0.1:2379,http://127.0.0.1:2380
 registry.etcd3.cluster=prod
-registry.etcd3.ttl=7000
+registry.etcd3.ttl=7000ms
 registry.zk.sessionTimeout=9000
 registry.nacos.group=SEATA_GROUP
 registry.redis.db=3
@@ -397,9 +399,9 @@ fn bad_files_are_errors() {
     let e = Config::load(Some(&missing)).unwrap_err().to_string();
     assert!(e.contains("nope.yaml"), "{e}");
     let hocon = dir.path().join("registry.conf");
-    std::fs::write(&hocon, "registry { type = \"file\" }").unwrap();
+    std::fs::write(&hocon, "registry { type = \"file\"").unwrap();
     let e = Config::load(Some(&hocon)).unwrap_err().to_string();
-    assert!(e.contains(".properties"), "{e}");
+    assert!(e.contains("registry.conf") && e.contains("HOCON"), "{e}");
     let weird = dir.path().join("x.ini");
     std::fs::write(&weird, "").unwrap();
     assert!(Config::load(Some(&weird)).is_err());

@@ -65,6 +65,26 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
     capped(d, t)
 }
 
+/// A duration of a key Seata defines: a bare number counts `bare_unit`s (Seata's unit
+/// for that key); otherwise humantime text. At most [`MAX_DURATION`].
+pub(crate) fn parse_seata_duration(v: &str, bare_unit: Duration) -> Result<Duration, String> {
+    let t = v.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        let nanos = bare_unit.as_nanos().saturating_mul(u128::from(n));
+        let too_long = || format!("`{t}` is longer than the maximum of 365 days");
+        if nanos > MAX_DURATION.as_nanos() {
+            return Err(too_long());
+        }
+        return u64::try_from(nanos)
+            .map(Duration::from_nanos)
+            .map_err(|_| too_long());
+    }
+    let d = humantime::parse_duration(t).map_err(|e| {
+        format!("expected a number (Seata's unit for this key) or a duration like `10s`: {e}")
+    })?;
+    capped(d, t)
+}
+
 /// A duration that must carry its unit (`10s`, `500ms`): for keys only meshline has,
 /// where a bare number would be ambiguous. At most [`MAX_DURATION`].
 pub fn parse_duration_with_unit(v: &str) -> Result<Duration, String> {

@@ -15,9 +15,10 @@ pub struct ConsulSettings {
     pub cluster: String,
     /// `aclToken`.
     pub acl_token: Option<String>,
-    /// `ttl` (meshline): TTL of our health check. Default 10 s.
+    /// `ttl` (meshline; a unit is required: `10s`): TTL of our health check. Default 10 s.
     pub ttl: Duration,
-    /// `deregisterCriticalServiceAfter`. Default 20 s (Seata's).
+    /// `deregisterCriticalServiceAfter` (meshline; a unit is required: `20s`; Seata
+    /// hard-codes 20 s and has no key). Default 20 s.
     pub deregister_critical_after: Duration,
     /// `maxBodyBytes` (meshline): the largest agent answer read. Default 16 MiB.
     pub max_body_bytes: usize,
@@ -63,5 +64,52 @@ impl ConsulSettings {
             warnings: r.finish(),
             ..settings
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::ConfigLoader;
+
+    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
+    fn shipped(name: &str) -> Config {
+        let path = format!(
+            "{}/../registry-core/tests/fixtures/seata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        meshline_registry_core::config::ConfigLoader::new()
+            .file(path)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn seata_shipped_files_and_meshline_units() {
+        for name in ["registry.conf", "application.yml", "application.properties"] {
+            let s = ConsulSettings::from_config(&shipped(name)).unwrap();
+            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
+            assert_eq!(s.server_addr, "127.0.0.1:8500", "{name}");
+            assert_eq!(s.acl_token, None, "{name}");
+        }
+        // `ttl` and `deregisterCriticalServiceAfter` are meshline's: a unit is required.
+        for key in ["ttl", "deregisterCriticalServiceAfter"] {
+            let bare = ConfigLoader::new()
+                .set(format!("registry.consul.{key}"), "20")
+                .load()
+                .unwrap();
+            let e = ConsulSettings::from_config(&bare).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("no unit"), "{e}");
+        }
+        let unit = ConfigLoader::new()
+            .set("registry.consul.deregisterCriticalServiceAfter", "30s")
+            .load()
+            .unwrap();
+        assert_eq!(
+            ConsulSettings::from_config(&unit)
+                .unwrap()
+                .deregister_critical_after,
+            Duration::from_secs(30)
+        );
     }
 }

@@ -15,11 +15,13 @@ pub struct EurekaSettings {
     pub application: String,
     /// `weight`, sent as metadata. Default `1`.
     pub weight: String,
-    /// `renewalInterval` (meshline): heartbeat period. Default 30 s.
+    /// `renewalInterval` (meshline; a unit is required: `30s`): heartbeat period.
+    /// Default 30 s.
     pub renewal_interval: Duration,
-    /// `leaseDuration` (meshline). Default 90 s.
+    /// `leaseDuration` (meshline; a unit is required: `90s`). Default 90 s.
     pub lease_duration: Duration,
-    /// `refreshInterval` (meshline): fetch period for watches. Default 5 s (Seata's).
+    /// `refreshInterval` (meshline; a unit is required: `5s`): fetch period for
+    /// watches. Default 5 s (Seata's `eureka.client.refresh.interval`).
     pub refresh_interval: Duration,
     /// `maxBodyBytes` (meshline): the largest answer read (a full fetch). Default
     /// 16 MiB.
@@ -93,6 +95,36 @@ impl EurekaSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
+    fn shipped(name: &str) -> Config {
+        let path = format!(
+            "{}/../registry-core/tests/fixtures/seata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        meshline_registry_core::config::ConfigLoader::new()
+            .file(path)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn seata_shipped_files_and_meshline_units() {
+        for name in ["registry.conf", "application.yml", "application.properties"] {
+            let s = EurekaSettings::from_config(&shipped(name)).unwrap();
+            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
+            assert_eq!(s.service_url, "http://localhost:8761/eureka", "{name}");
+            assert_eq!(s.weight, "1", "{name}");
+        }
+        for key in ["renewalInterval", "leaseDuration", "refreshInterval"] {
+            let bare = meshline_registry_core::config::ConfigLoader::new()
+                .set(format!("registry.eureka.{key}"), "5")
+                .load()
+                .unwrap();
+            let e = EurekaSettings::from_config(&bare).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("no unit"), "{e}");
+        }
+    }
 
     #[test]
     fn userinfo_is_redacted() {

@@ -37,7 +37,9 @@
 //! (a primary and the replicas that may be promoted, or proxies in front of it): the
 //! client uses the first that answers and moves to the next on connection errors or a
 //! `READONLY` answer. `registry.redis.password`, `username` and `db` are applied to every
-//! connection.
+//! connection. Every command has `registry.redis.commandTimeout` (default 2 s, Jedis'
+//! timeout, which Seata's commands use); Seata's `registry.redis.timeout` is its pool's
+//! max-wait and does not change it (see [`RedisSettings`]).
 //!
 //! ## Convergence (measured)
 //!

@@ -140,7 +140,7 @@ impl Servers {
         Ok(Servers {
             clients,
             addrs,
-            timeout: config.timeout.max(Duration::from_millis(100)),
+            timeout: config.command_timeout.max(Duration::from_millis(100)),
             current: tokio::sync::Mutex::new(None),
             next: AtomicUsize::new(0),
         })

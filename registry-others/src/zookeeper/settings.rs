@@ -6,6 +6,9 @@ use std::time::Duration;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
+/// Seata's unit for a bare number in its zk duration keys (Curator's milliseconds).
+const MS: Duration = Duration::from_millis(1);
+
 /// The ZooKeeper registry's settings.
 #[derive(Clone, PartialEq)]
 pub struct ZkSettings {
@@ -13,9 +16,9 @@ pub struct ZkSettings {
     pub server_addr: String,
     /// `cluster`: the cluster a server registers in. Default `default`.
     pub cluster: String,
-    /// `sessionTimeout`. Default 6000 ms.
+    /// `sessionTimeout` (Seata's key: a bare number is milliseconds). Default 6000 ms.
     pub session_timeout: Duration,
-    /// `connectTimeout`. Default 2000 ms.
+    /// `connectTimeout` (Seata's key: a bare number is milliseconds). Default 2000 ms.
     pub connect_timeout: Duration,
     /// `username` (digest auth).
     pub username: Option<String>,
@@ -51,8 +54,8 @@ impl ZkSettings {
         let settings = ZkSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:2181")?,
             cluster: r.text("cluster", "default")?,
-            session_timeout: r.duration("sessionTimeout", Duration::from_millis(6000))?,
-            connect_timeout: r.duration("connectTimeout", Duration::from_millis(2000))?,
+            session_timeout: r.seata_duration("sessionTimeout", MS, Duration::from_millis(6000))?,
+            connect_timeout: r.seata_duration("connectTimeout", MS, Duration::from_millis(2000))?,
             username: r.optional("username"),
             password: r.optional("password"),
             tls: TlsSettings::read(&r, "zk")?,
@@ -69,6 +72,31 @@ impl ZkSettings {
 mod tests {
     use super::*;
     use meshline_registry_core::config::{ConfigLoader, Format};
+
+    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
+    fn shipped(name: &str) -> Config {
+        let path = format!(
+            "{}/../registry-core/tests/fixtures/seata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        meshline_registry_core::config::ConfigLoader::new()
+            .file(path)
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn seata_shipped_files() {
+        for name in ["registry.conf", "application.yml", "application.properties"] {
+            let s = ZkSettings::from_config(&shipped(name)).unwrap();
+            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
+            assert_eq!(s.server_addr, "127.0.0.1:2181", "{name}");
+            // Seata's keys, Seata's unit: `sessionTimeout = 6000` is 6 s.
+            assert_eq!(s.session_timeout, Duration::from_millis(6000), "{name}");
+            assert_eq!(s.connect_timeout, Duration::from_millis(2000), "{name}");
+            assert_eq!(s.username, None, "{name}: empty is unset");
+        }
+    }
 
     #[test]
     fn seata_defaults_units_and_the_alias() {

@@ -96,7 +96,8 @@ pub static CENTRE_TYPES: &[CentreType] = &[
 /// `config.type` names, and followed when that centre is a server. See the
 /// [module docs](self).
 pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryError> {
-    let base = loader.clone().load()?;
+    // Read quietly: the configuration is loaded again below, and warns then.
+    let base = loader.clone().load_quietly()?;
     let kind = canonical_kind(&base.centre.kind)?;
     if kind == "file" {
         let loader = with_file_centre(loader, &base)?;

@@ -59,9 +59,10 @@ enum Command {
         /// Address to register (`ip:port`, `[v6]:port`).
         addr: String,
         /// Registration TTL / lease for registries that have one (etcd3 lease, Redis
-        /// key expiry, Consul check TTL, Eureka lease, ZooKeeper session timeout): as
-        /// config files take it (`10s`, `1m 30s`, or bare milliseconds).
-        #[arg(long, value_parser = meshline::core::config::parse_duration)]
+        /// key expiry, Consul check TTL, Eureka lease, ZooKeeper session timeout), with
+        /// its unit (`10s`, `1500ms`, `1m 30s`): a bare number is refused, as for every
+        /// key only meshline has.
+        #[arg(long, value_parser = meshline::core::config::parse_duration_with_unit)]
         ttl: Option<Duration>,
         /// Weight metadata.
         #[arg(long)]

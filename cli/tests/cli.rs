@@ -211,7 +211,7 @@ fn register_warns_when_the_registry_cannot_store_a_weight_and_ttl_takes_config_s
             "--weight",
             "3",
             "--ttl",
-            "1500",
+            "1500ms",
         ])
         .output()
         .unwrap();
@@ -224,6 +224,17 @@ fn register_warns_when_the_registry_cannot_store_a_weight_and_ttl_takes_config_s
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "a bad --ttl is a usage error");
+    let out = meshline()
+        .args(["register", "c", "10.0.0.1:8091", "--ttl", "1500"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--ttl without a unit is refused"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no unit"), "{err}");
 }
 
 #[test]

@@ -43,7 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{ConfigLoader, Entry, Format, parse_text};
+use crate::config::{ConfigLoader, Entry, Format, log_warnings, parse_text};
 use crate::{Backoff, Config, RegistryError};
 
 /// A configuration centre client: reads one entry by its name, and reports changes.
@@ -305,6 +305,7 @@ impl LiveConfig {
         spec: CentreSpec,
     ) -> Result<LiveConfig, RegistryError> {
         let (cfg, read) = read_centre(&*centre, &spec, &loader).await?;
+        log_warnings(&cfg, None);
         tracing::info!(
             centre = centre.kind(),
             at = %centre.location(),
@@ -422,6 +423,7 @@ async fn follow(
             Ok((cfg, read)) => {
                 retry = false;
                 backoff.reset();
+                log_warnings(&cfg, Some(&tx.borrow()));
                 if **tx.borrow() != cfg {
                     tracing::info!(
                         centre = centre.kind(),

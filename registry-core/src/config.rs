@@ -100,7 +100,7 @@ mod router;
 mod section;
 mod values;
 pub use loader::ConfigLoader;
-pub(crate) use loader::{Entry, parse_text};
+pub(crate) use loader::{Entry, log_warnings, parse_text};
 use router::{apply_all, norm};
 pub use section::{Section, SectionReader};
 pub use values::{MAX_DURATION, parse_bytes, parse_duration, parse_duration_with_unit};

@@ -84,8 +84,17 @@ impl ConfigLoader {
         self
     }
 
-    /// Reads every source and builds the config.
+    /// Reads every source and builds the config; each of its [`Config::warnings`] is
+    /// also logged.
     pub fn load(self) -> Result<Config, RegistryError> {
+        let cfg = self.load_with_centre(None)?;
+        log_warnings(&cfg, None);
+        Ok(cfg)
+    }
+
+    /// [`load`](Self::load) without logging the warnings: for a caller that reads the
+    /// sources once to learn where to look next (`config.type`), then loads again.
+    pub fn load_quietly(self) -> Result<Config, RegistryError> {
         self.load_with_centre(None)
     }
 
@@ -149,10 +158,17 @@ impl ConfigLoader {
         if let Some((entries, origin)) = centre {
             apply_all(&mut cfg, &mut state, entries.to_vec(), origin)?;
         }
-        for w in &cfg.warnings {
+        Ok(cfg)
+    }
+}
+
+/// Logs the warnings of `cfg` that `before` did not have (all of them without
+/// `before`), so a configuration rebuilt on every centre change repeats none.
+pub(crate) fn log_warnings(cfg: &Config, before: Option<&Config>) {
+    for w in &cfg.warnings {
+        if before.is_none_or(|b| !b.warnings.contains(w)) {
             tracing::warn!("{w}");
         }
-        Ok(cfg)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Instance, RegistryError, Watch};
+use crate::{Instance, Nearby, RegistryError, Watch};
 
 /// A service registry: where servers announce themselves and clients find them.
 ///
@@ -54,5 +54,15 @@ pub trait RegistryService: Send + Sync + 'static {
     /// registry lists clusters, and keeps the default `false`.
     fn resolves_groups(&self) -> bool {
         false
+    }
+
+    /// Places near `cluster` that have members, for diagnosis when `cluster` lists none
+    /// (`meshline doctor`): other clusters of the same layout, the same service in other
+    /// groups or namespaces, other services. Bounded work (one listing, at most a few
+    /// hundred places). The default lists nothing: a backend that cannot list its
+    /// registry says nothing rather than guessing.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        let _ = cluster;
+        Ok(Vec::new())
     }
 }

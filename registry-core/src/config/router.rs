@@ -92,7 +92,7 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "protocol",
     "rpctmclientbatchsendrequest",
 ];
-const IGNORED_REGISTRY: &[&str] = &["raft", "seata", "sofa", "namingserver", "metadata"];
+const IGNORED_REGISTRY: &[&str] = &["sofa", "metadata"];
 
 fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<Applied, String> {
     let mut p: Vec<String> = path.iter().map(|s| s.trim().to_string()).collect();

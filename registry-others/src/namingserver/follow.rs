@@ -70,3 +70,26 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::NamingserverRegistry;
+    use meshline_registry_core::RegistryService;
+    use meshline_registry_core::config::ConfigLoader;
+    use std::sync::Arc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_follow_task_ends_with_the_last_watch() {
+        let ns = meshline_testkit::NamingserverDouble::start(Default::default()).unwrap();
+        let config = ConfigLoader::new()
+            .set("registry.seata.server-addr", ns.server_addr())
+            .load()
+            .unwrap();
+        let reg = NamingserverRegistry::connect(&config).await.unwrap();
+        // The keeper holds one reference of its own; it is not a follow task.
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
+            .await;
+        reg.close().await.unwrap();
+    }
+}

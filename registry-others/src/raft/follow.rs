@@ -73,3 +73,26 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::RaftRegistry;
+    use meshline_registry_core::RegistryService;
+    use meshline_registry_core::config::ConfigLoader;
+    use std::sync::Arc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_follow_task_ends_with_the_last_watch() {
+        let d = meshline_testkit::RaftDouble::start(Default::default()).unwrap();
+        d.set_members("c", &["10.0.0.1:8091"], Some(0));
+        let config = ConfigLoader::new()
+            .set("registry.raft.serverAddr", d.server_addr())
+            .load()
+            .unwrap();
+        let reg = RaftRegistry::connect(&config).await.unwrap();
+        let refs = || Arc::strong_count(&reg.inner);
+        crate::common::assert_follow_ends_with_last_watch(&reg, &reg.inner.life, "c", 1, refs)
+            .await;
+        reg.close().await.unwrap();
+    }
+}

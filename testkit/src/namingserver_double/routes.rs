@@ -47,11 +47,11 @@ fn result(ok: bool, what: &str) -> Response {
     )
 }
 
-/// The required query parameters `names`, or the 400 naming the first missing one.
-fn required<'a>(q: &'a [(String, String)], names: &[&str]) -> Result<Vec<&'a str>, Response> {
+/// The required query parameters `names`, or the name of the first missing one.
+fn required<'a>(q: &'a [(String, String)], names: &[&str]) -> Result<Vec<&'a str>, String> {
     names
         .iter()
-        .map(|n| query_get(q, n).ok_or_else(|| missing(n)))
+        .map(|n| query_get(q, n).ok_or_else(|| n.to_string()))
         .collect()
 }
 
@@ -59,7 +59,7 @@ fn required<'a>(q: &'a [(String, String)], names: &[&str]) -> Result<Vec<&'a str
 pub(crate) async fn register(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
     let p = match required(&q, &["namespace", "clusterName", "unit"]) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(n) => return missing(&n),
     };
     let Ok(node) = serde_json::from_slice::<Value>(&body) else {
         return json_response(StatusCode::BAD_REQUEST, json!({"status": 400}));
@@ -71,7 +71,7 @@ pub(crate) async fn register(AxState(s): Shared, Query(q): Params, body: Bytes) 
 pub(crate) async fn unregister(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
     let p = match required(&q, &["namespace", "clusterName", "unit"]) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(n) => return missing(&n),
     };
     let Ok(node) = serde_json::from_slice::<Value>(&body) else {
         return json_response(StatusCode::BAD_REQUEST, json!({"status": 400}));
@@ -83,7 +83,7 @@ pub(crate) async fn unregister(AxState(s): Shared, Query(q): Params, body: Bytes
 pub(crate) async fn discovery(AxState(s): Shared, Query(q): Params) -> Response {
     match required(&q, &["vGroup", "namespace"]) {
         Ok(p) => json_response(StatusCode::OK, s.discovery(p[0], p[1])),
-        Err(r) => r,
+        Err(n) => missing(&n),
     }
 }
 
@@ -93,7 +93,7 @@ pub(crate) async fn discovery(AxState(s): Shared, Query(q): Params) -> Response 
 pub(crate) async fn watch(AxState(s): Shared, Query(q): Params) -> Response {
     let p = match required(&q, &["clientTerm", "vGroup", "timeout"]) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(n) => return missing(&n),
     };
     let (Ok(term), Ok(timeout)) = (p[0].parse::<i64>(), p[2].parse::<u64>()) else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();

@@ -176,6 +176,34 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         stores_weight: true,
         connect: connect!("eureka", meshline_registry_others::EurekaRegistry::connect),
     },
+    RegistryType {
+        seata_name: "raft",
+        aliases: &[],
+        feature: "raft",
+        // The TCs' HTTP (control) addresses; read-only: no TTL, no cluster to join.
+        address_key: "serverAddr",
+        ttl_key: None,
+        cluster_key: None,
+        tls_feature: Some("raft-tls"),
+        stores_weight: false,
+        connect: connect!("raft", meshline_registry_others::RaftRegistry::connect),
+    },
+    RegistryType {
+        // Seata's namingserver: `registry.type=seata`, keys under `registry.seata.*`.
+        seata_name: "seata",
+        aliases: &["namingserver"],
+        feature: "namingserver",
+        address_key: "server-addr",
+        // Eviction is the namingserver's (90 s); registrations are heart-beaten.
+        ttl_key: None,
+        cluster_key: Some("cluster"),
+        tls_feature: Some("namingserver-tls"),
+        stores_weight: true,
+        connect: connect!(
+            "namingserver",
+            meshline_registry_others::NamingserverRegistry::connect
+        ),
+    },
 ];
 
 /// A constructor added at run time (see [`register_custom`]).
@@ -333,10 +361,15 @@ mod tests {
         assert_eq!(resolve_type("ZooKeeper").unwrap().seata_name, "zk");
         assert_eq!(resolve_type("Zk").unwrap().seata_name, "zk");
         assert_eq!(resolve_type(" Nacos ").unwrap().seata_name, "nacos");
-        let err = resolve_type("raft").unwrap_err().to_string();
-        assert!(err.contains("unknown registry type `raft`"), "{err}");
+        assert_eq!(resolve_type("RAFT").unwrap().seata_name, "raft");
+        assert_eq!(resolve_type("Seata").unwrap().seata_name, "seata");
+        assert_eq!(resolve_type("namingserver").unwrap().seata_name, "seata");
+        let err = resolve_type("sofa").unwrap_err().to_string();
+        assert!(err.contains("unknown registry type `sofa`"), "{err}");
         assert!(
-            err.contains("file, nacos, etcd3, etcd, zk, zookeeper, redis, consul, eureka"),
+            err.contains(
+                "file, nacos, etcd3, etcd, zk, zookeeper, redis, consul, eureka, raft, seata, namingserver"
+            ),
             "{err}"
         );
     }
@@ -398,6 +431,14 @@ mod tests {
         assert_eq!(
             is_compiled_in(resolve_type("eureka").unwrap()),
             cfg!(feature = "eureka")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("raft").unwrap()),
+            cfg!(feature = "raft")
+        );
+        assert_eq!(
+            is_compiled_in(resolve_type("seata").unwrap()),
+            cfg!(feature = "namingserver")
         );
     }
 

@@ -11,6 +11,11 @@
 //! - `eureka`: `EurekaRegistry`, Seata's `eureka` layout (application = upper-cased
 //!   cluster, instance ID `<ip>:<cluster>:<port>`, metadata `weight`; heartbeats; full
 //!   then delta fetches checked by `apps__hashcode`).
+//! - `raft`: `RaftRegistry`, Seata 2.x raft clusters (`registry.type=raft`): the
+//!   cluster metadata read from the TCs' HTTP API (`/metadata/v1/cluster`, the
+//!   `/metadata/v1/watch` long poll), token login; read-only.
+//! - `namingserver`: `NamingserverRegistry`, Seata's namingserver
+//!   (`registry.type=seata`): registers like a TC, discovers and watches by vGroup.
 //!
 //! Every backend implements [`meshline_registry_core::RegistryService`], publishes full
 //! member lists into a [`meshline_registry_core::WatchHub`], reconnects with
@@ -41,11 +46,26 @@ pub mod eureka;
 #[cfg(feature = "eureka")]
 pub use eureka::EurekaRegistry;
 
+#[cfg(feature = "raft")]
+pub mod raft;
+#[cfg(feature = "raft")]
+pub use raft::RaftRegistry;
+
+#[cfg(feature = "namingserver")]
+pub mod namingserver;
+#[cfg(feature = "namingserver")]
+pub use namingserver::NamingserverRegistry;
+
+#[cfg(any(feature = "raft", feature = "namingserver"))]
+pub(crate) mod seata_http;
+
 #[cfg(any(
     feature = "zookeeper",
     feature = "redis",
     feature = "consul",
-    feature = "eureka"
+    feature = "eureka",
+    feature = "raft",
+    feature = "namingserver"
 ))]
 pub(crate) mod common;
 
@@ -53,7 +73,9 @@ pub(crate) mod common;
     feature = "zookeeper",
     feature = "redis",
     feature = "consul",
-    feature = "eureka"
+    feature = "eureka",
+    feature = "raft",
+    feature = "namingserver"
 ))]
 pub(crate) mod tls;
 

@@ -7,6 +7,8 @@
 //! | redis | `redis-tls` | `rediss://` or `tls.*` keys | redis (tokio-rustls) |
 //! | consul | `consul-tls` | `https://` or `tls.*` keys | reqwest (rustls, native roots) |
 //! | eureka | `eureka-tls` | `https://` or `tls.*` keys | reqwest (rustls, native roots) |
+//! | raft | `raft-tls` | `https://` or `tls.*` keys | reqwest (rustls, native roots) |
+//! | seata (namingserver) | `namingserver-tls` | `https://` or `tls.*` keys | reqwest (rustls, native roots) |
 //!
 //! In a build without the feature, TLS asked for by a URL or a key is refused with a
 //! message naming the feature (of the `meshline` crate; this crate's has the same name).
@@ -35,7 +37,9 @@ pub(crate) fn prepare(
     feature = "consul-tls",
     feature = "eureka-tls",
     feature = "redis-tls",
-    feature = "zookeeper-tls"
+    feature = "zookeeper-tls",
+    feature = "raft-tls",
+    feature = "namingserver-tls"
 ))]
 pub(crate) fn refuse_server_name(m: &TlsMaterial, section: &str) -> Result<(), RegistryError> {
     match &m.server_name {
@@ -50,7 +54,12 @@ pub(crate) fn refuse_server_name(m: &TlsMaterial, section: &str) -> Result<(), R
 
 /// A reqwest client builder speaking TLS with `m`: only the given CA(s) when
 /// `tls.caFile` is set (else the system's roots), a client identity when given.
-#[cfg(any(feature = "consul-tls", feature = "eureka-tls"))]
+#[cfg(any(
+    feature = "consul-tls",
+    feature = "eureka-tls",
+    feature = "raft-tls",
+    feature = "namingserver-tls"
+))]
 pub(crate) fn http_client(
     builder: reqwest::ClientBuilder,
     m: &TlsMaterial,
@@ -121,7 +130,12 @@ pub(crate) fn zookeeper_options(
 
 /// `url` with `https://` in front when it has no scheme and TLS is on (`http://`
 /// otherwise, as before); an explicit `http://` with TLS on is an error.
-#[cfg(any(feature = "consul", feature = "eureka"))]
+#[cfg(any(
+    feature = "consul",
+    feature = "eureka",
+    feature = "raft",
+    feature = "namingserver"
+))]
 pub(crate) fn http_scheme(url: &str, tls: bool, key: &str) -> Result<String, RegistryError> {
     let u = url.trim();
     match (u.split_once("://"), tls) {
@@ -176,7 +190,12 @@ mod tests {
         );
     }
 
-    #[cfg(any(feature = "consul", feature = "eureka"))]
+    #[cfg(any(
+        feature = "consul",
+        feature = "eureka",
+        feature = "raft",
+        feature = "namingserver"
+    ))]
     #[test]
     fn schemes() {
         assert_eq!(http_scheme("h:1", false, "k").unwrap(), "http://h:1");

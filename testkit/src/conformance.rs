@@ -144,7 +144,7 @@ macro_rules! server {
     )*};
 }
 server!(kill: crate::Etcd, crate::ZooKeeper, crate::Redis, crate::Rnacos);
-server!(stop: crate::ConsulDouble, crate::EurekaDouble);
+server!(stop: crate::ConsulDouble, crate::EurekaDouble, crate::RaftDouble, crate::NamingserverDouble);
 
 /// A backend whose client can crash: stop without deregistering, as a killed process.
 pub trait Crash: Harness {

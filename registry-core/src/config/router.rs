@@ -114,7 +114,7 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "maxtaskqueuesize",
     "keepalivetime",
 ];
-const IGNORED_REGISTRY: &[&str] = &["raft", "seata", "sofa", "namingserver", "metadata"];
+const IGNORED_REGISTRY: &[&str] = &["sofa", "metadata"];
 
 fn apply(
     cfg: &mut Config,

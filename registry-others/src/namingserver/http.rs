@@ -1,0 +1,198 @@
+//! The namingserver calls: discovery and watch by vGroup (on one healthy namingserver,
+//! failing over to the next), register / unregister (on every namingserver: they do
+//! not replicate), and the health check.
+
+use std::time::Duration;
+
+use meshline_registry_core::Instance;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::{Inner, KIND};
+use crate::seata_http::send;
+
+/// Timeout of register / unregister / discovery / health calls (Seata's: 3,000 ms).
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the namingserver holds a watch (Seata's client sends `timeout=28000`).
+pub(super) const WATCH_HOLD_MS: u64 = 28_000;
+/// The HTTP timeout of a watch (Seata's client: 30,000 ms).
+pub(super) const WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One discovery answer (`MetaResponse`: `{clusterList, term}`).
+pub(super) struct Discovered {
+    pub members: Vec<Instance>,
+    pub term: i64,
+}
+
+impl Inner {
+    /// The namingservers to ask, healthy ones first (the last that answered first).
+    fn read_order(&self) -> Vec<String> {
+        let down = crate::seata_http::lock(&self.unhealthy).clone();
+        let mut order = self.servers.in_order();
+        order.sort_by_key(|b| down.contains(b));
+        order
+    }
+
+    /// Sends the request `make` builds to each namingserver in [`Self::read_order`]
+    /// until one answers.
+    async fn read_call<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        make: F,
+    ) -> Result<crate::seata_http::Reply, String>
+    where
+        F: Fn(&str) -> reqwest::RequestBuilder,
+    {
+        let mut failures = Vec::new();
+        for base in self.read_order() {
+            match send(make(&base), timeout, self.max_body).await {
+                Ok(r) => {
+                    self.servers.answered(&base);
+                    return Ok(r);
+                }
+                Err(e) => failures.push(format!("{base}: {what}: {e}")),
+            }
+        }
+        Err(failures.join("; "))
+    }
+
+    /// `GET /naming/v1/discovery?vGroup=&namespace=`: every transaction endpoint of
+    /// every unit of every cluster the vGroup maps to. Malformed nodes are skipped with
+    /// a warning; a body that is not a `MetaResponse` is an error.
+    pub(super) async fn discover(&self, vgroup: &str) -> Result<Discovered, String> {
+        let r = self
+            .read_call("discovery", REQUEST_TIMEOUT, |base| {
+                self.http
+                    .get(format!("{base}/naming/v1/discovery"))
+                    .query(&[("vGroup", vgroup), ("namespace", self.namespace.as_str())])
+            })
+            .await?;
+        if r.status != StatusCode::OK {
+            return Err(format!(
+                "discovery of `{vgroup}`: HTTP {}: {}",
+                r.status.as_u16(),
+                r.shown_body()
+            ));
+        }
+        parse_discovery(vgroup, &r.body)
+    }
+
+    /// `POST /naming/v1/watch?vGroup=&clientTerm=&timeout=28000&clientAddr=`: true on
+    /// 200 (the vGroup changed past `term`), false on 304 (nothing within the hold).
+    pub(super) async fn watch_once(&self, vgroup: &str, term: i64) -> Result<bool, String> {
+        let r = self
+            .read_call("watch", WATCH_TIMEOUT, |base| {
+                self.http.post(format!("{base}/naming/v1/watch")).query(&[
+                    ("vGroup", vgroup.to_string()),
+                    ("clientTerm", term.to_string()),
+                    ("timeout", WATCH_HOLD_MS.to_string()),
+                    ("clientAddr", self.client_addr.clone()),
+                ])
+            })
+            .await?;
+        match r.status {
+            StatusCode::OK => Ok(true),
+            StatusCode::NOT_MODIFIED => Ok(false),
+            s => Err(format!(
+                "watch of `{vgroup}`: HTTP {}: {}",
+                s.as_u16(),
+                r.shown_body()
+            )),
+        }
+    }
+
+    /// Sends a register or unregister `body` for (`cluster`, `unit`) to one
+    /// namingserver.
+    pub(super) async fn send_registration(
+        &self,
+        base: &str,
+        op: &str,
+        cluster: &str,
+        unit: &str,
+        body: &Value,
+    ) -> Result<(), String> {
+        let req = self
+            .http
+            .post(format!("{base}/naming/v1/{op}"))
+            .query(&[
+                ("namespace", self.namespace.as_str()),
+                ("clusterName", cluster),
+                ("unit", unit),
+            ])
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        let r = send(req, REQUEST_TIMEOUT, self.max_body)
+            .await
+            .map_err(|e| format!("{base}: {op}: {e}"))?;
+        // NamingController answers HTTP 200 with a `Result` whose `code` is "500"
+        // when the namingserver failed.
+        let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        let code = v.get("code").and_then(Value::as_str).unwrap_or("200");
+        if r.status != StatusCode::OK || code != "200" {
+            return Err(format!(
+                "{base}: {op}: HTTP {} code {code}: {}",
+                r.status.as_u16(),
+                r.shown_body()
+            ));
+        }
+        Ok(())
+    }
+
+    /// `GET /naming/v1/health` on `base`: true on HTTP 200.
+    pub(super) async fn healthy(&self, base: &str) -> bool {
+        let req = self.http.get(format!("{base}/naming/v1/health"));
+        matches!(send(req, REQUEST_TIMEOUT, self.max_body).await, Ok(r) if r.status == StatusCode::OK)
+    }
+}
+
+/// Parses a `MetaResponse` (`common/.../namingserver/MetaResponse.java`):
+/// `{clusterList:[{clusterName, unitData:[{unitName, namingInstanceList:[Node]}]}], term}`.
+pub(super) fn parse_discovery(vgroup: &str, body: &[u8]) -> Result<Discovered, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("discovery of `{vgroup}` is not JSON: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format!("discovery of `{vgroup}` is not a JSON object"))?;
+    let term = obj.get("term").and_then(Value::as_i64).unwrap_or(0);
+    let clusters = match obj.get("clusterList") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(a)) => a.as_slice(),
+        Some(_) => return Err(format!("`clusterList` of `{vgroup}` is not an array")),
+    };
+    let mut members: Vec<Instance> = Vec::new();
+    for c in clusters {
+        let units = c.get("unitData").and_then(Value::as_array);
+        for u in units.into_iter().flatten() {
+            let nodes = u.get("namingInstanceList").and_then(Value::as_array);
+            let nodes = nodes.map(Vec::as_slice).unwrap_or_default();
+            for (i, _) in crate::seata_http::nodes_of(KIND, vgroup, nodes) {
+                if !members.iter().any(|m| m.key() == i.key()) {
+                    members.push(i);
+                }
+            }
+        }
+    }
+    Ok(Discovered { members, term })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_answers() {
+        let body = br#"{"clusterList":[{"clusterName":"c","clusterType":"default","unitData":[
+            {"unitName":"u1","namingInstanceList":[{"transaction":{"host":"10.0.0.1","port":8091},"control":{"host":"10.0.0.1","port":7091}}]},
+            {"unitName":"u2","namingInstanceList":[{"transaction":{"host":"10.0.0.2","port":0}},{"transaction":{"host":"10.0.0.3","port":8091}}]}
+        ]}],"term":42}"#;
+        let d = parse_discovery("g", body).unwrap();
+        assert_eq!(d.term, 42);
+        let l: Vec<String> = d.members.iter().map(|i| i.to_string()).collect();
+        assert_eq!(l, ["10.0.0.1:8091", "10.0.0.3:8091"]);
+        let empty = parse_discovery("g", br#"{"clusterList":[],"term":0}"#).unwrap();
+        assert!(empty.members.is_empty());
+        assert!(parse_discovery("g", b"oops").is_err());
+        assert!(parse_discovery("g", br#"{"clusterList":3}"#).is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! `registry.seata.*` (also `registry.namingserver.*`): what the namingserver backend
+//! reads, with Seata's defaults
+//! (`discovery/seata-discovery-namingserver/.../NamingserverRegistryServiceImpl.java`,
+//! `seata-spring-autoconfigure-core/.../RegistryNamingServerProperties.java`).
+
+use std::time::Duration;
+
+use meshline_registry_core::tls::TlsSettings;
+use meshline_registry_core::{Config, RegistryError};
+
+/// The namingserver registry's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamingserverSettings {
+    /// `server-addr` (`serverAddr`): the namingservers, comma-separated `host:port`
+    /// (or `http(s)://`). Default `127.0.0.1:8081`.
+    pub server_addr: String,
+    /// `namespace`. Default `public`.
+    pub namespace: String,
+    /// `cluster`: Seata's TC key (the cluster it registers in). meshline's
+    /// `register(cluster, ..)` names the cluster itself; read so it is not reported.
+    pub cluster: String,
+    /// The heartbeat period: our registrations are sent again, and the namingservers'
+    /// health checked, this often. Seata's `heartbeat-period`, default 5,000 ms. The
+    /// configuration router keeps `registry.<type>.heartbeat*` keys from backends
+    /// today, so set it here ([`NamingserverRegistry::connect_with`]) to change it.
+    ///
+    /// [`NamingserverRegistry::connect_with`]: super::NamingserverRegistry::connect_with
+    pub heartbeat_period: Duration,
+    /// `maxBodyBytes` (meshline): the largest answer read. Default 16 MiB.
+    pub max_body_bytes: usize,
+    /// `tls.*` (see [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+impl NamingserverSettings {
+    /// Reads `registry.seata.*` (and the alias section `registry.namingserver.*`).
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["namingserver", "seata"]);
+        let r = section.reader();
+        let settings = NamingserverSettings {
+            server_addr: r.text("serverAddr", "127.0.0.1:8081")?,
+            namespace: r.text("namespace", "public")?,
+            cluster: r.text("cluster", "default")?,
+            heartbeat_period: Duration::from_millis(5000),
+            max_body_bytes: crate::common::max_body_bytes(&r, "seata")?,
+            tls: TlsSettings::read(&r, "seata")?,
+            warnings: Vec::new(),
+        };
+        Ok(NamingserverSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}

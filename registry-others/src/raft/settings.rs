@@ -1,0 +1,104 @@
+//! `registry.raft.*`: what the raft backend reads from its section, with Seata's
+//! defaults (`discovery/seata-discovery-raft/.../RaftRegistryServiceImpl.java`).
+
+use std::time::Duration;
+
+use meshline_registry_core::tls::TlsSettings;
+use meshline_registry_core::{Config, RegistryError};
+
+/// The raft registry's settings.
+#[derive(Clone, PartialEq)]
+pub struct RaftSettings {
+    /// `serverAddr`: the TCs' HTTP (control) addresses, comma-separated
+    /// (`127.0.0.1:7091`). Default `127.0.0.1:7091`.
+    pub server_addr: String,
+    /// `username`: the console user of the token login; no login when it or the
+    /// password is blank (as Seata).
+    pub username: Option<String>,
+    /// `password`. Never printed.
+    pub password: Option<String>,
+    /// `tokenValidityInMilliseconds` (a bare number is milliseconds, Seata's unit):
+    /// the token's lifetime. Default 1,740,000 ms (29 min, Seata's). The token is
+    /// renewed at 90 % of it, before the server can refuse it.
+    pub token_validity: Duration,
+    /// `metadataMaxAgeMs` (milliseconds): the cluster metadata is read again at least
+    /// this often even without a change notice. Default 30,000 ms (Seata's
+    /// `client.metadataMaxAgeMs`).
+    pub metadata_max_age: Duration,
+    /// `maxBodyBytes` (meshline): the largest answer read. Default 16 MiB.
+    pub max_body_bytes: usize,
+    /// `tls.*` (see [`meshline_registry_core::tls`]).
+    pub tls: TlsSettings,
+    /// Keys of the section this backend does not know (also logged).
+    pub warnings: Vec<String>,
+}
+
+/// The password is never printed.
+impl std::fmt::Debug for RaftSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftSettings")
+            .field("server_addr", &self.server_addr)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("token_validity", &self.token_validity)
+            .field("metadata_max_age", &self.metadata_max_age)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// Reads a key whose unit is milliseconds in Seata (a bare number), or a duration
+/// with a unit.
+fn millis(
+    r: &meshline_registry_core::config::SectionReader<'_>,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, RegistryError> {
+    match r.optional(key) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) => Ok(Duration::from_millis(ms)),
+            Err(_) => meshline_registry_core::config::parse_duration(&v)
+                .map_err(|e| RegistryError::Config(format!("registry.raft.{key}: {e}"))),
+        },
+    }
+}
+
+impl RaftSettings {
+    /// Reads `registry.raft.*` from `config`.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
+        let section = config.registry.section(&["raft"]);
+        let r = section.reader();
+        let blank_none = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        let settings = RaftSettings {
+            server_addr: r.text("serverAddr", "127.0.0.1:7091")?,
+            username: blank_none(r.optional("username")),
+            password: blank_none(r.optional("password")),
+            token_validity: millis(
+                &r,
+                "tokenValidityInMilliseconds",
+                Duration::from_millis(1_740_000),
+            )?,
+            metadata_max_age: millis(&r, "metadataMaxAgeMs", Duration::from_millis(30_000))?,
+            max_body_bytes: crate::common::max_body_bytes(&r, "raft")?,
+            tls: TlsSettings::read(&r, "raft")?,
+            warnings: Vec::new(),
+        };
+        if settings.token_validity < Duration::from_secs(1) {
+            return Err(RegistryError::Config(format!(
+                "registry.raft.tokenValidityInMilliseconds {:?} is under 1 s",
+                settings.token_validity
+            )));
+        }
+        if settings.metadata_max_age.is_zero() {
+            return Err(RegistryError::Config(
+                "registry.raft.metadataMaxAgeMs must be greater than 0".into(),
+            ));
+        }
+        Ok(RaftSettings {
+            warnings: r.finish(),
+            ..settings
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! The namingserver backend (`registry.type=seata`) against the testkit namingserver
+//! double (Seata's namingserver HTTP API: register with vGroup metadata, discovery and
+//! watch by vGroup, eviction, and a restart that keeps nothing): the conformance
+//! suite, then what is the namingserver's own.
+//!
+//! The suite's cluster names are looked up as vGroups: an instance registered in
+//! cluster `c` announces vGroup `c` (and every tx group mapped to `c`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use meshline_registry_core::config::ConfigLoader;
+use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_others::NamingserverRegistry;
+use meshline_registry_others::namingserver::NamingserverSettings;
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
+use meshline_testkit::{NamingserverDouble, NamingserverDoubleOptions};
+
+/// The double evicts nodes not heard from for 3 s, checking every 200 ms.
+const THRESHOLD: Duration = Duration::from_secs(3);
+const CHECK: Duration = Duration::from_millis(200);
+/// Our registrants send their registrations every 500 ms.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const WAIT: Duration = Duration::from_secs(10);
+
+fn double() -> NamingserverDouble {
+    NamingserverDouble::start(NamingserverDoubleOptions {
+        heartbeat_threshold: THRESHOLD,
+        check_period: CHECK,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn config_with(addr: &str, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "seata")
+        .set("registry.seata.server-addr", addr);
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
+}
+
+async fn connect(cfg: &Config) -> NamingserverRegistry {
+    let mut s = NamingserverSettings::from_config(cfg).unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    s.heartbeat_period = HEARTBEAT;
+    NamingserverRegistry::connect_with(cfg, s).await.unwrap()
+}
+
+struct NsHarness {
+    ns: NamingserverDouble,
+}
+
+async fn harness() -> NsHarness {
+    init_logs();
+    NsHarness { ns: double() }
+}
+
+impl Harness for NsHarness {
+    type Registry = NamingserverRegistry;
+
+    async fn connect(&self, o: Opts) -> NamingserverRegistry {
+        let p = if o.empty_protection { "true" } else { "false" };
+        connect(&config_with(
+            &self.ns.server_addr(),
+            &[("registry.empty-protection", p)],
+        ))
+        .await
+    }
+    fn server(&mut self) -> &mut dyn Server {
+        &mut self.ns
+    }
+    fn ttl(&self) -> Duration {
+        THRESHOLD
+    }
+    fn resync_within(&self) -> Duration {
+        // Backoff (at most 10 s) plus a heartbeat and a discovery, with margin.
+        Duration::from_secs(20)
+    }
+}
+
+impl Crash for NsHarness {
+    fn crash(&self, reg: NamingserverRegistry) {
+        reg.abandon();
+        drop(reg);
+    }
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            // The last heartbeat was at most one period before the crash.
+            not_before: THRESHOLD - HEARTBEAT - CHECK,
+            // Past the threshold at the next check, then one watch answer and one
+            // discovery; 3 s of margin.
+            within: THRESHOLD + CHECK + Duration::from_secs(3),
+        }
+    }
+}
+
+impl Garbage for NsHarness {
+    async fn put_garbage(&self, cluster: &str, round: u32) {
+        self.ns.put_garbage("public", cluster, cluster, round);
+    }
+}
+
+meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
+
+/// What a registration sends, as a TC: the cluster, the vGroups (the cluster name and
+/// the tx groups `service.vgroupMapping` maps to it), `close` unregisters at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_like_a_tc_and_close_unregisters_at_once() {
+    init_logs();
+    let ns = double();
+    let cfg = config_with(
+        &ns.server_addr(),
+        &[
+            ("service.vgroupMapping.my_tx_group", "tc-cluster"),
+            ("service.vgroupMapping.other_group", "elsewhere"),
+        ],
+    );
+    let reg = connect(&cfg).await;
+    assert!(reg.resolves_groups());
+    reg.register("tc-cluster", &inst("10.5.0.1:8091"))
+        .await
+        .unwrap();
+    assert_eq!(ns.instances("public", "tc-cluster"), ["10.5.0.1:8091"]);
+    for vgroup in ["tc-cluster", "my_tx_group"] {
+        let l = reg.lookup(vgroup).await.unwrap();
+        assert_eq!(l.len(), 1, "{vgroup}");
+        assert_eq!(l[0].to_string(), "10.5.0.1:8091");
+    }
+    assert!(reg.lookup("other_group").await.unwrap().is_empty());
+    let d = ns.discovery("my_tx_group", "public");
+    assert_eq!(d["clusterList"][0]["clusterName"], "tc-cluster");
+    // Another namespace sees nothing.
+    let other = connect(&config_with(
+        &ns.server_addr(),
+        &[("registry.seata.namespace", "dev")],
+    ))
+    .await;
+    assert!(other.lookup("my_tx_group").await.unwrap().is_empty());
+    reg.close().await.unwrap();
+    assert!(
+        ns.instances("public", "tc-cluster").is_empty(),
+        "close did not unregister"
+    );
+    other.close().await.unwrap();
+}
+
+/// A restarted namingserver keeps nothing: our instance is registered again within a
+/// heartbeat period (plus the health check that sees it back), and a watch that lost
+/// its connection resumes and follows new changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namingserver_restart_is_survived() {
+    init_logs();
+    let mut ns = double();
+    let cfg = config_with(&ns.server_addr(), &[("registry.empty-protection", "false")]);
+    let registrant = connect(&cfg).await;
+    let watcher = connect(&cfg).await;
+    registrant
+        .register("g", &inst("10.6.0.1:8091"))
+        .await
+        .unwrap();
+    let mut w = watcher.watch("g").await.unwrap();
+    wait_for(&mut w, WAIT, "registered", |s| s.len() == 1).await;
+
+    ns.stop();
+    wait_health(&mut w, WAIT, false).await;
+    let t = Instant::now();
+    tokio::task::block_in_place(|| ns.restart()).unwrap();
+    assert!(
+        ns.instances("public", "g").is_empty(),
+        "the restart kept state"
+    );
+    eventually(WAIT, "registered again", || async {
+        ns.instances("public", "g") == ["10.6.0.1:8091"]
+    })
+    .await;
+    tracing::info!(after = ?t.elapsed(), "re-registered after the namingserver restart");
+    wait_health(&mut w, Duration::from_secs(20), true).await;
+    registrant
+        .register("g", &inst("10.6.0.2:8091"))
+        .await
+        .unwrap();
+    let s = wait_for(&mut w, WAIT, "a change after the restart", |s| s.len() == 2).await;
+    assert_eq!(addrs(&s), ["10.6.0.1:8091", "10.6.0.2:8091"]);
+    tracing::info!(after = ?t.elapsed(), "watch followed a change after the restart");
+    registrant.close().await.unwrap();
+    watcher.close().await.unwrap();
+}
+
+/// Two namingservers: registrations go to both; with the one that answered stopped,
+/// reads go to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_over_between_namingservers() {
+    init_logs();
+    let mut a = double();
+    let b = double();
+    let list = format!("{},{}", a.server_addr(), b.server_addr());
+    let cfg = config_with(&list, &[]);
+    let registrant = connect(&cfg).await;
+    let watcher = connect(&cfg).await;
+    registrant
+        .register("f", &inst("10.7.0.1:8091"))
+        .await
+        .unwrap();
+    assert_eq!(a.instances("public", "f"), ["10.7.0.1:8091"]);
+    assert_eq!(b.instances("public", "f"), ["10.7.0.1:8091"]);
+    let mut w = watcher.watch("f").await.unwrap();
+    wait_for(&mut w, WAIT, "registered", |s| s.len() == 1).await;
+    a.stop();
+    registrant
+        .register("f", &inst("10.7.0.2:8091"))
+        .await
+        .unwrap();
+    wait_for(&mut w, WAIT, "a change seen through the second", |s| {
+        s.len() == 2
+    })
+    .await;
+    assert_eq!(watcher.lookup("f").await.unwrap().len(), 2);
+    registrant.close().await.unwrap();
+    watcher.close().await.unwrap();
+}
+
+/// No namingserver answers: `connect` fails naming the addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_namingservers_fail_connect() {
+    init_logs();
+    let port = meshline_testkit::closed_port().unwrap();
+    let cfg = config_with(&format!("127.0.0.1:{port}"), &[]);
+    let e = NamingserverRegistry::connect(&cfg)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&port.to_string()) && e.contains("health"), "{e}");
+}

@@ -18,10 +18,10 @@ use meshline::{Config, ConfigLoader, Health, Instance, RegistryError, RegistrySe
     about = "Find a cluster through a service registry"
 )]
 struct Cli {
-    /// Configuration file (.yaml, .yml, .toml, .json or Seata's .properties).
+    /// Configuration file (.yaml, .yml, .toml, .json, Seata's .properties or HOCON .conf).
     #[arg(long, global = true, env = "MESHLINE_CONFIG")]
     config: Option<PathBuf>,
-    /// Registry type, overriding `registry.type` (file, nacos, etcd3, zk, redis, consul, eureka).
+    /// Registry type, overriding `registry.type` (file, nacos, etcd3, zk, redis, consul, eureka, raft, seata).
     #[arg(long, global = true)]
     registry: Option<String>,
     /// Registry server address(es), overriding `registry.<type>.server-addr`; for the
@@ -215,8 +215,8 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
     match &cli.command {
         Command::Lookup(target) | Command::Watch(target) => {
             let base = load_base(&cli).await?;
-            let cluster = resolve_cluster(&base, target)?;
-            let mut config = with_overrides(&cli, base, Some(&cluster), None)?;
+            let mapped = resolve_cluster(&base, target);
+            let mut config = with_overrides(&cli, base, mapped.as_deref().ok(), None)?;
             // Show the registry as it is: empty protection (clients keep the last
             // members when the registry lists none) would hide a removal.
             let protected = config.registry.empty_protection;
@@ -228,6 +228,13 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
                 );
             }
             let registry = meshline::registry::from_config(&config).await?;
+            // A registry that maps groups itself (Seata's namingserver) is asked by group.
+            let cluster = match (&target.cluster, &target.group) {
+                (None, group) if registry.resolves_groups() => group
+                    .clone()
+                    .unwrap_or_else(|| config.tx_service_group.clone()),
+                _ => mapped?,
+            };
             let result = if matches!(cli.command, Command::Lookup(_)) {
                 lookup(&*registry, &cluster, cli.json).await
             } else {

@@ -132,6 +132,47 @@ fn eureka() {
     register_lookup_unregister("eureka", &eureka.service_url(), &[]);
 }
 
+#[cfg(feature = "namingserver")]
+#[test]
+fn namingserver() {
+    let ns = meshline_testkit::NamingserverDouble::start(Default::default())
+        .expect("namingserver double");
+    register_lookup_unregister("seata", &ns.server_addr(), &[]);
+}
+
+/// Seata's namingserver maps groups itself: `lookup <group>` asks it by group, with no
+/// `service.vgroupMapping` in the looking client's configuration.
+#[cfg(feature = "namingserver")]
+#[test]
+fn namingserver_lookup_by_group_needs_no_mapping() {
+    let ns = meshline_testkit::NamingserverDouble::start(Default::default())
+        .expect("namingserver double");
+    let server = ns.server_addr();
+    // The registrant (a TC) serves `my_group`: its vGroup map comes from its mapping.
+    let mapping = [(
+        "MESHLINE_SERVICE__VGROUP_MAPPING__my_group",
+        "prod".to_string(),
+    )];
+    let child = meshline("seata", &server, &mapping)
+        .args(["register", "prod", "10.9.0.7:8091"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "lookup my_group to list the TC",
+        Duration::from_secs(30),
+        || {
+            let out = meshline("seata", &server, &[])
+                .args(["lookup", "my_group"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).contains("10.9.0.7:8091")
+        },
+    );
+    assert!(terminate(child).success());
+}
+
 /// `meshline lookup` against a closed loopback port: exits 1 within `within`, and the
 /// message on standard error names the address and the cause.
 fn unreachable_server_is_reported(kind: &str, server: &str, within: Duration) {

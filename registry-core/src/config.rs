@@ -278,6 +278,10 @@ pub struct ServiceConfig {
 pub struct ClientConfig {
     /// `client.loadBalance.*`.
     pub load_balance: LoadBalanceConfig,
+    /// `client.metadataMaxAgeMs` (Seata 2.x, milliseconds when bare): how often the
+    /// `raft` registry re-reads the cluster metadata without a change notice. `None`:
+    /// the backend's default (Seata's 30 s); `registry.raft.metadataMaxAgeMs` wins.
+    pub metadata_max_age: Option<Duration>,
 }
 
 /// `client.loadBalance.*`.
@@ -353,6 +357,7 @@ impl Default for Config {
                     kind: "XID".into(),
                     virtual_nodes: 10,
                 },
+                metadata_max_age: None,
             },
             transport: TransportConfig {
                 heartbeat: true,

@@ -88,7 +88,7 @@ const IGNORED_TOP: &[&str] = &[
 ];
 /// `client.*` keys of Seata's RM / TM / undo log, and the raft registry's
 /// `client.metadataMaxAgeMs` (read by the raft backend's crate when it has one).
-const IGNORED_CLIENT: &[&str] = &["rm", "tm", "undo", "lock", "log", "metadatamaxagems"];
+const IGNORED_CLIENT: &[&str] = &["rm", "tm", "undo", "lock", "log"];
 const IGNORED_SERVICE: &[&str] = &[
     "disableglobaltransaction",
     "enabledegrade",
@@ -188,6 +188,13 @@ fn apply(
             }
             Used
         }
+        ["client", "metadatamaxagems"] => {
+            cfg.client.metadata_max_age = Some(super::values::parse_seata_duration(
+                v,
+                std::time::Duration::from_millis(1),
+            )?);
+            Used
+        }
         ["client", "loadbalance", "virtualnodes"] => {
             cfg.client.load_balance.virtual_nodes = parse_num(v)?;
             Used
@@ -277,8 +284,6 @@ fn apply(
         // Seata 1.0-1.3's names of `client.loadBalance.*`; Seata since 1.4 ignores them,
         // and so does meshline (the balancer comes from `client.loadBalance.type`).
         ["registry", "loadbalance" | "loadbalancevirtualnodes"] => Ignored,
-        // Seata's per-backend heartbeat knobs (registry.<type>.heartbeat-period...).
-        ["registry", _, k] if k.starts_with("heartbeat") => Ignored,
         // Each registry type's own keys, raw, for its backend to read.
         ["registry", section, rest @ ..] if !rest.is_empty() => {
             let shown = p.join(".");

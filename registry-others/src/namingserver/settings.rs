@@ -20,11 +20,8 @@ pub struct NamingserverSettings {
     /// `register(cluster, ..)` names the cluster itself; read so it is not reported.
     pub cluster: String,
     /// The heartbeat period: our registrations are sent again, and the namingservers'
-    /// health checked, this often. Seata's `heartbeat-period`, default 5,000 ms. The
-    /// configuration router keeps `registry.<type>.heartbeat*` keys from backends
-    /// today, so set it here ([`NamingserverRegistry::connect_with`]) to change it.
-    ///
-    /// [`NamingserverRegistry::connect_with`]: super::NamingserverRegistry::connect_with
+    /// health checked, this often: Seata's `heartbeat-period` (`heartbeatPeriod`),
+    /// milliseconds when bare, default 5,000 ms.
     pub heartbeat_period: Duration,
     /// `maxBodyBytes` (meshline): the largest answer read. Default 16 MiB.
     pub max_body_bytes: usize,
@@ -43,7 +40,11 @@ impl NamingserverSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8081")?,
             namespace: r.text("namespace", "public")?,
             cluster: r.text("cluster", "default")?,
-            heartbeat_period: Duration::from_millis(5000),
+            heartbeat_period: r.seata_duration(
+                "heartbeatPeriod",
+                Duration::from_millis(1),
+                Duration::from_millis(5000),
+            )?,
             max_body_bytes: crate::common::max_body_bytes(&r, "seata")?,
             tls: TlsSettings::read(&r, "seata")?,
             warnings: Vec::new(),
@@ -52,5 +53,31 @@ impl NamingserverSettings {
             warnings: r.finish(),
             ..settings
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::Format;
+
+    #[test]
+    fn seatas_heartbeat_period_reaches_the_backend_in_milliseconds() {
+        for text in [
+            "registry.seata.heartbeat-period=2000",
+            "registry.seata.heartbeatPeriod=2s",
+        ] {
+            let c = Config::from_text(text, Format::Properties).unwrap();
+            let s = NamingserverSettings::from_config(&c).unwrap();
+            assert_eq!(s.heartbeat_period, Duration::from_secs(2), "{text}");
+            assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        }
+        let c = Config::default();
+        assert_eq!(
+            NamingserverSettings::from_config(&c)
+                .unwrap()
+                .heartbeat_period,
+            Duration::from_millis(5000)
+        );
     }
 }

@@ -21,9 +21,9 @@ pub struct RaftSettings {
     /// the token's lifetime. Default 1,740,000 ms (29 min, Seata's). The token is
     /// renewed at 90 % of it, before the server can refuse it.
     pub token_validity: Duration,
-    /// `metadataMaxAgeMs` (milliseconds): the cluster metadata is read again at least
-    /// this often even without a change notice. Default 30,000 ms (Seata's
-    /// `client.metadataMaxAgeMs`).
+    /// `metadataMaxAgeMs` (milliseconds when bare): the cluster metadata is read again
+    /// at least this often even without a change notice. Default: Seata's key
+    /// `client.metadataMaxAgeMs` when given, else 30,000 ms (Seata's default).
     pub metadata_max_age: Duration,
     /// `maxBodyBytes` (meshline): the largest answer read. Default 16 MiB.
     pub max_body_bytes: usize,
@@ -48,22 +48,8 @@ impl std::fmt::Debug for RaftSettings {
     }
 }
 
-/// Reads a key whose unit is milliseconds in Seata (a bare number), or a duration
-/// with a unit.
-fn millis(
-    r: &meshline_registry_core::config::SectionReader<'_>,
-    key: &str,
-    default: Duration,
-) -> Result<Duration, RegistryError> {
-    match r.optional(key) {
-        None => Ok(default),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(ms) => Ok(Duration::from_millis(ms)),
-            Err(_) => meshline_registry_core::config::parse_duration(&v)
-                .map_err(|e| RegistryError::Config(format!("registry.raft.{key}: {e}"))),
-        },
-    }
-}
+/// Seata's unit for a bare number in these keys.
+const MS: Duration = Duration::from_millis(1);
 
 impl RaftSettings {
     /// Reads `registry.raft.*` from `config`.
@@ -75,12 +61,20 @@ impl RaftSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:7091")?,
             username: blank_none(r.optional("username")),
             password: blank_none(r.optional("password")),
-            token_validity: millis(
-                &r,
+            token_validity: r.seata_duration(
                 "tokenValidityInMilliseconds",
+                MS,
                 Duration::from_millis(1_740_000),
             )?,
-            metadata_max_age: millis(&r, "metadataMaxAgeMs", Duration::from_millis(30_000))?,
+            // Seata's key is `client.metadataMaxAgeMs`; this section's key wins.
+            metadata_max_age: r.seata_duration(
+                "metadataMaxAgeMs",
+                MS,
+                config
+                    .client
+                    .metadata_max_age
+                    .unwrap_or(Duration::from_millis(30_000)),
+            )?,
             max_body_bytes: crate::common::max_body_bytes(&r, "raft")?,
             tls: TlsSettings::read(&r, "raft")?,
             warnings: Vec::new(),
@@ -100,5 +94,34 @@ impl RaftSettings {
             warnings: r.finish(),
             ..settings
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshline_registry_core::config::Format;
+
+    fn settings(text: &str) -> RaftSettings {
+        RaftSettings::from_config(&Config::from_text(text, Format::Properties).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn seatas_client_metadata_max_age_is_used_and_the_section_key_wins() {
+        assert_eq!(settings("").metadata_max_age, Duration::from_millis(30_000));
+        // Seata's key, bare milliseconds.
+        assert_eq!(
+            settings("client.metadataMaxAgeMs=5000").metadata_max_age,
+            Duration::from_millis(5000)
+        );
+        assert_eq!(
+            settings("client.metadataMaxAgeMs=5000\nregistry.raft.metadataMaxAgeMs=2s")
+                .metadata_max_age,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            settings("registry.raft.tokenValidityInMilliseconds=60000").token_validity,
+            Duration::from_secs(60)
+        );
     }
 }

@@ -61,6 +61,7 @@ mod router;
 mod section;
 mod values;
 pub use loader::ConfigLoader;
+pub(crate) use loader::{Entry, parse_text};
 use router::{apply_all, norm};
 pub use section::{Section, SectionReader};
 pub use values::{MAX_DURATION, parse_bytes, parse_duration, parse_duration_with_unit};
@@ -119,6 +120,8 @@ pub struct Config {
     pub client: ClientConfig,
     /// `transport.*`.
     pub transport: TransportConfig,
+    /// `config.*`: where Seata's configuration centre is (see [`crate::centre`]).
+    pub centre: CentreConfig,
     /// The file this config was read from, if any (the file registry watches it).
     pub path: Option<PathBuf>,
     /// Keys that were not understood, one message each (also logged).
@@ -183,6 +186,43 @@ impl RegistryConfig {
         } else {
             crate::EmptyProtection::Apply
         }
+    }
+}
+
+/// `config.*`: Seata's configuration centre, where `service.vgroupMapping.*`,
+/// grouplists and `client.*` keys can live instead of in the file (see
+/// [`crate::centre`] for how it is read and followed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CentreConfig {
+    /// `config.type`: `file` (the default), `nacos`, `etcd3`, `zk`, `consul`. Seata's
+    /// `apollo`, `springCloudConfig` and `custom` are refused as not supported.
+    pub kind: String,
+    /// `config.dataType`: the format of the single configuration blob (`properties`,
+    /// `yaml`...). `None`: from the blob's name suffix, else `properties` (as Seata).
+    pub data_type: Option<String>,
+    /// `config.<type>.*`, by normalised type name, raw: each centre reads its own with
+    /// [`CentreConfig::section`] (`config.nacos.serverAddr`, `config.file.name`...).
+    pub sections: BTreeMap<String, Section>,
+}
+
+impl CentreConfig {
+    /// The keys of the section of `config.<names>`, merged as
+    /// [`RegistryConfig::section`] does.
+    pub fn section(&self, names: &[&str]) -> Section {
+        let mut out = Section::new(names.last().copied().unwrap_or_default());
+        for n in names {
+            if let Some(s) = self.sections.get(&norm(n)) {
+                out.merge(s);
+            }
+        }
+        out
+    }
+
+    /// The section `config.<name>`, created when absent, for setting keys in code.
+    pub fn section_mut(&mut self, name: &str) -> &mut Section {
+        self.sections
+            .entry(norm(name))
+            .or_insert_with(|| Section::new(name))
     }
 }
 
@@ -290,6 +330,11 @@ impl Default for Config {
                 write_timeout: None,
                 max_inbound_requests: None,
                 max_connected_members: None,
+            },
+            centre: CentreConfig {
+                kind: "file".into(),
+                data_type: None,
+                sections: BTreeMap::new(),
             },
             path: None,
             warnings: Vec::new(),

@@ -8,20 +8,40 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::{Config, Instance, RegistryError, RegistryService, Watch};
+use tokio::sync::watch;
+
+use crate::centre::LiveConfig;
+use crate::{
+    Config, EmptyProtection, Health, Instance, RegistryError, RegistryService, Watch, WatchHub,
+};
+
+/// Where the group -> cluster table comes from.
+#[derive(Clone)]
+enum Mapping {
+    /// Given once.
+    Fixed(Arc<BTreeMap<String, String>>),
+    /// Followed: a configuration centre can change it ([`LiveConfig`]).
+    Live(watch::Receiver<Arc<Config>>),
+}
 
 /// A registry plus the `vgroupMapping` table: lookups and watches by tx-service-group.
+///
+/// The table is fixed ([`Discovery::new`], [`Discovery::from_config`]) or followed from
+/// a configuration centre ([`Discovery::with_live_config`]): then a watch by group
+/// moves to the new cluster when the group's mapping changes, and its holder (an
+/// `RpcClient`) sees the new cluster's members as an ordinary membership change.
 #[derive(Clone)]
 pub struct Discovery {
     registry: Arc<dyn RegistryService>,
-    mapping: Arc<BTreeMap<String, String>>,
+    mapping: Mapping,
 }
 
 impl std::fmt::Debug for Discovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Discovery")
             .field("registry", &self.registry.kind())
-            .field("mapping", &self.mapping)
+            .field("mapping", &self.mapping())
+            .field("live", &matches!(self.mapping, Mapping::Live(_)))
             .finish()
     }
 }
@@ -31,7 +51,7 @@ impl Discovery {
     pub fn new(registry: Arc<dyn RegistryService>, mapping: BTreeMap<String, String>) -> Self {
         Discovery {
             registry,
-            mapping: Arc::new(mapping),
+            mapping: Mapping::Fixed(Arc::new(mapping)),
         }
     }
 
@@ -40,30 +60,61 @@ impl Discovery {
         Discovery::new(registry, config.service.vgroup_mapping.clone())
     }
 
-    /// The cluster that `group` is mapped to; `group` itself when the registry maps
-    /// groups on its own ([`RegistryService::resolves_groups`]).
-    pub fn cluster_for<'a>(&'a self, group: &'a str) -> Result<&'a str, RegistryError> {
-        if self.registry.resolves_groups() {
-            return Ok(group);
+    /// A discovery over `registry` whose table follows `live` (a configuration centre):
+    /// watches move when a group's mapping changes.
+    pub fn with_live_config(registry: Arc<dyn RegistryService>, live: &LiveConfig) -> Self {
+        Discovery {
+            registry,
+            mapping: Mapping::Live(live.subscribe()),
         }
-        match self.mapping.get(group) {
-            Some(c) if !c.trim().is_empty() => Ok(c.as_str()),
+    }
+
+    fn lookup_cluster(
+        mapping: &BTreeMap<String, String>,
+        group: &str,
+    ) -> Result<String, RegistryError> {
+        match mapping.get(group) {
+            Some(c) if !c.trim().is_empty() => Ok(c.clone()),
             _ => Err(RegistryError::MissingMapping {
                 group: group.to_string(),
             }),
         }
     }
 
+    /// The cluster that `group` is mapped to now; `group` itself when the registry maps
+    /// groups on its own ([`RegistryService::resolves_groups`]).
+    pub fn cluster_for(&self, group: &str) -> Result<String, RegistryError> {
+        if self.registry.resolves_groups() {
+            return Ok(group.to_string());
+        }
+        match &self.mapping {
+            Mapping::Fixed(m) => Self::lookup_cluster(m, group),
+            Mapping::Live(rx) => Self::lookup_cluster(&rx.borrow().service.vgroup_mapping, group),
+        }
+    }
+
     /// The current members of the cluster `group` maps to.
     pub async fn lookup(&self, group: &str) -> Result<Vec<Instance>, RegistryError> {
         let cluster = self.cluster_for(group)?;
-        self.registry.lookup(cluster).await
+        self.registry.lookup(&cluster).await
     }
 
-    /// A watch on the cluster `group` maps to.
+    /// A watch on the cluster `group` maps to. With a followed table, the watch moves
+    /// to the new cluster when the mapping changes (see [`Discovery::with_live_config`]);
+    /// a mapping that disappears keeps the last cluster, with a warning.
     pub async fn watch(&self, group: &str) -> Result<Watch, RegistryError> {
         let cluster = self.cluster_for(group)?;
-        self.registry.watch(cluster).await
+        let inner = self.registry.watch(&cluster).await?;
+        match &self.mapping {
+            Mapping::Live(rx) if !self.registry.resolves_groups() => Ok(follow_mapping(
+                self.registry.clone(),
+                rx.clone(),
+                group.to_string(),
+                cluster,
+                inner,
+            )),
+            _ => Ok(inner),
+        }
     }
 
     /// The registry underneath.
@@ -71,9 +122,90 @@ impl Discovery {
         &self.registry
     }
 
-    /// The group -> cluster table.
-    pub fn mapping(&self) -> &BTreeMap<String, String> {
-        &self.mapping
+    /// The group -> cluster table now.
+    pub fn mapping(&self) -> BTreeMap<String, String> {
+        match &self.mapping {
+            Mapping::Fixed(m) => (**m).clone(),
+            Mapping::Live(rx) => rx.borrow().service.vgroup_mapping.clone(),
+        }
+    }
+}
+
+/// A watch by `group` that forwards the registry watch of the group's current cluster,
+/// and switches clusters when the followed configuration maps the group elsewhere.
+///
+/// The forwarding hub applies empty lists as they come: the registry's own hub has
+/// already applied the empty-list policy to each cluster, and a move to a cluster that
+/// is empty must not keep the old cluster's members.
+fn follow_mapping(
+    registry: Arc<dyn RegistryService>,
+    mut config: watch::Receiver<Arc<Config>>,
+    group: String,
+    mut cluster: String,
+    mut inner: Watch,
+) -> Watch {
+    let hub = WatchHub::new(registry.kind(), EmptyProtection::Apply);
+    let out = hub.subscribe(&group);
+    hub.publish(&group, inner.current().instances().to_vec());
+    mirror_health(&hub, &group, &inner.health());
+    // Snapshots and health are awaited on two clones of one watch (each wait needs the
+    // watch mutably).
+    let mut health = inner.clone();
+    tokio::spawn(async move {
+        let mut config_open = true;
+        loop {
+            tokio::select! {
+                _ = hub.watchers_gone(&group) => break,
+                next = inner.next() => match next {
+                    Ok(s) => { hub.publish(&group, s.instances().to_vec()); }
+                    Err(_) => break,
+                },
+                h = health.health_changed() => match h {
+                    Ok(h) => mirror_health(&hub, &group, &h),
+                    Err(_) => break,
+                },
+                changed = config.changed(), if config_open => {
+                    if changed.is_err() {
+                        config_open = false;
+                        continue;
+                    }
+                    let wanted = config.borrow_and_update().service.vgroup_mapping.get(&group).cloned();
+                    match wanted {
+                        Some(c) if c.trim().is_empty() || c == cluster => {}
+                        Some(c) => match registry.watch(&c).await {
+                            Ok(w) => {
+                                tracing::info!(
+                                    group = %group, from = %cluster, to = %c,
+                                    "service.vgroupMapping changed: following the new cluster"
+                                );
+                                health = w.clone();
+                                inner = w;
+                                cluster = c;
+                                hub.publish(&group, inner.current().instances().to_vec());
+                                mirror_health(&hub, &group, &inner.health());
+                            }
+                            Err(e) => tracing::warn!(
+                                group = %group, to = %c, error = %e,
+                                "service.vgroupMapping changed but the new cluster cannot be watched; keeping the old one"
+                            ),
+                        },
+                        None => tracing::warn!(
+                            group = %group, cluster = %cluster,
+                            "service.vgroupMapping.{group} was removed from the configuration; keeping cluster `{cluster}`"
+                        ),
+                    }
+                }
+            }
+        }
+        hub.close();
+    });
+    out
+}
+
+fn mirror_health(hub: &WatchHub, group: &str, health: &Health) {
+    match health {
+        Health::Connected => hub.mark_connected(group),
+        Health::Stale { reason, .. } => hub.mark_stale(group, reason),
     }
 }
 

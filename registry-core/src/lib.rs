@@ -56,6 +56,7 @@
 #![warn(missing_docs)]
 
 mod backoff;
+pub mod centre;
 pub mod config;
 mod discovery;
 mod error;

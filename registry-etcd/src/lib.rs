@@ -70,6 +70,7 @@ use etcd_client::{Client, ConnectOptions};
 use meshline_registry_core::{Config, Instance, Lifecycle, RegistryError, RegistryService, Watch};
 use tokio::sync::Notify;
 
+mod centre;
 mod follow;
 mod layout;
 mod lease;
@@ -78,6 +79,7 @@ mod timed;
 mod tls;
 
 pub use layout::{cluster_prefix, instance_key};
+pub use centre::EtcdCentre;
 pub use settings::EtcdSettings;
 
 use follow::watch_loop;
@@ -118,6 +120,48 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 // etcd's default policy (`PermitWithoutStream = false`) counts every ping on a
 // connection without streams as a strike.
 
+/// An etcd client for the endpoints, TLS and credentials of `c`, with the keep-alive
+/// rules above; the registry and the config centre both use it. Returns the client and
+/// the endpoints as they may be shown (user info removed).
+async fn connect_client(
+    c: &EtcdSettings,
+    op_timeout: Duration,
+) -> Result<(Client, String), RegistryError> {
+    let endpoints: Vec<String> = c
+        .server_addr
+        .split([',', ';'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if endpoints.is_empty() {
+        return Err(RegistryError::Config(
+            "etcd3 serverAddr is empty: give one or more endpoints, e.g. http://127.0.0.1:2379"
+                .into(),
+        ));
+    }
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
+        .with_keep_alive_while_idle(false)
+        .with_require_leader(true);
+    opts = tls::apply(opts, c, &endpoints)?;
+    if let Some(user) = &c.username {
+        // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
+        // them instead of failing a long-running client.
+        opts = opts
+            .with_user(user.clone(), c.password.clone().unwrap_or_default())
+            .with_auto_token_refresh(true);
+    }
+    // For messages: an endpoint written with `user:pass@` shows no password.
+    let servers = meshline_registry_core::redact::redact_userinfo(&endpoints.join(","));
+    let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
+        .await
+        .map_err(|_| RegistryError::timeout(KIND, &servers, "connect", op_timeout * 2))?
+        .map_err(|e| backend_err(&servers, "connect", e))?;
+    Ok((client, servers))
+}
+
 /// What the registry, its lease keeper and its watches share.
 struct Inner {
     client: Client,
@@ -155,39 +199,9 @@ impl EtcdRegistry {
     /// Connection refused`).
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = EtcdSettings::from_config(config)?;
-        let endpoints: Vec<String> = c
-            .server_addr
-            .split([',', ';'])
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
-        if endpoints.is_empty() {
-            return Err(RegistryError::Config(
-                "registry.etcd3.serverAddr is empty: give one or more endpoints, e.g. http://127.0.0.1:2379".into(),
-            ));
-        }
         let ttl = c.ttl.max(Duration::from_secs(1));
         let op_timeout = (ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
-            .with_keep_alive_while_idle(false)
-            .with_require_leader(true);
-        opts = tls::apply(opts, &c, &endpoints)?;
-        if let Some(user) = &c.username {
-            // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
-            // them instead of failing a long-running registration.
-            opts = opts
-                .with_user(user.clone(), c.password.clone().unwrap_or_default())
-                .with_auto_token_refresh(true);
-        }
-        // For messages: an endpoint written with `user:pass@` shows no password.
-        let servers = meshline_registry_core::redact::redact_userinfo(&endpoints.join(","));
-        let client = tokio::time::timeout(op_timeout * 2, Client::connect(&endpoints, Some(opts)))
-            .await
-            .map_err(|_| RegistryError::timeout(KIND, &servers, "connect", op_timeout * 2))?
-            .map_err(|e| backend_err(&servers, "connect", e))?;
+        let (client, servers) = connect_client(&c, op_timeout).await?;
         let policy = config.registry.empty_policy();
         let inner = Arc::new(Inner {
             client,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use meshline_registry_core::tls::TlsSettings;
+use meshline_registry_core::config::Section;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The etcd3 registry's settings.
@@ -43,8 +44,14 @@ impl std::fmt::Debug for EtcdSettings {
 impl EtcdSettings {
     /// Reads `registry.etcd3.*` (and the alias `registry.etcd.*`) from `config`.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let section = config.registry.section(&["etcd", "etcd3"]);
+        Self::from_section(&config.registry.section(&["etcd", "etcd3"]), &[])
+    }
+
+    /// Reads the connection keys of a section: `registry.etcd3.*`, or the config
+    /// centre's `config.etcd3.*` (whose `accept` lists its own keys, e.g. `key`).
+    pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
+        r.accept(accept);
         let settings = EtcdSettings {
             server_addr: r.text("serverAddr", "http://localhost:2379")?,
             cluster: r.text("cluster", "default")?,

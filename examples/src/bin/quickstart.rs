@@ -134,7 +134,7 @@ async fn run() -> Result<(), BoxError> {
     // 3. The client, built as an application builds it.
     let config = meshline::Config::load(Some(&path))?;
     let discovery = meshline::registry::discovery_from_config(&config).await?;
-    let cluster = discovery.cluster_for(&config.tx_service_group)?.to_string();
+    let cluster = discovery.cluster_for(&config.tx_service_group)?;
     let client = RpcClient::builder()
         .config(&config)
         .discovery(discovery, &config.tx_service_group)

@@ -55,8 +55,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let cluster = discovery
         .cluster_for(&group)
-        .map_err(|e| e.to_string())?
-        .to_string();
+        .map_err(|e| e.to_string())?;
     let mut builder = RpcClient::builder()
         .config(&config)
         .discovery(discovery, group.clone())

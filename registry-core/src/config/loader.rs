@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::{Config, Format, apply_all};
 use crate::RegistryError;
 
+#[derive(Clone)]
 enum Source {
     File(PathBuf),
     Text(String, Format),
@@ -15,7 +16,11 @@ enum Source {
 }
 
 /// Builds a [`Config`] from several sources, later ones overriding earlier ones.
-#[derive(Default)]
+///
+/// Cloning a loader clones its list of sources (nothing is read until
+/// [`load`](Self::load)); a configuration centre re-runs a clone each time the centre's
+/// keys change ([`crate::centre`]).
+#[derive(Default, Clone)]
 pub struct ConfigLoader {
     sources: Vec<Source>,
 }
@@ -29,6 +34,19 @@ impl ConfigLoader {
     /// Adds a file; the format comes from its extension.
     pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
         self.sources.push(Source::File(path.into()));
+        self
+    }
+
+    /// Adds a file after the files and texts added so far but before any environment
+    /// or override source: Seata's `config.file.name` (see [`crate::centre`]), which
+    /// the environment must still be able to override.
+    pub fn file_before_env(mut self, path: impl Into<PathBuf>) -> Self {
+        let at = self
+            .sources
+            .iter()
+            .position(|s| matches!(s, Source::Env(_) | Source::ProcessEnv | Source::Set(..)))
+            .unwrap_or(self.sources.len());
+        self.sources.insert(at, Source::File(path.into()));
         self
     }
 
@@ -67,8 +85,28 @@ impl ConfigLoader {
 
     /// Reads every source and builds the config.
     pub fn load(self) -> Result<Config, RegistryError> {
+        self.load_with_centre(None)
+    }
+
+    /// [`load`](Self::load), with the entries a configuration centre gave applied after
+    /// the files and texts and before the environment and overrides: a key in the
+    /// centre wins over the same key in a file (as in Seata, where a `config.type`
+    /// other than `file` makes the centre the source of `service.*` and `client.*`),
+    /// and `MESHLINE_*` variables and explicit overrides still win over both.
+    pub(crate) fn load_with_centre(
+        self,
+        centre: Option<(&[Entry], &str)>,
+    ) -> Result<Config, RegistryError> {
         let mut cfg = Config::default();
+        let mut centre = centre;
         for source in self.sources {
+            if matches!(
+                source,
+                Source::Env(_) | Source::ProcessEnv | Source::Set(..)
+            ) && let Some((entries, origin)) = centre.take()
+            {
+                apply_all(&mut cfg, entries.to_vec(), origin)?;
+            }
             match source {
                 Source::File(path) => {
                     let format = Format::from_path(&path)?;
@@ -99,6 +137,9 @@ impl ConfigLoader {
                 }
             }
         }
+        if let Some((entries, origin)) = centre {
+            apply_all(&mut cfg, entries.to_vec(), origin)?;
+        }
         for w in &cfg.warnings {
             tracing::warn!("{w}");
         }
@@ -106,7 +147,7 @@ impl ConfigLoader {
     }
 }
 
-pub(super) type Entry = (Vec<String>, String);
+pub(crate) type Entry = (Vec<String>, String);
 
 /// Parses a whole text into flat `(path, value)` entries.
 pub(crate) fn parse_text(text: &str, format: Format) -> Result<Vec<Entry>, String> {

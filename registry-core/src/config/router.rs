@@ -53,7 +53,6 @@ const IGNORED_TOP: &[&str] = &[
     "metrics",
     "tcc",
     "saga",
-    "config",
     "security",
     "console",
     "spring",
@@ -238,6 +237,24 @@ fn apply(cfg: &mut Config, path: &[String], v: &str, origin: &str) -> Result<App
         ["registry", section, rest @ ..] if !rest.is_empty() => {
             let shown = p.join(".");
             cfg.registry
+                .sections
+                .entry(section.to_string())
+                .or_insert_with(|| Section::new(p[1].trim()))
+                .insert(&shown, &p[2..].join("."), v.to_string(), origin);
+            Used
+        }
+        // ---- config.* (the configuration centre)
+        ["config", "type"] => {
+            cfg.centre.kind = nonempty(v)?;
+            Used
+        }
+        ["config", "datatype"] => {
+            cfg.centre.data_type = Some(nonempty(v)?);
+            Used
+        }
+        ["config", section, rest @ ..] if !rest.is_empty() => {
+            let shown = p.join(".");
+            cfg.centre
                 .sections
                 .entry(section.to_string())
                 .or_insert_with(|| Section::new(p[1].trim()))

@@ -1,0 +1,449 @@
+//! Seata's configuration centre (`config.type`): `service.vgroupMapping.*`, grouplists
+//! and `client.*` keys read from Nacos, etcd, ZooKeeper or Consul, and followed live.
+//!
+//! # How Seata reads a centre, and so how meshline does
+//!
+//! Seata's Java client (`NacosConfiguration`, `EtcdConfiguration`,
+//! `ZookeeperConfiguration`, `ConsulConfiguration` in `config/seata-config-*`) looks a
+//! key up in two places, in this order:
+//!
+//! 1. **One blob** holding many keys: Nacos data id `config.nacos.dataId` (group
+//!    `config.nacos.group`, default `SEATA_GROUP`), etcd key `config.etcd3.key`, ZooKeeper
+//!    node `config.zk.nodePath` (default `/seata/seata.properties`), Consul KV key
+//!    `config.consul.key`; all default to `seata.properties`. Its format is
+//!    `config.dataType`, else the blob name's suffix, else `properties`.
+//! 2. **The key itself** when the blob lacks it: Nacos data id = the key, etcd key = the
+//!    key, ZooKeeper node `/seata/<key>`, Consul KV key = the key (the layout Seata's
+//!    `nacos-config.sh` and friends push, one entry per key).
+//!
+//! Seata reads `registry.*` and `config.*` from its file only (`registry.conf` or
+//! Spring's properties), never from the centre; so does meshline: such keys found in
+//! the centre are skipped, with a debug log.
+//!
+//! [`CentreSpec`] is that recipe; [`LiveConfig`] applies it. The centre's entries sit
+//! between the files and the environment ([`crate::config::ConfigLoader`]): a centre
+//! key wins over the same key in a file; `MESHLINE_*` variables and explicit overrides
+//! win over both.
+//!
+//! # Live updates
+//!
+//! [`LiveConfig`] follows the blob and every single key it looked up (each centre's
+//! own push: etcd watches, ZooKeeper watchers, Consul blocking queries, Nacos
+//! listeners), re-reads on a change, rebuilds the whole [`Config`] and publishes it when
+//! it differs. A [`crate::Discovery`] built on it
+//! ([`Discovery::with_live_config`](crate::Discovery::with_live_config)) moves its
+//! watches to the new cluster when `service.vgroupMapping.<group>` changes. A centre
+//! that cannot be read after start keeps the last good configuration (with a warning)
+//! and is retried with backoff; a failed first read is an error, because a client
+//! started without its mapping would route nowhere.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ConfigLoader, Entry, Format, parse_text};
+use crate::{Backoff, Config, RegistryError};
+
+/// A configuration centre client: reads one entry by its name, and reports changes.
+///
+/// Implemented by the backend crates (Nacos, etcd, ZooKeeper, Consul); `config.type=file`
+/// needs no client ([`with_file_centre`]). Names are what Seata uses: a blob's data id / key / node path, or a
+/// single Seata key (`service.vgroupMapping.my_group`); each backend maps a name to its
+/// own place (ZooKeeper: `/seata/<name>` unless the name is already a path).
+#[async_trait]
+pub trait ConfigCentre: Send + Sync + 'static {
+    /// The centre type, as Seata spells it (`nacos`, `etcd3`, `zk`, `consul`, `file`).
+    fn kind(&self) -> &'static str;
+
+    /// Where the centre is, for messages (addresses, namespace; never a secret).
+    fn location(&self) -> String;
+
+    /// The text stored under `name`; `None` when there is no such entry.
+    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError>;
+
+    /// Follows `names`: a message on the returned channel every time one of them may
+    /// have changed (spurious messages are harmless: the caller re-reads and compares).
+    /// Following stops when the receiver is dropped. A centre that cannot push changes
+    /// returns a channel that never fires; [`LiveConfig`] also re-reads periodically.
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError>;
+}
+
+/// What to read from a centre: the blob's name and format, and which single keys to
+/// look up when the blob lacks them. Built from a [`Config`] by [`CentreSpec::from_config`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CentreSpec {
+    /// The blob's name (`seata.properties`, `/seata/seata.properties`).
+    pub blob: String,
+    /// The blob's format.
+    pub format: Format,
+}
+
+/// The blob name each centre type uses by default, and the key that changes it.
+fn blob_key_and_default(kind: &str) -> Option<(&'static str, &'static str)> {
+    match kind {
+        "nacos" => Some(("dataId", "seata.properties")),
+        "etcd3" => Some(("key", "seata.properties")),
+        "consul" => Some(("key", "seata.properties")),
+        "zk" => Some(("nodePath", "/seata/seata.properties")),
+        _ => None,
+    }
+}
+
+/// The canonical name of a `config.type` value, or an error naming the supported
+/// types (Seata's `apollo`, `springCloudConfig` and `custom` are not supported).
+pub fn canonical_kind(kind: &str) -> Result<&'static str, RegistryError> {
+    let k = kind.trim().to_ascii_lowercase().replace(['-', '_'], "");
+    match k.as_str() {
+        "file" => Ok("file"),
+        "nacos" => Ok("nacos"),
+        "etcd3" | "etcd" => Ok("etcd3"),
+        "zk" | "zookeeper" => Ok("zk"),
+        "consul" => Ok("consul"),
+        "apollo" | "springcloudconfig" | "custom" => Err(RegistryError::Config(format!(
+            "config.type=`{}` is not supported by meshline: use file, nacos, etcd3, zk or consul \
+             (or keep the keys in the file)",
+            kind.trim()
+        ))),
+        _ => Err(RegistryError::Config(format!(
+            "unknown config.type `{}`: expected file, nacos, etcd3, zk or consul",
+            kind.trim()
+        ))),
+    }
+}
+
+/// The format a data type name or a blob name's suffix means: `properties`, `yaml`
+/// (`yml`), `json`, `toml`, and whatever else [`Format::from_path`] knows.
+fn format_named(name: &str) -> Option<Format> {
+    let probe = format!("blob.{}", name.trim().to_ascii_lowercase());
+    Format::from_path(std::path::Path::new(&probe)).ok()
+}
+
+impl CentreSpec {
+    /// The spec `config.*` describes for a centre of type `kind` (canonical, see
+    /// [`canonical_kind`]); `None` for `file`, which has no blob in a server.
+    pub fn from_config(config: &Config, kind: &str) -> Result<Option<CentreSpec>, RegistryError> {
+        let Some((key, default)) = blob_key_and_default(kind) else {
+            return Ok(None);
+        };
+        let names: &[&str] = if kind == "etcd3" {
+            &["etcd", "etcd3"]
+        } else if kind == "zk" {
+            &["zookeeper", "zk"]
+        } else {
+            &[kind]
+        };
+        let section = config.centre.section(names);
+        let blob = section
+            .get(key)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(default)
+            .to_string();
+        let format = match &config.centre.data_type {
+            Some(t) => format_named(t).ok_or_else(|| {
+                RegistryError::Config(format!(
+                    "config.dataType=`{t}`: expected properties, yaml, json or toml"
+                ))
+            })?,
+            None => blob
+                .rsplit_once('.')
+                .and_then(|(_, ext)| format_named(ext))
+                .unwrap_or(Format::Properties),
+        };
+        Ok(Some(CentreSpec { blob, format }))
+    }
+}
+
+/// The single Seata keys looked up one by one when the blob lacks them, for a
+/// configuration `cfg`: the tx group's mapping, the mapped cluster's grouplist, and
+/// the balancer keys.
+fn single_keys(cfg: &Config) -> Vec<String> {
+    let group = &cfg.tx_service_group;
+    let mut keys = vec![
+        format!("service.vgroupMapping.{group}"),
+        "client.loadBalance.type".to_string(),
+        "client.loadBalance.virtualNodes".to_string(),
+    ];
+    if let Some(cluster) = cfg.service.vgroup_mapping.get(group) {
+        keys.push(format!("service.{cluster}.grouplist"));
+    }
+    keys
+}
+
+/// Keys Seata never reads from a centre (it reads them from its file).
+fn file_only(path: &[String]) -> bool {
+    let first = path
+        .iter()
+        .find(|s| !s.eq_ignore_ascii_case("seata"))
+        .map(|s| s.to_ascii_lowercase());
+    matches!(first.as_deref(), Some("registry") | Some("config"))
+}
+
+/// One read of the centre: the entries to apply, and the single keys that were
+/// looked up (to follow them).
+struct Read {
+    entries: Vec<Entry>,
+    followed: Vec<String>,
+}
+
+async fn read_centre(
+    centre: &dyn ConfigCentre,
+    spec: &CentreSpec,
+    loader: &ConfigLoader,
+) -> Result<(Config, Read), RegistryError> {
+    let blob = centre.get(&spec.blob).await?;
+    let mut entries: Vec<Entry> = match &blob {
+        Some(text) => parse_text(text, spec.format).map_err(|e| {
+            RegistryError::Config(format!(
+                "{} config centre at {}: `{}`: {e}",
+                centre.kind(),
+                centre.location(),
+                spec.blob
+            ))
+        })?,
+        None => Vec::new(),
+    };
+    entries.retain(|(path, _)| {
+        let keep = !file_only(path);
+        if !keep {
+            tracing::debug!(
+                key = %path.join("."),
+                "config centre: registry.* and config.* keys are read from the file only (as Seata); skipped"
+            );
+        }
+        keep
+    });
+    let origin = format!("{} config `{}`", centre.kind(), spec.blob);
+    // Single keys depend on the mapping, which may itself come from a single key: look
+    // up the mapping first, then the keys the result implies, until nothing new.
+    let mut followed: Vec<String> = Vec::new();
+    let mut single: Vec<Entry> = Vec::new();
+    for _ in 0..3 {
+        let mut all = entries.clone();
+        all.extend(single.iter().cloned());
+        let cfg = loader.clone().load_with_centre(Some((&all, &origin)))?;
+        let wanted: Vec<String> = single_keys(&cfg)
+            .into_iter()
+            .filter(|k| !followed.contains(k))
+            .collect();
+        if wanted.is_empty() {
+            break;
+        }
+        for key in wanted {
+            let path: Vec<String> = key.split('.').map(str::to_string).collect();
+            let in_blob = entries.iter().any(|(p, _)| same_key(p, &path));
+            followed.push(key.clone());
+            if in_blob {
+                continue;
+            }
+            if let Some(v) = centre.get(&key).await? {
+                single.push((path, v.trim().to_string()));
+            }
+        }
+    }
+    entries.extend(single);
+    let cfg = loader.clone().load_with_centre(Some((&entries, &origin)))?;
+    Ok((cfg, Read { entries, followed }))
+}
+
+/// Two flat keys are the same Seata key (ignoring case, `-` and `_` in structural
+/// segments; the `seata.` root optional).
+fn same_key(a: &[String], b: &[String]) -> bool {
+    let strip = |p: &[String]| -> Vec<String> {
+        let p = if p.len() > 1 && p[0].eq_ignore_ascii_case("seata") {
+            &p[1..]
+        } else {
+            p
+        };
+        p.iter()
+            .map(|s| s.replace(['-', '_'], "").to_ascii_lowercase())
+            .collect()
+    };
+    strip(a) == strip(b)
+}
+
+/// How often a followed centre is re-read even without a change notification: the net
+/// under a lost notification (a watch that broke between two events).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
+
+/// A configuration that follows its centre: the current [`Config`], and every change.
+///
+/// Cheap to clone (all clones share one follow task, which ends when the last clone and
+/// the last [`LiveConfig::subscribe`] receiver are dropped).
+#[derive(Clone)]
+pub struct LiveConfig {
+    rx: watch::Receiver<Arc<Config>>,
+    centre: Option<Arc<dyn ConfigCentre>>,
+}
+
+impl std::fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("centre", &self.centre.as_ref().map(|c| c.kind()))
+            .field("config", &*self.rx.borrow())
+            .finish()
+    }
+}
+
+impl LiveConfig {
+    /// A configuration that never changes (no centre, or `config.type=file`).
+    pub fn fixed(config: Config) -> LiveConfig {
+        let (tx, rx) = watch::channel(Arc::new(config));
+        // The sender is dropped: receivers keep the value and never see a change.
+        drop(tx);
+        LiveConfig { rx, centre: None }
+    }
+
+    /// Reads `centre` as `spec` says, on top of what `loader` reads, and follows it.
+    ///
+    /// Fails when the first read fails (the centre is unreachable, the blob does not
+    /// parse): the error names the centre, its address and the cause.
+    pub async fn start(
+        loader: ConfigLoader,
+        centre: Arc<dyn ConfigCentre>,
+        spec: CentreSpec,
+    ) -> Result<LiveConfig, RegistryError> {
+        let (cfg, read) = read_centre(&*centre, &spec, &loader).await?;
+        tracing::info!(
+            centre = centre.kind(),
+            at = %centre.location(),
+            blob = %spec.blob,
+            keys = read.entries.len(),
+            "configuration read from the config centre"
+        );
+        let (tx, rx) = watch::channel(Arc::new(cfg));
+        tokio::spawn(follow(centre.clone(), spec, loader, tx, read.followed));
+        Ok(LiveConfig {
+            rx,
+            centre: Some(centre),
+        })
+    }
+
+    /// The configuration now.
+    pub fn current(&self) -> Arc<Config> {
+        self.rx.borrow().clone()
+    }
+
+    /// A receiver of every new configuration (the current one is marked seen).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Config>> {
+        let mut rx = self.rx.clone();
+        rx.mark_unchanged();
+        rx
+    }
+
+    /// The centre followed, if any.
+    pub fn centre(&self) -> Option<&Arc<dyn ConfigCentre>> {
+        self.centre.as_ref()
+    }
+}
+
+/// The follow task: waits for a notification (or [`REFRESH_EVERY`]), re-reads, and
+/// publishes a changed configuration. Ends when nobody holds a receiver.
+async fn follow(
+    centre: Arc<dyn ConfigCentre>,
+    spec: CentreSpec,
+    loader: ConfigLoader,
+    tx: watch::Sender<Arc<Config>>,
+    mut followed: Vec<String>,
+) {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    let mut names = vec![spec.blob.clone()];
+    names.extend(followed.iter().cloned());
+    let mut notes: Option<mpsc::Receiver<()>> = None;
+    loop {
+        if notes.is_none() {
+            match centre.follow(names.clone()).await {
+                Ok(rx) => notes = Some(rx),
+                Err(e) => tracing::warn!(
+                    centre = centre.kind(),
+                    error = %e,
+                    "config centre: cannot follow changes; re-reading periodically"
+                ),
+            }
+        }
+        let wait = async {
+            match notes.as_mut() {
+                Some(rx) => match tokio::time::timeout(REFRESH_EVERY, rx.recv()).await {
+                    // The follower ended (a broken watch): follow again after the read.
+                    Ok(None) => false,
+                    _ => true,
+                },
+                None => {
+                    tokio::time::sleep(backoff.next_delay().min(REFRESH_EVERY)).await;
+                    true
+                }
+            }
+        };
+        tokio::select! {
+            _ = tx.closed() => return,
+            alive = wait => if !alive { notes = None; },
+        }
+        // Several notifications for one change (blob and key, or a burst): take them all.
+        if let Some(rx) = notes.as_mut() {
+            while rx.try_recv().is_ok() {}
+        }
+        match read_centre(&*centre, &spec, &loader).await {
+            Ok((cfg, read)) => {
+                backoff.reset();
+                if **tx.borrow() != cfg {
+                    tracing::info!(
+                        centre = centre.kind(),
+                        at = %centre.location(),
+                        "configuration changed in the config centre"
+                    );
+                    tx.send_replace(Arc::new(cfg));
+                }
+                if read.followed != followed {
+                    followed = read.followed;
+                    names = vec![spec.blob.clone()];
+                    names.extend(followed.iter().cloned());
+                    notes = None;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    centre = centre.kind(),
+                    error = %e,
+                    "config centre: re-read failed; keeping the last configuration"
+                );
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        }
+    }
+}
+
+/// `config.type=file`: Seata's `config.file.name` (default `file.conf`), read as a
+/// further file next to the one that named it. A name that was set but cannot be read
+/// is an error; the default name is used only when such a file exists.
+///
+/// Returns the loader with that file added (before the environment), or the loader
+/// unchanged when there is nothing to add.
+pub fn with_file_centre(loader: ConfigLoader, base: &Config) -> Result<ConfigLoader, RegistryError> {
+    let section = base.centre.section(&["file"]);
+    let explicit = section.get("name").filter(|n| !n.is_empty());
+    let name = explicit.unwrap_or("file.conf");
+    let mut path = std::path::PathBuf::from(name);
+    if path.is_relative()
+        && let Some(dir) = base.path.as_ref().and_then(|p| p.parent())
+    {
+        path = dir.join(path);
+    }
+    if base.path.as_deref() == Some(path.as_path()) {
+        return Ok(loader);
+    }
+    match std::fs::metadata(&path) {
+        Ok(_) => Ok(loader.file_before_env(path)),
+        Err(e) if explicit.is_some() => Err(RegistryError::Config(format!(
+            "config.file.name=`{name}`: cannot read {}: {e}",
+            path.display()
+        ))),
+        Err(_) => Ok(loader),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,265 @@
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::*;
+use crate::config::Format;
+use crate::{Discovery, Instance, RegistryService, WatchHub};
+
+/// A centre held in memory: entries by name, and followers told of every `put`.
+#[derive(Default)]
+struct MemCentre {
+    entries: Mutex<BTreeMap<String, String>>,
+    followers: Mutex<Vec<(Vec<String>, mpsc::Sender<()>)>>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl MemCentre {
+    fn put(&self, name: &str, value: &str) {
+        self.entries
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), value.to_string());
+        for (names, tx) in self.followers.lock().unwrap().iter() {
+            if names.iter().any(|n| n == name) {
+                let _ = tx.try_send(());
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ConfigCentre for MemCentre {
+    fn kind(&self) -> &'static str {
+        "nacos"
+    }
+    fn location(&self) -> String {
+        "memory".into()
+    }
+    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RegistryError::Config("centre down".into()));
+        }
+        Ok(self.entries.lock().unwrap().get(name).cloned())
+    }
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
+        let (tx, rx) = mpsc::channel(8);
+        self.followers.lock().unwrap().push((names, tx));
+        Ok(rx)
+    }
+}
+
+fn nacos_spec() -> CentreSpec {
+    let cfg = Config::from_text("config.type=nacos", Format::Properties).unwrap();
+    CentreSpec::from_config(&cfg, "nacos").unwrap().unwrap()
+}
+
+#[test]
+fn spec_follows_seata_defaults_and_keys() {
+    let spec = nacos_spec();
+    assert_eq!(spec.blob, "seata.properties");
+    assert_eq!(spec.format, Format::Properties);
+    let cfg = Config::from_text(
+        "config.zk.nodePath=/seata/client.yaml\nconfig.type=zk",
+        Format::Properties,
+    )
+    .unwrap();
+    let spec = CentreSpec::from_config(&cfg, "zk").unwrap().unwrap();
+    assert_eq!(spec.blob, "/seata/client.yaml");
+    assert_eq!(spec.format, Format::Yaml);
+    let cfg = Config::from_text(
+        "config.etcd3.key=seata.txt\nconfig.dataType=yaml",
+        Format::Properties,
+    )
+    .unwrap();
+    let spec = CentreSpec::from_config(&cfg, "etcd3").unwrap().unwrap();
+    assert_eq!((spec.blob.as_str(), spec.format), ("seata.txt", Format::Yaml));
+    let cfg = Config::from_text("config.dataType=xml", Format::Properties).unwrap();
+    let err = CentreSpec::from_config(&cfg, "consul").unwrap_err().to_string();
+    assert!(err.contains("config.dataType=`xml`"), "{err}");
+    assert_eq!(CentreSpec::from_config(&cfg, "file").unwrap(), None);
+}
+
+#[test]
+fn kinds_are_canonical_and_unsupported_ones_named() {
+    assert_eq!(canonical_kind("Nacos").unwrap(), "nacos");
+    assert_eq!(canonical_kind("etcd").unwrap(), "etcd3");
+    assert_eq!(canonical_kind("zookeeper").unwrap(), "zk");
+    let err = canonical_kind("apollo").unwrap_err().to_string();
+    assert!(err.contains("not supported"), "{err}");
+    let err = canonical_kind("springCloudConfig").unwrap_err().to_string();
+    assert!(err.contains("not supported"), "{err}");
+    let err = canonical_kind("redis").unwrap_err().to_string();
+    assert!(err.contains("unknown config.type `redis`"), "{err}");
+}
+
+#[tokio::test]
+async fn blob_then_single_keys_then_precedence() {
+    let centre = Arc::new(MemCentre::default());
+    // The blob has the balancer and a registry key (ignored: Seata reads registry.*
+    // from its file only); the mapping is a single key, and so is the grouplist of
+    // the cluster that mapping names.
+    centre.put(
+        "seata.properties",
+        "client.loadBalance.type=RoundRobinLoadBalance\nregistry.type=zk\n",
+    );
+    centre.put("service.vgroupMapping.my_group", "prod");
+    centre.put("service.prod.grouplist", "10.0.0.1:8091");
+    centre.put("client.loadBalance.type", "RandomLoadBalance");
+    let loader = ConfigLoader::new()
+        .text(
+            "txServiceGroup=my_group\nclient.loadBalance.virtualNodes=20\n\
+             client.loadBalance.type=XID\n",
+            Format::Properties,
+        )
+        .env_vars([("MESHLINE_CLIENT__LOAD_BALANCE__VIRTUAL_NODES", "30")]);
+    let live = LiveConfig::start(loader, centre.clone(), nacos_spec())
+        .await
+        .unwrap();
+    let cfg = live.current();
+    assert_eq!(cfg.service.vgroup_mapping.get("my_group").unwrap(), "prod");
+    assert_eq!(cfg.grouplist("prod").unwrap(), vec!["10.0.0.1:8091"]);
+    // The blob wins over the single key and over the file; the environment over all.
+    assert_eq!(cfg.client.load_balance.kind, "RoundRobinLoadBalance");
+    assert_eq!(cfg.client.load_balance.virtual_nodes, 30);
+    assert_eq!(cfg.registry.kind, "file", "registry.* is read from the file only");
+}
+
+#[tokio::test]
+async fn first_read_failure_is_an_error_later_ones_keep_the_last() {
+    let centre = Arc::new(MemCentre::default());
+    centre.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("centre down"), "{err}");
+
+    let centre = Arc::new(MemCentre::default());
+    centre.put("seata.properties", "service.vgroupMapping.default_tx_group=a");
+    let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
+        .await
+        .unwrap();
+    let mut rx = live.subscribe();
+    centre.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    centre.put("seata.properties", "service.vgroupMapping.default_tx_group=b");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), rx.changed())
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        live.current().service.vgroup_mapping["default_tx_group"],
+        "a"
+    );
+    // Back: the retry (backoff from 200 ms) reads the new value.
+    centre.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(3), rx.changed())
+        .await
+        .expect("re-read after the centre came back")
+        .unwrap();
+    assert_eq!(
+        live.current().service.vgroup_mapping["default_tx_group"],
+        "b"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_blob_is_an_error_naming_the_centre() {
+    let centre = Arc::new(MemCentre::default());
+    centre.put("seata.yaml", "service: [unclosed");
+    let cfg = Config::from_text("config.nacos.dataId=seata.yaml", Format::Properties).unwrap();
+    let spec = CentreSpec::from_config(&cfg, "nacos").unwrap().unwrap();
+    let err = LiveConfig::start(ConfigLoader::new(), centre, spec)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nacos config centre at memory: `seata.yaml`"), "{err}");
+}
+
+struct Hub(Arc<WatchHub>);
+
+#[async_trait]
+impl RegistryService for Hub {
+    fn kind(&self) -> &'static str {
+        "hub"
+    }
+    async fn register(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
+        Ok(())
+    }
+    async fn unregister(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
+        Ok(())
+    }
+    async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
+        Ok(self
+            .0
+            .current(cluster)
+            .map(|s| s.instances().to_vec())
+            .unwrap_or_default())
+    }
+    async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
+        Ok(self.0.subscribe(cluster))
+    }
+    async fn close(&self) -> Result<(), RegistryError> {
+        Ok(())
+    }
+}
+
+use crate::Watch;
+
+fn inst(s: &str) -> Instance {
+    Instance::parse(s).unwrap()
+}
+
+#[tokio::test]
+async fn a_watch_by_group_moves_with_the_mapping() {
+    let hub = Arc::new(WatchHub::new("hub", crate::EmptyProtection::Protect));
+    hub.publish("a", vec![inst("10.0.0.1:8091")]);
+    hub.publish("b", vec![inst("10.0.0.2:8091"), inst("10.0.0.3:8091")]);
+    let registry = Arc::new(Hub(hub.clone()));
+    let centre = Arc::new(MemCentre::default());
+    centre.put("service.vgroupMapping.default_tx_group", "a");
+    let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
+        .await
+        .unwrap();
+    let d = Discovery::with_live_config(registry, &live);
+    let mut w = d.watch("default_tx_group").await.unwrap();
+    assert_eq!(w.next().await.unwrap().len(), 1);
+    // A member change in the current cluster is forwarded.
+    hub.publish("a", vec![inst("10.0.0.1:8091"), inst("10.0.0.9:8091")]);
+    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.len(), 2);
+    // The mapping moves: the watch now lists cluster b.
+    centre.put("service.vgroupMapping.default_tx_group", "b");
+    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
+        .await
+        .expect("moved within 2 s")
+        .unwrap();
+    let got: Vec<String> = s.instances().iter().map(|i| i.to_string()).collect();
+    assert_eq!(got, vec!["10.0.0.2:8091", "10.0.0.3:8091"]);
+    assert_eq!(d.cluster_for("default_tx_group").unwrap(), "b");
+    // And follows b's changes, not a's.
+    hub.publish("a", vec![inst("10.0.0.7:8091")]);
+    hub.publish("b", vec![inst("10.0.0.3:8091")]);
+    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.instances()[0].to_string(), "10.0.0.3:8091");
+    // Health is mirrored.
+    hub.mark_stale("b", "lost it");
+    let h = tokio::time::timeout(Duration::from_secs(2), w.health_changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!h.is_connected());
+    // Dropping the watch ends the forwarding task: the registry's watch on b goes.
+    drop(w);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while hub.watcher_count("b") > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "forwarder did not end");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

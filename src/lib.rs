@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+pub mod centre;
 pub mod registry;
 
 pub use meshline_loadbalance as loadbalance;

@@ -77,12 +77,18 @@ pub static CENTRE_TYPES: &[CentreType] = &[
     CentreType {
         seata_name: "zk",
         feature: "zookeeper",
-        connect: centre!("zookeeper", meshline_registry_others::zookeeper::ZkCentre::connect),
+        connect: centre!(
+            "zookeeper",
+            meshline_registry_others::zookeeper::ZkCentre::connect
+        ),
     },
     CentreType {
         seata_name: "consul",
         feature: "consul",
-        connect: centre!("consul", meshline_registry_others::consul::ConsulCentre::connect),
+        connect: centre!(
+            "consul",
+            meshline_registry_others::consul::ConsulCentre::connect
+        ),
     },
 ];
 
@@ -109,9 +115,8 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
             ty.feature
         )));
     };
-    let spec = CentreSpec::from_config(&base, kind)?.ok_or_else(|| {
-        RegistryError::Config(format!("config.type `{kind}` has no blob layout"))
-    })?;
+    let spec = CentreSpec::from_config(&base, kind)?
+        .ok_or_else(|| RegistryError::Config(format!("config.type `{kind}` has no blob layout")))?;
     let centre = connect(&base).await?;
     LiveConfig::start(loader, centre, spec).await
 }
@@ -177,7 +182,10 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(live.current().service.vgroup_mapping["default_tx_group"], "env");
+        assert_eq!(
+            live.current().service.vgroup_mapping["default_tx_group"],
+            "env"
+        );
         // A name that was set but cannot be read is an error naming it.
         std::fs::write(&main, "config.type=file\nconfig.file.name=missing.conf\n").unwrap();
         let err = live_config(ConfigLoader::new().file(&main))

@@ -78,8 +78,8 @@ mod settings;
 mod timed;
 mod tls;
 
-pub use layout::{cluster_prefix, instance_key};
 pub use centre::EtcdCentre;
+pub use layout::{cluster_prefix, instance_key};
 pub use settings::EtcdSettings;
 
 use follow::watch_loop;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::config::Section;
+use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The etcd3 registry's settings.

@@ -72,8 +72,10 @@ use nacos_sdk::api::naming::{
 use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
+mod centre;
 mod settings;
 mod tls;
+pub use centre::NacosCentre;
 pub use settings::NacosSettings;
 
 const KIND: &str = "nacos";

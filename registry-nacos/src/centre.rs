@@ -176,6 +176,9 @@ impl ConfigCentre for NacosCentre {
             )
             .await?;
         }
+        // The caller read before following: a change made before the listeners were
+        // added is caught by the re-read this first notification asks for.
+        let _ = tx.try_send(());
         // The listeners go when the follower's receiver is dropped.
         let (config, group) = (self.config.clone(), self.group.clone());
         tokio::spawn(async move {

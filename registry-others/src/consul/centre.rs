@@ -151,6 +151,9 @@ impl ConfigCentre for ConsulCentre {
             })?;
             first.push((name, read.index));
         }
+        // The caller read before following: a change made before these first indexes
+        // is caught by the re-read this first notification asks for.
+        let _ = tx.try_send(());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let stop = Arc::new(stop);
         for (name, index) in first {

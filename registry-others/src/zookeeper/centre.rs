@@ -162,6 +162,9 @@ impl ConfigCentre for ZkCentre {
                 .map_err(|e| self.err(&format!("watch config {path}"), e))?;
             armed.push((path, watcher));
         }
+        // The caller read before following: a change made in between is caught by the
+        // re-read this first notification asks for (spurious ones are harmless).
+        let _ = tx.try_send(());
         // A session that ended stops every follower, so that the channel closes and the
         // caller follows again (on a new session).
         let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -35,14 +35,24 @@ async fn consul_centre_reads_and_follows_seata_keys() {
     put(&url, None, "seata.properties", &blob(Some("a"))).await;
     put(&url, None, MAPPING_KEY, "b").await;
     let first = live(loader("consul", &keys()), "a").await;
-    follows_change(&first, "consul blob", put(&url, None, "seata.properties", &blob(Some("b")))).await;
+    follows_change(
+        &first,
+        "consul blob",
+        put(&url, None, "seata.properties", &blob(Some("b"))),
+    )
+    .await;
     drop(first);
 
     // Without the mapping in the blob, the single key is read.
     put(&url, None, "seata.properties", &blob(None)).await;
     put(&url, None, MAPPING_KEY, "a").await;
     let second = live(loader("consul", &keys()), "a").await;
-    follows_change(&second, "consul single key", put(&url, None, MAPPING_KEY, "b")).await;
+    follows_change(
+        &second,
+        "consul single key",
+        put(&url, None, MAPPING_KEY, "b"),
+    )
+    .await;
     drop(second);
 
     // A custom blob key that does not exist at the start: a blocking query on a
@@ -95,7 +105,13 @@ async fn a_wrong_acl_token_never_shows() {
         ..Default::default()
     })
     .expect("consul double");
-    put(&agent.url(), Some(SECRET), "seata.properties", &blob(Some("a"))).await;
+    put(
+        &agent.url(),
+        Some(SECRET),
+        "seata.properties",
+        &blob(Some("a")),
+    )
+    .await;
     let with = |token: String| {
         loader(
             "consul",

@@ -27,7 +27,12 @@ async fn etcd_centre_reads_and_follows_seata_keys() {
     put("seata.properties", blob(Some("a"))).await;
     put(MAPPING_KEY, "b".into()).await;
     let first = live(loader("etcd3", &keys()), "a").await;
-    follows_change(&first, "etcd blob", put("seata.properties", blob(Some("b")))).await;
+    follows_change(
+        &first,
+        "etcd blob",
+        put("seata.properties", blob(Some("b"))),
+    )
+    .await;
     drop(first);
 
     // Without the mapping in the blob, the single key is read.

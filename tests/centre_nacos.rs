@@ -28,7 +28,10 @@ async fn publish(server: &Rnacos, data_id: &str, content: &str) {
         .expect("publish config");
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
-    assert!(status.is_success() && body.trim() == "true", "publish: {status} {body}");
+    assert!(
+        status.is_success() && body.trim() == "true",
+        "publish: {status} {body}"
+    );
 }
 
 fn keys(server: &Rnacos) -> Vec<(&'static str, String)> {
@@ -58,7 +61,12 @@ async fn nacos_centre_reads_and_follows_seata_data_ids() {
     publish(&server, "seata.properties", &blob(None)).await;
     publish(&server, MAPPING_KEY, "a").await;
     let second = live(loader("nacos", &keys(&server)), "a").await;
-    follows_change(&second, "nacos single key", publish(&server, MAPPING_KEY, "b")).await;
+    follows_change(
+        &second,
+        "nacos single key",
+        publish(&server, MAPPING_KEY, "b"),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

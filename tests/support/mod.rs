@@ -67,7 +67,11 @@ pub async fn live(loader: ConfigLoader, expected: &str) -> LiveConfig {
 /// A Discovery built on `live` watches [`GROUP`] on cluster `a`; `change` remaps it to
 /// `b` through the server's own API; the watch must show `b`'s member within
 /// [`WITHIN`] of the start of the change. Prints and returns the time it took.
-pub async fn follows_change(live: &LiveConfig, what: &str, change: impl Future<Output = ()>) -> Duration {
+pub async fn follows_change(
+    live: &LiveConfig,
+    what: &str,
+    change: impl Future<Output = ()>,
+) -> Duration {
     let discovery = discovery_from_live(live).await.expect("discovery");
     let mut w = discovery.watch(GROUP).await.expect("watch the group");
     wait_for(&mut w, Duration::from_secs(5), "cluster a's member", |s| {
@@ -83,7 +87,10 @@ pub async fn follows_change(live: &LiveConfig, what: &str, change: impl Future<O
     .await;
     let took = started.elapsed();
     println!("{what}: the Discovery moved from cluster a to b {took:?} after the change started");
-    assert!(took < WITHIN, "{what}: followed after {took:?}, over {WITHIN:?}");
+    assert!(
+        took < WITHIN,
+        "{what}: followed after {took:?}, over {WITHIN:?}"
+    );
     took
 }
 

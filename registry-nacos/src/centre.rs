@@ -1,20 +1,4 @@
-//! `config.type=nacos`: Seata's configuration in Nacos' config service, as
-//! `NacosConfiguration` (`config/seata-config-nacos`) keeps it.
-//!
-//! - The blob is data id `config.nacos.dataId` (default `seata.properties`) in group
-//!   `config.nacos.group` (default `SEATA_GROUP`, Seata's config default, unlike the
-//!   registry's `DEFAULT_GROUP`) of namespace `config.nacos.namespace` (default empty:
-//!   `public`). A single Seata key is a data id of its own in the same group (the layout
-//!   Seata's `nacos-config.sh` pushes).
-//! - The connection keys are the registry's (`serverAddr`, `namespace`,
-//!   `username`/`password`, `accessKey`/`secretKey`, `contextPath`, `grpcPort`,
-//!   `tls.*`), read from `config.nacos.*` by the same [`NacosSettings`] code; what
-//!   nacos-sdk does with them is what the registry does (see the crate docs).
-//! - An empty content counts as absent (Seata's `StringUtils.isNotBlank` check).
-//!
-//! Changes are followed with nacos-sdk config listeners (Nacos 2.x pushes a change
-//! notification over gRPC, the client re-reads and calls the listener when the MD5
-//! differs); they are removed when the follower's receiver is dropped.
+//! The Nacos configuration centre client (`config.type=nacos`): [`NacosCentre`].
 
 use std::sync::Arc;
 
@@ -33,7 +17,23 @@ use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, probe_servers, timed};
 /// Seata's config group default (`NacosConfiguration.DEFAULT_GROUP`).
 pub const DEFAULT_CONFIG_GROUP: &str = "SEATA_GROUP";
 
-/// Seata's configuration in Nacos (`config.type=nacos`). See the [module docs](self).
+/// `config.type=nacos`: Seata's configuration in Nacos' config service, as
+/// `NacosConfiguration` (`config/seata-config-nacos`) keeps it.
+///
+/// - The blob is data id `config.nacos.dataId` (default `seata.properties`) in group
+///   `config.nacos.group` (default `SEATA_GROUP`, Seata's config default, unlike the
+///   registry's `DEFAULT_GROUP`) of namespace `config.nacos.namespace` (default empty:
+///   `public`). A single Seata key is a data id of its own in the same group (the layout
+///   Seata's `nacos-config.sh` pushes).
+/// - The connection keys are the registry's (`serverAddr`, `namespace`,
+///   `username`/`password`, `accessKey`/`secretKey`, `contextPath`, `grpcPort`,
+///   `tls.*`), read from `config.nacos.*` by the same [`NacosSettings`] code; what
+///   nacos-sdk does with them is what the registry does (see the crate docs).
+/// - An empty content counts as absent (Seata's `StringUtils.isNotBlank` check).
+///
+/// Changes are followed with nacos-sdk config listeners (Nacos 2.x pushes a change
+/// notification over gRPC, the client re-reads and calls the listener when the MD5
+/// differs); they are removed when the follower's receiver is dropped.
 pub struct NacosCentre {
     config: ConfigService,
     group: String,

@@ -45,7 +45,7 @@ pub fn loader(kind: &str, keys: &[(&str, String)]) -> ConfigLoader {
         .set("txServiceGroup", GROUP)
         .set("config.type", kind);
     for (k, v) in keys {
-        l = l.set(&format!("config.{kind}.{k}"), v.clone());
+        l = l.set(format!("config.{kind}.{k}"), v.clone());
     }
     l
 }

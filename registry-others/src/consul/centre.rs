@@ -1,22 +1,4 @@
-//! `config.type=consul`: Seata's configuration in Consul's KV store, as
-//! `ConsulConfiguration` (`config/seata-config-consul`) keeps it.
-//!
-//! - The blob is the KV key `config.consul.key` (default `seata.properties`); a single
-//!   Seata key is the KV key of the same name (`service.vgroupMapping.my_group`).
-//! - A value is read with `GET /v1/kv/<key>?raw` (the stored bytes as they are, the
-//!   same text Seata's client decodes from the base64 `Value`); a 404 is an absent key,
-//!   and so are an empty value and one that is not UTF-8 (with a warning).
-//! - The connection keys are the registry's (`serverAddr`, `aclToken` sent as
-//!   `X-Consul-Token`, `tls.*`, `maxBodyBytes`), read from `config.consul.*` by the
-//!   same [`ConsulSettings`] code and the same agent connection.
-//!
-//! Changes are followed as Seata's `ConsulListener` does, with one blocking query per
-//! key (`?index=<last X-Consul-Index>&wait=30s`), under Consul's index rules (the same
-//! as the registry's watches: an index that goes backwards means a restarted agent and
-//! is read afresh). A query that fails (the agent is unreachable) stops every follower:
-//! the notification channel closes and [`LiveConfig`] re-reads and follows again.
-//!
-//! [`LiveConfig`]: meshline_registry_core::centre::LiveConfig
+//! The Consul configuration centre client (`config.type=consul`): [`ConsulCentre`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,8 +13,25 @@ use super::agent::{Agent, CallError, REQUEST_TIMEOUT};
 use super::follow::{BLOCKING_MARGIN, BLOCKING_WAIT, next_index};
 use super::{ConsulSettings, KIND};
 
-/// Seata's configuration in Consul KV (`config.type=consul`). See the
-/// [module docs](self).
+/// `config.type=consul`: Seata's configuration in Consul's KV store, as
+/// `ConsulConfiguration` (`config/seata-config-consul`) keeps it.
+///
+/// - The blob is the KV key `config.consul.key` (default `seata.properties`); a single
+///   Seata key is the KV key of the same name (`service.vgroupMapping.my_group`).
+/// - A value is read with `GET /v1/kv/<key>?raw` (the stored bytes as they are, the
+///   same text Seata's client decodes from the base64 `Value`); a 404 is an absent key,
+///   and so are an empty value and one that is not UTF-8 (with a warning).
+/// - The connection keys are the registry's (`serverAddr`, `aclToken` sent as
+///   `X-Consul-Token`, `tls.*`, `maxBodyBytes`), read from `config.consul.*` by the
+///   same [`ConsulSettings`] code and the same agent connection.
+///
+/// Changes are followed as Seata's `ConsulListener` does, with one blocking query per
+/// key (`?index=<last X-Consul-Index>&wait=30s`), under Consul's index rules (the same
+/// as the registry's watches: an index that goes backwards means a restarted agent and
+/// is read afresh). A query that fails (the agent is unreachable) stops every follower:
+/// the notification channel closes and [`LiveConfig`] re-reads and follows again.
+///
+/// [`LiveConfig`]: meshline_registry_core::centre::LiveConfig
 pub struct ConsulCentre {
     agent: Arc<Agent>,
 }

@@ -1,26 +1,4 @@
-//! `config.type=zk`: Seata's configuration in ZooKeeper, as `ZookeeperConfiguration`
-//! (`config/seata-config-zk`) keeps it.
-//!
-//! - The blob is the node `config.zk.nodePath` (default `/seata/seata.properties`); a
-//!   single Seata key `k` is the node `/seata/k`. A name given to
-//!   [`ConfigCentre::get`] that starts with `/` is a path, any other is `/seata/<name>`.
-//! - Node data is UTF-8 text; an empty node counts as absent (Seata's `readData`
-//!   returns null for it), and so does data that is not UTF-8 (with a warning).
-//! - `config.zk.serializer` is accepted and has no effect: Seata 2.x declares the key
-//!   but reads every node as UTF-8 bytes, and so does meshline. A Seata 1.x deployment
-//!   with a custom Java `ZkSerializer` stores bytes only that class can read; set such
-//!   values as UTF-8 text to share them with meshline.
-//! - The connection keys are the registry's (`serverAddr`, `sessionTimeout`,
-//!   `connectTimeout`, `username`/`password` digest, `tls.*`), read from `config.zk.*`
-//!   (or `config.zookeeper.*`) by the same [`ZkSettings`] code.
-//!
-//! Changes are followed with one existence watch per followed node (ZooKeeper fires it
-//! when the node is created, changed or deleted, so a node that does not exist yet is
-//! followed too), re-armed after each event. A session that ends (expired, closed, auth
-//! failed) ends the notification channel; [`LiveConfig`] then re-reads and follows
-//! again, and the next call here builds a new session.
-//!
-//! [`LiveConfig`]: meshline_registry_core::centre::LiveConfig
+//! The ZooKeeper configuration centre client (`config.type=zk`): [`ZkCentre`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +28,29 @@ pub fn node_path(name: &str) -> String {
     }
 }
 
-/// Seata's configuration in ZooKeeper (`config.type=zk`). See the [module docs](self).
+/// `config.type=zk`: Seata's configuration in ZooKeeper, as `ZookeeperConfiguration`
+/// (`config/seata-config-zk`) keeps it.
+///
+/// - The blob is the node `config.zk.nodePath` (default `/seata/seata.properties`); a
+///   single Seata key `k` is the node `/seata/k`. A name given to
+///   [`ConfigCentre::get`] that starts with `/` is a path, any other is `/seata/<name>`.
+/// - Node data is UTF-8 text; an empty node counts as absent (Seata's `readData`
+///   returns null for it), and so does data that is not UTF-8 (with a warning).
+/// - `config.zk.serializer` is accepted and has no effect: Seata 2.x declares the key
+///   but reads every node as UTF-8 bytes, and so does meshline. A Seata 1.x deployment
+///   with a custom Java `ZkSerializer` stores bytes only that class can read; set such
+///   values as UTF-8 text to share them with meshline.
+/// - The connection keys are the registry's (`serverAddr`, `sessionTimeout`,
+///   `connectTimeout`, `username`/`password` digest, `tls.*`), read from `config.zk.*`
+///   (or `config.zookeeper.*`) by the same [`ZkSettings`] code.
+///
+/// Changes are followed with one existence watch per followed node (ZooKeeper fires it
+/// when the node is created, changed or deleted, so a node that does not exist yet is
+/// followed too), re-armed after each event. A session that ends (expired, closed, auth
+/// failed) ends the notification channel; [`LiveConfig`] then re-reads and follows
+/// again, and the next call here builds a new session.
+///
+/// [`LiveConfig`]: meshline_registry_core::centre::LiveConfig
 pub struct ZkCentre {
     settings: Settings,
     /// The current session; replaced by the next call after it ended.

@@ -70,14 +70,11 @@ fn unsupported(q: &[(String, String)], names: &[&str]) -> Option<Response> {
     })
 }
 
-/// `?cas=`: `None` when absent, the 400 answer when it is not a number.
-fn cas_of(q: &[(String, String)]) -> Result<Option<u64>, Response> {
+/// `?cas=`: `None` when absent, the text of the 400 answer when it is not a number.
+fn cas_of(q: &[(String, String)]) -> Result<Option<u64>, &'static str> {
     match query_get(q, "cas") {
         None => Ok(None),
-        Some(c) => c
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| text(StatusCode::BAD_REQUEST, "Invalid CAS index")),
+        Some(c) => c.parse::<u64>().map(Some).map_err(|_| "Invalid CAS index"),
     }
 }
 
@@ -160,7 +157,7 @@ pub(super) async fn put(
     }
     let cas = match cas_of(&q) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
     let flags = match query_get(&q, "flags").map(str::parse::<u64>) {
         None => 0,
@@ -206,7 +203,7 @@ pub(super) async fn delete(
     }
     let cas = match cas_of(&q) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
     let mut db = shared.lock();
     if cas.is_some() && !cas_allows(&db, &key, cas) {

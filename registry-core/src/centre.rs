@@ -65,7 +65,10 @@ pub trait ConfigCentre: Send + Sync + 'static {
 
     /// Follows `names`: a message on the returned channel every time one of them may
     /// have changed (spurious messages are harmless: the caller re-reads and compares).
-    /// Following stops when the receiver is dropped. A centre that cannot push changes
+    /// Returns once the watches are in place, so every change after the return is
+    /// notified ([`LiveConfig`] reads once more right after, for changes made between
+    /// its read and the follow). Following stops when the receiver is dropped; a broken
+    /// watch closes the channel, and the caller reads and follows again. A centre that cannot push changes
     /// returns a channel that never fires; [`LiveConfig`] also re-reads periodically.
     async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError>;
 }

@@ -92,6 +92,43 @@ impl ConfigCentre for EtcdCentre {
             .await?;
             streams.push(stream);
         }
+        // etcd creates a watch at the revision current when it processes the request:
+        // wait for each creation, so that every change after the notification below is
+        // delivered.
+        for stream in &mut streams {
+            match tokio::time::timeout(OP_TIMEOUT, stream.message()).await {
+                Ok(Ok(Some(resp))) if resp.created() && !resp.canceled() => {}
+                Ok(Ok(Some(resp))) => {
+                    return Err(RegistryError::unavailable(
+                        KIND,
+                        &self.servers,
+                        format!(
+                            "watch config: not created (canceled: {}, reason `{}`)",
+                            resp.canceled(),
+                            resp.cancel_reason()
+                        ),
+                    ));
+                }
+                Ok(Ok(None)) => {
+                    return Err(RegistryError::unavailable(
+                        KIND,
+                        &self.servers,
+                        "watch config: the stream ended before the watch was created",
+                    ));
+                }
+                Ok(Err(e)) => {
+                    return Err(crate::timed::backend_err(&self.servers, "watch config", e));
+                }
+                Err(_) => {
+                    return Err(RegistryError::timeout(
+                        KIND,
+                        &self.servers,
+                        "watch config",
+                        OP_TIMEOUT,
+                    ));
+                }
+            }
+        }
         // One broken watch stops them all, so that the channel closes and the follower
         // re-reads and follows every key again.
         let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -77,21 +77,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshline_registry_core::probe::ConnectFailure;
 use meshline_registry_core::{
     Config, Instance, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
     NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
 };
-use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
 mod address;
+mod centre;
+mod connect;
 mod probe;
 mod register;
 mod settings;
 mod tls;
+pub use centre::NacosCentre;
 pub use settings::NacosSettings;
 
 const KIND: &str = "nacos";
@@ -219,62 +220,16 @@ impl NacosRegistry {
     /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
-        tls::check(&n.tls)?;
-        let http_login = n.username.is_some() && n.password.is_some();
-        let addrs = address::ServerAddrs::parse(
-            &n.server_addr,
-            n.context_path.as_deref(),
-            cfg!(feature = "tls"),
-            http_login,
-        )?;
-        let mut props = ClientProps::new()
-            .server_addr(addrs.sdk_list.clone())
-            .namespace(n.namespace.clone())
-            .app_name(config.application_id.clone())
-            // Our hub applies the empty-list policy; the client must pass every push on.
-            .naming_push_empty_protection(false)
-            .env_first(false);
-        if let Some(p) = n.grpc_port {
-            props = props.remote_grpc_port(p);
-        }
-        let builder;
-        if let (Some(u), Some(p)) = (&n.username, &n.password) {
-            props = props.auth_username(u.clone()).auth_password(p.clone());
-            builder = NamingServiceBuilder::new(props).enable_auth_plugin_http();
-        } else if let (Some(ak), Some(sk)) = (&n.access_key, &n.secret_key) {
-            props = props
-                .auth_access_key(ak.clone())
-                .auth_access_secret(sk.clone());
-            builder = NamingServiceBuilder::new(props).enable_auth_plugin_aliyun();
-        } else {
-            builder = NamingServiceBuilder::new(props);
-        }
-        if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
-            tracing::debug!(
-                context_path = %addrs.context_path,
-                "nacos contextPath: no effect on gRPC (used only to check for Nacos 1.x)"
-            );
-        }
-        let server = match n.grpc_port {
-            Some(p) => format!("{} (gRPC port {p})", n.server_addr),
-            None => n.server_addr.clone(),
+        let p = connect::prepare(&n, &config.application_id)?;
+        // Our hub applies the empty-list policy; the client must pass every push on.
+        let props = p.props.clone().naming_push_empty_protection(false);
+        let builder = match p.login {
+            connect::Login::Http => NamingServiceBuilder::new(props).enable_auth_plugin_http(),
+            connect::Login::Aliyun => NamingServiceBuilder::new(props).enable_auth_plugin_aliyun(),
+            connect::Login::None => NamingServiceBuilder::new(props),
         };
-        let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, builder.build()).await {
-            Ok(Ok(naming)) => return Ok(Self::new(naming, server, &n, config)),
-            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
-            Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
-        };
-        let probe = probe::probe_servers(&addrs, n.grpc_port).await;
-        Err(RegistryError::backend(
-            KIND,
-            server,
-            "connect",
-            ConnectFailure {
-                what,
-                probe,
-                source,
-            },
-        ))
+        let naming = p.build(&p.server, builder.build()).await?;
+        Ok(Self::new(naming, p.server.clone(), &n, config))
     }
 
     fn new(naming: NamingService, server: String, n: &NacosSettings, config: &Config) -> Self {

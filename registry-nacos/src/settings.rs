@@ -1,6 +1,7 @@
 //! `registry.nacos.*`: what this backend reads from its section of the
 //! configuration, with Seata's defaults.
 
+use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
@@ -64,8 +65,15 @@ impl std::fmt::Debug for NacosSettings {
 impl NacosSettings {
     /// Reads `registry.nacos.*` from `config`.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let section = config.registry.section(&["nacos"]);
+        Self::from_section(&config.registry.section(&["nacos"]), &[])
+    }
+
+    /// Reads the connection keys of a section: `registry.nacos.*`, or the config
+    /// centre's `config.nacos.*` (whose `accept` lists its own keys, e.g. `dataId`), so
+    /// that both reach Nacos the same way.
+    pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
+        r.accept(accept);
         // Seata keys for its Java client that have no meaning here
         // (`NacosRegistryServiceImpl`, `RegistryNacosProperties`).
         r.accept(&[

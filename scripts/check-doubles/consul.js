@@ -1,6 +1,7 @@
 // Drives the Consul double with the official npm `consul` client (2.x): registers a
 // service with a TTL check, follows it with the client's blocking-query watch, passes
-// the check, lets it expire, deregisters. Exits non-zero on the first answer that is
+// the check, lets it expire, deregisters; then the KV store (get, raw, set with cas,
+// a blocking watch on a key, delete). Exits non-zero on the first answer that is
 // not what the client (and Consul's docs) expect. Usage: node consul.js HOST:PORT
 'use strict';
 const Consul = require('consul');
@@ -103,6 +104,40 @@ async function until(pred, ms, what) {
   list = await consul.health.service({ service: 'npm-web' });
   check(list.length === 0, 'deregister removes the service', list);
   watch.end();
+
+  // The KV store, as Seata's ConsulConfiguration and meshline's config centre use it.
+  const key = 'seata.properties';
+  check((await consul.kv.get(key)) === undefined, 'kv.get of a missing key is a 404 (undefined)');
+  check((await consul.kv.set(key, 'service.vgroupMapping.g=a\n')) === true, 'kv.set answers true');
+  const got = await consul.kv.get(key);
+  check(got && got.Key === key && got.Value === 'service.vgroupMapping.g=a\n' && got.Flags === 0
+    && got.ModifyIndex >= got.CreateIndex, 'kv.get decodes the stored (base64) value', got);
+  const raw = await consul.kv.get({ key, raw: true });
+  check(Buffer.isBuffer(raw) && raw.toString() === 'service.vgroupMapping.g=a\n', 'kv.get raw gives the bytes', String(raw));
+  // A refused write answers `false`, which the client hands back as a falsy result.
+  check(!(await consul.kv.set({ key, value: 'x', cas: 0 })), 'cas=0 refuses an existing key');
+  check(!(await consul.kv.set({ key, value: 'y', cas: got.ModifyIndex + 1000 })), 'a stale cas is refused');
+  check((await consul.kv.get(key)).Value === 'service.vgroupMapping.g=a\n', 'refused writes left the value alone');
+  check((await consul.kv.set({ key, value: 'service.vgroupMapping.g=b\n', cas: got.ModifyIndex })) === true,
+    'cas=ModifyIndex writes');
+  const kvChanges = [];
+  const kvWatch = consul.watch({ method: consul.kv.get, options: { key, wait: '5s' }, backoffFactor: 50 });
+  kvWatch.on('change', (data, res) => kvChanges.push({ data, index: BigInt(res.headers['x-consul-index']) }));
+  kvWatch.on('error', (err) => check(false, 'the kv watch runs without errors', String(err)));
+  await until(() => kvChanges.length >= 1, 3000, 'the kv watch delivers the current value');
+  // A write to another key does not wake a blocking read of this one with a new value.
+  await consul.kv.set('other-key', 'z');
+  const t1 = Date.now();
+  await consul.kv.set(key, 'service.vgroupMapping.g=c\n');
+  await until(() => kvChanges.some((c) => c.data && c.data.Value === 'service.vgroupMapping.g=c\n'), 2000,
+    'the kv blocking query wakes on a write');
+  check(Date.now() - t1 < 1500, 'the kv wake-up is prompt (not a wait timeout)', Date.now() - t1);
+  const last = kvChanges[kvChanges.length - 1];
+  check(last.index > kvChanges[0].index && last.index === BigInt(last.data.ModifyIndex),
+    'X-Consul-Index of a key is its ModifyIndex', [String(kvChanges[0].index), String(last.index)]);
+  kvWatch.end();
+  check((await consul.kv.del(key)) === true, 'kv.del answers true');
+  check((await consul.kv.get(key)) === undefined, 'kv.del removes the key');
   console.log('consul double: all checks passed');
 })().catch((err) => {
   console.error('consul double check failed:', err);

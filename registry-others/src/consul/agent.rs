@@ -1,7 +1,7 @@
-//! Talking to the Consul agent: the `serverAddr` base URL, one HTTP call (with the ACL
-//! token and `X-Consul-Index`), and the agent calls built on it (register, deregister).
-//! Separate because the keeper, the watches and the registry operations all go through
-//! it.
+//! Talking to the Consul agent: the [`Agent`] connection (the `serverAddr` base URL,
+//! TLS, the ACL token), one HTTP call (with `X-Consul-Index`), and the agent calls built
+//! on it (register, deregister). Separate because the keeper, the watches, the registry
+//! operations and the config centre (`config.consul.*`) all go through it.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use meshline_registry_core::redact::{SHOWN_BYTES, truncate};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
-use super::{Inner, KIND};
+use super::{ConsulSettings, Inner, KIND};
 use crate::common::{error_chain, read_capped, split_addrs};
 
 /// Timeout of every non-blocking request.
@@ -39,30 +39,93 @@ impl CallError {
         }
     }
 }
-pub(super) fn parse_base(addr: &str) -> Result<Url, RegistryError> {
+/// The base URL of `addr` (the first of a list; `host:port` means `http://`); `key`
+/// names the setting in messages (`registry.consul.serverAddr`).
+pub(super) fn parse_base(addr: &str, key: &str) -> Result<Url, RegistryError> {
     let first = split_addrs(addr)
         .into_iter()
         .next()
-        .ok_or_else(|| RegistryError::Config("registry.consul.serverAddr is empty".into()))?;
+        .ok_or_else(|| RegistryError::Config(format!("{key} is empty")))?;
     let with_scheme = if first.contains("://") {
         first.to_string()
     } else {
         format!("http://{first}")
     };
     let url = Url::parse(&with_scheme).map_err(|e| {
-        RegistryError::Config(format!(
-            "registry.consul.serverAddr `{addr}` is not host:port or a URL: {e}"
-        ))
+        RegistryError::Config(format!("{key} `{addr}` is not host:port or a URL: {e}"))
     })?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(RegistryError::Config(format!(
-            "registry.consul.serverAddr `{addr}`: scheme must be http or https"
+            "{key} `{addr}`: scheme must be http or https"
         )));
     }
     Ok(url)
 }
-impl Inner {
-    /// The agent's address, for error messages.
+/// A connection to one Consul agent: what every call needs.
+pub(super) struct Agent {
+    pub(super) base: Url,
+    token: Option<String>,
+    http: reqwest::Client,
+    /// `maxBodyBytes`: the largest answer read.
+    max_body: usize,
+    /// The base URL as messages show it: `user:pass@` redacted.
+    shown: String,
+}
+
+impl Agent {
+    /// The HTTP client and base URL for settings `c` (`registry.consul.*`, or
+    /// `config.consul.*`; `prefix` names the section in messages), checked with
+    /// `GET /v1/status/leader`.
+    pub(super) async fn connect(c: &ConsulSettings, prefix: &str) -> Result<Agent, RegistryError> {
+        let mut tls = c.tls.clone();
+        if c.server_addr.trim_start().starts_with("https://") {
+            tls.asked_by_url(&c.server_addr);
+        }
+        let material = crate::tls::prepare(
+            &tls,
+            KIND,
+            "consul",
+            cfg!(feature = "consul-tls"),
+            "consul-tls",
+        )?;
+        let key = format!("{prefix}.serverAddr");
+        let base = parse_base(
+            &crate::tls::http_scheme(&c.server_addr, tls.enabled, &key)?,
+            &key,
+        )?;
+        #[allow(unused_mut)]
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
+        #[cfg(feature = "consul-tls")]
+        if let Some(m) = &material {
+            builder = crate::tls::http_client(builder, m, "consul")?;
+        }
+        #[cfg(not(feature = "consul-tls"))]
+        let _ = material;
+        let http = builder.build().map_err(|e| {
+            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
+        })?;
+        let agent = Agent {
+            base,
+            token: c.acl_token.clone(),
+            max_body: c.max_body_bytes,
+            shown: meshline_registry_core::redact::redact_userinfo(
+                c.server_addr.trim().trim_end_matches('/'),
+            ),
+            http,
+        };
+        agent
+            .call(
+                Method::GET,
+                &["v1", "status", "leader"],
+                &[],
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|e| e.into_registry(agent.server(), "connect"))?;
+        Ok(agent)
+    }
+
     /// The agent's address for messages and logs, without a password.
     pub(super) fn server(&self) -> &str {
         &self.shown
@@ -92,6 +155,27 @@ impl Inner {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<(Vec<u8>, u64), CallError> {
+        let (status, bytes, index) = self.send(method, segments, query, body, timeout).await?;
+        if status != StatusCode::OK {
+            return Err(CallError::Status(
+                status,
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
+        }
+        Ok((bytes, index))
+    }
+
+    /// One HTTP call, whatever its status: the status, the body and the
+    /// `X-Consul-Index` (0 when absent). Only transport failures are errors (a KV read
+    /// of a missing key is a 404 that still carries an index).
+    pub(super) async fn send(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Vec<u8>, u64), CallError> {
         let mut req = self
             .http
             .request(method, self.url(segments, query))
@@ -118,13 +202,28 @@ impl Inner {
         let bytes = read_capped(resp, self.max_body)
             .await
             .map_err(CallError::Transport)?;
-        if status != StatusCode::OK {
-            return Err(CallError::Status(
-                status,
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ));
-        }
-        Ok((bytes, index))
+        Ok((status, bytes, index))
+    }
+}
+
+impl Inner {
+    /// The agent's address for messages and logs, without a password.
+    pub(super) fn server(&self) -> &str {
+        self.agent.server()
+    }
+
+    /// One call to the agent ([`Agent::call`]).
+    pub(super) async fn call(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, u64), CallError> {
+        self.agent
+            .call(method, segments, query, body, timeout)
+            .await
     }
 
     pub(super) async fn put_registration(&self, body: &Value) -> Result<(), CallError> {
@@ -157,23 +256,27 @@ impl Inner {
 mod tests {
     use super::*;
 
+    const K: &str = "registry.consul.serverAddr";
+
     #[test]
     fn server_addr_forms() {
         assert_eq!(
-            parse_base("127.0.0.1:8500").unwrap().as_str(),
+            parse_base("127.0.0.1:8500", K).unwrap().as_str(),
             "http://127.0.0.1:8500/"
         );
         assert_eq!(
-            parse_base(" https://consul.example:8501 ")
+            parse_base(" https://consul.example:8501 ", K)
                 .unwrap()
                 .as_str(),
             "https://consul.example:8501/"
         );
         assert_eq!(
-            parse_base("10.0.0.1:8500,10.0.0.2:8500").unwrap().as_str(),
+            parse_base("10.0.0.1:8500,10.0.0.2:8500", K)
+                .unwrap()
+                .as_str(),
             "http://10.0.0.1:8500/"
         );
-        assert!(parse_base("").is_err());
-        assert!(parse_base("ftp://x:1").is_err());
+        assert!(parse_base("", K).is_err());
+        assert!(parse_base("ftp://x:1", K).is_err());
     }
 }

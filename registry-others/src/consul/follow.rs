@@ -16,7 +16,7 @@ pub(super) const BLOCKING_WAIT: Duration = Duration::from_secs(30);
 
 /// Extra time on top of `wait` (Consul adds up to wait/16 of jitter) before our HTTP
 /// client gives up on a blocking query.
-const BLOCKING_MARGIN: Duration = Duration::from_secs(5);
+pub(super) const BLOCKING_MARGIN: Duration = Duration::from_secs(5);
 impl Inner {
     /// `GET /v1/health/service/<cluster>?passing=true&tag=services[&index&wait]`.
     pub(super) async fn query(

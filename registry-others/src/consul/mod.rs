@@ -74,20 +74,21 @@ use async_trait::async_trait;
 use meshline_registry_core::{
     Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
 };
-use reqwest::{Method, Url};
 use serde_json::Value;
 
 use crate::common::empty_policy;
 
 mod agent;
+mod centre;
 mod follow;
 mod keeper;
 mod parse;
 mod settings;
 
+pub use centre::ConsulCentre;
 pub use settings::ConsulSettings;
 
-use agent::{REQUEST_TIMEOUT, parse_base};
+use agent::Agent;
 use follow::{BLOCKING_WAIT, next_index, watch_loop};
 use keeper::{deregister_all, keeper};
 
@@ -115,13 +116,8 @@ impl std::fmt::Debug for ConsulRegistry {
 
 /// What the registry, its keeper and its watches share.
 struct Inner {
-    base: Url,
-    token: Option<String>,
-    http: reqwest::Client,
-    /// `maxBodyBytes`: the largest answer read.
-    max_body: usize,
-    /// The base URL as messages show it: `user:pass@` redacted.
-    shown: String,
+    /// The agent connection (base URL, TLS, token).
+    agent: Agent,
     ttl: Duration,
     deregister_after: Duration,
     wait: Duration,
@@ -134,62 +130,20 @@ impl ConsulRegistry {
     /// `GET /v1/status/leader`) and starts the TTL keeper.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let c = ConsulSettings::from_config(config)?;
-        let mut tls = c.tls.clone();
-        if c.server_addr.trim_start().starts_with("https://") {
-            tls.asked_by_url(&c.server_addr);
-        }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "consul",
-            cfg!(feature = "consul-tls"),
-            "consul-tls",
-        )?;
-        let base = parse_base(&crate::tls::http_scheme(
-            &c.server_addr,
-            tls.enabled,
-            "registry.consul.serverAddr",
-        )?)?;
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-        #[cfg(feature = "consul-tls")]
-        if let Some(m) = &material {
-            builder = crate::tls::http_client(builder, m, "consul")?;
-        }
-        #[cfg(not(feature = "consul-tls"))]
-        let _ = material;
-        let http = builder.build().map_err(|e| {
-            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
-        })?;
         if c.ttl.is_zero() {
             return Err(RegistryError::Config(
                 "registry.consul.ttl must be greater than 0".into(),
             ));
         }
+        let agent = Agent::connect(&c, "registry.consul").await?;
         let inner = Arc::new(Inner {
-            base,
-            token: c.acl_token.clone(),
-            max_body: c.max_body_bytes,
-            shown: meshline_registry_core::redact::redact_userinfo(
-                c.server_addr.trim().trim_end_matches('/'),
-            ),
-            http,
+            agent,
             ttl: c.ttl,
             deregister_after: c.deregister_critical_after,
             wait: BLOCKING_WAIT,
             regs: Registrations::new(),
             life: Lifecycle::new(KIND, empty_policy(config)),
         });
-        inner
-            .call(
-                Method::GET,
-                &["v1", "status", "leader"],
-                &[],
-                None,
-                REQUEST_TIMEOUT,
-            )
-            .await
-            .map_err(|e| e.into_registry(inner.server(), "connect"))?;
         tokio::spawn(keeper(inner.clone()));
         Ok(ConsulRegistry { inner })
     }
@@ -204,7 +158,7 @@ impl ConsulRegistry {
 
     /// The agent's base URL.
     pub fn base_url(&self) -> &str {
-        self.inner.base.as_str()
+        self.inner.agent.base.as_str()
     }
 }
 

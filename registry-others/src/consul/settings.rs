@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
@@ -47,8 +48,15 @@ impl std::fmt::Debug for ConsulSettings {
 impl ConsulSettings {
     /// Reads `registry.consul.*` from `config`.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let section = config.registry.section(&["consul"]);
+        Self::from_section(&config.registry.section(&["consul"]), &[])
+    }
+
+    /// Reads the connection keys of a section: `registry.consul.*`, or the config
+    /// centre's `config.consul.*` (whose `accept` lists its own keys, e.g. `key`), so
+    /// that both reach the agent the same way.
+    pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
+        r.accept(accept);
         let settings = ConsulSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8500")?,
             cluster: r.text("cluster", "default")?,

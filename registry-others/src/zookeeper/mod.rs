@@ -70,11 +70,13 @@ use zookeeper_client as zk;
 
 use crate::common::empty_policy;
 
+mod centre;
 mod follow;
 mod layout;
 mod session;
 mod settings;
 
+pub use centre::ZkCentre;
 pub use layout::{cluster_path, instance_path};
 pub use settings::ZkSettings;
 
@@ -97,6 +99,37 @@ struct Settings {
     /// `registry.zk.tls.*` loaded: connect to secureClientPort with TLS.
     #[cfg_attr(not(feature = "zookeeper-tls"), allow(dead_code))]
     tls: Option<meshline_registry_core::tls::TlsMaterial>,
+}
+
+impl Settings {
+    /// The session settings of `c` (`registry.zk.*` or `config.zk.*`; `prefix` names
+    /// the section in messages): the connect string, the digest credentials, TLS.
+    fn new(c: &ZkSettings, prefix: &str) -> Result<Settings, RegistryError> {
+        let connect_string = crate::common::split_addrs(&c.server_addr).join(",");
+        if connect_string.is_empty() {
+            return Err(RegistryError::Config(format!(
+                "{prefix}.serverAddr is empty: give a connect string, e.g. 127.0.0.1:2181"
+            )));
+        }
+        let auth = c
+            .username
+            .as_ref()
+            .map(|u| format!("{u}:{}", c.password.clone().unwrap_or_default()).into_bytes());
+        let tls = crate::tls::prepare(
+            &c.tls,
+            KIND,
+            "zk",
+            cfg!(feature = "zookeeper-tls"),
+            "zookeeper-tls",
+        )?;
+        Ok(Settings {
+            connect_string,
+            session_timeout: c.session_timeout,
+            connect_timeout: c.connect_timeout,
+            auth,
+            tls,
+        })
+    }
 }
 
 /// What the registry, its session loop and its watches share.
@@ -134,32 +167,7 @@ impl ZookeeperRegistry {
     /// names the connect string and what a TCP connect to each server said (e.g.
     /// `127.0.0.1:2181: Connection refused`), which the client library does not report.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
-        let c = &ZkSettings::from_config(config)?;
-        let connect_string = crate::common::split_addrs(&c.server_addr).join(",");
-        if connect_string.is_empty() {
-            return Err(RegistryError::Config(
-                "registry.zk.serverAddr is empty: give a connect string, e.g. 127.0.0.1:2181"
-                    .into(),
-            ));
-        }
-        let auth = c
-            .username
-            .as_ref()
-            .map(|u| format!("{u}:{}", c.password.clone().unwrap_or_default()).into_bytes());
-        let tls = crate::tls::prepare(
-            &c.tls,
-            KIND,
-            "zk",
-            cfg!(feature = "zookeeper-tls"),
-            "zookeeper-tls",
-        )?;
-        let settings = Settings {
-            connect_string,
-            session_timeout: c.session_timeout,
-            connect_timeout: c.connect_timeout,
-            auth,
-            tls,
-        };
+        let settings = Settings::new(&ZkSettings::from_config(config)?, "registry.zk")?;
         let client = new_session(&settings).await?;
         tracing::info!(
             registry = KIND,

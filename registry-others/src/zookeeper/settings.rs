@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
@@ -49,8 +50,15 @@ impl std::fmt::Debug for ZkSettings {
 impl ZkSettings {
     /// Reads `registry.zk.*` (and the alias `registry.zookeeper.*`) from `config`.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let section = config.registry.section(&["zookeeper", "zk"]);
+        Self::from_section(&config.registry.section(&["zookeeper", "zk"]), &[])
+    }
+
+    /// Reads the connection keys of a section: `registry.zk.*`, or the config centre's
+    /// `config.zk.*` (whose `accept` lists its own keys, e.g. `nodePath`), so that both
+    /// connect the same way.
+    pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
+        r.accept(accept);
         let settings = ZkSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:2181")?,
             cluster: r.text("cluster", "default")?,

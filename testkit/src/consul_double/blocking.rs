@@ -1,9 +1,9 @@
-//! Blocking queries: `?index=N&wait=D` holds a read until the service's index passes
-//! `N` or the wait (default 5 min, at most 10 min, plus up to wait/16 jitter) runs out.
+//! Blocking queries: `?index=N&wait=D` holds a read until the index it would answer
+//! with (a service's, a KV key's) passes `N` or the wait (default 5 min, at most 10 min, plus up to wait/16 jitter) runs out.
 
 use std::time::Duration;
 
-use super::state::Shared;
+use super::state::{Db, Shared};
 use crate::http_double::{parse_go_duration, query_get};
 
 /// The blocking part of a read's query string.
@@ -37,6 +37,13 @@ impl BlockingQuery {
     /// Waits until the index of service `name` passes `index`, or the wait ends; returns
     /// at once without an index.
     pub(super) async fn wait(&self, shared: &Shared, name: &str) {
+        self.wait_until(shared, |db| db.index_of(name)).await
+    }
+
+    /// Waits until `index_of` (the index the read would answer with, computed on the
+    /// catalog after each change) passes `?index=`, or the wait ends; returns at once
+    /// without an index.
+    pub(super) async fn wait_until(&self, shared: &Shared, index_of: impl Fn(&Db) -> u64) {
         let Some(n) = self.min_index.filter(|n| *n > 0) else {
             return;
         };
@@ -49,7 +56,7 @@ impl BlockingQuery {
         let deadline = tokio::time::Instant::now() + wait + jitter;
         let mut rx = shared.changed.subscribe();
         loop {
-            if shared.lock().index_of(name) > n {
+            if index_of(&shared.lock()) > n {
                 break;
             }
             match tokio::time::timeout_at(deadline, rx.changed()).await {

@@ -29,6 +29,12 @@
 //!   status does not bump the index, as in Consul.
 //! - `GET /v1/agent/services`, `GET /v1/agent/checks`, `GET /v1/catalog/services`,
 //!   `GET /v1/catalog/service/:name`, `GET /v1/status/leader`.
+//! - The KV store (`kv`): `GET /v1/kv/:key[?raw][&index=N&wait=D]` (blocking as
+//!   above, answering with the key's `ModifyIndex`, or the KV table's index when the
+//!   key is missing: a 404 that still carries `X-Consul-Index`), `PUT /v1/kv/:key`
+//!   (`?cas=`, `?flags=`; body = the raw value) and `DELETE /v1/kv/:key[?cas=]`,
+//!   answering `true` / `false`. `recurse`, `keys`, `separator`, `acquire` and
+//!   `release` are answered with 400 naming the limitation.
 //! - ACLs: with [`ConsulDoubleOptions::acl_token`] set, requests must carry that token
 //!   (`X-Consul-Token`, `Authorization: Bearer` or `?token=`): 403 otherwise.
 //! - JSON keys of request bodies are matched case-insensitively (Go's decoder does that;
@@ -49,6 +55,7 @@ mod api;
 mod blocking;
 mod checks;
 mod decode;
+mod kv;
 mod reads;
 mod register;
 mod state;
@@ -180,6 +187,10 @@ fn build(opts: ConsulDoubleOptions) -> Built {
         .route("/v1/catalog/services", get(reads::catalog_services))
         .route("/v1/catalog/service/{name}", get(reads::catalog_service))
         .route("/v1/status/leader", get(reads::status_leader))
+        .route(
+            "/v1/kv/{*key}",
+            get(kv::get).put(kv::put).delete(kv::delete),
+        )
         .fallback(api::not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), api::acl))
         .with_state(shared.clone());

@@ -92,6 +92,8 @@ pub(super) struct Db {
     pub(super) name_index: HashMap<String, u64>,
     pub(super) services: BTreeMap<String, Svc>,
     pub(super) checks: BTreeMap<String, Check>,
+    /// The KV store (`/v1/kv/*`).
+    pub(super) kv: super::kv::KvStore,
 }
 
 /// What every handler and the ticker share: the settings, the catalog and the
@@ -113,6 +115,7 @@ impl Shared {
                 name_index: HashMap::new(),
                 services: BTreeMap::new(),
                 checks: BTreeMap::new(),
+                kv: Default::default(),
             }),
             changed: watch::Sender::new(1),
         }

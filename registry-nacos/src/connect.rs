@@ -1,0 +1,107 @@
+//! What the registry and the configuration centre share to reach Nacos: the client
+//! properties made from [`NacosSettings`] (server list, namespace, gRPC port, login)
+//! and the error of a failed connect, which names the server and what a TCP connect to
+//! its gRPC port said (or that the server speaks only Nacos 1.x HTTP).
+
+use std::future::Future;
+
+use meshline_registry_core::RegistryError;
+use meshline_registry_core::probe::ConnectFailure;
+use nacos_sdk::api::props::ClientProps;
+
+use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, address, probe};
+
+/// Which of nacos-sdk's auth plugins the settings ask for.
+pub(crate) enum Login {
+    /// `username`/`password`: the HTTP login.
+    Http,
+    /// `accessKey`/`secretKey`: Aliyun's signature.
+    Aliyun,
+    /// No login.
+    None,
+}
+
+/// Client properties and login for a Nacos service builder (naming or config).
+pub(crate) struct Prepared {
+    pub props: ClientProps,
+    pub login: Login,
+    /// The server as messages show it (with the gRPC port when set).
+    pub server: String,
+    addrs: address::ServerAddrs,
+    grpc_port: Option<u16>,
+}
+
+/// Checks the addresses and TLS of `n` and makes the client properties.
+pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, RegistryError> {
+    crate::tls::check(&n.tls)?;
+    let http_login = n.username.is_some() && n.password.is_some();
+    let addrs = address::ServerAddrs::parse(
+        &n.server_addr,
+        n.context_path.as_deref(),
+        cfg!(feature = "tls"),
+        http_login,
+    )?;
+    if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
+        tracing::debug!(
+            context_path = %addrs.context_path,
+            "nacos contextPath: no effect on gRPC (used only to check for Nacos 1.x)"
+        );
+    }
+    let mut props = ClientProps::new()
+        .server_addr(addrs.sdk_list.clone())
+        .namespace(n.namespace.clone())
+        .app_name(app_name.to_string())
+        .env_first(false);
+    if let Some(p) = n.grpc_port {
+        props = props.remote_grpc_port(p);
+    }
+    let login = if let (Some(u), Some(p)) = (&n.username, &n.password) {
+        props = props.auth_username(u.clone()).auth_password(p.clone());
+        Login::Http
+    } else if let (Some(ak), Some(sk)) = (&n.access_key, &n.secret_key) {
+        props = props
+            .auth_access_key(ak.clone())
+            .auth_access_secret(sk.clone());
+        Login::Aliyun
+    } else {
+        Login::None
+    };
+    let server = match n.grpc_port {
+        Some(p) => format!("{} (gRPC port {p})", n.server_addr),
+        None => n.server_addr.clone(),
+    };
+    Ok(Prepared {
+        props,
+        login,
+        server,
+        addrs,
+        grpc_port: n.grpc_port,
+    })
+}
+
+impl Prepared {
+    /// Awaits a service builder's `build()` for at most [`CONNECT_TIMEOUT`]; on failure,
+    /// probes the servers and returns the error naming the server and the cause.
+    pub(crate) async fn build<T>(
+        &self,
+        server: &str,
+        build: impl Future<Output = Result<T, nacos_sdk::api::error::Error>>,
+    ) -> Result<T, RegistryError> {
+        let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, build).await {
+            Ok(Ok(service)) => return Ok(service),
+            Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
+            Err(_) => (format!("not connected within {CONNECT_TIMEOUT:?}"), None),
+        };
+        let probe = probe::probe_servers(&self.addrs, self.grpc_port).await;
+        Err(RegistryError::backend(
+            KIND,
+            server.to_string(),
+            "connect",
+            ConnectFailure {
+                what,
+                probe,
+                source,
+            },
+        ))
+    }
+}

@@ -1,0 +1,166 @@
+//! What the config-centre tests (`tests/centre_*.rs`) share: Seata's keys as they are
+//! stored in a centre, the "a Discovery follows a vgroupMapping change" measurement,
+//! and a process-wide log capture for the secret checks.
+//!
+//! Each test binary uses part of it.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use meshline::ConfigLoader;
+use meshline::centre::{discovery_from_live, live_config};
+use meshline::core::centre::LiveConfig;
+use meshline_testkit::watch::{addrs, wait_for};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The tx group the tests map.
+pub const GROUP: &str = "my_group";
+/// Its mapping key.
+pub const MAPPING_KEY: &str = "service.vgroupMapping.my_group";
+/// The member of cluster `a`.
+pub const A: &str = "127.0.0.1:18091";
+/// The member of cluster `b`.
+pub const B: &str = "127.0.0.1:18092";
+/// The bound of the acceptance line: a change is followed within 2 s.
+pub const WITHIN: Duration = Duration::from_secs(2);
+
+/// A `seata.properties` blob: the grouplists of `a` and `b`, and the mapping of
+/// [`GROUP`] to `mapped` when given.
+pub fn blob(mapped: Option<&str>) -> String {
+    let mut text = format!("service.a.grouplist={A}\nservice.b.grouplist={B}\n");
+    if let Some(c) = mapped {
+        text.push_str(&format!("{MAPPING_KEY}={c}\n"));
+    }
+    text
+}
+
+/// A client configuration with `config.type=<kind>`, the `config.<kind>.*` keys given,
+/// the file registry (so the members come from the grouplists) and tx group [`GROUP`].
+pub fn loader(kind: &str, keys: &[(&str, String)]) -> ConfigLoader {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "file")
+        .set("txServiceGroup", GROUP)
+        .set("config.type", kind);
+    for (k, v) in keys {
+        l = l.set(format!("config.{kind}.{k}"), v.clone());
+    }
+    l
+}
+
+/// The live configuration of `loader`, whose mapping of [`GROUP`] must be `expected`.
+pub async fn live(loader: ConfigLoader, expected: &str) -> LiveConfig {
+    let live = live_config(loader).await.expect("the centre is read");
+    let cfg = live.current();
+    assert_eq!(
+        cfg.service.vgroup_mapping.get(GROUP).map(String::as_str),
+        Some(expected),
+        "the mapping read from the centre"
+    );
+    assert_eq!(cfg.grouplist("a").unwrap(), vec![A.to_string()]);
+    assert_eq!(cfg.grouplist("b").unwrap(), vec![B.to_string()]);
+    live
+}
+
+/// A Discovery built on `live` watches [`GROUP`] on cluster `a`; `change` remaps it to
+/// `b` through the server's own API; the watch must show `b`'s member within
+/// [`WITHIN`] of the start of the change. Prints and returns the time it took.
+pub async fn follows_change(
+    live: &LiveConfig,
+    what: &str,
+    change: impl Future<Output = ()>,
+) -> Duration {
+    let discovery = discovery_from_live(live).await.expect("discovery");
+    let mut w = discovery.watch(GROUP).await.expect("watch the group");
+    wait_for(&mut w, Duration::from_secs(5), "cluster a's member", |s| {
+        addrs(s) == [A]
+    })
+    .await;
+    let started = Instant::now();
+    change.await;
+    // Waited for longer than the bound so that a slow move is measured, then failed.
+    wait_for(&mut w, Duration::from_secs(35), "cluster b's member", |s| {
+        addrs(s) == [B]
+    })
+    .await;
+    let took = started.elapsed();
+    println!("{what}: the Discovery moved from cluster a to b {took:?} after the change started");
+    assert!(
+        took < WITHIN,
+        "{what}: followed after {took:?}, over {WITHIN:?}"
+    );
+    took
+}
+
+/// An in-memory log sink.
+#[derive(Clone, Default)]
+pub struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Buf {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Every log line of the process at `trace`, through the filter meshline ships
+/// (`meshline_registry_core::redact::LOG_DIRECTIVES`): a process-wide subscriber, so
+/// that events from every thread a client library runs on are seen.
+pub fn trace_logs() -> Buf {
+    static LOGS: OnceLock<Buf> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Buf::default();
+        let b = buf.clone();
+        let directives = std::iter::once("trace".to_string())
+            .chain(
+                meshline::core::redact::LOG_DIRECTIVES
+                    .iter()
+                    .map(|d| d.to_string()),
+            )
+            .collect::<Vec<_>>()
+            .join(",");
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || b.clone())
+                .with_filter(EnvFilter::new(directives)),
+        );
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        buf
+    })
+    .clone()
+}
+
+/// Asserts that `secret` is in none of `texts` nor in the captured logs, and that the
+/// capture saw `seen` (else it would prove nothing).
+pub fn assert_secret_kept(logs: &Buf, secret: &str, seen: &str, texts: &[&str]) {
+    for t in texts {
+        assert!(!t.contains(secret), "the secret shows in: {t}");
+    }
+    let text = logs.text();
+    assert!(
+        text.contains(seen),
+        "the log capture saw nothing of `{seen}`; it proves nothing"
+    );
+    assert!(
+        !text.contains(secret),
+        "the secret reached the log:\n{}",
+        text.lines()
+            .filter(|l| l.contains(secret))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -388,13 +388,34 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Defaults, then `path` (if any), then the process environment.
+    /// Defaults, then `path` (if any) and the file its `config.file.name` names
+    /// (`config.type=file`, Seata's `registry.conf` -> `file.conf`), then the process
+    /// environment.
+    ///
+    /// A configuration centre on a server (`config.type=nacos`, `etcd3`, `zk`,
+    /// `consul`) needs a client: this reads files and the environment only, and says
+    /// so in [`Config::warnings`]; `meshline::centre::live_config` reads and follows
+    /// the centre (the CLI and the example programs use it).
     pub fn load(path: Option<&Path>) -> Result<Config, RegistryError> {
         let mut l = ConfigLoader::new();
         if let Some(p) = path {
             l = l.file(p);
         }
-        l.process_env().load()
+        let l = l.process_env();
+        let base = l.clone().load_quietly()?;
+        match crate::centre::canonical_kind(&base.centre.kind)? {
+            "file" => crate::centre::with_file_centre(l, &base)?.load(),
+            kind => {
+                let mut cfg = l.load_quietly()?;
+                let msg = format!(
+                    "config.type={kind}: Config::load reads files and the environment only; \
+                     the {kind} configuration centre is read by meshline::centre::live_config"
+                );
+                cfg.warnings.push(msg);
+                loader::log_warnings(&cfg, None);
+                Ok(cfg)
+            }
+        }
     }
 
     /// Defaults, then `text` in `format` (no environment).

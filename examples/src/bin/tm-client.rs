@@ -13,7 +13,8 @@
 //! With no `--config`, Seata's defaults apply: group `default_tx_group` -> cluster
 //! `default` -> `127.0.0.1:8091` (start `tc-server` with no flags to match).
 //! Registries: every type the `meshline` facade has (the default `all-registries`
-//! feature), through `meshline::registry::discovery_from_config`.
+//! feature), and every configuration centre (`config.type`: file, nacos, etcd3, zk,
+//! consul), through `meshline::centre::live_config` and `discovery_from_live`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::Config;
+use meshline::ConfigLoader;
 use meshline::rpc::{CallOptions, Payload, RegisterTmRequest, RpcClient, SeataRegistration};
 use meshline_examples::init_logging;
 
@@ -45,12 +46,21 @@ struct Args {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    // Files, then Seata's configuration centre (`config.type`), then the environment;
+    // the mapping is followed when it lives in a centre.
+    let mut loader = ConfigLoader::new();
+    if let Some(p) = &args.config {
+        loader = loader.file(p);
+    }
+    let live = meshline::centre::live_config(loader.process_env())
+        .await
+        .map_err(|e| e.to_string())?;
+    let config = live.current();
     let group = args
         .group
         .clone()
         .unwrap_or_else(|| config.tx_service_group.clone());
-    let discovery = meshline::registry::discovery_from_config(&config)
+    let discovery = meshline::centre::discovery_from_live(&live)
         .await
         .map_err(|e| e.to_string())?;
     let cluster = discovery.cluster_for(&group).map_err(|e| e.to_string())?;

@@ -79,15 +79,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshline_registry_core::probe::ConnectFailure;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
+    Config, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
-    NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
+    NamingChangeEvent, NamingEventListener, NamingService, ServiceInstance,
 };
-use nacos_sdk::api::props::ClientProps;
 use tokio_util::sync::CancellationToken;
 
 mod address;
+mod client;
+mod nearby;
 mod probe;
 mod register;
 mod settings;
@@ -119,6 +120,10 @@ struct Inner {
     life: Lifecycle,
     /// Our own instances.
     own: register::Registrations,
+    /// The settings and application id the client was built from: `nearby` builds a
+    /// client for another namespace from them.
+    settings: NacosSettings,
+    app_name: String,
 }
 
 impl std::fmt::Debug for NacosRegistry {
@@ -227,28 +232,8 @@ impl NacosRegistry {
             cfg!(feature = "tls"),
             http_login,
         )?;
-        let mut props = ClientProps::new()
-            .server_addr(addrs.sdk_list.clone())
-            .namespace(n.namespace.clone())
-            .app_name(config.application_id.clone())
-            // Our hub applies the empty-list policy; the client must pass every push on.
-            .naming_push_empty_protection(false)
-            .env_first(false);
-        if let Some(p) = n.grpc_port {
-            props = props.remote_grpc_port(p);
-        }
-        let builder;
-        if let (Some(u), Some(p)) = (&n.username, &n.password) {
-            props = props.auth_username(u.clone()).auth_password(p.clone());
-            builder = NamingServiceBuilder::new(props).enable_auth_plugin_http();
-        } else if let (Some(ak), Some(sk)) = (&n.access_key, &n.secret_key) {
-            props = props
-                .auth_access_key(ak.clone())
-                .auth_access_secret(sk.clone());
-            builder = NamingServiceBuilder::new(props).enable_auth_plugin_aliyun();
-        } else {
-            builder = NamingServiceBuilder::new(props);
-        }
+        let builder =
+            client::naming_builder(&n, &addrs, &config.application_id, &n.namespace);
         if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
             tracing::debug!(
                 context_path = %addrs.context_path,
@@ -287,6 +272,8 @@ impl NacosRegistry {
                 group: n.group.clone(),
                 life: Lifecycle::new(KIND, policy),
                 own: register::Registrations::default(),
+                settings: n.clone(),
+                app_name: config.application_id.clone(),
             }),
         }
     }
@@ -465,6 +452,15 @@ impl RegistryService for NacosRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(self.inner.deregister_all()).await
+    }
+
+    /// Where else Seata TCs are likely registered: other Nacos clusters of the service,
+    /// the groups `DEFAULT_GROUP` / `SEATA_GROUP`, the public namespace, the services
+    /// `seata-server` / `seata` and those the group lists; each with the
+    /// `registry.nacos.*` keys that select it. See `src/nearby.rs`.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }
 

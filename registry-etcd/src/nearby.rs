@@ -25,16 +25,21 @@ const MAX_MEMBERS: usize = 10;
 impl Inner {
     /// The clusters other than `cluster` with at least one member, in name order.
     pub(crate) async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
-        let resp = timed(&self.servers, "list registry-seata-", self.op_timeout, || {
-            let mut kv = self.client.kv_client();
-            async move {
-                kv.get(
-                    LAYOUT_PREFIX,
-                    Some(GetOptions::new().with_prefix().with_limit(MAX_KEYS)),
-                )
-                .await
-            }
-        })
+        let resp = timed(
+            &self.servers,
+            "list registry-seata-",
+            self.op_timeout,
+            || {
+                let mut kv = self.client.kv_client();
+                async move {
+                    kv.get(
+                        LAYOUT_PREFIX,
+                        Some(GetOptions::new().with_prefix().with_limit(MAX_KEYS)),
+                    )
+                    .await
+                }
+            },
+        )
         .await?;
         if resp.more() {
             tracing::debug!(
@@ -48,7 +53,9 @@ impl Inner {
             match split_member(kv.key(), kv.value()) {
                 Some((name, member)) if name != cluster => {
                     let members = clusters.entry(name).or_default();
-                    if members.len() < MAX_MEMBERS && !members.iter().any(|m| m.key() == member.key()) {
+                    if members.len() < MAX_MEMBERS
+                        && !members.iter().any(|m| m.key() == member.key())
+                    {
                         members.push(member);
                     }
                 }

@@ -232,8 +232,7 @@ impl NacosRegistry {
             cfg!(feature = "tls"),
             http_login,
         )?;
-        let builder =
-            client::naming_builder(&n, &addrs, &config.application_id, &n.namespace);
+        let builder = client::naming_builder(&n, &addrs, &config.application_id, &n.namespace);
         if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
             tracing::debug!(
                 context_path = %addrs.context_path,

@@ -169,7 +169,12 @@ impl Inner {
                 let list = timed(
                     &self.server,
                     "query instances",
-                    naming.get_all_instances(service.clone(), Some(group.clone()), Vec::new(), false),
+                    naming.get_all_instances(
+                        service.clone(),
+                        Some(group.clone()),
+                        Vec::new(),
+                        false,
+                    ),
                 )
                 .await?;
                 let mut by_cluster: BTreeMap<String, Vec<_>> = BTreeMap::new();
@@ -222,7 +227,11 @@ impl Inner {
         let mut select_with = Vec::new();
         if !same_namespace(here.namespace, &self.settings.namespace) {
             // Empty is Seata's way of saying `public`.
-            let value = if is_public(here.namespace) { "" } else { here.namespace };
+            let value = if is_public(here.namespace) {
+                ""
+            } else {
+                here.namespace
+            };
             select_with.push(format!("registry.nacos.namespace={value}"));
         }
         if here.group != self.group {

@@ -85,13 +85,22 @@ async fn the_tc_in_another_group_cluster_or_service_is_named_with_its_key() {
 
     // The shipped server files' group while the client reads the code default.
     let tc = tc_client(&server, "").await;
-    register_tc(&tc, "seata-server", "SEATA_GROUP", "10.0.0.1:8091", "default").await;
+    register_tc(
+        &tc,
+        "seata-server",
+        "SEATA_GROUP",
+        "10.0.0.1:8091",
+        "default",
+    )
+    .await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     let places = reg.nearby("default").await.unwrap();
     assert_eq!(
         summary(&places),
         vec![(
-            s("service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"),
+            s(
+                "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+            ),
             None,
             vec![s("registry.nacos.group=SEATA_GROUP")],
             vec![s("10.0.0.1:8091")],
@@ -101,26 +110,39 @@ async fn the_tc_in_another_group_cluster_or_service_is_named_with_its_key() {
     // Another Nacos cluster of the very service read, and another application name
     // (a second TC process: one nacos-sdk connection keeps one instance per service).
     let tc2 = tc_client(&server, "").await;
-    register_tc(&tc2, "seata-server", "DEFAULT_GROUP", "10.0.0.2:8091", "default2").await;
+    register_tc(
+        &tc2,
+        "seata-server",
+        "DEFAULT_GROUP",
+        "10.0.0.2:8091",
+        "default2",
+    )
+    .await;
     register_tc(&tc2, "seata", "DEFAULT_GROUP", "10.0.0.3:8091", "default").await;
     let places = reg.nearby("default").await.unwrap();
     assert_eq!(
         summary(&places),
         vec![
             (
-                s("service `seata-server` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default2`"),
+                s(
+                    "service `seata-server` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default2`"
+                ),
                 Some(s("default2")),
                 vec![],
                 vec![s("10.0.0.2:8091")],
             ),
             (
-                s("service `seata` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default`"),
+                s(
+                    "service `seata` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default`"
+                ),
                 None,
                 vec![s("registry.nacos.application=seata")],
                 vec![s("10.0.0.3:8091")],
             ),
             (
-                s("service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"),
+                s(
+                    "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+                ),
                 None,
                 vec![s("registry.nacos.group=SEATA_GROUP")],
                 vec![s("10.0.0.1:8091")],
@@ -133,7 +155,9 @@ async fn the_tc_in_another_group_cluster_or_service_is_named_with_its_key() {
     assert_eq!(reg.lookup("default2").await.unwrap().len(), 1);
     let places = reg.nearby("default2").await.unwrap();
     assert!(
-        places.iter().all(|p| !p.members.iter().any(|m| m.to_string() == "10.0.0.2:8091")),
+        places
+            .iter()
+            .all(|p| !p.members.iter().any(|m| m.to_string() == "10.0.0.2:8091")),
         "{places:?}"
     );
     reg.close().await.unwrap();
@@ -147,18 +171,30 @@ async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
     let server = Rnacos::start().expect("start rnacos");
     let reg = NacosRegistry::connect(&config(
         &server,
-        &[("registry.nacos.namespace", "dev"), ("registry.nacos.group", "SEATA_GROUP")],
+        &[
+            ("registry.nacos.namespace", "dev"),
+            ("registry.nacos.group", "SEATA_GROUP"),
+        ],
     ))
     .await
     .unwrap();
     assert!(reg.nearby("default").await.unwrap().is_empty());
     let tc = tc_client(&server, "").await;
-    register_tc(&tc, "seata-server", "SEATA_GROUP", "10.0.0.7:8091", "default").await;
+    register_tc(
+        &tc,
+        "seata-server",
+        "SEATA_GROUP",
+        "10.0.0.7:8091",
+        "default",
+    )
+    .await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     assert_eq!(
         summary(&reg.nearby("default").await.unwrap()),
         vec![(
-            s("service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"),
+            s(
+                "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+            ),
             None,
             vec![s("registry.nacos.namespace=")],
             vec![s("10.0.0.7:8091")],

@@ -97,7 +97,14 @@ async fn an_empty_cluster_lists_the_other_tagged_services_with_passing_members()
 
     // Many members: a sample.
     for i in 1..=30 {
-        raw_register(&consul, "big", &format!("10.1.0.{i}:8091"), "services", "passing").await;
+        raw_register(
+            &consul,
+            "big",
+            &format!("10.1.0.{i}:8091"),
+            "services",
+            "passing",
+        )
+        .await;
     }
     let places = reg.nearby("default").await.unwrap();
     let big = places
@@ -119,7 +126,10 @@ async fn a_stopped_agent_is_an_error_naming_the_address() {
     consul.stop();
     let text = reg.nearby("default").await.unwrap_err().to_string();
     assert!(
-        text.contains(&format!("consul registry at {} unavailable", consul.server_addr())),
+        text.contains(&format!(
+            "consul registry at {} unavailable",
+            consul.server_addr()
+        )),
         "{text}"
     );
     assert!(text.contains("list services"), "{text}");

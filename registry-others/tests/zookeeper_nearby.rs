@@ -30,7 +30,10 @@ fn summary(places: &[Nearby]) -> Vec<(String, Vec<String>)> {
         .map(|p| {
             assert!(p.select_with.is_empty(), "{p:?}");
             let cluster = p.cluster.clone().expect("a zk place is a cluster");
-            assert!(p.place.contains(&format!("/registry/zk/{cluster}")), "{p:?}");
+            assert!(
+                p.place.contains(&format!("/registry/zk/{cluster}")),
+                "{p:?}"
+            );
             let mut members: Vec<String> = p.members.iter().map(|i| i.to_string()).collect();
             members.sort();
             (cluster, members)

@@ -24,7 +24,10 @@ const MAX_MEMBERS: usize = 10;
 
 /// The services other than `cluster` (Consul matches names case-insensitively) that
 /// carry Seata's tag and have passing members, in name order.
-pub(super) async fn nearby(inner: &Arc<Inner>, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+pub(super) async fn nearby(
+    inner: &Arc<Inner>,
+    cluster: &str,
+) -> Result<Vec<Nearby>, RegistryError> {
     let (body, _) = inner
         .call(
             Method::GET,

@@ -20,7 +20,8 @@ impl Inner {
     /// The applications other than `cluster`'s with at least one UP member, in name
     /// order.
     pub(super) async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
-        let fail = |m: String| RegistryError::unavailable(KIND, self.server(), format!("list apps: {m}"));
+        let fail =
+            |m: String| RegistryError::unavailable(KIND, self.server(), format!("list apps: {m}"));
         let doc = self
             .get_json(&["apps"])
             .await

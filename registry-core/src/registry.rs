@@ -15,7 +15,8 @@ use crate::{Instance, Nearby, RegistryError, Watch};
 ///   job, with jittered exponential backoff ([`crate::Backoff`]). While the registry is
 ///   unreachable, watchers keep the last good snapshot and see [`crate::Health::Stale`].
 /// - A registration keeps itself alive until [`unregister`](Self::unregister) or
-///   [`close`](Self::close); `close` removes everything this client registered.///
+///   [`close`](Self::close); `close` removes everything this client registered.
+///
 /// Why one trait for finding and announcing, where pingora and volo keep registration
 /// out of discovery: every Seata registry type both reads and writes the same layout
 /// with one client and one session (a ZooKeeper session owns our ephemeral nodes, an

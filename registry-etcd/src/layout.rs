@@ -88,6 +88,27 @@ fn member_of_raw(prefix: &str, cluster: &str, key: &[u8], value: &[u8]) -> Optio
     }
 }
 
+/// Every key of Seata's layout starts with this (`registry-seata-<cluster>-<ip>:<port>`).
+pub(crate) const LAYOUT_PREFIX: &str = "registry-seata-";
+
+/// The cluster a listed key belongs to and the member it names, for a key under
+/// [`LAYOUT_PREFIX`]; `None` for a key that is not a member of any cluster.
+///
+/// A cluster name may itself contain `-` (`a-b`), so the key alone is ambiguous; the
+/// value settles it: the cluster is the shortest name for which the rest of the key is
+/// the member's address, by the same rule [`parse_members`] applies to one cluster.
+pub(crate) fn split_member(key: &[u8], value: &[u8]) -> Option<(String, Instance)> {
+    let text = std::str::from_utf8(key).ok()?;
+    let rest = text.strip_prefix(LAYOUT_PREFIX)?;
+    rest.match_indices('-').find_map(|(at, _)| {
+        let cluster = &rest[..at];
+        match classify(&cluster_prefix(cluster), key, value) {
+            Entry::Member(i) => Some((cluster.to_string(), i)),
+            Entry::OtherCluster | Entry::Bad(_) => None,
+        }
+    })
+}
+
 pub(crate) fn members_of(members: &BTreeMap<Vec<u8>, Instance>) -> Vec<Instance> {
     members.values().cloned().collect()
 }
@@ -129,6 +150,30 @@ mod tests {
             Entry::OtherCluster
         );
         assert!(!"registry-seata-default2-10.0.0.1:80".starts_with(&cluster_prefix("default")));
+    }
+
+    #[test]
+    fn listed_keys_split_into_cluster_and_member() {
+        let split = |k: &str, v: &str| {
+            split_member(k.as_bytes(), v.as_bytes()).map(|(c, i)| (c, i.to_string()))
+        };
+        assert_eq!(
+            split("registry-seata-default2-10.0.0.1:80", "10.0.0.1:80"),
+            Some(("default2".into(), "10.0.0.1:80".into()))
+        );
+        assert_eq!(
+            split("registry-seata-a-b-10.0.0.1:80", "10.0.0.1:80"),
+            Some(("a-b".into(), "10.0.0.1:80".into()))
+        );
+        let v6 = "2000:0000:0000:0000:0001:2345:6789:abcd:8091";
+        assert_eq!(
+            split(&format!("registry-seata-default-{v6}"), v6),
+            Some(("default".into(), "[2000::1:2345:6789:abcd]:8091".into()))
+        );
+        assert_eq!(split("registry-seata-c-x", "not an address"), None);
+        assert_eq!(split("registry-seata-c-1.1.1.1:1", "2.2.2.2:2"), None);
+        assert_eq!(split("other-10.0.0.1:80", "10.0.0.1:80"), None);
+        assert_eq!(split_member(&[0xff], b"1.1.1.1:1"), None);
     }
 
     #[test]

@@ -67,13 +67,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions};
-use meshline_registry_core::{Config, Instance, Lifecycle, RegistryError, RegistryService, Watch};
+use meshline_registry_core::{
+    Config, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch,
+};
 use tokio::sync::Notify;
 
 mod centre;
 mod follow;
 mod layout;
 mod lease;
+mod nearby;
 mod settings;
 mod timed;
 mod tls;
@@ -319,6 +322,14 @@ impl RegistryService for EtcdRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(revoke_lease(&self.inner)).await
+    }
+
+    /// The other clusters of Seata's layout with members, from one listing of
+    /// `registry-seata-` (at most 5000 keys): each is selected by mapping the group to
+    /// it.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }
 

@@ -26,9 +26,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshline_registry_core::config::{ConfigLoader, split_grouplist};
 use meshline_registry_core::{
-    Config, EmptyProtection, Instance, Lifecycle, RegistryError, RegistryService, Watch,
+    Config, EmptyProtection, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch,
 };
 
+mod nearby;
 mod settings;
 pub use settings::FileSettings;
 
@@ -278,6 +279,13 @@ impl RegistryService for FileRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(async { Ok(()) }).await
+    }
+
+    /// The other clusters that have a grouplist with at least one valid address: each
+    /// is selected by `service.vgroupMapping.<group>=<that cluster>`.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.life.check_open()?;
+        Ok(nearby::nearby(&self.inner.lock_lists(), cluster))
     }
 }
 

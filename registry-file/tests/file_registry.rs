@@ -178,3 +178,62 @@ fn an_unreadable_registry_file_name_is_an_error() {
         Some(std::path::Path::new(fixtures).join("file.conf").as_path())
     );
 }
+
+/// `nearby` lists the other clusters that have members, each with the cluster name to
+/// map the group to; the asked cluster and clusters without a valid address are not
+/// listed; a registry holding nothing lists nothing.
+#[tokio::test]
+async fn nearby_lists_the_other_clusters_with_members() {
+    let cfg = Config::from_text(
+        "service.default.grouplist=\n\
+         service.default2.grouplist=10.0.0.1:8091;10.0.0.2:8091\n\
+         service.broken.grouplist=not an address\n\
+         service.other.grouplist=10.0.0.9:8091\n",
+        meshline_registry_core::config::Format::Properties,
+    )
+    .unwrap();
+    let reg = FileRegistry::from_config(&cfg).unwrap();
+    let places = reg.nearby("default").await.unwrap();
+    let got: Vec<(Option<String>, Vec<String>, Vec<String>)> = places
+        .iter()
+        .map(|p| {
+            (
+                p.cluster.clone(),
+                p.members.iter().map(|i| i.to_string()).collect(),
+                p.select_with.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                Some("default2".to_string()),
+                vec!["10.0.0.1:8091".to_string(), "10.0.0.2:8091".to_string()],
+                vec![]
+            ),
+            (
+                Some("other".to_string()),
+                vec!["10.0.0.9:8091".to_string()],
+                vec![]
+            ),
+        ]
+    );
+    assert!(places[0].place.contains("default2"), "{}", places[0].place);
+
+    // A cluster with very many members is sampled.
+    let many: Vec<String> = (1..=50).map(|i| format!("10.1.0.{i}:8091")).collect();
+    let reg = FileRegistry::from_grouplists([("big".to_string(), many.join(";"))].into());
+    let places = reg.nearby("default").await.unwrap();
+    assert_eq!(places.len(), 1);
+    assert_eq!(places[0].members.len(), 10);
+
+    let empty = FileRegistry::from_grouplists(Default::default());
+    assert!(empty.nearby("default").await.unwrap().is_empty());
+
+    empty.close().await.unwrap();
+    assert!(matches!(
+        empty.nearby("default").await,
+        Err(RegistryError::Closed { .. })
+    ));
+}

@@ -7,6 +7,7 @@ use std::future::Future;
 
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::probe::ConnectFailure;
+use nacos_sdk::api::naming::NamingServiceBuilder;
 use nacos_sdk::api::props::ClientProps;
 
 use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, address, probe};
@@ -80,6 +81,25 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
 }
 
 impl Prepared {
+    /// A naming client's builder with these properties, in `namespace` instead of the
+    /// configured one when given (a nacos-sdk client serves one namespace: `nearby`
+    /// reads the public one with a client of its own).
+    pub(crate) fn naming_builder(&self, namespace: Option<&str>) -> NamingServiceBuilder {
+        let mut props = self
+            .props
+            .clone()
+            // Our hub applies the empty-list policy; the client must pass every push on.
+            .naming_push_empty_protection(false);
+        if let Some(ns) = namespace {
+            props = props.namespace(ns.to_string());
+        }
+        match self.login {
+            Login::Http => NamingServiceBuilder::new(props).enable_auth_plugin_http(),
+            Login::Aliyun => NamingServiceBuilder::new(props).enable_auth_plugin_aliyun(),
+            Login::None => NamingServiceBuilder::new(props),
+        }
+    }
+
     /// Awaits a service builder's `build()` for at most [`CONNECT_TIMEOUT`]; on failure,
     /// probes the servers and returns the error naming the server and the cause.
     pub(crate) async fn build<T>(

@@ -78,16 +78,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, RegistryError, RegistryService, Watch, WatchScope,
+    Config, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch, WatchScope,
 };
 use nacos_sdk::api::naming::{
-    NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
+    NamingChangeEvent, NamingEventListener, NamingService, ServiceInstance,
 };
 use tokio_util::sync::CancellationToken;
 
 mod address;
 mod centre;
 mod connect;
+mod nearby;
 mod probe;
 mod register;
 mod settings;
@@ -120,6 +121,10 @@ struct Inner {
     life: Lifecycle,
     /// Our own instances.
     own: register::Registrations,
+    /// The settings and application id the client was built from: `nearby` builds a
+    /// client for another namespace from them.
+    settings: NacosSettings,
+    app_name: String,
 }
 
 impl std::fmt::Debug for NacosRegistry {
@@ -221,13 +226,7 @@ impl NacosRegistry {
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
         let p = connect::prepare(&n, &config.application_id)?;
-        // Our hub applies the empty-list policy; the client must pass every push on.
-        let props = p.props.clone().naming_push_empty_protection(false);
-        let builder = match p.login {
-            connect::Login::Http => NamingServiceBuilder::new(props).enable_auth_plugin_http(),
-            connect::Login::Aliyun => NamingServiceBuilder::new(props).enable_auth_plugin_aliyun(),
-            connect::Login::None => NamingServiceBuilder::new(props),
-        };
+        let builder = p.naming_builder(None);
         let naming = p.build(&p.server, builder.build()).await?;
         Ok(Self::new(naming, p.server.clone(), &n, config))
     }
@@ -242,6 +241,8 @@ impl NacosRegistry {
                 group: n.group.clone(),
                 life: Lifecycle::new(KIND, policy),
                 own: register::Registrations::default(),
+                settings: n.clone(),
+                app_name: config.application_id.clone(),
             }),
         }
     }
@@ -420,6 +421,15 @@ impl RegistryService for NacosRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(self.inner.deregister_all()).await
+    }
+
+    /// Where else Seata TCs are likely registered: other Nacos clusters of the service,
+    /// the groups `DEFAULT_GROUP` / `SEATA_GROUP`, the public namespace, the services
+    /// `seata-server` / `seata` and those the group lists; each with the
+    /// `registry.nacos.*` keys that select it. See `src/nearby.rs`.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }
 

@@ -26,7 +26,7 @@ impl Inner {
     ) -> Result<(Vec<Instance>, u64), String> {
         let mut q = vec![
             ("passing", "true".to_string()),
-            ("tag", "services".to_string()),
+            ("tag", parse::SEATA_TAG.to_string()),
         ];
         let mut timeout = REQUEST_TIMEOUT;
         if let Some(index) = block {

@@ -72,7 +72,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    Config, Instance, Lifecycle, Nearby, Registrations, RegistryError, RegistryService, Watch,
 };
 use serde_json::Value;
 
@@ -82,6 +82,7 @@ mod agent;
 mod centre;
 mod follow;
 mod keeper;
+mod nearby;
 mod parse;
 mod settings;
 
@@ -237,5 +238,13 @@ impl RegistryService for ConsulRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(deregister_all(&self.inner)).await
+    }
+
+    /// The other services with Seata's tag `services` and passing members, from
+    /// `/v1/catalog/services` (at most 100 read): each is selected by mapping the group
+    /// to it.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.life.check_open()?;
+        nearby::nearby(&self.inner, cluster).await
     }
 }

@@ -4,6 +4,10 @@
 use meshline_registry_core::Instance;
 use serde_json::{Map, Value, json};
 
+/// The tag Seata's TC puts on its service instances and its client asks for
+/// (`tag=services`).
+pub(crate) const SEATA_TAG: &str = "services";
+
 /// The service ID Seata's `ConsulRegistryServiceImpl` uses: `<cluster>-<ip>:<port>`, the
 /// address in Java's `NetUtil.toStringAddress` form.
 pub(crate) fn service_id(cluster: &str, instance: &Instance) -> String {
@@ -36,7 +40,7 @@ pub(crate) fn register_body(
     json!({
         "ID": id,
         "Name": cluster,
-        "Tags": ["services"],
+        "Tags": [SEATA_TAG],
         "Address": instance.java_host(),
         "Port": instance.port(),
         "Meta": meta,
@@ -143,9 +147,37 @@ pub(crate) fn parse_health(cluster: &str, body: &[u8]) -> Result<Vec<Instance>, 
     Ok(out)
 }
 
+/// Parses `GET /v1/catalog/services` (`{"<service>": ["<tag>", ...], ...}`) into the
+/// services that carry [`SEATA_TAG`], in name order. An entry whose tags are not a list
+/// of strings is skipped (its other tags cannot be trusted); a body that is not a JSON
+/// object is an error.
+pub(crate) fn parse_catalog_services(body: &[u8]) -> Result<Vec<String>, String> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("response is not JSON: {e}"))?;
+    let services = v.as_object().ok_or("response is not a JSON object")?;
+    let mut out: Vec<String> = services
+        .iter()
+        .filter(|(_, tags)| {
+            tags.as_array()
+                .is_some_and(|t| t.iter().any(|t| t.as_str() == Some(SEATA_TAG)))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn catalog_services_with_seata_tag() {
+        let body = br#"{"consul":[],"default2":["services","x"],"web":["http"],"odd":"services","a":["services"]}"#;
+        assert_eq!(parse_catalog_services(body).unwrap(), vec!["a", "default2"]);
+        assert!(parse_catalog_services(b"[]").is_err());
+        assert!(parse_catalog_services(b"not json").is_err());
+    }
 
     #[test]
     fn ids_follow_seata() {

@@ -53,7 +53,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    Config, Instance, Lifecycle, Nearby, Registrations, RegistryError, RegistryService, Watch,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
@@ -63,6 +63,7 @@ use crate::common::empty_policy;
 mod fetcher;
 mod heartbeat;
 mod http;
+mod nearby;
 mod parse;
 mod settings;
 
@@ -302,5 +303,12 @@ impl RegistryService for EurekaRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(cancel_all(&self.inner)).await
+    }
+
+    /// The other applications with UP members, from one `GET {serviceUrl}/apps`: each
+    /// is selected by mapping the group to its name (Seata upper-cases it).
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.life.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }

@@ -4,7 +4,8 @@
 
 use meshline_registry_core::Instance;
 
-const PREFIX: &str = "registry.redis.";
+/// The start of every key and channel of Seata's redis layout.
+pub(super) const PREFIX: &str = "registry.redis.";
 
 /// The key prefix of `cluster`'s members: `registry.redis.<cluster>_`.
 pub fn key_prefix(cluster: &str) -> String {
@@ -53,6 +54,19 @@ pub(super) fn classify(prefix: &str, key: &[u8]) -> Entry {
     match Instance::parse(rest) {
         Ok(i) => Entry::Member(i),
         Err(e) => Entry::Bad(format!("not an address after the cluster prefix: {e}")),
+    }
+}
+
+/// The cluster a scanned key belongs to and the member it names; `None` for a key that
+/// is not a member of any cluster. The address never contains `_`, so the cluster is
+/// everything up to the last `_` (it may itself contain `_`), by the same rule
+/// [`classify`] applies to one cluster.
+pub(super) fn split_member(key: &[u8]) -> Option<(String, Instance)> {
+    let text = std::str::from_utf8(key).ok()?;
+    let (cluster, _) = text.strip_prefix(PREFIX)?.rsplit_once('_')?;
+    match classify(&key_prefix(cluster), key) {
+        Entry::Member(i) => Some((cluster.to_string(), i)),
+        Entry::OtherCluster | Entry::Bad(_) => None,
     }
 }
 
@@ -116,6 +130,27 @@ mod tests {
             Entry::Bad(_)
         ));
         assert!(matches!(classify(&p, &[0xff, 0x00]), Entry::Bad(_)));
+    }
+
+    #[test]
+    fn scanned_keys_split_into_cluster_and_member() {
+        let split = |k: &str| split_member(k.as_bytes()).map(|(c, i)| (c, i.to_string()));
+        assert_eq!(
+            split("registry.redis.default2_10.0.0.1:80"),
+            Some(("default2".into(), "10.0.0.1:80".into()))
+        );
+        assert_eq!(
+            split("registry.redis.a_b_10.0.0.1:80"),
+            Some(("a_b".into(), "10.0.0.1:80".into()))
+        );
+        assert_eq!(
+            split("registry.redis.default_2000:0:0:0:1:2345:6789:abcd:8091"),
+            Some(("default".into(), "[2000::1:2345:6789:abcd]:8091".into()))
+        );
+        assert_eq!(split("registry.redis.a_garbage"), None);
+        assert_eq!(split("registry.redis.nounderscore"), None);
+        assert_eq!(split("other.a_10.0.0.1:80"), None);
+        assert_eq!(split_member(&[0xff, b'_']), None);
     }
 
     #[test]

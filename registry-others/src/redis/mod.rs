@@ -62,13 +62,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    Config, Instance, Lifecycle, Nearby, Registrations, RegistryError, RegistryService, Watch,
 };
 
 use crate::common::empty_policy;
 
 mod follow;
 mod layout;
+mod nearby;
 mod refresh;
 mod servers;
 mod settings;
@@ -210,6 +211,13 @@ impl RegistryService for RedisRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(remove_all(&self.inner)).await
+    }
+
+    /// The other clusters of Seata's layout with members, from one bounded `SCAN` of
+    /// `registry.redis.*_*`: each is selected by mapping the group to it.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.life.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }
 impl Drop for RedisRegistry {

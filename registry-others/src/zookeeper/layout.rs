@@ -6,7 +6,8 @@ use meshline_registry_core::{Instance, RegistryError};
 
 use super::KIND;
 
-const ROOT: &str = "/registry/zk";
+/// The parent of every cluster's path: its children are the cluster names.
+pub(super) const ROOT: &str = "/registry/zk";
 
 /// The path under which `cluster`'s members are ephemeral children.
 pub fn cluster_path(cluster: &str) -> String {

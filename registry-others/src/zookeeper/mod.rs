@@ -64,7 +64,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::{
-    Config, Instance, Lifecycle, Registrations, RegistryError, RegistryService, Watch,
+    Config, Instance, Lifecycle, Nearby, Registrations, RegistryError, RegistryService, Watch,
 };
 use zookeeper_client as zk;
 
@@ -73,6 +73,7 @@ use crate::common::empty_policy;
 mod centre;
 mod follow;
 mod layout;
+mod nearby;
 mod session;
 mod settings;
 
@@ -502,6 +503,13 @@ impl RegistryService for ZookeeperRegistry {
 
     async fn close(&self) -> Result<(), RegistryError> {
         self.inner.life.close(delete_all(&self.inner)).await
+    }
+
+    /// The other clusters under `/registry/zk` with members (at most 300, each listed
+    /// within the operation timeout): each is selected by mapping the group to it.
+    async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        self.inner.life.check_open()?;
+        self.inner.nearby(cluster).await
     }
 }
 

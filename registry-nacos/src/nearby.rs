@@ -1,0 +1,262 @@
+//! What Nacos holds near a cluster: where a Seata TC is registered when the client
+//! does not find it (Seata issues #3314, #4935, #5349; Nacos #11159).
+//!
+//! A Seata client reads service `registry.nacos.application` in group
+//! `registry.nacos.group` and namespace `registry.nacos.namespace`, keeping the
+//! instances of the Nacos cluster its group maps to. The TC writes the same four
+//! coordinates from its own configuration, and they disagree in a handful of ways:
+//! the shipped files say `SEATA_GROUP` where the code default is `DEFAULT_GROUP`, a
+//! namespace set on one side only, another application name (`seata` vs
+//! `seata-server`), another cluster name (`registry.nacos.cluster` on the TC).
+//!
+//! So the places looked at are, for the configured namespace and the public one, and
+//! for the configured group, `DEFAULT_GROUP` and `SEATA_GROUP`: the configured service,
+//! `seata-server`, `seata`, and the services nacos-sdk's service list call names in
+//! that group (first page); each queried once for the instances of every Nacos cluster
+//! (at most [`MAX_QUERIES`] queries). Every Nacos cluster with usable members (healthy
+//! and enabled, as a lookup keeps them) is a place, except the one asked for.
+//!
+//! A nacos-sdk client serves one namespace: the public namespace is read through a
+//! client built for this call from the same settings, dropped at the end of it
+//! (nacos-sdk 0.8 has no close call; dropping the last handle stops its connection's
+//! health check and ends the connection).
+
+use std::collections::BTreeMap;
+
+use meshline_registry_core::{Nearby, RegistryError};
+use nacos_sdk::api::naming::NamingService;
+
+use crate::{Inner, KIND, connect, timed, usable};
+
+/// Groups Seata users end up in: the code default and the shipped files' value.
+const LIKELY_GROUPS: [&str; 2] = ["DEFAULT_GROUP", "SEATA_GROUP"];
+/// Service names Seata users register their TC under.
+const LIKELY_SERVICES: [&str; 2] = ["seata-server", "seata"];
+/// The page size of the service list call (its first page only is read).
+const LISTED_SERVICES: i32 = 100;
+/// At most this many instance queries per call.
+const MAX_QUERIES: usize = 60;
+/// At most this many places are reported.
+const MAX_PLACES: usize = 300;
+/// At most this many members are shown per place.
+const MAX_MEMBERS: usize = 10;
+/// The cluster name Nacos gives an instance registered without one.
+const NACOS_DEFAULT_CLUSTER: &str = "DEFAULT";
+
+/// True for the namespace Nacos calls `public` (Seata's default, written empty).
+fn is_public(namespace: &str) -> bool {
+    namespace.is_empty() || namespace == "public"
+}
+
+/// The namespace as a place names it.
+fn shown_namespace(namespace: &str) -> &str {
+    if is_public(namespace) {
+        "public"
+    } else {
+        namespace
+    }
+}
+
+impl Inner {
+    /// The places with members near `cluster` of the configured service, group and
+    /// namespace, in order: the configured namespace first, then the public one; in
+    /// each, the configured group first; in each, the configured service first.
+    pub(crate) async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
+        let configured = &self.settings.namespace;
+        let mut places = Vec::new();
+        let mut budget = MAX_QUERIES;
+        self.nearby_in(&self.naming, configured, cluster, &mut budget, &mut places)
+            .await?;
+        if !is_public(configured) && budget > 0 {
+            match self.public_client().await {
+                Ok(public) => {
+                    let found = self
+                        .nearby_in(&public, "", cluster, &mut budget, &mut places)
+                        .await;
+                    drop(public);
+                    found?;
+                }
+                // The configured namespace answered: what it holds is still worth
+                // showing, and the log says why the public one is missing.
+                Err(e) => tracing::warn!(
+                    registry = KIND,
+                    error = %e,
+                    "nearby: cannot read the public namespace; showing the configured one only"
+                ),
+            }
+        }
+        places.truncate(MAX_PLACES);
+        Ok(places)
+    }
+
+    /// A client of the same servers and credentials in the public namespace.
+    async fn public_client(&self) -> Result<NamingService, RegistryError> {
+        let p = connect::prepare(&self.settings, &self.app_name)?;
+        let server = format!("{} (public namespace)", self.server);
+        p.build(&server, p.naming_builder(Some("")).build()).await
+    }
+
+    /// The places of one namespace, read through `naming` (a client of `namespace`).
+    async fn nearby_in(
+        &self,
+        naming: &NamingService,
+        namespace: &str,
+        cluster: &str,
+        budget: &mut usize,
+        places: &mut Vec<Nearby>,
+    ) -> Result<(), RegistryError> {
+        let mut groups = vec![self.group.clone()];
+        for g in LIKELY_GROUPS {
+            if !groups.iter().any(|have| have == g) {
+                groups.push(g.to_string());
+            }
+        }
+        for group in &groups {
+            let mut services = vec![self.service.clone()];
+            services.extend(LIKELY_SERVICES.iter().map(|s| s.to_string()));
+            match timed(
+                &self.server,
+                "list services",
+                naming.get_service_list(1, LISTED_SERVICES, Some(group.clone())),
+            )
+            .await
+            {
+                Ok((listed, _total)) => services.extend(listed),
+                // The instance queries below say whether the server is there; a server
+                // without the list call still answers them.
+                Err(e) => tracing::debug!(
+                    registry = KIND,
+                    group,
+                    error = %e,
+                    "nearby: no service list; querying the likely services only"
+                ),
+            }
+            let mut unique: Vec<String> = Vec::new();
+            for s in services {
+                if !s.is_empty() && !unique.contains(&s) {
+                    unique.push(s);
+                }
+            }
+            for service in unique {
+                if *budget == 0 {
+                    tracing::debug!(
+                        registry = KIND,
+                        "nearby: query budget spent; the remaining services are not read"
+                    );
+                    return Ok(());
+                }
+                *budget -= 1;
+                let list = timed(
+                    &self.server,
+                    "query instances",
+                    naming.get_all_instances(
+                        service.clone(),
+                        Some(group.clone()),
+                        Vec::new(),
+                        false,
+                    ),
+                )
+                .await?;
+                let mut by_cluster: BTreeMap<String, Vec<_>> = BTreeMap::new();
+                for instance in list {
+                    let name = instance
+                        .cluster_name
+                        .clone()
+                        .filter(|c| !c.is_empty())
+                        .unwrap_or_else(|| NACOS_DEFAULT_CLUSTER.to_string());
+                    by_cluster.entry(name).or_default().push(instance);
+                }
+                for (nacos_cluster, instances) in by_cluster {
+                    let here = Coordinates {
+                        namespace,
+                        group,
+                        service: &service,
+                        cluster: &nacos_cluster,
+                    };
+                    if self.is_asked(&here, cluster) {
+                        continue;
+                    }
+                    let mut members = usable(&nacos_cluster, &instances);
+                    if members.is_empty() {
+                        continue;
+                    }
+                    members.sort_by(|a, b| a.key().cmp(b.key()));
+                    members.truncate(MAX_MEMBERS);
+                    places.push(self.place(&here, cluster, members));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True when `here` is the place a lookup of `cluster` reads.
+    fn is_asked(&self, here: &Coordinates<'_>, cluster: &str) -> bool {
+        same_namespace(here.namespace, &self.settings.namespace)
+            && here.group == self.group
+            && here.service == self.service
+            && here.cluster == cluster
+    }
+
+    /// The place at `here`, with what selects it instead of the configured one.
+    fn place(
+        &self,
+        here: &Coordinates<'_>,
+        cluster: &str,
+        members: Vec<meshline_registry_core::Instance>,
+    ) -> Nearby {
+        let mut select_with = Vec::new();
+        if !same_namespace(here.namespace, &self.settings.namespace) {
+            // Empty is Seata's way of saying `public`.
+            let value = if is_public(here.namespace) {
+                ""
+            } else {
+                here.namespace
+            };
+            select_with.push(format!("registry.nacos.namespace={value}"));
+        }
+        if here.group != self.group {
+            select_with.push(format!("registry.nacos.group={}", here.group));
+        }
+        if here.service != self.service {
+            select_with.push(format!("registry.nacos.application={}", here.service));
+        }
+        Nearby {
+            place: format!(
+                "service `{}` in group `{}`, namespace `{}`, Nacos cluster `{}`",
+                here.service,
+                here.group,
+                shown_namespace(here.namespace),
+                here.cluster
+            ),
+            members,
+            cluster: (here.cluster != cluster).then(|| here.cluster.to_string()),
+            select_with,
+        }
+    }
+}
+
+/// Where a Nacos instance lives, as a Seata client addresses it.
+struct Coordinates<'a> {
+    namespace: &'a str,
+    group: &'a str,
+    service: &'a str,
+    cluster: &'a str,
+}
+
+fn same_namespace(a: &str, b: &str) -> bool {
+    a == b || (is_public(a) && is_public(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_is_empty_or_public() {
+        assert!(same_namespace("", "public"));
+        assert!(same_namespace("dev", "dev"));
+        assert!(!same_namespace("dev", ""));
+        assert_eq!(shown_namespace(""), "public");
+        assert_eq!(shown_namespace("dev"), "dev");
+    }
+}

@@ -1,0 +1,215 @@
+//! `NacosRegistry::nearby` against a real Nacos-protocol server (rnacos, started by
+//! testkit): where a Seata TC is registered when the client does not find it, with the
+//! `registry.nacos.*` keys that select it (issue #16: "a TC registered in group
+//! `SEATA_GROUP` while the client reads `DEFAULT_GROUP` -> doctor names `SEATA_GROUP`
+//! and the key to set").
+
+use meshline_registry_core::config::ConfigLoader;
+use meshline_registry_core::{Config, Instance, Nearby, RegistryService};
+use meshline_registry_nacos::NacosRegistry;
+use meshline_testkit::Rnacos;
+use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
+use nacos_sdk::api::props::ClientProps;
+
+fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
+    let mut l = ConfigLoader::new()
+        .set("registry.type", "nacos")
+        .set("registry.nacos.serverAddr", server.http_addr())
+        .set("registry.nacos.grpcPort", server.grpc_port().to_string());
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
+}
+
+/// A plain nacos-sdk client in `namespace`, as a Seata TC uses it.
+async fn tc_client(server: &Rnacos, namespace: &str) -> NamingService {
+    NamingServiceBuilder::new(
+        ClientProps::new()
+            .server_addr(server.http_addr())
+            .remote_grpc_port(server.grpc_port())
+            .namespace(namespace.to_string())
+            .app_name("seata-server")
+            .env_first(false),
+    )
+    .build()
+    .await
+    .expect("raw nacos client")
+}
+
+/// `registerInstance(service, group, ip, port, cluster)`, as Seata's TC does it.
+async fn register_tc(tc: &NamingService, service: &str, group: &str, addr: &str, cluster: &str) {
+    let i = Instance::parse(addr).unwrap();
+    tc.register_instance(
+        service.to_string(),
+        Some(group.to_string()),
+        ServiceInstance {
+            ip: i.host().to_string(),
+            port: i32::from(i.port()),
+            cluster_name: Some(cluster.to_string()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// (place, cluster, select_with, members) of each place.
+type Summary = (String, Option<String>, Vec<String>, Vec<String>);
+
+fn summary(places: &[Nearby]) -> Vec<Summary> {
+    places
+        .iter()
+        .map(|p| {
+            (
+                p.place.clone(),
+                p.cluster.clone(),
+                p.select_with.clone(),
+                p.members.iter().map(|i| i.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn s(v: &str) -> String {
+    v.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tc_in_another_group_cluster_or_service_is_named_with_its_key() {
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let server = Rnacos::start().expect("start rnacos");
+    // Seata's client defaults: seata-server, DEFAULT_GROUP, public namespace.
+    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    assert!(reg.nearby("default").await.unwrap().is_empty());
+
+    // The shipped server files' group while the client reads the code default.
+    let tc = tc_client(&server, "").await;
+    register_tc(
+        &tc,
+        "seata-server",
+        "SEATA_GROUP",
+        "10.0.0.1:8091",
+        "default",
+    )
+    .await;
+    assert!(reg.lookup("default").await.unwrap().is_empty());
+    let places = reg.nearby("default").await.unwrap();
+    assert_eq!(
+        summary(&places),
+        vec![(
+            s(
+                "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+            ),
+            None,
+            vec![s("registry.nacos.group=SEATA_GROUP")],
+            vec![s("10.0.0.1:8091")],
+        )]
+    );
+
+    // Another Nacos cluster of the very service read, and another application name
+    // (a second TC process: one nacos-sdk connection keeps one instance per service).
+    let tc2 = tc_client(&server, "").await;
+    register_tc(
+        &tc2,
+        "seata-server",
+        "DEFAULT_GROUP",
+        "10.0.0.2:8091",
+        "default2",
+    )
+    .await;
+    register_tc(&tc2, "seata", "DEFAULT_GROUP", "10.0.0.3:8091", "default").await;
+    let places = reg.nearby("default").await.unwrap();
+    assert_eq!(
+        summary(&places),
+        vec![
+            (
+                s(
+                    "service `seata-server` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default2`"
+                ),
+                Some(s("default2")),
+                vec![],
+                vec![s("10.0.0.2:8091")],
+            ),
+            (
+                s(
+                    "service `seata` in group `DEFAULT_GROUP`, namespace `public`, Nacos cluster `default`"
+                ),
+                None,
+                vec![s("registry.nacos.application=seata")],
+                vec![s("10.0.0.3:8091")],
+            ),
+            (
+                s(
+                    "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+                ),
+                None,
+                vec![s("registry.nacos.group=SEATA_GROUP")],
+                vec![s("10.0.0.1:8091")],
+            ),
+        ]
+    );
+
+    // The asked place itself is never listed, even with members: asking for
+    // `default2`, the TC in `default2` is the lookup's, not a neighbour.
+    assert_eq!(reg.lookup("default2").await.unwrap().len(), 1);
+    let places = reg.nearby("default2").await.unwrap();
+    assert!(
+        places
+            .iter()
+            .all(|p| !p.members.iter().any(|m| m.to_string() == "10.0.0.2:8091")),
+        "{places:?}"
+    );
+    reg.close().await.unwrap();
+}
+
+/// A client in namespace `dev` while the TC registered in the public namespace: the
+/// place names the namespace key, read through a client opened for the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(
+        &server,
+        &[
+            ("registry.nacos.namespace", "dev"),
+            ("registry.nacos.group", "SEATA_GROUP"),
+        ],
+    ))
+    .await
+    .unwrap();
+    assert!(reg.nearby("default").await.unwrap().is_empty());
+    let tc = tc_client(&server, "").await;
+    register_tc(
+        &tc,
+        "seata-server",
+        "SEATA_GROUP",
+        "10.0.0.7:8091",
+        "default",
+    )
+    .await;
+    assert!(reg.lookup("default").await.unwrap().is_empty());
+    assert_eq!(
+        summary(&reg.nearby("default").await.unwrap()),
+        vec![(
+            s(
+                "service `seata-server` in group `SEATA_GROUP`, namespace `public`, Nacos cluster `default`"
+            ),
+            None,
+            vec![s("registry.nacos.namespace=")],
+            vec![s("10.0.0.7:8091")],
+        )]
+    );
+    reg.close().await.unwrap();
+}
+
+/// Nacos gone after connecting: an error naming the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_an_error_naming_the_address() {
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let mut server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    server.kill();
+    let text = reg.nearby("default").await.unwrap_err().to_string();
+    assert!(text.contains(&server.http_addr()), "no address in: {text}");
+}

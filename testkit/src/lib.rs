@@ -48,6 +48,7 @@ mod process;
 mod raft_double;
 mod redis;
 mod rnacos;
+mod seata_files;
 mod tls;
 pub mod watch;
 mod zookeeper;
@@ -62,6 +63,7 @@ pub use process::ServerProcess;
 pub use raft_double::{RaftDouble, RaftDoubleOptions};
 pub use redis::Redis;
 pub use rnacos::Rnacos;
+pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped};
 pub use tls::{TestPki, round_trip as tls_round_trip};
 pub use zookeeper::ZooKeeper;
 

@@ -80,22 +80,10 @@ mod tests {
     use super::*;
     use meshline_registry_core::config::ConfigLoader;
 
-    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
-    fn shipped(name: &str) -> Config {
-        let path = format!(
-            "{}/../registry-core/tests/fixtures/seata/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        meshline_registry_core::config::ConfigLoader::new()
-            .file(path)
-            .load()
-            .unwrap()
-    }
-
     #[test]
     fn seata_shipped_files_and_meshline_units() {
-        for name in ["registry.conf", "application.yml", "application.properties"] {
-            let s = ConsulSettings::from_config(&shipped(name)).unwrap();
+        for &name in meshline_testkit::SEATA_CLIENT_FILES {
+            let s = ConsulSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "127.0.0.1:8500", "{name}");
             assert_eq!(s.acl_token, None, "{name}");

@@ -96,22 +96,10 @@ impl EurekaSettings {
 mod tests {
     use super::*;
 
-    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
-    fn shipped(name: &str) -> Config {
-        let path = format!(
-            "{}/../registry-core/tests/fixtures/seata/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        meshline_registry_core::config::ConfigLoader::new()
-            .file(path)
-            .load()
-            .unwrap()
-    }
-
     #[test]
     fn seata_shipped_files_and_meshline_units() {
-        for name in ["registry.conf", "application.yml", "application.properties"] {
-            let s = EurekaSettings::from_config(&shipped(name)).unwrap();
+        for &name in meshline_testkit::SEATA_CLIENT_FILES {
+            let s = EurekaSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.service_url, "http://localhost:8761/eureka", "{name}");
             assert_eq!(s.weight, "1", "{name}");

@@ -125,15 +125,6 @@ mod tests {
     use super::*;
     use meshline_registry_core::config::ConfigLoader;
 
-    /// Seata's shipped client files (registry-core/tests/fixtures/seata).
-    fn shipped(name: &str) -> Config {
-        let path = format!(
-            "{}/../registry-core/tests/fixtures/seata/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        ConfigLoader::new().file(path).load().unwrap()
-    }
-
     fn settings(pairs: &[(&str, &str)]) -> Result<RedisSettings, RegistryError> {
         let mut l = ConfigLoader::new();
         for (k, v) in pairs {
@@ -144,8 +135,8 @@ mod tests {
 
     #[test]
     fn seata_shipped_timeout_zero_is_the_jedis_command_timeout() {
-        for name in ["registry.conf", "application.yml", "application.properties"] {
-            let s = RedisSettings::from_config(&shipped(name)).unwrap();
+        for &name in meshline_testkit::SEATA_CLIENT_FILES {
+            let s = RedisSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "localhost:6379", "{name}");
             assert_eq!(s.db, 0, "{name}");

@@ -1,0 +1,27 @@
+//! Seata's shipped client configuration files (`registry.conf`, `file.conf`,
+//! `application.yml`, `application.properties`, verbatim in
+//! `registry-core/tests/fixtures/seata/`), loaded for tests: every backend checks that
+//! its section of them reads without a warning and with Seata's values.
+
+use meshline_registry_core::Config;
+use meshline_registry_core::config::ConfigLoader;
+
+/// The names of the shipped files a client configuration is read from.
+pub const SEATA_CLIENT_FILES: &[&str] =
+    &["registry.conf", "application.yml", "application.properties"];
+
+/// The path of shipped file `name`.
+pub fn seata_file(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../registry-core/tests/fixtures/seata")
+        .join(name)
+}
+
+/// Shipped file `name` loaded alone (no environment); panics when it does not load,
+/// which is a test failure.
+pub fn seata_shipped(name: &str) -> Config {
+    ConfigLoader::new()
+        .file(seata_file(name))
+        .load()
+        .unwrap_or_else(|e| panic!("Seata's shipped {name} does not load: {e}"))
+}

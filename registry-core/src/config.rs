@@ -96,13 +96,17 @@ use crate::RegistryError;
 
 mod hocon;
 mod loader;
+mod provenance;
 mod router;
 mod section;
+mod suggest;
 mod values;
 pub use loader::ConfigLoader;
 pub(crate) use loader::{Entry, log_warnings, parse_text};
+pub use provenance::{Provenance, SourceRead};
 use router::{apply_all, norm};
 pub use section::{Section, SectionReader};
+pub use suggest::nearest;
 pub use values::{MAX_DURATION, parse_bytes, parse_duration, parse_duration_with_unit};
 
 /// File formats [`ConfigLoader`] understands.
@@ -162,8 +166,11 @@ pub struct Config {
     pub centre: CentreConfig,
     /// The file this config was read from, if any (the file registry watches it).
     pub path: Option<PathBuf>,
-    /// Keys that were not understood, one message each (also logged).
+    /// Keys that were not understood, one message each (also logged), with the nearest
+    /// known key when there is one ("did you mean").
     pub warnings: Vec<String>,
+    /// The sources read, in order, and where each key that took effect came from.
+    pub provenance: Provenance,
     /// Application sections meshline reads but does not interpret, kept raw: every key
     /// under one of [`APP_SECTIONS`] (from files and `MESHLINE_*` variables alike, so an
     /// application's settings share the loader and the env overrides), keyed by the
@@ -382,6 +389,7 @@ impl Default for Config {
             },
             path: None,
             warnings: Vec::new(),
+            provenance: Provenance::default(),
             app_sections: BTreeMap::new(),
         }
     }

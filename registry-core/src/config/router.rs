@@ -29,14 +29,28 @@ pub(super) fn apply_all(
     entries: Vec<Entry>,
     origin: &str,
 ) -> Result<(), RegistryError> {
+    cfg.provenance.record_source(origin, entries.len());
     for (path, value) in entries {
         let shown = path.join(".");
         match apply(cfg, state, &path, &value, origin) {
-            Ok(Applied::Used) | Ok(Applied::Ignored) => {}
+            Ok(Applied::Used) => cfg.provenance.record_key(&path, origin),
+            Ok(Applied::Ignored) => {}
             // By name only: a misspelt `pasword=...` must not log the password.
-            Ok(Applied::Unknown) => cfg
-                .warnings
-                .push(format!("{origin}: unknown config key `{shown}` ignored")),
+            Ok(Applied::Unknown) => {
+                let bare = match path.as_slice() {
+                    [root, rest @ ..] if !rest.is_empty() && norm(root) == "seata" => {
+                        rest.join(".")
+                    }
+                    _ => shown.clone(),
+                };
+                let hint =
+                    super::suggest::nearest(&bare, super::suggest::KNOWN_KEYS.iter().copied())
+                        .map(|k| format!(" (did you mean `{k}`?)"))
+                        .unwrap_or_default();
+                cfg.warnings.push(format!(
+                    "{origin}: unknown config key `{shown}` ignored{hint}"
+                ))
+            }
             Err(reason) => {
                 return Err(RegistryError::Config(format!(
                     "{origin}: key `{shown}` has invalid value `{value}`: {reason}"

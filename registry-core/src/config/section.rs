@@ -124,6 +124,7 @@ impl Section {
         SectionReader {
             section: self,
             used: RefCell::new(BTreeSet::new()),
+            asked: RefCell::new(BTreeSet::new()),
         }
     }
 }
@@ -137,10 +138,14 @@ fn norm_key(key: &str) -> String {
 pub struct SectionReader<'a> {
     section: &'a Section,
     used: RefCell<BTreeSet<String>>,
+    /// Every key the backend asked for, present or not, as it spelled it: the
+    /// candidates of "did you mean" for a key it did not read.
+    asked: RefCell<BTreeSet<String>>,
 }
 
 impl SectionReader<'_> {
     fn entry(&self, key: &str) -> Option<&SectionEntry> {
+        self.asked.borrow_mut().insert(key.to_string());
         let k = norm_key(key);
         let e = self.section.entries.get(&k)?;
         self.used.borrow_mut().insert(k);
@@ -241,10 +246,17 @@ impl SectionReader<'_> {
     /// value), each also logged as a warning.
     pub fn finish(self) -> Vec<String> {
         let used = self.used.into_inner();
+        let asked = self.asked.into_inner();
         let mut out = Vec::new();
         for (k, e) in &self.section.entries {
             if !used.contains(k) && !k.starts_with("heartbeat") {
-                let msg = format!("{}: unknown config key `{}` ignored", e.origin, e.shown);
+                let hint = super::suggest::nearest(k, asked.iter().map(String::as_str))
+                    .map(|a| format!(" (did you mean `{a}`?)"))
+                    .unwrap_or_default();
+                let msg = format!(
+                    "{}: unknown config key `{}` ignored{hint}",
+                    e.origin, e.shown
+                );
                 tracing::warn!("{msg}");
                 out.push(msg);
             }

@@ -98,6 +98,7 @@ mod handshake;
 mod inbound;
 pub mod message;
 mod payload;
+pub mod probe;
 pub mod server;
 mod subset;
 pub mod transport;

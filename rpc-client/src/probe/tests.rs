@@ -1,0 +1,129 @@
+use std::net::SocketAddr;
+
+use super::*;
+use crate::message::{RegisterTmRequest, register_reply};
+use crate::{InboundRequest, Payload, SeataRegistration, Server};
+
+/// A TC on loopback that answers registrations with `accept`.
+async fn tc(accept: bool) -> Server {
+    Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        move |req: InboundRequest| async move {
+            let msg = req.payload.decode_seata().ok()?;
+            let reply = register_reply(&msg, accept, "2.3.0")?;
+            Payload::seata(&reply).ok()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn tm() -> SeataRegistration {
+    SeataRegistration::tm(RegisterTmRequest {
+        version: "2.3.0".into(),
+        application_id: "doctor".into(),
+        transaction_service_group: "default_tx_group".into(),
+        extra_data: None,
+    })
+}
+
+const STEP: Duration = Duration::from_secs(3);
+
+async fn run(addr: SocketAddr, handshake: Option<&dyn Handshake>) -> ProbeReport {
+    probe(
+        &addr.ip().to_string(),
+        addr.port(),
+        &TransportOptions::default(),
+        handshake,
+        STEP,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_accepting_tc_passes_every_step() {
+    let server = tc(true).await;
+    let h = tm();
+    let r = run(server.local_addr(), Some(&h)).await;
+    assert!(r.connect.is_ok(), "{r:?}");
+    assert!(matches!(r.ping, Some(Ok(_))), "{r:?}");
+    assert!(matches!(r.handshake, Some(Ok(_))), "{r:?}");
+    assert!(r.accepted());
+}
+
+#[tokio::test]
+async fn a_refusing_tc_is_named_with_its_answer() {
+    let server = tc(false).await;
+    let h = tm();
+    let r = run(server.local_addr(), Some(&h)).await;
+    assert!(matches!(r.ping, Some(Ok(_))), "{r:?}");
+    let err = r.handshake.clone().unwrap().unwrap_err();
+    assert!(err.contains("TC refused TM registration"), "{err}");
+    assert!(err.contains("2.3.0"), "{err}");
+    assert!(!r.accepted());
+}
+
+#[tokio::test]
+async fn a_closed_port_fails_the_connect_step_only() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let h = tm();
+    let r = probe(
+        "127.0.0.1",
+        port,
+        &TransportOptions::default(),
+        Some(&h),
+        STEP,
+    )
+    .await;
+    let err = r.connect.clone().unwrap_err();
+    assert!(err.contains("connect failed"), "{err}");
+    assert_eq!((r.ping.clone(), r.handshake.clone()), (None, None));
+    assert!(!r.accepted());
+}
+
+/// A listener that accepts and never answers (not a Seata server, or a hung one).
+#[tokio::test]
+async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let r = probe(
+        "127.0.0.1",
+        addr.port(),
+        &TransportOptions::default(),
+        None,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(r.connect.is_ok());
+    let err = r.ping.clone().unwrap().unwrap_err();
+    assert!(err.contains("no PONG within 300ms"), "{err}");
+    assert_eq!(r.handshake, None);
+    hold.abort();
+}
+
+/// An HTTP server where a TC was expected: its answer is not a Seata frame.
+#[tokio::test]
+async fn a_non_seata_server_is_named_as_such() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = [0u8; 64];
+        let _ = s.read(&mut buf).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            .await;
+    });
+    let r = run(addr, None).await;
+    let err = r.ping.clone().unwrap().unwrap_err();
+    assert!(err.contains("not a Seata frame"), "{err}");
+}

@@ -57,6 +57,10 @@ pub struct RegistryType {
     /// Whether a registration can carry a weight (etcd3, zk and redis keep `ip:port`
     /// only, in Seata's layouts).
     pub stores_weight: bool,
+    /// Whether the registry maps a tx group to its cluster itself (Seata's namingserver:
+    /// lookups by vGroup), so no `service.vgroupMapping` is needed; the same answer as
+    /// its [`RegistryService::resolves_groups`], known without connecting.
+    pub resolves_groups: bool,
     /// The constructor; `None` when the feature is not compiled in.
     pub connect: Option<Connect>,
 }
@@ -102,6 +106,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: None,
         tls_feature: None,
         stores_weight: false,
+        resolves_groups: false,
         connect: connect!("file", |c| async move {
             meshline_registry_file::FileRegistry::from_config(c)
         }),
@@ -115,6 +120,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("nacos-tls"),
         stores_weight: true,
+        resolves_groups: false,
         connect: connect!("nacos", meshline_registry_nacos::NacosRegistry::connect),
     },
     RegistryType {
@@ -126,6 +132,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("etcd-tls"),
         stores_weight: false,
+        resolves_groups: false,
         connect: connect!("etcd", meshline_registry_etcd::EtcdRegistry::connect),
     },
     RegistryType {
@@ -138,6 +145,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("zookeeper-tls"),
         stores_weight: false,
+        resolves_groups: false,
         connect: connect!(
             "zookeeper",
             meshline_registry_others::ZookeeperRegistry::connect
@@ -152,6 +160,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("redis-tls"),
         stores_weight: false,
+        resolves_groups: false,
         connect: connect!("redis", meshline_registry_others::RedisRegistry::connect),
     },
     RegistryType {
@@ -163,6 +172,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("consul-tls"),
         stores_weight: true,
+        resolves_groups: false,
         connect: connect!("consul", meshline_registry_others::ConsulRegistry::connect),
     },
     RegistryType {
@@ -174,6 +184,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("application"),
         tls_feature: Some("eureka-tls"),
         stores_weight: true,
+        resolves_groups: false,
         connect: connect!("eureka", meshline_registry_others::EurekaRegistry::connect),
     },
     RegistryType {
@@ -186,6 +197,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: None,
         tls_feature: Some("raft-tls"),
         stores_weight: false,
+        resolves_groups: false,
         connect: connect!("raft", meshline_registry_others::RaftRegistry::connect),
     },
     RegistryType {
@@ -199,6 +211,7 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         cluster_key: Some("cluster"),
         tls_feature: Some("namingserver-tls"),
         stores_weight: true,
+        resolves_groups: true,
         connect: connect!(
             "namingserver",
             meshline_registry_others::NamingserverRegistry::connect

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand};
+
+mod doctor;
 use meshline::{Config, ConfigLoader, Health, Instance, RegistryError, RegistryService, Snapshot};
 
 #[derive(Parser, Debug)]
@@ -52,6 +54,13 @@ enum Command {
     Lookup(Target),
     /// Print every membership snapshot with a timestamp until Ctrl-C.
     Watch(Target),
+    /// Walk the whole chain a Seata client follows (config, mapping, registry, each TC's
+    /// connect, PING and RegisterTM) and say why a group finds no TC, with the fix.
+    /// Exit code 0 only when at least one TC accepted the registration.
+    Doctor {
+        /// tx-service-group (default: the config's `txServiceGroup`).
+        group: Option<String>,
+    },
     /// Register ADDR in CLUSTER and keep it alive until Ctrl-C, then remove it.
     Register {
         /// Cluster name.
@@ -112,6 +121,9 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         ))
         .init();
+    if let Command::Doctor { group } = &cli.command {
+        return doctor::run(&cli, group.clone()).await;
+    }
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -136,10 +148,15 @@ fn resolve_cluster(config: &Config, target: &Target) -> Result<String, RegistryE
     }
 }
 
-/// Loads the config files, the configuration centre `config.type` names (Seata's
-/// `service.vgroupMapping.*` may live there) and the environment once (so each config
-/// warning is printed once), with --registry applied.
-async fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
+/// `doctor` is dispatched before `run` (it has its own exit code).
+fn unreachable_doctor() -> Result<(), RegistryError> {
+    Err(RegistryError::Config(
+        "internal: doctor is run by doctor::run".into(),
+    ))
+}
+
+/// The sources a command reads: --config, the environment, --registry.
+fn base_loader(cli: &Cli) -> ConfigLoader {
     let mut loader = ConfigLoader::new();
     if let Some(p) = &cli.config {
         loader = loader.file(p);
@@ -148,7 +165,14 @@ async fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
     if let Some(r) = &cli.registry {
         loader = loader.set("registry.type", r.as_str());
     }
-    let live = meshline::centre::live_config(loader).await?;
+    loader
+}
+
+/// Loads the config files, the configuration centre `config.type` names (Seata's
+/// `service.vgroupMapping.*` may live there) and the environment once (so each config
+/// warning is printed once), with --registry applied.
+async fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
+    let live = meshline::centre::live_config(base_loader(cli)).await?;
     Ok((*live.current()).clone())
 }
 
@@ -213,6 +237,7 @@ fn with_overrides(
 
 async fn run(cli: Cli) -> Result<(), RegistryError> {
     match &cli.command {
+        Command::Doctor { .. } => unreachable_doctor(),
         Command::Lookup(target) | Command::Watch(target) => {
             let base = load_base(&cli).await?;
             let mapped = resolve_cluster(&base, target);

@@ -34,7 +34,8 @@ cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
 cargo clippy -p meshline-registry-nacos --all-targets --features tls -- -D warnings
 
 step "cargo test"
-cargo test --workspace --features "$FEATURES"
+# --no-fail-fast: one run reports every failing test binary, not only the first.
+cargo test --workspace --no-fail-fast --features "$FEATURES"
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
 cargo test -p meshline-registry-nacos --features tls --lib

@@ -89,7 +89,9 @@ pub async fn check(
         down |= r.connect.is_err() || matches!(r.ping, Some(Err(_)));
         refused |= matches!(r.register, Some(Err(_)));
     }
-    if accepted == 0 {
+    // Fixes for the members that failed, also when another one accepted: a client
+    // keeps trying them, and a stale registration hides real capacity problems.
+    {
         if down {
             step = step.fix(
                 "a TC that does not answer: start it, or remove its stale registration (a crashed \

@@ -69,7 +69,7 @@ fn registry_errors_exit_1_with_message() {
     assert!(err.contains("service.vgroupMapping.no_such_group"), "{err}");
 
     let out = meshline()
-        .args(["lookup", "--registry", "raft"])
+        .args(["lookup", "--registry", "no-such-registry"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

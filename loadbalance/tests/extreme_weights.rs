@@ -34,8 +34,9 @@ fn all_names() -> Vec<String> {
     names
 }
 
-/// Balancers that document weights as ignored (weight 0 may be picked).
-const IGNORES_WEIGHTS: &[&str] = &["ConsistentHashJava"];
+/// Balancers that document weights as ignored (weight 0 may be picked): Seata's Java
+/// ring, under Seata's name and meshline's, which has no weights in Java either.
+const IGNORES_WEIGHTS: &[&str] = &["ConsistentHashLoadBalance", "ConsistentHashJava"];
 
 fn cluster(weights: &[u32]) -> Vec<Instance> {
     weights

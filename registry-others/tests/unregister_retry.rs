@@ -217,9 +217,9 @@ async fn consul_a_refused_deregistration_is_retried_and_the_check_no_longer_pass
         .await
         .unwrap();
     let me = inst("10.7.7.3:8091");
-    let id = "default-10.7.7.3:8091".to_string();
+    let id = "default-10.7.7.3:8091";
     reg.register("default", &me).await.unwrap();
-    assert_eq!(agent_services(&consul).await, [id.clone()]);
+    assert_eq!(agent_services(&consul).await, [id]);
 
     consul.fail("PUT", DEREGISTER, 500).unwrap();
     let failed_at = Instant::now();
@@ -241,11 +241,7 @@ async fn consul_a_refused_deregistration_is_retried_and_the_check_no_longer_pass
         },
     )
     .await;
-    assert_eq!(
-        agent_services(&consul).await,
-        [id.clone()],
-        "refused: still there"
-    );
+    assert_eq!(agent_services(&consul).await, [id], "refused: still there");
 
     consul.clear_faults();
     let within = retry_bound(failed_at.elapsed(), CONSUL_TIMEOUT);

@@ -32,6 +32,9 @@
 //!   0.8 logs in (username/password) only at `/nacos/v1/auth/login`, so another context
 //!   path together with username/password is refused with an error saying so.
 //! - [`close`](RegistryService::close) deregisters everything this client registered.
+//! - A failed `unregister` returns the error and is retried in the background (200 ms
+//!   doubling to 30 s) until the server takes it: nacos-sdk would otherwise register
+//!   the instance again after its next reconnect (see `src/register.rs`).
 //!
 //! Re-registration after a server restart is done by nacos-sdk's redo task; our
 //! resync query confirms it from the outside.
@@ -394,7 +397,14 @@ impl RegistryService for NacosRegistry {
     async fn unregister(&self, _cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
         self.inner.check_open()?;
         let inner = &self.inner;
-        inner.own.remove(&inner.target(), instance.key()).await
+        let result = inner.own.remove(&inner.target(), instance.key()).await;
+        if let Err(e) = &result
+            && inner.own.is_removing(instance.key()).await
+        {
+            tracing::warn!(registry = KIND, %instance, error = %e, "unregister failed; retrying in the background");
+            retry_deregister(&self.inner, instance);
+        }
+        result
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
@@ -431,6 +441,24 @@ impl RegistryService for NacosRegistry {
         self.inner.check_open()?;
         self.inner.nearby(cluster).await
     }
+}
+
+/// Deregisters `instance` in the background until the server confirms, unless it was
+/// registered again meanwhile or the client closed (close deregisters what is still
+/// pending, once more). nacos-sdk does not retry a failed deregistration; worse, its
+/// redo task registers the instance again after the next reconnect.
+fn retry_deregister(inner: &Arc<Inner>, instance: &Instance) {
+    let weak = Arc::downgrade(inner);
+    let key = instance.key().clone();
+    inner.life.retry_removal(instance.to_string(), move || {
+        let (weak, key) = (weak.clone(), key.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            inner.own.retry_removal(&inner.target(), &key).await
+        }
+    });
 }
 
 impl Drop for NacosRegistry {

@@ -21,6 +21,15 @@
 //!   stays exact); a removed instance is first deregistered explicitly, because rnacos
 //!   adds a batch to what is there instead of replacing it.
 //!
+//! A deregistration that fails (the server is down or refuses) is not forgotten.
+//! nacos-sdk 0.8 does not retry it: it drops the register replay only when the
+//! deregistration succeeds, so after a failed one its redo task registers the instance
+//! *again* on the next reconnect, and it stays for as long as the client lives. The
+//! instance is kept as *to remove*; the registry retries its deregistration in the
+//! background ([`Lifecycle::retry_removal`](meshline_registry_core::Lifecycle::retry_removal))
+//! until the server takes it (which also drops nacos-sdk's replay), it is registered
+//! again, or the client closes, whose deregistration of everything includes it.
+//!
 //! Known gap: after the last instance of a batch is unregistered, nacos-sdk's batch
 //! replay still holds it, and a reconnect before the next registration (or before
 //! [`close`](meshline_registry_core::RegistryService::close)) registers it again. The
@@ -56,6 +65,8 @@ struct Own {
     instances: BTreeMap<InstanceKey, ServiceInstance>,
     /// A batch was sent on this client: nacos-sdk replays it after reconnects.
     batched: bool,
+    /// Instances whose deregistration failed: still to be deregistered.
+    removing: BTreeMap<InstanceKey, ServiceInstance>,
 }
 
 impl Own {
@@ -67,6 +78,8 @@ impl Own {
             .filter(|(k, _)| **k != key)
             .map(|(_, v)| v.clone())
             .collect();
+        // A registration again cancels a pending deregistration.
+        self.removing.remove(&key);
         self.instances.insert(key, si.clone());
         if self.batched {
             return vec![Call::Batch(self.all())];
@@ -120,21 +133,68 @@ impl Registrations {
     }
 
     /// Deregisters the instance with `key`, if it is ours.
+    ///
+    /// When the deregistration itself fails, the instance is kept as *to remove*
+    /// ([`is_removing`](Self::is_removing)) for [`retry_removal`](Self::retry_removal)
+    /// and [`remove_all`](Self::remove_all); the error is returned.
     pub(crate) async fn remove(
         &self,
         to: &Target<'_>,
         key: &InstanceKey,
     ) -> Result<(), RegistryError> {
         let mut own = self.own.lock().await;
-        let calls = own.remove(key);
+        let mut calls = own.remove(key);
+        if calls.is_empty() {
+            return Ok(());
+        }
+        // The first call is the deregistration of `key`; the rest bring the batch
+        // replay up to date.
+        let dereg = calls.remove(0);
+        if let Err(e) = run(to, vec![dereg.clone()]).await {
+            if let Call::Deregister(si) = dereg {
+                own.removing.insert(key.clone(), si);
+            }
+            return Err(e);
+        }
         run(to, calls).await
     }
 
-    /// Deregisters every instance we registered; every one is tried, the first error
-    /// is returned.
+    /// True while the deregistration of `key` failed and was not done since.
+    pub(crate) async fn is_removing(&self, key: &InstanceKey) -> bool {
+        self.own.lock().await.removing.contains_key(key)
+    }
+
+    /// One more try at deregistering `key` after [`remove`](Self::remove) failed:
+    /// `Ok(true)` when it is done, or no longer wanted (registered again, or removed
+    /// by [`remove_all`](Self::remove_all)); an error to try again later. A client with
+    /// a batch replay sends the remaining batch after it, so the replay no longer holds
+    /// the instance.
+    pub(crate) async fn retry_removal(
+        &self,
+        to: &Target<'_>,
+        key: &InstanceKey,
+    ) -> Result<bool, RegistryError> {
+        let mut own = self.own.lock().await;
+        let Some(si) = own.removing.get(key).cloned() else {
+            return Ok(true);
+        };
+        run(to, vec![Call::Deregister(si)]).await?;
+        own.removing.remove(key);
+        if own.batched && !own.instances.is_empty() {
+            let rest = own.all();
+            if let Err(e) = run(to, vec![Call::Batch(rest)]).await {
+                tracing::warn!(registry = "nacos", error = %e, "re-sending the batch after a retried deregistration failed");
+            }
+        }
+        Ok(true)
+    }
+
+    /// Deregisters every instance we registered, and every one whose deregistration
+    /// failed before; every one is tried, the first error is returned.
     pub(crate) async fn remove_all(&self, to: &Target<'_>) -> Result<(), RegistryError> {
         let mut own = self.own.lock().await;
-        let all = std::mem::take(&mut own.instances);
+        let mut all = std::mem::take(&mut own.instances);
+        all.extend(std::mem::take(&mut own.removing));
         let mut result = Ok(());
         for si in all.into_values() {
             if let Err(e) = run(to, vec![Call::Deregister(si)]).await {

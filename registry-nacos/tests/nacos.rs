@@ -439,3 +439,69 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
     );
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
+
+/// Issue #13 item 4: an unregister made while the server is down fails, and nacos-sdk
+/// 0.8 does not retry it: a failed deregistration leaves its register redo task in
+/// place, so after the reconnect nacos-sdk registers the instance *again* (its redo
+/// runs every 3 s) and it stays for as long as the client lives. Our background retry
+/// must deregister it once the server is back, and it must stay gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregister_that_failed_while_the_server_was_down_is_retried() {
+    /// nacos-sdk's redo period (`RedoTaskExecutor`, 3 s).
+    const REDO: Duration = Duration::from_secs(3);
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let mut server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let me = Instance::parse("10.8.8.1:8091").unwrap();
+    reg.register("default", &me).await.unwrap();
+
+    server.kill();
+    let err = reg.unregister("default", &me).await.unwrap_err();
+    let failed_at = Instant::now();
+    eprintln!("unregister while down: {err}");
+    server.restart().expect("restart rnacos");
+    // The registrant is connected again once its own lookup answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reg.lookup("default").await.is_err() {
+        assert!(Instant::now() < deadline, "no reconnect within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reconnected = failed_at.elapsed();
+    eprintln!("reconnected {reconnected:?} after the failed unregister");
+    // From now on the retry (200 ms doubling to 30 s, jittered into the upper half of
+    // each delay) tries again by 3 x the time since the failure + 200 ms; each try
+    // takes at most the request timeout; nacos-sdk's register replay comes within one
+    // redo period. The instance must then be absent and stay absent for two redo
+    // periods (a replay would bring it back).
+    let within = (reconnected * 3 + Duration::from_millis(200)).min(Duration::from_secs(30))
+        + meshline_registry_nacos::REQUEST_TIMEOUT
+        + REDO
+        + Duration::from_secs(2);
+    let observer = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let deadline = Instant::now() + within + REDO * 2;
+    let mut absent_since: Option<Instant> = None;
+    loop {
+        let listed = observer
+            .lookup("default")
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.key() == me.key());
+        match (listed, absent_since) {
+            (true, _) => absent_since = None,
+            (false, None) => absent_since = Some(Instant::now()),
+            (false, Some(t)) if t.elapsed() >= REDO * 2 => break,
+            (false, Some(_)) => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the instance is still listed (or came back) {:?} after the reconnect \
+             (absent since {:?})",
+            deadline.elapsed() + within + REDO * 2,
+            absent_since.map(|t| t.elapsed())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    observer.close().await.unwrap();
+    reg.close().await.unwrap();
+}

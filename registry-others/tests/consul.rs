@@ -290,8 +290,9 @@ async fn an_unreachable_agent_is_an_error_naming_it() {
 }
 
 /// Issue #13 item 2: at `trace`, dependencies included, a run that connects with the
-/// ACL token, is refused with a wrong one, loses the agent and reconnects after its
-/// restart never prints either token: not in the log, not in an error's Display, not in
+/// ACL token, is refused (403) with a wrong one, loses the agent (the watch goes stale)
+/// and reconnects after its restart (connected again, our instance registered again
+/// with the token) never prints either token: not in the log, not in an error's Display, not in
 /// a `Health::Stale` reason, not in a `Debug`. A current-thread runtime, so every task
 /// logs into the capture.
 #[tokio::test]
@@ -319,7 +320,11 @@ async fn the_acl_token_never_reaches_the_log_even_at_trace() {
     .await;
     let mut shown = vec![format!("{good_cfg:?}"), format!("{reg:?}")];
     match ConsulRegistry::connect(&wrong_cfg).await {
-        Err(e) => shown.push(e.to_string()),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("403"), "not the ACL refusal: {e}");
+            shown.push(e);
+        }
         Ok(bad) => {
             shown.push(bad.lookup("secret").await.unwrap_err().to_string());
             shown.push(
@@ -345,8 +350,21 @@ async fn the_acl_token_never_reaches_the_log_even_at_trace() {
         wait_health(&mut w, Duration::from_secs(20), false).await
     ));
     shown.push(reg.lookup("secret").await.unwrap_err().to_string());
+    // It comes back empty: the watch is connected again, and the keeper (its TTL pass
+    // answered 404) registers our instance again with the token.
     consul.restart().unwrap();
     wait_health(&mut w, Duration::from_secs(30), true).await;
+    // (Asked of the server: the watch may still show the snapshot from before.)
+    eventually(
+        Duration::from_secs(30),
+        "registered again after the restart",
+        || async {
+            reg.lookup("secret")
+                .await
+                .is_ok_and(|l| l.iter().any(|i| i.to_string() == "10.9.9.1:8091"))
+        },
+    )
+    .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while let Err(e) = reg.register("secret", &inst("10.9.9.2:8091")).await {
         shown.push(e.to_string());
@@ -357,6 +375,10 @@ async fn the_acl_token_never_reaches_the_log_even_at_trace() {
     drop(guard);
     let text = buf.text();
     assert!(text.contains("TRACE"), "the capture ran at trace");
+    assert!(
+        text.contains("registered it again"),
+        "the log shows no re-registration after the restart"
+    );
     for s in [SECRET, WRONG] {
         assert!(!text.contains(s), "a token is in the log");
         for m in &shown {

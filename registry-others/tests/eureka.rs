@@ -319,15 +319,23 @@ async fn a_missing_service_url_or_server_is_an_error() {
 }
 
 /// Issue #13 item 2: at `trace`, dependencies included, a run with a `serviceUrl`
-/// carrying `user:pass@` that fetches, loses the server, reconnects after its restart,
-/// and another one that cannot reach its server at all, never prints the password: not
-/// in the log, not in an error's Display, not in a `Health::Stale` reason, not in a
-/// `Debug`. A current-thread runtime, so every task logs into the capture.
+/// carrying `user:pass@` against a server that checks it (HTTP Basic, as Spring
+/// Security): it logs in, another client is refused (401) with a wrong password, the
+/// server goes away (the watch goes stale) and comes back empty (the watch is connected
+/// again and the heartbeat registers our instance again, logged in); and a client that
+/// cannot reach its server at all. The password never shows: not in the log, not in an
+/// error's Display, not in a `Health::Stale` reason, not in a `Debug`. A current-thread
+/// runtime, so every task logs into the capture.
 #[tokio::test]
 async fn the_service_url_password_never_reaches_the_log_even_at_trace() {
     const SECRET: &str = "Eureka-Pass-9b4d2";
     const WRONG: &str = "Eureka-Wrong-1f6a8";
-    let mut eureka = double();
+    let mut eureka = EurekaDouble::start(EurekaDoubleOptions {
+        eviction_interval: EVICTION,
+        basic_auth: Some(("meshline".into(), SECRET.into())),
+        ..Default::default()
+    })
+    .unwrap();
     let buf = LogBuf::default();
     let guard = buf.capture_at(tracing::Level::TRACE);
     let with_pass = |url: &str, pass: &str| {
@@ -335,9 +343,14 @@ async fn the_service_url_password_never_reaches_the_log_even_at_trace() {
         config_with(&eureka, &[("registry.eureka.serviceUrl", &url)])
     };
     let good_cfg = with_pass(&eureka.service_url(), SECRET);
+    let wrong_cfg = with_pass(&eureka.service_url(), WRONG);
     let closed = meshline_testkit::closed_port().unwrap();
-    let wrong_cfg = with_pass(&format!("http://127.0.0.1:{closed}/eureka"), WRONG);
-    let mut shown = vec![format!("{good_cfg:?}"), format!("{wrong_cfg:?}")];
+    let unreachable_cfg = with_pass(&format!("http://127.0.0.1:{closed}/eureka"), WRONG);
+    let mut shown = vec![
+        format!("{good_cfg:?}"),
+        format!("{wrong_cfg:?}"),
+        format!("{unreachable_cfg:?}"),
+    ];
     let reg = EurekaRegistry::connect(&good_cfg).await.unwrap();
     shown.push(format!("{reg:?}"));
     reg.register("secret", &inst("10.9.9.1:8091"))
@@ -348,7 +361,25 @@ async fn the_service_url_password_never_reaches_the_log_even_at_trace() {
         addrs(s).len() == 1
     })
     .await;
-    match EurekaRegistry::connect(&wrong_cfg).await {
+    // A wrong password: the server refuses the login (connect only checks that the
+    // server answers; the first real call is refused).
+    let refused = match EurekaRegistry::connect(&wrong_cfg).await {
+        Err(e) => e.to_string(),
+        Ok(bad) => {
+            shown.push(format!("{bad:?}"));
+            let e = bad.lookup("secret").await.unwrap_err().to_string();
+            let r = bad.register("secret", &inst("10.9.9.4:8091")).await;
+            shown.push(
+                r.expect_err("a wrong password must not register")
+                    .to_string(),
+            );
+            bad.close().await.unwrap();
+            e
+        }
+    };
+    assert!(refused.contains("401"), "not the login refusal: {refused}");
+    shown.push(refused);
+    match EurekaRegistry::connect(&unreachable_cfg).await {
         Err(e) => shown.push(e.to_string()),
         Ok(bad) => {
             shown.push(bad.lookup("secret").await.unwrap_err().to_string());
@@ -366,6 +397,7 @@ async fn the_service_url_password_never_reaches_the_log_even_at_trace() {
             bad.close().await.unwrap();
         }
     }
+    // The server goes away while the client runs: the watch goes stale.
     eureka.stop();
     shown.push(format!(
         "{:?}",
@@ -374,12 +406,29 @@ async fn the_service_url_password_never_reaches_the_log_even_at_trace() {
     if let Err(e) = reg.lookup("secret").await {
         shown.push(e.to_string());
     }
+    // It comes back empty: the client reconnects (the watch is connected again) and
+    // its heartbeat, answered 404, registers our instance again with the password.
     eureka.restart().unwrap();
     wait_health(&mut w, Duration::from_secs(30), true).await;
+    // (Asked of the server: the watch may still show the snapshot from before.)
+    eventually(
+        Duration::from_secs(30),
+        "registered again after the restart",
+        || async {
+            reg.lookup("secret")
+                .await
+                .is_ok_and(|l| l.iter().any(|i| i.to_string() == "10.9.9.1:8091"))
+        },
+    )
+    .await;
     reg.close().await.unwrap();
     drop(guard);
     let text = buf.text();
     assert!(text.contains("TRACE"), "the capture ran at trace");
+    assert!(
+        text.contains("registered it again"),
+        "the log shows no re-registration after the restart"
+    );
     for s in [SECRET, WRONG] {
         assert!(!text.contains(s), "a password is in the log");
         for m in &shown {

@@ -6,6 +6,10 @@
 //! included), exactly like a killed agent. A restart binds the same port again with a
 //! brand-new, empty state (a registry restarted without persistence).
 //!
+//! Tests can make chosen requests fail ([`Faults`]): a double then answers them with a
+//! given status and leaves its state alone, as a registry that refuses or breaks one
+//! kind of call (a deregistration) while the rest works. Faults survive restarts.
+//!
 //! Also here: the few request helpers both doubles use the same way (a poison-tolerant
 //! lock, a query-string lookup) and Go's duration syntax, which Consul speaks.
 
@@ -36,7 +40,46 @@ pub(crate) struct HttpDouble {
     build: Build,
     /// Serve HTTPS with this configuration (see [`HttpDouble::start_tls`]).
     tls: Option<Arc<rustls::ServerConfig>>,
+    faults: Faults,
     running: Option<Running>,
+}
+
+/// Requests a double answers with an injected status instead of serving them (see
+/// [`HttpDouble::fail`]). Shared by every start of one double.
+#[derive(Clone, Default)]
+pub(crate) struct Faults {
+    rules: Arc<Mutex<Vec<Fault>>>,
+}
+
+#[derive(Clone)]
+struct Fault {
+    method: axum::http::Method,
+    path_prefix: String,
+    status: axum::http::StatusCode,
+}
+
+impl Faults {
+    /// The status to answer `method path` with, if a rule matches.
+    fn matching(&self, method: &axum::http::Method, path: &str) -> Option<axum::http::StatusCode> {
+        lock(&self.rules)
+            .iter()
+            .find(|f| f.method == method && path.starts_with(&f.path_prefix))
+            .map(|f| f.status)
+    }
+}
+
+/// The middleware applying [`Faults`]: a matching request is answered with its status
+/// and a short body naming the injection, and never reaches the double's handlers.
+async fn apply_faults(
+    axum::extract::State(faults): axum::extract::State<Faults>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match faults.matching(req.method(), req.uri().path()) {
+        Some(status) => (status, "fault injected by the test").into_response(),
+        None => next.run(req).await,
+    }
 }
 
 struct Running {
@@ -71,6 +114,7 @@ impl HttpDouble {
             addr,
             build: Box::new(build),
             tls,
+            faults: Faults::default(),
             running: None,
         };
         d.run(listener)?;
@@ -79,6 +123,10 @@ impl HttpDouble {
 
     fn run(&mut self, listener: TcpListener) -> Result<()> {
         let Built { router, background } = (self.build)();
+        let router = router.layer(axum::middleware::from_fn_with_state(
+            self.faults.clone(),
+            apply_faults,
+        ));
         let (stop, stop_rx) = oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -153,6 +201,27 @@ impl HttpDouble {
 
     pub(crate) fn is_running(&self) -> bool {
         self.running.is_some()
+    }
+
+    /// From now on, answers every `method` request whose path starts with
+    /// `path_prefix` with `status` (its handlers and state untouched), until
+    /// [`clear_faults`](Self::clear_faults). Kept across restarts.
+    pub(crate) fn fail(&self, method: &str, path_prefix: &str, status: u16) -> Result<()> {
+        let method = axum::http::Method::from_bytes(method.as_bytes())
+            .map_err(|e| Error::Other(format!("{}: bad method `{method}`: {e}", self.name)))?;
+        let status = axum::http::StatusCode::from_u16(status)
+            .map_err(|e| Error::Other(format!("{}: bad status {status}: {e}", self.name)))?;
+        lock(&self.faults.rules).push(Fault {
+            method,
+            path_prefix: path_prefix.to_string(),
+            status,
+        });
+        Ok(())
+    }
+
+    /// Serves every request normally again.
+    pub(crate) fn clear_faults(&self) {
+        lock(&self.faults.rules).clear();
     }
 
     /// `https` when serving TLS, else `http`.

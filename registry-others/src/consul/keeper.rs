@@ -36,11 +36,15 @@ pub(super) async fn keeper(inner: Arc<Inner>) {
             match r {
                 Ok(_) => {}
                 Err(CallError::Status(StatusCode::NOT_FOUND, _)) => {
-                    // Still ours? unregister may have raced with this round.
-                    if !inner.regs.contains(&id).await {
+                    // Still ours? unregister may have raced with this round; the lock
+                    // keeps one from starting until this re-registration is done.
+                    let regs = inner.regs.lock().await;
+                    if !regs.contains_key(&id) {
                         continue;
                     }
-                    match inner.put_registration(&body).await {
+                    let written = inner.put_registration(&body).await;
+                    drop(regs);
+                    match written {
                         Ok(()) => tracing::info!(
                             registry = KIND,
                             service_id = id,
@@ -88,4 +92,31 @@ pub(super) async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
                 .map_err(|e| e.into_registry(inner.server(), "deregister"))
         })
         .await
+}
+
+/// Deregisters `id` in the background until the agent confirms, unless it was
+/// registered again meanwhile or the client closed (close deregisters what is still
+/// pending, once more).
+pub(super) fn retry_deregister(inner: &Arc<Inner>, id: String) {
+    let weak = Arc::downgrade(inner);
+    let i = id.clone();
+    inner.life.retry_removal(id, move || {
+        let (weak, id) = (weak.clone(), i.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            // Held so that a concurrent register of the service waits for us.
+            let _regs = inner.regs.lock().await;
+            if !inner.regs.is_removing(&id) {
+                return Ok(true);
+            }
+            inner
+                .deregister(&id)
+                .await
+                .map_err(|e| e.into_registry(inner.server(), "deregister"))?;
+            inner.regs.removal_done(&id);
+            Ok(true)
+        }
+    });
 }

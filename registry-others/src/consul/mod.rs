@@ -37,7 +37,10 @@
 //! service: restarted without persistence, or reaped it), the keeper registers the
 //! instance again at once; when the agent is unreachable it retries with jittered
 //! backoff. `unregister` and `close` deregister
-//! (`PUT /v1/agent/service/deregister/<id>`). Dropping the registry does the same (best
+//! (`PUT /v1/agent/service/deregister/<id>`); a failed `unregister` returns the error,
+//! stops passing the check at once and retries the deregistration in the background
+//! (200 ms doubling to 30 s) until the agent takes it, the instance is registered
+//! again, or the client closes (`close` deregisters what is still pending). Dropping the registry does the same (best
 //! effort, on the current tokio runtime) and ends its watches;
 //! [`abandon`](ConsulRegistry::abandon) stops everything without deregistering, like a
 //! crash: the check then expires and Consul reaps the service.
@@ -91,7 +94,7 @@ pub use settings::ConsulSettings;
 
 use agent::Agent;
 use follow::{BLOCKING_WAIT, next_index, watch_loop};
-use keeper::{deregister_all, keeper};
+use keeper::{deregister_all, keeper, retry_deregister};
 
 const KIND: &str = "consul";
 
@@ -186,11 +189,14 @@ impl RegistryService for ConsulRegistry {
         inner.life.check_open()?;
         let id = parse::service_id(cluster, instance);
         let body = parse::register_body(cluster, instance, inner.ttl, inner.deregister_after);
+        let mut regs = inner.regs.lock().await;
         inner
             .put_registration(&body)
             .await
             .map_err(|e| e.into_registry(inner.server(), "register"))?;
-        inner.regs.insert(id, body).await;
+        // A registration again cancels a pending background deregistration.
+        inner.regs.removal_done(&id);
+        regs.insert(id, body);
         Ok(())
     }
 
@@ -198,11 +204,23 @@ impl RegistryService for ConsulRegistry {
         let inner = &self.inner;
         inner.life.check_open()?;
         let id = parse::service_id(cluster, instance);
-        inner.regs.remove(&id).await;
-        inner
-            .deregister(&id)
-            .await
-            .map_err(|e| e.into_registry(inner.server(), "unregister"))
+        // Not forgotten until the agent confirms: the keeper stops passing the check at
+        // once, and a failed deregistration is retried (and done by close) instead of
+        // leaving the service listed until its check expires.
+        inner.regs.begin_removal(&id).await;
+        let regs = inner.regs.lock().await;
+        if let Err(e) = inner.deregister(&id).await {
+            drop(regs);
+            let e = e.into_registry(inner.server(), "unregister");
+            if inner.regs.is_removing(&id) {
+                tracing::warn!(registry = KIND, cluster, %instance, service_id = id, error = %e, "unregister failed; retrying in the background");
+                retry_deregister(&self.inner, id);
+            }
+            return Err(e);
+        }
+        inner.regs.removal_done(&id);
+        drop(regs);
+        Ok(())
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

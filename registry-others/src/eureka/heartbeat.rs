@@ -33,10 +33,15 @@ pub(super) async fn heartbeat(inner: Arc<Inner>) {
             match r {
                 Ok((StatusCode::OK, _)) => {}
                 Ok((StatusCode::NOT_FOUND, _)) => {
-                    if !inner.regs.contains(&id).await {
+                    // Still ours? unregister may have raced with this round; the lock
+                    // keeps one from starting until this re-registration is done.
+                    let regs = inner.regs.lock().await;
+                    if !regs.contains_key(&id) {
                         continue;
                     }
-                    match inner.post_registration(&app, &body).await {
+                    let written = inner.post_registration(&app, &body).await;
+                    drop(regs);
+                    match written {
                         Ok(()) => tracing::info!(
                             registry = KIND,
                             instance = id,
@@ -88,4 +93,31 @@ pub(super) async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
                 .map_err(|e| e.into_registry(&inner.server(), "cancel"))
         })
         .await
+}
+
+/// Cancels `id` of `app` in the background until the server confirms (a 404, already
+/// gone, counts), unless it was registered again meanwhile or the client closed (close
+/// cancels what is still pending, once more).
+pub(super) fn retry_cancel(inner: &Arc<Inner>, app: String, id: String) {
+    let weak = Arc::downgrade(inner);
+    let i = id.clone();
+    inner.life.retry_removal(id, move || {
+        let (weak, app, id) = (weak.clone(), app.clone(), i.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            // Held so that a concurrent register of the instance waits for us.
+            let _regs = inner.regs.lock().await;
+            if !inner.regs.is_removing(&id) {
+                return Ok(true);
+            }
+            inner
+                .cancel(&app, &id)
+                .await
+                .map_err(|e| e.into_registry(&inner.server(), "cancel"))?;
+            inner.regs.removal_done(&id);
+            Ok(true)
+        }
+    });
 }

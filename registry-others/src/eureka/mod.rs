@@ -15,8 +15,12 @@
 //! registration each `renewalInterval` (`PUT .../apps/{APP}/{id}`); a **404** (the
 //! server does not know the instance: restarted, or the lease was evicted) makes it
 //! register again at once; an unreachable server is retried with jittered backoff.
-//! `unregister` and `close` cancel (`DELETE .../apps/{APP}/{id}`); so does dropping the
-//! registry (best effort, on the current tokio runtime), which also ends its watches.
+//! `unregister` and `close` cancel (`DELETE .../apps/{APP}/{id}`); a failed
+//! `unregister` returns the error, stops the heartbeat of the instance at once and
+//! retries the cancel in the background (200 ms doubling to 30 s) until the server
+//! takes it, the instance is registered again, or the client closes (`close` cancels
+//! what is still pending). Dropping the registry cancels too (best effort, on the
+//! current tokio runtime), which also ends its watches.
 //! [`abandon`](EurekaRegistry::abandon) stops everything without cancelling, like a
 //! crash: the server evicts the instances when their lease runs out.
 //!
@@ -70,7 +74,7 @@ mod settings;
 pub use settings::EurekaSettings;
 
 use fetcher::fetcher;
-use heartbeat::{cancel_all, heartbeat};
+use heartbeat::{cancel_all, heartbeat, retry_cancel};
 use http::parse_urls;
 
 const KIND: &str = "eureka";
@@ -220,11 +224,14 @@ impl RegistryService for EurekaRegistry {
         let app = parse::app_name(cluster);
         let id = parse::instance_id(cluster, instance);
         let body = parse::register_body(cluster, instance, inner.renewal, inner.lease, now_ms());
+        let mut regs = inner.regs.lock().await;
         inner
             .post_registration(&app, &body)
             .await
             .map_err(|e| e.into_registry(&inner.server(), "register"))?;
-        inner.regs.insert(id, Registration { app, body }).await;
+        // A registration again cancels a pending background cancel.
+        inner.regs.removal_done(&id);
+        regs.insert(id, Registration { app, body });
         Ok(())
     }
 
@@ -233,11 +240,23 @@ impl RegistryService for EurekaRegistry {
         inner.life.check_open()?;
         let app = parse::app_name(cluster);
         let id = parse::instance_id(cluster, instance);
-        inner.regs.remove(&id).await;
-        inner
-            .cancel(&app, &id)
-            .await
-            .map_err(|e| e.into_registry(&inner.server(), "unregister"))
+        // Not forgotten until the server confirms: the heartbeat stops renewing the
+        // lease at once, and a failed cancel is retried (and done by close) instead of
+        // leaving the instance listed until its lease runs out.
+        inner.regs.begin_removal(&id).await;
+        let regs = inner.regs.lock().await;
+        if let Err(e) = inner.cancel(&app, &id).await {
+            drop(regs);
+            let e = e.into_registry(&inner.server(), "unregister");
+            if inner.regs.is_removing(&id) {
+                tracing::warn!(registry = KIND, cluster, %instance, instance_id = id, error = %e, "unregister failed; retrying in the background");
+                retry_cancel(&self.inner, app, id);
+            }
+            return Err(e);
+        }
+        inner.regs.removal_done(&id);
+        drop(regs);
+        Ok(())
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

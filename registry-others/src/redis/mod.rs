@@ -8,6 +8,10 @@
 //!   never more than half the TTL). The value is `<pid>@<hostname>`, as Seata writes.
 //! - Registering publishes `<ip>:<port>-register`, unregistering deletes the key and
 //!   publishes `<ip>:<port>-unregister`, on the channel `registry.redis.<cluster>`.
+//! - An unregister whose `DEL` fails returns the error, stops refreshing the key at
+//!   once and retries the delete in the background (200 ms doubling to 30 s) until
+//!   Redis takes it, the key is registered again, or the client closes; `close`
+//!   deletes what is still pending.
 //!
 //! ## Lookup and watch
 //!
@@ -79,7 +83,7 @@ pub use settings::RedisSettings;
 
 use follow::watch_loop;
 use layout::local_identity;
-use refresh::{refresh_loop, remove_all};
+use refresh::{refresh_loop, remove_all, retry_delete};
 use servers::Servers;
 
 const KIND: &str = "redis";
@@ -168,6 +172,8 @@ impl RegistryService for RedisRegistry {
         let addr = instance.to_java_string();
         let mut regs = self.inner.registered.lock().await;
         self.inner.write_key(&key).await?;
+        // A registration again cancels a pending background delete of the key.
+        self.inner.registered.removal_done(&key);
         regs.insert(key.clone(), (chan.clone(), addr.clone()));
         drop(regs);
         self.inner
@@ -182,8 +188,21 @@ impl RegistryService for RedisRegistry {
         let key = instance_key(cluster, instance);
         let chan = channel(cluster);
         let addr = instance.to_java_string();
-        self.inner.registered.remove(&key).await;
-        self.inner.remove_key(&key, &chan, &addr).await?;
+        // Not forgotten until Redis confirms the DEL: the refresh loop stops renewing
+        // the key at once, and a failed DEL is retried (and done by close) instead of
+        // leaving the key to its TTL.
+        self.inner.registered.begin_removal(&key).await;
+        let regs = self.inner.registered.lock().await;
+        if let Err(e) = self.inner.remove_key(&key, &chan, &addr).await {
+            drop(regs);
+            if self.inner.registered.is_removing(&key) {
+                tracing::warn!(registry = KIND, cluster, %instance, key, error = %e, "unregister failed; retrying in the background");
+                retry_delete(&self.inner, key, chan, addr);
+            }
+            return Err(e);
+        }
+        self.inner.registered.removal_done(&key);
+        drop(regs);
         tracing::info!(registry = KIND, cluster, %instance, key, "unregistered");
         Ok(())
     }

@@ -77,7 +77,11 @@ pub(super) async fn refresh_loop(inner: Arc<Inner>) {
         if !inner.life.sleep(delay).await {
             return;
         }
-        let regs = inner.registered.snapshot().await;
+        // Held across the write, so an unregister's DEL cannot fall between our
+        // snapshot and our SETEX (which would write the key again).
+        let guard = inner.registered.lock().await;
+        let regs: Vec<(String, (String, String))> =
+            guard.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if regs.is_empty() {
             continue;
         }
@@ -93,6 +97,7 @@ pub(super) async fn refresh_loop(inner: Arc<Inner>) {
                 async move { pipe.query_async::<()>(&mut c).await }
             })
             .await;
+        drop(guard);
         match written {
             Ok(()) => {
                 if announce {
@@ -128,4 +133,29 @@ pub(super) async fn remove_all(inner: &Inner) -> Result<(), RegistryError> {
             inner.remove_key(&key, &chan, &addr).await
         })
         .await
+}
+
+/// Deletes `key` in the background until Redis confirms, unless it was registered
+/// again meanwhile or the client closed (close deletes what is still pending, once
+/// more). Not left to the key's TTL: with a long TTL the key would stay listed for
+/// that long.
+pub(super) fn retry_delete(inner: &Arc<Inner>, key: String, chan: String, addr: String) {
+    let weak = Arc::downgrade(inner);
+    let k = key.clone();
+    inner.life.retry_removal(key, move || {
+        let (weak, key, chan, addr) = (weak.clone(), k.clone(), chan.clone(), addr.clone());
+        async move {
+            let Some(inner) = weak.upgrade() else {
+                return Ok(true);
+            };
+            // Held so that a concurrent register of the key waits for us.
+            let _regs = inner.registered.lock().await;
+            if !inner.registered.is_removing(&key) {
+                return Ok(true);
+            }
+            inner.remove_key(&key, &chan, &addr).await?;
+            inner.registered.removal_done(&key);
+            Ok(true)
+        }
+    });
 }

@@ -166,6 +166,19 @@ impl ConsulDouble {
     pub fn is_running(&self) -> bool {
         self.server.is_running()
     }
+
+    /// Makes chosen calls fail: from now on every `method` request whose path starts
+    /// with `path_prefix` (e.g. `"PUT", "/v1/agent/service/deregister/", 500`) is answered with `status` and
+    /// changes nothing, until [`clear_faults`](Self::clear_faults); the other calls are
+    /// served as usual. Kept across restarts. Errors on an invalid method or status.
+    pub fn fail(&self, method: &str, path_prefix: &str, status: u16) -> Result<()> {
+        self.server.fail(method, path_prefix, status)
+    }
+
+    /// Serves every call normally again.
+    pub fn clear_faults(&self) {
+        self.server.clear_faults()
+    }
 }
 
 /// The router on a fresh, empty catalog, and the ticker next to it.

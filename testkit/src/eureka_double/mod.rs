@@ -23,6 +23,8 @@
 //!   of the whole registry (`UP_2_DOWN_1_`-style, statuses sorted) so clients can check
 //!   their merged copy; 403 when delta is disabled
 //!   ([`EurekaDoubleOptions::delta_enabled`]).
+//! - With [`EurekaDoubleOptions::basic_auth`], requests without those HTTP Basic
+//!   credentials get 401 (a server behind Spring Security's basic auth).
 //! - **Leases really expire**: an instance not renewed within its
 //!   `leaseInfo.durationInSecs` (default 90) is evicted by a task running every
 //!   [`EurekaDoubleOptions::eviction_interval`] (real server: 60 s), and the eviction
@@ -65,6 +67,10 @@ pub struct EurekaDoubleOptions {
     pub retention: Duration,
     /// Serve `GET /apps/delta` (otherwise 403, as with `disableDelta`).
     pub delta_enabled: bool,
+    /// When set (`user`, `password`), every request must carry HTTP Basic credentials
+    /// for it, as a Eureka server behind Spring Security's basic auth: otherwise 401
+    /// with `WWW-Authenticate: Basic realm="Realm"`.
+    pub basic_auth: Option<(String, String)>,
 }
 
 impl Default for EurekaDoubleOptions {
@@ -74,6 +80,7 @@ impl Default for EurekaDoubleOptions {
             eviction_interval: Duration::from_millis(500),
             retention: Duration::from_secs(180),
             delta_enabled: true,
+            basic_auth: None,
         }
     }
 }
@@ -138,11 +145,29 @@ impl EurekaDouble {
     pub fn is_running(&self) -> bool {
         self.server.is_running()
     }
+
+    /// Makes chosen calls fail: from now on every `method` request whose path starts
+    /// with `path_prefix` (e.g. `"DELETE", "/eureka/apps/", 500`) is answered with `status` and
+    /// changes nothing, until [`clear_faults`](Self::clear_faults); the other calls are
+    /// served as usual. Kept across restarts. Errors on an invalid method or status.
+    pub fn fail(&self, method: &str, path_prefix: &str, status: u16) -> Result<()> {
+        self.server.fail(method, path_prefix, status)
+    }
+
+    /// Serves every call normally again.
+    pub fn clear_faults(&self) {
+        self.server.clear_faults()
+    }
 }
 
 /// The router (the API under `/eureka` and `/eureka/v2`) on an empty registry, and
 /// the evictor next to it.
 fn build(opts: EurekaDoubleOptions) -> Built {
+    let expected = opts.basic_auth.as_ref().map(|(user, pass)| {
+        use base64::Engine;
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+        format!("Basic {token}")
+    });
     let shared = Arc::new(Shared::new(opts));
     let api = || {
         Router::new()
@@ -169,9 +194,39 @@ fn build(opts: EurekaDoubleOptions) -> Built {
         .nest("/eureka", api())
         .nest("/eureka/v2", api())
         .fallback(|| async { (StatusCode::NOT_FOUND, "Not Found") })
+        .layer(axum::middleware::from_fn_with_state(expected, basic_auth))
         .with_state(shared.clone());
     Built {
         router,
         background: Box::pin(state::evictor(shared)),
     }
+}
+
+/// With [`EurekaDoubleOptions::basic_auth`], refuses a request without those
+/// credentials (401, Spring Security's answer).
+async fn basic_auth(
+    axum::extract::State(expected): axum::extract::State<Option<String>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some(expected) = expected else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if given == Some(expected.as_str()) {
+        return next.run(req).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            axum::http::header::WWW_AUTHENTICATE,
+            "Basic realm=\"Realm\"",
+        )],
+        "Unauthorized",
+    )
+        .into_response()
 }

@@ -44,6 +44,7 @@ mod etcd;
 mod eureka_double;
 mod http_double;
 mod namingserver_double;
+mod ports;
 mod process;
 mod raft_double;
 mod redis;

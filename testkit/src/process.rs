@@ -359,7 +359,23 @@ pub(crate) fn start_with_port_retry<T>(
         let mut server = make(&ports)?;
         let p = process(&mut server);
         match p.start() {
-            Ok(()) => return Ok(server),
+            Ok(()) => {
+                // The probe may have reached another server on a port this one failed
+                // to bind (see `ports`): retry with new ports unless every port is ours.
+                let pid = p.pid();
+                let stolen: Vec<u16> = ports
+                    .iter()
+                    .copied()
+                    .filter(|&port| pid.is_some_and(|pid| !crate::ports::listens_on(pid, port)))
+                    .collect();
+                if stolen.is_empty() {
+                    return Ok(server);
+                }
+                p.kill();
+                last_err = Some(Error::Other(format!(
+                    "ports {stolen:?} were taken by another process before the server bound them"
+                )));
+            }
             Err(e) => {
                 if p.exited() {
                     last_err = Some(e);

@@ -207,21 +207,13 @@ impl RegistryConfig {
     /// `["etcd3", "etcd"]`), merged; later names win where both set a key, so list the
     /// canonical name last. Empty when none was given.
     pub fn section(&self, names: &[&str]) -> Section {
-        let mut out = Section::new(names.last().copied().unwrap_or_default());
-        for n in names {
-            if let Some(s) = self.sections.get(&norm(n)) {
-                out.merge(s);
-            }
-        }
-        out
+        section::merged(&self.sections, names)
     }
 
     /// The section `name`, created when absent: for setting keys in code
     /// (`config.registry.section_mut("etcd3").set("ttl", "3s")`).
     pub fn section_mut(&mut self, name: &str) -> &mut Section {
-        self.sections
-            .entry(norm(name))
-            .or_insert_with(|| Section::new(name))
+        section::named_mut(&mut self.sections, name)
     }
 
     /// The empty-list policy `registry.empty-protection` asks for.
@@ -254,20 +246,12 @@ impl CentreConfig {
     /// The keys of the section of `config.<names>`, merged as
     /// [`RegistryConfig::section`] does.
     pub fn section(&self, names: &[&str]) -> Section {
-        let mut out = Section::new(names.last().copied().unwrap_or_default());
-        for n in names {
-            if let Some(s) = self.sections.get(&norm(n)) {
-                out.merge(s);
-            }
-        }
-        out
+        section::merged(&self.sections, names)
     }
 
     /// The section `config.<name>`, created when absent, for setting keys in code.
     pub fn section_mut(&mut self, name: &str) -> &mut Section {
-        self.sections
-            .entry(norm(name))
-            .or_insert_with(|| Section::new(name))
+        section::named_mut(&mut self.sections, name)
     }
 }
 

@@ -212,50 +212,15 @@ fn mirror_health(hub: &WatchHub, group: &str, health: &Health) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EmptyProtection, WatchHub};
-    use async_trait::async_trait;
-
-    struct Fixed(WatchHub);
-
-    #[async_trait]
-    impl RegistryService for Fixed {
-        fn kind(&self) -> &'static str {
-            "fixed"
-        }
-        async fn register(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
-            Err(RegistryError::ReadOnly {
-                kind: "fixed",
-                op: "register",
-            })
-        }
-        async fn unregister(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
-            Err(RegistryError::ReadOnly {
-                kind: "fixed",
-                op: "unregister",
-            })
-        }
-        async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-            Ok(self
-                .0
-                .current(cluster)
-                .map(|s| s.instances().to_vec())
-                .unwrap_or_default())
-        }
-        async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-            Ok(self.0.subscribe(cluster))
-        }
-        async fn close(&self) -> Result<(), RegistryError> {
-            Ok(())
-        }
-    }
+    use crate::test_support::HubRegistry;
 
     #[tokio::test]
     async fn maps_group_to_cluster_and_names_missing_key() {
-        let hub = WatchHub::new("fixed", EmptyProtection::Protect);
+        let hub = Arc::new(WatchHub::new("hub", EmptyProtection::Protect));
         hub.publish("prod", vec![Instance::parse("10.1.1.1:8091").unwrap()]);
         let mut m = BTreeMap::new();
         m.insert("my_group".to_string(), "prod".to_string());
-        let d = Discovery::new(Arc::new(Fixed(hub)), m);
+        let d = Discovery::new(Arc::new(HubRegistry(hub)), m);
         assert_eq!(d.lookup("my_group").await.unwrap().len(), 1);
         let mut w = d.watch("my_group").await.unwrap();
         assert_eq!(w.next().await.unwrap().len(), 1);

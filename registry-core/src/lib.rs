@@ -66,6 +66,8 @@ mod nearby;
 pub mod probe;
 pub mod redact;
 mod registry;
+#[cfg(test)]
+mod test_support;
 pub mod tls;
 mod watch;
 

@@ -3,7 +3,8 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::config::Format;
-use crate::{Discovery, Instance, RegistryService, WatchHub};
+use crate::test_support::HubRegistry;
+use crate::{Discovery, Instance, WatchHub};
 
 /// A centre held in memory: entries by name, and followers told of every `put`.
 #[derive(Default)]
@@ -195,36 +196,6 @@ async fn a_bad_blob_is_an_error_naming_the_centre() {
     );
 }
 
-struct Hub(Arc<WatchHub>);
-
-#[async_trait]
-impl RegistryService for Hub {
-    fn kind(&self) -> &'static str {
-        "hub"
-    }
-    async fn register(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
-        Ok(())
-    }
-    async fn unregister(&self, _: &str, _: &Instance) -> Result<(), RegistryError> {
-        Ok(())
-    }
-    async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        Ok(self
-            .0
-            .current(cluster)
-            .map(|s| s.instances().to_vec())
-            .unwrap_or_default())
-    }
-    async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
-        Ok(self.0.subscribe(cluster))
-    }
-    async fn close(&self) -> Result<(), RegistryError> {
-        Ok(())
-    }
-}
-
-use crate::Watch;
-
 fn inst(s: &str) -> Instance {
     Instance::parse(s).unwrap()
 }
@@ -234,7 +205,7 @@ async fn a_watch_by_group_moves_with_the_mapping() {
     let hub = Arc::new(WatchHub::new("hub", crate::EmptyProtection::Protect));
     hub.publish("a", vec![inst("10.0.0.1:8091")]);
     hub.publish("b", vec![inst("10.0.0.2:8091"), inst("10.0.0.3:8091")]);
-    let registry = Arc::new(Hub(hub.clone()));
+    let registry = Arc::new(HubRegistry(hub.clone()));
     let centre = Arc::new(MemCentre::default());
     centre.put("service.vgroupMapping.default_tx_group", "a");
     let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())

@@ -61,6 +61,22 @@ pub(super) fn apply_all(
     Ok(())
 }
 
+/// `<root>.<type>.<key...>` kept raw in the section of `<type>` (`p[1]`), for the
+/// backend or centre of that type to read.
+fn raw_key(
+    sections: &mut std::collections::BTreeMap<String, Section>,
+    p: &[String],
+    v: &str,
+    origin: &str,
+) {
+    super::section::named_mut(sections, p[1].trim()).insert(
+        &p.join("."),
+        &p[2..].join("."),
+        v.to_string(),
+        origin,
+    );
+}
+
 enum Applied {
     Used,
     /// A Seata key for another part of Seata; accepted silently.
@@ -299,13 +315,8 @@ fn apply(
         // and so does meshline (the balancer comes from `client.loadBalance.type`).
         ["registry", "loadbalance" | "loadbalancevirtualnodes"] => Ignored,
         // Each registry type's own keys, raw, for its backend to read.
-        ["registry", section, rest @ ..] if !rest.is_empty() => {
-            let shown = p.join(".");
-            cfg.registry
-                .sections
-                .entry(section.to_string())
-                .or_insert_with(|| Section::new(p[1].trim()))
-                .insert(&shown, &p[2..].join("."), v.to_string(), origin);
+        ["registry", _, rest @ ..] if !rest.is_empty() => {
+            raw_key(&mut cfg.registry.sections, &p, v, origin);
             Used
         }
         // ---- config.* (the configuration centre)
@@ -317,13 +328,8 @@ fn apply(
             cfg.centre.data_type = Some(nonempty(v)?);
             Used
         }
-        ["config", section, rest @ ..] if !rest.is_empty() => {
-            let shown = p.join(".");
-            cfg.centre
-                .sections
-                .entry(section.to_string())
-                .or_insert_with(|| Section::new(p[1].trim()))
-                .insert(&shown, &p[2..].join("."), v.to_string(), origin);
+        ["config", _, rest @ ..] if !rest.is_empty() => {
+            raw_key(&mut cfg.centre.sections, &p, v, origin);
             Used
         }
         [top, ..] if IGNORED_TOP.contains(top) => Ignored,

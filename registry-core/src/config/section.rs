@@ -129,6 +129,29 @@ impl Section {
     }
 }
 
+/// The sections named by `names` in `sections` (keyed by normalised name), merged into
+/// one; later names win where both set a key. Shared by `registry.<type>.*` and
+/// `config.<type>.*`.
+pub(super) fn merged(sections: &BTreeMap<String, Section>, names: &[&str]) -> Section {
+    let mut out = Section::new(names.last().copied().unwrap_or_default());
+    for n in names {
+        if let Some(s) = sections.get(&norm(n)) {
+            out.merge(s);
+        }
+    }
+    out
+}
+
+/// The section `name` in `sections`, created when absent.
+pub(super) fn named_mut<'a>(
+    sections: &'a mut BTreeMap<String, Section>,
+    name: &str,
+) -> &'a mut Section {
+    sections
+        .entry(norm(name))
+        .or_insert_with(|| Section::new(name))
+}
+
 fn norm_key(key: &str) -> String {
     key.split('.').map(norm).collect::<Vec<_>>().join(".")
 }

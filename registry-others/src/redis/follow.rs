@@ -22,33 +22,7 @@ impl Inner {
     pub(super) async fn scan(&self, cluster: &str) -> Result<ScanResult, RegistryError> {
         let prefix = key_prefix(cluster);
         let pattern = format!("{}*", glob_escape(&prefix));
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = self
-                .servers
-                .run("scan", |mut c| {
-                    let pattern = pattern.clone();
-                    async move {
-                        redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query_async(&mut c)
-                            .await
-                    }
-                })
-                .await?;
-            keys.extend(batch);
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-        }
-        keys.sort();
-        keys.dedup();
+        let (keys, _) = self.scan_keys(&pattern, None).await?;
         let mut members = Vec::new();
         let mut member_keys = Vec::new();
         for k in &keys {

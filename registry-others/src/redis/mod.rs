@@ -75,6 +75,7 @@ mod follow;
 mod layout;
 mod nearby;
 mod refresh;
+mod scan;
 mod servers;
 mod settings;
 

@@ -11,6 +11,7 @@ use meshline_registry_core::{Instance, Nearby, RegistryError};
 
 use super::Inner;
 use super::layout::{PREFIX, glob_escape, split_member};
+use super::scan::ScanBound;
 
 /// At most this many `SCAN` steps (of `COUNT 1000` each) are taken.
 const MAX_STEPS: usize = 100;
@@ -25,41 +26,18 @@ impl Inner {
     /// The clusters other than `cluster` with at least one member, in name order.
     pub(super) async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
         let pattern = format!("{}*_*", glob_escape(PREFIX));
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut cursor: u64 = 0;
-        for step in 0.. {
-            let (next, batch): (u64, Vec<Vec<u8>>) = self
-                .servers
-                .run("scan", |mut c| {
-                    let pattern = pattern.clone();
-                    async move {
-                        redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query_async(&mut c)
-                            .await
-                    }
-                })
-                .await?;
-            keys.extend(batch);
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-            if step + 1 >= MAX_STEPS || keys.len() >= MAX_KEYS {
-                tracing::debug!(
-                    registry = super::KIND,
-                    keys = keys.len(),
-                    "nearby: scan stopped at its bound; the places shown are from the keys seen"
-                );
-                break;
-            }
+        let bound = ScanBound {
+            steps: MAX_STEPS,
+            keys: MAX_KEYS,
+        };
+        let (keys, cut) = self.scan_keys(&pattern, Some(bound)).await?;
+        if cut {
+            tracing::debug!(
+                registry = super::KIND,
+                keys = keys.len(),
+                "nearby: scan stopped at its bound; the places shown are from the keys seen"
+            );
         }
-        keys.sort();
-        keys.dedup();
         let mut clusters: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
         for key in &keys {
             match split_member(key) {

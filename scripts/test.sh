@@ -49,7 +49,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --features "$FEATURES" --no-dep
 step "a build without the network backends refuses each by its feature name"
 # One build (file only) and every network type: the refusal comes from the facade's
 # table of registry types (src/registry.rs), whatever the backend.
-for pair in nacos:nacos etcd3:etcd zk:zookeeper redis:redis consul:consul eureka:eureka; do
+for pair in nacos:nacos etcd3:etcd zk:zookeeper redis:redis consul:consul eureka:eureka raft:raft seata:namingserver; do
   ty=${pair%%:*}
   feature=${pair#*:}
   set +e

@@ -39,7 +39,7 @@ pub type ConnectCentre = for<'a> fn(&'a Config) -> CentreFuture<'a>;
 #[derive(Debug, Clone, Copy)]
 pub struct CentreType {
     /// Seata's `config.type` name (canonical, see
-    /// [`canonical_kind`](meshline_registry_core::centre::canonical_kind)).
+    /// [`canonical_kind`]).
     pub seata_name: &'static str,
     /// The `meshline` cargo feature that compiles its client in.
     pub feature: &'static str,

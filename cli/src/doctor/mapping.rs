@@ -1,7 +1,7 @@
 //! Step 2: the tx group's `service.vgroupMapping.<group>`.
 //!
-//! The most reported Seata client error ("can not get cluster name in registry config
-//! 'service.vgroupMapping.<group>'") has a handful of causes; this step tells them
+//! The most reported Seata client error (`can not get cluster name in registry config
+//! 'service.vgroupMapping.<group>'`) has a handful of causes; this step tells them
 //! apart: a mapping key that is a near miss of the group (`my-tx-group` for
 //! `my_tx_group`, case, one typo), and a mapping that lives in a configuration centre
 //! the client does not read because `config.type` is still `file`.

@@ -184,8 +184,10 @@ impl EurekaRegistry {
             fetcher_started: AtomicBool::new(false),
             life: Lifecycle::new(KIND, empty_policy(config)),
         });
+        // A server that answers but refuses us (401/403: wrong credentials) or fails is
+        // an error here, as from_config promises, not at the first real call.
         inner
-            .call(Method::GET, &["apps"], &[], None)
+            .expect(Method::GET, &["apps"], &[], None, &[StatusCode::OK])
             .await
             .map_err(|e| e.into_registry(&inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));

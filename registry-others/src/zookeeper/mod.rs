@@ -76,6 +76,8 @@ mod layout;
 mod nearby;
 mod session;
 mod settings;
+#[cfg(feature = "zookeeper-tls")]
+mod tls_probe;
 
 pub use centre::ZkCentre;
 pub use layout::{cluster_path, instance_path};

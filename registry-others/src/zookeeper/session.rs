@@ -18,11 +18,21 @@ use super::{Inner, KIND, Settings};
 async fn probe_servers(connect_string: &str) -> String {
     // zookeeper-client reports a failed connect only as "no available hosts" or
     // "timeout" and keeps the I/O error ("Connection refused") to itself.
+    probe_targets(
+        targets(connect_string),
+        "",
+        "accepts TCP connections, but no ZooKeeper session was established",
+    )
+    .await
+}
+
+/// The `host:port` of each server of `connect_string` (without its chroot suffix).
+fn targets(connect_string: &str) -> Vec<String> {
     let hosts = connect_string
         .split_once("://")
         .map_or(connect_string, |(_, rest)| rest);
     let hosts = hosts.split('/').next().unwrap_or_default();
-    let targets = hosts
+    hosts
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
@@ -31,14 +41,9 @@ async fn probe_servers(connect_string: &str) -> String {
             // No port: ZooKeeper's default.
             Err(_) => format!("{host}:2181"),
         })
-        .collect::<Vec<_>>();
-    probe_targets(
-        targets,
-        "",
-        "accepts TCP connections, but no ZooKeeper session was established",
-    )
-    .await
+        .collect()
 }
+
 /// The longest session or connect timeout given to the client library: what an i32
 /// of milliseconds holds (about 24.8 days).
 const MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
@@ -83,6 +88,13 @@ pub(super) async fn new_session(s: &Settings) -> Result<zk::Client, RegistryErro
         Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),
         Err(_) => (format!("no session within {limit:?}"), None),
     };
+    // Over TLS, the handshake's own outcome says why (the library keeps it to itself).
+    #[cfg(feature = "zookeeper-tls")]
+    let probe = match (&s.tls, secure) {
+        (Some(m), true) => super::tls_probe::probe(&targets(&s.connect_string), m).await,
+        _ => probe_servers(&s.connect_string).await,
+    };
+    #[cfg(not(feature = "zookeeper-tls"))]
     let probe = probe_servers(&s.connect_string).await;
     Err(RegistryError::backend(
         KIND,

@@ -96,7 +96,9 @@ pub static CENTRE_TYPES: &[CentreType] = &[
 /// `config.type` names, and followed when that centre is a server. See the
 /// [module docs](self).
 pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryError> {
-    // Read quietly: the configuration is loaded again below, and warns then.
+    // Files read once; this pass is quiet: the configuration is built again below (and
+    // on every centre change) from what was read here, and warns then.
+    let loader = loader.read_now()?;
     let base = loader.clone().load_quietly()?;
     let kind = canonical_kind(&base.centre.kind)?;
     if kind == "file" {

@@ -219,19 +219,19 @@ async fn read_centre(
     });
     let origin = format!("{} config `{}`", centre.kind(), spec.blob);
     // Single keys depend on the mapping, which may itself come from a single key: look
-    // up the mapping first, then the keys the result implies, until nothing new.
+    // up the mapping first, then the keys the result implies, until nothing new (at
+    // most three rounds: mapping, then the mapped cluster's grouplist).
     let mut followed: Vec<String> = Vec::new();
-    let mut single: Vec<Entry> = Vec::new();
-    for _ in 0..3 {
-        let mut all = entries.clone();
-        all.extend(single.iter().cloned());
-        let cfg = loader.clone().load_with_centre(Some((&all, &origin)))?;
+    let mut rounds = 0;
+    let cfg = loop {
+        let cfg = loader.clone().load_with_centre(Some((&entries, &origin)))?;
         let wanted: Vec<String> = single_keys(&cfg)
             .into_iter()
             .filter(|k| !followed.contains(k))
             .collect();
-        if wanted.is_empty() {
-            break;
+        rounds += 1;
+        if wanted.is_empty() || rounds > 3 {
+            break cfg;
         }
         for key in wanted {
             let path: Vec<String> = key.split('.').map(str::to_string).collect();
@@ -241,12 +241,10 @@ async fn read_centre(
                 continue;
             }
             if let Some(v) = centre.get(&key).await? {
-                single.push((path, v.trim().to_string()));
+                entries.push((path, v.trim().to_string()));
             }
         }
-    }
-    entries.extend(single);
-    let cfg = loader.clone().load_with_centre(Some((&entries, &origin)))?;
+    };
     Ok((cfg, Read { entries, followed }))
 }
 
@@ -307,6 +305,8 @@ impl LiveConfig {
         centre: Arc<dyn ConfigCentre>,
         spec: CentreSpec,
     ) -> Result<LiveConfig, RegistryError> {
+        // Files are read once, here: every re-read of the centre rebuilds from them.
+        let loader = loader.read_now()?;
         let (cfg, read) = read_centre(&*centre, &spec, &loader).await?;
         log_warnings(&cfg, None);
         tracing::info!(

@@ -393,7 +393,8 @@ impl Config {
         if let Some(p) = path {
             l = l.file(p);
         }
-        let l = l.process_env();
+        // Read once: the second pass below parses no file again.
+        let l = l.process_env().read_now()?;
         let base = l.clone().load_quietly()?;
         match crate::centre::canonical_kind(&base.centre.kind)? {
             "file" => crate::centre::with_file_centre(l, &base)?.load(),

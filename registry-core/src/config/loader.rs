@@ -10,6 +10,8 @@ use crate::RegistryError;
 #[derive(Clone)]
 enum Source {
     File(PathBuf),
+    /// A file already read and parsed ([`ConfigLoader::read_now`]).
+    Read(PathBuf, Vec<Entry>),
     Text(String, Format),
     Env(Vec<(String, String)>),
     ProcessEnv,
@@ -84,6 +86,23 @@ impl ConfigLoader {
         self
     }
 
+    /// Reads and parses every file now, and takes a snapshot of the process
+    /// environment, so that loading this loader (or a clone) again reads no file: what
+    /// a configuration centre does on every change, and a first pass that only learns
+    /// where to look next. A file that cannot be read is an error here.
+    pub fn read_now(self) -> Result<ConfigLoader, RegistryError> {
+        let sources = self
+            .sources
+            .into_iter()
+            .map(|s| match s {
+                Source::File(path) => read_file(&path).map(|entries| Source::Read(path, entries)),
+                Source::ProcessEnv => Ok(Source::Env(utf8_vars(std::env::vars_os()))),
+                other => Ok(other),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ConfigLoader { sources })
+    }
+
     /// Reads every source and builds the config; each of its [`Config::warnings`] is
     /// also logged.
     pub fn load(self) -> Result<Config, RegistryError> {
@@ -120,19 +139,11 @@ impl ConfigLoader {
             }
             match source {
                 Source::File(path) => {
-                    let format = Format::from_path(&path)?;
-                    let text = std::fs::read_to_string(&path).map_err(|e| {
-                        RegistryError::Config(format!(
-                            "cannot read config file {}: {e}",
-                            path.display()
-                        ))
-                    })?;
-                    let entries = match format {
-                        // Includes are relative to the file, as Typesafe Config does.
-                        Format::Hocon => super::hocon::parse(&text, path.parent()),
-                        _ => parse_text(&text, format),
-                    }
-                    .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))?;
+                    let entries = read_file(&path)?;
+                    apply_all(&mut cfg, &mut state, entries, &path.display().to_string())?;
+                    cfg.path = Some(path);
+                }
+                Source::Read(path, entries) => {
                     apply_all(&mut cfg, &mut state, entries, &path.display().to_string())?;
                     cfg.path = Some(path);
                 }
@@ -170,6 +181,20 @@ pub(crate) fn log_warnings(cfg: &Config, before: Option<&Config>) {
             tracing::warn!("{w}");
         }
     }
+}
+
+/// Reads and parses the file at `path` by its extension's format.
+fn read_file(path: &std::path::Path) -> Result<Vec<Entry>, RegistryError> {
+    let format = Format::from_path(path)?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        RegistryError::Config(format!("cannot read config file {}: {e}", path.display()))
+    })?;
+    match format {
+        // Includes are relative to the file, as Typesafe Config does.
+        Format::Hocon => super::hocon::parse(&text, path.parent()),
+        _ => parse_text(&text, format),
+    }
+    .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))
 }
 
 pub(crate) type Entry = (Vec<String>, String);

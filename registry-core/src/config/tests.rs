@@ -509,3 +509,26 @@ fn application_sections_are_kept_raw_from_files_and_env() {
         "env overrides the file"
     );
 }
+
+/// `read_now` parses each file once: loading the loader again (what a configuration
+/// centre does on every change) reads no file, so a file removed since still counts.
+#[test]
+fn read_now_reads_each_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("seata.properties");
+    std::fs::write(&f, "service.vgroupMapping.g=prod\n").unwrap();
+    let loader = ConfigLoader::new().file(&f).read_now().unwrap();
+    std::fs::remove_file(&f).unwrap();
+    let c = loader.clone().load().unwrap();
+    assert_eq!(c.service.vgroup_mapping["g"], "prod");
+    assert_eq!(c.path.as_deref(), Some(f.as_path()));
+    assert_eq!(loader.load().unwrap(), c);
+    // An unreadable file is an error at read_now, naming it.
+    let err = ConfigLoader::new()
+        .file(&f)
+        .read_now()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("cannot read config file"), "{err}");
+}

@@ -12,50 +12,11 @@ use meshline::centre::live_config;
 use meshline_testkit::Rnacos;
 use support::*;
 
-/// Publishes `content` as data id `data_id` of group `SEATA_GROUP` (public namespace)
-/// through the open API.
+/// Publishes through rnacos' open API and waits until it reads back
+/// ([`Rnacos::publish_config`]).
 async fn publish(server: &Rnacos, data_id: &str, content: &str) {
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}/nacos/v1/cs/configs", server.http_addr()))
-        .form(&[
-            ("dataId", data_id),
-            ("group", "SEATA_GROUP"),
-            ("content", content),
-            ("tenant", ""),
-        ])
-        .send()
-        .await
+    tokio::task::block_in_place(|| server.publish_config(data_id, "SEATA_GROUP", content))
         .expect("publish config");
-    let status = resp.status();
-    let body = resp.text().await.unwrap_or_default();
-    assert!(
-        status.is_success() && body.trim() == "true",
-        "publish: {status} {body}"
-    );
-    // rnacos answers the publish before every reader sees it (a read right after
-    // could still find the old value, or none): wait until its own read API shows
-    // the new content, so each test step starts from the state it published.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let got = reqwest::Client::new()
-            .get(format!("http://{}/nacos/v1/cs/configs", server.http_addr()))
-            .query(&[
-                ("dataId", data_id),
-                ("group", "SEATA_GROUP"),
-                ("tenant", ""),
-            ])
-            .send()
-            .await
-            .expect("read config back");
-        if got.status().is_success() && got.text().await.unwrap_or_default() == content {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "rnacos did not show the published {data_id} within 5 s"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 fn keys(server: &Rnacos) -> Vec<(&'static str, String)> {

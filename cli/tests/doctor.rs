@@ -290,18 +290,14 @@ mod nacos {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_mapping_only_in_an_unread_nacos_centre_is_found() {
         let server = Rnacos::start().expect("rnacos");
-        let resp = reqwest::Client::new()
-            .post(format!("http://{}/nacos/v1/cs/configs", server.http_addr()))
-            .form(&[
-                ("dataId", "seata.properties"),
-                ("group", "SEATA_GROUP"),
-                ("content", "service.vgroupMapping.my_tx_group=prod\n"),
-                ("tenant", ""),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
+        tokio::task::block_in_place(|| {
+            server.publish_config(
+                "seata.properties",
+                "SEATA_GROUP",
+                "service.vgroupMapping.my_tx_group=prod\n",
+            )
+        })
+        .expect("publish config");
         let dir = tempfile::tempdir().unwrap();
         let f = write(
             &dir,

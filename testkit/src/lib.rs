@@ -75,6 +75,10 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many times a start is retried with fresh ports when the server could not bind.
 pub const PORT_ATTEMPTS: usize = 5;
 
+/// How many starts that panicked (and so were refused) are tried again with a fresh
+/// server, on top of [`PORT_ATTEMPTS`].
+pub const PANIC_ATTEMPTS: usize = 30;
+
 /// Why a test server could not be started or controlled.
 #[derive(Debug)]
 pub enum Error {

@@ -115,14 +115,18 @@ impl Rnacos {
                     std::net::TcpStream::connect(("127.0.0.1", grpc_port))
                         .map_err(|e| format!("gRPC port {grpc_port}: {e}"))?;
                     // Only once the server answers: an early login can hit rnacos before
-                    // its raft store is initialised.
-                    if let Some(req) = &login {
-                        let answer = tcp_exchange(http_port, req.as_bytes(), 12)?;
-                        if !answer.starts_with("HTTP/1.1 200")
-                            && !answer.starts_with("HTTP/1.0 200")
-                        {
-                            return Err(format!("admin login answered {answer:?}"));
+                    // its raft store is initialised. Either step proves that raft writes
+                    // are applied (the admin account and configs are raft writes): a
+                    // start whose raft apply actor panicked answers `/health` but loses
+                    // every write (see `ServerProcess::wait_ready`).
+                    match &login {
+                        Some(req) => {
+                            let answer = tcp_exchange(http_port, req.as_bytes(), 12)?;
+                            if !is_ok(&answer) {
+                                return Err(format!("admin login answered {answer:?}"));
+                            }
                         }
+                        None => config_canary(http_port)?,
                     }
                     Ok(())
                 });
@@ -141,12 +145,13 @@ impl Rnacos {
 
     /// Publishes `content` as config `data_id` of `group` (public namespace) through
     /// the open API (`POST /nacos/v1/cs/configs`) and waits until the read API shows
-    /// it, so a test step starts from the state it published.
+    /// it (at most 10 s), so a test step starts from the state it published: rnacos
+    /// answers a publish before the raft write is applied. Blocking (plain HTTP/1.0 on
+    /// loopback).
     ///
-    /// rnacos answers a publish before every reader sees it, and a freshly started
-    /// rnacos can answer `true` to a publish it then loses (seen once in 15 runs: the
-    /// read API showed nothing for 5 s); the publish is repeated every 2 s until the
-    /// content reads back, for at most 15 s. Blocking (plain HTTP/1.0 on loopback).
+    /// A publish answered `true` and never applied was a start whose raft apply actor
+    /// had panicked; [`Rnacos::start`] now refuses such a server (its readiness probe
+    /// writes and reads back a canary config).
     pub fn publish_config(&self, data_id: &str, group: &str, content: &str) -> Result<()> {
         let query = format!(
             "dataId={}&group={}&tenant=",
@@ -160,34 +165,26 @@ impl Rnacos {
             body.len()
         );
         let get = format!("GET /nacos/v1/cs/configs?{query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-        let split = |answer: &str| -> (bool, String) {
-            let ok = answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200");
-            let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            (ok, body.to_string())
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        let mut last = String::new();
+        let answer =
+            tcp_exchange(self.http_port, post.as_bytes(), 1 << 16).map_err(Error::Other)?;
+        match answer.split_once("\r\n\r\n") {
+            Some((_, b)) if is_ok(&answer) && b.trim() == "true" => {}
+            _ => return Err(Error::Other(format!("publish {data_id}: {answer:?}"))),
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let answer =
-                tcp_exchange(self.http_port, post.as_bytes(), 1 << 16).map_err(Error::Other)?;
-            match split(&answer) {
-                (true, b) if b.trim() == "true" => {}
-                _ => return Err(Error::Other(format!("publish {data_id}: {answer:?}"))),
-            }
-            let round = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while std::time::Instant::now() < round {
-                let answer =
-                    tcp_exchange(self.http_port, get.as_bytes(), 1 << 20).map_err(Error::Other)?;
-                match split(&answer) {
-                    (true, b) if b == content => return Ok(()),
-                    _ => last = answer,
+                tcp_exchange(self.http_port, get.as_bytes(), 1 << 20).map_err(Error::Other)?;
+            match answer.split_once("\r\n\r\n") {
+                Some((_, b)) if is_ok(&answer) && b == content => return Ok(()),
+                _ if std::time::Instant::now() > deadline => {
+                    return Err(Error::Other(format!(
+                        "rnacos did not show the published {data_id} within 10 s (last read: \
+                         {answer:?}; server log: {})",
+                        self.process.log_tail(20)
+                    )));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "rnacos did not show the published {data_id} within 15 s (last read: {last:?})"
-                )));
+                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
             }
         }
     }
@@ -220,6 +217,36 @@ impl Rnacos {
     /// Starts the server again on the same ports and data dir.
     pub fn restart(&mut self) -> Result<()> {
         self.process.restart()
+    }
+}
+
+/// True for an HTTP 200 answer.
+fn is_ok(answer: &str) -> bool {
+    answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200")
+}
+
+/// Data id, group and content of the config the readiness probe writes and reads back.
+const CANARY: (&str, &str, &str) = ("meshline-testkit-ready", "MESHLINE_TESTKIT", "ready");
+
+/// Writes the canary config and reads it back once: `Ok` when rnacos applies writes.
+fn config_canary(http_port: u16) -> std::result::Result<(), String> {
+    let (data_id, group, content) = CANARY;
+    let query = format!("dataId={data_id}&group={group}&tenant=");
+    let body = format!("{query}&content={content}");
+    let post = format!(
+        "POST /nacos/v1/cs/configs HTTP/1.0\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = tcp_exchange(http_port, post.as_bytes(), 1 << 12)?;
+    if !is_ok(&answer) {
+        return Err(format!("canary config publish answered {answer:?}"));
+    }
+    let get = format!("GET /nacos/v1/cs/configs?{query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let answer = tcp_exchange(http_port, get.as_bytes(), 1 << 12)?;
+    match answer.split_once("\r\n\r\n") {
+        Some((_, b)) if is_ok(&answer) && b == content => Ok(()),
+        _ => Err(format!("canary config not readable yet: {answer:?}")),
     }
 }
 

@@ -27,6 +27,9 @@
 //!
 //! Bodies stay [`Bytes`]: the decoder hands out a slice of its read buffer, no copy.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -91,10 +94,30 @@ impl MessageType {
 /// Java clients normally send none; meshline uses it to carry routing identity (a
 /// player id, a session id) next to an opaque body, so a gateway never has to decode
 /// the body to route it. Small on purpose: a `Vec`, no hashing; an empty map does not
-/// allocate.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// allocate. Keys are `Cow<'static, str>`, so the constant keys a program writes on
+/// every message cost no allocation. The entries are shared copy-on-write: cloning a
+/// map (as the client does for every send attempt, so a retry can resend the payload)
+/// is one reference count, and only a clone that is then changed copies them.
+#[derive(Clone, Default)]
 pub struct HeadMap {
-    entries: Vec<(String, Option<String>)>,
+    entries: Option<Arc<Vec<HeadEntry>>>,
+}
+
+/// One head-map entry: key and nullable value.
+type HeadEntry = (Cow<'static, str>, Option<String>);
+
+impl PartialEq for HeadMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.slice() == other.slice()
+    }
+}
+
+impl Eq for HeadMap {}
+
+impl std::fmt::Debug for HeadMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
 }
 
 impl HeadMap {
@@ -103,24 +126,43 @@ impl HeadMap {
         HeadMap::default()
     }
 
-    /// Sets `key` to `value`, replacing an earlier value of the same key.
-    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+    /// An empty map with room for `n` entries (one allocation for a map built key by
+    /// key).
+    pub fn with_capacity(n: usize) -> Self {
+        HeadMap {
+            entries: (n > 0).then(|| Arc::new(Vec::with_capacity(n))),
+        }
+    }
+
+    fn slice(&self) -> &[HeadEntry] {
+        self.entries.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// The entries to change: copied first if a clone shares them.
+    fn entries_mut(&mut self) -> &mut Vec<HeadEntry> {
+        Arc::make_mut(self.entries.get_or_insert_with(Default::default))
+    }
+
+    /// Sets `key` to `value`, replacing an earlier value of the same key. A `&'static
+    /// str` key is stored without a copy.
+    pub fn insert(&mut self, key: impl Into<Cow<'static, str>>, value: impl Into<String>) {
         self.insert_opt(key, Some(value.into()));
     }
 
     /// Sets `key` to a nullable value (Java `null` is written as length -1).
-    pub fn insert_opt(&mut self, key: impl Into<String>, value: Option<String>) {
+    pub fn insert_opt(&mut self, key: impl Into<Cow<'static, str>>, value: Option<String>) {
         let key = key.into();
-        if let Some(slot) = self.entries.iter_mut().find(|(k, _)| *k == key) {
+        let entries = self.entries_mut();
+        if let Some(slot) = entries.iter_mut().find(|(k, _)| *k == key) {
             slot.1 = value;
         } else {
-            self.entries.push((key, value));
+            entries.push((key, value));
         }
     }
 
     /// The value of `key`; `None` when absent or null.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
+        self.slice()
             .iter()
             .find(|(k, _)| k == key)
             .and_then(|(_, v)| v.as_deref())
@@ -128,30 +170,30 @@ impl HeadMap {
 
     /// Removes `key` and returns its value.
     pub fn remove(&mut self, key: &str) -> Option<Option<String>> {
-        let i = self.entries.iter().position(|(k, _)| k == key)?;
-        Some(self.entries.remove(i).1)
+        let i = self.slice().iter().position(|(k, _)| k == key)?;
+        Some(self.entries_mut().remove(i).1)
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.slice().len()
     }
 
     /// True when there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.slice().is_empty()
     }
 
     /// The entries in wire order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_deref()))
+        self.slice().iter().map(|(k, v)| (k.as_ref(), v.as_deref()))
     }
 
     /// Bytes this map takes on the wire, or an error naming the entry that cannot be
     /// written (a key or value longer than `i16::MAX` bytes).
     pub fn encoded_len(&self) -> Result<usize, FrameError> {
         let mut n = 0usize;
-        for (k, v) in &self.entries {
+        for (k, v) in self.slice() {
             if k.len() > i16::MAX as usize {
                 return Err(FrameError::HeadEntryTooLong { len: k.len() });
             }
@@ -167,7 +209,7 @@ impl HeadMap {
     }
 
     fn encode_into(&self, dst: &mut BytesMut) {
-        for (k, v) in &self.entries {
+        for (k, v) in self.slice() {
             dst.put_i16(k.len() as i16);
             dst.put_slice(k.as_bytes());
             match v {
@@ -186,7 +228,7 @@ impl HeadMap {
     /// Seata decodes the same bytes: otherwise a gateway could check one value while a
     /// Java backend acts on another.
     fn decode(mut buf: &[u8]) -> Result<HeadMap, FrameError> {
-        let mut map = HeadMap::new();
+        let mut entries: Vec<HeadEntry> = Vec::new();
         // Small maps (the norm) dedupe by scanning; large ones through an index, so a
         // 32 KiB head of tiny entries stays linear.
         let mut index: Option<std::collections::HashMap<String, usize>> = None;
@@ -194,34 +236,36 @@ impl HeadMap {
             let key = read_head_string(&mut buf, "key")?
                 .ok_or(FrameError::BadHeadMap { reason: "null key" })?;
             let value = read_head_string(&mut buf, "value")?;
-            if map.entries.len() >= 16 && index.is_none() {
+            if entries.len() >= 16 && index.is_none() {
                 index = Some(
-                    map.entries
+                    entries
                         .iter()
                         .enumerate()
-                        .map(|(i, (k, _))| (k.clone(), i))
+                        .map(|(i, (k, _))| (k.to_string(), i))
                         .collect(),
                 );
             }
             let existing = match &index {
                 Some(ix) => ix.get(&key).copied(),
-                None => map.entries.iter().position(|(k, _)| *k == key),
+                None => entries.iter().position(|(k, _)| *k == key),
             };
             match existing {
-                Some(i) => map.entries[i].1 = value,
+                Some(i) => entries[i].1 = value,
                 None => {
                     if let Some(ix) = &mut index {
-                        ix.insert(key.clone(), map.entries.len());
+                        ix.insert(key.clone(), entries.len());
                     }
-                    map.entries.push((key, value));
+                    entries.push((Cow::Owned(key), value));
                 }
             }
         }
-        Ok(map)
+        Ok(HeadMap {
+            entries: (!entries.is_empty()).then(|| Arc::new(entries)),
+        })
     }
 }
 
-impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for HeadMap {
+impl<K: Into<Cow<'static, str>>, V: Into<String>> FromIterator<(K, V)> for HeadMap {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let mut m = HeadMap::new();
         for (k, v) in iter {

@@ -43,7 +43,11 @@ impl Payload {
     }
 
     /// Adds a head-map entry.
-    pub fn with_head(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn with_head(
+        mut self,
+        key: impl Into<std::borrow::Cow<'static, str>>,
+        value: impl Into<String>,
+    ) -> Self {
         self.head.insert(key, value);
         self
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use meshline::InstanceKey;
 use meshline::loadbalance::PickRequest;
-use meshline::rpc::{CallOptions, Payload, RpcClient, RpcError};
+use meshline::rpc::{CallOptions, HeadMap, Payload, RpcClient, RpcError};
 
 use super::protocol::ClientFrame;
 use super::session::Session;
@@ -27,7 +27,10 @@ pub struct Identity<'a> {
 /// The RPC payload for a client frame: the body untouched, the head map written by the
 /// gateway only.
 pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
-    Payload::new(frame.payload.clone())
+    let mut payload = Payload::new(frame.payload.clone());
+    // One allocation for the ten entries; the keys are constants (not copied).
+    payload.head = HeadMap::with_capacity(10);
+    payload
         .with_head(wire::MODULE, frame.module.to_string())
         .with_head(wire::OPCODE, frame.opcode.to_string())
         .with_head(wire::SEQ, frame.seq.to_string())

@@ -193,6 +193,53 @@ fn a_repeated_head_key_keeps_its_last_value_as_java_does() {
 }
 
 #[test]
+fn a_cloned_head_map_is_copied_on_write_only() {
+    let mut a = HeadMap::with_capacity(2);
+    assert!(a.is_empty());
+    assert_eq!(
+        a,
+        HeadMap::new(),
+        "an empty map with room equals an empty one"
+    );
+    a.insert("m", "1");
+    a.insert(String::from("owned"), "x");
+    let mut b = a.clone();
+    // Shared until one side changes.
+    assert!(std::ptr::eq(a.slice(), b.slice()));
+    b.insert("m", "2");
+    b.insert_opt("n", None);
+    assert_eq!(
+        a.get("m"),
+        Some("1"),
+        "the original is untouched by the clone's insert"
+    );
+    assert_eq!(a.len(), 2);
+    assert_eq!(b.get("m"), Some("2"));
+    assert_eq!(b.len(), 3);
+    let c = a.clone();
+    assert_eq!(a.remove("owned"), Some(Some("x".to_string())));
+    assert_eq!(
+        c.get("owned"),
+        Some("x"),
+        "the clone keeps what the original removed"
+    );
+    assert_eq!(a.remove("m"), Some(Some("1".to_string())));
+    assert_eq!(a.remove("m"), None);
+    assert_eq!(a, HeadMap::new(), "emptied by removals equals empty");
+    assert_eq!(format!("{c:?}"), r#"{"m": Some("1"), "owned": Some("x")}"#);
+    // A shared map encodes as an owned one: the wire vector of `ping_with_head_vector`.
+    let mut owned = HeadMap::new();
+    owned.insert(String::from("k"), "v");
+    let mut f = Frame::ping(7);
+    f.head = owned.clone();
+    let _keep_shared = owned;
+    assert_eq!(
+        encode(&f),
+        hex("dada010000001600160301000000000700016b000176")
+    );
+}
+
+#[test]
 fn head_entry_too_long_is_refused_on_encode() {
     let mut f = Frame::ping(1);
     f.head.insert("k", "x".repeat(40_000));

@@ -2,9 +2,9 @@
 //!
 //! meshline registry backends that share one crate, one cargo feature each:
 //!
-//! - `zookeeper`: [`ZookeeperRegistry`], Seata's `zk` layout (ephemeral nodes
+//! - `zookeeper`: `ZookeeperRegistry`, Seata's `zk` layout (ephemeral nodes
 //!   `/registry/zk/<cluster>/<ip>:<port>` with data `true`).
-//! - `redis`: [`RedisRegistry`], Seata's `redis` layout (`SETEX
+//! - `redis`: `RedisRegistry`, Seata's `redis` layout (`SETEX
 //!   registry.redis.<cluster>_<ip>:<port>` plus `PUBLISH` on `registry.redis.<cluster>`).
 //! - `consul`: `ConsulRegistry`, Seata's `consul` layout (service = cluster, ID
 //!   `<cluster>-<ip>:<port>`, tag `services`; TTL check kept passing; blocking queries).

@@ -120,6 +120,27 @@ pub(crate) async fn send(
     Ok(Reply { status, body })
 }
 
+/// The server list of `key` (`server_addr`) and the HTTP client for it: TLS turns on
+/// when `tls` asks for it or an address is `https://`. Returns the list, the client and
+/// whether TLS is on.
+pub(crate) fn connect_parts(
+    server_addr: &str,
+    tls: &TlsSettings,
+    key: &str,
+    kind: &'static str,
+    section: &str,
+    compiled_in: bool,
+    feature: &str,
+) -> Result<(Servers, reqwest::Client, bool), RegistryError> {
+    let mut tls = tls.clone();
+    if server_addr.contains("https://") {
+        tls.asked_by_url(server_addr);
+    }
+    let servers = Servers::parse(server_addr, tls.enabled, key)?;
+    let http = client(&tls, kind, section, compiled_in, feature, &servers.shown())?;
+    Ok((servers, http, tls.enabled))
+}
+
 /// The reqwest client of a backend: a 3 s connect timeout, and TLS from `tls` (refused
 /// naming `feature` when it is not compiled in: `compiled_in`).
 pub(crate) fn client(

@@ -228,18 +228,14 @@ impl NamingserverRegistry {
                 "the namingserver heartbeat period must be greater than 0".into(),
             ));
         }
-        let mut tls = s.tls.clone();
-        if s.server_addr.contains("https://") {
-            tls.asked_by_url(&s.server_addr);
-        }
-        let servers = Servers::parse(&s.server_addr, tls.enabled, "registry.seata.server-addr")?;
-        let http = crate::seata_http::client(
-            &tls,
+        let (servers, http, _) = crate::seata_http::connect_parts(
+            &s.server_addr,
+            &s.tls,
+            "registry.seata.server-addr",
             KIND,
             "seata",
             cfg!(feature = "namingserver-tls"),
             "namingserver-tls",
-            &servers.shown(),
         )?;
         let inner = Arc::new(Inner {
             servers,

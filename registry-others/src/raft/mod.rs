@@ -118,24 +118,20 @@ impl RaftRegistry {
     /// default group once, so a wrong address or password fails here.
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let s = RaftSettings::from_config(config)?;
-        let mut tls = s.tls.clone();
-        if s.server_addr.contains("https://") {
-            tls.asked_by_url(&s.server_addr);
-        }
-        let servers = Servers::parse(&s.server_addr, tls.enabled, "registry.raft.serverAddr")?;
-        let http = crate::seata_http::client(
-            &tls,
+        let (servers, http, tls) = crate::seata_http::connect_parts(
+            &s.server_addr,
+            &s.tls,
+            "registry.raft.serverAddr",
             KIND,
             "raft",
             cfg!(feature = "raft-tls"),
             "raft-tls",
-            &servers.shown(),
         )?;
         let inner = Arc::new(Inner {
             servers,
             learned: Mutex::new(Vec::new()),
             http,
-            tls: tls.enabled,
+            tls,
             username: s.username.clone(),
             password: s.password.clone(),
             token_validity: s.token_validity,

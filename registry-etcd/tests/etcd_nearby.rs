@@ -19,19 +19,9 @@ fn config(endpoint: &str) -> Config {
         .unwrap()
 }
 
-/// (cluster, members) of each place, in order.
+/// (cluster, sorted members) of each place, in order.
 fn summary(places: &[Nearby]) -> Vec<(String, Vec<String>)> {
-    places
-        .iter()
-        .map(|p| {
-            assert!(p.select_with.is_empty(), "{p:?}");
-            let cluster = p.cluster.clone().expect("an etcd place is a cluster");
-            assert!(p.place.contains(&cluster), "{p:?}");
-            let mut members: Vec<String> = p.members.iter().map(|i| i.to_string()).collect();
-            members.sort();
-            (cluster, members)
-        })
-        .collect()
+    meshline_testkit::watch::cluster_places(places, "etcd")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

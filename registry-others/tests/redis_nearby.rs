@@ -23,17 +23,7 @@ fn config(addr: &str) -> Config {
 
 /// (cluster, sorted members) of each place, in order.
 fn summary(places: &[Nearby]) -> Vec<(String, Vec<String>)> {
-    places
-        .iter()
-        .map(|p| {
-            assert!(p.select_with.is_empty(), "{p:?}");
-            let cluster = p.cluster.clone().expect("a redis place is a cluster");
-            assert!(p.place.contains(&cluster), "{p:?}");
-            let mut members: Vec<String> = p.members.iter().map(|i| i.to_string()).collect();
-            members.sort();
-            (cluster, members)
-        })
-        .collect()
+    meshline_testkit::watch::cluster_places(places, "redis")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,22 +23,17 @@ fn config(connect: &str) -> Config {
         .unwrap()
 }
 
-/// (cluster, sorted members) of each place, in order.
+/// (cluster, sorted members) of each place, in order; each place is the cluster's
+/// node under Seata's `/registry/zk`.
 fn summary(places: &[Nearby]) -> Vec<(String, Vec<String>)> {
-    places
-        .iter()
-        .map(|p| {
-            assert!(p.select_with.is_empty(), "{p:?}");
-            let cluster = p.cluster.clone().expect("a zk place is a cluster");
-            assert!(
-                p.place.contains(&format!("/registry/zk/{cluster}")),
-                "{p:?}"
-            );
-            let mut members: Vec<String> = p.members.iter().map(|i| i.to_string()).collect();
-            members.sort();
-            (cluster, members)
-        })
-        .collect()
+    let found = meshline_testkit::watch::cluster_places(places, "zk");
+    for (p, (cluster, _)) in places.iter().zip(&found) {
+        assert!(
+            p.place.contains(&format!("/registry/zk/{cluster}")),
+            "{p:?}"
+        );
+    }
+    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,39 +153,22 @@ impl Rnacos {
     /// had panicked; [`Rnacos::start`] now refuses such a server (its readiness probe
     /// writes and reads back a canary config).
     pub fn publish_config(&self, data_id: &str, group: &str, content: &str) -> Result<()> {
-        let query = format!(
-            "dataId={}&group={}&tenant=",
-            form_encode(data_id),
-            form_encode(group)
-        );
-        let body = format!("{query}&content={}", form_encode(content));
-        let post = format!(
-            "POST /nacos/v1/cs/configs HTTP/1.0\r\nHost: 127.0.0.1\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        let get = format!("GET /nacos/v1/cs/configs?{query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-        let answer =
-            tcp_exchange(self.http_port, post.as_bytes(), 1 << 16).map_err(Error::Other)?;
-        match answer.split_once("\r\n\r\n") {
-            Some((_, b)) if is_ok(&answer) && b.trim() == "true" => {}
-            _ => return Err(Error::Other(format!("publish {data_id}: {answer:?}"))),
-        }
+        let calls = ConfigCalls::new(data_id, group, content);
+        calls.publish(self.http_port).map_err(Error::Other)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let answer =
-                tcp_exchange(self.http_port, get.as_bytes(), 1 << 20).map_err(Error::Other)?;
-            match answer.split_once("\r\n\r\n") {
-                Some((_, b)) if is_ok(&answer) && b == content => return Ok(()),
-                _ if std::time::Instant::now() > deadline => {
-                    return Err(Error::Other(format!(
-                        "rnacos did not show the published {data_id} within 10 s (last read: \
-                         {answer:?}; server log: {})",
-                        self.process.log_tail(20)
-                    )));
-                }
-                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+            let (shown, answer) = calls.read_back(self.http_port).map_err(Error::Other)?;
+            if shown {
+                return Ok(());
             }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "rnacos did not show the published {data_id} within 10 s (last read: \
+                     {answer:?}; server log: {})",
+                    self.process.log_tail(20)
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
@@ -231,22 +214,58 @@ const CANARY: (&str, &str, &str) = ("meshline-testkit-ready", "MESHLINE_TESTKIT"
 /// Writes the canary config and reads it back once: `Ok` when rnacos applies writes.
 fn config_canary(http_port: u16) -> std::result::Result<(), String> {
     let (data_id, group, content) = CANARY;
-    let query = format!("dataId={data_id}&group={group}&tenant=");
-    let body = format!("{query}&content={content}");
-    let post = format!(
-        "POST /nacos/v1/cs/configs HTTP/1.0\r\nHost: 127.0.0.1\r\n\
-         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = tcp_exchange(http_port, post.as_bytes(), 1 << 12)?;
-    if !is_ok(&answer) {
-        return Err(format!("canary config publish answered {answer:?}"));
+    let calls = ConfigCalls::new(data_id, group, content);
+    calls.publish(http_port)?;
+    match calls.read_back(http_port)? {
+        (true, _) => Ok(()),
+        (false, answer) => Err(format!("canary config not readable yet: {answer:?}")),
     }
-    let get = format!("GET /nacos/v1/cs/configs?{query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let answer = tcp_exchange(http_port, get.as_bytes(), 1 << 12)?;
-    match answer.split_once("\r\n\r\n") {
-        Some((_, b)) if is_ok(&answer) && b == content => Ok(()),
-        _ => Err(format!("canary config not readable yet: {answer:?}")),
+}
+
+/// The open API's publish and read of one config (public namespace), as plain
+/// HTTP/1.0 requests.
+struct ConfigCalls {
+    data_id: String,
+    content: String,
+    post: String,
+    get: String,
+}
+
+impl ConfigCalls {
+    fn new(data_id: &str, group: &str, content: &str) -> ConfigCalls {
+        let query = format!(
+            "dataId={}&group={}&tenant=",
+            form_encode(data_id),
+            form_encode(group)
+        );
+        let body = format!("{query}&content={}", form_encode(content));
+        ConfigCalls {
+            data_id: data_id.to_string(),
+            content: content.to_string(),
+            post: format!(
+                "POST /nacos/v1/cs/configs HTTP/1.0\r\nHost: 127.0.0.1\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+            get: format!("GET /nacos/v1/cs/configs?{query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"),
+        }
+    }
+
+    /// `POST /nacos/v1/cs/configs`: `Ok` when rnacos answers `true`.
+    fn publish(&self, http_port: u16) -> std::result::Result<(), String> {
+        let answer = tcp_exchange(http_port, self.post.as_bytes(), 1 << 16)?;
+        match answer.split_once("\r\n\r\n") {
+            Some((_, b)) if is_ok(&answer) && b.trim() == "true" => Ok(()),
+            _ => Err(format!("publish {}: {answer:?}", self.data_id)),
+        }
+    }
+
+    /// One read: whether it shows the content, and the answer.
+    fn read_back(&self, http_port: u16) -> std::result::Result<(bool, String), String> {
+        let answer = tcp_exchange(http_port, self.get.as_bytes(), 1 << 20)?;
+        let shown = matches!(answer.split_once("\r\n\r\n"),
+            Some((_, b)) if is_ok(&answer) && b == self.content);
+        Ok((shown, answer))
     }
 }
 

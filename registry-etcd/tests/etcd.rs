@@ -1,15 +1,18 @@
 //! EtcdRegistry against real etcd servers started by meshline-testkit: the
-//! conformance suite, then what is etcd's own (Seata's key layout, leases, a 3-member
-//! cluster, etcd's keep-alive policy, credentials).
+//! conformance suite (with its fault behaviours), then what is etcd's own (Seata's key
+//! layout, leases, a 3-member cluster, etcd's keep-alive policy, credentials).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions, PutOptions};
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{
+    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Unreachable,
+};
 use meshline_testkit::watch::{addrs, assert_unchanged_for, inst, wait_for};
 use meshline_testkit::{Etcd, EtcdCluster};
 
@@ -94,8 +97,113 @@ impl Garbage for EtcdHarness {
     }
 }
 
+impl Configured for EtcdHarness {
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.etcd.endpoint(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<EtcdRegistry, RegistryError> {
+        EtcdRegistry::connect(cfg).await
+    }
+}
+
+/// Connecting is lazy (see `EtcdRegistry::connect`): the first lookup, watch and
+/// register each fail, each within the operation timeout (1 s with a 2 s TTL).
+impl Unreachable for EtcdHarness {
+    fn address_key(&self) -> &'static str {
+        "registry.etcd3.serverAddr"
+    }
+    fn address_of(&self, port: u16) -> String {
+        format!("http://127.0.0.1:{port}")
+    }
+    fn refused_within(&self) -> Duration {
+        Duration::from_secs(6)
+    }
+}
+
+/// etcd is killed, not frozen (a frozen etcd still runs a delete queued in its
+/// socket), and restarted. The key is on our lease, kept alive: a 30 s TTL, so it must
+/// go because of the retried delete, not the lease.
+impl RefuseRemoval for EtcdHarness {
+    async fn removal_client(&self) -> EtcdRegistry {
+        EtcdRegistry::connect(&self.config(&[("registry.etcd3.ttl", "30s")]))
+            .await
+            .unwrap()
+    }
+    async fn refuse_removals(&mut self) {
+        self.etcd.kill();
+    }
+    async fn allow_removals(&mut self) {
+        tokio::task::block_in_place(|| self.etcd.restart()).expect("restart etcd");
+    }
+    async fn holds(&self, cluster: &str, member: &Instance) -> bool {
+        let mut raw = raw(&self.etcd.endpoint()).await;
+        let got = raw.get(instance_key(cluster, member), None).await.unwrap();
+        !got.kvs().is_empty()
+    }
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn refusal(&self) -> &'static str {
+        "Connection refused"
+    }
+}
+
+/// A harness whose etcd has auth on, with user `root` and [`SECRET`].
+async fn secret_harness() -> EtcdHarness {
+    let h = harness().await;
+    let mut admin = raw(&h.etcd.endpoint()).await;
+    admin.user_add("root", SECRET, None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.auth_enable().await.unwrap();
+    h
+}
+
+const SECRET: &str = "Etcd-Secret-7f3a9";
+
+impl Secrets for EtcdHarness {
+    fn secrets(&self) -> [&'static str; 2] {
+        [SECRET, "Etcd-Wrong-0b1c2"]
+    }
+    fn with_secret(&self, secret: &str) -> Config {
+        self.config(&[
+            ("registry.etcd3.username", "root"),
+            ("registry.etcd3.password", secret),
+            ("registry.etcd3.ttl", "10s"),
+        ])
+    }
+    fn refusal(&self) -> &'static str {
+        "authentication failed"
+    }
+}
+
+/// Seata's `registry-seata-<cluster>-<ip>:<port>` keys, value `<ip>:<port>`.
+impl SeataLayout for EtcdHarness {
+    async fn put_member(&self, cluster: &str, addr: &str) {
+        let mut raw = raw(&self.etcd.endpoint()).await;
+        raw.put(format!("registry-seata-{cluster}-{addr}"), addr, None)
+            .await
+            .unwrap();
+    }
+    /// Garbage in the layout, and a key of another layout.
+    async fn put_foreign(&self) {
+        let mut raw = raw(&self.etcd.endpoint()).await;
+        raw.put("registry-seata-junk-x", "not an address", None)
+            .await
+            .unwrap();
+        raw.put("unrelated-10.0.0.4:8091", "10.0.0.4:8091", None)
+            .await
+            .unwrap();
+    }
+    fn address(&self) -> String {
+        self.etcd.endpoint()
+    }
+}
+
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
-    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
+    unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
+    nearby_lists_other_clusters);
+meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
 async fn raw(endpoint: &str) -> Client {
     Client::connect([endpoint], None)
@@ -499,38 +607,6 @@ async fn keepalive_pings_find_a_frozen_etcd() {
     watcher.close().await.unwrap();
 }
 
-/// An unreachable etcd is an error naming its address and the cause, not just
-/// "etcd3 registry: get", and it comes within the operation timeout.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_etcd_is_an_error_naming_the_address_and_the_cause() {
-    init_logs();
-    let port = meshline_testkit::closed_port().expect("a closed port");
-    let endpoint = format!("http://127.0.0.1:{port}");
-    // Connecting is lazy (see `EtcdRegistry::connect`): the first operation fails.
-    let reg = EtcdRegistry::connect(&config(&endpoint, &[]))
-        .await
-        .unwrap();
-    let t = Instant::now();
-    for err in [
-        reg.lookup("default").await.unwrap_err(),
-        reg.watch("default").await.unwrap_err(),
-        reg.register("default", &inst("10.0.0.1:1"))
-            .await
-            .unwrap_err(),
-    ] {
-        let text = err.to_string();
-        eprintln!("{text}");
-        assert!(text.contains(&endpoint), "no address in: {text}");
-        assert!(text.contains("Connection refused"), "no cause in: {text}");
-        assert!(
-            std::error::Error::source(&err).is_some(),
-            "source lost: {err:?}"
-        );
-    }
-    // Three operations, each bounded by the operation timeout (1 s with a 2 s TTL).
-    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
-}
-
 /// `register` on a lease someone revoked gets a new lease and succeeds, keeping the
 /// earlier registrations (it recognises etcd's "lease not found" in the error, which
 /// the error's text now carries).
@@ -559,101 +635,4 @@ async fn register_on_a_revoked_lease_re_grants_it() {
         assert_eq!(got.kvs()[0].lease(), new);
     }
     reg.close().await.unwrap();
-}
-
-/// Issue #13 item 4: an unregister that fails (etcd down) is not forgotten. The key
-/// is on our lease, which the keeper keeps alive, so before the fix it stayed in etcd
-/// for as long as the process lived; now the delete is retried in the background and
-/// the key is gone soon after etcd answers again, long before the lease could expire.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_unregister_is_retried_until_the_key_is_gone() {
-    init_logs();
-    let mut etcd = Etcd::start().expect("etcd");
-    let ep = etcd.endpoint();
-    // A 30 s TTL: the key must go because of the retried delete, not the lease.
-    let reg = EtcdRegistry::connect(&config(&ep, &[("registry.etcd3.ttl", "30s")]))
-        .await
-        .unwrap();
-    let me = inst("10.7.7.7:8091");
-    reg.register("zombie", &me).await.unwrap();
-    // Killed, not frozen: a frozen etcd still runs a delete queued in its socket.
-    etcd.kill();
-    let failed = reg.unregister("zombie", &me).await;
-    etcd.restart().unwrap();
-    assert!(failed.is_err(), "the delete against a stopped etcd fails");
-    let mut client = raw(&ep).await;
-    let key = instance_key("zombie", &me);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let n = client.get(key.as_str(), None).await.unwrap().kvs().len();
-        if n == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the unregistered key is still in etcd 10 s after it came back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    reg.close().await.unwrap();
-}
-
-/// Issue #13 item 2: at `trace`, dependencies included, a run that logs in, fails to
-/// log in (wrong password) and reconnects after an etcd restart never prints either
-/// password. A current-thread runtime, so every task logs into the capture.
-#[tokio::test]
-async fn passwords_never_reach_the_log_even_at_trace() {
-    const SECRET: &str = "Etcd-Secret-7f3a9";
-    const WRONG: &str = "Etcd-Wrong-0b1c2";
-    let mut etcd = Etcd::start().expect("etcd");
-    let ep = etcd.endpoint();
-    let mut admin = raw(&ep).await;
-    admin.user_add("root", SECRET, None).await.unwrap();
-    admin.user_grant_role("root", "root").await.unwrap();
-    admin.auth_enable().await.unwrap();
-    drop(admin);
-
-    let buf = meshline_testkit::watch::LogBuf::default();
-    let guard = buf.capture_at(tracing::Level::TRACE);
-    let creds = |p: &'static str| {
-        config(
-            &ep,
-            &[
-                ("registry.etcd3.username", "root"),
-                ("registry.etcd3.password", p),
-                ("registry.etcd3.ttl", "10s"),
-            ],
-        )
-    };
-    let reg = EtcdRegistry::connect(&creds(SECRET)).await.unwrap();
-    reg.register("secret", &inst("10.9.9.1:8091"))
-        .await
-        .unwrap();
-    let mut w = reg.watch("secret").await.unwrap();
-    w.next().await.unwrap();
-    let err = EtcdRegistry::connect(&creds(WRONG)).await.unwrap_err();
-    etcd.restart().unwrap();
-    // Reconnected and re-authenticated: a new registration goes through.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reg
-        .register("secret", &inst("10.9.9.2:8091"))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "no reconnect within 20 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let cfg_debug = format!("{:?}", creds(SECRET));
-    reg.close().await.unwrap();
-    drop(guard);
-    let text = buf.text();
-    assert!(text.contains("TRACE"), "the capture ran at trace");
-    for s in [SECRET, WRONG] {
-        assert!(!text.contains(s), "a password is in the log");
-        assert!(!err.to_string().contains(s), "a password is in the error");
-        assert!(
-            !cfg_debug.contains(s),
-            "a password is in the config's Debug"
-        );
-    }
 }

@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use common::*;
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::ConsulRegistry;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{
+    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Unreachable,
+};
 use meshline_testkit::{ConsulDouble, ConsulDoubleOptions};
 use serde_json::{Value, json};
 
@@ -40,6 +43,19 @@ async fn harness() -> ConsulHarness {
     init_logs();
     ConsulHarness {
         consul: ConsulDouble::start(ConsulDoubleOptions::default()).unwrap(),
+    }
+}
+
+const SECRET: &str = "Consul-Token-5d1e9";
+
+/// An agent with ACLs on, whose token is [`SECRET`].
+async fn secret_harness() -> ConsulHarness {
+    ConsulHarness {
+        consul: ConsulDouble::start(ConsulDoubleOptions {
+            acl_token: Some(SECRET.into()),
+            ..Default::default()
+        })
+        .unwrap(),
     }
 }
 
@@ -102,8 +118,134 @@ impl Garbage for ConsulHarness {
     }
 }
 
+impl Configured for ConsulHarness {
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.consul, extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<ConsulRegistry, RegistryError> {
+        ConsulRegistry::connect(cfg).await
+    }
+}
+
+/// `connect` checks the agent; the error names the address as configured (user info,
+/// if any, redacted).
+impl Unreachable for ConsulHarness {
+    fn address_key(&self) -> &'static str {
+        "registry.consul.serverAddr"
+    }
+    fn refused_within(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+}
+
+const DEREGISTER: &str = "/v1/agent/service/deregister/";
+/// The removal client's check TTL.
+const REMOVAL_TTL: Duration = Duration::from_secs(3);
+
+/// The agent answers our deregistration 500. The keeper passes the check every TTL/3
+/// (3 s here) and Consul would reap the service 2 min after the check turned
+/// critical: only our retry removes it in time.
+impl RefuseRemoval for ConsulHarness {
+    async fn removal_client(&self) -> ConsulRegistry {
+        let cfg = self.config(&[
+            ("registry.consul.ttl", "3s"),
+            ("registry.consul.deregisterCriticalServiceAfter", "2m"),
+        ]);
+        ConsulRegistry::connect(&cfg).await.unwrap()
+    }
+    async fn refuse_removals(&mut self) {
+        self.consul.fail("PUT", DEREGISTER, 500).unwrap();
+    }
+    async fn allow_removals(&mut self) {
+        self.consul.clear_faults();
+    }
+    /// The agent holds the service, passing or not.
+    async fn holds(&self, cluster: &str, member: &Instance) -> bool {
+        let services = raw_get(&self.consul, "/v1/agent/services").await;
+        services.get(format!("{cluster}-{member}")).is_some()
+    }
+    /// The backend's request timeout (`consul::agent::REQUEST_TIMEOUT`).
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+    fn refusal(&self) -> &'static str {
+        "500"
+    }
+    /// Nobody passes the check any more: it turns critical one TTL later.
+    async fn not_renewed(&self, cluster: &str, member: &Instance) {
+        let passing = format!("/v1/health/service/{cluster}?passing");
+        eventually(
+            REMOVAL_TTL + Duration::from_secs(2),
+            "the check to turn critical",
+            || async {
+                raw_get(&self.consul, &passing)
+                    .await
+                    .as_array()
+                    .unwrap()
+                    .is_empty()
+            },
+        )
+        .await;
+        assert!(self.holds(cluster, member).await, "refused, yet gone");
+    }
+}
+
+/// A wrong token is refused (403) at connect or at the first write; after the agent's
+/// restart (empty) the keeper, its TTL pass answered 404, registers our instance
+/// again with the token.
+impl Secrets for ConsulHarness {
+    fn secrets(&self) -> [&'static str; 2] {
+        [SECRET, "Consul-Wrong-7a3c2"]
+    }
+    fn with_secret(&self, secret: &str) -> Config {
+        self.config(&[("registry.consul.aclToken", secret)])
+    }
+    fn refusal(&self) -> &'static str {
+        "403"
+    }
+    fn logged(&self) -> &'static [&'static str] {
+        &["registered it again"]
+    }
+}
+
+/// Services named after their cluster with Seata's tag `services`.
+impl SeataLayout for ConsulHarness {
+    async fn put_member(&self, cluster: &str, addr: &str) {
+        tagged(&self.consul, cluster, addr, "services", "passing").await;
+    }
+    /// Another application's service (not Seata's tag), and a tagged one with no
+    /// passing member.
+    async fn put_foreign(&self) {
+        tagged(&self.consul, "web", "10.0.0.3:80", "http", "passing").await;
+        tagged(
+            &self.consul,
+            "down",
+            "10.0.0.4:8091",
+            "services",
+            "critical",
+        )
+        .await;
+    }
+    fn address(&self) -> String {
+        self.consul.server_addr()
+    }
+}
+
+/// Registers `addr` in service `name` with `tag`, its TTL check in `status`.
+async fn tagged(consul: &ConsulDouble, name: &str, addr: &str, tag: &str, status: &str) {
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let body = json!({"ID": format!("{name}-{addr}"), "Name": name, "Tags": [tag],
+        "Address": ip, "Port": port.parse::<u16>().unwrap(),
+        "Check": {"TTL": "60s", "Status": status}});
+    let st = raw_put(consul, "/v1/agent/service/register", body).await;
+    assert_eq!(st, 200);
+}
+
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
-    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
+    unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
+    nearby_lists_other_clusters);
+meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
 async fn raw_put(consul: &ConsulDouble, path: &str, body: Value) -> reqwest::StatusCode {
     reqwest::Client::new()
@@ -268,121 +410,4 @@ async fn the_acl_token_is_sent() {
         .to_string();
     assert!(err.contains("Permission denied"), "{err}");
     good.close().await.unwrap();
-}
-
-/// `connect` checks the agent: a closed port fails it with the address and the cause.
-#[tokio::test]
-async fn an_unreachable_agent_is_an_error_naming_it() {
-    let port = meshline_testkit::closed_port().unwrap();
-    let cfg = ConfigLoader::new()
-        .set("registry.type", "consul")
-        .set("registry.consul.serverAddr", format!("127.0.0.1:{port}"))
-        .load()
-        .unwrap();
-    let err = ConsulRegistry::connect(&cfg).await.unwrap_err().to_string();
-    // The address as configured (user info, if any, redacted).
-    assert!(
-        err.contains(&format!("consul registry at 127.0.0.1:{port} unavailable")),
-        "{err}"
-    );
-    assert!(err.contains("connect"), "{err}");
-    assert!(err.contains("Connection refused"), "{err}");
-}
-
-/// Issue #13 item 2: at `trace`, dependencies included, a run that connects with the
-/// ACL token, is refused (403) with a wrong one, loses the agent (the watch goes stale)
-/// and reconnects after its restart (connected again, our instance registered again
-/// with the token) never prints either token: not in the log, not in an error's Display, not in
-/// a `Health::Stale` reason, not in a `Debug`. A current-thread runtime, so every task
-/// logs into the capture.
-#[tokio::test]
-async fn the_acl_token_never_reaches_the_log_even_at_trace() {
-    const SECRET: &str = "Consul-Token-5d1e9";
-    const WRONG: &str = "Consul-Wrong-7a3c2";
-    let mut consul = ConsulDouble::start(ConsulDoubleOptions {
-        acl_token: Some(SECRET.into()),
-        ..Default::default()
-    })
-    .unwrap();
-    let buf = LogBuf::default();
-    let guard = buf.capture_at(tracing::Level::TRACE);
-    let with = |t: &str| config(&consul, &[("registry.consul.aclToken", t)]);
-    let good_cfg = with(SECRET);
-    let wrong_cfg = with(WRONG);
-    let reg = ConsulRegistry::connect(&good_cfg).await.unwrap();
-    reg.register("secret", &inst("10.9.9.1:8091"))
-        .await
-        .unwrap();
-    let mut w = reg.watch("secret").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(10), "registered", |s| {
-        addrs(s).len() == 1
-    })
-    .await;
-    let mut shown = vec![format!("{good_cfg:?}"), format!("{reg:?}")];
-    match ConsulRegistry::connect(&wrong_cfg).await {
-        Err(e) => {
-            let e = e.to_string();
-            assert!(e.contains("403"), "not the ACL refusal: {e}");
-            shown.push(e);
-        }
-        Ok(bad) => {
-            shown.push(bad.lookup("secret").await.unwrap_err().to_string());
-            shown.push(
-                bad.register("secret", &inst("10.9.9.3:8091"))
-                    .await
-                    .unwrap_err()
-                    .to_string(),
-            );
-            match bad.watch("secret").await {
-                Err(e) => shown.push(e.to_string()),
-                Ok(mut bw) => shown.push(format!(
-                    "{:?}",
-                    wait_health(&mut bw, Duration::from_secs(10), false).await
-                )),
-            }
-            shown.push(format!("{bad:?}"));
-            bad.close().await.unwrap();
-        }
-    }
-    consul.stop();
-    shown.push(format!(
-        "{:?}",
-        wait_health(&mut w, Duration::from_secs(20), false).await
-    ));
-    shown.push(reg.lookup("secret").await.unwrap_err().to_string());
-    // It comes back empty: the watch is connected again, and the keeper (its TTL pass
-    // answered 404) registers our instance again with the token.
-    consul.restart().unwrap();
-    wait_health(&mut w, Duration::from_secs(30), true).await;
-    // (Asked of the server: the watch may still show the snapshot from before.)
-    eventually(
-        Duration::from_secs(30),
-        "registered again after the restart",
-        || async {
-            reg.lookup("secret")
-                .await
-                .is_ok_and(|l| l.iter().any(|i| i.to_string() == "10.9.9.1:8091"))
-        },
-    )
-    .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while let Err(e) = reg.register("secret", &inst("10.9.9.2:8091")).await {
-        shown.push(e.to_string());
-        assert!(std::time::Instant::now() < deadline, "no reconnect: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    reg.close().await.unwrap();
-    drop(guard);
-    let text = buf.text();
-    assert!(text.contains("TRACE"), "the capture ran at trace");
-    assert!(
-        text.contains("registered it again"),
-        "the log shows no re-registration after the restart"
-    );
-    for s in [SECRET, WRONG] {
-        assert!(!text.contains(s), "a token is in the log");
-        for m in &shown {
-            assert!(!m.contains(s), "a token is in `{m}`");
-        }
-    }
 }

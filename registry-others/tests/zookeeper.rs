@@ -1,6 +1,6 @@
 //! ZookeeperRegistry against a real ZooKeeper started by meshline-testkit: the
-//! conformance suite, then what is ZooKeeper's own (Seata's node layout, session
-//! expiry, digest ACLs, connect strings).
+//! conformance suite (with its fault behaviours), then what is ZooKeeper's own (Seata's
+//! node layout, session expiry, digest ACLs, connect strings).
 
 mod common;
 
@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use common::*;
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
 use meshline_registry_others::zookeeper::instance_path;
 use meshline_testkit::ZooKeeper;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{
+    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Unreachable,
+};
 use zookeeper_client as zk;
 
 const SESSION: Duration = Duration::from_secs(4);
@@ -38,12 +41,15 @@ const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
 
 struct ZkHarness {
     zk: ZooKeeper,
+    /// A raw client of the server, made when first needed (again after a kill).
+    raw: tokio::sync::Mutex<Option<zk::Client>>,
 }
 
 async fn harness() -> ZkHarness {
     init_logs();
     ZkHarness {
         zk: ZooKeeper::start().expect("zookeeper"),
+        raw: Default::default(),
     }
 }
 
@@ -103,8 +109,120 @@ impl Garbage for ZkHarness {
     }
 }
 
+impl Configured for ZkHarness {
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.zk.connect_string(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<ZookeeperRegistry, RegistryError> {
+        ZookeeperRegistry::connect(cfg).await
+    }
+}
+
+/// `connect` establishes a session; with nothing listening it fails with the connect
+/// string and what a TCP connect to the server said, within the session timeout plus
+/// the connect timeout (4 s + 2 s here) and the 1 s probe.
+impl Unreachable for ZkHarness {
+    fn address_key(&self) -> &'static str {
+        "registry.zk.serverAddr"
+    }
+    fn refused_within(&self) -> Duration {
+        Duration::from_secs(8)
+    }
+}
+
+/// The server is killed (a delete needs it), and restarted. A 30 s session: the node
+/// must go because of the retried delete, not an expiry.
+impl RefuseRemoval for ZkHarness {
+    async fn removal_client(&self) -> ZookeeperRegistry {
+        let cfg = self.config(&[
+            ("registry.zk.sessionTimeout", "30s"),
+            ("registry.zk.connectTimeout", "1s"),
+        ]);
+        ZookeeperRegistry::connect(&cfg).await.unwrap()
+    }
+    async fn refuse_removals(&mut self) {
+        self.raw.lock().await.take();
+        self.zk.kill();
+    }
+    async fn allow_removals(&mut self) {
+        tokio::task::block_in_place(|| self.zk.restart()).expect("restart zookeeper");
+    }
+    async fn holds(&self, cluster: &str, member: &Instance) -> bool {
+        let mut raw = self.raw.lock().await;
+        if raw.is_none() {
+            *raw = Some(self::raw(&self.zk.connect_string()).await);
+        }
+        let client = raw.as_ref().unwrap();
+        client
+            .check_stat(&instance_path(cluster, member))
+            .await
+            .unwrap()
+            .is_some()
+    }
+    /// The connect timeout bounds each attempt.
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn refusal(&self) -> &'static str {
+        "zk registry"
+    }
+}
+
+/// ZooKeeper accepts any digest identity: the wrong password is refused by the ACL of
+/// the path the right one created.
+impl Secrets for ZkHarness {
+    fn secrets(&self) -> [&'static str; 2] {
+        ["Zk-Secret-5d2e8", "Zk-Wrong-9a4c1"]
+    }
+    fn with_secret(&self, secret: &str) -> Config {
+        self.config(&[
+            ("registry.zk.username", "seata"),
+            ("registry.zk.password", secret),
+            ("registry.zk.sessionTimeout", "30s"),
+        ])
+    }
+    fn refusal(&self) -> &'static str {
+        "not authorized"
+    }
+    /// The client library's own lines: the login (auth packets), the refusal and the
+    /// reconnect.
+    fn logged(&self) -> &'static [&'static str] {
+        &["(Auth, None)", "NoAuth", "enter state Disconnected"]
+    }
+}
+
+/// Seata's `/registry/zk/<cluster>/<ip>:<port>` nodes.
+impl SeataLayout for ZkHarness {
+    async fn put_member(&self, cluster: &str, addr: &str) {
+        self.mkdir(&format!("/registry/zk/{cluster}/{addr}")).await;
+    }
+    /// A cluster holding only garbage, and an empty cluster path.
+    async fn put_foreign(&self) {
+        self.mkdir("/registry/zk/junk/not-an-address").await;
+        self.mkdir("/registry/zk/default").await;
+    }
+    fn address(&self) -> String {
+        self.zk.connect_string()
+    }
+    fn place_names(&self, cluster: &str) -> String {
+        format!("/registry/zk/{cluster}")
+    }
+}
+
+impl ZkHarness {
+    /// Creates `path` and its parents, persistent and open to anyone.
+    async fn mkdir(&self, path: &str) {
+        let raw = raw(&self.zk.connect_string()).await;
+        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        raw.mkdir(path, &dir).await.unwrap();
+    }
+}
+
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
-    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection);
+    crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
+    unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
+    secrets_never_shown,
+    nearby_lists_other_clusters);
 
 async fn raw(connect: &str) -> zk::Client {
     zk::Client::connector()
@@ -322,69 +440,6 @@ async fn a_connect_string_with_a_dead_server_fails_over() {
     panic!("20 connects never tried the dead servers of {cs}");
 }
 
-/// `connect` establishes a session: with nothing listening, it fails with the connect
-/// string and what a TCP connect to the server said, not just "zk registry: connect".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_is_an_error_naming_the_address_and_the_cause() {
-    init_logs();
-    let port = meshline_testkit::closed_port().unwrap();
-    let server = format!("127.0.0.1:{port}");
-    let t = std::time::Instant::now();
-    let err = ZookeeperRegistry::connect(&config(&server, &[]))
-        .await
-        .unwrap_err();
-    let text = err.to_string();
-    eprintln!("after {:?}: {text}", t.elapsed());
-    assert!(
-        text.starts_with(&format!("zk registry at {server}: connect: ")),
-        "{text}"
-    );
-    assert!(
-        text.contains(&format!("{server}: Connection refused")),
-        "{text}"
-    );
-    // Bounded by the session timeout plus the connect timeout (4 s + 2 s here), plus
-    // the 1 s probe.
-    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
-}
-
-/// Issue #13 item 4: an unregister that fails (ZooKeeper down) is not forgotten. Our
-/// session outlives a short outage, so before the fix the node stayed for as long as
-/// the process ran; now the delete is retried in the background and the node is gone
-/// soon after the server answers again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_unregister_is_retried_until_the_node_is_gone() {
-    init_logs();
-    let mut zk = ZooKeeper::start().expect("zookeeper");
-    // A 30 s session: the node must go because of the retried delete, not an expiry.
-    let reg = ZookeeperRegistry::connect(&config(
-        &zk.connect_string(),
-        &[
-            ("registry.zk.sessionTimeout", "30s"),
-            ("registry.zk.connectTimeout", "1s"),
-        ],
-    ))
-    .await
-    .unwrap();
-    let me = inst("10.7.7.7:8091");
-    reg.register("zombie", &me).await.unwrap();
-    zk.kill();
-    let failed = reg.unregister("zombie", &me).await;
-    zk.restart().unwrap();
-    assert!(failed.is_err(), "the delete against a stopped server fails");
-    let raw = raw(&zk.connect_string()).await;
-    let path = instance_path("zombie", &me);
-    meshline_testkit::watch::eventually(Duration::from_secs(15), "node deleted", || async {
-        raw.check_stat(&path).await.unwrap().is_none()
-    })
-    .await;
-    // Still a working client, and close does not fail on the already-deleted node.
-    reg.register("zombie", &inst("10.7.7.8:8091"))
-        .await
-        .unwrap();
-    reg.close().await.unwrap();
-}
-
 /// Issue #13 item 4: with credentials our cluster path and nodes are creator-all +
 /// world-read: a client without them reads the members but can neither delete nor
 /// overwrite them (it could delete them before: the ACLs were open to anyone).
@@ -540,81 +595,4 @@ async fn register_waits_for_another_sessions_node_and_never_deletes_it() {
         java.check_stat(&path).await.unwrap().is_none(),
         "close removes ours"
     );
-}
-
-/// Issue #13 item 2: at `trace`, dependencies included, a run that logs in with a
-/// digest password, fails to log in with a wrong one (ZooKeeper accepts any digest
-/// identity; the wrong one is refused by the ACL) and reconnects after a server
-/// restart never prints either password. A current-thread runtime, so every task logs
-/// into the capture.
-#[tokio::test]
-async fn passwords_never_reach_the_log_even_at_trace() {
-    const SECRET: &str = "Zk-Secret-5d2e8";
-    const WRONG: &str = "Zk-Wrong-9a4c1";
-    let mut zk = ZooKeeper::start().expect("zookeeper");
-    let buf = meshline_testkit::watch::LogBuf::default();
-    let guard = buf.capture_at(tracing::Level::TRACE);
-    let cs = zk.connect_string();
-    let creds = |p: &'static str| {
-        config(
-            &cs,
-            &[
-                ("registry.zk.username", "seata"),
-                ("registry.zk.password", p),
-                ("registry.zk.sessionTimeout", "30s"),
-            ],
-        )
-    };
-    let reg = ZookeeperRegistry::connect(&creds(SECRET)).await.unwrap();
-    reg.register("secret", &inst("10.9.9.1:8091"))
-        .await
-        .unwrap();
-    let mut w = reg.watch("secret").await.unwrap();
-    w.next().await.unwrap();
-    let wrong = ZookeeperRegistry::connect(&creds(WRONG)).await.unwrap();
-    let err = wrong
-        .register("secret", &inst("10.9.9.3:8091"))
-        .await
-        .unwrap_err();
-    wrong.close().await.unwrap();
-    zk.restart().unwrap();
-    // Reconnected (auth sent again): a new registration goes through.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while reg
-        .register("secret", &inst("10.9.9.2:8091"))
-        .await
-        .is_err()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no reconnect within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let cfg_debug = format!("{:?}", creds(SECRET));
-    let reg_debug = format!("{reg:?}");
-    reg.close().await.unwrap();
-    assert!(
-        tracing::enabled!(tracing::Level::TRACE),
-        "the capture runs at trace"
-    );
-    drop(guard);
-    let text = buf.text();
-    // The client library's own lines are in: the login (auth packets), the refusal
-    // and the reconnect.
-    for seen in ["(Auth, None)", "NoAuth", "enter state Disconnected"] {
-        assert!(text.contains(seen), "`{seen}` was not captured");
-    }
-    for s in [SECRET, WRONG] {
-        assert!(!text.contains(s), "a password is in the log");
-        assert!(!err.to_string().contains(s), "a password is in the error");
-        assert!(
-            !cfg_debug.contains(s),
-            "a password is in the config's Debug"
-        );
-        assert!(
-            !reg_debug.contains(s),
-            "a password is in the client's Debug"
-        );
-    }
 }

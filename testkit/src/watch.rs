@@ -173,26 +173,3 @@ impl LogBuf {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 }
-
-/// What a backend whose `nearby` places are clusters listed: `(cluster, sorted
-/// members)` of each place, in order. Asserts that each place names its cluster and
-/// needs no extra key to select (`what` names the backend in the failure).
-pub fn cluster_places(
-    places: &[meshline_registry_core::Nearby],
-    what: &str,
-) -> Vec<(String, Vec<String>)> {
-    places
-        .iter()
-        .map(|p| {
-            assert!(p.select_with.is_empty(), "{p:?}");
-            let cluster = p
-                .cluster
-                .clone()
-                .unwrap_or_else(|| panic!("a {what} place is a cluster: {p:?}"));
-            assert!(p.place.contains(&cluster), "{p:?}");
-            let mut members: Vec<String> = p.members.iter().map(|i| i.to_string()).collect();
-            members.sort();
-            (cluster, members)
-        })
-        .collect()
-}

@@ -30,6 +30,17 @@
 //! - [`empty_protection`]: removals are applied while a member is left; the last
 //!   removal is not applied (the last list is kept) with protection on.
 //!
+//! And the fault behaviours ([`faults`]), for the backends that implement their traits:
+//!
+//! - [`unreachable_is_named`] ([`Unreachable`]): a closed port is an error naming the
+//!   address and the cause, within the backend's timeouts.
+//! - [`refused_removal_retried`] and [`close_removes_a_refused_removal`]
+//!   ([`RefuseRemoval`]): an unregister the registry refuses is not forgotten.
+//! - [`secrets_never_shown`] ([`Secrets`]): a password or token never shows, at
+//!   `trace`, through a refused login and a server restart.
+//! - [`nearby_lists_other_clusters`] ([`SeataLayout`]): what `nearby` lists when the
+//!   asked cluster is empty, and its error when the server is gone.
+//!
 //! Every wait is for a condition, bounded by what the protocol allows plus a margin a
 //! loaded 2-core machine keeps; the few "nothing changes for a while" checks are over a
 //! span the protocol defines (a TTL), and fail on any change within it.
@@ -39,6 +50,14 @@ use std::time::{Duration, Instant};
 use meshline_registry_core::{Health, Instance, RegistryError, RegistryService, Watch};
 
 use crate::watch::{addrs, assert_unchanged_for, inst, wait_for, wait_health};
+
+pub mod faults;
+pub mod nearby;
+pub use faults::{
+    Configured, RefuseRemoval, Secrets, Unreachable, close_removes_a_refused_removal,
+    refused_removal_retried, retry_bound, secrets_never_shown, unreachable_is_named,
+};
+pub use nearby::{SeataLayout, nearby_lists_other_clusters};
 
 /// How long a change may take to reach another client's watch (push backends take
 /// milliseconds, polling ones a period; the rest is margin for a loaded machine).
@@ -176,22 +195,43 @@ pub trait Garbage: Harness {
     async fn put_garbage(&self, cluster: &str, round: u32);
 }
 
-/// Makes one `#[tokio::test]` (multi-thread, 2 workers) per named behaviour of
-/// [`crate::conformance`], each on a fresh harness from `$harness` (an expression of a
-/// future, e.g. `harness()`), in a module `conformance`.
+/// Makes one `#[tokio::test]` per named behaviour of [`crate::conformance`], each on a
+/// fresh harness from `$harness` (an expression of a future, e.g. `harness()`), in a
+/// module `conformance` (or the one named first: `mod secrets: secret_harness() =>
+/// secrets_never_shown`, for a second harness in the same file). The tests run on a
+/// 2-worker multi-thread runtime, except [`secrets_never_shown`], which needs the
+/// current-thread one.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($harness:expr => $($behaviour:ident),+ $(,)?) => {
-        mod conformance {
+    (mod $module:ident: $harness:expr => $($behaviour:ident),+ $(,)?) => {
+        mod $module {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $behaviour() {
-                    let mut h = $harness.await;
-                    $crate::conformance::$behaviour(&mut h).await;
-                }
-            )+
+            $( $crate::conformance_test!($harness, $behaviour); )+
+        }
+    };
+    ($harness:expr => $($behaviour:ident),+ $(,)?) => {
+        $crate::conformance_tests!(mod conformance: $harness => $($behaviour),+);
+    };
+}
+
+/// One test of [`conformance_tests!`](crate::conformance_tests), on the runtime its
+/// behaviour needs.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! conformance_test {
+    ($harness:expr, secrets_never_shown) => {
+        #[tokio::test]
+        async fn secrets_never_shown() {
+            let mut h = $harness.await;
+            $crate::conformance::secrets_never_shown(&mut h).await;
+        }
+    };
+    ($harness:expr, $behaviour:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $behaviour() {
+            let mut h = $harness.await;
+            $crate::conformance::$behaviour(&mut h).await;
         }
     };
 }

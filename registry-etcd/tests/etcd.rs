@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions, PutOptions};
-use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
 use meshline_testkit::conformance::{
-    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
     Unreachable,
 };
 use meshline_testkit::watch::{addrs, assert_unchanged_for, inst, wait_for};
@@ -24,15 +23,13 @@ fn init_logs() {
 
 /// A config for `endpoints` with a 2 s TTL and empty protection on, then `extra` keys.
 fn config(endpoints: &str, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "etcd3")
-        .set("registry.etcd3.serverAddr", endpoints)
-        .set("registry.etcd3.ttl", "2s")
-        .set("registry.empty-protection", "true");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let base = [
+        ("registry.type", "etcd3"),
+        ("registry.etcd3.serverAddr", endpoints),
+        ("registry.etcd3.ttl", "2s"),
+        ("registry.empty-protection", "true"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
@@ -50,36 +47,28 @@ async fn harness() -> EtcdHarness {
 
 impl Harness for EtcdHarness {
     type Registry = EtcdRegistry;
+    const LIFETIME: Lifetime = Lifetime::set("registry.etcd3.ttl", "2s", "60s", TTL);
+    const RESYNC_WITHIN: Duration = Duration::from_secs(15);
 
-    async fn connect(&self, o: Opts) -> EtcdRegistry {
-        let extra = o.keys("registry.etcd3.ttl", "2s", "60s");
-        EtcdRegistry::connect(&config(&self.etcd.endpoint(), &extra))
-            .await
-            .unwrap()
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.etcd.endpoint(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<EtcdRegistry, RegistryError> {
+        EtcdRegistry::connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.etcd
     }
-    fn ttl(&self) -> Duration {
-        TTL
-    }
-    fn resync_within(&self) -> Duration {
-        Duration::from_secs(15)
-    }
 }
 
+/// The lease is kept alive every TTL/3 and expires TTL after the last keep-alive;
+/// etcd's lessor looks for expired leases every 500 ms.
 impl Crash for EtcdHarness {
-    fn crash(&self, reg: EtcdRegistry) {
+    fn crash(&self, reg: &EtcdRegistry) {
         reg.abandon();
-        drop(reg);
     }
-    /// The lease is kept alive every TTL/3 and expires TTL after the last keep-alive;
-    /// etcd's lessor looks for expired leases every 500 ms.
     fn expiry(&self) -> Expiry {
-        Expiry {
-            not_before: TTL / 2,
-            within: TTL + Duration::from_millis(500) + Duration::from_secs(2),
-        }
+        Expiry::after(TTL, Duration::from_millis(500))
     }
 }
 
@@ -94,15 +83,6 @@ impl Garbage for EtcdHarness {
             _ => (format!("registry-seata-{cluster}-10.0.0.7:7"), "}{"),
         };
         raw.put(key, value, None).await.unwrap();
-    }
-}
-
-impl Configured for EtcdHarness {
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.etcd.endpoint(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<EtcdRegistry, RegistryError> {
-        EtcdRegistry::connect(cfg).await
     }
 }
 

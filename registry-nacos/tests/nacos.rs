@@ -6,10 +6,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, Instance, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
-use meshline_testkit::conformance::{Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{Garbage, Harness, Lifetime, Server};
 use meshline_testkit::watch::{addrs, wait_for};
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
 use nacos_sdk::api::props::ClientProps;
@@ -18,15 +18,14 @@ const WITHIN: Duration = Duration::from_secs(10);
 
 /// A config for `server` with empty protection on, then `extra` keys.
 fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "nacos")
-        .set("registry.nacos.serverAddr", server.http_addr())
-        .set("registry.nacos.grpcPort", server.grpc_port().to_string())
-        .set("registry.empty-protection", "true");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let (addr, grpc) = (server.http_addr(), server.grpc_port().to_string());
+    let base = [
+        ("registry.type", "nacos"),
+        ("registry.nacos.serverAddr", addr.as_str()),
+        ("registry.nacos.grpcPort", grpc.as_str()),
+        ("registry.empty-protection", "true"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 struct NacosHarness {
@@ -45,28 +44,21 @@ async fn harness() -> NacosHarness {
 
 impl Harness for NacosHarness {
     type Registry = NacosRegistry;
-
     /// Nacos 2 instances are ephemeral, bound to the client's gRPC connection: there
-    /// is no TTL to make long.
-    async fn connect(&self, o: Opts) -> NacosRegistry {
-        let protection = if o.empty_protection { "true" } else { "false" };
-        NacosRegistry::connect(&config(
-            &self.server,
-            &[("registry.empty-protection", protection)],
-        ))
-        .await
-        .unwrap()
+    /// is no TTL to make long, only the spans the suite holds a registration (and the
+    /// server down) for.
+    const LIFETIME: Lifetime = Lifetime::fixed(Duration::from_secs(4));
+    /// nacos-sdk reconnects and redoes its registrations and subscriptions.
+    const RESYNC_WITHIN: Duration = Duration::from_secs(30);
+
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.server, extra)
     }
-    /// No TTL: the spans the suite holds a registration (and the server down) for.
+    async fn connect_config(&self, cfg: &Config) -> Result<NacosRegistry, RegistryError> {
+        NacosRegistry::connect(cfg).await
+    }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.server
-    }
-    fn ttl(&self) -> Duration {
-        Duration::from_secs(4)
-    }
-    /// nacos-sdk reconnects and redoes its registrations and subscriptions.
-    fn resync_within(&self) -> Duration {
-        Duration::from_secs(30)
     }
 }
 

@@ -9,11 +9,10 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::ConsulRegistry;
 use meshline_testkit::conformance::{
-    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
     Unreachable,
 };
 use meshline_testkit::{ConsulDouble, ConsulDoubleOptions};
@@ -24,15 +23,14 @@ const TTL: Duration = Duration::from_secs(2);
 
 /// A config for the double: TTL 2 s, critical services reaped after 4 s; then `extra`.
 fn config(consul: &ConsulDouble, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "consul")
-        .set("registry.consul.serverAddr", consul.server_addr())
-        .set("registry.consul.ttl", "2s")
-        .set("registry.consul.deregisterCriticalServiceAfter", "4s");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let addr = consul.server_addr();
+    let base = [
+        ("registry.type", "consul"),
+        ("registry.consul.serverAddr", addr.as_str()),
+        ("registry.consul.ttl", "2s"),
+        ("registry.consul.deregisterCriticalServiceAfter", "4s"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 struct ConsulHarness {
@@ -61,37 +59,29 @@ async fn secret_harness() -> ConsulHarness {
 
 impl Harness for ConsulHarness {
     type Registry = ConsulRegistry;
+    const LIFETIME: Lifetime = Lifetime::set("registry.consul.ttl", "2s", "60s", TTL);
+    const RESYNC_WITHIN: Duration = WAIT;
 
-    async fn connect(&self, o: Opts) -> ConsulRegistry {
-        let extra = o.keys("registry.consul.ttl", "2s", "60s");
-        ConsulRegistry::connect(&config(&self.consul, &extra))
-            .await
-            .unwrap()
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.consul, extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<ConsulRegistry, RegistryError> {
+        ConsulRegistry::connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.consul
     }
-    fn ttl(&self) -> Duration {
-        TTL
-    }
-    fn resync_within(&self) -> Duration {
-        WAIT
-    }
 }
 
+/// The keeper passes the TTL check every TTL/3; it turns critical TTL after the last
+/// pass (the double checks every 100 ms), which ends the watchers' blocking query at
+/// once.
 impl Crash for ConsulHarness {
-    fn crash(&self, reg: ConsulRegistry) {
+    fn crash(&self, reg: &ConsulRegistry) {
         reg.abandon();
-        drop(reg);
     }
-    /// The keeper passes the TTL check every TTL/3; it turns critical TTL after the
-    /// last pass (the double checks every 100 ms), which ends the watchers' blocking
-    /// query at once.
     fn expiry(&self) -> Expiry {
-        Expiry {
-            not_before: TTL / 2,
-            within: TTL + Duration::from_millis(100) + Duration::from_secs(2),
-        }
+        Expiry::after(TTL, Duration::from_millis(100))
     }
 }
 
@@ -115,15 +105,6 @@ impl Garbage for ConsulHarness {
             .await;
             assert_eq!(st, 200, "{id}");
         }
-    }
-}
-
-impl Configured for ConsulHarness {
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.consul, extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<ConsulRegistry, RegistryError> {
-        ConsulRegistry::connect(cfg).await
     }
 }
 

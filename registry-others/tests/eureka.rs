@@ -13,7 +13,7 @@ use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::EurekaRegistry;
 use meshline_testkit::conformance::{
-    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
     Unreachable,
 };
 use meshline_testkit::{EurekaDouble, EurekaDoubleOptions};
@@ -34,16 +34,15 @@ fn double() -> EurekaDouble {
 /// A config for the double: heartbeat every 1 s, 3 s lease, fetch every 200 ms; then
 /// `extra` keys.
 fn config_with(eureka: &EurekaDouble, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "eureka")
-        .set("registry.eureka.serviceUrl", eureka.service_url())
-        .set("registry.eureka.renewalInterval", "1s")
-        .set("registry.eureka.leaseDuration", "3s")
-        .set("registry.eureka.refreshInterval", "200ms");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let url = eureka.service_url();
+    let base = [
+        ("registry.type", "eureka"),
+        ("registry.eureka.serviceUrl", url.as_str()),
+        ("registry.eureka.renewalInterval", "1s"),
+        ("registry.eureka.leaseDuration", "3s"),
+        ("registry.eureka.refreshInterval", "200ms"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 fn config(eureka: &EurekaDouble) -> Config {
@@ -76,36 +75,28 @@ async fn secret_harness() -> EurekaHarness {
 
 impl Harness for EurekaHarness {
     type Registry = EurekaRegistry;
+    const LIFETIME: Lifetime = Lifetime::set("registry.eureka.leaseDuration", "3s", "60s", LEASE);
+    const RESYNC_WITHIN: Duration = WAIT;
 
-    async fn connect(&self, o: Opts) -> EurekaRegistry {
-        let extra = o.keys("registry.eureka.leaseDuration", "3s", "60s");
-        EurekaRegistry::connect(&config_with(&self.eureka, &extra))
-            .await
-            .unwrap()
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config_with(&self.eureka, extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<EurekaRegistry, RegistryError> {
+        EurekaRegistry::connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.eureka
     }
-    fn ttl(&self) -> Duration {
-        LEASE
-    }
-    fn resync_within(&self) -> Duration {
-        WAIT
-    }
 }
 
+/// Heartbeats every 1 s; the double evicts a lease 3 s after its last renewal (checked
+/// every 200 ms), and watchers fetch every 200 ms.
 impl Crash for EurekaHarness {
-    fn crash(&self, reg: EurekaRegistry) {
+    fn crash(&self, reg: &EurekaRegistry) {
         reg.abandon();
-        drop(reg);
     }
-    /// Heartbeats every 1 s; the double evicts a lease 3 s after its last renewal
-    /// (checked every 200 ms), and watchers fetch every 200 ms.
     fn expiry(&self) -> Expiry {
-        Expiry {
-            not_before: LEASE / 2,
-            within: LEASE + EVICTION + Duration::from_millis(200) + Duration::from_secs(2),
-        }
+        Expiry::after(LEASE, EVICTION + Duration::from_millis(200))
     }
 }
 
@@ -122,15 +113,6 @@ impl Garbage for EurekaHarness {
             .await;
             assert_eq!(st, 204, "{id}");
         }
-    }
-}
-
-impl Configured for EurekaHarness {
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config_with(&self.eureka, extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<EurekaRegistry, RegistryError> {
-        EurekaRegistry::connect(cfg).await
     }
 }
 

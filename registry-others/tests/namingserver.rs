@@ -11,11 +11,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::{Config, RegistryError, RegistryService};
 use meshline_registry_others::NamingserverRegistry;
 use meshline_registry_others::namingserver::NamingserverSettings;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Lifetime, Server};
 use meshline_testkit::{NamingserverDouble, NamingserverDoubleOptions};
 
 /// The double evicts nodes not heard from for 3 s, checking every 200 ms.
@@ -35,20 +34,23 @@ fn double() -> NamingserverDouble {
 }
 
 fn config_with(addr: &str, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "seata")
-        .set("registry.seata.server-addr", addr);
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let base = [
+        ("registry.type", "seata"),
+        ("registry.seata.server-addr", addr),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 async fn connect(cfg: &Config) -> NamingserverRegistry {
+    try_connect(cfg).await.unwrap()
+}
+
+/// A client with `cfg`, heartbeating every [`HEARTBEAT`].
+async fn try_connect(cfg: &Config) -> Result<NamingserverRegistry, RegistryError> {
     let mut s = NamingserverSettings::from_config(cfg).unwrap();
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     s.heartbeat_period = HEARTBEAT;
-    NamingserverRegistry::connect_with(cfg, s).await.unwrap()
+    NamingserverRegistry::connect_with(cfg, s).await
 }
 
 struct NsHarness {
@@ -62,31 +64,25 @@ async fn harness() -> NsHarness {
 
 impl Harness for NsHarness {
     type Registry = NamingserverRegistry;
+    /// The eviction threshold; registrations are heartbeats with no TTL of their own.
+    const LIFETIME: Lifetime = Lifetime::fixed(THRESHOLD);
+    /// Backoff (at most 10 s) plus a heartbeat and a discovery, with margin.
+    const RESYNC_WITHIN: Duration = Duration::from_secs(20);
 
-    async fn connect(&self, o: Opts) -> NamingserverRegistry {
-        let p = if o.empty_protection { "true" } else { "false" };
-        connect(&config_with(
-            &self.ns.server_addr(),
-            &[("registry.empty-protection", p)],
-        ))
-        .await
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config_with(&self.ns.server_addr(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<NamingserverRegistry, RegistryError> {
+        try_connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.ns
     }
-    fn ttl(&self) -> Duration {
-        THRESHOLD
-    }
-    fn resync_within(&self) -> Duration {
-        // Backoff (at most 10 s) plus a heartbeat and a discovery, with margin.
-        Duration::from_secs(20)
-    }
 }
 
 impl Crash for NsHarness {
-    fn crash(&self, reg: NamingserverRegistry) {
+    fn crash(&self, reg: &NamingserverRegistry) {
         reg.abandon();
-        drop(reg);
     }
     fn expiry(&self) -> Expiry {
         Expiry {

@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use common::*;
-use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService, Watch};
 use meshline_registry_others::RaftRegistry;
-use meshline_testkit::conformance::{Garbage, Harness, Opts, Server};
+use meshline_testkit::conformance::{Garbage, Harness, Lifetime, Server};
 use meshline_testkit::{RaftDouble, RaftDoubleOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -32,17 +31,13 @@ const MAX_AGE: Duration = Duration::from_secs(2);
 const LEADER_CHANGE_BOUND: Duration = Duration::from_secs(5);
 
 fn config_with(addr: &str, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "raft")
-        .set("registry.raft.serverAddr", addr)
-        .set(
-            "registry.raft.metadataMaxAgeMs",
-            MAX_AGE.as_millis().to_string(),
-        );
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let max_age = MAX_AGE.as_millis().to_string();
+    let base = [
+        ("registry.type", "raft"),
+        ("registry.raft.serverAddr", addr),
+        ("registry.raft.metadataMaxAgeMs", max_age.as_str()),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 fn lock(d: &Mutex<RaftDouble>) -> std::sync::MutexGuard<'_, RaftDouble> {
@@ -149,32 +144,24 @@ async fn harness() -> RaftHarness {
 
 impl Harness for RaftHarness {
     type Registry = RaftUnderTest;
+    /// No TTL in raft: the span the suite keeps a list unchanged is the forced
+    /// metadata read period, so at least one read happens in it.
+    const LIFETIME: Lifetime = Lifetime::fixed(MAX_AGE);
+    /// Backoff (at most 10 s) plus one read, with margin.
+    const RESYNC_WITHIN: Duration = Duration::from_secs(20);
 
-    async fn connect(&self, o: Opts) -> RaftUnderTest {
-        let p = if o.empty_protection { "true" } else { "false" };
-        let reg = RaftRegistry::connect(&config_with(
-            &self.addr,
-            &[("registry.empty-protection", p)],
-        ))
-        .await
-        .unwrap();
-        RaftUnderTest {
-            reg,
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config_with(&self.addr, extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<RaftUnderTest, RegistryError> {
+        Ok(RaftUnderTest {
+            reg: RaftRegistry::connect(cfg).await?,
             double: self.double.0.clone(),
             mine: Mutex::new(Vec::new()),
-        }
+        })
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.double
-    }
-    fn ttl(&self) -> Duration {
-        // No TTL in raft: the span the suite keeps a list unchanged is the forced
-        // metadata read period, so at least one read happens in it.
-        MAX_AGE
-    }
-    fn resync_within(&self) -> Duration {
-        // Backoff (at most 10 s) plus one read, with margin.
-        Duration::from_secs(20)
     }
 }
 

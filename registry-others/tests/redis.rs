@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
-use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::RedisRegistry;
 use meshline_registry_others::redis::instance_key;
 use meshline_testkit::Redis;
 use meshline_testkit::conformance::{
-    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
     Unreachable,
 };
 
@@ -23,17 +22,15 @@ const TTL: Duration = Duration::from_secs(2);
 /// A config for `addr`: 2 s TTL, refresh and rescan every 500 ms, 1 s timeout, empty
 /// protection on; then `extra` keys.
 fn config(addr: &str, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "redis")
-        .set("registry.redis.serverAddr", addr)
-        .set("registry.redis.ttl", "2s")
-        .set("registry.redis.refreshPeriod", "500ms")
-        .set("registry.redis.commandTimeout", "1s")
-        .set("registry.empty-protection", "true");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let base = [
+        ("registry.type", "redis"),
+        ("registry.redis.serverAddr", addr),
+        ("registry.redis.ttl", "2s"),
+        ("registry.redis.refreshPeriod", "500ms"),
+        ("registry.redis.commandTimeout", "1s"),
+        ("registry.empty-protection", "true"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 struct RedisHarness {
@@ -64,36 +61,28 @@ const REFRESH: Duration = Duration::from_millis(200);
 
 impl Harness for RedisHarness {
     type Registry = RedisRegistry;
+    const LIFETIME: Lifetime = Lifetime::set("registry.redis.ttl", "2s", "60s", TTL);
+    const RESYNC_WITHIN: Duration = Duration::from_secs(15);
 
-    async fn connect(&self, o: Opts) -> RedisRegistry {
-        let extra = o.keys("registry.redis.ttl", "2s", "60s");
-        RedisRegistry::connect(&config(&self.redis.addr(), &extra))
-            .await
-            .unwrap()
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.redis.addr(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<RedisRegistry, RegistryError> {
+        RedisRegistry::connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.redis
     }
-    fn ttl(&self) -> Duration {
-        TTL
-    }
-    fn resync_within(&self) -> Duration {
-        Duration::from_secs(15)
-    }
 }
 
+/// SETEX every 500 ms with a 2 s TTL: the key outlives the crash by 1.5-2 s; Redis
+/// expires keys lazily and in its 100 ms cycle, and watchers rescan every 500 ms.
 impl Crash for RedisHarness {
-    fn crash(&self, reg: RedisRegistry) {
+    fn crash(&self, reg: &RedisRegistry) {
         reg.abandon();
-        drop(reg);
     }
-    /// SETEX every 500 ms with a 2 s TTL: the key outlives the crash by 1.5-2 s;
-    /// watchers rescan every 500 ms.
     fn expiry(&self) -> Expiry {
-        Expiry {
-            not_before: TTL / 2,
-            within: TTL + Duration::from_millis(500) + Duration::from_secs(2),
-        }
+        Expiry::after(TTL, Duration::from_millis(500))
     }
 }
 
@@ -122,15 +111,6 @@ impl Garbage for RedisHarness {
                 .await
                 .unwrap();
         }
-    }
-}
-
-impl Configured for RedisHarness {
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.redis.addr(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<RedisRegistry, RegistryError> {
-        RedisRegistry::connect(cfg).await
     }
 }
 

@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
 use meshline_registry_others::zookeeper::instance_path;
 use meshline_testkit::ZooKeeper;
 use meshline_testkit::conformance::{
-    Configured, Crash, Expiry, Garbage, Harness, Opts, RefuseRemoval, SeataLayout, Secrets, Server,
+    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
     Unreachable,
 };
 use zookeeper_client as zk;
@@ -25,16 +24,14 @@ const SESSION: Duration = Duration::from_secs(4);
 /// A config for `connect`: 4 s session timeout, 2 s connect timeout, empty protection
 /// on; then `extra` keys.
 fn config(connect: &str, extra: &[(&str, &str)]) -> Config {
-    let mut l = ConfigLoader::new()
-        .set("registry.type", "zk")
-        .set("registry.zk.serverAddr", connect)
-        .set("registry.zk.sessionTimeout", "4s")
-        .set("registry.zk.connectTimeout", "2s")
-        .set("registry.empty-protection", "true");
-    for (k, v) in extra {
-        l = l.set(*k, *v);
-    }
-    l.load().unwrap()
+    let base = [
+        ("registry.type", "zk"),
+        ("registry.zk.serverAddr", connect),
+        ("registry.zk.sessionTimeout", "4s"),
+        ("registry.zk.connectTimeout", "2s"),
+        ("registry.empty-protection", "true"),
+    ];
+    meshline_testkit::config_of(&base, extra)
 }
 
 const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
@@ -55,39 +52,31 @@ async fn harness() -> ZkHarness {
 
 impl Harness for ZkHarness {
     type Registry = ZookeeperRegistry;
+    // testkit's ZooKeeper allows sessions of up to 60 s.
+    const LIFETIME: Lifetime = Lifetime::set("registry.zk.sessionTimeout", "4s", "60s", SESSION);
+    /// Down longer than the session timeout: sessions are rebuilt, nodes re-created.
+    const RESYNC_WITHIN: Duration = Duration::from_secs(20);
 
-    async fn connect(&self, o: Opts) -> ZookeeperRegistry {
-        // testkit's ZooKeeper allows sessions of up to 60 s.
-        let extra = o.keys("registry.zk.sessionTimeout", "4s", "60s");
-        ZookeeperRegistry::connect(&config(&self.zk.connect_string(), &extra))
-            .await
-            .unwrap()
+    fn config(&self, extra: &[(&str, &str)]) -> Config {
+        config(&self.zk.connect_string(), extra)
+    }
+    async fn connect_config(&self, cfg: &Config) -> Result<ZookeeperRegistry, RegistryError> {
+        ZookeeperRegistry::connect(cfg).await
     }
     fn server(&mut self) -> &mut dyn Server {
         &mut self.zk
     }
-    fn ttl(&self) -> Duration {
-        SESSION
-    }
-    /// Down longer than the session timeout: sessions are rebuilt, nodes re-created.
-    fn resync_within(&self) -> Duration {
-        Duration::from_secs(20)
-    }
 }
 
+/// The server expires a session the session timeout after it last heard from the
+/// client (which pings several times per timeout), rounded up to its 500 ms tick; the
+/// ephemeral node's deletion fires the watchers' child watch at once.
 impl Crash for ZkHarness {
-    fn crash(&self, reg: ZookeeperRegistry) {
+    fn crash(&self, reg: &ZookeeperRegistry) {
         reg.abandon();
-        drop(reg);
     }
-    /// The server expires a session the session timeout after it last heard from the
-    /// client (which pings several times per timeout), rounded up to its 500 ms tick;
-    /// the ephemeral node's deletion fires the watchers' child watch at once.
     fn expiry(&self) -> Expiry {
-        Expiry {
-            not_before: SESSION / 2,
-            within: SESSION + Duration::from_millis(500) + Duration::from_secs(2),
-        }
+        Expiry::after(SESSION, Duration::from_millis(500))
     }
 }
 
@@ -106,15 +95,6 @@ impl Garbage for ZkHarness {
                 .await
                 .unwrap();
         }
-    }
-}
-
-impl Configured for ZkHarness {
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.zk.connect_string(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<ZookeeperRegistry, RegistryError> {
-        ZookeeperRegistry::connect(cfg).await
     }
 }
 

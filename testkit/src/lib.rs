@@ -25,9 +25,10 @@
 //! test keeps running while a restart blocks, or wrap the call in `spawn_blocking`.
 //!
 //! [`conformance`] holds the behaviours every registry backend must show (round trip,
-//! drop, crash expiry, outage and resync, garbage, empty protection), run by each
-//! backend's test file through [`conformance_tests!`]; [`watch`] the assertions they
-//! share.
+//! drop, crash expiry, outage and resync, garbage, empty protection, and the faults:
+//! an unreachable server, a refused removal, secrets, `nearby`), run by each backend's
+//! test file through [`conformance_tests!`]; [`watch`] the assertions they share, and
+//! [`config_of`] their configs.
 //!
 //! For the registries no real server exists for here (Consul, Eureka), it has
 //! protocol-faithful **in-process doubles**, [`ConsulDouble`] and [`EurekaDouble`]: HTTP
@@ -38,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+mod configs;
 pub mod conformance;
 mod consul_double;
 mod etcd;
@@ -56,6 +58,7 @@ mod zookeeper;
 
 use std::time::Duration;
 
+pub use configs::config_of;
 pub use consul_double::{ConsulDouble, ConsulDoubleOptions};
 pub use etcd::{Etcd, EtcdCluster};
 pub use eureka_double::{EurekaDouble, EurekaDoubleOptions};

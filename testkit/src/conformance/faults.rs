@@ -9,24 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 
 use super::{DELIVERY, Harness};
 use crate::watch::{LogBuf, addrs, eventually, inst, wait_for, wait_health};
 
-/// A harness that makes clients from a config it is given, so a behaviour can point
-/// one at another address or give it a secret.
-#[allow(async_fn_in_trait)]
-pub trait Configured: Harness {
-    /// The harness's config for its server (its test timings), `extra` keys on top.
-    fn config(&self, extra: &[(&str, &str)]) -> Config;
-
-    /// Connects a client with `cfg`, returning the error as the backend reports it.
-    async fn connect_config(&self, cfg: &Config) -> Result<Self::Registry, RegistryError>;
-}
-
 /// A backend whose server address a behaviour can replace with a closed port.
-pub trait Unreachable: Configured {
+pub trait Unreachable: Harness {
     /// The key naming the server (`registry.<type>.serverAddr`, Eureka's `serviceUrl`).
     fn address_key(&self) -> &'static str;
 
@@ -188,7 +177,7 @@ pub async fn close_removes_a_refused_removal<H: RefuseRemoval>(h: &mut H) {
 
 /// A backend that logs in with a secret (password, ACL token), on a server that
 /// requires it.
-pub trait Secrets: Configured {
+pub trait Secrets: Harness {
     /// The secret the server accepts, and a wrong one; neither may ever show.
     fn secrets(&self) -> [&'static str; 2];
 

@@ -47,15 +47,15 @@
 
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Health, Instance, RegistryError, RegistryService, Watch};
+use meshline_registry_core::{Config, Health, Instance, RegistryError, RegistryService, Watch};
 
 use crate::watch::{addrs, assert_unchanged_for, inst, wait_for, wait_health};
 
 pub mod faults;
 pub mod nearby;
 pub use faults::{
-    Configured, RefuseRemoval, Secrets, Unreachable, close_removes_a_refused_removal,
-    refused_removal_retried, retry_bound, secrets_never_shown, unreachable_is_named,
+    RefuseRemoval, Secrets, Unreachable, close_removes_a_refused_removal, refused_removal_retried,
+    retry_bound, secrets_never_shown, unreachable_is_named,
 };
 pub use nearby::{SeataLayout, nearby_lists_other_clusters};
 
@@ -78,27 +78,6 @@ pub struct Opts {
 }
 
 impl Opts {
-    /// The keys a harness sets for these options: `registry.empty-protection`, and
-    /// its TTL key (`ttl_key`) to `long` or `short`.
-    pub fn keys<'a>(
-        &self,
-        ttl_key: &'a str,
-        short: &'a str,
-        long: &'a str,
-    ) -> [(&'a str, &'a str); 2] {
-        [
-            (
-                "registry.empty-protection",
-                if self.empty_protection {
-                    "true"
-                } else {
-                    "false"
-                },
-            ),
-            (ttl_key, if self.long_ttl { long } else { short }),
-        ]
-    }
-
     /// Short TTL, empty protection off.
     pub const PLAIN: Opts = Opts {
         empty_protection: false,
@@ -116,6 +95,51 @@ impl Opts {
     };
 }
 
+/// A backend's registration lifetime (TTL, session timeout, lease), as the suite sets
+/// it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifetime {
+    /// The key that sets it; `None` where there is none to set (a registration that
+    /// lives with the client's connection, a read-only registry).
+    pub key: Option<&'static str>,
+    /// The value for the suite's clients, and the one (30 s or more) for
+    /// [`Opts::long_ttl`].
+    pub short: &'static str,
+    /// See `short`.
+    pub long: &'static str,
+    /// `short` as a duration: members are kept alive well past it, and the suite holds
+    /// "nothing changes" spans of it.
+    pub ttl: Duration,
+}
+
+impl Lifetime {
+    /// A lifetime set by `key`: `short` (which is `ttl`) and `long`.
+    pub const fn set(
+        key: &'static str,
+        short: &'static str,
+        long: &'static str,
+        ttl: Duration,
+    ) -> Self {
+        Lifetime {
+            key: Some(key),
+            short,
+            long,
+            ttl,
+        }
+    }
+
+    /// No key: `ttl` is the span the suite holds a registration (and the server down)
+    /// for.
+    pub const fn fixed(ttl: Duration) -> Self {
+        Lifetime {
+            key: None,
+            short: "",
+            long: "",
+            ttl,
+        }
+    }
+}
+
 /// A backend under test with its running server.
 ///
 /// The suite calls it from multi-thread tokio tests (the macro makes them so), so the
@@ -125,19 +149,40 @@ pub trait Harness {
     /// The backend's client type.
     type Registry: RegistryService;
 
-    /// A new client of the running server, configured as `opts` asks.
-    async fn connect(&self, opts: Opts) -> Self::Registry;
+    /// The backend's registration lifetime.
+    const LIFETIME: Lifetime;
 
-    /// The registration lifetime of a client made without `long_ttl` (TTL, session
-    /// timeout, lease duration): members are kept alive well past it.
-    fn ttl(&self) -> Duration;
+    /// How long a watch may take to be connected again after the server is back
+    /// (reconnect backoff plus session setup and resync, with margin).
+    const RESYNC_WITHIN: Duration;
+
+    /// The backend's config for the running server (the test's timings), `extra` keys
+    /// on top.
+    fn config(&self, extra: &[(&str, &str)]) -> Config;
+
+    /// A client made with `cfg`, or the error as the backend reports it.
+    async fn connect_config(&self, cfg: &Config) -> Result<Self::Registry, RegistryError>;
 
     /// The running server (or double), for the outage.
     fn server(&mut self) -> &mut dyn Server;
 
-    /// How long a watch may take to be connected again after the server is back
-    /// (reconnect backoff plus session setup and resync, with margin).
-    fn resync_within(&self) -> Duration;
+    /// A new client of the running server, configured as `opts` asks.
+    async fn connect(&self, opts: Opts) -> Self::Registry {
+        let protection = if opts.empty_protection {
+            "true"
+        } else {
+            "false"
+        };
+        let life = Self::LIFETIME;
+        let mut keys = vec![("registry.empty-protection", protection)];
+        if let Some(key) = life.key {
+            keys.push((key, if opts.long_ttl { life.long } else { life.short }));
+        }
+        let cfg = self.config(&keys);
+        self.connect_config(&cfg)
+            .await
+            .unwrap_or_else(|e| panic!("connect with {opts:?}: {e}"))
+    }
 }
 
 /// A test server that can go down and come back on the same address: the real servers
@@ -167,8 +212,9 @@ server!(stop: crate::ConsulDouble, crate::EurekaDouble, crate::RaftDouble, crate
 
 /// A backend whose client can crash: stop without deregistering, as a killed process.
 pub trait Crash: Harness {
-    /// Ends `reg` without deregistering anything (the backends' `abandon`, then drop).
-    fn crash(&self, reg: Self::Registry);
+    /// Ends `reg` without deregistering anything (the backends' `abandon`; the suite
+    /// drops it afterwards, which then does nothing).
+    fn crash(&self, reg: &Self::Registry);
 
     /// When the server removes a crashed registrant's members.
     fn expiry(&self) -> Expiry;
@@ -184,6 +230,18 @@ pub struct Expiry {
     /// At the latest: TTL plus the server's expiry check period plus the watcher's
     /// poll period, plus a margin for a loaded machine.
     pub within: Duration,
+}
+
+impl Expiry {
+    /// A registration refreshed at least twice per `ttl`, expired by a server that
+    /// looks every `check` (and seen by watchers at once or within `check` too): not
+    /// before half the TTL, at the latest the TTL plus `check` plus 2 s of margin.
+    pub fn after(ttl: Duration, check: Duration) -> Expiry {
+        Expiry {
+            not_before: ttl / 2,
+            within: ttl + check + Duration::from_secs(2),
+        }
+    }
 }
 
 /// A backend whose registry can hold entries its client must skip.
@@ -402,7 +460,7 @@ pub async fn crash_removed_within_ttl<H: Crash>(h: &mut H) {
     doomed.register(CLUSTER, &inst("10.3.3.2:1")).await.unwrap();
     let mut w = watcher.watch(CLUSTER).await.unwrap();
     wait_for(&mut w, DELIVERY, "both", |s| s.len() == 2).await;
-    assert_unchanged_for(&mut w, h.ttl() * 2, "kept alive past the TTL").await;
+    assert_unchanged_for(&mut w, H::LIFETIME.ttl * 2, "kept alive past the TTL").await;
     lookup_until(
         &watcher,
         &["10.3.3.1:1", "10.3.3.2:1"],
@@ -413,7 +471,8 @@ pub async fn crash_removed_within_ttl<H: Crash>(h: &mut H) {
 
     let exp = h.expiry();
     let started = Instant::now();
-    h.crash(doomed);
+    h.crash(&doomed);
+    drop(doomed);
     // Wait past the bound, so a late removal is measured and reported, then judged.
     let s = wait_for(
         &mut w,
@@ -462,20 +521,25 @@ pub async fn outage_stale_resync<H: Harness>(h: &mut H) {
     let health = wait_health(&mut w, Duration::from_secs(10), false).await;
     assert!(matches!(health, Health::Stale { .. }), "{health:?}");
     // Down for longer than the TTL: the last snapshot is kept, unchanged.
-    assert_unchanged_for(&mut w, h.ttl() + Duration::from_secs(1), "kept while down").await;
+    assert_unchanged_for(
+        &mut w,
+        H::LIFETIME.ttl + Duration::from_secs(1),
+        "kept while down",
+    )
+    .await;
     assert_eq!(addrs(&w.current()), before);
     assert!(!w.health().is_connected(), "still down, still stale");
 
     let t = Instant::now();
     let server = h.server();
     tokio::task::block_in_place(|| server.come_back()).expect("restart the server");
-    wait_health(&mut w, h.resync_within(), true).await;
+    wait_health(&mut w, H::RESYNC_WITHIN, true).await;
     tracing::info!(after = ?t.elapsed(), "watch resynced after the restart");
     let probe = h.connect(Opts::PLAIN).await;
     lookup_until(
         &probe,
         &["10.1.1.1:8091"],
-        h.resync_within(),
+        H::RESYNC_WITHIN,
         "registration restored",
     )
     .await;
@@ -485,7 +549,7 @@ pub async fn outage_stale_resync<H: Harness>(h: &mut H) {
     .await;
     assert_eq!(addrs(&s), before);
     // Kept alive again: nothing changes for twice the TTL.
-    assert_unchanged_for(&mut w, h.ttl() * 2, "kept alive after the restart").await;
+    assert_unchanged_for(&mut w, H::LIFETIME.ttl * 2, "kept alive after the restart").await;
     lookup_until(&probe, &["10.1.1.1:8091"], DELIVERY, "still registered").await;
     // The watch is live: a new member shows up.
     registrant

@@ -4,24 +4,15 @@
 
 mod common;
 
-use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::RegistryService;
 use meshline_registry_others::{ConsulRegistry, EurekaRegistry};
 use meshline_testkit::{
-    ConsulDouble, ConsulDoubleOptions, EurekaDouble, EurekaDoubleOptions, TestPki, tls_round_trip,
+    ConsulDouble, ConsulDoubleOptions, EurekaDouble, EurekaDoubleOptions, TestPki, Trust,
+    tls_refusal, tls_round_trip,
 };
 
-fn config(pairs: &[(&str, String)]) -> Config {
-    let mut l = ConfigLoader::new();
-    for (k, v) in pairs {
-        l = l.set(*k, v.as_str());
-    }
-    l.load().unwrap()
-}
-
-fn path(p: std::path::PathBuf) -> String {
-    p.display().to_string()
-}
+const CONSUL: &str = "registry.consul";
+const EUREKA: &str = "registry.eureka";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
@@ -32,14 +23,14 @@ async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
         pki.server_config(true).unwrap(),
     )
     .unwrap();
-    assert!(consul.url().starts_with("https://"));
-    let c = config(&[
-        ("registry.consul.serverAddr", consul.url()),
-        ("registry.consul.ttl", "2s".into()),
-        ("registry.consul.tls.caFile", path(pki.ca())),
-        ("registry.consul.tls.certFile", path(pki.client_cert())),
-        ("registry.consul.tls.keyFile", path(pki.client_key())),
-    ]);
+    let url = consul.url();
+    assert!(url.starts_with("https://"));
+    let at = ("registry.consul.serverAddr", url.as_str());
+    let c = pki.config(
+        CONSUL,
+        Trust::CaWithClientCert,
+        &[at, ("registry.consul.ttl", "2s")],
+    );
     let r = ConsulRegistry::connect(&c)
         .await
         .expect("mutual TLS connect");
@@ -47,23 +38,19 @@ async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
     r.close().await.unwrap();
 
     // Scheme-less serverAddr + tls.* keys: https is implied.
-    let c = config(&[
-        ("registry.consul.serverAddr", consul.server_addr()),
-        ("registry.consul.tls.caFile", path(pki.ca())),
-        ("registry.consul.tls.certFile", path(pki.client_cert())),
-        ("registry.consul.tls.keyFile", path(pki.client_key())),
-    ]);
+    let plain = consul.server_addr();
+    let c = pki.config(
+        CONSUL,
+        Trust::CaWithClientCert,
+        &[("registry.consul.serverAddr", plain.as_str())],
+    );
     let r = ConsulRegistry::connect(&c).await.expect("implied https");
     assert!(r.base_url().starts_with("https://"), "{}", r.base_url());
     r.close().await.unwrap();
 
     // Without a client certificate the server refuses the handshake.
-    let c = config(&[
-        ("registry.consul.serverAddr", consul.url()),
-        ("registry.consul.tls.caFile", path(pki.ca())),
-    ]);
-    let e = ConsulRegistry::connect(&c).await.unwrap_err().to_string();
-    assert!(e.contains(&consul.url()), "{e}");
+    let e = tls_refusal(ConsulRegistry::connect(&pki.config(CONSUL, Trust::Ca, &[at])).await).await;
+    assert!(e.contains(&url), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,24 +62,18 @@ async fn consul_with_the_wrong_ca_fails_naming_the_server_and_the_cause() {
         pki.server_config(false).unwrap(),
     )
     .unwrap();
-    let c = config(&[
-        ("registry.consul.serverAddr", consul.url()),
-        ("registry.consul.tls.caFile", path(pki.other_ca())),
-    ]);
-    let e = ConsulRegistry::connect(&c).await.unwrap_err().to_string();
+    let url = consul.url();
+    let at = [("registry.consul.serverAddr", url.as_str())];
+    let e =
+        tls_refusal(ConsulRegistry::connect(&pki.config(CONSUL, Trust::OtherCa, &at)).await).await;
     assert!(
-        e.contains(&consul.url()) && e.contains("certificate") && e.contains("UnknownIssuer"),
+        e.contains(&url) && e.contains("certificate") && e.contains("UnknownIssuer"),
         "{e}"
     );
     // Plain http while tls.* is configured is refused before any connection.
-    let c = config(&[
-        (
-            "registry.consul.serverAddr",
-            format!("http://{}", consul.server_addr()),
-        ),
-        ("registry.consul.tls.caFile", path(pki.ca())),
-    ]);
-    let e = ConsulRegistry::connect(&c).await.unwrap_err().to_string();
+    let http = format!("http://{}", consul.server_addr());
+    let at = [("registry.consul.serverAddr", http.as_str())];
+    let e = tls_refusal(ConsulRegistry::connect(&pki.config(CONSUL, Trust::Ca, &at)).await).await;
     assert!(e.contains("plain http"), "{e}");
 }
 
@@ -105,30 +86,21 @@ async fn eureka_over_https_right_ca_wrong_ca_and_client_certificates() {
         pki.server_config(true).unwrap(),
     )
     .unwrap();
-    assert!(eureka.service_url().starts_with("https://"));
-    let c = config(&[
-        ("registry.eureka.serviceUrl", eureka.service_url()),
-        ("registry.eureka.refreshInterval", "200ms".into()),
-        ("registry.eureka.renewalInterval", "1s".into()),
-        ("registry.eureka.tls.caFile", path(pki.ca())),
-        ("registry.eureka.tls.certFile", path(pki.client_cert())),
-        ("registry.eureka.tls.keyFile", path(pki.client_key())),
-    ]);
+    let url = eureka.service_url();
+    assert!(url.starts_with("https://"));
+    let base = [
+        ("registry.eureka.serviceUrl", url.as_str()),
+        ("registry.eureka.refreshInterval", "200ms"),
+        ("registry.eureka.renewalInterval", "1s"),
+    ];
+    let c = pki.config(EUREKA, Trust::CaWithClientCert, &base);
     let r = EurekaRegistry::connect(&c)
         .await
         .expect("mutual TLS connect");
     tls_round_trip(&r, "tls-eureka").await;
     r.close().await.unwrap();
 
-    let c = config(&[
-        ("registry.eureka.serviceUrl", eureka.service_url()),
-        ("registry.eureka.tls.caFile", path(pki.other_ca())),
-        ("registry.eureka.tls.certFile", path(pki.client_cert())),
-        ("registry.eureka.tls.keyFile", path(pki.client_key())),
-    ]);
-    let e = EurekaRegistry::connect(&c).await.unwrap_err().to_string();
-    assert!(
-        e.contains(&eureka.service_url()) && e.contains("UnknownIssuer"),
-        "{e}"
-    );
+    let c = pki.config(EUREKA, Trust::OtherCaWithClientCert, &base[..1]);
+    let e = tls_refusal(EurekaRegistry::connect(&c).await).await;
+    assert!(e.contains(&url) && e.contains("UnknownIssuer"), "{e}");
 }

@@ -4,22 +4,11 @@
 
 mod common;
 
-use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::RegistryService;
 use meshline_registry_others::ZookeeperRegistry;
-use meshline_testkit::{TestPki, ZooKeeper, tls_round_trip};
+use meshline_testkit::{TestPki, Trust, ZooKeeper, tls_refusal, tls_round_trip};
 
-fn config(pairs: &[(&str, String)]) -> Config {
-    let mut l = ConfigLoader::new();
-    for (k, v) in pairs {
-        l = l.set(*k, v.as_str());
-    }
-    l.load().unwrap()
-}
-
-fn path(p: std::path::PathBuf) -> String {
-    p.display().to_string()
-}
+const SECTION: &str = "registry.zk";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secure_client_port_right_ca_wrong_ca() {
@@ -27,25 +16,24 @@ async fn secure_client_port_right_ca_wrong_ca() {
     let pki = TestPki::generate().unwrap();
     let zk = ZooKeeper::start_tls(&pki, false).unwrap();
     let addr = zk.secure_connect_string().unwrap();
-    let c = config(&[
-        ("registry.zk.serverAddr", addr.clone()),
-        ("registry.zk.sessionTimeout", "4s".into()),
-        ("registry.zk.tls.caFile", path(pki.ca())),
-    ]);
+    let at = ("registry.zk.serverAddr", addr.as_str());
+    let c = pki.config(
+        SECTION,
+        Trust::Ca,
+        &[at, ("registry.zk.sessionTimeout", "4s")],
+    );
     let r = ZookeeperRegistry::connect(&c).await.expect("TLS connect");
     tls_round_trip(&r, "tls-zk").await;
     r.close().await.unwrap();
 
-    let c = config(&[
-        ("registry.zk.serverAddr", addr.clone()),
-        ("registry.zk.sessionTimeout", "2s".into()),
-        ("registry.zk.connectTimeout", "1s".into()),
-        ("registry.zk.tls.caFile", path(pki.other_ca())),
-    ]);
-    let e = ZookeeperRegistry::connect(&c)
-        .await
-        .unwrap_err()
-        .to_string();
+    let base = [
+        at,
+        ("registry.zk.sessionTimeout", "2s"),
+        ("registry.zk.connectTimeout", "1s"),
+    ];
+    let e =
+        tls_refusal(ZookeeperRegistry::connect(&pki.config(SECTION, Trust::OtherCa, &base)).await)
+            .await;
     // zookeeper-client retries a failed handshake until the timeout and does not
     // report why; the backend's own handshake probe does: the server and the cause.
     assert!(
@@ -60,13 +48,11 @@ async fn client_certificate_auth() {
     let pki = TestPki::generate().unwrap();
     let zk = ZooKeeper::start_tls(&pki, true).unwrap();
     let addr = zk.secure_connect_string().unwrap();
-    let c = config(&[
-        ("registry.zk.serverAddr", addr),
-        ("registry.zk.sessionTimeout", "4s".into()),
-        ("registry.zk.tls.caFile", path(pki.ca())),
-        ("registry.zk.tls.certFile", path(pki.client_cert())),
-        ("registry.zk.tls.keyFile", path(pki.client_key())),
-    ]);
+    let base = [
+        ("registry.zk.serverAddr", addr.as_str()),
+        ("registry.zk.sessionTimeout", "4s"),
+    ];
+    let c = pki.config(SECTION, Trust::CaWithClientCert, &base);
     let r = ZookeeperRegistry::connect(&c)
         .await
         .expect("mutual TLS connect");

@@ -68,7 +68,7 @@ pub use raft_double::{RaftDouble, RaftDoubleOptions};
 pub use redis::Redis;
 pub use rnacos::Rnacos;
 pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped};
-pub use tls::{TestPki, round_trip as tls_round_trip};
+pub use tls::{TestPki, Trust, refusal as tls_refusal, round_trip as tls_round_trip};
 pub use zookeeper::ZooKeeper;
 
 /// How long a server may take to answer its readiness probe. Generous, because the

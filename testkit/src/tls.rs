@@ -124,6 +124,33 @@ impl TestPki {
         self.path("other-ca.pem")
     }
 
+    /// A client config: the `base` keys, then `<prefix>.tls.*` as `trust` says
+    /// (`prefix` is the backend's section, `registry.redis`).
+    pub fn config(
+        &self,
+        prefix: &str,
+        trust: Trust,
+        base: &[(&str, &str)],
+    ) -> meshline_registry_core::Config {
+        let (ca, client) = match trust {
+            Trust::Ca => (self.ca(), false),
+            Trust::OtherCa => (self.other_ca(), false),
+            Trust::CaWithClientCert => (self.ca(), true),
+            Trust::OtherCaWithClientCert => (self.other_ca(), true),
+        };
+        let mut tls = vec![(format!("{prefix}.tls.caFile"), ca)];
+        if client {
+            tls.push((format!("{prefix}.tls.certFile"), self.client_cert()));
+            tls.push((format!("{prefix}.tls.keyFile"), self.client_key()));
+        }
+        let tls: Vec<(String, String)> = tls
+            .into_iter()
+            .map(|(k, p)| (k, p.display().to_string()))
+            .collect();
+        let tls: Vec<(&str, &str)> = tls.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        crate::config_of(base, &tls)
+    }
+
     /// The server certificate (`localhost`, `127.0.0.1`).
     pub fn server_cert(&self) -> PathBuf {
         self.path("server.pem")
@@ -178,6 +205,37 @@ impl TestPki {
 
 fn ca_other() -> Result<(rcgen::Certificate, KeyPair)> {
     ca("meshline unrelated CA")
+}
+
+/// What a TLS client config trusts and presents ([`TestPki::config`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// This run's CA, no client certificate.
+    Ca,
+    /// The CA that signed nothing here: the server must be refused.
+    OtherCa,
+    /// This run's CA, and the client certificate it signed.
+    CaWithClientCert,
+    /// The wrong CA, with a good client certificate.
+    OtherCaWithClientCert,
+}
+
+/// The error of a client that should not get through: `connect`'s, or for a backend
+/// that connects lazily (etcd) the first lookup's.
+pub async fn refusal<R: meshline_registry_core::RegistryService>(
+    connected: Result<R, meshline_registry_core::RegistryError>,
+) -> String {
+    match connected {
+        Err(e) => e.to_string(),
+        Ok(r) => {
+            let e = r
+                .lookup("tls-refused")
+                .await
+                .expect_err("a client that should be refused got an answer");
+            let _ = r.close().await;
+            e.to_string()
+        }
+    }
 }
 
 /// The TLS tests' round trip: a watch on `cluster`, then two members registered

@@ -30,6 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{EmptyProtection, Instance, PublishOutcome, RegistryError, Watch, WatchHub};
 
+mod renewal;
+pub use renewal::Renewal;
+
 /// The shared state of one registry client: open or closed, abandoned or not, its
 /// [`WatchHub`] and its running watches. Cheap to clone (one `Arc`).
 #[derive(Clone)]

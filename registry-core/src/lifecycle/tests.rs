@@ -220,3 +220,101 @@ async fn a_stopped_scope_publishes_nothing() {
     assert_eq!(late, None);
     assert!(life.hub().current("c").is_none());
 }
+
+/// `keep_alive`: renews every entry each period; writes a lost entry again; does not
+/// write one an unregister took between the renewal and the re-registration; comes
+/// back sooner after a failure; ends when the client closes.
+#[tokio::test(start_paused = true)]
+async fn keep_alive_renews_rewrites_the_lost_and_not_the_unregistered() {
+    use std::sync::Mutex;
+    let life = Lifecycle::new("test", EmptyProtection::Apply);
+    let regs: Arc<Registrations<u32>> = Arc::new(Registrations::new());
+    for (k, v) in [("a", 1), ("lost", 2), ("gone", 3), ("flaky", 4)] {
+        regs.lock().await.insert(k.to_string(), v);
+    }
+    let renewed = Arc::new(Mutex::new(Vec::new()));
+    let rewritten = Arc::new(Mutex::new(Vec::new()));
+    let task = {
+        let (life, regs) = (life.clone(), regs.clone());
+        let (renewed, rewritten) = (renewed.clone(), rewritten.clone());
+        tokio::spawn(async move {
+            let renew = |k: String, _v| {
+                let (renewed, regs) = (renewed.clone(), regs.clone());
+                async move {
+                    renewed
+                        .lock()
+                        .unwrap()
+                        .push((tokio::time::Instant::now(), k.clone()));
+                    match k.as_str() {
+                        "lost" => Renewal::Lost,
+                        // Unregistered after the renewal found it lost.
+                        "gone" => {
+                            regs.lock().await.remove("gone");
+                            Renewal::Lost
+                        }
+                        // Fails its first renewal only.
+                        "flaky"
+                            if renewed
+                                .lock()
+                                .unwrap()
+                                .iter()
+                                .filter(|(_, k)| k == "flaky")
+                                .count()
+                                == 1 =>
+                        {
+                            Renewal::Failed("no answer".into())
+                        }
+                        _ => Renewal::Renewed,
+                    }
+                }
+            };
+            let rewrite = |k: String, v: u32| {
+                let rewritten = rewritten.clone();
+                async move {
+                    rewritten.lock().unwrap().push((k, v));
+                    Ok(())
+                }
+            };
+            life.keep_alive(&regs, Duration::from_secs(10), renew, rewrite)
+                .await
+        })
+    };
+    let t0 = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(10_050)).await;
+    assert_eq!(*rewritten.lock().unwrap(), vec![("lost".to_string(), 2)]);
+    let first: Vec<String> = renewed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, k)| k.clone())
+        .collect();
+    assert_eq!(first, ["a", "flaky", "gone", "lost"]);
+    // "flaky" failed: the next round comes after the backoff's first step (100-200 ms),
+    // not after the 10 s period.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rounds = renewed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, k)| k == "a")
+        .count();
+    assert_eq!(rounds, 2, "no early round after a failure");
+    let second = renewed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, k)| k == "a")
+        .nth(1)
+        .unwrap()
+        .0;
+    assert!(
+        second - t0 < Duration::from_millis(10_300),
+        "{:?}",
+        second - t0
+    );
+    life.close(async { Ok(()) }).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("keep_alive ends when the client closes")
+        .unwrap();
+}

@@ -4,82 +4,42 @@
 //! side's background task.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use meshline_registry_core::{Backoff, RegistryError};
+use meshline_registry_core::RegistryError;
+use meshline_registry_core::lifecycle::Renewal;
 use reqwest::{Method, StatusCode};
 
 use super::agent::{CallError, REQUEST_TIMEOUT};
 use super::{Inner, KIND, parse};
 
-/// Keeps every registration's TTL check passing; re-registers on 404.
+/// Keeps every registration's TTL check passing each TTL/3; registers a service again
+/// when the agent answers 404 (it restarted and lost it).
 pub(super) async fn keeper(inner: Arc<Inner>) {
-    let period = (inner.ttl / 3).max(Duration::from_millis(50));
-    let mut backoff = Backoff::new(Duration::from_millis(100), period);
-    let mut delay = period;
-    loop {
-        if !inner.life.sleep(delay).await {
-            return;
+    let inner = &*inner;
+    let renew = |id: String, _body| async move {
+        let cid = parse::check_id(&id);
+        let path = ["v1", "agent", "check", "pass", &cid];
+        match inner
+            .call(Method::PUT, &path, &[], None, REQUEST_TIMEOUT)
+            .await
+        {
+            Ok(_) => Renewal::Renewed,
+            Err(CallError::Status(StatusCode::NOT_FOUND, _)) => Renewal::Lost,
+            Err(e) => Renewal::Failed(format!("TTL pass: {}", e.describe())),
         }
-        let mut failed = false;
-        for (id, body) in inner.regs.snapshot().await {
-            let cid = parse::check_id(&id);
-            let r = inner
-                .call(
-                    Method::PUT,
-                    &["v1", "agent", "check", "pass", &cid],
-                    &[],
-                    None,
-                    REQUEST_TIMEOUT,
-                )
-                .await;
-            match r {
-                Ok(_) => {}
-                Err(CallError::Status(StatusCode::NOT_FOUND, _)) => {
-                    // Still ours? unregister may have raced with this round; the lock
-                    // keeps one from starting until this re-registration is done.
-                    let regs = inner.regs.lock().await;
-                    if !regs.contains_key(&id) {
-                        continue;
-                    }
-                    let written = inner.put_registration(&body).await;
-                    drop(regs);
-                    match written {
-                        Ok(()) => tracing::info!(
-                            registry = KIND,
-                            service_id = id,
-                            "the agent had lost our service; registered it again"
-                        ),
-                        Err(e) => {
-                            failed = true;
-                            tracing::warn!(
-                                registry = KIND,
-                                service_id = id,
-                                error = e.describe(),
-                                "re-registration failed; retrying"
-                            );
-                        }
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(
-                        registry = KIND,
-                        service_id = id,
-                        error = e.describe(),
-                        "TTL pass failed; retrying"
-                    );
-                }
-            }
-        }
-        delay = if failed {
-            backoff.next_delay()
-        } else {
-            backoff.reset();
-            period
-        };
-    }
+    };
+    let rewrite = |_id, body: serde_json::Value| async move {
+        inner
+            .put_registration(&body)
+            .await
+            .map_err(|e| e.describe())
+    };
+    inner
+        .life
+        .keep_alive(&inner.regs, inner.ttl / 3, renew, rewrite)
+        .await;
 }
+
 /// Deregisters every service we registered (close and drop); every failure is logged,
 /// the first is returned after trying them all.
 pub(super) async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {

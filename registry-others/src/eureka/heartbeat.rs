@@ -4,83 +4,44 @@
 //! background task.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use meshline_registry_core::{Backoff, RegistryError};
+use meshline_registry_core::RegistryError;
+use meshline_registry_core::lifecycle::Renewal;
 use reqwest::{Method, StatusCode};
 
 use super::{Inner, KIND, Registration};
 
-/// Renews every registration each renewal interval; registers again on 404.
+/// Renews every registration each renewal interval; registers an instance again when
+/// the server answers 404 (it restarted, or evicted the lease).
 pub(super) async fn heartbeat(inner: Arc<Inner>) {
-    let period = inner.renewal.max(Duration::from_millis(50));
-    let mut backoff = Backoff::new(Duration::from_millis(100), period);
-    let mut delay = period;
-    loop {
-        if !inner.life.sleep(delay).await {
-            return;
+    let inner = &*inner;
+    let renew = |id: String, Registration { app, .. }| async move {
+        let status = [("status", "UP".to_string())];
+        match inner
+            .call(Method::PUT, &["apps", &app, &id], &status, None)
+            .await
+        {
+            Ok((StatusCode::OK, _)) => Renewal::Renewed,
+            Ok((StatusCode::NOT_FOUND, _)) => Renewal::Lost,
+            Ok((s, b)) => Renewal::Failed(format!(
+                "heartbeat refused: {s}: {}",
+                String::from_utf8_lossy(&b)
+            )),
+            Err(e) => Renewal::Failed(format!("heartbeat: {}", e.describe())),
         }
-        let mut failed = false;
-        for (id, Registration { app, body }) in inner.regs.snapshot().await {
-            let r = inner
-                .call(
-                    Method::PUT,
-                    &["apps", &app, &id],
-                    &[("status", "UP".to_string())],
-                    None,
-                )
-                .await;
-            match r {
-                Ok((StatusCode::OK, _)) => {}
-                Ok((StatusCode::NOT_FOUND, _)) => {
-                    // Still ours? unregister may have raced with this round; the lock
-                    // keeps one from starting until this re-registration is done.
-                    let regs = inner.regs.lock().await;
-                    if !regs.contains_key(&id) {
-                        continue;
-                    }
-                    let written = inner.post_registration(&app, &body).await;
-                    drop(regs);
-                    match written {
-                        Ok(()) => tracing::info!(
-                            registry = KIND,
-                            instance = id,
-                            "the server did not know our instance (404); registered it again"
-                        ),
-                        Err(e) => {
-                            failed = true;
-                            tracing::warn!(
-                                registry = KIND,
-                                instance = id,
-                                error = e.describe(),
-                                "re-registration failed; retrying"
-                            );
-                        }
-                    }
-                }
-                Ok((s, b)) => {
-                    failed = true;
-                    tracing::warn!(registry = KIND, instance = id, status = %s, body = %String::from_utf8_lossy(&b), "heartbeat refused; retrying");
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(
-                        registry = KIND,
-                        instance = id,
-                        error = e.describe(),
-                        "heartbeat failed; retrying"
-                    );
-                }
-            }
-        }
-        delay = if failed {
-            backoff.next_delay()
-        } else {
-            backoff.reset();
-            period
-        };
-    }
+    };
+    let rewrite = |_id, Registration { app, body }| async move {
+        inner
+            .post_registration(&app, &body)
+            .await
+            .map_err(|e| e.describe())
+    };
+    inner
+        .life
+        .keep_alive(&inner.regs, inner.renewal, renew, rewrite)
+        .await;
 }
+
 /// Cancels every instance we registered (close and drop); every failure is logged, the
 /// first is returned after trying them all. A 404 (already gone) is fine.
 pub(super) async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {

@@ -450,6 +450,46 @@ impl<V: Clone + Send> Registrations<V> {
         }
     }
 
+    /// Unregisters `key` the way every backend must: it moves to *to remove* first (so
+    /// nothing renews or writes it again), the registrations lock is held across
+    /// `delete` (so a concurrent register waits), and a failed delete is returned and
+    /// handed to `retry` (a [`Lifecycle::retry_removal`]) unless a register took the
+    /// key back meanwhile. Forgetting the key before the registry confirmed left it
+    /// there, kept alive by our own lease, session or keeper.
+    pub async fn unregister_with<D, DF, R>(
+        &self,
+        kind: &'static str,
+        key: &str,
+        delete: D,
+        retry: R,
+    ) -> Result<(), RegistryError>
+    where
+        D: FnOnce() -> DF,
+        DF: Future<Output = Result<(), RegistryError>>,
+        R: FnOnce(),
+    {
+        self.begin_removal(key).await;
+        let held = self.lock().await;
+        let deleted = delete().await;
+        if deleted.is_ok() {
+            self.removal_done(key);
+        }
+        drop(held);
+        match deleted {
+            Ok(()) => {
+                tracing::info!(registry = kind, key, "unregistered");
+                Ok(())
+            }
+            Err(e) => {
+                if self.is_removing(key) {
+                    tracing::warn!(registry = kind, key, error = %e, "unregister failed; retrying in the background");
+                    retry();
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// The delete of `key` succeeded: it is forgotten.
     pub fn removal_done(&self, key: &str) {
         self.removing_map().remove(key);

@@ -318,3 +318,41 @@ async fn keep_alive_renews_rewrites_the_lost_and_not_the_unregistered() {
         .expect("keep_alive ends when the client closes")
         .unwrap();
 }
+
+/// `unregister_with`: a successful delete forgets the key; a failed one is returned,
+/// keeps the key as *to remove* (out of the registrations) and is handed to the retry;
+/// a failed one whose key a register took back meanwhile is not retried.
+#[tokio::test]
+async fn unregister_with_retries_a_failed_delete_unless_registered_again() {
+    let regs: Registrations<u32> = Registrations::new();
+    let fail = || async { Err(RegistryError::Closed { kind: "test" }) };
+    for k in ["ok", "fails", "back"] {
+        regs.insert(k.to_string(), 1).await;
+    }
+    let mut retried = Vec::new();
+    regs.unregister_with("test", "ok", || async { Ok(()) }, || retried.push("ok"))
+        .await
+        .unwrap();
+    assert!(!regs.contains("ok").await && !regs.is_removing("ok"));
+
+    regs.unregister_with("test", "fails", fail, || retried.push("fails"))
+        .await
+        .unwrap_err();
+    assert!(!regs.contains("fails").await, "still renewed as registered");
+    assert!(
+        regs.is_removing("fails"),
+        "forgotten before the registry confirmed"
+    );
+
+    let delete_while_registered_again = || async {
+        // A register of the key, as it would run once the lock is free.
+        regs.removal_done("back");
+        Err(RegistryError::Closed { kind: "test" })
+    };
+    regs.unregister_with("test", "back", delete_while_registered_again, || {
+        retried.push("back")
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(retried, ["fails"]);
+}

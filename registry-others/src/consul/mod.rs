@@ -207,20 +207,14 @@ impl RegistryService for ConsulRegistry {
         // Not forgotten until the agent confirms: the keeper stops passing the check at
         // once, and a failed deregistration is retried (and done by close) instead of
         // leaving the service listed until its check expires.
-        inner.regs.begin_removal(&id).await;
-        let regs = inner.regs.lock().await;
-        if let Err(e) = inner.deregister(&id).await {
-            drop(regs);
-            let e = e.into_registry(inner.server(), "unregister");
-            if inner.regs.is_removing(&id) {
-                tracing::warn!(registry = KIND, cluster, %instance, service_id = id, error = %e, "unregister failed; retrying in the background");
-                retry_deregister(&self.inner, id);
-            }
-            return Err(e);
-        }
-        inner.regs.removal_done(&id);
-        drop(regs);
-        Ok(())
+        let delete = || async {
+            inner
+                .deregister(&id)
+                .await
+                .map_err(|e| e.into_registry(inner.server(), "unregister"))
+        };
+        let retry = || retry_deregister(inner, id.clone());
+        inner.regs.unregister_with(KIND, &id, delete, retry).await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

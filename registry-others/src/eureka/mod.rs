@@ -245,20 +245,14 @@ impl RegistryService for EurekaRegistry {
         // Not forgotten until the server confirms: the heartbeat stops renewing the
         // lease at once, and a failed cancel is retried (and done by close) instead of
         // leaving the instance listed until its lease runs out.
-        inner.regs.begin_removal(&id).await;
-        let regs = inner.regs.lock().await;
-        if let Err(e) = inner.cancel(&app, &id).await {
-            drop(regs);
-            let e = e.into_registry(&inner.server(), "unregister");
-            if inner.regs.is_removing(&id) {
-                tracing::warn!(registry = KIND, cluster, %instance, instance_id = id, error = %e, "unregister failed; retrying in the background");
-                retry_cancel(&self.inner, app, id);
-            }
-            return Err(e);
-        }
-        inner.regs.removal_done(&id);
-        drop(regs);
-        Ok(())
+        let delete = || async {
+            inner
+                .cancel(&app, &id)
+                .await
+                .map_err(|e| e.into_registry(&inner.server(), "unregister"))
+        };
+        let retry = || retry_cancel(inner, app.clone(), id.clone());
+        inner.regs.unregister_with(KIND, &id, delete, retry).await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

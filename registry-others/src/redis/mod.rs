@@ -192,20 +192,13 @@ impl RegistryService for RedisRegistry {
         // Not forgotten until Redis confirms the DEL: the refresh loop stops renewing
         // the key at once, and a failed DEL is retried (and done by close) instead of
         // leaving the key to its TTL.
-        self.inner.registered.begin_removal(&key).await;
-        let regs = self.inner.registered.lock().await;
-        if let Err(e) = self.inner.remove_key(&key, &chan, &addr).await {
-            drop(regs);
-            if self.inner.registered.is_removing(&key) {
-                tracing::warn!(registry = KIND, cluster, %instance, key, error = %e, "unregister failed; retrying in the background");
-                retry_delete(&self.inner, key, chan, addr);
-            }
-            return Err(e);
-        }
-        self.inner.registered.removal_done(&key);
-        drop(regs);
-        tracing::info!(registry = KIND, cluster, %instance, key, "unregistered");
-        Ok(())
+        let inner = &self.inner;
+        let delete = || inner.remove_key(&key, &chan, &addr);
+        let retry = || retry_delete(inner, key.clone(), chan.clone(), addr.clone());
+        inner
+            .registered
+            .unregister_with(KIND, &key, delete, retry)
+            .await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

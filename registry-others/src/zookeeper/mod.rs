@@ -463,18 +463,13 @@ impl RegistryService for ZookeeperRegistry {
         let path = instance_path(cluster, instance);
         // Not forgotten until ZooKeeper confirms the delete: our session keeps the node
         // alive, so a failed delete would otherwise leave it for as long as we run.
-        self.inner.registered.begin_removal(&path).await;
-        let regs = self.inner.registered.lock().await;
-        if let Err(e) = self.inner.delete_ours(&path, self.inner.op_timeout()).await {
-            drop(regs);
-            tracing::warn!(registry = KIND, cluster, %instance, path, error = %e, "unregister failed; retrying in the background");
-            retry_delete(&self.inner, path);
-            return Err(e);
-        }
-        self.inner.registered.removal_done(&path);
-        drop(regs);
-        tracing::info!(registry = KIND, cluster, %instance, path, "unregistered");
-        Ok(())
+        let inner = &self.inner;
+        let delete = || inner.delete_ours(&path, inner.op_timeout());
+        let retry = || retry_delete(inner, path.clone());
+        inner
+            .registered
+            .unregister_with(KIND, &path, delete, retry)
+            .await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

@@ -1,0 +1,153 @@
+//! RpcClient's connection lifecycle against in-process servers: shutdown waits for
+//! what is in flight, a removed endpoint drains, heartbeats keep idle connections and
+//! drop silent peers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use meshline_rpc_client::{CallOptions, EndpointState, Payload, RpcError};
+use tokio::io::AsyncReadExt;
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn shutdown_waits_for_in_flight_then_refuses_calls() {
+    let s = start("s", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&s]);
+    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    client.wait_alive(1, SEC).await.unwrap();
+    let c2 = client.clone();
+    let slow = tokio::spawn(async move {
+        c2.call(
+            Payload::new(&b"x"[..]).with_head("delay_ms", "300"),
+            CallOptions::new(),
+        )
+        .await
+    });
+    // The call is in the server's handler: in flight for ~300 ms more.
+    until(SEC, || {
+        s.requests.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await
+    .expect("the slow call did not reach the server");
+    client.shutdown(Duration::from_secs(10)).await;
+    // Had shutdown not waited, closing the connection under the call would have failed
+    // it with "may have been delivered".
+    assert!(slow.await.unwrap().is_ok(), "in-flight call finished");
+    let err = client
+        .call(Payload::new(&b"x"[..]), CallOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Shutdown), "{err}");
+    until(SEC, || s.server.connections().is_empty())
+        .await
+        .expect("connections not closed after shutdown");
+}
+
+#[tokio::test]
+async fn removed_endpoint_drains_in_flight_then_closes() {
+    let a = start("a", Mode::Echo).await;
+    let b = start("b", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&a, &b]);
+    let client = builder(&hub, "XID").build().await.unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+    let xid = format!("127.0.0.1:{}:9", b.addr().port());
+    let c2 = client.clone();
+    let slow = tokio::spawn(async move {
+        c2.call(
+            Payload::new(&b"x"[..]).with_head("delay_ms", "300"),
+            CallOptions::xid(&xid),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    publish(&hub, &[&a]);
+    until(SEC, || alive_ports(&client) == vec![a.addr().port()])
+        .await
+        .expect("removed endpoint still alive");
+    let r = slow
+        .await
+        .unwrap()
+        .expect("in-flight call on the removed endpoint finished");
+    assert_eq!(r.endpoint.port(), b.addr().port());
+    until(SEC, || b.server.connections().is_empty())
+        .await
+        .expect("drained connection not closed");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
+    let s = start("s", Mode::Echo).await;
+    // A peer that reads everything and never writes: no PONGs.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mute = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = sock.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![
+            s.instance(),
+            meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap(),
+        ],
+    );
+    // PING every 100 ms of write silence, drop after 1 s of read silence: a PONG has
+    // ten PING periods to arrive, which a loaded 2-core machine keeps.
+    let client = builder(&hub, "RandomLoadBalance")
+        .configure(|o| {
+            o.write_idle = Duration::from_millis(100);
+            o.read_idle = Duration::from_secs(1);
+            o.backoff_initial = Duration::from_secs(30);
+            o.backoff_max = Duration::from_secs(30);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, SEC).await.unwrap();
+    let first = client
+        .alive()
+        .get(s.instance().key())
+        .unwrap()
+        .connection
+        .clone();
+    // The mute peer is dropped for read idle (not before its second).
+    let t0 = tokio::time::Instant::now();
+    until(Duration::from_secs(10), || {
+        alive_ports(&client) == vec![s.addr().port()]
+    })
+    .await
+    .expect("the mute peer was never dropped");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == mute.port())
+        .unwrap();
+    match st.state {
+        EndpointState::Down(reason) => assert!(reason.contains("read idle"), "{reason}"),
+        other => panic!("mute peer should be down, is {other:?}"),
+    }
+    // Two more read-idle periods: the echo server answered PINGs, so its connection is
+    // the same one and still alive.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!first.is_closed(), "{:?}", first.close_reason());
+    assert_eq!(alive_ports(&client), vec![s.addr().port()]);
+}

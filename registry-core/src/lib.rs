@@ -38,10 +38,18 @@
 //!      loop (publishing through its [`WatchScope`], returning when the scope stops),
 //!      [`Lifecycle::close`] and [`Lifecycle::close_on_drop`] with the removal of what
 //!      it registered (kept in [`Registrations`]), and an `abandon` for crash tests;
+//!      A backend whose registry renews each entry uses [`Lifecycle::keep_alive`];
+//!      its `unregister` is [`Registrations::unregister_with`] with a
+//!      [`Lifecycle::retry_removal`] behind it;
 //!    - its tests: `meshline_testkit::conformance` runs the behaviours every backend
 //!      must show (round trip, drop ends watches, crash removal, outage and resync,
-//!      garbage skipped, empty protection) against a server testkit starts, in a few
-//!      lines; only what is special to the backend needs tests of its own.
+//!      garbage skipped, empty protection; an unreachable server named, a refused
+//!      removal retried, secrets never shown, `nearby`) against a server testkit
+//!      starts: the test file implements the suite's traits for its server (`Harness`:
+//!      its config and how to connect; `Crash`, `Garbage`, `Unreachable`,
+//!      `RefuseRemoval`, `Secrets`, `SeataLayout` where they apply) and names the
+//!      behaviours in one `conformance_tests!`; only what is special to the backend
+//!      needs tests of its own.
 //! 2. **The `meshline` facade**: a cargo feature in its `Cargo.toml` (and in `all`),
 //!    and one `RegistryType` entry in `src/registry.rs`'s `REGISTRY_TYPES` (name,
 //!    aliases, feature, the keys `--server` and `--ttl` set, the constructor). The

@@ -42,6 +42,7 @@
 mod configs;
 pub mod conformance;
 mod consul_double;
+pub mod convergence;
 mod etcd;
 mod eureka_double;
 mod http_double;

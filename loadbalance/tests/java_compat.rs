@@ -1,4 +1,4 @@
-//! Seata-Java compatibility of the ConsistentHash ring (reference/seata-compat.md §3):
+//! Seata-Java compatibility of the ConsistentHash ring (docs/seata-compat.md §3.1):
 //! a Rust client must send an XID to the TC a Java client would pick.
 
 use meshline_loadbalance::hash::java_hash;

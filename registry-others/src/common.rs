@@ -16,6 +16,42 @@ pub(crate) fn split_addrs(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a failed HTTP call to Consul's agent or a Eureka server looked like.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) enum CallError {
+    /// The server answered with this status and text.
+    Status(reqwest::StatusCode, String),
+    /// No answer (connection refused, reset, timeout...).
+    Transport(String),
+}
+
+#[cfg(any(feature = "consul", feature = "eureka"))]
+impl CallError {
+    /// The status and the server's text, truncated (the body is whatever the server
+    /// chose to send), or why there was no answer.
+    pub(crate) fn describe(&self) -> String {
+        use meshline_registry_core::redact::{SHOWN_BYTES, truncate};
+        match self {
+            CallError::Status(s, t) => format!("HTTP {s}: {}", truncate(t.trim(), SHOWN_BYTES)),
+            CallError::Transport(t) => t.clone(),
+        }
+    }
+
+    /// The registry error of `op` against `server`, for the `kind` backend.
+    pub(crate) fn into_registry(
+        self,
+        kind: &'static str,
+        server: &str,
+        op: &str,
+    ) -> meshline_registry_core::RegistryError {
+        meshline_registry_core::RegistryError::unavailable(
+            kind,
+            server,
+            format!("{op}: {}", self.describe()),
+        )
+    }
+}
+
 /// `e` and its sources, `: `-separated (reqwest hides the cause, e.g. "Connection
 /// refused", in its sources).
 #[cfg(any(

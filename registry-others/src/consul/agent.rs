@@ -6,39 +6,15 @@
 use std::time::Duration;
 
 use meshline_registry_core::RegistryError;
-use meshline_registry_core::redact::{SHOWN_BYTES, truncate};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
 use super::{ConsulSettings, Inner, KIND};
+pub(super) use crate::common::CallError;
 use crate::common::{error_chain, read_capped, split_addrs};
 
 /// Timeout of every non-blocking request.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// What a failed agent call looked like.
-pub(super) enum CallError {
-    /// The agent answered with this status and text.
-    Status(StatusCode, String),
-    /// No answer (connection refused, reset, timeout...).
-    Transport(String),
-}
-
-impl CallError {
-    /// The registry error of `op` against the agent at `server`.
-    pub(super) fn into_registry(self, server: &str, op: &str) -> RegistryError {
-        RegistryError::unavailable(KIND, server, format!("{op}: {}", self.describe()))
-    }
-
-    pub(super) fn describe(&self) -> String {
-        match self {
-            // Truncated: the body is whatever the server chose to send.
-            CallError::Status(s, t) => {
-                format!("agent answered {s}: {}", truncate(t.trim(), SHOWN_BYTES))
-            }
-            CallError::Transport(t) => t.clone(),
-        }
-    }
-}
 /// The base URL of `addr` (the first of a list; `host:port` means `http://`); `key`
 /// names the setting in messages (`registry.consul.serverAddr`).
 pub(super) fn parse_base(addr: &str, key: &str) -> Result<Url, RegistryError> {
@@ -122,7 +98,7 @@ impl Agent {
                 REQUEST_TIMEOUT,
             )
             .await
-            .map_err(|e| e.into_registry(agent.server(), "connect"))?;
+            .map_err(|e| e.into_registry(KIND, agent.server(), "connect"))?;
         Ok(agent)
     }
 

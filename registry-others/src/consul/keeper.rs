@@ -49,7 +49,7 @@ pub(super) async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
             inner
                 .deregister(&id)
                 .await
-                .map_err(|e| e.into_registry(inner.server(), "deregister"))
+                .map_err(|e| e.into_registry(KIND, inner.server(), "deregister"))
         })
         .await
 }
@@ -74,7 +74,7 @@ pub(super) fn retry_deregister(inner: &Arc<Inner>, id: String) {
             inner
                 .deregister(&id)
                 .await
-                .map_err(|e| e.into_registry(inner.server(), "deregister"))?;
+                .map_err(|e| e.into_registry(KIND, inner.server(), "deregister"))?;
             inner.regs.removal_done(&id);
             Ok(true)
         }

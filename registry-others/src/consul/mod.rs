@@ -193,7 +193,7 @@ impl RegistryService for ConsulRegistry {
         inner
             .put_registration(&body)
             .await
-            .map_err(|e| e.into_registry(inner.server(), "register"))?;
+            .map_err(|e| e.into_registry(KIND, inner.server(), "register"))?;
         // A registration again cancels a pending background deregistration.
         inner.regs.removal_done(&id);
         regs.insert(id, body);
@@ -211,7 +211,7 @@ impl RegistryService for ConsulRegistry {
             inner
                 .deregister(&id)
                 .await
-                .map_err(|e| e.into_registry(inner.server(), "unregister"))
+                .map_err(|e| e.into_registry(KIND, inner.server(), "unregister"))
         };
         let retry = || retry_deregister(inner, id.clone());
         inner.regs.unregister_with(KIND, &id, delete, retry).await

@@ -37,7 +37,7 @@ pub(super) async fn nearby(
             REQUEST_TIMEOUT,
         )
         .await
-        .map_err(|e| e.into_registry(inner.server(), "list services"))?;
+        .map_err(|e| e.into_registry(KIND, inner.server(), "list services"))?;
     let mut names = parse::parse_catalog_services(&body).map_err(|m| {
         RegistryError::unavailable(KIND, inner.server(), format!("list services: {m}"))
     })?;

@@ -51,7 +51,7 @@ pub(super) async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
             inner
                 .cancel(&app, &id)
                 .await
-                .map_err(|e| e.into_registry(&inner.server(), "cancel"))
+                .map_err(|e| e.into_registry(KIND, &inner.server(), "cancel"))
         })
         .await
 }
@@ -76,7 +76,7 @@ pub(super) fn retry_cancel(inner: &Arc<Inner>, app: String, id: String) {
             inner
                 .cancel(&app, &id)
                 .await
-                .map_err(|e| e.into_registry(&inner.server(), "cancel"))?;
+                .map_err(|e| e.into_registry(KIND, &inner.server(), "cancel"))?;
             inner.regs.removal_done(&id);
             Ok(true)
         }

@@ -10,33 +10,13 @@ use meshline_registry_core::RegistryError;
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
-use super::{Inner, KIND};
+use super::Inner;
+pub(super) use crate::common::CallError;
 use crate::common::{error_chain, read_capped, split_addrs};
-use meshline_registry_core::redact::{SHOWN_BYTES, redact_userinfo, truncate};
+use meshline_registry_core::redact::redact_userinfo;
 
 /// Timeout of every request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-pub(super) enum CallError {
-    Status(StatusCode, String),
-    Transport(String),
-}
-
-impl CallError {
-    pub(super) fn describe(&self) -> String {
-        match self {
-            // Truncated: the body is whatever the server chose to send.
-            CallError::Status(s, t) => {
-                format!("server answered {s}: {}", truncate(t.trim(), SHOWN_BYTES))
-            }
-            CallError::Transport(t) => t.clone(),
-        }
-    }
-
-    /// The registry error of `op` against the server(s) at `server`.
-    pub(super) fn into_registry(self, server: &str, op: &str) -> RegistryError {
-        RegistryError::unavailable(KIND, server, format!("{op}: {}", self.describe()))
-    }
-}
 pub(super) fn parse_urls(text: &str) -> Result<Vec<Url>, RegistryError> {
     let mut out = Vec::new();
     for part in split_addrs(text) {

@@ -189,7 +189,7 @@ impl EurekaRegistry {
         inner
             .expect(Method::GET, &["apps"], &[], None, &[StatusCode::OK])
             .await
-            .map_err(|e| e.into_registry(&inner.server(), "connect"))?;
+            .map_err(|e| e.into_registry(KIND, &inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
         Ok(EurekaRegistry { inner })
     }
@@ -230,7 +230,7 @@ impl RegistryService for EurekaRegistry {
         inner
             .post_registration(&app, &body)
             .await
-            .map_err(|e| e.into_registry(&inner.server(), "register"))?;
+            .map_err(|e| e.into_registry(KIND, &inner.server(), "register"))?;
         // A registration again cancels a pending background cancel.
         inner.regs.removal_done(&id);
         regs.insert(id, Registration { app, body });
@@ -249,7 +249,7 @@ impl RegistryService for EurekaRegistry {
             inner
                 .cancel(&app, &id)
                 .await
-                .map_err(|e| e.into_registry(&inner.server(), "unregister"))
+                .map_err(|e| e.into_registry(KIND, &inner.server(), "unregister"))
         };
         let retry = || retry_cancel(inner, app.clone(), id.clone());
         inner.regs.unregister_with(KIND, &id, delete, retry).await
@@ -268,7 +268,7 @@ impl RegistryService for EurekaRegistry {
                 &[StatusCode::OK, StatusCode::NOT_FOUND],
             )
             .await
-            .map_err(|e| e.into_registry(&inner.server(), &format!("lookup `{cluster}`")))?;
+            .map_err(|e| e.into_registry(KIND, &inner.server(), &format!("lookup `{cluster}`")))?;
         if status == StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }

@@ -39,8 +39,8 @@
 //!      [`Lifecycle::close`] and [`Lifecycle::close_on_drop`] with the removal of what
 //!      it registered (kept in [`Registrations`]), and an `abandon` for crash tests;
 //!      A backend whose registry renews each entry uses [`Lifecycle::keep_alive`];
-//!      its `unregister` is [`Registrations::unregister_with`] with a
-//!      [`Lifecycle::retry_removal`] behind it;
+//!      its `unregister` is [`Registrations::unregister_with`], which retries a
+//!      refused removal in the background;
 //!    - its tests: `meshline_testkit::conformance` runs the behaviours every backend
 //!      must show (round trip, drop ends watches, crash removal, outage and resync,
 //!      garbage skipped, empty protection; an unreachable server named, a refused

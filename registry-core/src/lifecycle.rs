@@ -450,44 +450,63 @@ impl<V: Clone + Send> Registrations<V> {
         }
     }
 
-    /// Unregisters `key` the way every backend must: it moves to *to remove* first (so
-    /// nothing renews or writes it again), the registrations lock is held across
-    /// `delete` (so a concurrent register waits), and a failed delete is returned and
-    /// handed to `retry` (a [`Lifecycle::retry_removal`]) unless a register took the
-    /// key back meanwhile. Forgetting the key before the registry confirmed left it
-    /// there, kept alive by our own lease, session or keeper.
-    pub async fn unregister_with<D, DF, R>(
-        &self,
-        kind: &'static str,
+    /// Unregisters `key` the way every backend must, for an `owner` (a backend's shared
+    /// state) whose [`Lifecycle`] and registrations `parts` finds: the key moves to *to
+    /// remove* first (so nothing renews or writes it again), the registrations lock is
+    /// held across `delete` (so a concurrent register waits), and a failed delete is
+    /// returned and retried in the background with [`Lifecycle::retry_removal`] until
+    /// the registry takes it, unless a register took the key back meanwhile or the
+    /// owner is gone. Forgetting the key before the registry confirmed left it there,
+    /// kept alive by our own lease, session or keeper.
+    ///
+    /// `delete(owner, key)` removes the entry from the registry; it is called for the
+    /// first attempt and for each retry.
+    pub async fn unregister_with<I, D, DF>(
+        owner: &Arc<I>,
+        parts: fn(&I) -> (&Lifecycle, &Registrations<V>),
         key: &str,
         delete: D,
-        retry: R,
     ) -> Result<(), RegistryError>
     where
-        D: FnOnce() -> DF,
-        DF: Future<Output = Result<(), RegistryError>>,
-        R: FnOnce(),
+        I: Send + Sync + 'static,
+        V: 'static,
+        D: Fn(Arc<I>, String) -> DF + Send + Sync + 'static,
+        DF: Future<Output = Result<(), RegistryError>> + Send,
     {
-        self.begin_removal(key).await;
-        let held = self.lock().await;
-        let deleted = delete().await;
+        let (life, regs) = parts(owner);
+        regs.begin_removal(key).await;
+        let held = regs.lock().await;
+        let deleted = delete(owner.clone(), key.to_string()).await;
         if deleted.is_ok() {
-            self.removal_done(key);
+            regs.removal_done(key);
         }
         drop(held);
-        match deleted {
-            Ok(()) => {
-                tracing::info!(registry = kind, key, "unregistered");
-                Ok(())
-            }
-            Err(e) => {
-                if self.is_removing(key) {
-                    tracing::warn!(registry = kind, key, error = %e, "unregister failed; retrying in the background");
-                    retry();
+        let kind = life.kind();
+        let Err(e) = deleted else {
+            tracing::info!(registry = kind, key, "unregistered");
+            return Ok(());
+        };
+        if regs.is_removing(key) {
+            tracing::warn!(registry = kind, key, error = %e, "unregister failed; retrying in the background");
+            let (weak, delete, k) = (Arc::downgrade(owner), Arc::new(delete), key.to_string());
+            life.retry_removal(key.to_string(), move || {
+                let (weak, delete, key) = (weak.clone(), delete.clone(), k.clone());
+                async move {
+                    let Some(owner) = weak.upgrade() else {
+                        return Ok(true);
+                    };
+                    let (_, regs) = parts(&owner);
+                    let _held = regs.lock().await;
+                    if !regs.is_removing(&key) {
+                        return Ok(true);
+                    }
+                    delete(owner.clone(), key.clone()).await?;
+                    regs.removal_done(&key);
+                    Ok(true)
                 }
-                Err(e)
-            }
+            });
         }
+        Err(e)
     }
 
     /// The delete of `key` succeeded: it is forgotten.

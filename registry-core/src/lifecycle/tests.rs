@@ -312,6 +312,19 @@ async fn keep_alive_renews_rewrites_the_lost_and_not_the_unregistered() {
         "{:?}",
         second - t0
     );
+    // That round succeeded: the period is back (the next round 10 s after it).
+    let rounds_of_a = || {
+        renewed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, k)| k == "a")
+            .count()
+    };
+    tokio::time::sleep_until(second + Duration::from_millis(9_900)).await;
+    assert_eq!(rounds_of_a(), 2, "a round before the period was up");
+    tokio::time::sleep_until(second + Duration::from_millis(10_100)).await;
+    assert_eq!(rounds_of_a(), 3, "no round after the period");
     life.close(async { Ok(()) }).await.unwrap();
     tokio::time::timeout(Duration::from_secs(1), task)
         .await
@@ -320,39 +333,76 @@ async fn keep_alive_renews_rewrites_the_lost_and_not_the_unregistered() {
 }
 
 /// `unregister_with`: a successful delete forgets the key; a failed one is returned,
-/// keeps the key as *to remove* (out of the registrations) and is handed to the retry;
-/// a failed one whose key a register took back meanwhile is not retried.
-#[tokio::test]
+/// keeps the key as *to remove* (out of the registrations) and is retried in the
+/// background until the registry takes it; a failed one whose key a register took back
+/// meanwhile is not retried.
+#[tokio::test(start_paused = true)]
 async fn unregister_with_retries_a_failed_delete_unless_registered_again() {
-    let regs: Registrations<u32> = Registrations::new();
-    let fail = || async { Err(RegistryError::Closed { kind: "test" }) };
-    for k in ["ok", "fails", "back"] {
-        regs.insert(k.to_string(), 1).await;
+    use std::sync::Mutex;
+    struct Owner {
+        life: Lifecycle,
+        regs: Registrations<u32>,
+        refuse: AtomicBool,
+        deletes: Mutex<Vec<String>>,
     }
-    let mut retried = Vec::new();
-    regs.unregister_with("test", "ok", || async { Ok(()) }, || retried.push("ok"))
+    let owner = Arc::new(Owner {
+        life: Lifecycle::new("test", EmptyProtection::Apply),
+        regs: Registrations::new(),
+        refuse: AtomicBool::new(true),
+        deletes: Mutex::new(Vec::new()),
+    });
+    for k in ["ok", "fails", "back"] {
+        owner.regs.insert(k.to_string(), 1).await;
+    }
+    let delete = |o: Arc<Owner>, key: String| async move {
+        o.deletes.lock().unwrap().push(key.clone());
+        let refused = Err(RegistryError::Closed { kind: "test" });
+        match key.as_str() {
+            "ok" => Ok(()),
+            // A register of the key, as it would run once the lock is free.
+            "back" => {
+                o.regs.removal_done("back");
+                refused
+            }
+            _ if o.refuse.load(Ordering::SeqCst) => refused,
+            _ => Ok(()),
+        }
+    };
+    fn parts(o: &Owner) -> (&Lifecycle, &Registrations<u32>) {
+        (&o.life, &o.regs)
+    }
+    Registrations::unregister_with(&owner, parts, "ok", delete)
         .await
         .unwrap();
-    assert!(!regs.contains("ok").await && !regs.is_removing("ok"));
+    assert!(!owner.regs.contains("ok").await && !owner.regs.is_removing("ok"));
 
-    regs.unregister_with("test", "fails", fail, || retried.push("fails"))
+    Registrations::unregister_with(&owner, parts, "fails", delete)
         .await
         .unwrap_err();
-    assert!(!regs.contains("fails").await, "still renewed as registered");
     assert!(
-        regs.is_removing("fails"),
+        !owner.regs.contains("fails").await,
+        "still renewed as registered"
+    );
+    assert!(
+        owner.regs.is_removing("fails"),
         "forgotten before the registry confirmed"
     );
+    Registrations::unregister_with(&owner, parts, "back", delete)
+        .await
+        .unwrap_err();
 
-    let delete_while_registered_again = || async {
-        // A register of the key, as it would run once the lock is free.
-        regs.removal_done("back");
-        Err(RegistryError::Closed { kind: "test" })
-    };
-    regs.unregister_with("test", "back", delete_while_registered_again, || {
-        retried.push("back")
-    })
-    .await
-    .unwrap_err();
-    assert_eq!(retried, ["fails"]);
+    // Retried while refused, then gone once the registry takes it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(owner.regs.is_removing("fails"), "given up while refused");
+    owner.refuse.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!owner.regs.is_removing("fails"), "never retried");
+    let deletes = owner.deletes.lock().unwrap().clone();
+    let count = |k: &str| deletes.iter().filter(|d| *d == k).count();
+    assert!(count("fails") > 2, "{deletes:?}");
+    assert_eq!(
+        count("back"),
+        1,
+        "a key registered again was retried: {deletes:?}"
+    );
 }

@@ -53,30 +53,3 @@ pub(super) async fn deregister_all(inner: &Inner) -> Result<(), RegistryError> {
         })
         .await
 }
-
-/// Deregisters `id` in the background until the agent confirms, unless it was
-/// registered again meanwhile or the client closed (close deregisters what is still
-/// pending, once more).
-pub(super) fn retry_deregister(inner: &Arc<Inner>, id: String) {
-    let weak = Arc::downgrade(inner);
-    let i = id.clone();
-    inner.life.retry_removal(id, move || {
-        let (weak, id) = (weak.clone(), i.clone());
-        async move {
-            let Some(inner) = weak.upgrade() else {
-                return Ok(true);
-            };
-            // Held so that a concurrent register of the service waits for us.
-            let _regs = inner.regs.lock().await;
-            if !inner.regs.is_removing(&id) {
-                return Ok(true);
-            }
-            inner
-                .deregister(&id)
-                .await
-                .map_err(|e| e.into_registry(KIND, inner.server(), "deregister"))?;
-            inner.regs.removal_done(&id);
-            Ok(true)
-        }
-    });
-}

@@ -94,7 +94,7 @@ pub use settings::ConsulSettings;
 
 use agent::Agent;
 use follow::{BLOCKING_WAIT, next_index, watch_loop};
-use keeper::{deregister_all, keeper, retry_deregister};
+use keeper::{deregister_all, keeper};
 
 const KIND: &str = "consul";
 
@@ -207,14 +207,13 @@ impl RegistryService for ConsulRegistry {
         // Not forgotten until the agent confirms: the keeper stops passing the check at
         // once, and a failed deregistration is retried (and done by close) instead of
         // leaving the service listed until its check expires.
-        let delete = || async {
+        let delete = |inner: Arc<Inner>, id: String| async move {
             inner
                 .deregister(&id)
                 .await
-                .map_err(|e| e.into_registry(KIND, inner.server(), "unregister"))
+                .map_err(|e| e.into_registry(KIND, inner.server(), "deregister"))
         };
-        let retry = || retry_deregister(inner, id.clone());
-        inner.regs.unregister_with(KIND, &id, delete, retry).await
+        Registrations::unregister_with(inner, |i| (&i.life, &i.regs), &id, delete).await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

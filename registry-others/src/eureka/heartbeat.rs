@@ -55,30 +55,3 @@ pub(super) async fn cancel_all(inner: &Inner) -> Result<(), RegistryError> {
         })
         .await
 }
-
-/// Cancels `id` of `app` in the background until the server confirms (a 404, already
-/// gone, counts), unless it was registered again meanwhile or the client closed (close
-/// cancels what is still pending, once more).
-pub(super) fn retry_cancel(inner: &Arc<Inner>, app: String, id: String) {
-    let weak = Arc::downgrade(inner);
-    let i = id.clone();
-    inner.life.retry_removal(id, move || {
-        let (weak, app, id) = (weak.clone(), app.clone(), i.clone());
-        async move {
-            let Some(inner) = weak.upgrade() else {
-                return Ok(true);
-            };
-            // Held so that a concurrent register of the instance waits for us.
-            let _regs = inner.regs.lock().await;
-            if !inner.regs.is_removing(&id) {
-                return Ok(true);
-            }
-            inner
-                .cancel(&app, &id)
-                .await
-                .map_err(|e| e.into_registry(KIND, &inner.server(), "cancel"))?;
-            inner.regs.removal_done(&id);
-            Ok(true)
-        }
-    });
-}

@@ -74,7 +74,7 @@ mod settings;
 pub use settings::EurekaSettings;
 
 use fetcher::fetcher;
-use heartbeat::{cancel_all, heartbeat, retry_cancel};
+use heartbeat::{cancel_all, heartbeat};
 use http::parse_urls;
 
 const KIND: &str = "eureka";
@@ -245,14 +245,16 @@ impl RegistryService for EurekaRegistry {
         // Not forgotten until the server confirms: the heartbeat stops renewing the
         // lease at once, and a failed cancel is retried (and done by close) instead of
         // leaving the instance listed until its lease runs out.
-        let delete = || async {
-            inner
-                .cancel(&app, &id)
-                .await
-                .map_err(|e| e.into_registry(KIND, &inner.server(), "unregister"))
+        let delete = move |inner: Arc<Inner>, id: String| {
+            let app = app.clone();
+            async move {
+                inner
+                    .cancel(&app, &id)
+                    .await
+                    .map_err(|e| e.into_registry(KIND, &inner.server(), "cancel"))
+            }
         };
-        let retry = || retry_cancel(inner, app.clone(), id.clone());
-        inner.regs.unregister_with(KIND, &id, delete, retry).await
+        Registrations::unregister_with(inner, |i| (&i.life, &i.regs), &id, delete).await
     }
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {

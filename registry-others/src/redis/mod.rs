@@ -84,7 +84,7 @@ pub use settings::RedisSettings;
 
 use follow::watch_loop;
 use layout::local_identity;
-use refresh::{refresh_loop, remove_all, retry_delete};
+use refresh::{refresh_loop, remove_all};
 use servers::Servers;
 
 const KIND: &str = "redis";
@@ -192,12 +192,11 @@ impl RegistryService for RedisRegistry {
         // Not forgotten until Redis confirms the DEL: the refresh loop stops renewing
         // the key at once, and a failed DEL is retried (and done by close) instead of
         // leaving the key to its TTL.
-        let inner = &self.inner;
-        let delete = || inner.remove_key(&key, &chan, &addr);
-        let retry = || retry_delete(inner, key.clone(), chan.clone(), addr.clone());
-        inner
-            .registered
-            .unregister_with(KIND, &key, delete, retry)
+        let delete = move |inner: Arc<Inner>, key: String| {
+            let (chan, addr) = (chan.clone(), addr.clone());
+            async move { inner.remove_key(&key, &chan, &addr).await }
+        };
+        Registrations::unregister_with(&self.inner, |i| (&i.life, &i.registered), &key, delete)
             .await
     }
 

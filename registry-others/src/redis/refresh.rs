@@ -134,28 +134,3 @@ pub(super) async fn remove_all(inner: &Inner) -> Result<(), RegistryError> {
         })
         .await
 }
-
-/// Deletes `key` in the background until Redis confirms, unless it was registered
-/// again meanwhile or the client closed (close deletes what is still pending, once
-/// more). Not left to the key's TTL: with a long TTL the key would stay listed for
-/// that long.
-pub(super) fn retry_delete(inner: &Arc<Inner>, key: String, chan: String, addr: String) {
-    let weak = Arc::downgrade(inner);
-    let k = key.clone();
-    inner.life.retry_removal(key, move || {
-        let (weak, key, chan, addr) = (weak.clone(), k.clone(), chan.clone(), addr.clone());
-        async move {
-            let Some(inner) = weak.upgrade() else {
-                return Ok(true);
-            };
-            // Held so that a concurrent register of the key waits for us.
-            let _regs = inner.registered.lock().await;
-            if !inner.registered.is_removing(&key) {
-                return Ok(true);
-            }
-            inner.remove_key(&key, &chan, &addr).await?;
-            inner.registered.removal_done(&key);
-            Ok(true)
-        }
-    });
-}

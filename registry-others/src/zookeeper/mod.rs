@@ -409,33 +409,6 @@ static CREATOR_ALL_WORLD_READ: [zk::Acl; 2] = [
     zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
 ];
 
-/// Deletes `path` in the background until ZooKeeper confirms (or the node is not ours
-/// any more), unless it was registered again meanwhile or the client closed (close
-/// deletes what is still pending, once more).
-fn retry_delete(inner: &Arc<Inner>, path: String) {
-    let weak = Arc::downgrade(inner);
-    let p = path.clone();
-    inner.life.retry_removal(path, move || {
-        let (weak, path) = (weak.clone(), p.clone());
-        async move {
-            let Some(inner) = weak.upgrade() else {
-                return Ok(true);
-            };
-            if !inner.registered.is_removing(&path) {
-                return Ok(true);
-            }
-            // Held so that a concurrent register of the same path waits for us.
-            let _regs = inner.registered.lock().await;
-            if !inner.registered.is_removing(&path) {
-                return Ok(true);
-            }
-            inner.delete_ours(&path, inner.op_timeout()).await?;
-            inner.registered.removal_done(&path);
-            Ok(true)
-        }
-    });
-}
-
 #[async_trait]
 impl RegistryService for ZookeeperRegistry {
     fn kind(&self) -> &'static str {
@@ -463,12 +436,10 @@ impl RegistryService for ZookeeperRegistry {
         let path = instance_path(cluster, instance);
         // Not forgotten until ZooKeeper confirms the delete: our session keeps the node
         // alive, so a failed delete would otherwise leave it for as long as we run.
-        let inner = &self.inner;
-        let delete = || inner.delete_ours(&path, inner.op_timeout());
-        let retry = || retry_delete(inner, path.clone());
-        inner
-            .registered
-            .unregister_with(KIND, &path, delete, retry)
+        let delete = |inner: Arc<Inner>, path: String| async move {
+            inner.delete_ours(&path, inner.op_timeout()).await
+        };
+        Registrations::unregister_with(&self.inner, |i| (&i.life, &i.registered), &path, delete)
             .await
     }
 

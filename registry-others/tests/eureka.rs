@@ -183,23 +183,8 @@ impl RefuseRemoval for EurekaHarness {
 /// The instance document the server holds for `member` of `cluster` (`None` once it
 /// is gone), read past our client.
 async fn instance_doc(eureka: &EurekaDouble, cluster: &str, member: &Instance) -> Option<Value> {
-    let (ip, port) = (member.host(), member.port());
-    let url = format!(
-        "{}/apps/{}/{ip}:{cluster}:{port}",
-        eureka.service_url(),
-        cluster.to_uppercase()
-    );
-    let r = reqwest::Client::new()
-        .get(&url)
-        .header("Accept", "application/json")
-        .send()
-        .await
-        .unwrap();
-    if r.status() == reqwest::StatusCode::NOT_FOUND {
-        return None;
-    }
-    assert!(r.status().is_success(), "{url}: {}", r.status());
-    Some(serde_json::from_str(&r.text().await.unwrap()).unwrap())
+    let (app, ip, port) = (cluster.to_uppercase(), member.host(), member.port());
+    raw_find(eureka, &format!("/apps/{app}/{ip}:{cluster}:{port}")).await
 }
 
 /// A wrong password in `serviceUrl` is refused (401) at connect; after the server's
@@ -288,14 +273,24 @@ async fn raw_post(eureka: &EurekaDouble, app: &str, body: &Value) -> reqwest::St
 }
 
 async fn raw_get(eureka: &EurekaDouble, path: &str) -> Value {
+    raw_find(eureka, path)
+        .await
+        .unwrap_or_else(|| panic!("{path}: 404"))
+}
+
+/// The JSON document at `path`, `None` on 404.
+async fn raw_find(eureka: &EurekaDouble, path: &str) -> Option<Value> {
     let r = reqwest::Client::new()
         .get(format!("{}{path}", eureka.service_url()))
         .header("Accept", "application/json")
         .send()
         .await
         .unwrap();
+    if r.status() == reqwest::StatusCode::NOT_FOUND {
+        return None;
+    }
     assert_eq!(r.status(), 200, "{path}");
-    serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
+    Some(serde_json::from_slice(&r.bytes().await.unwrap()).unwrap())
 }
 
 /// What we register is Seata's layout (application `<CLUSTER>`, instance ID

@@ -138,14 +138,14 @@ impl TestPki {
             Trust::CaWithClientCert => (self.ca(), true),
             Trust::OtherCaWithClientCert => (self.other_ca(), true),
         };
-        let mut tls = vec![(format!("{prefix}.tls.caFile"), ca)];
+        let mut files = vec![("caFile", ca)];
         if client {
-            tls.push((format!("{prefix}.tls.certFile"), self.client_cert()));
-            tls.push((format!("{prefix}.tls.keyFile"), self.client_key()));
+            files.push(("certFile", self.client_cert()));
+            files.push(("keyFile", self.client_key()));
         }
-        let tls: Vec<(String, String)> = tls
+        let tls: Vec<(String, String)> = files
             .into_iter()
-            .map(|(k, p)| (k, p.display().to_string()))
+            .map(|(k, p)| (format!("{prefix}.tls.{k}"), p.display().to_string()))
             .collect();
         let tls: Vec<(&str, &str)> = tls.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         crate::config_of(base, &tls)

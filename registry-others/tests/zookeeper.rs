@@ -82,7 +82,7 @@ impl Crash for ZkHarness {
 
 impl Garbage for ZkHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
-        let raw = raw(&self.zk.connect_string()).await;
+        let raw = self.client().await;
         let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let parent = format!("/registry/zk/{cluster}");
         let _ = raw.mkdir(&parent, &dir).await;
@@ -128,12 +128,8 @@ impl RefuseRemoval for ZkHarness {
         tokio::task::block_in_place(|| self.zk.restart()).expect("restart zookeeper");
     }
     async fn holds(&self, cluster: &str, member: &Instance) -> bool {
-        let mut raw = self.raw.lock().await;
-        if raw.is_none() {
-            *raw = Some(self::raw(&self.zk.connect_string()).await);
-        }
-        let client = raw.as_ref().unwrap();
-        client
+        self.client()
+            .await
             .check_stat(&instance_path(cluster, member))
             .await
             .unwrap()
@@ -190,9 +186,18 @@ impl SeataLayout for ZkHarness {
 }
 
 impl ZkHarness {
+    /// The harness's raw client of the server, made when first needed.
+    async fn client(&self) -> zk::Client {
+        let mut raw = self.raw.lock().await;
+        if raw.is_none() {
+            *raw = Some(self::raw(&self.zk.connect_string()).await);
+        }
+        raw.clone().unwrap()
+    }
+
     /// Creates `path` and its parents, persistent and open to anyone.
     async fn mkdir(&self, path: &str) {
-        let raw = raw(&self.zk.connect_string()).await;
+        let raw = self.client().await;
         let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         raw.mkdir(path, &dir).await.unwrap();
     }

@@ -63,11 +63,11 @@ pub(super) async fn to_all(inner: &Inner, op: &str, reg: &Reg) -> Result<(), Reg
     // The namingserver announces an unregistration with the `term` of the body it
     // gets, and a watch whose term is not behind the announced one waits instead of
     // being answered: with the first registration's term, a watcher between two
-    // polls would miss the removal until its 30 s pull. The time now is past every
+    // polls would miss the removal until its 30 s pull. A fresh term is past every
     // term we sent before.
     let mut body = reg.body.clone();
     if op == "unregister" {
-        let now = super::now_ms();
+        let now = super::next_term();
         body["term"] = now.into();
         body["timestamp"] = now.into();
     }

@@ -54,6 +54,7 @@
 //! feature `namingserver-tls`), and `registry.empty-protection`. The heartbeat period
 //! is Seata's 5 s; see [`NamingserverSettings::heartbeat_period`].
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -167,7 +168,7 @@ impl Inner {
         }
         metadata.insert("cluster-type".into(), Value::String("default".into()));
         metadata.insert("vGroup".into(), Value::Object(vgroups));
-        let now = now_ms();
+        let now = next_term();
         json!({
             "namespace": self.namespace,
             "clusterName": cluster,
@@ -189,6 +190,23 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// The `term` of a registration or unregistration we send: the time in milliseconds,
+/// as Seata's TC sends, but strictly above every term this process sent before. A
+/// namingserver answers a watch at once only when the client's term is behind the
+/// vGroup's last change; two changes in the same millisecond had the same term, so a
+/// watcher that had read the first was left waiting for the 30 s pull to see the
+/// second.
+fn next_term() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let prev = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last.saturating_add(1)))
+        })
+        .unwrap_or_else(|last| last);
+    now.max(prev.saturating_add(1))
 }
 
 /// A random unit id in the UUID text form (Seata's TC uses `UUID.randomUUID()`).
@@ -376,6 +394,27 @@ impl RegistryService for NamingserverRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Thousands of terms within a few milliseconds, from several threads: each is
+    /// distinct, each thread's are increasing, and none is behind the clock.
+    #[test]
+    fn terms_strictly_increase_within_a_millisecond() {
+        let before = now_ms();
+        let per_thread: Vec<Vec<i64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..2000).map(|_| next_term()).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<i64> = per_thread.concat();
+        for terms in &per_thread {
+            assert!(terms.windows(2).all(|w| w[0] < w[1]), "not increasing");
+        }
+        assert!(all.iter().all(|&t| t >= before), "a term behind the clock");
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 8000, "two changes shared a term");
+    }
 
     #[test]
     fn units_look_like_uuids_and_differ() {

@@ -98,39 +98,19 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
         .wait_alive(1, Duration::from_secs(5))
         .await
         .unwrap();
-    let token = TokenMinter::new(SECRET).mint("browser", Duration::from_secs(60));
-    let page = format!(
-        "http://{}/gateway.html?token={token}&ws=ws://{}/&room=arena",
-        gateway.admin_addr().unwrap(),
-        gateway.ws_addr().unwrap()
-    );
-    let profile = tempfile::tempdir().unwrap();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let _browser = tokio::process::Command::new(&chromium)
-        .args([
-            "--headless",
-            "--no-sandbox", // CI runs as root
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(&page)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("chromium starts");
-    let chromium_log = || std::fs::read_to_string(log.path()).unwrap_or_default();
-    let mut cdp = match Cdp::connect(profile.path()).await {
-        Some(c) => c,
-        None => panic!(
-            "chromium's DevTools endpoint did not come up:\n{}",
-            chromium_log()
-        ),
+    // Each launch gets its own token (a token is good for one login).
+    let page = || {
+        let token = TokenMinter::new(SECRET).mint("browser", Duration::from_secs(60));
+        format!(
+            "http://{}/gateway.html?token={token}&ws=ws://{}/&room=arena",
+            gateway.admin_addr().unwrap(),
+            gateway.ws_addr().unwrap()
+        )
     };
+    let mut browser = Browser::launch(&chromium, page).await;
+    let log = browser.log.path().to_path_buf();
+    let chromium_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let cdp = &mut browser.cdp;
     let session = cdp.attach_to_page().await;
     // The page's view, polled until three snapshots are listed (or 20 s pass).
     let read = "JSON.stringify({count: Number(document.getElementById('count').textContent), \
@@ -194,6 +174,64 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
         view["module"], true,
         "the room module's requests are listed: {view}"
     );
+}
+
+/// A headless Chromium showing the page, and the DevTools connection to it.
+struct Browser {
+    cdp: Cdp,
+    _process: tokio::process::Child,
+    _profile: tempfile::TempDir,
+    /// Chromium's stderr.
+    log: tempfile::NamedTempFile,
+}
+
+impl Browser {
+    /// How many times a Chromium that does not announce its DevTools endpoint within
+    /// [`Cdp::connect`]'s 20 s is killed and started again. It starts in 1-2 s here,
+    /// but once in a CI run it announced nothing for 20 s; that is the browser's start,
+    /// not the page under test.
+    const LAUNCHES: usize = 3;
+
+    /// Starts Chromium on `page()` (a fresh URL per launch) and connects to it.
+    async fn launch(chromium: &Path, page: impl Fn() -> String) -> Browser {
+        let mut failed = Vec::new();
+        for _ in 0..Self::LAUNCHES {
+            let profile = tempfile::tempdir().unwrap();
+            let log = tempfile::NamedTempFile::new().unwrap();
+            let mut process = tokio::process::Command::new(chromium)
+                .args([
+                    "--headless",
+                    "--no-sandbox", // CI runs as root
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--disable-dev-shm-usage",
+                    "--remote-debugging-port=0",
+                ])
+                .arg(format!("--user-data-dir={}", profile.path().display()))
+                .arg(page())
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(log.reopen().unwrap())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("chromium starts");
+            if let Some(cdp) = Cdp::connect(profile.path()).await {
+                return Browser {
+                    cdp,
+                    _process: process,
+                    _profile: profile,
+                    log,
+                };
+            }
+            let _ = process.kill().await;
+            failed.push(std::fs::read_to_string(log.path()).unwrap_or_default());
+        }
+        panic!(
+            "chromium's DevTools endpoint did not come up in {} launches:\n{}",
+            Self::LAUNCHES,
+            failed.join("\n---\n")
+        );
+    }
 }
 
 /// A Chrome DevTools Protocol connection to the browser.

@@ -123,8 +123,10 @@ impl RefuseRemoval for EtcdHarness {
     fn attempt_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
+    /// The delete named (the killed server shows as a refused or a closed connection,
+    /// depending on when the kill lands).
     fn refusal(&self) -> &'static str {
-        "Connection refused"
+        "delete"
     }
 }
 

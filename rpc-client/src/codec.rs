@@ -46,8 +46,30 @@ pub const DEFAULT_MAX_FRAME_LEN: usize = 8 * 1024 * 1024;
 pub const CODEC_SEATA: u8 = 0x1;
 /// Serializer code for protobuf (`SerializerType.PROTOBUF`).
 pub const CODEC_PROTOBUF: u8 = 0x2;
+/// Serializer code for Kryo (`SerializerType.KRYO`).
+pub const CODEC_KRYO: u8 = 0x4;
+/// Serializer code for Hessian (`SerializerType.HESSIAN`, the hex literal `0x16`).
+pub const CODEC_HESSIAN: u8 = 0x16;
+/// Serializer code for fastjson2 (`SerializerType.FASTJSON2`, `0x64`).
+pub const CODEC_FASTJSON2: u8 = 0x64;
 /// Compressor code for "not compressed".
 pub const COMPRESSOR_NONE: u8 = 0;
+
+/// Seata's name for a serializer code (`SerializerType`), for messages.
+pub fn codec_name(code: u8) -> &'static str {
+    match code {
+        0x01 => "seata",
+        0x02 => "protobuf",
+        0x04 => "kryo",
+        0x08 => "fst",
+        0x16 => "hessian",
+        0x28 => "grpc",
+        0x32 => "jackson",
+        0x56 => "fury",
+        0x64 => "fastjson2",
+        _ => "unknown",
+    }
+}
 
 /// The frame's message type (byte 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

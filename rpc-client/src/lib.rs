@@ -92,6 +92,7 @@
 
 mod client;
 pub mod codec;
+pub mod compress;
 mod connection;
 mod error;
 mod handshake;
@@ -109,6 +110,7 @@ pub use client::{
     RpcClientBuilder,
 };
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, MessageType};
+pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};
 pub use error::RpcError;
 pub use handshake::{Handshake, SeataRegistration};

@@ -3,8 +3,10 @@
 use bytes::Bytes;
 
 use crate::codec::{
-    CODEC_SEATA, COMPRESSOR_NONE, Frame, FrameError, HEADER_LEN, HeadMap, MessageType,
+    CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN, Frame, FrameError, HEADER_LEN, HeadMap,
+    MessageType,
 };
+use crate::compress::Compressor;
 use crate::message::{MessageError, SeataMessage};
 
 /// The user-visible part of a frame: head map, body, and the codec / compressor bytes
@@ -37,9 +39,22 @@ impl Payload {
         }
     }
 
-    /// A Seata-codec payload carrying `msg`.
+    /// A Seata-codec payload carrying `msg`, not compressed.
     pub fn seata(msg: &SeataMessage) -> Result<Self, MessageError> {
         Ok(Payload::new(msg.encode()?))
+    }
+
+    /// A Seata-codec payload carrying `msg`, compressed with `compressor` (what a
+    /// response does to echo its request's compressor, as Seata's TC and RM do).
+    pub fn seata_compressed(
+        msg: &SeataMessage,
+        compressor: Compressor,
+    ) -> Result<Self, MessageError> {
+        let body = msg.encode()?;
+        if compressor == Compressor::None {
+            return Ok(Payload::new(body));
+        }
+        Ok(Payload::new(compressor.compress(&body)?).with_compressor(compressor.code()))
     }
 
     /// Adds a head-map entry.
@@ -58,26 +73,45 @@ impl Payload {
         self
     }
 
-    /// Sets the compressor code (meshline never compresses; this only labels the body).
+    /// Sets the compressor code. This only labels the body: compress it first
+    /// ([`Payload::seata_compressed`], [`Compressor::compress`]), or let the connection
+    /// compress Seata requests ([`TransportOptions::compressor`](crate::TransportOptions::compressor)).
     pub fn with_compressor(mut self, compressor: u8) -> Self {
         self.compressor = compressor;
         self
     }
 
-    /// Decodes the body as a Seata message (uncompressed Seata codec only).
+    /// Decodes the body as a Seata message, decompressing it first when the frame says
+    /// it is compressed (at most [`DEFAULT_MAX_FRAME_LEN`], 8 MiB, decompressed).
+    ///
+    /// A body of another serializer (protobuf, kryo, hessian, fastjson2) is refused with
+    /// the serializer's name, never misread.
     pub fn decode_seata(&self) -> Result<SeataMessage, MessageError> {
+        self.decode_seata_limited(DEFAULT_MAX_FRAME_LEN)
+    }
+
+    /// [`decode_seata`](Self::decode_seata) with a cap on the decompressed size (a
+    /// connection uses its frame limit): a compressed body that would expand past it is
+    /// an error, not an allocation.
+    pub fn decode_seata_limited(&self, limit: usize) -> Result<SeataMessage, MessageError> {
         if self.codec != CODEC_SEATA {
             return Err(MessageError::NotSeataCodec(self.codec));
         }
         if self.compressor != COMPRESSOR_NONE {
-            return Err(MessageError::Compressed(self.compressor));
+            let body = crate::compress::decompress(self.compressor, &self.body, limit)?;
+            return SeataMessage::decode(&body);
         }
         SeataMessage::decode(&self.body)
     }
 
-    /// The Seata type code at the start of the body, if the body has one.
+    /// The compressor the body is labelled with (`Err` for a code Seata does not define).
+    pub fn compressor(&self) -> Result<Compressor, crate::compress::CompressError> {
+        Compressor::from_code(self.compressor)
+    }
+
+    /// The Seata type code at the start of an uncompressed Seata-codec body.
     pub fn seata_type_code(&self) -> Option<i16> {
-        (self.codec == CODEC_SEATA && self.body.len() >= 2)
+        (self.codec == CODEC_SEATA && self.compressor == COMPRESSOR_NONE && self.body.len() >= 2)
             .then(|| i16::from_be_bytes([self.body[0], self.body[1]]))
     }
 

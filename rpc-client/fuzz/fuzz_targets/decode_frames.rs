@@ -1,11 +1,12 @@
 //! Feeds arbitrary bytes to the v1 frame decoder (in two pieces, as a socket would)
-//! and every decoded body to the Seata message decoder. Nothing may panic; every frame
+//! and every decoded body (decompressed when it says so) to the Seata message decoder. Nothing may panic; every frame
 //! that decodes must re-encode to the same bytes and decode again to the same frame.
 
 #![no_main]
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use meshline_rpc_client::compress::decompress;
 use meshline_rpc_client::{FrameCodec, SeataMessage};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -22,6 +23,9 @@ fuzz_target!(|data: &[u8]| {
         match codec.decode(&mut buf) {
             Ok(Some(frame)) => {
                 let _ = SeataMessage::decode(&frame.body);
+                if let Ok(body) = decompress(frame.compressor, &frame.body, 64 * 1024) {
+                    let _ = SeataMessage::decode(&body);
+                }
                 let mut again = BytesMut::new();
                 codec
                     .encode(&frame, &mut again)

@@ -38,6 +38,9 @@
 //! id, codec and compressor.
 
 mod lanes;
+mod merge;
+#[cfg(test)]
+mod merge_tests;
 mod reader;
 mod shared;
 mod writer;
@@ -224,6 +227,9 @@ impl Connection {
             id: ConnectionId::next(),
             lanes: Lanes::new(t.request_queue_bytes, t.response_queue_bytes),
             pending: Mutex::new(HashMap::new()),
+            merges: Mutex::new(HashMap::new()),
+            compressor: t.compressor,
+            batch: t.batch,
             in_write: Mutex::new(Vec::new()),
             next_id: AtomicU32::new(1),
             peer,

@@ -118,7 +118,7 @@ pub use inbound::{BoxFuture, InboundHandler, InboundRequest};
 pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataMessage};
 pub use payload::Payload;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
-pub use transport::{CloseReason, TransportOptions};
+pub use transport::{BatchOptions, CloseReason, TransportOptions};
 
 /// `now + after`, or a far-off instant when that would overflow (`Duration::MAX` means
 /// "no deadline" and must not panic).

@@ -34,6 +34,24 @@
 //! `transport.requestQueueBytes`, `transport.responseQueueBytes`,
 //! `transport.writeTimeout` and `transport.maxInboundRequests` (meshline's own keys;
 //! Seata's `transport.*` keys keep their Seata meaning).
+//!
+//! # What the writer does to Seata requests
+//!
+//! Two more options change what goes on the wire, as Seata's client does it, and only
+//! for requests whose body is a Seata-codec message (codec byte 1, not compressed yet):
+//!
+//! - **[`compressor`](TransportOptions::compressor)** (`transport.compressor`): every
+//!   such request and one-way body is compressed when it is written. Answers are not:
+//!   Seata answers with the request's own compressor, which is the handler's to echo
+//!   ([`Payload::seata_compressed`](crate::Payload::seata_compressed)). Bodies are
+//!   decompressed where they are decoded ([`Payload::decode_seata`](crate::Payload::decode_seata)).
+//! - **[`batch`](TransportOptions::batch)** (Seata's client batching,
+//!   `transport.enableTmClientBatchSendRequest` / `enableRmClientBatchSendRequest`,
+//!   `transport.maxMergeSendMills`): transaction requests queued together are sent as
+//!   one `MergedWarpMessage` (one-way, a frame id of its own, each request's id inside),
+//!   and the TC's `MergeResultMessage` or `BatchResultMessage` is split so that each
+//!   caller still gets its own answer, error or timeout. Registrations and heartbeats
+//!   are never merged, and a request alone in the queue goes as it is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +59,7 @@ use std::time::Duration;
 use meshline_registry_core::Config;
 
 use crate::codec::{DEFAULT_MAX_FRAME_LEN, HEADER_LEN};
+use crate::compress::Compressor;
 
 /// Per-connection limits (see the [module docs](self) for why each exists).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +78,31 @@ pub struct TransportOptions {
     /// Requests from the peer handled at once on one connection (default 1024). At the
     /// cap the reader stops reading until a handler finishes.
     pub max_inbound_requests: usize,
+    /// Compress the Seata request bodies this connection writes (default none;
+    /// `transport.compressor`). See the [module docs](self).
+    pub compressor: Compressor,
+    /// Merge queued Seata transaction requests into `MergedWarpMessage`s (default off;
+    /// the TM and RM layers turn it on per Seata's keys). See the [module docs](self).
+    pub batch: Option<BatchOptions>,
+}
+
+/// How a connection merges Seata requests ([`TransportOptions::batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// How long the writer may hold transaction requests back to merge more
+    /// (`transport.maxMergeSendMills`, Seata's default 1 ms). Unlike Seata, which waits
+    /// before every send, the writer waits only while other requests of this connection
+    /// are in flight (more are then likely to come); a lone request is never delayed.
+    /// Zero: merge only what is already queued when the writer runs.
+    pub max_wait: Duration,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            max_wait: Duration::from_millis(1),
+        }
+    }
 }
 
 impl Default for TransportOptions {
@@ -69,6 +113,8 @@ impl Default for TransportOptions {
             response_queue_bytes: 16 * 1024 * 1024,
             write_timeout: Some(Duration::from_secs(10)),
             max_inbound_requests: 1024,
+            compressor: Compressor::None,
+            batch: None,
         }
     }
 }
@@ -99,6 +145,9 @@ impl TransportOptions {
         if let Some(v) = t.max_inbound_requests {
             self.max_inbound_requests = v;
         }
+        // Checked when the configuration was loaded: an unknown name (or 7z) is an error
+        // there, naming the key.
+        self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();
     }
 
     /// The limits as a connection uses them: a frame limit of at least a header, budgets
@@ -111,6 +160,8 @@ impl TransportOptions {
             response_queue_bytes: self.response_queue_bytes.max(1),
             write_timeout: self.write_timeout,
             max_inbound_requests: self.max_inbound_requests.max(1),
+            compressor: self.compressor,
+            batch: self.batch,
         }
     }
 }

@@ -299,7 +299,7 @@ fn transport_settings_come_from_the_config_file() {
         &path,
         "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=256KiB\n\
          transport.responseQueueBytes=512KiB\ntransport.writeTimeout=0s\n\
-         transport.maxInboundRequests=32\n",
+         transport.maxInboundRequests=32\ntransport.compressor=LZ4\n",
     )
     .unwrap();
     let cfg = Config::load(Some(&path)).unwrap();
@@ -312,6 +312,8 @@ fn transport_settings_come_from_the_config_file() {
             response_queue_bytes: 512 << 10,
             write_timeout: None,
             max_inbound_requests: 32,
+            compressor: meshline_rpc_client::Compressor::Lz4,
+            batch: None,
         }
     );
     assert_eq!(ClientOptions::from_config(&cfg).transport, t);

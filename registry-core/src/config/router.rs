@@ -146,6 +146,36 @@ const IGNORED_TRANSPORT: &[&str] = &[
 ];
 const IGNORED_REGISTRY: &[&str] = &["sofa", "metadata"];
 
+/// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose
+/// first entry is the codec requests are sent with. meshline speaks the seata codec
+/// only, so that entry must be `seata`.
+fn serialization(v: &str) -> Result<String, String> {
+    let v = nonempty(v)?;
+    let first = v.split(',').next().unwrap_or("").trim();
+    if first.eq_ignore_ascii_case("seata") {
+        Ok(v)
+    } else {
+        Err(format!(
+            "meshline speaks only the seata codec, not `{first}` (protobuf, kryo, hessian and \
+             fastjson2 bodies are refused by name); use `seata`"
+        ))
+    }
+}
+
+/// `transport.compressor`: one of Seata's compressor names (`CompressorType`), checked
+/// here so a misspelling fails the load naming the key. 7z is refused: Seata removed it
+/// in 1.8.0 and no TC since reads it.
+fn compressor(v: &str) -> Result<String, String> {
+    let v = nonempty(v)?;
+    match v.to_ascii_lowercase().as_str() {
+        "none" | "gzip" | "zip" | "bzip2" | "lz4" | "deflater" | "zstd" => Ok(v),
+        "7z" | "sevenz" => {
+            Err("7z is not supported: Seata removed it in 1.8.0; use zstd, gzip or lz4".into())
+        }
+        _ => Err("expected none, gzip, zip, bzip2, lz4, deflater or zstd".into()),
+    }
+}
+
 fn apply(
     cfg: &mut Config,
     state: &mut RouteState,
@@ -238,11 +268,11 @@ fn apply(
                 Used
             }
             "serialization" => {
-                cfg.transport.serialization = nonempty(v)?;
+                cfg.transport.serialization = serialization(v)?;
                 Used
             }
             "compressor" => {
-                cfg.transport.compressor = nonempty(v)?;
+                cfg.transport.compressor = compressor(v)?;
                 Used
             }
             "rpctmrequesttimeout" => {

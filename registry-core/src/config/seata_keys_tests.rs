@@ -186,3 +186,40 @@ fn seata_keys_keep_seata_units_and_meshline_keys_need_one() {
         MAX_DURATION
     );
 }
+
+/// `transport.compressor` and `transport.serialization` take Seata's values; anything
+/// meshline cannot speak fails the load naming the key, instead of a TC refusing
+/// frames later.
+#[test]
+fn codec_and_compressor_values_are_checked_at_load() {
+    let c = Config::from_text(
+        "transport.compressor=ZSTD\ntransport.serialization=seata,protobuf\n",
+        Format::Properties,
+    )
+    .unwrap();
+    assert_eq!(c.transport.compressor, "ZSTD");
+    assert_eq!(c.transport.serialization, "seata,protobuf");
+    for (text, want) in [
+        (
+            "transport.compressor=7z",
+            "key `transport.compressor` has invalid value `7z`: 7z is not supported: Seata removed it in 1.8.0",
+        ),
+        (
+            "transport.compressor=snappy",
+            "key `transport.compressor` has invalid value `snappy`: expected none, gzip, zip, bzip2, lz4, deflater or zstd",
+        ),
+        (
+            "transport.serialization=kryo",
+            "key `transport.serialization` has invalid value `kryo`: meshline speaks only the seata codec, not `kryo`",
+        ),
+        (
+            "transport.serialization=protobuf,seata",
+            "meshline speaks only the seata codec, not `protobuf`",
+        ),
+    ] {
+        let err = Config::from_text(text, Format::Properties)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}

@@ -112,10 +112,15 @@ async fn dispatch(
                 Some(tx) => {
                     let _ = tx.send(Ok(Some(frame)));
                 }
-                None => tracing::debug!(
-                    id = frame.request_id,
-                    "response for an unknown or abandoned request"
-                ),
+                // The answer to merged requests, or to nothing we wait for.
+                None => {
+                    if let Some(frame) = super::merge::answer(shared, frame) {
+                        tracing::debug!(
+                            id = frame.request_id,
+                            "response for an unknown or abandoned request"
+                        );
+                    }
+                }
             }
             Ok(())
         }

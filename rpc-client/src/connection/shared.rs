@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::ConnectionId;
 use super::lanes::{Lanes, Outcome, PushError};
 use crate::codec::{Frame, MessageType};
+use crate::compress::Compressor;
 use crate::payload::Payload;
+use crate::transport::BatchOptions;
 use crate::transport::CloseReason;
 
 /// The inbound cap: how many handlers run, and a wake-up when one finishes.
@@ -45,6 +47,13 @@ pub(crate) struct Shared {
     pub id: ConnectionId,
     pub lanes: Lanes,
     pub pending: Mutex<HashMap<u32, oneshot::Sender<Outcome>>>,
+    /// Merged frames written and not yet fully answered: outer id -> the ids of the
+    /// requests inside (each also in `pending`). See `merge.rs`.
+    pub merges: Mutex<HashMap<u32, Vec<u32>>>,
+    /// Compressor of the Seata request bodies we write.
+    pub compressor: Compressor,
+    /// Merge Seata transaction requests (Seata's client batching).
+    pub batch: Option<BatchOptions>,
     /// One-way senders whose bytes are in the write under way.
     pub in_write: Mutex<Vec<oneshot::Sender<Outcome>>>,
     pub next_id: AtomicU32,
@@ -63,6 +72,10 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn pending(&self) -> MutexGuard<'_, HashMap<u32, oneshot::Sender<Outcome>>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn merges(&self) -> MutexGuard<'_, HashMap<u32, Vec<u32>>> {
+        self.merges.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn in_write(&self) -> MutexGuard<'_, Vec<oneshot::Sender<Outcome>>> {

@@ -19,9 +19,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::oneshot;
 
 use super::Shared;
-use super::lanes::{Lanes, Queued, Reply};
+use super::lanes::{Lanes, Outcome, Queued, Reply};
+use super::merge;
 use crate::codec::{Frame, HEADER_LEN};
 use crate::transport::CloseReason;
 
@@ -136,6 +138,17 @@ pub(super) async fn write_loop(
             YieldOnce(false).await;
             batch.fill(&shared.lanes);
         }
+        if let Some(b) = shared.batch
+            && !b.max_wait.is_zero()
+            && !batch.full()
+            && batch.requests.iter().any(|q| merge::is_mergeable(&q.frame))
+            && !shared.pending().is_empty()
+        {
+            // Seata's client batching waits `maxMergeSendMills` for more requests to
+            // merge; here only while others are in flight, when more are likely.
+            tokio::time::sleep(b.max_wait).await;
+            batch.fill(&shared.lanes);
+        }
         let (buf, charge) = encode(&shared, &mut batch);
         if !buf.is_empty()
             && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
@@ -165,11 +178,17 @@ fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
     let mut charge = 0usize;
     let mut pending = None;
     let mut in_write = None;
+    let mut mergeable: Vec<(Frame, oneshot::Sender<Outcome>)> = Vec::new();
     for q in batch.requests.drain(..) {
         charge += q.charge as usize;
-        let id = q.frame.request_id;
+        let mut frame = q.frame;
+        let id = frame.request_id;
         match q.reply {
             Reply::Response(tx) => {
+                if shared.batch.is_some() && merge::is_mergeable(&frame) {
+                    mergeable.push((frame, tx));
+                    continue;
+                }
                 let table = pending.get_or_insert_with(|| shared.pending());
                 // Checked under the pending lock: a caller that gives up closes its
                 // receiver first and then removes its entry under this lock, so either
@@ -184,22 +203,30 @@ fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
                         // `tx` says so) and is retried elsewhere.
                         tracing::warn!(id, "request id still in use after wrapping; not sent");
                     }
-                    Entry::Vacant(slot) => match q.frame.encode_into(&mut buf, max) {
-                        Ok(()) => {
-                            slot.insert(tx);
+                    Entry::Vacant(slot) => {
+                        merge::compress_request(shared.compressor, &mut frame);
+                        match frame.encode_into(&mut buf, max) {
+                            Ok(()) => {
+                                slot.insert(tx);
+                            }
+                            Err(e) => tracing::error!(error = %e, "dropping unframeable request"),
                         }
-                        Err(e) => tracing::error!(error = %e, "dropping unframeable request"),
-                    },
+                    }
                 }
             }
             Reply::Written(tx) => {
-                if let Err(e) = q.frame.encode_into(&mut buf, max) {
+                merge::compress_request(shared.compressor, &mut frame);
+                if let Err(e) = frame.encode_into(&mut buf, max) {
                     tracing::error!(error = %e, "dropping unframeable one-way request");
                     continue;
                 }
                 in_write.get_or_insert_with(|| shared.in_write()).push(tx);
             }
         }
+    }
+    if !mergeable.is_empty() {
+        let table = pending.get_or_insert_with(|| shared.pending());
+        merge::write_merged(shared, mergeable, table, &mut buf);
     }
     (buf, charge)
 }

@@ -273,6 +273,8 @@ pub struct ClientConfig {
     /// `raft` registry re-reads the cluster metadata without a change notice. `None`:
     /// the backend's default (Seata's 30 s); `registry.raft.metadataMaxAgeMs` wins.
     pub metadata_max_age: Option<Duration>,
+    /// `client.tm.*`.
+    pub tm: TmConfig,
 }
 
 /// `client.loadBalance.*`.
@@ -283,6 +285,40 @@ pub struct LoadBalanceConfig {
     pub kind: String,
     /// `client.loadBalance.virtualNodes`. Default 10.
     pub virtual_nodes: u32,
+}
+
+/// `client.tm.*`: the TM's retry and timeout keys (Seata's `DefaultGlobalTransaction`
+/// and `GlobalTransactionalInterceptorHandler`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TmConfig {
+    /// `client.tm.commitRetryCount`: attempts of a global commit that fails to get an
+    /// answer. Default 5 (Java: 0 or less also means 5).
+    pub commit_retry_count: u32,
+    /// `client.tm.rollbackRetryCount`: the same for a rollback. Default 5.
+    pub rollback_retry_count: u32,
+    /// `client.tm.defaultGlobalTransactionTimeout` (ms when bare): a global
+    /// transaction's timeout when the caller gives none. Default 60000 ms.
+    pub default_global_transaction_timeout: Duration,
+}
+
+impl Default for TmConfig {
+    fn default() -> Self {
+        TmConfig {
+            commit_retry_count: 5,
+            rollback_retry_count: 5,
+            default_global_transaction_timeout: Duration::from_millis(60_000),
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Whether an RM batches its requests: `transport.enableRmClientBatchSendRequest`,
+    /// else `transport.enableClientBatchSendRequest`, else `true` (Seata's RM).
+    pub fn rm_batch(&self) -> bool {
+        self.enable_rm_client_batch_send_request
+            .or(self.enable_client_batch_send_request)
+            .unwrap_or(true)
+    }
 }
 
 /// `transport.*`.
@@ -302,8 +338,15 @@ pub struct TransportConfig {
     pub rpc_tc_request_timeout: Duration,
     /// `transport.enableTmClientBatchSendRequest`. Default `false`.
     pub enable_tm_client_batch_send_request: bool,
-    /// `transport.enableRmClientBatchSendRequest`. Default `true`.
-    pub enable_rm_client_batch_send_request: bool,
+    /// `transport.enableRmClientBatchSendRequest`; when unset, Seata falls back to
+    /// `transport.enableClientBatchSendRequest`, then `true`
+    /// ([`rm_batch`](TransportConfig::rm_batch)).
+    pub enable_rm_client_batch_send_request: Option<bool>,
+    /// `transport.enableClientBatchSendRequest`: Seata's older key, the RM's fallback.
+    pub enable_client_batch_send_request: Option<bool>,
+    /// `transport.maxMergeSendMills` (ms when bare): how long a batching client holds
+    /// requests back to merge more. Default 1 ms, as Seata's client.
+    pub max_merge_send_mills: Duration,
     /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
     /// `65536`). `None`: the rpc-client's default (8 MiB, as Seata).
     pub max_frame_length: Option<usize>,
@@ -349,6 +392,7 @@ impl Default for Config {
                     virtual_nodes: 10,
                 },
                 metadata_max_age: None,
+                tm: TmConfig::default(),
             },
             transport: TransportConfig {
                 heartbeat: true,
@@ -358,7 +402,9 @@ impl Default for Config {
                 rpc_rm_request_timeout: Duration::from_millis(15000),
                 rpc_tc_request_timeout: Duration::from_millis(15000),
                 enable_tm_client_batch_send_request: false,
-                enable_rm_client_batch_send_request: true,
+                enable_rm_client_batch_send_request: None,
+                enable_client_batch_send_request: None,
+                max_merge_send_mills: Duration::from_millis(1),
                 max_frame_length: None,
                 request_queue_bytes: None,
                 response_queue_bytes: None,

@@ -56,7 +56,7 @@ fn assert_seata_client_defaults(c: &Config, what: &str) {
         "{what}"
     );
     assert!(!c.transport.enable_tm_client_batch_send_request, "{what}");
-    assert!(c.transport.enable_rm_client_batch_send_request, "{what}");
+    assert!(c.transport.rm_batch(), "{what}");
 }
 
 #[test]

@@ -131,7 +131,6 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "server",
     "threadfactory",
     "shutdown",
-    "enableclientbatchsendrequest",
     "enabletcserverbatchsendresponse",
     "rpctimeout",
     "protocol",
@@ -145,6 +144,16 @@ const IGNORED_TRANSPORT: &[&str] = &[
     "keepalivetime",
 ];
 const IGNORED_REGISTRY: &[&str] = &["sofa", "metadata"];
+
+/// `client.tm.commitRetryCount` / `rollbackRetryCount`: as Java, 0 or less means 5.
+fn retry_count(v: &str) -> Result<u32, String> {
+    let n: i64 = parse_num(v)?;
+    Ok(if n <= 0 {
+        5
+    } else {
+        n.min(u32::MAX as i64) as u32
+    })
+}
 
 /// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose
 /// first entry is the codec requests are sent with. meshline speaks the seata codec
@@ -259,6 +268,19 @@ fn apply(
             cfg.client.load_balance.virtual_nodes = parse_num(v)?;
             Used
         }
+        ["client", "tm", "commitretrycount"] => {
+            cfg.client.tm.commit_retry_count = retry_count(v)?;
+            Used
+        }
+        ["client", "tm", "rollbackretrycount"] => {
+            cfg.client.tm.rollback_retry_count = retry_count(v)?;
+            Used
+        }
+        ["client", "tm", "defaultglobaltransactiontimeout"] => {
+            cfg.client.tm.default_global_transaction_timeout =
+                super::values::parse_seata_duration(v, std::time::Duration::from_millis(1))?;
+            Used
+        }
         ["client", k, ..] if IGNORED_CLIENT.contains(k) => Ignored,
         ["getty", ..] => Ignored,
         // ---- transport.*
@@ -292,7 +314,16 @@ fn apply(
                 Used
             }
             "enablermclientbatchsendrequest" => {
-                cfg.transport.enable_rm_client_batch_send_request = parse_bool(v)?;
+                cfg.transport.enable_rm_client_batch_send_request = Some(parse_bool(v)?);
+                Used
+            }
+            "enableclientbatchsendrequest" => {
+                cfg.transport.enable_client_batch_send_request = Some(parse_bool(v)?);
+                Used
+            }
+            "maxmergesendmills" => {
+                cfg.transport.max_merge_send_mills =
+                    super::values::parse_seata_duration(v, std::time::Duration::from_millis(1))?;
                 Used
             }
             "maxframelength" => {

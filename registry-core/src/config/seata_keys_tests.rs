@@ -223,3 +223,49 @@ fn codec_and_compressor_values_are_checked_at_load() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+/// The TM's retry keys and the batching keys, with Seata's defaults and fallbacks.
+#[test]
+fn tm_retry_and_batching_keys() {
+    let d = Config::default();
+    assert_eq!(d.client.tm.commit_retry_count, 5);
+    assert_eq!(d.client.tm.rollback_retry_count, 5);
+    assert_eq!(
+        d.client.tm.default_global_transaction_timeout,
+        std::time::Duration::from_secs(60)
+    );
+    assert!(d.transport.rm_batch());
+    assert!(!d.transport.enable_tm_client_batch_send_request);
+    assert_eq!(
+        d.transport.max_merge_send_mills,
+        std::time::Duration::from_millis(1)
+    );
+    let c = Config::from_text(
+        "client.tm.commitRetryCount=2\nclient.tm.rollbackRetryCount=0\n\
+         client.tm.defaultGlobalTransactionTimeout=3000\nclient.tm.degradeCheck=true\n\
+         transport.enableClientBatchSendRequest=false\ntransport.maxMergeSendMills=0\n",
+        Format::Properties,
+    )
+    .unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(c.client.tm.commit_retry_count, 2);
+    assert_eq!(
+        c.client.tm.rollback_retry_count, 5,
+        "0 or less means 5, as in Java"
+    );
+    assert_eq!(
+        c.client.tm.default_global_transaction_timeout,
+        std::time::Duration::from_secs(3)
+    );
+    assert!(
+        !c.transport.rm_batch(),
+        "the RM falls back to the older key"
+    );
+    assert!(c.transport.max_merge_send_mills.is_zero());
+    let c = Config::from_text(
+        "transport.enableClientBatchSendRequest=false\ntransport.enableRmClientBatchSendRequest=true\n",
+        Format::Properties,
+    )
+    .unwrap();
+    assert!(c.transport.rm_batch(), "the RM's own key wins");
+}

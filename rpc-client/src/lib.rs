@@ -95,14 +95,19 @@ pub mod codec;
 pub mod compress;
 mod connection;
 mod error;
+mod exchange;
 mod handshake;
 mod inbound;
 pub mod message;
 mod payload;
 pub mod probe;
+pub mod rm;
+pub(crate) mod role_builder;
 pub mod server;
 mod subset;
+pub mod tm;
 pub mod transport;
+mod tx_error;
 
 pub use client::{
     AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats,
@@ -117,8 +122,10 @@ pub use handshake::{Handshake, SeataRegistration};
 pub use inbound::{BoxFuture, InboundHandler, InboundRequest};
 pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataMessage};
 pub use payload::Payload;
+pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use transport::{BatchOptions, CloseReason, TransportOptions};
+pub use tx_error::TransactionError;
 
 /// `now + after`, or a far-off instant when that would overflow (`Duration::MAX` means
 /// "no deadline" and must not panic).

@@ -1,0 +1,93 @@
+//! One typed Seata request over an [`RpcClient`]: encode, route, call, decode the answer
+//! into the response type asked for. What the TM and RM layers are made of.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshline_registry_core::Instance;
+
+use crate::client::{CallOptions, RpcClient};
+use crate::message::{SeataMessage, TransactionResult};
+use crate::payload::Payload;
+use crate::tx_error::TransactionError;
+
+/// A decoded answer and who gave it.
+pub(crate) struct Answer {
+    pub message: SeataMessage,
+    pub endpoint: Arc<Instance>,
+}
+
+/// Sends `msg` routed by `route` (an XID, or a GlobalBegin's transaction name, as
+/// Seata's balancers key them) and decodes the answer (decompressed within the
+/// client's frame limit).
+pub(crate) async fn exchange(
+    client: &RpcClient,
+    operation: &'static str,
+    xid: Option<&str>,
+    route: &str,
+    msg: &SeataMessage,
+    timeout: Option<Duration>,
+) -> Result<Answer, TransactionError> {
+    let payload =
+        Payload::seata(msg).map_err(|source| TransactionError::Encode { operation, source })?;
+    let mut opts = CallOptions::xid(route);
+    if let Some(t) = timeout {
+        opts = opts.with_timeout(t);
+    }
+    let resp = client
+        .call(payload, opts)
+        .await
+        .map_err(|source| TransactionError::Rpc {
+            operation,
+            xid: xid.map(str::to_string),
+            source: Box::new(source),
+        })?;
+    let limit = client.options().transport.max_frame_len;
+    let message =
+        resp.payload
+            .decode_seata_limited(limit)
+            .map_err(|source| TransactionError::BadAnswer {
+                operation,
+                endpoint: resp.endpoint.to_string(),
+                source,
+            })?;
+    Ok(Answer {
+        message,
+        endpoint: resp.endpoint,
+    })
+}
+
+impl Answer {
+    /// An answer of another type than asked for.
+    pub fn unexpected(&self, operation: &'static str, expected: &'static str) -> TransactionError {
+        TransactionError::BadAnswer {
+            operation,
+            endpoint: self.endpoint.to_string(),
+            source: crate::message::MessageError::UnexpectedType {
+                expected,
+                got: self.message.type_code(),
+            },
+        }
+    }
+
+    /// `Err(Refused)` when the result says Failed.
+    pub fn check(
+        &self,
+        operation: &'static str,
+        xid: Option<&str>,
+        result: &TransactionResult,
+        status: Option<crate::message::GlobalStatus>,
+    ) -> Result<(), TransactionError> {
+        if result.is_success() {
+            Ok(())
+        } else {
+            Err(TransactionError::refused(
+                operation,
+                xid,
+                &self.endpoint,
+                result,
+                status,
+            ))
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The RM: register resources, register and report branches, query locks, and answer
+//! phase two when the TC asks.
+//!
+//! A [`ResourceManager`] is an [`RpcClient`] registered with every TC as an RM
+//! (RegisterRM with its resource ids on each connection) plus:
+//!
+//! - **Phase one**: [`branch_register`](ResourceManager::branch_register) (the TC
+//!   assigns the branch id, or refuses with `LockKeyConflict` when another global
+//!   transaction holds one of the lock keys), [`branch_report`](ResourceManager::branch_report)
+//!   and [`lock_query`](ResourceManager::lock_query), each routed by XID to the TC that
+//!   owns the transaction.
+//! - **Phase two**: the TC sends BranchCommit and BranchRollback over the RM's own
+//!   connection, as requests; the [`BranchHandler`] you give decides each branch's
+//!   status, and its answer goes back on that connection with the request's id (and
+//!   compressor, as Seata echoes it). UndoLogDelete (one-way) goes to the same handler.
+//!   A TC reaches the RM again after a reconnect: every new connection registers the
+//!   resources again, and the TC looks RMs up by application id and resource id.
+//! - **Batching** on by default, as in Seata's RM
+//!   (`transport.enableRmClientBatchSendRequest`, `transport.maxMergeSendMills`):
+//!   concurrent branch registrations to one TC travel as one MergedWarpMessage, each
+//!   still with its own answer and error.
+//! - Each request waits `transport.rpcRmRequestTimeout` (15 s).
+//!
+//! ```no_run
+//! # async fn run(discovery: meshline_registry_core::Discovery, config: meshline_registry_core::Config)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use meshline_rpc_client::message::{BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType};
+//! use meshline_rpc_client::rm::{BranchHandler, ResourceManager};
+//!
+//! struct Orders;
+//!
+//! #[meshline_rpc_client::rm::async_trait]
+//! impl BranchHandler for Orders {
+//!     async fn branch_commit(&self, _: BranchCommitRequest) -> Result<BranchStatus, String> {
+//!         Ok(BranchStatus::PhaseTwoCommitted) // delete the undo log, confirm the TCC try...
+//!     }
+//!     async fn branch_rollback(&self, _: BranchRollbackRequest) -> Result<BranchStatus, String> {
+//!         Ok(BranchStatus::PhaseTwoRollbacked) // apply the undo log, cancel...
+//!     }
+//! }
+//!
+//! let rm = ResourceManager::builder()
+//!     .config(&config)
+//!     .discovery(discovery, &config.tx_service_group)
+//!     .resource("jdbc:mysql://10.0.0.9:3306/orders")
+//!     .handler(Orders)
+//!     .build()
+//!     .await?;
+//! # let xid = "10.0.0.7:8091:1";
+//! let branch = rm
+//!     .branch_register(xid, BranchType::AT, "jdbc:mysql://10.0.0.9:3306/orders", Some("t_order:42"), None)
+//!     .await?;
+//! # let _ = branch; Ok(()) }
+//! ```
+
+mod builder;
+mod handler;
+
+use std::sync::{Arc, Mutex};
+
+pub use crate::tx_error::TransactionError;
+pub use async_trait::async_trait;
+pub use builder::RmBuilder;
+pub use handler::BranchHandler;
+
+use crate::client::RpcClient;
+use crate::exchange::exchange;
+use crate::message::{
+    BranchRegisterRequest, BranchReportRequest, BranchStatus, BranchType, GlobalEndRequest,
+    GlobalStatus, RegisterRmRequest, SeataMessage,
+};
+use crate::payload::Payload;
+
+/// The registration an RM makes, and the resources it names (shared with the
+/// handshake, which reads them on every new connection).
+#[derive(Debug)]
+pub(crate) struct Registration {
+    pub template: RegisterRmRequest,
+    pub resources: Mutex<Vec<String>>,
+}
+
+impl Registration {
+    /// The RegisterRM for a new connection: every resource so far.
+    pub fn request(&self) -> RegisterRmRequest {
+        let ids = self
+            .resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join(",");
+        RegisterRmRequest {
+            resource_ids: (!ids.is_empty()).then_some(ids),
+            ..self.template.clone()
+        }
+    }
+}
+
+/// A Seata RM over an [`RpcClient`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ResourceManager {
+    client: RpcClient,
+    registration: Arc<Registration>,
+}
+
+impl ResourceManager {
+    /// A builder: where the TCs are, the resources, the phase-two handler.
+    pub fn builder() -> RmBuilder {
+        RmBuilder::new()
+    }
+
+    /// The client underneath (alive TCs, stats, shutdown).
+    pub fn client(&self) -> &RpcClient {
+        &self.client
+    }
+
+    /// The resource ids registered with every TC.
+    pub fn resources(&self) -> Vec<String> {
+        self.registration
+            .resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Registers a branch of `xid` on `resource_id` holding `lock_keys`
+    /// (`table:pk1,pk2;table2:pk`) and returns the branch id the TC assigned. A lock
+    /// held by another global transaction is [`TransactionError::Refused`] with
+    /// `LockKeyConflict`.
+    pub async fn branch_register(
+        &self,
+        xid: &str,
+        branch_type: BranchType,
+        resource_id: &str,
+        lock_keys: Option<&str>,
+        application_data: Option<&str>,
+    ) -> Result<i64, TransactionError> {
+        const OP: &str = "branch register";
+        let msg = SeataMessage::BranchRegister(BranchRegisterRequest {
+            xid: xid.to_string(),
+            branch_type,
+            resource_id: resource_id.to_string(),
+            lock_key: lock_keys.map(str::to_string),
+            application_data: application_data.map(str::to_string),
+        });
+        let answer = exchange(&self.client, OP, Some(xid), xid, &msg, None).await?;
+        let SeataMessage::BranchRegisterResponse(r) = &answer.message else {
+            return Err(answer.unexpected(OP, "BranchRegisterResponse"));
+        };
+        answer.check(OP, Some(xid), &r.result, None)?;
+        Ok(r.branch_id)
+    }
+
+    /// Reports branch `branch_id`'s phase-one `status` (`PhaseOne_Done`,
+    /// `PhaseOne_Failed`...).
+    pub async fn branch_report(
+        &self,
+        xid: &str,
+        branch_id: i64,
+        branch_type: BranchType,
+        resource_id: &str,
+        status: BranchStatus,
+        application_data: Option<&str>,
+    ) -> Result<(), TransactionError> {
+        const OP: &str = "branch report";
+        let msg = SeataMessage::BranchReport(BranchReportRequest {
+            xid: xid.to_string(),
+            branch_id,
+            status,
+            resource_id: Some(resource_id.to_string()),
+            application_data: application_data.map(str::to_string),
+            branch_type,
+        });
+        let answer = exchange(&self.client, OP, Some(xid), xid, &msg, None).await?;
+        let SeataMessage::BranchReportResponse(r) = &answer.message else {
+            return Err(answer.unexpected(OP, "BranchReportResponse"));
+        };
+        answer.check(OP, Some(xid), &r.result, None)
+    }
+
+    /// True when no global transaction other than `xid` holds any of `lock_keys` on
+    /// `resource_id` (GlobalLockQuery).
+    pub async fn lock_query(
+        &self,
+        branch_type: BranchType,
+        resource_id: &str,
+        xid: &str,
+        lock_keys: &str,
+    ) -> Result<bool, TransactionError> {
+        const OP: &str = "global lock query";
+        let msg = SeataMessage::GlobalLockQuery(BranchRegisterRequest {
+            xid: xid.to_string(),
+            branch_type,
+            resource_id: resource_id.to_string(),
+            lock_key: Some(lock_keys.to_string()),
+            application_data: None,
+        });
+        let answer = exchange(&self.client, OP, Some(xid), xid, &msg, None).await?;
+        let SeataMessage::GlobalLockQueryResponse(r) = &answer.message else {
+            return Err(answer.unexpected(OP, "GlobalLockQueryResponse"));
+        };
+        answer.check(OP, Some(xid), &r.result, None)?;
+        Ok(r.lockable)
+    }
+
+    /// The status of `xid` at its TC (an RM asks before acting on a transaction it
+    /// has lost track of).
+    pub async fn global_status(&self, xid: &str) -> Result<GlobalStatus, TransactionError> {
+        const OP: &str = "global status";
+        let msg = SeataMessage::GlobalStatus(GlobalEndRequest::new(xid));
+        let answer = exchange(&self.client, OP, Some(xid), xid, &msg, None).await?;
+        let SeataMessage::GlobalStatusResponse(r) = &answer.message else {
+            return Err(answer.unexpected(OP, "GlobalStatusResponse"));
+        };
+        answer.check(OP, Some(xid), &r.result, Some(r.global_status))?;
+        Ok(r.global_status)
+    }
+
+    /// Adds a resource: every new connection registers it, and every open one is told
+    /// now with a one-way RegisterRM naming it alone, as Seata's RM does. Returns how
+    /// many connections were told; one that cannot be told is closing and registers
+    /// everything again when it reconnects.
+    pub async fn register_resource(&self, resource_id: &str) -> usize {
+        {
+            let mut r = self
+                .registration
+                .resources
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if r.iter().any(|x| x == resource_id) {
+                return 0;
+            }
+            r.push(resource_id.to_string());
+        }
+        let msg = SeataMessage::RegisterRm(RegisterRmRequest {
+            resource_ids: Some(resource_id.to_string()),
+            ..self.registration.template.clone()
+        });
+        let Ok(payload) = Payload::seata(&msg) else {
+            tracing::warn!(resource_id, "resource id too long to register");
+            return 0;
+        };
+        let mut told = 0;
+        for e in self.client.alive().endpoints() {
+            match e.connection.send_oneway(payload.clone()).await {
+                Ok(()) => told += 1,
+                Err(err) => {
+                    tracing::debug!(tc = %e.instance, error = %err, "could not tell a TC about a new resource")
+                }
+            }
+        }
+        told
+    }
+}

@@ -5,10 +5,11 @@
 //!
 //! | program | what it shows |
 //! |---|---|
-//! | `quickstart` | two servers, a file registry, one `RpcClient`: XID routing and following an unregister |
-//! | `demo` | three TCs in-process, 16 workers, one TC killed under load, a table of what happened |
-//! | `tc-server` | a stand-in Seata TC front door, registered in any registry the facade knows |
-//! | `tm-client` | a TM finding its TCs through the registry and calling them by XID |
+//! | `quickstart` | two TCs, a file registry, a TM and an RM: a commit, a rollback, following an unregister |
+//! | `demo` | three TCs in-process, a TM and two RMs, 16 workers of global transactions, one TC killed under load, a table of what happened |
+//! | `tc-server` | an in-memory Seata TC ([`tc`]), registered in any registry the facade knows |
+//! | `tm-client` | a TM: begins global transactions on its group's TCs, commits or rolls them back |
+//! | `rm-client` | an RM: registers a resource, joins a transaction with a branch, answers phase two |
 //! | `gateway` | the example game gateway ([`gateway`]): admission, sessions, module routing, fan-out, backpressure |
 //! | `game-backend` | the game behind it ([`game_backend`]): lobby, chat, rooms, dynamic binding |
 //! | `bot` | players: auth, room, chat, lobby requests; throughput and latency |
@@ -20,9 +21,9 @@
 //!
 //! By default (feature `all-registries`) every registry backend is compiled in, so
 //! `tc-server` and `tm-client` take any `registry.type`; that build needs `protoc`.
-//! This library holds what the programs share: the demo TC's request handler
-//! ([`tc`]), the cluster a server registers under ([`server_cluster`]) and the log
-//! setup ([`init_logging`]).
+//! This library holds what the programs share: the in-memory coordinator ([`tc`]), the
+//! cluster a server registers under ([`server_cluster`]) and the log setup
+//! ([`init_logging`]).
 
 #![warn(missing_docs)]
 

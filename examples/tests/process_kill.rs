@@ -1,13 +1,25 @@
 //! RpcClient against real `tc-server` processes killed with SIGKILL.
 
 mod common;
+mod tx_world;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{TcProcess, alive_ports, seata_tm, until};
+use meshline::rpc::message::{BranchType, GlobalBeginRequest, GlobalEndRequest, SeataMessage};
 use meshline::rpc::{CallOptions, EndpointState, Payload, RpcClient, RpcError};
 use meshline::{EmptyProtection, WatchHub};
+
+fn seata(msg: SeataMessage) -> Payload {
+    Payload::seata(&msg).unwrap()
+}
+
+/// A GlobalStatus request: every TC answers it (`Finished` for an XID it does not
+/// know), tagged with its id.
+fn status(xid: &str) -> Payload {
+    seata(SeataMessage::GlobalStatus(GlobalEndRequest::new(xid)))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_restart_reconnects() {
@@ -32,19 +44,42 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
         .await
         .unwrap();
     client.wait_alive(2, Duration::from_secs(2)).await.unwrap();
+    // An RM whose phase two takes 5 s: commits wait inside the victim that long.
+    let slow = tx_world::Recorder {
+        delay: Some(Duration::from_secs(5)),
+        ..Default::default()
+    };
+    let rm = tx_world::rm(&hub, "stock", "db-a", slow, false, 2).await;
 
-    // Calls parked inside the victim (written, waiting for a 5 s answer).
+    // Calls parked inside the victim (written, waiting for a 5 s answer): global
+    // commits of transactions begun there, each with a branch at the slow RM.
     let victim_xid = format!("127.0.0.1:{victim_port}:1");
     let mut parked = Vec::new();
-    for _ in 0..10 {
-        let c = client.clone();
-        let xid = victim_xid.clone();
-        parked.push(tokio::spawn(async move {
-            c.call(
-                Payload::new(&b"slow"[..]).with_head("delay_ms", "5000"),
-                CallOptions::xid(&xid),
-            )
+    for i in 0..10 {
+        let begin = seata(SeataMessage::GlobalBegin(GlobalBeginRequest {
+            timeout_ms: 60_000,
+            transaction_name: Some(format!("parked-{i}")),
+        }));
+        // Routed by an XID naming the victim, so the begin lands there.
+        let r = client
+            .call(begin, CallOptions::xid(&victim_xid))
             .await
+            .unwrap();
+        let Ok(SeataMessage::GlobalBeginResponse(b)) = r.payload.decode_seata() else {
+            panic!("not a begin response")
+        };
+        let xid = b.xid.unwrap();
+        assert!(
+            xid.starts_with(&format!("127.0.0.1:{victim_port}:")),
+            "{xid}"
+        );
+        rm.branch_register(&xid, BranchType::AT, "db-a", None, None)
+            .await
+            .unwrap();
+        let c = client.clone();
+        parked.push(tokio::spawn(async move {
+            let commit = seata(SeataMessage::GlobalCommit(GlobalEndRequest::new(&xid)));
+            c.call(commit, CallOptions::xid(&xid)).await
         }));
     }
     // Steady traffic to the survivor all along.
@@ -54,7 +89,7 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
         let mut n = 0;
         for _ in 0..200 {
             let r = c
-                .call(Payload::new(&b"x"[..]), CallOptions::xid(&survivor_xid))
+                .call(status(&survivor_xid), CallOptions::xid(&survivor_xid))
                 .await
                 .expect("call to the surviving TC failed");
             assert_eq!(r.payload.head.get("tc"), Some("survivor"));
@@ -80,7 +115,7 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
     // New calls naming the dead TC go to the survivor.
     for _ in 0..20 {
         let r = client
-            .call(Payload::new(&b"x"[..]), CallOptions::xid(&victim_xid))
+            .call(status(&victim_xid), CallOptions::xid(&victim_xid))
             .await
             .unwrap();
         assert_eq!(r.endpoint.port(), survivor.addr.port());
@@ -95,7 +130,7 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
     .await
     .expect("restarted TC not reconnected");
     let r = client
-        .call(Payload::new(&b"x"[..]), CallOptions::xid(&victim_xid))
+        .call(status(&victim_xid), CallOptions::xid(&victim_xid))
         .await
         .unwrap();
     assert_eq!(r.payload.head.get("tc"), Some("victim-2"));
@@ -111,6 +146,7 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
     // - connects: the survivor once, the victim once before the kill and once after the
     //   restart (its own count is 2, checked above); the survivor's connection never
     //   breaks (the test is far shorter than the 15 s read-idle close), so 3 in all.
+    //   (The RM is a client of its own, with its own counts.)
     // - reconnects: of those, the victim's second connection is the only one to an
     //   endpoint connected before.
     // - maybe_delivered: each of the 10 parked calls failed with MaybeDelivered (checked

@@ -1,7 +1,8 @@
-//! Runs the `quickstart` program and checks what it promises a new user: both servers
-//! answer the calls whose XIDs name them, then, after one is removed from the registry
-//! file, the client follows (one alive) and the removed server's XID is answered by the
-//! other; exit code 0.
+//! Runs the `quickstart` program and checks what it promises a new user: a global
+//! transaction committed and one rolled back, each begun on a TC its XID names, with
+//! phase two at the RM before the TM's answer; then, after one TC is removed from the
+//! registry file, the clients follow and the next transaction begins on the other;
+//! exit code 0.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
-fn quickstart_shows_both_servers_answering_then_the_client_following_the_removal() {
+fn quickstart_commits_and_rolls_back_then_follows_the_removal() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quickstart"))
         .env("MESHLINE_LOG", "warn")
         .stdout(Stdio::piped())
@@ -55,48 +56,73 @@ fn quickstart_shows_both_servers_answering_then_the_client_following_the_removal
             .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{out}"))
             .to_string()
     };
-    let (a, b) = (addr_of("server-a"), addr_of("server-b"));
+    let (a, b) = (addr_of("tc-a"), addr_of("tc-b"));
     let lines: Vec<&str> = out.lines().map(str::trim).collect();
-    let position = |wanted: &str| {
-        lines
+    let position = |from: usize, pred: &dyn Fn(&str) -> bool, what: &str| {
+        lines[from..]
             .iter()
-            .position(|l| *l == wanted)
-            .unwrap_or_else(|| panic!("no line `{wanted}` in:\n{out}"))
+            .position(|l| pred(l))
+            .map(|i| i + from)
+            .unwrap_or_else(|| panic!("no {what} after line {from} in:\n{out}"))
     };
-
-    // Both alive, then each XID answered by the server it names.
-    let both = lines
-        .iter()
-        .position(|l| {
-            l.strip_prefix("client: group default_tx_group -> cluster default, 2 alive: ")
-                .is_some_and(|alive| {
-                    let mut v: Vec<&str> = alive.split(", ").collect();
-                    v.sort_unstable();
-                    let mut want = vec![a.as_str(), b.as_str()];
-                    want.sort_unstable();
-                    v == want
-                })
-        })
-        .unwrap_or_else(|| panic!("no line showing both servers alive in:\n{out}"));
-    let a_answers = position(&format!("xid {a}:1 -> answered by {a} (server-a)"));
-    let b_answers = position(&format!("xid {b}:2 -> answered by {b} (server-b)"));
-    // Then the removal, the client following it, and server-b's XID moving to server-a.
-    let removed = position(&format!(
-        "unregister server-b: service.default.grouplist={a}"
-    ));
-    let followed = lines
-        .iter()
-        .position(|l| {
-            l.starts_with("client followed in ") && l.ends_with(&format!(" ms: 1 alive: {a}"))
-        })
-        .unwrap_or_else(|| panic!("no `client followed in .. ms: 1 alive: {a}` line in:\n{out}"));
-    let moved = position(&format!("xid {b}:3 -> answered by {a} (server-a)"));
-    assert!(
-        both < a_answers
-            && a_answers < b_answers
-            && b_answers < removed
-            && removed < followed
-            && followed < moved,
-        "steps out of order:\n{out}"
+    let registered = position(
+        0,
+        &|l| l == "TM and RM registered with both TCs (group default_tx_group -> cluster default)",
+        "registration line",
     );
+    // A transaction: begun on a TC (its XID names it), a branch, then phase two at the
+    // RM before the TM's answer.
+    let mut at = registered;
+    let mut xids = Vec::new();
+    for (verb, status, phase_two) in [
+        ("committed", "Committed", "BranchCommit"),
+        ("rolled back", "Rollbacked", "BranchRollback"),
+    ] {
+        let begun = position(at, &|l| l.starts_with("begun "), "a begin");
+        let xid = lines[begun]
+            .strip_prefix("begun ")
+            .and_then(|r| r.split(" on ").next())
+            .unwrap()
+            .to_string();
+        let tc = lines[begun].rsplit(" on ").next().unwrap();
+        let addr = if tc == "tc-a" { &a } else { &b };
+        assert!(
+            xid.starts_with(&format!("{addr}:")),
+            "{xid} does not name {tc}:\n{out}"
+        );
+        let branch = position(
+            begun,
+            &|l| l.starts_with("branch ") && l.ends_with("registered by the RM (locks orders:42)"),
+            "a branch",
+        );
+        let id = lines[branch].split(' ').nth(1).unwrap();
+        let want =
+            format!("{verb} {xid}: {status} (the RM was asked: {phase_two} for branch {id})");
+        at = position(branch, &|l| l == want, &want);
+        xids.push(xid);
+    }
+    let removed = position(
+        at,
+        &|l| l == format!("unregister tc-b: service.default.grouplist={a}"),
+        "the unregister",
+    );
+    let followed = position(
+        removed,
+        &|l| l.starts_with("clients followed in ") && l.ends_with(" ms: only tc-a alive"),
+        "the clients following",
+    );
+    let after = position(
+        followed,
+        &|l| l.starts_with("begun "),
+        "a begin after the unregister",
+    );
+    assert!(lines[after].ends_with(" on tc-a"), "{}", lines[after]);
+    position(
+        after,
+        &|l| {
+            l.starts_with("committed ") && l.contains(": Committed (the RM was asked: BranchCommit")
+        },
+        "the last commit",
+    );
+    assert_ne!(xids[0], xids[1]);
 }

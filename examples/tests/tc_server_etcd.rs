@@ -9,8 +9,14 @@ use std::time::Duration;
 
 use common::{TcProcess, seata_tm, until};
 use meshline::Config;
+use meshline::rpc::message::{GlobalEndRequest, SeataMessage};
 use meshline::rpc::{CallOptions, Payload, RpcClient};
 use meshline_testkit::Etcd;
+
+/// A GlobalStatus request: every TC answers it, tagged with its id.
+fn status_request(xid: &str) -> Payload {
+    Payload::seata(&SeataMessage::GlobalStatus(GlobalEndRequest::new(xid))).unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
@@ -62,7 +68,7 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     assert_eq!(ports, want);
     let r = client
         .call(
-            Payload::new(&b"x"[..]),
+            status_request(&format!("127.0.0.1:{port}:1")),
             CallOptions::xid(&format!("127.0.0.1:{port}:1")),
         )
         .await
@@ -98,7 +104,7 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     .expect("client still follows the unregistered TC");
     let r = client
         .call(
-            Payload::new(&b"x"[..]),
+            status_request(&format!("127.0.0.1:{port}:2")),
             CallOptions::xid(&format!("127.0.0.1:{port}:2")),
         )
         .await

@@ -1,26 +1,29 @@
-//! `demo`: meshline's rpc-client surviving a TC crash, in one command.
+//! `demo`: real Seata global transactions through meshline, and a TC crash, in one
+//! command.
 //!
 //! ```text
 //! cargo run --release -p meshline-examples --bin demo
 //! ```
 //!
-//! 1. Starts three demo TCs in this process on free loopback ports.
+//! 1. Starts three in-memory TCs in this process on free loopback ports
+//!    (`meshline_examples::tc`: a real coordinator, not durable).
 //! 2. Writes a Seata `.properties` file naming them in `service.default.grouplist`,
-//!    and builds a TM client the way an application would: `Config` -> file registry
-//!    -> `Discovery` (`default_tx_group -> default`) -> `RpcClient` with the `XID`
-//!    balancer and Seata RegisterTM on every connection.
-//! 3. Drives transactions through them from 16 concurrent workers; each call carries
-//!    an XID naming one of the three TCs.
-//! 4. Kills TC 2 mid-run (its listener and connections vanish, as in a crash), keeps
-//!    the load on, then removes it from the registry file.
-//! 5. Prints a table: per-TC traffic before and after the kill, where the killed TC's
-//!    transactions went, what happened to calls in flight on it, and whether any call
-//!    written to a live TC failed (it must not: the exit code says so).
-//!
-//! No servers need to be installed; everything runs on 127.0.0.1.
+//!    and builds, the way an application would: `Config` -> file registry ->
+//!    `Discovery` -> a TM (`meshline::rpc::tm`) and two RMs (`meshline::rpc::rm`), each
+//!    registered with every TC, routing by XID.
+//! 3. 16 workers run transactions: the TM begins one, both RMs register a branch
+//!    (with a row lock on the stock side), then the TM commits (9 in 10) or rolls back
+//!    (1 in 10). Phase two arrives at the RMs from the TC that owns the transaction.
+//! 4. Kills TC 2 mid-run (listener and connections gone, as in a crash).
+//! 5. Prints what happened, per TC and per outcome, checked against what the RMs saw:
+//!    every transaction the TM was told is committed was committed at both RMs, none
+//!    rolled back was committed anywhere, and the dead TC's unfinished transactions are
+//!    shown for what they are: lost with it (the in-memory TC is not durable), their
+//!    branches never told. The exit code says whether everything checked out and no
+//!    transaction on a live TC failed.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,126 +31,193 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use meshline::Config;
-use meshline::rpc::{
-    CallOptions, Payload, RegisterTmRequest, RpcClient, RpcError, SeataRegistration, Server,
+use meshline::rpc::message::{
+    BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, GlobalStatus,
 };
-use meshline_examples::{init_logging, tc};
+use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
+use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::{Server, ServerConfig, TransactionError};
+use meshline_examples::init_logging;
+use meshline_examples::tc::{Coordinator, TcOptions};
 
 const TCS: usize = 3;
 const VICTIM: usize = 1;
 const WORKERS: usize = 16;
 const PHASE: Duration = Duration::from_millis(1500);
+const STOCK: &str = "jdbc:mysql://demo/stock";
+const ACCOUNT: &str = "tcc:account";
 
-/// meshline's rpc-client surviving a TC crash: three in-process TCs, a file registry,
-/// a TM client with XID routing, one TC killed under load. Takes no options; logs go to
+/// Real Seata global transactions through meshline: three in-process TCs, a TM and two
+/// RMs over a file registry, one TC killed under load. Takes no options; logs go to
 /// stderr (`MESHLINE_LOG`, default `error`).
 #[derive(Parser, Debug)]
 #[command(name = "demo", version)]
 struct Args {}
 
-struct Tc {
-    id: String,
-    server: Server,
-    addr: String,
+/// What an RM was asked in phase two, by XID.
+#[derive(Default)]
+struct Seen {
+    commits: Mutex<HashSet<String>>,
+    rollbacks: Mutex<HashSet<String>>,
 }
 
-#[derive(Default)]
-struct Tally {
-    /// Answers per TC address, before and after the kill.
-    before: BTreeMap<String, u64>,
-    after: BTreeMap<String, u64>,
-    /// Before the kill: calls answered by the TC their XID named.
-    xid_hits_before: u64,
-    xid_calls_before: u64,
-    /// After the kill: calls whose XID named the victim, and who answered them.
-    victim_xid_after: BTreeMap<String, u64>,
-    /// Calls written to the victim when it died.
-    maybe_delivered_on_victim: u64,
-    /// Anything else that failed (must stay 0).
-    other_failures: Vec<String>,
+#[derive(Clone)]
+struct Rm(Arc<Seen>);
+
+#[async_trait]
+impl BranchHandler for Rm {
+    async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
+        self.0
+            .commits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.xid);
+        Ok(BranchStatus::PhaseTwoCommitted)
+    }
+
+    async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
+        self.0
+            .rollbacks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.xid);
+        Ok(BranchStatus::PhaseTwoRollbacked)
+    }
+}
+
+/// How one transaction ended, as the TM saw it.
+#[derive(Debug, Clone)]
+enum Outcome {
+    Committed,
+    RolledBack,
+    /// Anything else, with the step and the error.
+    Failed(&'static str, String),
+}
+
+struct Record {
+    xid: Option<String>,
+    /// The TC the begin went to (the XID names it), when known.
+    tc: Option<String>,
+    after_kill: bool,
+    outcome: Outcome,
 }
 
 fn write_registry_file(path: &Path, addrs: &[&str]) -> std::io::Result<()> {
-    // Write-then-rename so the file registry never reads a half-written file.
     let tmp = path.with_extension("properties.tmp");
     std::fs::write(
         &tmp,
         format!(
             "registry.type=file\n\
+             applicationId=meshline-demo\n\
              txServiceGroup=default_tx_group\n\
              service.vgroupMapping.default_tx_group=default\n\
              service.default.grouplist={}\n\
-             client.loadBalance.type=XID\n",
+             client.loadBalance.type=XID\n\
+             transport.rpcTmRequestTimeout=2000\n\
+             transport.rpcRmRequestTimeout=2000\n\
+             client.tm.commitRetryCount=2\n\
+             client.tm.rollbackRetryCount=2\n",
             addrs.join(";")
         ),
     )?;
     std::fs::rename(&tmp, path)
 }
 
-async fn worker(
-    client: RpcClient,
-    tcs: Arc<Vec<String>>,
-    victim: String,
-    next_tx: Arc<AtomicU64>,
-    killed_at: Arc<Mutex<Option<Instant>>>,
-    stop: Arc<AtomicBool>,
-    tally: Arc<Mutex<Tally>>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let tx = next_tx.fetch_add(1, Ordering::Relaxed);
-        let named = &tcs[(tx % tcs.len() as u64) as usize];
-        let xid = format!("{named}:{}", 2_000_000 + tx);
-        // A little server-side work keeps calls in flight when the TC dies.
-        let payload = Payload::new(format!("branch work for {xid}")).with_head("delay_ms", "2");
-        let result = client.call(payload, CallOptions::xid(&xid)).await;
-        let after_kill = killed_at.lock().map(|k| k.is_some()).unwrap_or(false);
-        let mut t = match tally.lock() {
-            Ok(t) => t,
-            Err(p) => p.into_inner(),
-        };
-        match result {
-            Ok(r) => {
-                let by = r.endpoint.to_string();
-                if after_kill {
-                    *t.after.entry(by.clone()).or_default() += 1;
-                    if *named == victim {
-                        *t.victim_xid_after.entry(by).or_default() += 1;
-                    }
-                } else {
-                    t.xid_calls_before += 1;
-                    if by == *named {
-                        t.xid_hits_before += 1;
-                    }
-                    *t.before.entry(by).or_default() += 1;
-                }
-            }
-            Err(RpcError::MaybeDelivered { endpoint, .. }) if endpoint == victim => {
-                t.maybe_delivered_on_victim += 1;
-            }
-            Err(e) => t.other_failures.push(format!("xid {xid}: {e}")),
+/// One transaction: begin, two branches, commit or roll back.
+async fn transaction(
+    n: u64,
+    tm: &TransactionManager,
+    stock: &ResourceManager,
+    account: &ResourceManager,
+) -> (Option<String>, Option<String>, Outcome) {
+    let fail = |step, e: TransactionError| Outcome::Failed(step, e.to_string());
+    let tx = match tm
+        .begin(&format!("order-{n}"), Duration::from_secs(10))
+        .await
+    {
+        Ok(tx) => tx,
+        Err(e) => {
+            let tc = match &e {
+                TransactionError::Rpc { source, .. } => endpoint_of(source),
+                _ => None,
+            };
+            return (None, tc, fail("begin", e));
         }
+    };
+    let xid = tx.xid().to_string();
+    let tc = xid.rsplit_once(':').map(|(addr, _)| addr.to_string());
+    let lock = format!("stock:{}", n % 500);
+    let (a, b) = tokio::join!(
+        stock.branch_register(&xid, BranchType::AT, STOCK, Some(&lock), None),
+        account.branch_register(&xid, BranchType::TCC, ACCOUNT, None, Some("{\"amount\":7}")),
+    );
+    if let Err(e) = a.and(b) {
+        // A refused branch (a held row, a TC that died): roll back what was done.
+        let _ = tx.rollback().await;
+        return (Some(xid), tc, fail("branch register", e));
+    }
+    let outcome = if n % 10 == 9 {
+        match tx.rollback().await {
+            Ok(GlobalStatus::Rollbacked) => Outcome::RolledBack,
+            Ok(s) => Outcome::Failed("rollback", format!("answered {s}")),
+            Err(e) => fail("rollback", e),
+        }
+    } else {
+        match tx.commit().await {
+            Ok(GlobalStatus::Committed) => Outcome::Committed,
+            Ok(s) => Outcome::Failed("commit", format!("answered {s}")),
+            Err(e) => fail("commit", e),
+        }
+    };
+    (Some(xid), tc, outcome)
+}
+
+fn endpoint_of(e: &meshline::rpc::RpcError) -> Option<String> {
+    match e {
+        meshline::rpc::RpcError::MaybeDelivered { endpoint, .. }
+        | meshline::rpc::RpcError::NotWritten { endpoint, .. } => Some(endpoint.clone()),
+        meshline::rpc::RpcError::Timeout { endpoint, .. } => endpoint.clone(),
+        _ => None,
     }
 }
 
+struct Tc {
+    name: String,
+    addr: String,
+    server: Server,
+    tc: Coordinator,
+}
+
 async fn run() -> Result<bool, String> {
-    println!("meshline demo: 3 TCs in-process, file registry, TM client with XID routing\n");
+    println!(
+        "meshline demo: 3 in-memory TCs, a TM and two RMs (stock: AT, account: TCC), file registry, XID routing\n"
+    );
     let mut tcs = Vec::new();
     for i in 1..=TCS {
-        let id = format!("tc-{i}");
-        let stats = Arc::new(tc::TcStats::default());
-        let server = Server::bind(
+        let (server, tc) = Coordinator::serve(
             "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
-            tc::tc_handler(id.clone(), false, stats),
+            "127.0.0.1".parse().map_err(|e| format!("{e}"))?,
+            TcOptions {
+                tag: Some(format!("tc-{i}")),
+                period: Duration::from_millis(200),
+                phase_two_timeout: Duration::from_secs(2),
+                ..TcOptions::default()
+            },
+            ServerConfig::default(),
         )
         .await
-        .map_err(|e| format!("cannot start {id}: {e}"))?;
+        .map_err(|e| format!("cannot start tc-{i}: {e}"))?;
         let addr = server.local_addr().to_string();
-        println!("  started {id} on {addr}");
-        tcs.push(Tc { id, server, addr });
+        println!("  started tc-{i} on {addr}");
+        tcs.push(Tc {
+            name: format!("tc-{i}"),
+            addr,
+            server,
+            tc,
+        });
     }
-    let dir: PathBuf = std::env::temp_dir().join(format!("meshline-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let file = dir.join("registry.properties");
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
+    let file = dir.path().join("registry.properties");
     let all: Vec<&str> = tcs.iter().map(|t| t.addr.as_str()).collect();
     write_registry_file(&file, &all)
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
@@ -158,77 +228,96 @@ async fn run() -> Result<bool, String> {
     );
 
     let config = Config::load(Some(&file)).map_err(|e| e.to_string())?;
-    let discovery = meshline::registry::discovery_from_config(&config)
-        .await
-        .map_err(|e| e.to_string())?;
-    let client = RpcClient::builder()
+    let group = config.tx_service_group.clone();
+    let discovery = || async {
+        meshline::registry::discovery_from_config(&config)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let tm = TransactionManager::builder()
         .config(&config)
-        .discovery(discovery, config.tx_service_group.clone())
-        .handshake(SeataRegistration::tm(RegisterTmRequest {
-            version: env!("CARGO_PKG_VERSION").into(),
-            application_id: "meshline-demo".into(),
-            transaction_service_group: config.tx_service_group.clone(),
-            extra_data: None,
-        }))
-        .configure(|o| {
-            o.request_timeout = Duration::from_secs(2);
-            o.backoff_initial = Duration::from_millis(100);
-            o.backoff_max = Duration::from_secs(1);
-        })
+        .discovery(discovery().await?, &group)
         .build()
         .await
         .map_err(|e| e.to_string())?;
-    client
-        .wait_alive(TCS, Duration::from_secs(5))
+    let seen_stock = Arc::new(Seen::default());
+    let seen_account = Arc::new(Seen::default());
+    let stock = ResourceManager::builder()
+        .config(&config)
+        .discovery(discovery().await?, &group)
+        .application_id("stock-service")
+        .resource(STOCK)
+        .handler(Rm(seen_stock.clone()))
+        .build()
         .await
         .map_err(|e| e.to_string())?;
+    let account = ResourceManager::builder()
+        .config(&config)
+        .discovery(discovery().await?, &group)
+        .application_id("account-service")
+        .resource(ACCOUNT)
+        .handler(Rm(seen_account.clone()))
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    for c in [tm.client(), stock.client(), account.client()] {
+        c.wait_alive(TCS, Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     println!(
-        "  client: group {} -> cluster default, balancer {}, {} TCs connected and registered (RegisterTM identified=1)\n",
-        config.tx_service_group,
-        client.balancer().load_balance().name(),
-        client.alive().len()
+        "  TM and both RMs registered with all {TCS} TCs (RegisterTM / RegisterRM identified=1), balancer {}\n",
+        tm.client().balancer().load_balance().name()
     );
 
-    let victim = tcs[VICTIM].addr.clone();
-    let tc_addrs = Arc::new(tcs.iter().map(|t| t.addr.clone()).collect::<Vec<_>>());
-    let next_tx = Arc::new(AtomicU64::new(0));
-    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let tally: Arc<Mutex<Tally>> = Arc::default();
+    let killed = Arc::new(AtomicBool::new(false));
+    let records: Arc<Mutex<Vec<Record>>> = Arc::default();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        workers.push(tokio::spawn(worker(
-            client.clone(),
-            tc_addrs.clone(),
-            victim.clone(),
-            next_tx.clone(),
-            killed_at.clone(),
-            stop.clone(),
-            tally.clone(),
-        )));
+        let (tm, stock, account) = (tm.clone(), stock.clone(), account.clone());
+        let (next, stop, killed, records) =
+            (next.clone(), stop.clone(), killed.clone(), records.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let before = killed.load(Ordering::Relaxed);
+                let (xid, tc, outcome) = transaction(n, &tm, &stock, &account).await;
+                records
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Record {
+                        xid,
+                        tc,
+                        after_kill: before,
+                        outcome,
+                    });
+            }
+        }));
     }
-    println!("  phase 1: {WORKERS} workers sending transactions for {PHASE:?}");
+    println!("  phase 1: {WORKERS} workers running transactions for {PHASE:?}");
     tokio::time::sleep(PHASE).await;
-
+    let victim = &tcs[VICTIM];
     println!(
-        "  phase 2: killing {} ({victim}) under load",
-        tcs[VICTIM].id
+        "  phase 2: killing {} ({}) under load",
+        victim.name, victim.addr
     );
-    let victim_key = tcs[VICTIM].addr.clone();
+    let victim_open = victim.tc.open_sessions();
+    killed.store(true, Ordering::Relaxed);
     let kill_time = Instant::now();
-    if let Ok(mut k) = killed_at.lock() {
-        *k = Some(kill_time);
-    }
-    tcs[VICTIM].server.kill();
-    let mut left_alive_after = None;
+    victim.tc.crash();
+    victim.server.kill();
+    let mut left = None;
     while kill_time.elapsed() < Duration::from_secs(2) {
-        if !client
+        if !tm
+            .client()
             .alive()
             .endpoints()
             .iter()
-            .any(|e| e.instance.to_string() == victim_key)
+            .any(|e| e.instance.to_string() == victim.addr)
         {
-            left_alive_after = Some(kill_time.elapsed());
+            left = Some(kill_time.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -238,118 +327,196 @@ async fn run() -> Result<bool, String> {
     for w in workers {
         let _ = w.await;
     }
-    let stats = client.stats();
 
-    // The registry catches up: drop the dead TC from the grouplist file.
-    let live: Vec<&str> = tcs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != VICTIM)
-        .map(|(_, t)| t.addr.as_str())
-        .collect();
-    write_registry_file(&file, &live)
-        .map_err(|e| format!("cannot rewrite {}: {e}", file.display()))?;
-    let edit = Instant::now();
-    let mut followed_after = None;
-    while edit.elapsed() < Duration::from_secs(3) {
-        if client.endpoints().len() == TCS - 1 {
-            followed_after = Some(edit.elapsed());
-            break;
+    let records = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
+    let commits_stock = seen_stock
+        .commits
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let commits_account = seen_account
+        .commits
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let rollbacks_stock = seen_stock
+        .rollbacks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let rollbacks_account = seen_account
+        .rollbacks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+
+    // Per TC: committed, rolled back, failed, as the TM saw them.
+    let mut per_tc: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    // The dead TC's failed transactions: what the TM was told, and what the RMs saw.
+    let mut victim_told: BTreeMap<String, u64> = BTreeMap::new();
+    let mut victim_truth: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut live_failures = Vec::new();
+    let mut inconsistent = Vec::new();
+    for r in &records {
+        let tc = r.tc.clone().unwrap_or_else(|| "?".into());
+        let row = per_tc.entry(tc.clone()).or_default();
+        let xid = r.xid.as_deref().unwrap_or("");
+        match &r.outcome {
+            Outcome::Committed => {
+                row[0] += 1;
+                if !(commits_stock.contains(xid) && commits_account.contains(xid)) {
+                    inconsistent.push(format!("{xid}: committed, but not at both RMs"));
+                }
+            }
+            Outcome::RolledBack => {
+                row[1] += 1;
+                if commits_stock.contains(xid) || commits_account.contains(xid) {
+                    inconsistent.push(format!("{xid}: rolled back, but committed at an RM"));
+                }
+            }
+            Outcome::Failed(step, e) => {
+                row[2] += 1;
+                if tc == victim.addr {
+                    let told = if e.contains("may have been delivered") {
+                        "written, then the TC died (\"may have been delivered\")"
+                    } else if e.contains("no longer knows")
+                        || e.contains("GlobalTransactionNotExist")
+                        || e.contains("Finished")
+                    {
+                        "another TC does not know it (its TC is gone)"
+                    } else {
+                        "other error"
+                    };
+                    *victim_told.entry(format!("{step}: {told}")).or_default() += 1;
+                    let (cs, ca) = (commits_stock.contains(xid), commits_account.contains(xid));
+                    let (rs, ra) = (
+                        rollbacks_stock.contains(xid),
+                        rollbacks_account.contains(xid),
+                    );
+                    let truth = match (r.xid.is_some(), cs, ca, rs, ra) {
+                        (false, ..) => "never began (no XID came back)",
+                        (true, true, true, _, _) => {
+                            "committed at both RMs (phase two ran before the TC died)"
+                        }
+                        (true, _, _, true, true) => "rolled back at both RMs",
+                        (true, false, false, false, false) => {
+                            "no phase two at either RM: lost with the TC (not durable), branches left waiting"
+                        }
+                        // The TC died between its two phase-two requests: the half a
+                        // durable TC would finish on restart.
+                        _ => "phase two at one RM only (the TC died in between)",
+                    };
+                    *victim_truth.entry(truth).or_default() += 1;
+                } else {
+                    live_failures.push(format!(
+                        "{} ({tc}) {step}: {e}",
+                        r.xid.as_deref().unwrap_or("no xid")
+                    ));
+                }
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let after = records.iter().filter(|r| r.after_kill).count();
+    let after_ok = records
+        .iter()
+        .filter(|r| r.after_kill && !matches!(r.outcome, Outcome::Failed(..)))
+        .count();
 
-    let t = match Arc::try_unwrap(tally) {
-        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-        Err(shared) => std::mem::take(&mut *shared.lock().unwrap_or_else(|p| p.into_inner())),
-    };
     println!();
     println!(
-        "  {:<6} {:<26} {:>16} {:>16}",
-        "TC", "address", "answered before", "answered after"
+        "  {:<6} {:<22} {:>10} {:>12} {:>8}",
+        "TC", "address", "committed", "rolled back", "failed"
     );
-    println!("  {}", "-".repeat(67));
-    for (i, tc) in tcs.iter().enumerate() {
-        let state = if i == VICTIM { " (killed)" } else { "" };
+    println!("  {}", "-".repeat(62));
+    for t in &tcs {
+        let row = per_tc.get(&t.addr).copied().unwrap_or_default();
+        let name = if t.addr == victim.addr {
+            format!("{} \u{2020}", t.name)
+        } else {
+            t.name.clone()
+        };
         println!(
-            "  {:<6} {:<26} {:>16} {:>16}",
-            tc.id,
-            format!("{}{state}", tc.addr),
-            t.before.get(&tc.addr).copied().unwrap_or(0),
-            t.after.get(&tc.addr).copied().unwrap_or(0),
+            "  {:<6} {:<22} {:>10} {:>12} {:>8}",
+            name, t.addr, row[0], row[1], row[2]
         );
     }
-    println!("  {}", "-".repeat(67));
-    let total_before: u64 = t.before.values().sum();
-    let total_after: u64 = t.after.values().sum();
-    println!("  {:<33} {:>16} {:>16}", "total", total_before, total_after);
+    if let Some(row) = per_tc.get("?") {
+        println!(
+            "  {:<6} {:<22} {:>10} {:>12} {:>8}",
+            "?", "(begin got no XID)", row[0], row[1], row[2]
+        );
+    }
+    println!(
+        "  \u{2020} killed {:.1} s into the run",
+        PHASE.as_secs_f64()
+    );
     println!();
     println!(
-        "  XID routing before the kill: {} of {} calls answered by the TC named in their XID",
-        t.xid_hits_before, t.xid_calls_before
+        "  phase two seen at the RMs: stock {} commits, {} rollbacks; account {} commits, {} rollbacks",
+        commits_stock.len(),
+        rollbacks_stock.len(),
+        commits_account.len(),
+        rollbacks_account.len()
     );
-    let moved: Vec<String> = t
-        .victim_xid_after
-        .iter()
-        .map(|(tc, n)| format!("{n} by {tc}"))
-        .collect();
     println!(
-        "  after the kill, XIDs naming {}: {}",
-        tcs[VICTIM].id,
-        if moved.is_empty() {
-            "none".to_string()
+        "  every transaction the TM saw committed was committed at both RMs, and none it saw rolled back was committed: {}",
+        if inconsistent.is_empty() {
+            "yes".to_string()
         } else {
-            moved.join(", ")
+            format!("NO ({})", inconsistent.len())
         }
     );
-    match left_alive_after {
+    for i in inconsistent.iter().take(5) {
+        println!("    {i}");
+    }
+    println!(
+        "  {} had {victim_open} transactions open when it died. Its transactions that did not end as asked:",
+        victim.name
+    );
+    if victim_told.is_empty() {
+        println!("    none");
+    }
+    println!("    what the TM was told:");
+    for (what, n) in &victim_told {
+        println!("      {n:>5}  {what}");
+    }
+    println!("    what they became (what the RMs saw):");
+    for (what, n) in &victim_truth {
+        println!("      {n:>5}  {what}");
+    }
+    println!(
+        "  transactions begun after the kill: {after}, of which {after_ok} committed or rolled back as asked"
+    );
+    match left {
         Some(d) => println!(
-            "  {} left the alive set {:.1} ms after the kill",
-            tcs[VICTIM].id,
+            "  {} left the clients' alive set {:.1} ms after the kill",
+            victim.name,
             d.as_secs_f64() * 1e3
         ),
         None => println!(
             "  {} was still in the alive set 2 s after the kill",
-            tcs[VICTIM].id
+            victim.name
         ),
     }
+    let live_ok = live_failures.is_empty();
+    let ok = live_ok
+        && inconsistent.is_empty()
+        && left.is_some()
+        && per_tc.values().map(|r| r[0]).sum::<u64>() > 0;
     println!(
-        "  calls in flight on {} when it died (failed: \"may have been delivered\"): {}",
-        tcs[VICTIM].id, t.maybe_delivered_on_victim
-    );
-    println!(
-        "  calls retried on another TC because they were not yet written: {}",
-        stats.retries
-    );
-    println!(
-        "  reconnect attempts to the dead TC that failed (jittered backoff): {}",
-        stats.connect_failures
-    );
-    match followed_after {
-        Some(d) => println!(
-            "  registry file edited to drop {}: client followed in {:.0} ms",
-            tcs[VICTIM].id,
-            d.as_secs_f64() * 1e3
-        ),
-        None => println!(
-            "  registry file edited, but the client still follows {} endpoints",
-            client.endpoints().len()
-        ),
-    }
-    let ok = t.other_failures.is_empty() && left_alive_after.is_some() && total_after > 0;
-    println!(
-        "  calls that failed on live TCs: {}  => {}",
-        t.other_failures.len(),
+        "  transactions on live TCs that failed: {}  => {}",
+        live_failures.len(),
         if ok { "OK" } else { "FAILED" }
     );
-    for f in t.other_failures.iter().take(5) {
+    for f in live_failures.iter().take(5) {
         println!("    {f}");
     }
-    client.shutdown(Duration::from_secs(2)).await;
-    for tc in tcs {
-        tc.server.shutdown(Duration::from_millis(200)).await;
+    for c in [tm.client(), stock.client(), account.client()] {
+        c.shutdown(Duration::from_secs(2)).await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    for t in tcs {
+        t.server.shutdown(Duration::from_millis(200)).await;
+    }
     Ok(ok)
 }
 

@@ -1,4 +1,5 @@
-//! `quickstart`: the smallest complete meshline program with real servers.
+//! `quickstart`: the smallest complete meshline program with real servers and a real
+//! two-phase commit.
 //!
 //! ```text
 //! cargo run -p meshline-examples --bin quickstart
@@ -7,24 +8,22 @@
 //!
 //! What it does, step by step (each step prints a line):
 //!
-//! 1. Starts two servers (`server-a`, `server-b`) on free loopback ports. Each answers
-//!    Seata's RegisterTM, as a TC does, and echoes every other request with the head
-//!    entry `server = <name>`, so the client can see who answered.
+//! 1. Starts two TCs (`tc-a`, `tc-b`) on free loopback ports: meshline's in-memory
+//!    coordinator (`meshline_examples::tc`), which speaks Seata's protocol.
 //! 2. Lists them in a Seata `.properties` file, the file registry:
 //!    `service.vgroupMapping.default_tx_group=default` and
 //!    `service.default.grouplist=<a>,<b>`.
-//! 3. Builds an `RpcClient` exactly as an application does: `Config::load` ->
-//!    `meshline::registry::discovery_from_config` -> `RpcClient::builder()` with the
-//!    config (the `XID` balancer is Seata's default), the discovery of
-//!    `default_tx_group`, and RegisterTM on every connection; then waits until both
-//!    servers are connected and registered ("alive").
-//! 4. Calls once per server with an XID naming it (`ip:port:txid`, as a TC hands out
-//!    from GlobalBegin): the `XID` balancer sends each call to the server its XID names.
-//! 5. Unregisters `server-b` by rewriting the file without it. The server keeps
-//!    running: the client drops it because the registry says so (the file registry
-//!    re-reads the file every 250 ms), not because a connection broke. The alive count
-//!    goes to 1 and a call whose XID names `server-b` is answered by `server-a`.
-//! 6. Stops both servers and exits 0 (1 if any step failed, with the reason on stderr).
+//! 3. Builds a TM and an RM exactly as an application does: `Config::load` ->
+//!    `meshline::registry::discovery_from_config` -> `TransactionManager::builder()` /
+//!    `ResourceManager::builder()` with the config (the `XID` balancer is Seata's
+//!    default). Each registers with both TCs (RegisterTM / RegisterRM).
+//! 4. Runs a global transaction: the TM begins it (the XID names the TC that began
+//!    it), the RM registers a branch, the TM commits, and the TC sends the RM its
+//!    BranchCommit before answering `Committed`. Then one more, rolled back.
+//! 5. Unregisters `tc-b` by rewriting the file without it. The TC keeps running: the
+//!    clients drop it because the registry says so (the file registry re-reads the file
+//!    every 250 ms). The next transaction begins on `tc-a`.
+//! 6. Stops everything and exits 0 (1 if any step failed, with the reason on stderr).
 //!
 //! Logs go to stderr through `tracing-subscriber`, filtered by `MESHLINE_LOG`
 //! (`EnvFilter` syntax, default `warn`).
@@ -33,41 +32,73 @@ use std::error::Error;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use meshline::rpc::message::register_reply;
-use meshline::rpc::{
-    CallOptions, InboundRequest, Payload, RegisterTmRequest, RpcClient, SeataRegistration, Server,
+use meshline::rpc::message::{
+    BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, GlobalStatus,
 };
+use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
+use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::{Server, ServerConfig};
+use meshline_examples::tc::{Coordinator, TcOptions};
 
-/// Two servers, a file registry and one RpcClient: XID routing, then following an
-/// unregister. Takes no options; `MESHLINE_LOG=info` shows the client's logs.
+/// Two TCs, a file registry, a TM and an RM: a committed and a rolled-back global
+/// transaction, then following an unregister. Takes no options; `MESHLINE_LOG=info`
+/// shows the clients' logs.
 #[derive(Parser, Debug)]
 #[command(name = "quickstart", version)]
 struct Args {}
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-/// How long the client may take to see a registry change (the file registry polls
-/// every 250 ms; the rest is connecting and RegisterTM).
+/// How long the clients may take to see a registry change (the file registry polls
+/// every 250 ms; the rest is connecting and registering).
 const FOLLOW_LIMIT: Duration = Duration::from_secs(5);
+const RESOURCE: &str = "jdbc:mysql://127.0.0.1:3306/orders";
 
-/// Starts a server named `name` on a free loopback port.
-async fn start_server(name: &'static str) -> Result<Server, BoxError> {
-    let handler = move |req: InboundRequest| async move {
-        // RegisterTM / RegisterRM: answer identified = 1, as a TC does. A client only
-        // offers a connection to its balancer after this handshake succeeded.
-        if let Ok(msg) = req.payload.decode_seata()
-            && let Some(reply) = register_reply(&msg, true, env!("CARGO_PKG_VERSION"))
-        {
-            return Payload::seata(&reply).ok();
-        }
-        // Anything else: echo the request, naming this server in the head map.
-        Some(req.payload.with_head("server", name))
+/// The RM's phase two: remember what the TC asked, and say it is done.
+#[derive(Clone, Default)]
+struct Orders {
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl BranchHandler for Orders {
+    async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
+        self.note(format!("BranchCommit for branch {}", r.branch_id));
+        Ok(BranchStatus::PhaseTwoCommitted)
+    }
+
+    async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
+        self.note(format!("BranchRollback for branch {}", r.branch_id));
+        Ok(BranchStatus::PhaseTwoRollbacked)
+    }
+}
+
+impl Orders {
+    fn note(&self, what: String) {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(what);
+    }
+
+    fn last(&self) -> String {
+        let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        asked.last().cloned().unwrap_or_else(|| "nothing".into())
+    }
+}
+
+/// Starts TC `name` on a free loopback port.
+async fn start_tc(name: &str) -> Result<(Server, Coordinator), BoxError> {
+    let options = TcOptions {
+        tag: Some(name.to_string()),
+        ..TcOptions::default()
     };
-    let addr: SocketAddr = "127.0.0.1:0".parse()?;
-    Ok(Server::bind(addr, handler).await?)
+    let local: SocketAddr = "127.0.0.1:0".parse()?;
+    Ok(Coordinator::serve(local, local.ip(), options, ServerConfig::default()).await?)
 }
 
 /// Writes the Seata configuration naming `members`, replacing the file in one rename
@@ -78,7 +109,8 @@ fn write_registry(path: &Path, members: &[SocketAddr]) -> std::io::Result<()> {
     std::fs::write(
         &tmp,
         format!(
-            "service.vgroupMapping.default_tx_group=default\n\
+            "applicationId=quickstart\n\
+             service.vgroupMapping.default_tx_group=default\n\
              service.default.grouplist={}\n",
             grouplist.join(",")
         ),
@@ -86,41 +118,55 @@ fn write_registry(path: &Path, members: &[SocketAddr]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// The alive endpoints, as `ip:port` text.
-fn alive_list(client: &RpcClient) -> String {
-    client
-        .alive()
-        .endpoints()
-        .iter()
-        .map(|e| e.instance.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Which TC an XID names.
+fn tc_of(xid: &str, tcs: &[(&str, SocketAddr)]) -> String {
+    tcs.iter()
+        .find(|(_, addr)| xid.starts_with(&format!("{addr}:")))
+        .map_or("?".into(), |(name, _)| name.to_string())
 }
 
-/// Calls with an XID naming `named` and prints who answered; returns the answering
-/// server's name.
-async fn call_by_xid(client: &RpcClient, named: SocketAddr, tx: u64) -> Result<String, BoxError> {
-    let xid = format!("{named}:{tx}");
-    let reply = client
-        .call(
-            Payload::new(format!("hello from {xid}")),
-            CallOptions::xid(&xid),
-        )
+/// One global transaction: begin, a branch at the RM, then commit or roll back.
+async fn transaction(
+    tm: &TransactionManager,
+    rm: &ResourceManager,
+    orders: &Orders,
+    tcs: &[(&str, SocketAddr)],
+    commit: bool,
+) -> Result<String, BoxError> {
+    let tx = tm.begin("create-order", Duration::from_secs(60)).await?;
+    let tc = tc_of(tx.xid(), tcs);
+    println!("  begun {} on {tc}", tx.xid());
+    let branch = rm
+        .branch_register(tx.xid(), BranchType::AT, RESOURCE, Some("orders:42"), None)
         .await?;
-    let who = reply.payload.head.get("server").unwrap_or("?").to_string();
-    println!("  xid {xid} -> answered by {} ({who})", reply.endpoint);
-    Ok(who)
+    println!("  branch {branch} registered by the RM (locks orders:42)");
+    let (status, want) = if commit {
+        (tx.commit().await?, GlobalStatus::Committed)
+    } else {
+        (tx.rollback().await?, GlobalStatus::Rollbacked)
+    };
+    println!(
+        "  {} {}: {status} (the RM was asked: {})",
+        if commit { "committed" } else { "rolled back" },
+        tx.xid(),
+        orders.last()
+    );
+    if status != want {
+        return Err(format!("expected {want}, the TC answered {status}").into());
+    }
+    Ok(tc)
 }
 
 async fn run() -> Result<(), BoxError> {
-    println!("meshline quickstart: two servers, a file registry, one RpcClient");
+    println!("meshline quickstart: two TCs, a file registry, a TM and an RM");
 
-    // 1. Two servers.
-    let a = start_server("server-a").await?;
-    let b = start_server("server-b").await?;
+    // 1. Two TCs.
+    let (a, _tc_a) = start_tc("tc-a").await?;
+    let (b, _tc_b) = start_tc("tc-b").await?;
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
-    println!("  server-a listening on {a_addr}");
-    println!("  server-b listening on {b_addr}");
+    println!("  tc-a listening on {a_addr}");
+    println!("  tc-b listening on {b_addr}");
+    let tcs = [("tc-a", a_addr), ("tc-b", b_addr)];
 
     // 2. The file registry: a Seata .properties file (removed with `dir` on exit).
     let dir = tempfile::tempdir()?;
@@ -131,71 +177,65 @@ async fn run() -> Result<(), BoxError> {
         path.display()
     );
 
-    // 3. The client, built as an application builds it.
+    // 3. A TM and an RM, built as an application builds them.
     let config = meshline::Config::load(Some(&path))?;
-    let discovery = meshline::registry::discovery_from_config(&config).await?;
-    let cluster = discovery.cluster_for(&config.tx_service_group)?;
-    let client = RpcClient::builder()
+    let group = config.tx_service_group.clone();
+    let tm = TransactionManager::builder()
         .config(&config)
-        .discovery(discovery, &config.tx_service_group)
-        .handshake(SeataRegistration::tm(RegisterTmRequest {
-            version: env!("CARGO_PKG_VERSION").into(),
-            application_id: "meshline-quickstart".into(),
-            transaction_service_group: config.tx_service_group.clone(),
-            extra_data: None,
-        }))
+        .discovery(
+            meshline::registry::discovery_from_config(&config).await?,
+            &group,
+        )
         .build()
         .await?;
-    client.wait_alive(2, FOLLOW_LIMIT).await?;
-    println!(
-        "  client: group {} -> cluster {cluster}, {} alive: {}",
-        config.tx_service_group,
-        client.alive().len(),
-        alive_list(&client)
-    );
-
-    // 4. One call per server, each XID naming it.
-    let first = call_by_xid(&client, a_addr, 1).await?;
-    let second = call_by_xid(&client, b_addr, 2).await?;
-    if (first.as_str(), second.as_str()) != ("server-a", "server-b") {
-        return Err(format!(
-            "XID routing: expected server-a then server-b, got {first} then {second}"
+    let orders = Orders::default();
+    let rm = ResourceManager::builder()
+        .config(&config)
+        .discovery(
+            meshline::registry::discovery_from_config(&config).await?,
+            &group,
         )
-        .into());
-    }
+        .resource(RESOURCE)
+        .handler(orders.clone())
+        .build()
+        .await?;
+    tm.client().wait_alive(2, FOLLOW_LIMIT).await?;
+    rm.client().wait_alive(2, FOLLOW_LIMIT).await?;
+    println!("  TM and RM registered with both TCs (group {group} -> cluster default)");
 
-    // 5. Unregister server-b: the file now lists server-a only. server-b keeps running.
+    // 4. A committed and a rolled-back transaction.
+    transaction(&tm, &rm, &orders, &tcs, true).await?;
+    transaction(&tm, &rm, &orders, &tcs, false).await?;
+
+    // 5. Unregister tc-b: the file now lists tc-a only. tc-b keeps running.
     write_registry(&path, &[a_addr])?;
-    println!("  unregister server-b: service.default.grouplist={a_addr}");
+    println!("  unregister tc-b: service.default.grouplist={a_addr}");
     let edited = Instant::now();
-    while client.alive().len() != 1 {
+    while tm.client().alive().len() != 1 || rm.client().alive().len() != 1 {
         if edited.elapsed() > FOLLOW_LIMIT {
-            return Err(format!(
-                "the client did not follow the registry within {FOLLOW_LIMIT:?}: alive {}",
-                alive_list(&client)
-            )
-            .into());
+            return Err(
+                format!("the clients did not follow the registry within {FOLLOW_LIMIT:?}").into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     println!(
-        "  client followed in {} ms: {} alive: {}",
-        edited.elapsed().as_millis(),
-        client.alive().len(),
-        alive_list(&client)
+        "  clients followed in {} ms: only tc-a alive",
+        edited.elapsed().as_millis()
     );
-    // A transaction begun on server-b: its server is gone from the registry, so the
-    // XID balancer falls back to a server that is there.
-    let moved = call_by_xid(&client, b_addr, 3).await?;
-    if moved != "server-a" {
-        return Err(format!("after the unregister, expected server-a, got {moved}").into());
+    let tc = transaction(&tm, &rm, &orders, &tcs, true).await?;
+    if tc != "tc-a" {
+        return Err(
+            format!("after the unregister, expected tc-a, the transaction began on {tc}").into(),
+        );
     }
 
     // 6. Done.
-    drop(client);
+    tm.client().shutdown(Duration::from_secs(1)).await;
+    rm.client().shutdown(Duration::from_secs(1)).await;
     a.shutdown(Duration::from_millis(500)).await;
     b.shutdown(Duration::from_millis(500)).await;
-    println!("  done: both servers answered, then the client followed the unregister");
+    println!("  done: committed and rolled back through both TCs, then followed the unregister");
     Ok(())
 }
 

@@ -1,9 +1,14 @@
-//! `tc-server`: a stand-in Seata TC front door speaking RPC v1 frames.
+//! `tc-server`: an in-memory Seata TC (not durable) speaking Seata's RPC v1 frames.
 //!
-//! It answers heartbeats and RegisterTM/RM (identified = 1, or 0 with
-//! `--refuse-registration`), echoes any other request with head `tc = <id>` (after
-//! `delay_ms` when the request's head map asks), registers itself in the configured
-//! registry and unregisters on SIGINT / SIGTERM.
+//! It coordinates real global transactions (`meshline_examples::tc`): RegisterTM/RM
+//! (identified = 1, or 0 with `--refuse-registration`), GlobalBegin with XIDs naming
+//! this server (`<host>:<port>:<id>`), branch registration with global row locks,
+//! commit and rollback driving phase two on the RMs' connections with retries, global
+//! timeouts, GlobalStatus / GlobalReport / GlobalLockQuery, and MergedWarpMessages.
+//! Every answer carries the head entry `tc = <id>`. Bad input is refused, never
+//! echoed. It registers itself in the configured registry and unregisters on SIGINT /
+//! SIGTERM. Transactions live in memory only: a killed tc-server loses the ones it had
+//! not finished.
 //!
 //! ```text
 //! tc-server [--id ID] [--host IP] [--port PORT] [--config FILE] [--cluster NAME]
@@ -25,20 +30,27 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::rpc::Server;
+use meshline::rpc::ServerConfig;
 use meshline::{Config, Instance, RegistryError};
-use meshline_examples::{init_logging, server_cluster, tc};
+use meshline_examples::tc::{Coordinator, TcOptions};
+use meshline_examples::{init_logging, server_cluster};
 
-/// A stand-in Seata TC: answers registration and echoes requests tagged with its id.
+/// An in-memory Seata TC (not durable): registration, begin, branches with global
+/// locks, commit / rollback with phase two on the RMs, timeouts, batching.
 #[derive(Parser, Debug)]
-#[command(name = "tc-server", version)]
+#[command(
+    name = "tc-server",
+    version,
+    after_help = "Example: tc-server --id tc-1 --port 8091 --config seata.properties\n\
+                  Then: tm-client --config seata.properties (begins and commits transactions),\n\
+                  rm-client --config seata.properties (registers branches, answers phase two)."
+)]
 struct Args {
-    /// This TC's id, echoed in the `tc` head entry of every answer.
+    /// This TC's id, in the `tc` head entry of every answer.
     #[arg(long, default_value = "1")]
     id: String,
     /// IP address to listen on (and to register).
@@ -87,10 +99,17 @@ async fn run(args: Args) -> Result<(), String> {
     let registry = meshline::registry::from_config(&config)
         .await
         .map_err(|e| e.to_string())?;
-    let stats = Arc::new(tc::TcStats::default());
-    let server = Server::bind(
+    let options = TcOptions {
+        refuse_registration: args.refuse,
+        tag: Some(args.id.clone()),
+        phase_two_timeout: config.transport.rpc_tc_request_timeout,
+        ..TcOptions::default()
+    };
+    let (server, tc) = Coordinator::serve(
         SocketAddr::new(args.host, args.port),
-        tc::tc_handler(args.id.clone(), args.refuse, stats.clone()),
+        args.host,
+        options,
+        ServerConfig::from_config(&config),
     )
     .await
     .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
@@ -139,9 +158,14 @@ async fn run(args: Args) -> Result<(), String> {
         tracing::warn!(error = %e, "registry close failed");
     }
     server.shutdown(Duration::from_secs(5)).await;
+    let s = tc.stats();
     tracing::info!(
-        requests = stats.requests.load(Ordering::Relaxed),
-        registrations = stats.registrations.load(Ordering::Relaxed),
+        registrations = s.registrations.load(Ordering::Relaxed),
+        begun = s.begun.load(Ordering::Relaxed),
+        committed = s.committed.load(Ordering::Relaxed),
+        rolled_back = s.rolled_back.load(Ordering::Relaxed),
+        timed_out = s.timed_out.load(Ordering::Relaxed),
+        unfinished = tc.open_sessions(),
         "stopped"
     );
     Ok(())

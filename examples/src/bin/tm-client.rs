@@ -1,14 +1,19 @@
-//! `tm-client`: looks up the TCs of a tx-service-group, registers as a TM on each, and
-//! sends requests carrying XIDs, printing which TC answered each.
+//! `tm-client`: a Seata TM. Finds the TCs of a tx-service-group through the registry,
+//! registers with each (RegisterTM), and runs global transactions: GlobalBegin, then
+//! GlobalCommit (or GlobalRollback), printing each XID, the TC that began it and the
+//! status the TC answered.
 //!
 //! ```text
-//! tm-client [--config FILE] [--group GROUP] [--requests N] [--lb NAME]
+//! tm-client [--config FILE] [--group GROUP] [--transactions N] [--rollback]
+//!           [--hold DURATION] [--step] [--timeout DURATION] [--name NAME] [--lb NAME]
 //! ```
 //!
-//! A real TM gets its XID from GlobalBegin; the XID names the TC that began the
-//! transaction (`ip:port:txid`), and later calls for that transaction must reach that
-//! TC. This client makes XIDs naming each alive TC in turn, so with the `XID` balancer
-//! every line should show `xid <tc>:<n> -> <same tc>`.
+//! The XID names the TC that began the transaction (`ip:port:id`); with the `XID`
+//! balancer (Seata's default) commit goes back to that TC. `--hold` waits between
+//! begin and commit (`--step`: until Enter), so RMs (`rm-client --xid <xid>`) can
+//! register branches, which the
+//! commit then drives through phase two. The exit code is 0 when every transaction
+//! ended as asked.
 //!
 //! With no `--config`, Seata's defaults apply: group `default_tx_group` -> cluster
 //! `default` -> `127.0.0.1:8091` (start `tc-server` with no flags to match).
@@ -16,19 +21,28 @@
 //! feature), and every configuration centre (`config.type`: file, nacos, etcd3, zk,
 //! consul), through `meshline::centre::live_config` and `discovery_from_live`.
 
-use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use meshline::ConfigLoader;
-use meshline::rpc::{CallOptions, Payload, RegisterTmRequest, RpcClient, SeataRegistration};
+use meshline::rpc::message::GlobalStatus;
+use meshline::rpc::tm::TransactionManager;
 use meshline_examples::init_logging;
 
-/// A Seata TM stand-in: finds the group's TCs and calls them by XID.
+/// A Seata TM: begins global transactions on the group's TCs and commits or rolls them
+/// back, printing each XID and status.
 #[derive(Parser, Debug)]
-#[command(name = "tm-client", version)]
+#[command(
+    name = "tm-client",
+    version,
+    after_help = "Example, with tc-server running on Seata's default 127.0.0.1:8091:\n  \
+                  tm-client --transactions 3 --hold 5s\n\
+                  and, while it holds, for each XID it prints:\n  \
+                  rm-client --resource jdbc:mysql://db/orders --xid <xid>"
+)]
 struct Args {
     /// Configuration file (Seata .properties, YAML, TOML or JSON); Seata's defaults
     /// without one.
@@ -37,9 +51,24 @@ struct Args {
     /// tx-service-group (default: the config's `txServiceGroup`).
     #[arg(long)]
     group: Option<String>,
-    /// Number of requests to send.
+    /// Number of transactions to run, one after the other.
     #[arg(long, default_value_t = 10)]
-    requests: u64,
+    transactions: u64,
+    /// Roll back instead of committing.
+    #[arg(long)]
+    rollback: bool,
+    /// Wait this long between begin and commit (`5s`, `500ms`), for RMs to join.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    hold: Option<Duration>,
+    /// Wait for Enter (a line on stdin) between begin and commit, for RMs to join.
+    #[arg(long)]
+    step: bool,
+    /// The transactions' timeout (default: `client.tm.defaultGlobalTransactionTimeout`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
+    /// Transaction name prefix.
+    #[arg(long, default_value = "tm-client")]
+    name: String,
     /// Load balancer by Seata name (default: the config's `client.loadBalance.type`).
     #[arg(long = "lb", value_name = "LOAD_BALANCE")]
     lb: Option<String>,
@@ -64,19 +93,14 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let cluster = discovery.cluster_for(&group).map_err(|e| e.to_string())?;
-    let mut builder = RpcClient::builder()
+    let mut builder = TransactionManager::builder()
         .config(&config)
-        .discovery(discovery, group.clone())
-        .handshake(SeataRegistration::tm(RegisterTmRequest {
-            version: env!("CARGO_PKG_VERSION").into(),
-            application_id: config.application_id.clone(),
-            transaction_service_group: group.clone(),
-            extra_data: None,
-        }));
+        .discovery(discovery, group.clone());
     if let Some(lb) = &args.lb {
         builder = builder.load_balance_name(lb);
     }
-    let client = builder.build().await.map_err(|e| e.to_string())?;
+    let tm = builder.build().await.map_err(|e| e.to_string())?;
+    let client = tm.client();
     client
         .wait_alive(1, Duration::from_secs(5))
         .await
@@ -96,37 +120,67 @@ async fn run(args: Args) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let tcs: Vec<String> = alive
-        .endpoints()
-        .iter()
-        .map(|e| e.instance.to_java_string())
-        .collect();
-    let mut answered: BTreeMap<String, u64> = BTreeMap::new();
+    let timeout = args.timeout.unwrap_or(tm.options().default_timeout);
     let mut failed = 0u64;
-    for n in 0..args.requests {
-        let xid = format!("{}:{}", tcs[(n as usize) % tcs.len()], 1_000_000 + n);
-        match client
-            .call(
-                Payload::new(format!("demo request {n}")),
-                CallOptions::xid(&xid),
-            )
-            .await
-        {
-            Ok(r) => {
-                let tc_id = r.payload.head.get("tc").unwrap_or("?").to_string();
-                println!("xid {xid} -> answered by {} (tc id {tc_id})", r.endpoint);
-                *answered.entry(r.endpoint.to_string()).or_default() += 1;
+    for n in 0..args.transactions {
+        let tx = match tm.begin(&format!("{}-{n}", args.name), timeout).await {
+            Ok(tx) => tx,
+            Err(e) => {
+                println!("begin failed: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        println!("begun {}", tx.xid());
+        let _ = std::io::stdout().flush();
+        if let Some(h) = args.hold {
+            tokio::time::sleep(h).await;
+        }
+        if args.step {
+            println!(
+                "press Enter to {}",
+                if args.rollback { "roll back" } else { "commit" }
+            );
+            let _ = std::io::stdout().flush();
+            let _ = tokio::task::spawn_blocking(|| {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)
+            })
+            .await;
+        }
+        let (verb, want, result) = if args.rollback {
+            ("rolled back", GlobalStatus::Rollbacked, tx.rollback().await)
+        } else {
+            ("committed", GlobalStatus::Committed, tx.commit().await)
+        };
+        match result {
+            Ok(s) if s == want => println!("{verb} {}: {s}", tx.xid()),
+            Ok(s) => {
+                println!(
+                    "{} {}: the TC answered {s}",
+                    if args.rollback { "rollback" } else { "commit" },
+                    tx.xid()
+                );
+                failed += 1;
             }
             Err(e) => {
-                println!("xid {xid} -> failed: {e}");
+                println!(
+                    "{} {} failed: {e}",
+                    if args.rollback { "rollback" } else { "commit" },
+                    tx.xid()
+                );
                 failed += 1;
             }
         }
+        let _ = std::io::stdout().flush();
     }
-    println!("answers per TC: {answered:?}; failed: {failed}");
+    println!(
+        "transactions: {}; not as asked: {failed}",
+        args.transactions
+    );
     client.shutdown(Duration::from_secs(5)).await;
     if failed > 0 {
-        Err(format!("{failed} request(s) failed"))
+        Err(format!("{failed} transaction(s) did not end as asked"))
     } else {
         Ok(())
     }

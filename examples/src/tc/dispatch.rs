@@ -1,0 +1,534 @@
+//! The TC's front door: every request a TM or RM sends, decoded, answered, and bad
+//! input refused without an echo.
+//!
+//! - A body of another serializer, a compressor Seata does not define, or a type code
+//!   a TC does not take (a response, a phase-two request, an unknown code) closes that
+//!   connection with the reason: nothing sensible can be answered, and the stream may
+//!   no longer be trusted. Other connections are not affected.
+//! - A known request whose body cannot be decoded (truncated, a bad enum byte, bytes
+//!   after its last field) is answered with its own response type, `Failed`, and the
+//!   decoder's message naming the field; a registration that cannot be decoded is
+//!   answered `identified = 0`.
+//! - A transaction request on a connection that has not registered closes it, as
+//!   Seata's TC does ("close a unhandled connection").
+//!
+//! Answers use the request's compressor (Seata echoes it) and carry the head entry
+//! `tc = <tag>` when the coordinator has a tag. A one-way request that has an answer
+//! (a MergedWarpMessage, a later RegisterRM) is answered with the request's id, as
+//! Seata's TC does.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use meshline::rpc::compress::Compressor;
+use meshline::rpc::message::{
+    BranchRegisterRequest, BranchRegisterResponse, BranchReportRequest, BranchReportResponse,
+    GlobalBeginRequest, GlobalBeginResponse, GlobalEndResponse, GlobalLockQueryResponse,
+    GlobalReportRequest, GlobalStatus, MergeResultMessage, RegisterResponse, SeataMessage,
+    TransactionExceptionCode as Exc, TransactionResult, type_code, type_name,
+};
+use meshline::rpc::{Connection, InboundRequest, Payload};
+
+use super::Inner;
+use super::channels::{Client, Role};
+use super::locks::rows;
+use super::session::{Branch, Session};
+
+impl Inner {
+    /// Handles one request; `Some` is the answer to send with the request's id.
+    pub(super) async fn on_request(self: Arc<Self>, req: InboundRequest) -> Option<Payload> {
+        if self.crashed() {
+            return None;
+        }
+        let conn = req.connection.clone();
+        let p = &req.payload;
+        if p.codec != meshline::rpc::codec::CODEC_SEATA {
+            return self.refuse(
+                &conn,
+                format!(
+                    "body uses the {} serializer (codec {:#04x}); this TC speaks only seata",
+                    meshline::rpc::codec::codec_name(p.codec),
+                    p.codec
+                ),
+            );
+        }
+        let compressor = match p.compressor() {
+            Ok(c) => c,
+            Err(e) => return self.refuse(&conn, e.to_string()),
+        };
+        let body = if compressor == Compressor::None {
+            p.body.clone()
+        } else {
+            match compressor.decompress(&p.body, self.options.max_frame_len) {
+                Ok(b) => b,
+                Err(e) => return self.refuse(&conn, e.to_string()),
+            }
+        };
+        let msg = match SeataMessage::decode(&body) {
+            Ok(m) => m,
+            Err(e) => {
+                let code = (body.len() >= 2).then(|| i16::from_be_bytes([body[0], body[1]]));
+                self.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                match code.and_then(|c| refusal(c, &e.to_string())) {
+                    Some(answer) => {
+                        tracing::warn!(peer = %req.peer, error = %e, "undecodable request answered as failed");
+                        return self.answer(&req, compressor, &answer).await;
+                    }
+                    None => return self.refuse(&conn, format!("undecodable request: {e}")),
+                }
+            }
+        };
+        let answer = match msg {
+            SeataMessage::RegisterTm(r) => self.register(
+                &conn,
+                Role::Tm,
+                r.application_id,
+                r.transaction_service_group,
+                r.version,
+                None,
+            ),
+            SeataMessage::RegisterRm(r) => {
+                let resources: Vec<String> = r.resources().map(str::to_string).collect();
+                self.register(
+                    &conn,
+                    Role::Rm,
+                    r.application_id,
+                    r.transaction_service_group,
+                    r.version,
+                    Some(resources),
+                )
+            }
+            SeataMessage::Merged(m) => {
+                let Some(client) = conn.state::<Client>() else {
+                    return self.refuse(&conn, "a merged request before registration".into());
+                };
+                self.stats.merged_frames.fetch_add(1, Ordering::Relaxed);
+                let results = futures_util::future::join_all(
+                    m.msgs
+                        .into_iter()
+                        .map(|sub| self.transaction(&conn, &client, sub)),
+                )
+                .await;
+                SeataMessage::MergeResult(MergeResultMessage { msgs: results })
+            }
+            other if meshline::rpc::message::is_mergeable_request(other.type_code()) => {
+                let Some(client) = conn.state::<Client>() else {
+                    return self.refuse(&conn, format!("{} before registration", other.name()));
+                };
+                self.transaction(&conn, &client, other).await
+            }
+            other => {
+                return self.refuse(
+                    &conn,
+                    format!("a client sent {}, which a TC does not take", other.name()),
+                );
+            }
+        };
+        self.answer(&req, compressor, &answer).await
+    }
+
+    /// Closes the connection with `reason` (nothing can be answered), counting it.
+    fn refuse(&self, conn: &Connection, reason: String) -> Option<Payload> {
+        self.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(peer = %conn.peer(), %reason, "closing the connection");
+        conn.close_with(reason);
+        None
+    }
+
+    /// The answer as a payload; a one-way request's answer is sent here.
+    async fn answer(
+        &self,
+        req: &InboundRequest,
+        compressor: Compressor,
+        answer: &SeataMessage,
+    ) -> Option<Payload> {
+        if self.crashed() {
+            // A dead process answers nothing, not even what it had computed.
+            return None;
+        }
+        let mut p = match Payload::seata_compressed(answer, compressor) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode an answer");
+                return None;
+            }
+        };
+        if let Some(tag) = &self.options.tag {
+            p = p.with_head("tc", tag.clone());
+        }
+        if req.oneway {
+            if let Err(e) = req.connection.respond(req.request_id, p).await {
+                tracing::debug!(error = %e, "could not answer a one-way request");
+            }
+            return None;
+        }
+        Some(p)
+    }
+
+    fn register(
+        &self,
+        conn: &Connection,
+        role: Role,
+        application_id: String,
+        group: String,
+        version: String,
+        resources: Option<Vec<String>>,
+    ) -> SeataMessage {
+        self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+        let accept = !self.options.refuse_registration;
+        if accept {
+            if let Some(res) = &resources {
+                self.channels
+                    .add_rm(conn, &application_id, res.iter().map(String::as_str));
+            }
+            tracing::debug!(peer = %conn.peer(), ?role, %application_id, "client registered");
+            conn.set_state(Client {
+                role,
+                application_id,
+                group,
+                version,
+            });
+        } else {
+            tracing::info!(peer = %conn.peer(), "refusing registration");
+        }
+        let r = RegisterResponse {
+            identified: accept,
+            version: Some(self.options.version.clone()),
+        };
+        match role {
+            Role::Tm => SeataMessage::RegisterTmResponse(r),
+            Role::Rm => SeataMessage::RegisterRmResponse(r),
+        }
+    }
+
+    /// One transaction request of a registered client.
+    async fn transaction(
+        self: &Arc<Self>,
+        conn: &Connection,
+        client: &Client,
+        msg: SeataMessage,
+    ) -> SeataMessage {
+        match msg {
+            SeataMessage::GlobalBegin(r) => SeataMessage::GlobalBeginResponse(self.begin(r)),
+            SeataMessage::GlobalCommit(r) => {
+                SeataMessage::GlobalCommitResponse(self.commit(&r.xid).await)
+            }
+            SeataMessage::GlobalRollback(r) => {
+                SeataMessage::GlobalRollbackResponse(self.rollback(&r.xid).await)
+            }
+            SeataMessage::GlobalStatus(r) => SeataMessage::GlobalStatusResponse(
+                GlobalEndResponse::success(self.status_of(&r.xid)),
+            ),
+            SeataMessage::GlobalReport(r) => SeataMessage::GlobalReportResponse(self.report(r)),
+            SeataMessage::BranchRegister(r) => {
+                SeataMessage::BranchRegisterResponse(self.branch_register(conn, client, r))
+            }
+            SeataMessage::BranchReport(r) => {
+                SeataMessage::BranchReportResponse(self.branch_report(r))
+            }
+            SeataMessage::GlobalLockQuery(r) => {
+                let tx = tx_id_of(&r.xid);
+                let lockable = self.locks.lockable(
+                    tx,
+                    &rows(&r.resource_id, r.lock_key.as_deref().unwrap_or("")),
+                );
+                SeataMessage::GlobalLockQueryResponse(GlobalLockQueryResponse {
+                    result: TransactionResult::success(),
+                    lockable,
+                })
+            }
+            // `is_mergeable_request` lets only the eight above through; never echo.
+            other => refusal(other.type_code(), "not a transaction request").unwrap_or_else(|| {
+                SeataMessage::GlobalStatusResponse(GlobalEndResponse {
+                    result: TransactionResult::failed(
+                        Exc::Unknown,
+                        format!("{} is not a transaction request", other.name()),
+                    ),
+                    global_status: GlobalStatus::Unknown,
+                })
+            }),
+        }
+    }
+
+    fn begin(&self, r: GlobalBeginRequest) -> GlobalBeginResponse {
+        if r.timeout_ms <= 0 {
+            return GlobalBeginResponse {
+                result: TransactionResult::failed(
+                    Exc::BeginFailed,
+                    format!(
+                        "TransactionException[timeout must be positive, got {} ms]",
+                        r.timeout_ms
+                    ),
+                ),
+                xid: None,
+                extra_data: None,
+            };
+        }
+        let tx_id = self.ids.next_id();
+        let xid = format!("{}:{tx_id}", self.options.xid_address);
+        let timeout = std::time::Duration::from_millis(r.timeout_ms as u64);
+        self.sessions.insert(Arc::new(Session::new(
+            xid.clone(),
+            tx_id,
+            r.transaction_name.unwrap_or_default(),
+            timeout,
+        )));
+        self.stats.begun.fetch_add(1, Ordering::Relaxed);
+        GlobalBeginResponse {
+            result: TransactionResult::success(),
+            xid: Some(xid),
+            extra_data: None,
+        }
+    }
+
+    async fn commit(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
+        let Some(s) = self.sessions.get(xid) else {
+            return GlobalEndResponse::success(GlobalStatus::Finished);
+        };
+        {
+            let mut st = s.state();
+            if st.status != GlobalStatus::Begin || st.driving {
+                return GlobalEndResponse::success(st.status);
+            }
+            st.active = false;
+            st.driving = true;
+            if s.timed_out() {
+                // Too late: the TC rolls it back (Seata answers TimeoutRollbacking).
+                st.status = GlobalStatus::TimeoutRollbacking;
+                drop(st);
+                let inner = self.clone();
+                let s2 = s.clone();
+                tokio::spawn(async move { inner.rollback_branches(&s2, true).await });
+                return GlobalEndResponse::success(GlobalStatus::TimeoutRollbacking);
+            }
+            st.status = GlobalStatus::Committing;
+            // The decision is made and phase one's changes are already in the
+            // databases: the rows are free for others now (Seata's AT commit).
+            let rows: Vec<_> = st
+                .branches
+                .iter_mut()
+                .flat_map(|b| std::mem::take(&mut b.rows))
+                .collect();
+            self.locks.release(s.tx_id, &rows);
+        }
+        GlobalEndResponse::success(self.commit_branches(&s).await)
+    }
+
+    async fn rollback(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
+        let Some(s) = self.sessions.get(xid) else {
+            return GlobalEndResponse::success(GlobalStatus::Finished);
+        };
+        {
+            let mut st = s.state();
+            if st.status != GlobalStatus::Begin || st.driving {
+                return GlobalEndResponse::success(st.status);
+            }
+            st.active = false;
+            st.driving = true;
+            st.status = GlobalStatus::Rollbacking;
+        }
+        GlobalEndResponse::success(self.rollback_branches(&s, false).await)
+    }
+
+    /// The status of `xid`, `Finished` when it is not known (any more).
+    pub(super) fn status_of(&self, xid: &str) -> GlobalStatus {
+        self.sessions
+            .get(xid)
+            .map_or(GlobalStatus::Finished, |s| s.state().status)
+    }
+
+    fn report(&self, r: GlobalReportRequest) -> GlobalEndResponse {
+        // Seata acts on a report only for Saga; otherwise it answers the status. An
+        // unknown XID echoes the status reported.
+        let status = match self.sessions.get(&r.xid) {
+            Some(s) => s.state().status,
+            None => r.global_status.unwrap_or(GlobalStatus::Finished),
+        };
+        GlobalEndResponse::success(status)
+    }
+
+    fn branch_register(
+        &self,
+        conn: &Connection,
+        client: &Client,
+        r: BranchRegisterRequest,
+    ) -> BranchRegisterResponse {
+        let fail = |exc, msg: String| BranchRegisterResponse {
+            result: TransactionResult::failed(exc, format!("TransactionException[{msg}]")),
+            branch_id: 0,
+        };
+        let Some(s) = self.sessions.get(&r.xid) else {
+            return fail(
+                Exc::GlobalTransactionNotExist,
+                format!(
+                    "Could not found global transaction xid = {}, may be has finished.",
+                    r.xid
+                ),
+            );
+        };
+        let mut st = s.state();
+        if !st.active {
+            return fail(
+                Exc::GlobalTransactionNotActive,
+                format!(
+                    "Could not register branch into global session xid = {} status = {}, cause by globalSession not active",
+                    r.xid, st.status
+                ),
+            );
+        }
+        if st.status != GlobalStatus::Begin {
+            return fail(
+                Exc::GlobalTransactionStatusInvalid,
+                format!(
+                    "Could not register branch into global session xid = {} status = {} while expecting Begin",
+                    r.xid, st.status
+                ),
+            );
+        }
+        let id = self.ids.next_id();
+        let wanted = match (&r.lock_key, r.branch_type) {
+            (Some(k), meshline::rpc::message::BranchType::AT) => rows(&r.resource_id, k),
+            _ => Vec::new(),
+        };
+        let taken = match self.locks.acquire(s.tx_id, &wanted) {
+            Ok(t) => t,
+            Err(row) => {
+                self.stats.lock_conflicts.fetch_add(1, Ordering::Relaxed);
+                return fail(
+                    Exc::LockKeyConflict,
+                    format!(
+                        "Global lock acquire failed xid = {} branchId = {id}: row {row} is held by another global transaction",
+                        r.xid
+                    ),
+                );
+            }
+        };
+        st.branches.push(Branch {
+            id,
+            branch_type: r.branch_type,
+            resource_id: r.resource_id,
+            application_data: r.application_data,
+            application_id: client.application_id.clone(),
+            peer: conn.peer(),
+            status: meshline::rpc::message::BranchStatus::Registered,
+            rows: taken,
+        });
+        BranchRegisterResponse {
+            result: TransactionResult::success(),
+            branch_id: id,
+        }
+    }
+
+    fn branch_report(&self, r: BranchReportRequest) -> BranchReportResponse {
+        let fail = |exc, msg: String| BranchReportResponse {
+            result: TransactionResult::failed(exc, format!("TransactionException[{msg}]")),
+        };
+        let Some(s) = self.sessions.get(&r.xid) else {
+            return fail(
+                Exc::GlobalTransactionNotExist,
+                format!(
+                    "Could not found global transaction xid = {}, may be has finished.",
+                    r.xid
+                ),
+            );
+        };
+        let mut st = s.state();
+        match st.branches.iter_mut().find(|b| b.id == r.branch_id) {
+            Some(b) => {
+                b.status = r.status;
+                BranchReportResponse::default()
+            }
+            None => fail(
+                Exc::BranchTransactionNotExist,
+                format!(
+                    "Could not found branch session xid = {} branchId = {}",
+                    r.xid, r.branch_id
+                ),
+            ),
+        }
+    }
+}
+
+/// The transaction id in an XID: what follows its last `:` (Seata's
+/// `XID.getTransactionId`); 0 when there is none.
+fn tx_id_of(xid: &str) -> i64 {
+    xid.rsplit_once(':')
+        .and_then(|(_, id)| id.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The failed answer to a request of type `code` that could not be served, or `None`
+/// for a type that is not a request a TC answers.
+fn refusal(code: i16, why: &str) -> Option<SeataMessage> {
+    use type_code::*;
+    let result = |exc| TransactionResult::failed(exc, format!("bad {}: {why}", type_name(code)));
+    let end = |exc| GlobalEndResponse {
+        result: result(exc),
+        global_status: GlobalStatus::Unknown,
+    };
+    Some(match code {
+        GLOBAL_BEGIN => SeataMessage::GlobalBeginResponse(GlobalBeginResponse {
+            result: result(Exc::BeginFailed),
+            xid: None,
+            extra_data: None,
+        }),
+        GLOBAL_COMMIT => SeataMessage::GlobalCommitResponse(end(Exc::Unknown)),
+        GLOBAL_ROLLBACK => SeataMessage::GlobalRollbackResponse(end(Exc::Unknown)),
+        GLOBAL_STATUS => SeataMessage::GlobalStatusResponse(end(Exc::Unknown)),
+        GLOBAL_REPORT => SeataMessage::GlobalReportResponse(end(Exc::Unknown)),
+        BRANCH_REGISTER => SeataMessage::BranchRegisterResponse(BranchRegisterResponse {
+            result: result(Exc::BranchRegisterFailed),
+            branch_id: 0,
+        }),
+        BRANCH_STATUS_REPORT => SeataMessage::BranchReportResponse(BranchReportResponse {
+            result: result(Exc::BranchReportFailed),
+        }),
+        GLOBAL_LOCK_QUERY => SeataMessage::GlobalLockQueryResponse(GlobalLockQueryResponse {
+            result: result(Exc::LockableCheckFailed),
+            lockable: false,
+        }),
+        REG_CLT => SeataMessage::RegisterTmResponse(RegisterResponse {
+            identified: false,
+            version: None,
+        }),
+        REG_RM => SeataMessage::RegisterRmResponse(RegisterResponse {
+            identified: false,
+            version: None,
+        }),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xids_give_their_transaction_id() {
+        assert_eq!(tx_id_of("10.0.0.1:8091:42"), 42);
+        assert_eq!(tx_id_of("2000:0:0:0:1:2345:6789:abcd:8092:7"), 7);
+        assert_eq!(tx_id_of("name-without-id"), 0);
+    }
+
+    #[test]
+    fn refusals_answer_in_the_requests_own_type() {
+        for code in [1i16, 7, 9, 11, 13, 15, 17, 21, 101, 103] {
+            let r = refusal(code, "truncated at field `xid`").unwrap();
+            assert_eq!(r.type_code(), code + 1, "{code}");
+            if let Some(t) = r.transaction_result() {
+                assert!(!t.is_success());
+                assert!(
+                    t.message
+                        .as_deref()
+                        .unwrap()
+                        .contains("truncated at field `xid`")
+                );
+            }
+        }
+        assert!(
+            refusal(3, "x").is_none(),
+            "phase two is not a TC's to answer"
+        );
+        assert!(refusal(999, "x").is_none());
+    }
+}

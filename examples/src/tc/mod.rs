@@ -1,0 +1,243 @@
+//! An in-memory Seata TC: what the `tc-server`, `demo` and `quickstart` programs run.
+//!
+//! **Not durable**: sessions, branches and locks live in this process's memory only. A
+//! TC that dies loses every transaction it had not finished, exactly as a Seata server
+//! with `store.mode=file` would if its files were lost. It exists to show and test a
+//! real two-phase commit end to end, not to replace Seata's server.
+//!
+//! What it does, following Seata's `DefaultCoordinator` / `DefaultCore`:
+//!
+//! - **Registration**: RegisterTM and RegisterRM on every connection (answered
+//!   `identified = 1`, or 0 when told to refuse); the RMs are kept by resource id and
+//!   application (`channels`), so phase two finds an RM again after it reconnects, as
+//!   Seata's `ChannelManager` does.
+//! - **Begin**: an XID as Seata makes it, `ip:port:transactionId`, with ids from a
+//!   Seata-style `IdWorker` (`ids`).
+//! - **Branches**: registration under a session that is still `Begin`; an AT branch's
+//!   lock keys are taken in the global lock table (`locks`), a row held by another
+//!   transaction answers `LockKeyConflict`; GlobalLockQuery reads the same table.
+//! - **Commit and rollback** drive phase two over each RM's own connection, as
+//!   requests from the server (`phase_two`): commit to every branch at once, rollback
+//!   last branch first. A branch whose RM is not connected or does not answer is
+//!   retried by the background loop (every `period`) until it is done, or until
+//!   `max_retry_time`. Unlike Seata's AT mode, commit answers only once phase two
+//!   finished (or is left to the retries: `CommitRetrying`).
+//! - **Timeouts**: a session still `Begin` past its timeout is rolled back
+//!   (`TimeoutRollbacked`); a commit that comes too late answers `TimeoutRollbacking`.
+//! - **Batching**: a MergedWarpMessage's requests are served concurrently and answered
+//!   with one MergeResultMessage, in order.
+//! - **Bad input** is refused, never echoed (`dispatch`).
+
+mod channels;
+mod dispatch;
+mod ids;
+mod locks;
+mod phase_two;
+mod session;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use meshline::rpc::message::GlobalStatus;
+use meshline::rpc::{Server, ServerConfig};
+use tokio::net::TcpListener;
+
+pub use channels::{Client, Role};
+
+impl Inner {
+    fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::Relaxed)
+    }
+}
+
+use channels::Channels;
+use ids::IdWorker;
+use locks::LockTable;
+use session::Sessions;
+
+/// How a coordinator behaves.
+#[derive(Debug, Clone)]
+pub struct TcOptions {
+    /// The `ip:port` written into XIDs: the address clients know this TC by (the XID
+    /// balancer routes a transaction back to it).
+    pub xid_address: String,
+    /// How often timed-out sessions are rolled back and unfinished phase twos retried
+    /// (Seata: 1 s).
+    pub period: Duration,
+    /// How long a BranchCommit / BranchRollback waits for the RM
+    /// (`transport.rpcTcRequestTimeout`, 15 s).
+    pub phase_two_timeout: Duration,
+    /// Give up retrying phase two this long after the transaction began (Seata's
+    /// `server.maxCommitRetryTimeout`; `None`, Seata's -1, retries forever).
+    pub max_retry_time: Option<Duration>,
+    /// Answer registrations with `identified = 0` (to see a client's refusal path).
+    pub refuse_registration: bool,
+    /// Put the head entry `tc = <tag>` on every answer (which TC answered).
+    pub tag: Option<String>,
+    /// Largest frame, and the cap on a decompressed body.
+    pub max_frame_len: usize,
+    /// The version answered to registrations.
+    pub version: String,
+}
+
+impl Default for TcOptions {
+    fn default() -> Self {
+        TcOptions {
+            xid_address: "127.0.0.1:8091".into(),
+            period: Duration::from_secs(1),
+            phase_two_timeout: Duration::from_secs(15),
+            max_retry_time: None,
+            refuse_registration: false,
+            tag: None,
+            max_frame_len: meshline::rpc::codec::DEFAULT_MAX_FRAME_LEN,
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+/// What a coordinator did, for reports.
+#[derive(Debug, Default)]
+pub struct TcStats {
+    /// Registrations answered.
+    pub registrations: AtomicU64,
+    /// Global transactions begun.
+    pub begun: AtomicU64,
+    /// Committed (every branch).
+    pub committed: AtomicU64,
+    /// Rolled back on request.
+    pub rolled_back: AtomicU64,
+    /// Rolled back because they timed out.
+    pub timed_out: AtomicU64,
+    /// Ended failed (a branch gave up, or retries ran out).
+    pub failed: AtomicU64,
+    /// BranchCommit / BranchRollback requests sent to RMs.
+    pub phase_two_sent: AtomicU64,
+    /// Branch registrations refused for a lock held by another transaction.
+    pub lock_conflicts: AtomicU64,
+    /// Requests refused as bad input (undecodable, wrong codec, unknown type).
+    pub bad_requests: AtomicU64,
+    /// MergedWarpMessages served (batched requests from Seata-style clients).
+    pub merged_frames: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    /// Set by [`Coordinator::crash`]: nothing more happens.
+    crashed: AtomicBool,
+    options: TcOptions,
+    sessions: Sessions,
+    locks: LockTable,
+    channels: Channels,
+    ids: IdWorker,
+    stats: Arc<TcStats>,
+}
+
+/// An in-memory TC. Cheap to clone; its background loop stops when the last clone and
+/// the server's handler are gone.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("xid_address", &self.inner.options.xid_address)
+            .field("sessions", &self.inner.sessions.len())
+            .finish()
+    }
+}
+
+impl Coordinator {
+    /// A coordinator with `options`; starts its background loop on the current tokio
+    /// runtime.
+    pub fn new(options: TcOptions) -> Self {
+        let worker = fastrand::u16(..);
+        let inner = Arc::new(Inner {
+            crashed: AtomicBool::new(false),
+            ids: IdWorker::new(worker),
+            sessions: Sessions::default(),
+            locks: LockTable::default(),
+            channels: Channels::default(),
+            stats: Arc::default(),
+            options,
+        });
+        let weak: Weak<Inner> = Arc::downgrade(&inner);
+        let period = inner.options.period.max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = weak.upgrade() else { break };
+                if inner.crashed() {
+                    break;
+                }
+                inner.housekeeping().await;
+            }
+        });
+        Coordinator { inner }
+    }
+
+    /// Binds `listen`, and serves a coordinator whose XIDs name `advertise` and the
+    /// port bound (port 0 picks a free one).
+    pub async fn serve(
+        listen: SocketAddr,
+        advertise: IpAddr,
+        mut options: TcOptions,
+        config: ServerConfig,
+    ) -> std::io::Result<(Server, Coordinator)> {
+        let listener = TcpListener::bind(listen).await?;
+        let port = listener.local_addr()?.port();
+        options.xid_address = SocketAddr::new(advertise, port).to_string();
+        options.max_frame_len = config.transport.max_frame_len;
+        let tc = Coordinator::new(options);
+        let server = tc.server_builder().config(config).serve(listener)?;
+        Ok((server, tc))
+    }
+
+    /// A server builder wired to this coordinator: its request handler, and its
+    /// close hook (an RM that disconnects is no longer a phase-two target).
+    pub fn server_builder(&self) -> meshline::rpc::ServerBuilder {
+        let inner = self.inner.clone();
+        let closed = self.inner.clone();
+        Server::builder(move |req| inner.clone().on_request(req))
+            .on_close(move |conn, _| closed.channels.remove(conn))
+    }
+
+    /// What a crash does to this coordinator (with [`Server::kill`] for its sockets):
+    /// from now on it answers nothing, sends no phase two and retries nothing, and its
+    /// sessions are lost with it. Requests already being served get no answer.
+    pub fn crash(&self) {
+        self.inner.crashed.store(true, Ordering::SeqCst);
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> &TcStats {
+        &self.inner.stats
+    }
+
+    /// The address its XIDs name.
+    pub fn xid_address(&self) -> &str {
+        &self.inner.options.xid_address
+    }
+
+    /// Global transactions not finished.
+    pub fn open_sessions(&self) -> usize {
+        self.inner.sessions.len()
+    }
+
+    /// Rows locked by unfinished transactions.
+    pub fn locked_rows(&self) -> usize {
+        self.inner.locks.len()
+    }
+
+    /// The status of `xid` (`Finished` when unknown).
+    pub fn status(&self, xid: &str) -> GlobalStatus {
+        self.inner.status_of(xid)
+    }
+
+    /// RM connections serving `resource`.
+    pub fn rm_connections(&self, resource: &str) -> usize {
+        self.inner.channels.count(resource)
+    }
+}

@@ -10,6 +10,7 @@
 //! | `tc-server` | an in-memory Seata TC ([`tc`]), registered in any registry the facade knows |
 //! | `tm-client` | a TM: begins global transactions on its group's TCs, commits or rolls them back |
 //! | `rm-client` | an RM: registers a resource, joins a transaction with a branch, answers phase two |
+//! | `tx-bench` | global transactions per second through the in-memory TC against the echo rate of the same run |
 //! | `gateway` | the example game gateway ([`gateway`]): admission, sessions, module routing, fan-out, backpressure |
 //! | `game-backend` | the game behind it ([`game_backend`]): lobby, chat, rooms, dynamic binding |
 //! | `bot` | players: auth, room, chat, lobby requests; throughput and latency |

@@ -345,7 +345,9 @@ pub struct TransportConfig {
     /// `transport.enableClientBatchSendRequest`: Seata's older key, the RM's fallback.
     pub enable_client_batch_send_request: Option<bool>,
     /// `transport.maxMergeSendMills` (ms when bare): how long a batching client holds
-    /// requests back to merge more. Default 1 ms, as Seata's client.
+    /// requests back to merge more. Default 0: merge what is queued when the connection
+    /// writes, without waiting (Seata's Java client waits a fixed 1 ms; meshline measured
+    /// that wait halving transaction throughput, examples/BENCHMARKS.md).
     pub max_merge_send_mills: Duration,
     /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
     /// `65536`). `None`: the rpc-client's default (8 MiB, as Seata).
@@ -404,7 +406,7 @@ impl Default for Config {
                 enable_tm_client_batch_send_request: false,
                 enable_rm_client_batch_send_request: None,
                 enable_client_batch_send_request: None,
-                max_merge_send_mills: Duration::from_millis(1),
+                max_merge_send_mills: Duration::ZERO,
                 max_frame_length: None,
                 request_queue_bytes: None,
                 response_queue_bytes: None,

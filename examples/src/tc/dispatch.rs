@@ -34,14 +34,34 @@ use super::channels::{Client, Role};
 use super::locks::rows;
 use super::session::{Branch, Session};
 
+/// Where an answer goes: the request's connection, id, and whether it was one-way.
+struct Reply {
+    conn: Connection,
+    oneway: bool,
+    request_id: u32,
+}
+
 impl Inner {
     /// Handles one request; `Some` is the answer to send with the request's id.
     pub(super) async fn on_request(self: Arc<Self>, req: InboundRequest) -> Option<Payload> {
         if self.crashed() {
             return None;
         }
-        let conn = req.connection.clone();
-        let p = &req.payload;
+        // The payload is a slice of the connection's read buffer: decode it and let it
+        // go before anything waits (a commit waits for phase two), or every request in
+        // flight would keep a whole read buffer alive.
+        let InboundRequest {
+            oneway,
+            request_id,
+            payload: p,
+            connection: conn,
+            ..
+        } = req;
+        let reply = Reply {
+            conn: conn.clone(),
+            oneway,
+            request_id,
+        };
         if p.codec != meshline::rpc::codec::CODEC_SEATA {
             return self.refuse(
                 &conn,
@@ -57,22 +77,24 @@ impl Inner {
             Err(e) => return self.refuse(&conn, e.to_string()),
         };
         let body = if compressor == Compressor::None {
-            p.body.clone()
+            p.body
         } else {
             match compressor.decompress(&p.body, self.options.max_frame_len) {
                 Ok(b) => b,
                 Err(e) => return self.refuse(&conn, e.to_string()),
             }
         };
-        let msg = match SeataMessage::decode(&body) {
+        let decoded = SeataMessage::decode(&body);
+        let code = (body.len() >= 2).then(|| i16::from_be_bytes([body[0], body[1]]));
+        drop(body);
+        let msg = match decoded {
             Ok(m) => m,
             Err(e) => {
-                let code = (body.len() >= 2).then(|| i16::from_be_bytes([body[0], body[1]]));
                 self.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
                 match code.and_then(|c| refusal(c, &e.to_string())) {
                     Some(answer) => {
-                        tracing::warn!(peer = %req.peer, error = %e, "undecodable request answered as failed");
-                        return self.answer(&req, compressor, &answer).await;
+                        tracing::warn!(peer = %conn.peer(), error = %e, "undecodable request answered as failed");
+                        return self.answer(&reply, compressor, &answer).await;
                     }
                     None => return self.refuse(&conn, format!("undecodable request: {e}")),
                 }
@@ -124,7 +146,7 @@ impl Inner {
                 );
             }
         };
-        self.answer(&req, compressor, &answer).await
+        self.answer(&reply, compressor, &answer).await
     }
 
     /// Closes the connection with `reason` (nothing can be answered), counting it.
@@ -138,7 +160,7 @@ impl Inner {
     /// The answer as a payload; a one-way request's answer is sent here.
     async fn answer(
         &self,
-        req: &InboundRequest,
+        req: &Reply,
         compressor: Compressor,
         answer: &SeataMessage,
     ) -> Option<Payload> {
@@ -157,7 +179,7 @@ impl Inner {
             p = p.with_head("tc", tag.clone());
         }
         if req.oneway {
-            if let Err(e) = req.connection.respond(req.request_id, p).await {
+            if let Err(e) = req.conn.respond(req.request_id, p).await {
                 tracing::debug!(error = %e, "could not answer a one-way request");
             }
             return None;
@@ -210,11 +232,13 @@ impl Inner {
     ) -> SeataMessage {
         match msg {
             SeataMessage::GlobalBegin(r) => SeataMessage::GlobalBeginResponse(self.begin(r)),
+            // Boxed: phase two makes these futures large, and every request's future
+            // would be that large (and moved into its box) if they were inline.
             SeataMessage::GlobalCommit(r) => {
-                SeataMessage::GlobalCommitResponse(self.commit(&r.xid).await)
+                SeataMessage::GlobalCommitResponse(Box::pin(self.commit(&r.xid)).await)
             }
             SeataMessage::GlobalRollback(r) => {
-                SeataMessage::GlobalRollbackResponse(self.rollback(&r.xid).await)
+                SeataMessage::GlobalRollbackResponse(Box::pin(self.rollback(&r.xid)).await)
             }
             SeataMessage::GlobalStatus(r) => SeataMessage::GlobalStatusResponse(
                 GlobalEndResponse::success(self.status_of(&r.xid)),
@@ -268,7 +292,7 @@ impl Inner {
         let xid = format!("{}:{tx_id}", self.options.xid_address);
         let timeout = std::time::Duration::from_millis(r.timeout_ms as u64);
         self.sessions.insert(Arc::new(Session::new(
-            xid.clone(),
+            Arc::from(xid.as_str()),
             tx_id,
             r.transaction_name.unwrap_or_default(),
             timeout,

@@ -7,14 +7,17 @@
 //! `LockKeyConflict`, leaving nothing of that branch locked. Parsing follows Seata's
 //! `collectRowLocks`: it stops at a group without `:`, and skips blank keys.
 
+use std::sync::Arc;
+
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
-/// One locked row: resource, table, primary key.
-pub type RowKey = String;
+/// One locked row: resource, table, primary key. Shared between the table and the
+/// branch that holds it (one allocation per row).
+pub type RowKey = Arc<str>;
 
 fn row(resource: &str, table: &str, pk: &str) -> RowKey {
-    format!("{resource}^^^{table}^^^{pk}")
+    Arc::from(format!("{resource}^^^{table}^^^{pk}"))
 }
 
 /// The rows a lock key names on `resource`.
@@ -38,14 +41,14 @@ pub fn rows(resource: &str, lock_key: &str) -> Vec<RowKey> {
 /// Which transaction (by transaction id) holds each row.
 #[derive(Debug, Default)]
 pub struct LockTable {
-    held: DashMap<RowKey, i64>,
+    held: DashMap<RowKey, i64, foldhash::fast::RandomState>,
 }
 
 impl LockTable {
     /// Locks `rows` for transaction `tx`. On a conflict nothing this call took is kept,
     /// and the row is returned.
     pub fn acquire(&self, tx: i64, rows: &[RowKey]) -> Result<Vec<RowKey>, RowKey> {
-        let mut taken: Vec<RowKey> = Vec::new();
+        let mut taken: Vec<RowKey> = Vec::with_capacity(rows.len());
         for r in rows {
             match self.held.entry(r.clone()) {
                 Entry::Vacant(v) => {
@@ -89,6 +92,12 @@ mod tests {
 
     #[test]
     fn lock_keys_parse_as_seata_does() {
+        let rows = |r: &str, k: &str| {
+            super::rows(r, k)
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
             rows("db", "t:1,2;u:9"),
             vec!["db^^^t^^^1", "db^^^t^^^2", "db^^^u^^^9"]
@@ -112,7 +121,7 @@ mod tests {
         );
         assert_eq!(
             l.acquire(2, &rows("db", "t:4,1")),
-            Err("db^^^t^^^1".to_string())
+            Err(Arc::from("db^^^t^^^1"))
         );
         assert!(l.lockable(2, &rows("db", "t:5")));
         assert!(

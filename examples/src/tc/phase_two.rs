@@ -38,7 +38,7 @@ impl Inner {
             ));
         };
         let req = BranchEndRequest {
-            xid: s.xid.clone(),
+            xid: s.xid.to_string(),
             branch_id: b.id,
             branch_type: b.branch_type,
             resource_id: b.resource_id.clone(),

@@ -46,8 +46,8 @@ pub struct State {
 /// A global transaction.
 #[derive(Debug)]
 pub struct Session {
-    /// Its XID.
-    pub xid: String,
+    /// Its XID (shared with the session map's key).
+    pub xid: Arc<str>,
     /// The transaction id (the XID's last part).
     pub tx_id: i64,
     /// The name the TM gave.
@@ -61,7 +61,7 @@ pub struct Session {
 
 impl Session {
     /// A session in `Begin`.
-    pub fn new(xid: String, tx_id: i64, name: String, timeout: Duration) -> Self {
+    pub fn new(xid: Arc<str>, tx_id: i64, name: String, timeout: Duration) -> Self {
         Session {
             xid,
             tx_id,
@@ -91,7 +91,7 @@ impl Session {
 /// Every session by XID.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    by_xid: DashMap<String, Arc<Session>>,
+    by_xid: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
 }
 
 impl Sessions {

@@ -236,14 +236,11 @@ fn tm_retry_and_batching_keys() {
     );
     assert!(d.transport.rm_batch());
     assert!(!d.transport.enable_tm_client_batch_send_request);
-    assert_eq!(
-        d.transport.max_merge_send_mills,
-        std::time::Duration::from_millis(1)
-    );
+    assert!(d.transport.max_merge_send_mills.is_zero());
     let c = Config::from_text(
         "client.tm.commitRetryCount=2\nclient.tm.rollbackRetryCount=0\n\
          client.tm.defaultGlobalTransactionTimeout=3000\nclient.tm.degradeCheck=true\n\
-         transport.enableClientBatchSendRequest=false\ntransport.maxMergeSendMills=0\n",
+         transport.enableClientBatchSendRequest=false\ntransport.maxMergeSendMills=2\n",
         Format::Properties,
     )
     .unwrap();
@@ -261,7 +258,11 @@ fn tm_retry_and_batching_keys() {
         !c.transport.rm_batch(),
         "the RM falls back to the older key"
     );
-    assert!(c.transport.max_merge_send_mills.is_zero());
+    assert_eq!(
+        c.transport.max_merge_send_mills,
+        std::time::Duration::from_millis(2),
+        "a bare number is milliseconds"
+    );
     let c = Config::from_text(
         "transport.enableClientBatchSendRequest=false\ntransport.enableRmClientBatchSendRequest=true\n",
         Format::Properties,

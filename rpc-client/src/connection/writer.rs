@@ -97,8 +97,11 @@ pub(super) async fn write_loop(
     write_timeout: Option<Duration>,
 ) -> CloseReason {
     // Reused across batches (the common case is many small frames); dropped when the
-    // writer goes idle so an idle connection holds nothing.
+    // writer goes idle so an idle connection holds nothing. The write buffer too: a busy
+    // connection would otherwise allocate (and the allocator consolidate) a buffer of up
+    // to `BATCH_BYTES` for every write.
     let mut batch = Batch::new();
+    let mut buf = BytesMut::new();
     loop {
         // Wait for work (or the write-idle PING).
         loop {
@@ -108,6 +111,9 @@ pub(super) async fn write_loop(
             }
             if batch.requests.capacity() > 0 || batch.responses.capacity() > 0 {
                 batch = Batch::new();
+            }
+            if buf.capacity() > 0 {
+                buf = BytesMut::new();
             }
             let notified = shared.lanes.wake.notified();
             match write_idle {
@@ -149,13 +155,13 @@ pub(super) async fn write_loop(
             tokio::time::sleep(b.max_wait).await;
             batch.fill(&shared.lanes);
         }
-        let (buf, charge) = encode(&shared, &mut batch);
+        let charge = encode(&shared, &mut batch, &mut buf);
         if !buf.is_empty()
             && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
         {
             return reason;
         }
-        drop(buf);
+        buf.clear();
         shared.lanes.release(charge);
         let written = std::mem::take(&mut *shared.in_write());
         for tx in written {
@@ -164,14 +170,14 @@ pub(super) async fn write_loop(
     }
 }
 
-/// Encodes the batch into one exactly sized buffer and does the delivery bookkeeping.
-/// Returns the bytes and the request budget they held.
-fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
-    let mut buf = BytesMut::with_capacity(batch.bytes);
+/// Encodes the batch into `buf` (empty, grown to the batch's size) and does the delivery
+/// bookkeeping. Returns the request budget the batch held.
+fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> usize {
+    buf.reserve(batch.bytes);
     batch.bytes = 0;
     let max = shared.max_frame_len;
     for (f, _) in batch.responses.drain(..) {
-        if let Err(e) = f.encode_into(&mut buf, max) {
+        if let Err(e) = f.encode_into(buf, max) {
             tracing::error!(error = %e, "dropping unframeable response");
         }
     }
@@ -205,7 +211,7 @@ fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
                     }
                     Entry::Vacant(slot) => {
                         merge::compress_request(shared.compressor, &mut frame);
-                        match frame.encode_into(&mut buf, max) {
+                        match frame.encode_into(buf, max) {
                             Ok(()) => {
                                 slot.insert(tx);
                             }
@@ -216,7 +222,7 @@ fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
             }
             Reply::Written(tx) => {
                 merge::compress_request(shared.compressor, &mut frame);
-                if let Err(e) = frame.encode_into(&mut buf, max) {
+                if let Err(e) = frame.encode_into(buf, max) {
                     tracing::error!(error = %e, "dropping unframeable one-way request");
                     continue;
                 }
@@ -226,9 +232,9 @@ fn encode(shared: &Shared, batch: &mut Batch) -> (BytesMut, usize) {
     }
     if !mergeable.is_empty() {
         let table = pending.get_or_insert_with(|| shared.pending());
-        merge::write_merged(shared, mergeable, table, &mut buf);
+        merge::write_merged(shared, mergeable, table, buf);
     }
-    (buf, charge)
+    charge
 }
 
 /// Writes `buf`; fails when the socket accepts no byte for `deadline`.

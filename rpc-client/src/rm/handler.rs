@@ -46,29 +46,38 @@ impl InboundHandler for PhaseTwo {
         let limit = self.limit;
         Box::pin(async move {
             let peer = req.peer;
-            let msg = match req.payload.decode_seata_limited(limit) {
+            // Decoded, the payload (a slice of the read buffer) goes before the handler
+            // runs, so a slow handler does not keep the connection's buffer alive.
+            let payload = req.payload;
+            let decoded = payload.decode_seata_limited(limit);
+            // Seata answers with the request's compressor.
+            let compressor = payload.compressor().unwrap_or_default();
+            drop(payload);
+            let msg = match decoded {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!(%peer, error = %e, "the TC sent a request this RM cannot read; not answered");
                     return None;
                 }
             };
-            // Seata answers with the request's compressor.
-            let compressor = req.payload.compressor().unwrap_or_default();
             let reply = match msg {
                 SeataMessage::BranchCommit(r) => {
-                    let out = handler.branch_commit(r.clone()).await;
+                    let (xid, branch) = (r.xid.clone(), r.branch_id);
+                    let out = handler.branch_commit(r).await;
                     SeataMessage::BranchCommitResponse(answer(
-                        &r,
+                        xid,
+                        branch,
                         out,
                         BranchStatus::PhaseTwoCommitFailedRetryable,
                         TransactionExceptionCode::Unknown,
                     ))
                 }
                 SeataMessage::BranchRollback(r) => {
-                    let out = handler.branch_rollback(r.clone()).await;
+                    let (xid, branch) = (r.xid.clone(), r.branch_id);
+                    let out = handler.branch_rollback(r).await;
                     SeataMessage::BranchRollbackResponse(answer(
-                        &r,
+                        xid,
+                        branch,
                         out,
                         BranchStatus::PhaseTwoRollbackFailedRetryable,
                         TransactionExceptionCode::BranchRollbackFailedRetriable,
@@ -95,22 +104,24 @@ impl InboundHandler for PhaseTwo {
 }
 
 fn answer(
-    req: &BranchCommitRequest,
+    xid: String,
+    branch_id: i64,
     out: Result<BranchStatus, String>,
     failed: BranchStatus,
     exception: TransactionExceptionCode,
 ) -> BranchEndResponse {
-    match out {
-        Ok(status) => BranchEndResponse::for_request(req, status),
+    let (result, branch_status) = match out {
+        Ok(status) => (TransactionResult::success(), status),
         Err(message) => {
-            tracing::warn!(xid = %req.xid, branch = req.branch_id, %message, "phase two failed; the TC will retry");
-            BranchEndResponse {
-                result: TransactionResult::failed(exception, message),
-                xid: req.xid.clone(),
-                branch_id: req.branch_id,
-                branch_status: failed,
-            }
+            tracing::warn!(%xid, branch = branch_id, %message, "phase two failed; the TC will retry");
+            (TransactionResult::failed(exception, message), failed)
         }
+    };
+    BranchEndResponse {
+        result,
+        xid,
+        branch_id,
+        branch_status,
     }
 }
 

@@ -1,0 +1,526 @@
+//! `tx-bench`: whole global transactions per second through the in-memory TC, against
+//! the echo-call rate of the same run (the ceiling).
+//!
+//! ```text
+//! cargo run --release -p meshline-examples --bin tx-bench
+//! cargo run --release -p meshline-examples --bin tx-bench -- --secs 5 --in-flight 256,128
+//! ```
+//!
+//! One transaction is: GlobalBegin (TM), two BranchRegisters (two RMs, at once),
+//! GlobalCommit (TM), during which the TC sends both RMs their BranchCommit and waits
+//! for the answers. Six request/response exchanges on the wire; the target counts
+//! seven round trips (the TC's bookkeeping is the seventh), so the bar is 70 % of the
+//! echo rate / 7.
+//!
+//! Layout, as `rpc-client`'s echo bench: the servers (the echo server, then the TC) run
+//! on one tokio runtime with 1 worker thread, every client (the echo client, then the
+//! TM and both RMs with their phase-two handlers) on another with 1 worker thread: one
+//! core per side on a 2-core machine. Each row is closed-loop: `C` tasks each run a
+//! transaction (or an echo call) and start the next when it ends, for `--secs` after a
+//! 300 ms warm-up; latencies go into an HDR histogram. Rows run with the RMs' batching
+//! on (Seata's default: concurrent branch registrations go as MergedWarpMessages) and
+//! off. Then an open-loop row at half the best closed-loop rate, where latency counts
+//! from each transaction's scheduled start.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use meshline::rpc::message::{
+    BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, GlobalStatus,
+};
+use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
+use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::{CallOptions, InboundRequest, Payload, RpcClient, Server, ServerConfig};
+use meshline::{EmptyProtection, Instance, WatchHub};
+use meshline_examples::tc::{Coordinator, TcOptions};
+use tokio::runtime::Runtime;
+
+/// Global transactions per second through the in-memory TC, against the echo rate of
+/// the same run.
+#[derive(Parser, Debug)]
+#[command(name = "tx-bench", version)]
+struct Args {
+    /// Seconds measured per row (after a 300 ms warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    secs: f64,
+    /// Transactions (and echo calls) in flight, one row each.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![256usize, 128])]
+    in_flight: Vec<usize>,
+    /// Rows with the RMs' batching: `on`, `off` or `both`.
+    #[arg(long, default_value = "both")]
+    batch: String,
+    /// `transport.maxMergeSendMills` for the batching rows (`0s`, meshline's default,
+    /// merges what is queued when the writer runs; `1ms` is Seata's Java client's wait).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    merge_wait: Duration,
+    /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`).
+    #[arg(long)]
+    tm_batch: bool,
+    /// Skip the echo rows and the open-loop row (to profile the transaction path alone).
+    #[arg(long)]
+    only_transactions: bool,
+    /// Rounds per concurrency: each round measures the echo row and every transaction
+    /// row side by side; the summary takes the medians.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+struct Committer;
+
+#[async_trait]
+impl BranchHandler for Committer {
+    async fn branch_commit(&self, _: BranchCommitRequest) -> Result<BranchStatus, String> {
+        Ok(BranchStatus::PhaseTwoCommitted)
+    }
+    async fn branch_rollback(&self, _: BranchRollbackRequest) -> Result<BranchStatus, String> {
+        Ok(BranchStatus::PhaseTwoRollbacked)
+    }
+}
+
+struct Row {
+    name: String,
+    in_flight: String,
+    done: u64,
+    errors: u64,
+    secs: f64,
+    hist: Histogram<u64>,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        self.done as f64 / self.secs
+    }
+    fn p(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1e6
+    }
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("histogram")
+}
+
+/// `n` closed loops of `op` for `secs` after a warm-up.
+async fn closed_loop<F, Fut>(name: &str, n: usize, secs: f64, op: F) -> Row
+where
+    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let warm = Duration::from_millis(300);
+    let measure = Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let shared = Arc::new(std::sync::Mutex::new((hist(), 0u64, 0u64, None::<String>)));
+    let mut tasks = Vec::new();
+    for t in 0..n as u64 {
+        let op = op.clone();
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = t;
+            loop {
+                let t0 = Instant::now();
+                if t0 >= start + warm + measure {
+                    break;
+                }
+                let r = op(i).await;
+                i += n as u64;
+                let t1 = Instant::now();
+                if t0 >= start + warm && t1 <= start + warm + measure {
+                    let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    match r {
+                        Ok(()) => {
+                            g.1 += 1;
+                            let _ = g.0.record((t1 - t0).as_nanos().max(1) as u64);
+                        }
+                        Err(e) => {
+                            g.2 += 1;
+                            g.3.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("bench task");
+    }
+    let (h, done, errors, first) = std::mem::replace(
+        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
+        (hist(), 0, 0, None),
+    );
+    if let Some(e) = first {
+        eprintln!("{name}: first error: {e}");
+    }
+    Row {
+        name: name.to_string(),
+        in_flight: n.to_string(),
+        done,
+        errors,
+        secs,
+        hist: h,
+    }
+}
+
+/// Open loop: transaction `i` starts at `start + i / rate`, from 256 workers; latency
+/// counts from that scheduled start.
+async fn open_loop<F, Fut>(name: &str, rate: f64, secs: f64, op: F) -> Row
+where
+    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let workers = 256u64;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let total = (rate * secs) as u64;
+    let start = Instant::now() + Duration::from_millis(50);
+    let shared = Arc::new(std::sync::Mutex::new((hist(), 0u64, 0u64)));
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let op = op.clone();
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = w;
+            while i < total {
+                let due = start + interval.mul_f64(i as f64);
+                if due > Instant::now() {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let r = op(i).await;
+                let done = Instant::now();
+                let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+                match r {
+                    Ok(()) => {
+                        g.1 += 1;
+                        let _ = g
+                            .0
+                            .record(done.saturating_duration_since(due).as_nanos().max(1) as u64);
+                    }
+                    Err(_) => g.2 += 1,
+                }
+                i += workers;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("open-loop task");
+    }
+    let (h, done, errors) = std::mem::replace(
+        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
+        (hist(), 0, 0),
+    );
+    Row {
+        name: name.to_string(),
+        in_flight: "open".into(),
+        done,
+        errors,
+        secs: start.elapsed().as_secs_f64(),
+        hist: h,
+    }
+}
+
+fn print_header() {
+    println!(
+        "| {:<40} | {:>9} | {:>10} | {:>8} | {:>8} | {:>6} |",
+        "row", "in flight", "per s", "p50 ms", "p99 ms", "errors"
+    );
+    println!(
+        "|{:-<42}|{:->11}|{:->12}|{:->10}|{:->10}|{:->8}|",
+        "", "", "", "", "", ""
+    );
+}
+
+fn print_row(r: &Row) {
+    println!(
+        "| {:<40} | {:>9} | {:>10.0} | {:>8.3} | {:>8.3} | {:>6} |",
+        r.name,
+        r.in_flight,
+        r.rate(),
+        r.p(0.50),
+        r.p(0.99),
+        r.errors
+    );
+}
+
+fn runtime(name: &str) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn hub_of(addr: std::net::SocketAddr) -> Arc<WatchHub> {
+    let hub = Arc::new(WatchHub::new("bench", EmptyProtection::Protect));
+    hub.publish(
+        "c",
+        vec![Instance::new("127.0.0.1", addr.port()).expect("instance")],
+    );
+    hub
+}
+
+/// One transaction: begin, two branch registrations at once, commit (phase two at both).
+async fn transaction(
+    i: u64,
+    tm: &TransactionManager,
+    a: &ResourceManager,
+    b: &ResourceManager,
+) -> Result<(), String> {
+    let tx = tm
+        .begin("bench", Duration::from_secs(60))
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = format!("t:{i}");
+    let (ra, rb) = tokio::join!(
+        a.branch_register(tx.xid(), BranchType::AT, "db-a", Some(&key), None),
+        b.branch_register(tx.xid(), BranchType::AT, "db-b", Some(&key), None),
+    );
+    ra.map_err(|e| e.to_string())?;
+    rb.map_err(|e| e.to_string())?;
+    match tx.commit().await.map_err(|e| e.to_string())? {
+        GlobalStatus::Committed => Ok(()),
+        s => Err(format!("commit answered {s}")),
+    }
+}
+
+/// The clients of one batching mode, and its TC.
+struct Setup {
+    label: &'static str,
+    batch: bool,
+    tm: TransactionManager,
+    a: ResourceManager,
+    b: ResourceManager,
+    tc: Coordinator,
+    _server: Server,
+}
+
+fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setup {
+    let (server, tc) = servers.block_on(async {
+        Coordinator::serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            "127.0.0.1".parse().expect("ip"),
+            TcOptions::default(),
+            ServerConfig::default(),
+        )
+        .await
+        .expect("bind tc")
+    });
+    let hub = hub_of(server.local_addr());
+    let merge = meshline::rpc::BatchOptions {
+        max_wait: args.merge_wait,
+    };
+    let tm_batch = args.tm_batch && batch;
+    let (tm, a, b) = clients.block_on(async {
+        let tm = TransactionManager::builder()
+            .watch(hub.subscribe("c"), "c")
+            .load_balance_name("XID")
+            .configure(|o| {
+                o.transport.request_queue_bytes = 64 << 20;
+                o.transport.batch = tm_batch.then_some(merge);
+            })
+            .build()
+            .await
+            .expect("tm");
+        let rm = |res: &'static str| {
+            ResourceManager::builder()
+                .watch(hub.subscribe("c"), "c")
+                .resource(res)
+                .application_id(res)
+                .handler(Committer)
+                .load_balance_name("XID")
+                .configure(move |o| {
+                    o.transport.request_queue_bytes = 64 << 20;
+                    o.transport.batch = batch.then_some(merge);
+                })
+                .build()
+        };
+        let a = rm("db-a").await.expect("rm a");
+        let b = rm("db-b").await.expect("rm b");
+        for c in [tm.client(), a.client(), b.client()] {
+            c.wait_alive(1, Duration::from_secs(5))
+                .await
+                .expect("alive");
+        }
+        (tm, a, b)
+    });
+    // The hub must outlive the clients' watches.
+    std::mem::forget(hub);
+    Setup {
+        label: if batch {
+            "transaction, RM batching on"
+        } else {
+            "transaction, RM batching off"
+        },
+        batch,
+        tm,
+        a,
+        b,
+        tc,
+        _server: server,
+    }
+}
+
+fn tx_op(
+    s: &Setup,
+) -> impl Fn(u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
++ Send
++ Sync
++ Clone
++ 'static {
+    let (tm, a, b) = (s.tm.clone(), s.a.clone(), s.b.clone());
+    move |i| {
+        let (tm, a, b) = (tm.clone(), a.clone(), b.clone());
+        Box::pin(async move { transaction(i, &tm, &a, &b).await })
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args = Args::parse();
+    meshline_examples::init_logging("error");
+    let servers = runtime("servers");
+    let clients = runtime("clients");
+    print_header();
+
+    // The ceiling: echo calls through one connection, same layout.
+    let echo = servers.block_on(async {
+        Server::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            |req: InboundRequest| std::future::ready(Some(req.payload)),
+        )
+        .await
+        .expect("bind echo")
+    });
+    let echo_hub = hub_of(echo.local_addr());
+    let echo_client = clients.block_on(async {
+        let c = RpcClient::builder()
+            .watch(echo_hub.subscribe("c"), "c")
+            .load_balance_name("XID")
+            .configure(|o| o.transport.request_queue_bytes = 64 << 20)
+            .build()
+            .await
+            .expect("echo client");
+        c.wait_alive(1, Duration::from_secs(5))
+            .await
+            .expect("echo alive");
+        c
+    });
+    let body = bytes::Bytes::from(vec![7u8; 64]);
+    let echo_op = {
+        let c = echo_client.clone();
+        move |_| {
+            let c = c.clone();
+            let body = body.clone();
+            async move {
+                c.call(Payload::new(body), CallOptions::new())
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    };
+    let modes: Vec<bool> = match args.batch.as_str() {
+        "on" => vec![true],
+        "off" => vec![false],
+        _ => vec![true, false],
+    };
+    let setups: Vec<Setup> = modes
+        .iter()
+        .map(|&b| setup(&servers, &clients, &args, b))
+        .collect();
+
+    // Rows interleaved, round after round: the machine's load drifts, and a ratio is
+    // only fair between rows measured side by side.
+    let mut summary = Vec::new();
+    for &n in &args.in_flight {
+        let mut echo_rates = Vec::new();
+        let mut tx_rates: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+        let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+        for _round in 0..args.rounds {
+            let e = if args.only_transactions {
+                None
+            } else {
+                let row = clients.block_on(closed_loop(
+                    "echo call (the ceiling)",
+                    n,
+                    args.secs,
+                    echo_op.clone(),
+                ));
+                print_row(&row);
+                echo_rates.push(row.rate());
+                Some(row.rate())
+            };
+            for (i, s) in setups.iter().enumerate() {
+                let row = clients.block_on(closed_loop(s.label, n, args.secs, tx_op(s)));
+                print_row(&row);
+                tx_rates[i].push(row.rate());
+                p99s[i].push(row.p(0.99));
+                if let Some(e) = e {
+                    ratios[i].push(row.rate() / (e / 7.0));
+                }
+            }
+        }
+        for (i, s) in setups.iter().enumerate() {
+            summary.push((
+                s.label,
+                n,
+                median(tx_rates[i].clone()),
+                (!echo_rates.is_empty()).then(|| median(echo_rates.clone())),
+                (!ratios[i].is_empty()).then(|| (median(ratios[i].clone()), ratios[i].clone())),
+                median(p99s[i].clone()),
+            ));
+        }
+    }
+    for s in &setups {
+        if s.batch {
+            let merged = s.tc.stats().merged_frames.load(Ordering::Relaxed);
+            println!("  (the batching rows' TC served {merged} MergedWarpMessages)");
+        }
+    }
+    let best = summary.iter().map(|r| r.2).fold(0.0f64, f64::max);
+    if !args.only_transactions {
+        let s = &setups[0];
+        let rate = best / 2.0;
+        let row = clients.block_on(open_loop(
+            &format!("{}, open loop at {rate:.0}/s", s.label),
+            rate,
+            args.secs.max(2.0),
+            tx_op(s),
+        ));
+        print_row(&row);
+        println!(
+            "  open loop at half the best rate: transaction p99 {:.2} ms, p90 {:.2} ms",
+            row.p(0.99),
+            row.p(0.90)
+        );
+    }
+
+    println!();
+    println!("medians of {} rounds:", args.rounds);
+    for (label, n, rate, echo, ratio, p99) in &summary {
+        match (echo, ratio) {
+            (Some(e), Some((r, all))) => println!(
+                "{label} at {n} in flight: {rate:.0}/s, p99 {p99:.2} ms; echo {e:.0}/s; rate / (echo / 7) = {r:.2} (rounds: {}); target 0.70: {}",
+                all.iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if *r >= 0.70 { "met" } else { "NOT met" }
+            ),
+            _ => println!("{label} at {n} in flight: {rate:.0}/s, p99 {p99:.2} ms"),
+        }
+    }
+    for c in setups
+        .iter()
+        .flat_map(|s| [s.tm.client(), s.a.client(), s.b.client()])
+    {
+        clients.block_on(c.shutdown(Duration::from_secs(1)));
+    }
+    drop(echo_client);
+    drop(echo);
+}

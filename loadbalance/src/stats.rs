@@ -295,8 +295,10 @@ impl EndpointStats {
         self.record_latency(latency);
     }
 
-    /// Records a failure (error or timeout).
-    pub(crate) fn record_failure(&self) {
+    /// Records a failure (an error or a timeout). [`InFlightGuard::failure`](crate::InFlightGuard::failure)
+    /// does this as the request ends; a caller whose guard already ended (the call timed
+    /// out and its future was dropped) records the timeout here.
+    pub fn record_failure(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
         self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
         // Move the coarse clock even when only failures complete.

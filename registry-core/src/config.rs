@@ -363,6 +363,24 @@ pub struct TransportConfig {
     /// `transport.maxInboundRequests` (meshline): requests from the peer handled at once
     /// per connection; at the cap the connection stops reading.
     pub max_inbound_requests: Option<usize>,
+    /// `transport.heartbeatInterval` (meshline, a unit is required): PING after this long
+    /// without writing. `None`: the rpc-client's default (1 s).
+    pub heartbeat_interval: Option<Duration>,
+    /// `transport.heartbeatTimeout` (meshline, unit required): close a connection that
+    /// received nothing for this long. `None`: the rpc-client's default (3 s).
+    pub heartbeat_timeout: Option<Duration>,
+    /// `transport.probeAfter` (meshline, unit required): with answers due and no byte from
+    /// the peer for this long, PING it; `0s` turns the probe off. `None`: default (250 ms).
+    pub probe_after: Option<Duration>,
+    /// `transport.probeTimeout` (meshline, unit required): close the connection when the
+    /// probe PING gets no answer within this long. `None`: default (500 ms).
+    pub probe_timeout: Option<Duration>,
+    /// `transport.ejectAfterFailures` (meshline): eject an endpoint from picks after this
+    /// many failures in a row (`0`: never). `None`: default (5).
+    pub eject_after_failures: Option<u32>,
+    /// `transport.ejectionTime` (meshline, unit required): the first ejection's length.
+    /// `None`: default (1 s).
+    pub ejection_time: Option<Duration>,
     /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
     /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
     /// rpc-client's default cap (64).
@@ -412,6 +430,12 @@ impl Default for Config {
                 response_queue_bytes: None,
                 write_timeout: None,
                 max_inbound_requests: None,
+                heartbeat_interval: None,
+                heartbeat_timeout: None,
+                probe_after: None,
+                probe_timeout: None,
+                eject_after_failures: None,
+                ejection_time: None,
                 max_connected_members: None,
             },
             centre: CentreConfig {

@@ -52,6 +52,7 @@
 mod alive;
 mod builder;
 mod direct;
+mod ejection;
 mod endpoint;
 mod gate;
 mod membership;
@@ -325,6 +326,20 @@ impl RpcClient {
             }
             Err(_) => {
                 inner.count(Counter::Timeouts);
+                // A call that timed out counts against its endpoint: a TC that stops
+                // answering is ejected from the picks after a few (see `ejection`).
+                if let Some(last) = &progress.last {
+                    if let Some(e) = inner.balancer.endpoint(last.key()) {
+                        e.stats().record_failure();
+                    }
+                    let entry = inner.alive.load().get(last.key()).cloned();
+                    if let Some(entry) = entry {
+                        self.handle.inner.call_failed(last.key(), entry.failed());
+                    } else {
+                        // Ejected meanwhile (another call's failure): count it there.
+                        inner.ejected_failed(last.key());
+                    }
+                }
                 Err(RpcError::Timeout {
                     after: timeout,
                     endpoint: progress.last.map(|i| i.to_string()),
@@ -391,6 +406,7 @@ impl RpcClient {
             match Self::send_on(&entry, payload.clone(), kind, false, progress).await {
                 Ok(f) => {
                     guard.success(start.elapsed());
+                    entry.succeeded();
                     return Ok((entry.instance, f));
                 }
                 Err(SendFailure::Full) => {
@@ -410,6 +426,9 @@ impl RpcClient {
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
                     guard.failure();
+                    self.handle
+                        .inner
+                        .call_failed(endpoint.key(), entry.failed());
                     inner.count(Counter::MaybeDelivered);
                     return Err(entry.connection.failure_error(e));
                 }

@@ -38,6 +38,7 @@
 //! id, codec and compressor.
 
 mod lanes;
+pub(crate) mod liveness;
 mod merge;
 #[cfg(test)]
 mod merge_tests;
@@ -107,6 +108,8 @@ pub(crate) struct ConnConfig {
     pub read_idle: Option<Duration>,
     /// Codec byte of our PINGs.
     pub heartbeat_codec: u8,
+    /// Close a peer that goes silent with answers outstanding (see `liveness`).
+    pub probe: Option<crate::transport::Probe>,
     /// Told when the connection has closed (the server's bookkeeping).
     pub on_close: Option<CloseHook>,
 }
@@ -230,6 +233,9 @@ impl Connection {
             merges: Mutex::new(HashMap::new()),
             compressor: t.compressor,
             batch: t.batch,
+            awaiting: liveness::Awaiting::new(),
+            armed: Notify::new(),
+            pings: Mutex::new(HashMap::new()),
             in_write: Mutex::new(Vec::new()),
             next_id: AtomicU32::new(1),
             peer,
@@ -473,6 +479,46 @@ impl Connection {
         }
     }
 
+    /// Sends a PING and waits for its PONG: the round trip, or an error when no PONG
+    /// came within `timeout` ([`RpcError::Timeout`]) or the connection failed. A peer
+    /// answers PINGs on its reader, ahead of its request handlers, so this measures the
+    /// connection and the peer's liveness, not its load.
+    pub async fn ping(&self, timeout: Duration) -> Result<Duration, RpcError> {
+        if self.is_closed() {
+            return Err(RpcError::NotWritten {
+                endpoint: self.shared.label.clone(),
+                reason: self.shared.reason_or("connection closed"),
+            });
+        }
+        let id = self.shared.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.shared.pings().insert(id, tx);
+        let started = tokio::time::Instant::now();
+        let sent = self.shared.queue_response(Frame::ping(id));
+        let r = match sent {
+            Err(reason) => Err(RpcError::NotWritten {
+                endpoint: self.shared.label.clone(),
+                reason,
+            }),
+            Ok(()) => tokio::select! {
+                r = rx => r.map(|()| started.elapsed()).map_err(|_| RpcError::MaybeDelivered {
+                    endpoint: self.shared.label.clone(),
+                    reason: self.shared.reason_or("connection closed"),
+                }),
+                _ = tokio::time::sleep(timeout) => Err(RpcError::Timeout {
+                    after: timeout,
+                    endpoint: Some(self.shared.label.clone()),
+                }),
+                _ = self.shared.done.cancelled() => Err(RpcError::MaybeDelivered {
+                    endpoint: self.shared.label.clone(),
+                    reason: self.shared.reason_or("connection closed"),
+                }),
+            },
+        };
+        self.shared.pings().remove(&id);
+        r
+    }
+
     /// Whether two handles refer to the same connection.
     pub fn ptr_eq(&self, other: &Connection) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
@@ -575,13 +621,20 @@ async fn run(
             config.write_idle,
             config.heartbeat_codec,
             transport.write_timeout,
+            config.probe.is_some(),
         )
         .instrument(tracing::Span::current()),
     );
     let codec = FrameCodec::new(transport.max_frame_len);
     let mut writer_done = false;
     let reason = tokio::select! {
-        r = reader::read_loop(&shared, rd, codec, config.read_idle, handler) => r,
+        r = reader::read_loop(
+            &shared,
+            rd,
+            codec,
+            liveness::Liveness::new(config.probe, config.read_idle),
+            handler,
+        ) => r,
         w = &mut writer => {
             writer_done = true;
             w.unwrap_or_else(|e| CloseReason::new(format!("writer task failed: {e}")))

@@ -124,7 +124,7 @@ pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataM
 pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
-pub use transport::{BatchOptions, CloseReason, TransportOptions};
+pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 
 /// `now + after`, or a far-off instant when that would overflow (`Duration::MAX` means

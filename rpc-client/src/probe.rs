@@ -141,6 +141,7 @@ async fn run_handshake(
         transport: transport.clone(),
         write_idle: None,
         read_idle: None,
+        probe: None,
         heartbeat_codec: CODEC_SEATA,
         on_close: None,
     };

@@ -180,6 +180,9 @@ impl ServerBuilder {
             write_idle: None,
             read_idle: self.config.read_idle,
             heartbeat_codec: CODEC_SEATA,
+            // A server answers; it does not wait on its clients (its own calls to them,
+            // a TC's phase two, have their timeouts).
+            probe: None,
             on_close: Some(on_close),
         };
         let span = tracing::info_span!("server", addr = %local_addr);

@@ -86,6 +86,35 @@ pub struct TransportOptions {
     pub batch: Option<BatchOptions>,
 }
 
+/// How a client finds a silent peer while it waits for answers (see
+/// [`ClientOptions::probe`](crate::ClientOptions::probe)): the two delays of the busy
+/// rule.
+///
+/// A peer whose host vanished or whose link was cut answers nothing, not even a reset:
+/// with answers outstanding and no byte from the peer for `after`, a PING goes out (a
+/// live peer answers it at once, ahead of its request handlers); with nothing back
+/// within `timeout` either, the connection is closed as silent, its calls fail as "may
+/// have been delivered" and the endpoint leaves the alive set. A peer frozen for longer
+/// than `after + timeout` (a long GC pause) is closed the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// With an answer outstanding, PING the peer after this long without a byte from it
+    /// (`transport.probeAfter`, default 250 ms).
+    pub after: Duration,
+    /// Close the connection when nothing arrives within this long after that PING
+    /// (`transport.probeTimeout`, default 500 ms).
+    pub timeout: Duration,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            after: Duration::from_millis(250),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
 /// How a connection merges Seata requests ([`TransportOptions::batch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchOptions {

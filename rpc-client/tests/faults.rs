@@ -427,3 +427,47 @@ async fn wait_alive_names_each_endpoints_reason() {
     assert!(e.contains("127.0.0.1:1 down: connect failed"), "{e}");
     assert!(e.contains("waited 800ms for 1 alive, have 0"), "{e}");
 }
+
+/// The heartbeat, probe and ejection settings come from `transport.*` keys (meshline's
+/// own: a unit is required), with the defaults that find a silent TC in well under a
+/// second.
+#[test]
+fn liveness_settings_come_from_the_config_file() {
+    let d = ClientOptions::default();
+    assert_eq!(d.write_idle, Duration::from_secs(1));
+    assert_eq!(d.read_idle, Duration::from_secs(3));
+    assert_eq!(d.probe, Some(meshline_rpc_client::Probe::default()));
+    assert_eq!(d.eject_after_failures, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seata.properties");
+    std::fs::write(
+        &path,
+        "transport.heartbeatInterval=2s\ntransport.heartbeatTimeout=6s\n\
+         transport.probeTimeout=900ms\ntransport.ejectAfterFailures=0\n\
+         transport.ejectionTime=5s\n",
+    )
+    .unwrap();
+    let o = ClientOptions::from_config(&Config::load(Some(&path)).unwrap());
+    assert_eq!(o.write_idle, Duration::from_secs(2));
+    assert_eq!(o.read_idle, Duration::from_secs(6));
+    assert_eq!(
+        o.probe,
+        Some(meshline_rpc_client::Probe {
+            after: Duration::from_millis(250),
+            timeout: Duration::from_millis(900)
+        })
+    );
+    assert_eq!(o.eject_after_failures, 0);
+    assert_eq!(o.ejection_time, Duration::from_secs(5));
+    std::fs::write(&path, "transport.probeAfter=0s\n").unwrap();
+    assert_eq!(
+        ClientOptions::from_config(&Config::load(Some(&path)).unwrap()).probe,
+        None
+    );
+    std::fs::write(&path, "transport.heartbeatTimeout=3000\n").unwrap();
+    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        err.contains("transport.heartbeatTimeout") && err.contains("unit"),
+        "{err}"
+    );
+}

@@ -145,6 +145,15 @@ const IGNORED_TRANSPORT: &[&str] = &[
 ];
 const IGNORED_REGISTRY: &[&str] = &["sofa", "metadata"];
 
+/// A duration that must not be zero.
+fn positive(d: std::time::Duration) -> Result<std::time::Duration, String> {
+    if d.is_zero() {
+        Err("must be more than zero".into())
+    } else {
+        Ok(d)
+    }
+}
+
 /// `client.tm.commitRetryCount` / `rollbackRetryCount`: as Java, 0 or less means 5.
 fn retry_count(v: &str) -> Result<u32, String> {
     let n: i64 = parse_num(v)?;
@@ -348,6 +357,30 @@ fn apply(
                     return Err("must be at least 1".into());
                 }
                 cfg.transport.max_inbound_requests = Some(n);
+                Used
+            }
+            "heartbeatinterval" => {
+                cfg.transport.heartbeat_interval = Some(positive(parse_duration_with_unit(v)?)?);
+                Used
+            }
+            "heartbeattimeout" => {
+                cfg.transport.heartbeat_timeout = Some(positive(parse_duration_with_unit(v)?)?);
+                Used
+            }
+            "probeafter" => {
+                cfg.transport.probe_after = Some(parse_duration_with_unit(v)?);
+                Used
+            }
+            "probetimeout" => {
+                cfg.transport.probe_timeout = Some(positive(parse_duration_with_unit(v)?)?);
+                Used
+            }
+            "ejectafterfailures" => {
+                cfg.transport.eject_after_failures = Some(parse_num(v)?);
+                Used
+            }
+            "ejectiontime" => {
+                cfg.transport.ejection_time = Some(positive(parse_duration_with_unit(v)?)?);
                 Used
             }
             "maxconnectedmembers" => {

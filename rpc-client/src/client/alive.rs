@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use meshline_registry_core::{Instance, InstanceKey};
 
@@ -15,6 +16,33 @@ pub struct AliveEndpoint {
     pub instance: Arc<Instance>,
     /// Its connection.
     pub connection: Connection,
+    /// Failed calls in a row on this connection (failure accrual, see `ejection`);
+    /// kept while the endpoint is ejected, so one more failure after its return
+    /// ejects it again.
+    pub(crate) failures: Arc<AtomicU32>,
+}
+
+impl AliveEndpoint {
+    pub(crate) fn new(instance: Arc<Instance>, connection: Connection) -> Self {
+        AliveEndpoint {
+            instance,
+            connection,
+            failures: Arc::default(),
+        }
+    }
+
+    /// A call succeeded: the failures in a row are over.
+    #[inline]
+    pub(crate) fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A call failed: the failures in a row, this one included.
+    pub(crate) fn failed(&self) -> u32 {
+        self.failures.fetch_add(1, Ordering::Relaxed) + 1
+    }
 }
 
 /// The alive set at one moment: every connected, handshaken endpoint.
@@ -62,6 +90,9 @@ pub enum EndpointState {
     Refused(String),
     /// The connection failed or could not be made; retried with backoff.
     Down(String),
+    /// Connected, but out of the picks after failures in a row, until a PING says it
+    /// answers again (see [`ClientOptions::eject_after_failures`](crate::ClientOptions::eject_after_failures)).
+    Ejected(String),
     /// Removed from the registry; finishing in-flight calls.
     Draining,
 }
@@ -73,6 +104,7 @@ impl std::fmt::Display for EndpointState {
             EndpointState::Alive => f.write_str("alive"),
             EndpointState::Refused(r) => write!(f, "handshake refused: {r}"),
             EndpointState::Down(r) => write!(f, "down: {r}"),
+            EndpointState::Ejected(r) => write!(f, "ejected: {r}"),
             EndpointState::Draining => f.write_str("draining"),
         }
     }

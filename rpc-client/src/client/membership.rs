@@ -31,6 +31,8 @@ use crate::handshake::Handshake;
 pub(crate) struct State {
     pub endpoints: BTreeMap<InstanceKey, Slot>,
     pub alive: BTreeMap<InstanceKey, AliveEndpoint>,
+    /// Connected endpoints out of the picks after failures (see `ejection`).
+    pub ejected: BTreeMap<InstanceKey, super::ejection::Ejected>,
     /// Tasks of endpoints the registry removed, still draining; `shutdown` waits for
     /// them.
     pub draining: Vec<JoinHandle<()>>,
@@ -47,6 +49,9 @@ pub(crate) struct Slot {
     pub generation: u64,
     pub cmd: watch::Sender<bool>,
     pub task: Option<JoinHandle<()>>,
+    /// Ejections in a row, and when it last came back (see `ejection`).
+    pub ejections: u32,
+    pub returned_at: Option<std::time::Instant>,
 }
 
 pub(crate) struct Inner {
@@ -89,13 +94,14 @@ impl Inner {
             write_idle: o.heartbeat.then_some(o.write_idle),
             read_idle: o.heartbeat.then_some(o.read_idle),
             heartbeat_codec: CODEC_SEATA,
+            probe: o.probe,
             on_close: None,
         }
     }
 
     /// Publishes the alive map to the balancer and readers. Called with the state lock
     /// held so updates are applied in order.
-    fn publish_alive(&self, st: &State) {
+    pub(super) fn publish_alive(&self, st: &State) {
         let entries: Vec<AliveEndpoint> = st.alive.values().cloned().collect();
         let index = entries
             .iter()
@@ -113,7 +119,11 @@ impl Inner {
     }
 
     /// The slot for `key` if it is still generation `generation`.
-    fn slot_mut<'a>(st: &'a mut State, key: &InstanceKey, generation: u64) -> Option<&'a mut Slot> {
+    pub(super) fn slot_mut<'a>(
+        st: &'a mut State,
+        key: &InstanceKey,
+        generation: u64,
+    ) -> Option<&'a mut Slot> {
         st.endpoints
             .get_mut(key)
             .filter(|s| s.generation == generation)
@@ -135,13 +145,8 @@ impl Inner {
         slot.state = EndpointState::Alive;
         slot.connects += 1;
         let instance = slot.instance.clone();
-        st.alive.insert(
-            key.clone(),
-            AliveEndpoint {
-                instance,
-                connection: conn.clone(),
-            },
-        );
+        st.alive
+            .insert(key.clone(), AliveEndpoint::new(instance, conn.clone()));
         self.publish_alive(&st);
         true
     }
@@ -158,6 +163,13 @@ impl Inner {
         let mut st = self.state();
         if let Some(s) = Self::slot_mut(&mut st, key, generation) {
             s.state = state;
+        }
+        if st
+            .ejected
+            .get(key)
+            .is_some_and(|e| e.entry.connection.ptr_eq(conn))
+        {
+            st.ejected.remove(key);
         }
         let same = st.alive.get(key).is_some_and(|e| e.connection.ptr_eq(conn));
         if same {
@@ -211,6 +223,7 @@ impl Inner {
             if st.alive.remove(&key).is_some() {
                 alive_changed = true;
             }
+            st.ejected.remove(&key);
         }
         // Added or changed.
         for inst in wanted {
@@ -220,6 +233,9 @@ impl Inner {
                     if *slot.instance != inst {
                         let inst = Arc::new(inst);
                         slot.instance = inst.clone();
+                        if let Some(e) = st.ejected.get_mut(&key) {
+                            e.entry.instance = inst.clone();
+                        }
                         if let Some(a) = st.alive.get_mut(&key) {
                             a.instance = inst;
                             alive_changed = true;
@@ -251,6 +267,8 @@ impl Inner {
                             generation,
                             cmd,
                             task: Some(task),
+                            ejections: 0,
+                            returned_at: None,
                         },
                     );
                 }

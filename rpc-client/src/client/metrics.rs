@@ -23,6 +23,8 @@ pub struct ClientStats {
     /// Calls that found a full write queue (then tried elsewhere or failed as
     /// overloaded).
     pub overloaded: u64,
+    /// Endpoints ejected from picks after failures in a row.
+    pub ejections: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -35,10 +37,11 @@ pub(crate) enum Counter {
     Timeouts,
     MaybeDelivered,
     Overloaded,
+    Ejections,
 }
 
 impl Counter {
-    const ALL: usize = 8;
+    const ALL: usize = 9;
 
     fn metric(self) -> &'static str {
         match self {
@@ -50,6 +53,7 @@ impl Counter {
             Counter::Timeouts => "meshline_rpc_timeouts_total",
             Counter::MaybeDelivered => "meshline_rpc_maybe_delivered_total",
             Counter::Overloaded => "meshline_rpc_overloaded_total",
+            Counter::Ejections => "meshline_rpc_ejections_total",
         }
     }
 }
@@ -75,6 +79,7 @@ impl Counters {
             timeouts: g(Counter::Timeouts),
             maybe_delivered: g(Counter::MaybeDelivered),
             overloaded: g(Counter::Overloaded),
+            ejections: g(Counter::Ejections),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use meshline_loadbalance::PickRequest;
 use meshline_registry_core::Config;
 
-use crate::transport::TransportOptions;
+use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to
 /// ([`ClientOptions::subset_size`]).
@@ -33,10 +33,27 @@ pub struct ClientOptions {
     pub handshake_timeout: Duration,
     /// Send PINGs on write-idle and close on read-idle (`transport.heartbeat`).
     pub heartbeat: bool,
-    /// PING after this long without writing (Seata: 5 s).
+    /// PING after this long without writing (`transport.heartbeatInterval`, 1 s; Seata's
+    /// Java client: 5 s of write idle, a PING every other idle event, so about 10 s).
     pub write_idle: Duration,
-    /// Drop the connection after this long without reading (Seata: 15 s).
+    /// Drop the connection after this long without reading anything
+    /// (`transport.heartbeatTimeout`, 3 s; Seata's Java client: 15 s). A live peer
+    /// answers every PING, so only a silent one reaches it.
     pub read_idle: Duration,
+    /// Find a peer that goes silent while answers are due, well before `read_idle`
+    /// (`transport.probeAfter` / `probeTimeout`, 250 ms + 500 ms; `None`: off). See
+    /// [`Probe`](crate::Probe). Seata's Java client has no such rule: a TC that vanishes
+    /// mid-call holds each call for its whole timeout.
+    pub probe: Option<Probe>,
+    /// Eject an endpoint from picks after this many failures in a row: calls that timed
+    /// out, or whose connection failed after they were written (failure accrual, as
+    /// Finagle, linkerd and Envoy do; `transport.ejectAfterFailures`, 5; 0: never).
+    /// At most half the alive endpoints are ejected at once, and never the last.
+    pub eject_after_failures: u32,
+    /// How long the first ejection lasts (`transport.ejectionTime`, 1 s); each one in a
+    /// row doubles it, up to 30 s. Then a PING decides: answered, the endpoint returns
+    /// (one more failure ejects it again); unanswered, its connection is closed.
+    pub ejection_time: Duration,
     /// Frame limit, queue budgets, write deadline and inbound cap of every connection.
     pub transport: TransportOptions,
     /// Attempts per call when endpoints fail before the request is written.
@@ -70,8 +87,11 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(3),
             handshake_timeout: Duration::from_secs(10),
             heartbeat: true,
-            write_idle: Duration::from_secs(5),
-            read_idle: Duration::from_secs(15),
+            write_idle: Duration::from_secs(1),
+            read_idle: Duration::from_secs(3),
+            probe: Some(Probe::default()),
+            eject_after_failures: 5,
+            ejection_time: Duration::from_secs(1),
             transport: TransportOptions::default(),
             max_attempts: 3,
             backoff_initial: Duration::from_millis(100),
@@ -92,12 +112,36 @@ impl ClientOptions {
     }
 
     /// Applies the keys `config` carries: `transport.heartbeat`,
-    /// `transport.rpcTmRequestTimeout`, `transport.maxConnectedMembers` (`0`: no cap)
-    /// and the `transport.*` limits that are set. Every other option keeps the value it
+    /// `transport.rpcTmRequestTimeout`, `transport.maxConnectedMembers` (`0`: no cap),
+    /// the heartbeat, probe and ejection keys and the `transport.*` limits that are set. Every other option keeps the value it
     /// has.
     pub fn apply_config(&mut self, config: &Config) {
-        self.request_timeout = config.transport.rpc_tm_request_timeout;
-        self.heartbeat = config.transport.heartbeat;
+        let t = &config.transport;
+        self.request_timeout = t.rpc_tm_request_timeout;
+        self.heartbeat = t.heartbeat;
+        if let Some(v) = t.heartbeat_interval {
+            self.write_idle = v;
+        }
+        if let Some(v) = t.heartbeat_timeout {
+            self.read_idle = v;
+        }
+        match (t.probe_after, t.probe_timeout) {
+            (Some(a), _) if a.is_zero() => self.probe = None,
+            (None, None) => {}
+            (a, b) => {
+                let base = self.probe.unwrap_or_default();
+                self.probe = Some(Probe {
+                    after: a.unwrap_or(base.after),
+                    timeout: b.unwrap_or(base.timeout),
+                });
+            }
+        }
+        if let Some(v) = t.eject_after_failures {
+            self.eject_after_failures = v;
+        }
+        if let Some(v) = t.ejection_time {
+            self.ejection_time = v;
+        }
         if let Some(k) = config.transport.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
         }

@@ -130,6 +130,7 @@ fn conf(compressor: Compressor, batch: Option<BatchOptions>) -> ConnConfig {
         write_idle: None,
         read_idle: None,
         heartbeat_codec: CODEC_SEATA,
+        probe: None,
         on_close: None,
     }
 }

@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
@@ -23,6 +22,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio_util::codec::Decoder;
 use tracing::Instrument;
 
+use super::liveness::Liveness;
 use super::{Connection, InboundHandler, InboundRequest, Shared};
 use crate::codec::{Frame, FrameCodec, MessageType};
 use crate::payload::Payload;
@@ -37,7 +37,7 @@ pub(super) async fn read_loop(
     shared: &Arc<Shared>,
     rd: OwnedReadHalf,
     mut codec: FrameCodec,
-    read_idle: Option<Duration>,
+    mut liveness: Liveness,
     handler: Option<Arc<dyn InboundHandler>>,
 ) -> CloseReason {
     let mut buf = BytesMut::new();
@@ -73,25 +73,15 @@ pub(super) async fn read_loop(
                 if n == spare {
                     want = (want * 2).min(READ_MAX);
                 }
+                liveness.heard(shared);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if buf.is_empty() {
                     // Nothing half-read: hold no buffer while waiting.
                     buf = BytesMut::new();
                 }
-                let ready = match read_idle {
-                    Some(idle) => match tokio::time::timeout(idle, rd.readable()).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            return CloseReason::new(format!(
-                                "nothing received for {idle:?} (read idle)"
-                            ));
-                        }
-                    },
-                    None => rd.readable().await,
-                };
-                if let Err(e) = ready {
-                    return CloseReason::io("read failed", e);
+                if let Err(reason) = liveness.readable(shared, &rd).await {
+                    return reason;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -125,7 +115,14 @@ async fn dispatch(
             Ok(())
         }
         MessageType::HeartbeatRequest => shared.queue_response(Frame::pong_for(&frame)),
-        MessageType::HeartbeatResponse => Ok(()),
+        MessageType::HeartbeatResponse => {
+            // A PONG for `Connection::ping`; the heartbeat's own need no one told.
+            let tx = shared.pings().remove(&frame.request_id);
+            if let Some(tx) = tx {
+                let _ = tx.send(());
+            }
+            Ok(())
+        }
         MessageType::Request | MessageType::Oneway => {
             let Some(h) = handler else {
                 tracing::warn!(

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ConnectionId;
 use super::lanes::{Lanes, Outcome, PushError};
+use super::liveness::Awaiting;
 use crate::codec::{Frame, MessageType};
 use crate::compress::Compressor;
 use crate::payload::Payload;
@@ -54,6 +55,12 @@ pub(crate) struct Shared {
     pub compressor: Compressor,
     /// Merge Seata transaction requests (Seata's client batching).
     pub batch: Option<BatchOptions>,
+    /// When we started waiting for the peer (see `liveness`).
+    pub awaiting: Awaiting,
+    /// Wakes the reader when the writer starts waiting for answers.
+    pub armed: Notify,
+    /// `Connection::ping` callers waiting for their PONG, by PING id.
+    pub pings: Mutex<HashMap<u32, oneshot::Sender<()>>>,
     /// One-way senders whose bytes are in the write under way.
     pub in_write: Mutex<Vec<oneshot::Sender<Outcome>>>,
     pub next_id: AtomicU32,
@@ -72,6 +79,17 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn pending(&self) -> MutexGuard<'_, HashMap<u32, oneshot::Sender<Outcome>>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn pings(&self) -> MutexGuard<'_, HashMap<u32, oneshot::Sender<()>>> {
+        self.pings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writer wrote something the peer must answer: start the silence clock.
+    pub fn expect_answer(&self, probing: bool) {
+        if probing && self.awaiting.arm() {
+            self.armed.notify_one();
+        }
     }
 
     pub fn merges(&self) -> MutexGuard<'_, HashMap<u32, Vec<u32>>> {

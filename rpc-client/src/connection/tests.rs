@@ -18,6 +18,7 @@ fn config(transport: TransportOptions) -> ConnConfig {
         write_idle: None,
         read_idle: None,
         heartbeat_codec: CODEC_SEATA,
+        probe: None,
         on_close: None,
     }
 }

@@ -95,6 +95,7 @@ pub(super) async fn write_loop(
     write_idle: Option<Duration>,
     ping_codec: u8,
     write_timeout: Option<Duration>,
+    probing: bool,
 ) -> CloseReason {
     // Reused across batches (the common case is many small frames); dropped when the
     // writer goes idle so an idle connection holds nothing. The write buffer too: a busy
@@ -103,6 +104,8 @@ pub(super) async fn write_loop(
     let mut batch = Batch::new();
     let mut buf = BytesMut::new();
     loop {
+        // A heartbeat PING in this batch: the peer owes us a PONG.
+        let mut pinged = false;
         // Wait for work (or the write-idle PING).
         loop {
             batch.fill(&shared.lanes);
@@ -125,6 +128,7 @@ pub(super) async fn write_loop(
                             tracing::trace!("write idle: sending PING");
                             batch.responses.push((ping, HEADER_LEN));
                             batch.bytes += HEADER_LEN;
+                            pinged = true;
                             break;
                         }
                     }
@@ -155,13 +159,16 @@ pub(super) async fn write_loop(
             tokio::time::sleep(b.max_wait).await;
             batch.fill(&shared.lanes);
         }
-        let charge = encode(&shared, &mut batch, &mut buf);
+        let (charge, requests) = encode(&shared, &mut batch, &mut buf);
         if !buf.is_empty()
             && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
         {
             return reason;
         }
         buf.clear();
+        if requests || pinged {
+            shared.expect_answer(probing);
+        }
         shared.lanes.release(charge);
         let written = std::mem::take(&mut *shared.in_write());
         for tx in written {
@@ -171,8 +178,9 @@ pub(super) async fn write_loop(
 }
 
 /// Encodes the batch into `buf` (empty, grown to the batch's size) and does the delivery
-/// bookkeeping. Returns the request budget the batch held.
-fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> usize {
+/// bookkeeping. Returns the request budget the batch held, and whether it holds requests
+/// the peer must answer.
+fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, bool) {
     buf.reserve(batch.bytes);
     batch.bytes = 0;
     let max = shared.max_frame_len;
@@ -182,6 +190,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> usize {
         }
     }
     let mut charge = 0usize;
+    let mut requests = false;
     let mut pending = None;
     let mut in_write = None;
     let mut mergeable: Vec<(Frame, oneshot::Sender<Outcome>)> = Vec::new();
@@ -214,6 +223,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> usize {
                         match frame.encode_into(buf, max) {
                             Ok(()) => {
                                 slot.insert(tx);
+                                requests = true;
                             }
                             Err(e) => tracing::error!(error = %e, "dropping unframeable request"),
                         }
@@ -233,8 +243,9 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> usize {
     if !mergeable.is_empty() {
         let table = pending.get_or_insert_with(|| shared.pending());
         merge::write_merged(shared, mergeable, table, buf);
+        requests = true;
     }
-    charge
+    (charge, requests)
 }
 
 /// Writes `buf`; fails when the socket accepts no byte for `deadline`.

@@ -1,0 +1,301 @@
+//! Peers that stop answering without closing: the probe finds a silent one under load
+//! (calls in flight fail at once as "may have been delivered", the endpoint leaves the
+//! alive set), does not mistake a slow one for it, and failure accrual takes an endpoint
+//! whose calls keep timing out out of the picks until a PING brings it back.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Mode, alive_ports, builder, hub, publish, start, until};
+use meshline_rpc_client::{EndpointState, Payload, Probe, RpcError};
+use tokio::io::AsyncReadExt;
+
+/// A peer that accepts and reads everything, and never writes a byte: what a host
+/// behind a cut link looks like from the client (no FIN, no RST, no answer).
+async fn mute_peer() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = sock.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+const PROBE: Probe = Probe {
+    after: Duration::from_millis(100),
+    timeout: Duration::from_millis(200),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_fails_its_calls_in_flight_within_the_probe_window() {
+    let live = start("live", Mode::Echo).await;
+    let mute = mute_peer().await;
+    let hub = hub();
+    let mute_instance = meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap();
+    hub.publish("c", vec![live.instance(), mute_instance.clone()]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.probe = Some(PROBE);
+            o.request_timeout = Duration::from_secs(10);
+            // The heartbeat stays out of the way: 10 s.
+            o.write_idle = Duration::from_secs(10);
+            o.read_idle = Duration::from_secs(30);
+            o.backoff_initial = Duration::from_secs(30);
+            o.backoff_max = Duration::from_secs(30);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, Duration::from_secs(2)).await.unwrap();
+    let started = Instant::now();
+    let err = client
+        .call_to(mute_instance.key(), Payload::new(&b"anyone?"[..]), None)
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    match &err {
+        RpcError::MaybeDelivered { reason, .. } => {
+            assert!(
+                reason
+                    .message()
+                    .starts_with("peer silent: no answer to requests or to a PING"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // after + timeout = 300 ms; far under the 10 s call timeout.
+    assert!(took >= Duration::from_millis(280), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert!(
+        until(Duration::from_secs(1), || alive_ports(&client)
+            == vec![live.addr().port()])
+        .await
+        .is_some()
+    );
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == mute.port())
+        .unwrap();
+    assert!(
+        matches!(&st.state, EndpointState::Down(r) if r.contains("peer silent")),
+        "{:?}",
+        st.state
+    );
+    // The live one was never disturbed.
+    assert!(
+        client
+            .call(Payload::new(&b"x"[..]), Default::default())
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_silent_peer_is_found_by_its_unanswered_ping() {
+    let mute = mute_peer().await;
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap()],
+    );
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.probe = Some(PROBE);
+            o.write_idle = Duration::from_millis(200);
+            o.read_idle = Duration::from_secs(5);
+            o.backoff_initial = Duration::from_secs(30);
+            o.backoff_max = Duration::from_secs(30);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let t0 = Instant::now();
+    until(Duration::from_secs(5), || client.alive().is_empty())
+        .await
+        .expect("still alive");
+    // The heartbeat's PING at 200 ms, unanswered: + 100 ms + 200 ms. Well before the
+    // 5 s read idle.
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    let st = &client.endpoints()[0];
+    assert!(
+        matches!(&st.state, EndpointState::Down(r) if r.contains("peer silent")),
+        "{:?}",
+        st.state
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_live_peer_is_not_taken_for_a_silent_one() {
+    let slow = start("slow", Mode::Echo).await;
+    let hub = hub();
+    publish(&hub, &[&slow]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.probe = Some(PROBE);
+            o.request_timeout = Duration::from_secs(10);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let conn = client.alive().endpoints()[0].connection.clone();
+    // The handler takes 1.5 s, five times the probe window: PONGs keep coming.
+    let started = Instant::now();
+    let r = client
+        .call(
+            Payload::new(&b"x"[..]).with_head("delay_ms", "1500"),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.payload.head.get("server"), Some("slow"));
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert!(!conn.is_closed(), "{:?}", conn.close_reason());
+    assert!(conn.ping(Duration::from_secs(1)).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_back() {
+    let a = start("a", Mode::Echo).await;
+    let b = start("b", Mode::Echo).await;
+    // Registers and answers PINGs, never answers a request: an application stall.
+    let stuck = start("stuck", Mode::Silent).await;
+    let hub = hub();
+    publish(&hub, &[&a, &b, &stuck]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.request_timeout = Duration::from_millis(150);
+            o.eject_after_failures = 3;
+            o.ejection_time = Duration::from_millis(400);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(3, Duration::from_secs(2)).await.unwrap();
+    let all = {
+        let mut v = vec![a.addr().port(), b.addr().port(), stuck.addr().port()];
+        v.sort_unstable();
+        v
+    };
+    let two = {
+        let mut v = vec![a.addr().port(), b.addr().port()];
+        v.sort_unstable();
+        v
+    };
+    // Round robin reaches the stuck one every third call: after its third timeout it is
+    // out of the picks.
+    let mut timeouts = 0;
+    while alive_ports(&client) == all {
+        match client
+            .call(Payload::new(&b"x"[..]), Default::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(RpcError::Timeout { endpoint, .. }) => {
+                assert_eq!(
+                    endpoint.as_deref(),
+                    Some(stuck.instance().to_string().as_str())
+                );
+                timeouts += 1;
+                assert!(timeouts <= 3, "not ejected after {timeouts} timeouts");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(timeouts, 3);
+    assert_eq!(alive_ports(&client), two);
+    assert_eq!(client.stats().ejections, 1);
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == stuck.addr().port())
+        .unwrap();
+    assert!(
+        matches!(&st.state, EndpointState::Ejected(r) if r.contains("3 failed calls in a row") && r.contains("400ms")),
+        "{:?}",
+        st.state
+    );
+    // Meanwhile every call succeeds.
+    for _ in 0..20 {
+        client
+            .call(Payload::new(&b"x"[..]), Default::default())
+            .await
+            .unwrap();
+    }
+    // After its ejection it answers a PING (its reader is fine): back in the picks.
+    let back = until(Duration::from_secs(2), || alive_ports(&client) == all)
+        .await
+        .expect("never returned");
+    assert!(back >= Duration::from_millis(100), "{back:?}");
+    // Its first call fails again: ejected at once, for twice as long.
+    loop {
+        if let Err(RpcError::Timeout { .. }) = client
+            .call(Payload::new(&b"x"[..]), Default::default())
+            .await
+        {
+            break;
+        }
+    }
+    assert!(
+        until(Duration::from_secs(1), || alive_ports(&client) == two)
+            .await
+            .is_some()
+    );
+    assert_eq!(client.stats().ejections, 2);
+    let st = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == stuck.addr().port())
+        .unwrap();
+    assert!(
+        matches!(&st.state, EndpointState::Ejected(r) if r.contains("800ms")),
+        "{:?}",
+        st.state
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_than_half_the_endpoints_are_ejected() {
+    let s1 = start("s1", Mode::Silent).await;
+    let s2 = start("s2", Mode::Silent).await;
+    let hub = hub();
+    publish(&hub, &[&s1, &s2]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.request_timeout = Duration::from_millis(50);
+            o.eject_after_failures = 2;
+            o.ejection_time = Duration::from_secs(30);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, Duration::from_secs(2)).await.unwrap();
+    for _ in 0..10 {
+        let e = client
+            .call(Payload::new(&b"x"[..]), Default::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RpcError::Timeout { .. }), "{e}");
+    }
+    // Both fail every call; one is ejected, the other stays: errors stay timeouts (with
+    // an endpoint named), not "no endpoint".
+    assert_eq!(client.alive().len(), 1);
+    assert_eq!(client.stats().ejections, 1);
+}

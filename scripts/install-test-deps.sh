@@ -15,6 +15,8 @@
 #    their certificates are generated at test time by rcgen)
 #   chromium                : headless browser for examples/tests/browser.rs (the
 #                             gateway's WebSocket page as a real browser client)
+#   iproute2 nftables       : test networks (meshline_testkit::net): hosts in their own
+#                             network namespaces, links blackholed by an nftables rule
 set -euo pipefail
 
 SUDO=""
@@ -29,6 +31,8 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -24,6 +24,9 @@
 //! multi-thread runtime (`#[tokio::test(flavor = "multi_thread")]`) so the code under
 //! test keeps running while a restart blocks, or wrap the call in `spawn_blocking`.
 //!
+//! [`net`] builds test networks: hosts in their own network namespaces, links cut
+//! without a reset, and a fault proxy (delay, jitter, loss, bandwidth, blackhole).
+//!
 //! [`conformance`] holds the behaviours every registry backend must show (round trip,
 //! drop, crash expiry, outage and resync, garbage, empty protection, and the faults:
 //! an unreachable server, a refused removal, secrets, `nearby`), run by each backend's
@@ -47,6 +50,7 @@ mod etcd;
 mod eureka_double;
 mod http_double;
 mod namingserver_double;
+pub mod net;
 mod ports;
 mod process;
 mod raft_double;

@@ -195,6 +195,25 @@ impl Coordinator {
         Ok((server, tc))
     }
 
+    /// Serves a coordinator on an already bound (non-blocking) listener, e.g. one bound
+    /// inside a test network's host; its XIDs name `advertise` and the listener's port.
+    pub fn serve_std(
+        listener: std::net::TcpListener,
+        advertise: IpAddr,
+        mut options: TcOptions,
+        config: ServerConfig,
+    ) -> std::io::Result<(Server, Coordinator)> {
+        let port = listener.local_addr()?.port();
+        options.xid_address = SocketAddr::new(advertise, port).to_string();
+        options.max_frame_len = config.transport.max_frame_len;
+        let tc = Coordinator::new(options);
+        let server = tc
+            .server_builder()
+            .config(config)
+            .serve(TcpListener::from_std(listener)?)?;
+        Ok((server, tc))
+    }
+
     /// A server builder wired to this coordinator: its request handler, and its
     /// close hook (an RM that disconnects is no longer a phase-two target).
     pub fn server_builder(&self) -> meshline::rpc::ServerBuilder {

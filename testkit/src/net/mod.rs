@@ -1,0 +1,330 @@
+//! Test networks: hosts in their own network namespaces, links that can be cut without
+//! a reset, and a fault proxy for delay, jitter, loss and bandwidth.
+//!
+//! Every fault test on one loopback interface sees a dead peer answer with a reset at
+//! once. Production sees hosts vanish without a word, links that drop everything, slow
+//! and lossy paths. This module builds those, on this machine:
+//!
+//! - A [`Host`] is a Linux network namespace joined to the test's own namespace by a
+//!   veth pair: the host is `10.P.N.2`, the test's side `10.P.N.1` (a /30 each; `P`
+//!   from the process id, `N` a counter). A server binds inside it with
+//!   [`Host::bind_tcp`] (the test process enters the namespace on one thread just to
+//!   create the socket, which stays in that namespace) or runs there as a child process
+//!   with [`Host::command`].
+//! - [`Host::cut`] blackholes the host: an nftables table inside its namespace drops
+//!   every packet in and out. No FIN, no RST: connections stay open and silent, which
+//!   is what a vanished host or a cut link looks like. [`Host::restore`] removes it.
+//!   [`Host::link_down`] / [`Host::link_up`] take the veth down instead.
+//! - [`FaultProxy`] (`proxy`) sits between a client and a server and adds delay,
+//!   jitter, loss (as the retransmission stall TCP turns it into), a bandwidth cap, or a
+//!   blackhole, changeable while it runs. The kernel here has no `netem` qdisc.
+//!
+//! Namespaces are removed when their [`Host`] drops, panics included; ones left behind
+//! by a process that was killed are removed by the next process that creates a host
+//! (their names carry the creating process's id).
+//!
+//! It needs root, `ip` (iproute2) and `nft` (nftables); [`available`] says whether
+//! they are here and why not. Tests call [`skip_reason`] and return early with the
+//! reason printed when it is `Some`: only where those are missing. `scripts/test.sh`
+//! installs iproute2 and nftables and CI runs as root, so there they run.
+
+mod proxy;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use proxy::{FaultProxy, Faults};
+
+/// Why the test network cannot be built here, or `None` when it can.
+pub fn skip_reason() -> Option<String> {
+    available().err()
+}
+
+/// Whether this process can build test networks (root, `ip`, `nft`).
+pub fn available() -> Result<(), String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err("test networks need root (network namespaces, nftables)".into());
+    }
+    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
+        let found = Command::new(tool)
+            .arg("-V")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Err(format!(
+                "test networks need `{tool}` (apt-get install {package}; scripts/install-test-deps.sh does)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `cmd`, failing with its output when it fails.
+fn run(cmd: &mut Command) -> Result<Output, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out)
+}
+
+fn ip(args: &[&str]) -> Result<Output, String> {
+    run(Command::new("ip").args(args))
+}
+
+const PREFIX: &str = "meshline-";
+
+/// Removes namespaces a killed test process left behind (their creator is gone).
+fn remove_stale() {
+    static ONCE: Mutex<bool> = Mutex::new(false);
+    let mut done = ONCE.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    *done = true;
+    let Ok(out) = ip(&["netns", "list"]) else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let pid: Option<u32> = rest.split('-').next().and_then(|p| p.parse().ok());
+        if let Some(pid) = pid
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = ip(&["netns", "delete", name]);
+        }
+    }
+}
+
+/// A host: a network namespace with one address, reachable from the test's namespace
+/// over a veth pair.
+#[derive(Debug)]
+pub struct Host {
+    name: String,
+    veth_outside: String,
+    veth_inside: String,
+    addr: Ipv4Addr,
+    gateway: Ipv4Addr,
+}
+
+impl Host {
+    /// A new host. Fails (with the command's output) when the namespace or the link
+    /// cannot be made; check [`skip_reason`] first.
+    pub fn new() -> Result<Host, String> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        available()?;
+        remove_stale();
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        if n >= 64 * 200 {
+            return Err("too many test hosts in one process".into());
+        }
+        let name = format!("{PREFIX}{pid}-{n}");
+        // /30 subnets: 64 per /24 of 10.P.Q.0.
+        let p = 100 + (pid % 100) as u8;
+        let q = (n / 64) as u8;
+        let base = ((n % 64) * 4) as u8;
+        let gateway = Ipv4Addr::new(10, p, q, base + 1);
+        let addr = Ipv4Addr::new(10, p, q, base + 2);
+        let tag = format!("{}x{n}", pid % 100_000);
+        let host = Host {
+            veth_outside: format!("mlo{tag}"),
+            veth_inside: format!("mli{tag}"),
+            name,
+            addr,
+            gateway,
+        };
+        host.create()?;
+        Ok(host)
+    }
+
+    fn create(&self) -> Result<(), String> {
+        let ns = self.name.as_str();
+        ip(&["netns", "add", ns])?;
+        let setup = || -> Result<(), String> {
+            ip(&[
+                "link",
+                "add",
+                &self.veth_outside,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &self.veth_inside,
+            ])?;
+            ip(&["link", "set", &self.veth_inside, "netns", ns])?;
+            ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", self.gateway),
+                "dev",
+                &self.veth_outside,
+            ])?;
+            ip(&["link", "set", &self.veth_outside, "up"])?;
+            self.exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/30", self.addr),
+                "dev",
+                &self.veth_inside,
+            ])?;
+            self.exec(&["ip", "link", "set", &self.veth_inside, "up"])?;
+            self.exec(&["ip", "link", "set", "lo", "up"])?;
+            self.exec(&[
+                "ip",
+                "route",
+                "add",
+                "default",
+                "via",
+                &self.gateway.to_string(),
+            ])?;
+            Ok(())
+        };
+        if let Err(e) = setup() {
+            self.destroy();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Runs `argv` inside the namespace, failing with its output.
+    pub fn exec(&self, argv: &[&str]) -> Result<Output, String> {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(argv))
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`): add
+    /// arguments and spawn it.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The host's address.
+    pub fn ip(&self) -> IpAddr {
+        IpAddr::V4(self.addr)
+    }
+
+    /// The test namespace's address on this host's link (what the host sees the test
+    /// process as).
+    pub fn gateway(&self) -> IpAddr {
+        IpAddr::V4(self.gateway)
+    }
+
+    /// A TCP listener on `port` (0: any) at the host's address, inside its namespace:
+    /// a server in the test process that lives on this host. Non-blocking, ready for
+    /// `tokio::net::TcpListener::from_std`.
+    pub fn bind_tcp(&self, port: u16) -> Result<std::net::TcpListener, String> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let addr = SocketAddr::new(self.ip(), port);
+        // A thread of its own enters the namespace (a namespace is per thread) and
+        // creates the socket, which then belongs to that namespace wherever it is used.
+        std::thread::spawn(move || -> Result<std::net::TcpListener, String> {
+            let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("setns {path}: {e}"))?;
+            let l = std::net::TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            Ok(l)
+        })
+        .join()
+        .map_err(|_| "the namespace thread panicked".to_string())?
+    }
+
+    /// Blackholes the host: every packet in or out of its namespace is dropped (an
+    /// nftables table with drop policies). Connections stay open; nothing answers,
+    /// nothing resets.
+    pub fn cut(&self) -> Result<(), String> {
+        let rules = "table inet meshline_cut {\n\
+             chain in { type filter hook input priority -300; policy drop; }\n\
+             chain out { type filter hook output priority -300; policy drop; }\n\
+             }\n";
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| format!("nft: {e}"))?;
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().ok_or("nft: no stdin")?;
+            stdin
+                .write_all(rules.as_bytes())
+                .map_err(|e| format!("nft: {e}"))?;
+        }
+        let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "nft failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ends a [`cut`](Self::cut): packets flow again (retransmissions deliver what was
+    /// held).
+    pub fn restore(&self) -> Result<(), String> {
+        self.exec(&["nft", "delete", "table", "inet", "meshline_cut"])
+            .map(drop)
+    }
+
+    /// Takes the link down (the test's side of the veth).
+    pub fn link_down(&self) -> Result<(), String> {
+        ip(&["link", "set", &self.veth_outside, "down"]).map(drop)
+    }
+
+    /// Brings the link up again.
+    pub fn link_up(&self) -> Result<(), String> {
+        ip(&["link", "set", &self.veth_outside, "up"]).map(drop)
+    }
+
+    fn destroy(&self) {
+        // Deleting the namespace deletes the veth pair with it.
+        let _ = ip(&["netns", "delete", &self.name]);
+        let _ = ip(&["link", "delete", &self.veth_outside]);
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+/// The names of the namespaces this process made and still has (for tests that check
+/// nothing is left behind).
+pub fn namespaces_of_this_process() -> Vec<String> {
+    let prefix = format!("{PREFIX}{}-", std::process::id());
+    ip(&["netns", "list"])
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|n| n.starts_with(&prefix))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,165 @@
+//! The test network itself: a host in its own namespace is reachable, a cut makes it
+//! silent (no reset) and a restore brings the same connection back, nothing is left
+//! behind (a panic included), and the fault proxy adds what it says.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use meshline_testkit::net::{FaultProxy, Faults, Host, namespaces_of_this_process, skip_reason};
+
+fn skip() -> bool {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return true;
+    }
+    false
+}
+
+/// An echo server on `listener`, on its own thread.
+fn echo(listener: std::net::TcpListener) -> SocketAddr {
+    listener.set_nonblocking(false).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn round_trip(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+    s.write_all(msg)?;
+    let mut got = vec![0u8; msg.len()];
+    s.read_exact(&mut got)?;
+    Ok(got)
+}
+
+#[test]
+fn a_cut_host_is_silent_and_a_restore_brings_the_same_connection_back() {
+    if skip() {
+        return;
+    }
+    let host = Host::new().unwrap();
+    let addr = echo(host.bind_tcp(0).unwrap());
+    assert_eq!(addr.ip(), host.ip());
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert_eq!(round_trip(&mut s, b"hello").unwrap(), b"hello");
+
+    host.cut().unwrap();
+    // The write is accepted (it sits in our buffers); no answer, and no reset either.
+    s.write_all(b"anyone").unwrap();
+    let mut buf = [0u8; 16];
+    let e = s.read(&mut buf).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "a cut host must be silent, got {e:?}"
+    );
+    // A new connection is not refused: it times out.
+    let t0 = Instant::now();
+    let e = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e:?}");
+    assert!(t0.elapsed() >= Duration::from_millis(290));
+
+    host.restore().unwrap();
+    // TCP retransmits what was held: the same connection answers.
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 6];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"anyone");
+    assert_eq!(round_trip(&mut s, b"again").unwrap(), b"again");
+}
+
+#[test]
+fn hosts_leave_nothing_behind_even_when_a_test_panics() {
+    if skip() {
+        return;
+    }
+    let name = std::thread::spawn(|| {
+        let h = Host::new().unwrap();
+        let name = h.name().to_string();
+        assert!(namespaces_of_this_process().contains(&name));
+        std::panic::panic_any(name);
+    })
+    .join()
+    .unwrap_err();
+    let name = name.downcast::<String>().unwrap();
+    assert!(
+        !namespaces_of_this_process().contains(&name),
+        "{name} survived a panic"
+    );
+    let h = Host::new().unwrap();
+    let n2 = h.name().to_string();
+    drop(h);
+    assert!(!namespaces_of_this_process().contains(&n2));
+}
+
+#[test]
+fn the_fault_proxy_delays_caps_and_blackholes() {
+    if skip() {
+        return;
+    }
+    let up = echo(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let proxy = FaultProxy::start(up).unwrap();
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t0 = Instant::now();
+    round_trip(&mut s, b"x").unwrap();
+    let base = t0.elapsed();
+
+    // 50 ms each way: a round trip takes at least 100 ms more.
+    proxy.set(Faults {
+        delay: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let t0 = Instant::now();
+    round_trip(&mut s, b"y").unwrap();
+    let delayed = t0.elapsed();
+    assert!(delayed >= Duration::from_millis(100), "{delayed:?}");
+    assert!(delayed < base + Duration::from_millis(400), "{delayed:?}");
+
+    // 100 KB/s: 50 KB take 0.5 s on the way out (the way back overlaps with it).
+    proxy.set(Faults {
+        bandwidth: Some(100_000),
+        ..Faults::default()
+    });
+    let big = vec![7u8; 50_000];
+    let t0 = Instant::now();
+    let got = round_trip(&mut s, &big).unwrap();
+    assert_eq!(got, big);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+
+    // Blackhole: nothing comes back until it is lifted, then everything does.
+    proxy.set(Faults {
+        blackhole: true,
+        ..Faults::default()
+    });
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    s.write_all(b"held").unwrap();
+    let mut buf = [0u8; 4];
+    assert!(s.read(&mut buf).is_err(), "a blackholed proxy answered");
+    proxy.set(Faults::default());
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"held");
+}

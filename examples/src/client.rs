@@ -10,6 +10,13 @@
 //! (position, estimated wait) before `AUTH_OK`: the client waits through them, and a
 //! [`Connector`] shows the latest one on a watch channel
 //! ([`Connector::queue_status`]), e.g. for a "position 8420, about 62 s" screen.
+//!
+//! Reliable pushes are numbered by the gateway; the client remembers the last number it
+//! received, and [`GatewayClient::resume_ticket`] carries it into a resume, so the gateway
+//! replays only what this client missed. Other module-0 frames (`KICK`, `REBOUND`,
+//! `MOVED`, `GAP`) come out of [`GatewayClient::next_push`] like pushes; the last `KICK`
+//! is also kept ([`GatewayClient::kick`]). The protocol itself is in
+//! `docs/gateway-protocol.md`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -137,7 +144,8 @@ impl Connector {
     }
 }
 
-/// What AUTH_OK said.
+/// What AUTH_OK said (and, in a [resume ticket](GatewayClient::resume_ticket), the last
+/// numbered push received).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
     /// The session id.
@@ -147,6 +155,9 @@ pub struct Welcome {
     /// The gateway's id (the value of its WebSocket `MESHLINE_GW` sticky cookie), so a
     /// client can tell which gateway holds its session and aim reconnects at it.
     pub gateway: String,
+    /// The last numbered push received (0: none), sent with a resume: the gateway
+    /// replays the kept pushes after it.
+    pub last_push: u32,
 }
 
 /// Why the client stopped or a request failed.
@@ -183,6 +194,10 @@ pub struct GatewayClient {
     advice: tokio::sync::watch::Receiver<Option<String>>,
     /// Cancelled when the connection has ended (the reading task stopped).
     ended: CancellationToken,
+    /// The last numbered push received.
+    last_push: Arc<AtomicU32>,
+    /// The last KICK: code and text.
+    kick: Arc<Mutex<Option<(u16, String)>>>,
     /// What the gateway answered at admission.
     pub welcome: Welcome,
     /// The last QUEUE status before admission (`None`: admitted without waiting).
@@ -260,7 +275,11 @@ impl GatewayClient {
             session: parts.next().unwrap_or("").to_string(),
             secret: parts.next().unwrap_or("").to_string(),
             gateway: parts.next().unwrap_or("").to_string(),
+            last_push: 0,
         };
+        let last_push = Arc::new(AtomicU32::new(0));
+        let kick: Arc<Mutex<Option<(u16, String)>>> = Arc::default();
+        let (seen, kicked) = (last_push.clone(), kick.clone());
         let waiters: Waiters = Arc::default();
         let (tx, rx) = mpsc::unbounded_channel();
         let w2 = waiters.clone();
@@ -279,6 +298,17 @@ impl GatewayClient {
                     },
                     _ = stopped.cancelled() => break,
                 };
+                if f.flags & protocol::REPLY == 0
+                    && f.is_reliable()
+                    && f.seq != 0
+                    && !(f.module == GATEWAY_MODULE && f.opcode == op::REBOUND)
+                {
+                    seen.store(f.seq, Ordering::Relaxed);
+                }
+                if f.module == GATEWAY_MODULE && f.opcode == op::KICK {
+                    *kicked.lock().unwrap_or_else(|p| p.into_inner()) =
+                        crate::gateway::kick::split_coded(&f.payload);
+                }
                 if f.module == GATEWAY_MODULE && f.opcode == op::RECONNECT {
                     let reason = String::from_utf8_lossy(&f.payload).into_owned();
                     advice_tx.send_replace(Some(reason));
@@ -300,6 +330,8 @@ impl GatewayClient {
             _reading: stop.drop_guard(),
             advice,
             ended,
+            last_push,
+            kick,
             welcome,
             queued,
         })
@@ -389,10 +421,32 @@ impl GatewayClient {
     pub async fn closed(&self) {
         self.ended.cancelled().await
     }
+
+    /// The last numbered push received (0: none yet).
+    pub fn last_push(&self) -> u32 {
+        self.last_push.load(Ordering::Relaxed)
+    }
+
+    /// What a resume of this session needs: the welcome with the last numbered push
+    /// received.
+    pub fn resume_ticket(&self) -> Welcome {
+        Welcome {
+            last_push: self.last_push(),
+            ..self.welcome.clone()
+        }
+    }
+
+    /// The code and text of the `KICK` the gateway sent, if it sent one.
+    pub fn kick(&self) -> Option<(u16, String)> {
+        self.kick.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 fn resume_text(welcome: &Welcome) -> String {
-    format!("{} {}", welcome.session, welcome.secret)
+    format!(
+        "{} {} {}",
+        welcome.session, welcome.secret, welcome.last_push
+    )
 }
 
 #[cfg(test)]

@@ -1,18 +1,32 @@
 //! The example game backend behind the gateway, in-process or as the `game-backend`
-//! program. Three modules, one of each kind a game has:
+//! program. Five modules, one of each binding a game needs (their opcodes and payloads,
+//! for client developers, are in `docs/gateway-protocol.md`):
 //!
 //! - **lobby** (module 1, stateless request/response): opcode 1 answers
 //!   `<account>@<backend id>`; opcode 7 answers the message's trace id
-//!   ([`wire::TRACE`], stamped by the gateway); opcode 3 is a slow request: it answers
-//!   `slept <N>` after the `N` milliseconds in its payload; anything else is echoed.
+//!   ([`wire::TRACE`], stamped by the gateway); opcode 4 answers the session's role and
+//!   user state as the gateway stamped them (`role=<role> state=<state>`); opcode 3 is a
+//!   slow request: it answers `slept <N>` after the `N` milliseconds in its payload;
+//!   anything else is echoed.
 //! - **chat** (module 2, stateless, broadcast to all): opcode 1 sends the text to every
 //!   player: one `bcast` per *gateway* (by its `gw` id), the gateways copy to their players.
-//! - **room** (module 3, stateful): opcode 1 joins room `<payload>`: the session joins
-//!   the gateway group `room:<name>` (static binding keeps it on this backend); the room
-//!   pushes a state snapshot to its members through gateway fan-out at a configurable
-//!   rate; opcode 2 answers the room's state (the snapshot counter).
+//! - **room** (module 3, keyed by room: every payload starts with the room's name, and
+//!   the gateway sends each room's requests to the room's one backend, from every
+//!   gateway): opcode 1 `<room>` joins (the session joins the gateway group
+//!   `room:<room>`), opcode 2 `<room>` answers the room's state
+//!   (`<room> <snapshots> snapshots <members> members on <backend>`), opcode 3 `<room>`
+//!   leaves, opcode 4 `<room> <text>` says something to the room (a reliable push, opcode
+//!   5, `<account>: <text>`, to every member). The room pushes a snapshot
+//!   (`<room> snapshot <n>`, opcode 9, unreliable) to its members through gateway
+//!   fan-out at a configurable rate. A room that moves here (the gateway's `moved`
+//!   command: its backend died) starts afresh with its members, its count at 0; one
+//!   that moves away (`dropkey`) is dropped.
 //! - **bind** (module 4, dynamic): opcode 1 binds the session's module 4 to this backend
 //!   (a `bind` command), opcode 2 answers this backend's id, opcode 3 unbinds.
+//! - **inventory** (module 5, static: per session, the first request binds the session
+//!   to one backend): opcode 1 `<item>` puts an item in the session's bag here and
+//!   answers `<n> items on <backend>`, opcode 2 answers the bag,
+//!   `<item>,<item>,... on <backend>` (`empty on <backend>`).
 //!
 //! A room remembers each member's gateway connection. When a session is resumed (on
 //! another gateway or the same one), the gateway sends `rebind` (see
@@ -45,6 +59,8 @@ pub mod modules {
     pub const ROOM: u16 = 3;
     /// Dynamic binding.
     pub const BIND: u16 = 4;
+    /// Static binding (per session).
+    pub const INVENTORY: u16 = 5;
 }
 
 #[derive(Default)]
@@ -57,6 +73,8 @@ struct Room {
 struct State {
     id: String,
     rooms: Mutex<HashMap<String, Room>>,
+    /// Each session's bag (module 5).
+    bags: Mutex<HashMap<String, Vec<String>>>,
     gateways: Mutex<HashMap<ConnectionId, Connection>>,
     /// One connection per gateway id (a gateway holds one connection per cluster it
     /// reaches us through): broadcasts go once per gateway, not once per connection.
@@ -124,15 +142,64 @@ fn remember_gateway(state: &State, conn: &Connection) {
         .insert(conn.id(), conn.clone());
 }
 
+/// `moved`: room `key` lives here now, with `members` reached through `conn`: started
+/// afresh if it is not here yet.
+fn moved_here(state: &State, conn: &Connection, key: &str, members: &[&str]) {
+    let mut rooms = state.rooms.lock().unwrap_or_else(|p| p.into_inner());
+    let room = rooms.entry(key.to_string()).or_default();
+    for sid in members {
+        room.members.insert(sid.to_string(), conn.id());
+    }
+    tracing::info!(backend = %state.id, room = key, members = members.len(), "room moved here");
+}
+
+/// The room name and the rest of a room payload: `<room>[ <rest>]`.
+fn room_of(body: &[u8]) -> (String, String) {
+    let text = String::from_utf8_lossy(body);
+    match text.split_once(' ') {
+        Some((room, rest)) => (room.to_string(), rest.to_string()),
+        None => (text.into_owned(), String::new()),
+    }
+}
+
 async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     let head = &req.payload.head;
-    if head.get(wire::CMD) == Some("rebind") {
-        let conn = req.connection.clone();
-        remember_gateway(&state, &conn);
-        if let Some(sid) = head.get(wire::SESSION) {
-            rebind(&state, &conn, sid);
+    match head.get(wire::CMD) {
+        Some("rebind") => {
+            let conn = req.connection.clone();
+            remember_gateway(&state, &conn);
+            if let Some(sid) = head.get(wire::SESSION) {
+                rebind(&state, &conn, sid);
+            }
+            return None;
         }
-        return None;
+        Some("moved") => {
+            let conn = req.connection.clone();
+            remember_gateway(&state, &conn);
+            if let Some(key) = head.get(wire::KEY) {
+                let members: Vec<&str> = wire::list(head.get(wire::TO)).collect();
+                moved_here(&state, &conn, key, &members);
+            }
+            return None;
+        }
+        Some("dropkey") => {
+            if let Some(key) = head.get(wire::KEY)
+                && state
+                    .rooms
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(key)
+                    .is_some()
+            {
+                tracing::info!(backend = %state.id, room = key, "room moved away; dropped");
+            }
+            return None;
+        }
+        Some(other) => {
+            tracing::debug!(cmd = other, "unknown command; ignored");
+            return None;
+        }
+        None => {}
     }
     state.requests.fetch_add(1, Ordering::Relaxed);
     let module: u16 = head.get(wire::MODULE)?.parse().ok()?;
@@ -153,6 +220,11 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
     match (module, opcode) {
         (modules::LOBBY, 1) => answer(format!("{account}@{}", state.id)),
         (modules::LOBBY, 7) => answer(trace.to_string()),
+        (modules::LOBBY, 4) => answer(format!(
+            "role={} state={}",
+            head.get(wire::ROLE).unwrap_or(""),
+            head.get(wire::STATE).unwrap_or("")
+        )),
         (modules::LOBBY, 3) => {
             let ms: u64 = std::str::from_utf8(&req.payload.body)
                 .ok()
@@ -184,7 +256,7 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
             answer("sent")
         }
         (modules::ROOM, 1) => {
-            let room = String::from_utf8_lossy(&req.payload.body).into_owned();
+            let (room, _) = room_of(&req.payload.body);
             state
                 .rooms
                 .lock()
@@ -201,9 +273,80 @@ async fn handle(state: Arc<State>, req: InboundRequest) -> Option<Payload> {
             answer(format!("joined {room} on {}", state.id))
         }
         (modules::ROOM, 2) => {
+            let (room, _) = room_of(&req.payload.body);
             let rooms = state.rooms.lock().unwrap_or_else(|p| p.into_inner());
-            let n: u64 = rooms.values().map(|r| r.snapshots).sum();
-            answer(format!("{} snapshots on {}", n, state.id))
+            match rooms.get(&room) {
+                Some(r) => answer(format!(
+                    "{room} {} snapshots {} members on {}",
+                    r.snapshots,
+                    r.members.len(),
+                    state.id
+                )),
+                None => Some(
+                    Payload::new(format!("no room {room} on {}", state.id))
+                        .with_head(wire::ERROR, "1"),
+                ),
+            }
+        }
+        (modules::ROOM, 3) => {
+            let (room, _) = room_of(&req.payload.body);
+            let mut rooms = state.rooms.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = rooms.get_mut(&room) {
+                r.members.remove(&sid);
+                if r.members.is_empty() {
+                    rooms.remove(&room);
+                }
+            }
+            drop(rooms);
+            let _ = conn.try_send_oneway(
+                command("leave", Bytes::new())
+                    .with_head(wire::TO, sid)
+                    .with_head(wire::GROUP, format!("room:{room}")),
+            );
+            answer(format!("left {room}"))
+        }
+        (modules::ROOM, 4) => {
+            let (room, text) = room_of(&req.payload.body);
+            let via: Vec<Connection> = {
+                let rooms = state.rooms.lock().unwrap_or_else(|p| p.into_inner());
+                let gws = state.gateways.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(r) = rooms.get(&room) else {
+                    return Some(
+                        Payload::new(format!("no room {room} on {}", state.id))
+                            .with_head(wire::ERROR, "1"),
+                    );
+                };
+                let ids: HashSet<&ConnectionId> = r.members.values().collect();
+                ids.into_iter()
+                    .filter_map(|i| gws.get(i).cloned())
+                    .collect()
+            };
+            for g in via {
+                state.fanout_sends.fetch_add(1, Ordering::Relaxed);
+                let _ = g.try_send_oneway(
+                    command("bcast", format!("{account}: {text}"))
+                        .with_head(wire::GROUP, format!("room:{room}"))
+                        .with_head(wire::MODULE, modules::ROOM.to_string())
+                        .with_head(wire::OPCODE, "5")
+                        .with_head(wire::RELIABLE, "1"),
+                );
+            }
+            answer("said")
+        }
+        (modules::INVENTORY, 1) => {
+            let item = String::from_utf8_lossy(&req.payload.body).into_owned();
+            let mut bags = state.bags.lock().unwrap_or_else(|p| p.into_inner());
+            let bag = bags.entry(sid).or_default();
+            bag.push(item);
+            answer(format!("{} items on {}", bag.len(), state.id))
+        }
+        (modules::INVENTORY, 2) => {
+            let bags = state.bags.lock().unwrap_or_else(|p| p.into_inner());
+            let items = bags
+                .get(&sid)
+                .filter(|b| !b.is_empty())
+                .map_or_else(|| "empty".to_string(), |b| b.join(","));
+            answer(format!("{items} on {}", state.id))
         }
         (modules::BIND, 1) => {
             let _ = conn.try_send_oneway(
@@ -261,6 +404,7 @@ impl GameBackend {
         let state = Arc::new(State {
             id: id.to_string(),
             rooms: Mutex::new(HashMap::new()),
+            bags: Mutex::new(HashMap::new()),
             gateways: Mutex::new(HashMap::new()),
             by_gateway: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
@@ -358,6 +502,20 @@ impl GameBackend {
     /// Fan-out sends made (one per gateway per broadcast).
     pub fn fanout_sends(&self) -> u64 {
         self.state.fanout_sends.load(Ordering::Relaxed)
+    }
+
+    /// The rooms held here: name, snapshots pushed, members.
+    pub fn rooms(&self) -> Vec<(String, u64, usize)> {
+        let mut v: Vec<_> = self
+            .state
+            .rooms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, r)| (n.clone(), r.snapshots, r.members.len()))
+            .collect();
+        v.sort();
+        v
     }
 
     /// Unregisters and stops (in-flight requests finish within `grace`).

@@ -392,7 +392,7 @@ async fn move_session(
         candidates.retain(|a| Some(*a) != avoid);
         fastrand::shuffle(&mut candidates);
         for addr in candidates {
-            match resume(inner.options.via, addr, &from.welcome).await {
+            match resume(inner.options.via, addr, &from.resume_ticket()).await {
                 Ok(c) => return Ok((c, addr)),
                 Err(e) => {
                     let unknown = refusal(&e) == Some(Refusal::BadResume);

@@ -44,9 +44,16 @@
 //!
 //! Not measured: the latency while the deadline cuts the 5,000 at once (they were opened
 //! within a few seconds, so they expire within about as long; the attackers' own client
-//! tasks run in this process too). A login while the cap is full is refused `Busy`:
-//! the cap's price, paid by new players only while it is full, never by the ones
-//! already in.
+//! tasks run in this process too). A login while the cap is full is refused `Busy`
+//! (asserted): the cap's price, paid by new players only while it is full, never by the
+//! ones already in; after each round a new player gets in again (asserted).
+//!
+//! Who was cut when is counted on the gateway's side too: every refusal
+//! (`GatewayStats::refused`) and every WebSocket connection cut in its handshake, where
+//! no refusal can be sent (`GatewayStats::handshake_timeouts`). Just before the deadline
+//! neither may have moved past the refusals made at once; after it, the WebSocket
+//! slowloris connections must be exactly the handshake cuts and every other held
+//! connection a `Late` refusal.
 //!
 //! Cost: about 55 s (debug build, 2-core machine), most of it the four deadlines; up to
 //! ~10,300 descriptors (the soft `RLIMIT_NOFILE` is raised to the hard one if needed).
@@ -65,7 +72,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 /// Idle unauthenticated connections: connect, send nothing.
 const IDLE: usize = 5_000;
-/// Slowloris over TCP: an AUTH frame's header and payload, a byte at a time.
+/// Slowloris over TCP: an AUTH frame's header and payload (a 512-byte token, under the
+/// 1 KiB pre-auth cap), a byte at a time.
 const SLOW_TCP: usize = 64;
 /// Slowloris over WebSocket: the upgrade request, a byte at a time.
 const SLOW_WS: usize = 32;
@@ -213,9 +221,10 @@ async fn attack(kind: Kind, stream: TcpStream, opened: Instant, dribble: Vec<u8>
     }
 }
 
-/// An AUTH frame announcing a 2,000-byte token (under `max-frame`), header and payload.
+/// An AUTH frame announcing a 512-byte token (under `auth-max-frame`), header and
+/// payload: dribbled at one byte per 200 ms it takes 105 s, ten times the deadline.
 fn slow_auth_frame() -> Vec<u8> {
-    let payload = 2000;
+    let payload = 512;
     let mut f = Vec::new();
     f.extend_from_slice(&((HEADER_AFTER_LEN + payload) as u32).to_be_bytes());
     f.extend_from_slice(&GATEWAY_MODULE.to_be_bytes());
@@ -315,6 +324,9 @@ struct Round {
     over_cap: usize,
     /// A login while the cap was full.
     newcomer: Result<(), String>,
+    /// Refusals and handshake cuts by the gateway after the deadline, this round.
+    late_refused: usize,
+    handshake_cuts: usize,
 }
 
 /// One attack: slowloris senders, oversized frames, then the idle flood past the cap;
@@ -327,6 +339,8 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
     // Slowloris first: they take their place under the cap before the idle flood (so
     // which connections the cap refuses is known: idle ones).
     let refused0 = stats.refused.load(Ordering::Relaxed);
+    let late0 = stats.refused_for(Refusal::Late);
+    let handshakes0 = stats.handshake_timeouts.load(Ordering::Relaxed);
     let mut attackers = JoinSet::new();
     let mut ip = || {
         *next_ip += 1;
@@ -345,7 +359,7 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
     }
     // Accepted and counted under the cap within this (they need one task step each).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // The frame cap: 4 GiB announced, refused at once (Malformed), before any buffer.
+    // The frame cap: 4 GiB announced, refused at once (TooLarge), before any buffer.
     let mut oversize = JoinSet::new();
     for _ in 0..OVERSIZE {
         let mut s = connect_from(ip(), addr).await;
@@ -357,7 +371,7 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
         .await
         .expect("oversized frames are refused at once");
     for c in &oversize {
-        assert_eq!(c.code, Some(Refusal::Malformed.code()), "{c:?}");
+        assert_eq!(c.code, Some(Refusal::TooLarge.code()), "{c:?}");
         assert!(c.lasted() < Duration::from_secs(1), "{c:?}");
     }
     // The idle flood, 128 connects in flight at a time.
@@ -382,6 +396,8 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
     // Past the cap: refused at once with Busy (the idle connections last in).
     let over_cap = IDLE + SLOW_TCP + SLOW_WS - CAP;
     let refused_now = || (stats.refused.load(Ordering::Relaxed) - refused0) as usize;
+    let handshake_cuts =
+        || (stats.handshake_timeouts.load(Ordering::Relaxed) - handshakes0) as usize;
     let t = Instant::now();
     while refused_now() < OVERSIZE + over_cap && t.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -398,23 +414,31 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
         all_opened - first_opened
     );
     assert_eq!(
-        refused_now(),
-        OVERSIZE + over_cap,
+        (refused_now(), handshake_cuts()),
+        (OVERSIZE + over_cap, 0),
         "an attacker was cut before the deadline"
     );
-    // A new login now finds the cap full (the cap's price; not asserted).
+    // A new login now finds the cap full: refused Busy, at once.
     let newcomer = Connector::tcp(addr)
         .auth(&w.minter.mint("newcomer", Duration::from_secs(60)))
         .await
         .map(|_| ())
         .map_err(|e| e.to_string());
+    assert!(
+        newcomer
+            .as_ref()
+            .is_err_and(|e| e.starts_with(&format!("refused: {} ", Refusal::Busy.code()))),
+        "a login while the cap is full: {newcomer:?}"
+    );
     // Nobody cut before the deadline, on the gateway's clock: every held connection was
-    // accepted after `first_opened`, so none may be cut before this.
+    // accepted after `first_opened`, so none may be cut before this, over TCP (a
+    // refusal) or WebSocket (a handshake cut).
     tokio::time::sleep_until(first_opened + AUTH_DEADLINE - Duration::from_millis(200)).await;
     assert_eq!(
-        refused_now(),
-        OVERSIZE + over_cap + usize::from(newcomer.is_err()),
-        "an attacker was cut before the deadline (the gateway's count of refusals)"
+        (refused_now(), handshake_cuts()),
+        (OVERSIZE + over_cap + 1, 0),
+        "an attacker was cut before the deadline (the gateway's count of refusals and \
+         handshake cuts)"
     );
 
     // The deadline cuts the rest.
@@ -430,6 +454,8 @@ async fn attack_round(w: &World, next_ip: &mut usize) -> Round {
         cuts,
         over_cap,
         newcomer,
+        late_refused: (stats.refused_for(Refusal::Late) - late0) as usize,
+        handshake_cuts: handshake_cuts(),
     }
 }
 
@@ -489,6 +515,13 @@ fn check_cuts(round: &Round) -> (Duration, Duration) {
     assert_eq!(
         (count(Kind::Idle), count(Kind::SlowTcp), count(Kind::SlowWs)),
         (CAP - SLOW_TCP - SLOW_WS, SLOW_TCP, SLOW_WS)
+    );
+    // The gateway's own count: every held TCP connection refused Late at the deadline,
+    // every WebSocket slowloris cut in its handshake.
+    assert_eq!(
+        (round.late_refused, round.handshake_cuts),
+        (CAP - SLOW_WS, SLOW_WS),
+        "the gateway's cuts at the deadline"
     );
     let lasted = held.iter().map(|c| c.lasted());
     (lasted.clone().min().unwrap(), lasted.max().unwrap())

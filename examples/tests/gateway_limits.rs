@@ -120,9 +120,17 @@ async fn an_allow_listed_address_gets_the_higher_limit() {
         "{}",
         refused[0]
     );
-    // An address not on the list has the ordinary limit.
+    // An address not on the list has the ordinary limit: its burst of 2, plus one a
+    // second refilled meanwhile.
+    let t0 = Instant::now();
     let (ok, refused) = logins(&w, "127.0.0.4", 6).await;
-    assert!(ok.len() <= 3, "{}", ok.len());
+    let refill = t0.elapsed().as_secs() as usize + 1;
+    assert!(
+        ok.len() >= 2 && ok.len() <= 2 + refill,
+        "{} admitted in {:?}",
+        ok.len(),
+        t0.elapsed()
+    );
     assert!(
         refused[0].contains("per-IP connection limit"),
         "{}",
@@ -324,7 +332,7 @@ async fn a_client_that_keeps_going_over_its_limit_is_disconnected() {
         .await
         .expect("a KICK");
     assert_eq!((kick.module, kick.opcode), (GATEWAY_MODULE, op::KICK));
-    assert_eq!(&kick.payload[..], b"rate limited: sustained abuse");
+    assert_eq!(&kick.payload[..], b"6 rate limited: sustained abuse");
     // Others are not affected.
     w.player("alice")
         .await
@@ -402,10 +410,12 @@ async fn the_login_queue_admits_in_order_with_positions_and_etas() {
         let q = Queued::start(&w, &format!("q{i}")).await;
         let s = q.first;
         assert_eq!(s.position, i, "arrival order is the position");
-        // 2 a second: about 500 ms a place (the measured rate, at most the configured).
+        // 2 a second: 500 ms a place. The estimate uses the measured rate when lower:
+        // two admissions (first, then q1 after 500 ms) over at least 1 s, so no faster
+        // than 2/s, and no slower than 2 in 1.2 s while the five enter.
         let eta = s.eta.expect("an estimate");
         assert!(
-            eta >= Duration::from_millis(450 * i) && eta <= Duration::from_millis(3000 * i),
+            eta >= Duration::from_millis(500 * i) && eta <= Duration::from_millis(600 * i),
             "position {i}: eta {eta:?}"
         );
         waiting.push(q);

@@ -74,10 +74,13 @@ async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
         0.0
     );
     for cluster in CLUSTERS {
-        let series = format!(
-            r#"gateway_backend_alive_endpoints{{gateway="gw-metrics",cluster="{cluster}"}}"#
-        );
-        assert_eq!(value(&before, &series), 2.0, "{series}");
+        for metric in [
+            "gateway_backend_alive_endpoints",
+            "gateway_backend_endpoints",
+        ] {
+            let series = format!(r#"{metric}{{gateway="gw-metrics",cluster="{cluster}"}}"#);
+            assert_eq!(value(&before, &series), 2.0, "{series}");
+        }
     }
 
     let alice = w.player("alice").await;
@@ -88,11 +91,23 @@ async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
             .await
             .unwrap();
     }
+    // One broadcast: one backend send to this gateway, one push (alice is alone here).
+    alice.request(modules::CHAT, 1, &b"hi"[..]).await.unwrap();
+    alice
+        .next_push(Duration::from_secs(2))
+        .await
+        .expect("the chat push");
+    // One refusal, for a forged token.
+    let forged = TokenMinter::new("not-the-secret").mint("mallory", Duration::from_secs(60));
+    let e = GatewayClient::auth(w.gateway.local_addr(), &forged)
+        .await
+        .unwrap_err();
+    assert_eq!(refusal(e), Refusal::Forged);
     let after = scrape(admin).await;
     let g = r#"gateway="gw-metrics""#;
     assert_eq!(
         value(&after, &format!("gateway_forwarded_total{{{g}}}")),
-        5.0
+        6.0
     );
     assert_eq!(
         value(&after, &format!("gateway_admitted_total{{{g}}}")),
@@ -113,14 +128,29 @@ async fn metrics_carry_the_gateway_label_and_move_with_traffic() {
         ),
         0.0
     );
-    for counter in [
-        "refused",
-        "pushed",
-        "fanouts",
-        "send_queue_drops",
-        "send_queue_overflows",
+    for (counter, want) in [
+        ("pushed", 1.0),
+        ("fanouts", 1.0),
+        ("send_queue_drops", 0.0),
+        ("send_queue_overflows", 0.0),
+        ("rebound", 0.0),
+        ("keys_moved", 0.0),
+        ("handshake_timeouts", 0.0),
     ] {
-        value(&after, &format!("gateway_{counter}_total{{{g}}}"));
+        assert_eq!(
+            value(&after, &format!("gateway_{counter}_total{{{g}}}")),
+            want,
+            "{counter}"
+        );
+    }
+    // Refusals by reason: every reason has its series, one forged.
+    for r in Refusal::ALL {
+        let series = format!(
+            r#"gateway_refused_total{{{g},reason="{}"}}"#,
+            r.name().to_ascii_lowercase()
+        );
+        let want = if r == Refusal::Forged { 1.0 } else { 0.0 };
+        assert_eq!(value(&after, &series), want, "{series}");
     }
     // The latency histogram: five lobby messages, each in some bucket under 10 s.
     let lobby = format!(r#"{g},module="lobby""#);

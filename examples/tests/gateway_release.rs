@@ -31,13 +31,23 @@ fn ok_text(r: Result<Bytes, ClientError>) -> String {
     }
 }
 
-/// Sends `load` (0..=100) from `backend` on every connection the gateway holds to it.
-async fn report_load(backend: &GameBackend, load: u32) {
+/// Sends `load` (0..=100) from `backend` on every connection the gateway holds to it,
+/// and waits until the gateway's `cluster` guard recorded it (the command is one-way).
+async fn report_load(w: &World, backend: &GameBackend, load: u32) {
     for c in backend.gateway_connections() {
         c.send_oneway(command("load", load.to_string()))
             .await
             .unwrap();
     }
+    let key = meshline::Instance::new("127.0.0.1", backend.local_addr().port())
+        .unwrap()
+        .key()
+        .clone();
+    let lobby = w.gateway.protection().cluster("lobby").unwrap();
+    until("the load recorded", Duration::from_secs(3), || {
+        lobby.reported_load(&key) == Some(load)
+    })
+    .await;
 }
 
 /// Waits until `cluster` has no alive endpoint at the gateway.
@@ -87,7 +97,10 @@ async fn the_breaker_opens_on_timeouts_answers_busy_at_once_and_a_probe_closes_i
     let slow = join_all((0..4).map(|_| p.request(modules::LOBBY, 3, &b"1000"[..]))).await;
     for r in slow {
         let text = error_text(r);
-        assert!(text.contains("no response within"), "{text}");
+        assert!(
+            text.starts_with("timeout: lobby did not answer in time"),
+            "{text}"
+        );
     }
     assert_eq!(lobby.breaker_state(), BreakerState::Open);
     // Open: answered at once, and the backend never sees them.
@@ -101,17 +114,31 @@ async fn the_breaker_opens_on_timeouts_answers_busy_at_once_and_a_probe_closes_i
     assert_eq!(w.backends[0].requests(), before);
     // Another cluster is not affected.
     p.request(modules::BIND, 2, Bytes::new()).await.unwrap();
-    // After the cool-down: half-open. A probe that fails opens it again at once.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(lobby.breaker_state(), BreakerState::HalfOpen);
+    // After the cool-down (500 ms): half-open. A probe that fails opens it again at once.
+    let t0 = Instant::now();
+    until("half-open", Duration::from_secs(2), || {
+        lobby.breaker_state() == BreakerState::HalfOpen
+    })
+    .await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t0.elapsed()
+    );
     let text = error_text(p.request(modules::LOBBY, 3, &b"1000"[..]).await);
-    assert!(text.contains("no response within"), "{text}");
+    assert!(
+        text.starts_with("timeout: lobby did not answer in time"),
+        "{text}"
+    );
     assert_eq!(lobby.breaker_state(), BreakerState::Open);
     let text = error_text(p.request(modules::LOBBY, 1, Bytes::new()).await);
     assert_eq!(text, "busy: lobby circuit open");
     // After another cool-down the backend answers in time: the sheddable opcode is
     // shed while half-open, and two successful probes close the breaker.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    until("half-open again", Duration::from_secs(2), || {
+        lobby.breaker_state() == BreakerState::HalfOpen
+    })
+    .await;
     let text = error_text(p.request(modules::LOBBY, 2, &b"x"[..]).await);
     assert_eq!(text, "busy: shed");
     for _ in 0..2 {
@@ -195,7 +222,10 @@ async fn a_cluster_down_past_hold_for_answers_busy_then_the_breaker_opens_and_a_
         .wait_alive(1, Duration::from_secs(5))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    until("half-open", Duration::from_secs(2), || {
+        lobby.breaker_state() == BreakerState::HalfOpen
+    })
+    .await;
     assert_eq!(
         ok_text(p.request(modules::LOBBY, 1, Bytes::new()).await),
         "h@be-0"
@@ -462,14 +492,12 @@ async fn shedding_drops_the_sheddable_opcode_and_passes_the_other() {
     let p = w.player("s").await;
     assert_eq!(ok_text(p.request(modules::LOBBY, 2, &b"e"[..]).await), "e");
     // One of two backends overloaded: the cluster is not.
-    report_load(&w.backends[0], 85).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    report_load(&w, &w.backends[0], 85).await;
     for _ in 0..4 {
         assert_eq!(ok_text(p.request(modules::LOBBY, 2, &b"e"[..]).await), "e");
     }
     // Both: opcode 2 is shed, opcode 1 still goes through.
-    report_load(&w.backends[1], 95).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    report_load(&w, &w.backends[1], 95).await;
     for _ in 0..4 {
         assert_eq!(
             error_text(p.request(modules::LOBBY, 2, &b"e"[..]).await),
@@ -483,7 +511,6 @@ async fn shedding_drops_the_sheddable_opcode_and_passes_the_other() {
     let lobby = w.gateway.protection().module(modules::LOBBY).unwrap();
     assert_eq!(lobby.shed_total(), 4);
     // The load falls on one: nothing is shed.
-    report_load(&w.backends[1], 40).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    report_load(&w, &w.backends[1], 40).await;
     assert_eq!(ok_text(p.request(modules::LOBBY, 2, &b"e"[..]).await), "e");
 }

@@ -9,21 +9,23 @@ use gateway_world::*;
 async fn a_session_resumes_on_the_same_gateway_with_its_bindings() {
     let w = world(3, |_| {}).await;
     let p = w.player("resumer").await;
-    let joined = p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
-    let welcome = p.welcome.clone();
+    let put = p
+        .request(modules::INVENTORY, 1, &b"sword"[..])
+        .await
+        .unwrap();
+    let welcome = p.resume_ticket();
     drop(p);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.detached(&welcome.session).await;
     let again = GatewayClient::resume(w.gateway.local_addr(), &welcome)
         .await
         .unwrap();
     assert_eq!(again.welcome.session, welcome.session);
-    let home = String::from_utf8_lossy(&joined)
-        .rsplit(' ')
-        .next()
-        .unwrap()
-        .to_string();
-    let state = again.request(modules::ROOM, 2, Bytes::new()).await.unwrap();
-    assert!(String::from_utf8_lossy(&state).ends_with(&home));
+    let home = last_word(&put);
+    let bag = again
+        .request(modules::INVENTORY, 2, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bag), format!("sword on {home}"));
     // A wrong secret is refused.
     let mut bad = welcome.clone();
     bad.secret = "0".repeat(32);
@@ -39,32 +41,6 @@ fn use_redis(s: &mut GatewaySettings, url: &str, window: Duration) {
     s.redis_url = url.to_string();
     s.resume_window = window;
     s.redis_timeout = Duration::from_millis(500);
-}
-
-impl World {
-    /// Another gateway on the same registry, in front of the same backends.
-    async fn another_gateway(&self, id: &str, tweak: impl FnOnce(&mut GatewaySettings)) -> Gateway {
-        let mut s = settings();
-        s.id = id.into();
-        tweak(&mut s);
-        let g = Gateway::start(s, self.registry.clone()).await.unwrap();
-        for c in CLUSTERS {
-            g.backend(c)
-                .unwrap()
-                .wait_alive(self.backends.len(), Duration::from_secs(5))
-                .await
-                .unwrap();
-        }
-        g
-    }
-}
-
-fn last_word(b: &[u8]) -> String {
-    String::from_utf8_lossy(b)
-        .rsplit(' ')
-        .next()
-        .unwrap()
-        .to_string()
 }
 
 async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -105,18 +81,6 @@ async fn stored_until(
     }
 }
 
-/// The next push of module `module`, skipping others.
-async fn next_push_of(p: &GatewayClient, module: u16, limit: Duration) -> Option<ClientFrame> {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let f = p.next_push(left).await?;
-        if f.module == module {
-            return Some(f);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_follows() {
     let redis = Redis::start().unwrap();
@@ -128,19 +92,24 @@ async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_foll
         .await;
     let mut c = redis_conn(&url).await;
 
-    // On gateway A: authenticate, join a room (static binding), get its snapshots.
+    // On gateway A: authenticate, put something in the bag (static binding), join a
+    // room (keyed), get its snapshots.
     let p = w.player("roamer").await;
     assert_eq!(p.welcome.gateway, "gw-a");
-    let joined = p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
-    let home = last_word(&joined);
-    let f = next_push_of(&p, modules::ROOM, Duration::from_secs(3))
+    let put = p
+        .request(modules::INVENTORY, 1, &b"sword"[..])
+        .await
+        .unwrap();
+    let home = last_word(&put);
+    p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
+    let f = next_push_of(&p, modules::ROOM, Some(9), Duration::from_secs(3))
         .await
         .expect("room snapshots through gateway A");
     assert!(String::from_utf8_lossy(&f.payload).starts_with("r snapshot"));
-    let welcome = p.welcome.clone();
+    let welcome = p.resume_ticket();
     // Redis holds the durable part: the binding, the group, a hash of the secret only.
     let h = stored_until(&mut c, &welcome.session, "bound and in its room", |h| {
-        h.contains_key("b:room") && h.contains_key("g:room:r")
+        h.contains_key("b:inventory") && h.contains_key("g:room:r")
     })
     .await;
     assert_eq!(h["account"], "roamer");
@@ -159,20 +128,30 @@ async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_foll
 
     // Disconnect, resume on gateway B.
     drop(p);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.detached(&welcome.session).await;
     let rebinds: u64 = w.backends.iter().map(|b| b.rebinds()).sum();
     let again = GatewayClient::resume(b.local_addr(), &welcome)
         .await
         .unwrap();
-    // (a) Same session, same binding: room requests reach the same backend.
+    // The push buffer stayed on A: B says at once it cannot tell what was missed.
+    let gap = again
+        .next_push(Duration::from_secs(1))
+        .await
+        .expect("a GAP after a resume on another gateway");
+    assert_eq!((gap.module, gap.opcode), (GATEWAY_MODULE, op::GAP));
+    assert_eq!(&gap.payload[..], b"1 ?");
+    // (a) Same session, same binding: bag requests reach the same backend.
     assert_eq!(again.welcome.session, welcome.session);
     assert_eq!(again.welcome.gateway, "gw-b");
     for _ in 0..3 {
-        let state = again.request(modules::ROOM, 2, Bytes::new()).await.unwrap();
-        assert_eq!(last_word(&state), home, "{state:?}");
+        let bag = again
+            .request(modules::INVENTORY, 2, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&bag), format!("sword on {home}"));
     }
     // (b) The backend was told the new gateway: the room's snapshots come through B.
-    let f = next_push_of(&again, modules::ROOM, Duration::from_secs(3))
+    let f = next_push_of(&again, modules::ROOM, Some(9), Duration::from_secs(3))
         .await
         .expect("room snapshots through gateway B");
     assert!(String::from_utf8_lossy(&f.payload).starts_with("r snapshot"));
@@ -202,17 +181,15 @@ async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_foll
     let q2 = GatewayClient::resume(b.local_addr(), &q.welcome)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        if q.request(modules::LOBBY, 1, Bytes::new()).await.is_err() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gateway A kept a session gateway B took over"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // A finds out at its next TTL refresh (every third of the 3 s window) and kicks the
+    // old connection: TAKEOVER.
+    let kick = next_push_of(&q, GATEWAY_MODULE, Some(op::KICK), Duration::from_secs(3))
+        .await
+        .expect("gateway A kept a session gateway B took over");
+    assert_eq!(kick_code(&kick), 3, "{kick:?}");
+    tokio::time::timeout(Duration::from_secs(2), q.closed())
+        .await
+        .expect("closed after the kick");
     let who = q2.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
     assert!(String::from_utf8_lossy(&who).starts_with("twice@"));
     b.shutdown().await;
@@ -224,9 +201,9 @@ async fn the_memory_store_resumes_only_on_the_gateway_holding_the_session() {
     let b = w.another_gateway("gw-b", |_| {}).await;
     let p = w.player("homebody").await;
     p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
-    let welcome = p.welcome.clone();
+    let welcome = p.resume_ticket();
     drop(p);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.detached(&welcome.session).await;
     let e = GatewayClient::resume(b.local_addr(), &welcome)
         .await
         .unwrap_err();
@@ -236,16 +213,15 @@ async fn the_memory_store_resumes_only_on_the_gateway_holding_the_session() {
         .unwrap();
     assert_eq!(again.welcome.session, welcome.session);
     // Resumed on the same gateway, the backend is told too.
-    let f = next_push_of(&again, modules::ROOM, Duration::from_secs(3)).await;
+    let f = next_push_of(&again, modules::ROOM, Some(9), Duration::from_secs(3)).await;
     assert!(
         f.is_some(),
         "room snapshots after a resume on the same gateway"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while w.backends[0].rebinds() == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no rebind");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a rebind", Duration::from_secs(3), || {
+        w.backends[0].rebinds() > 0
+    })
+    .await;
     b.shutdown().await;
 }
 
@@ -261,7 +237,13 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
     let mut c = redis_conn(&url).await;
     let gone = w.player("gone").await;
     let stays = w.player("stays").await;
-    let home = last_word(&stays.request(modules::ROOM, 1, &b"r"[..]).await.unwrap());
+    let home = last_word(
+        &stays
+            .request(modules::INVENTORY, 1, &b"sword"[..])
+            .await
+            .unwrap(),
+    );
+    stays.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
     for id in [&gone.welcome.session, &stays.welcome.session] {
         stored_until(&mut c, id, "written", |h| !h.is_empty()).await;
     }
@@ -288,8 +270,11 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
         assert_eq!(&who[..], b"stays@be-0");
     }
     stays.request(modules::ROOM, 1, &b"r2"[..]).await.unwrap();
-    let state = stays.request(modules::ROOM, 2, Bytes::new()).await.unwrap();
-    assert_eq!(last_word(&state), home);
+    let bag = stays
+        .request(modules::INVENTORY, 2, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bag), format!("sword on {home}"));
     let newcomer = w.player("newcomer").await;
     newcomer
         .request(modules::LOBBY, 1, Bytes::new())
@@ -311,13 +296,16 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
         h.contains_key("g:room:r2")
     })
     .await;
-    let welcome = stays.welcome.clone();
+    let welcome = stays.resume_ticket();
     drop(stays);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.detached(&welcome.session).await;
     let again = GatewayClient::resume(b.local_addr(), &welcome)
         .await
         .unwrap();
-    let state = again.request(modules::ROOM, 2, Bytes::new()).await.unwrap();
-    assert_eq!(last_word(&state), home);
+    let bag = again
+        .request(modules::INVENTORY, 2, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bag), format!("sword on {home}"));
     b.shutdown().await;
 }

@@ -183,7 +183,7 @@ async fn main() -> ExitCode {
                         // The roaming client moves by itself on advice or a drop; when
                         // it gave up, start over (resume where the bot began).
                         if client.gave_up() {
-                            let w = client.current().welcome.clone();
+                            let w = client.current().resume_ticket();
                             let again = connect(addr, &minter, &account, Some(&w)).await;
                             client = RoamingClient::new(
                                 again,

@@ -1,11 +1,12 @@
-//! `game-backend`: the example game backend (lobby, chat, room, dynamic bind modules).
+//! `game-backend`: the example game backend (lobby, chat, keyed room, dynamic bind and
+//! static inventory modules; their opcodes are in `docs/gateway-protocol.md`).
 //!
 //! ```text
 //! game-backend --config gateway.yaml --id be-1 [--port 0] [--snapshot-ms 100]
 //! ```
 //!
-//! Registers itself under the `lobby`, `chat`, `room` and `bind` clusters of the
-//! configured registry (with the file registry nothing is registered: list the
+//! Registers itself under the `lobby`, `chat`, `room`, `bind` and `inventory` clusters of
+//! the configured registry (with the file registry nothing is registered: list the
 //! backends in `service.<cluster>.grouplist` instead), and unregisters on Ctrl-C /
 //! SIGTERM. The first stdout line is `game-backend <id> listening on <addr>`.
 
@@ -17,7 +18,13 @@ use clap::Parser;
 use meshline_examples::game_backend::GameBackend;
 
 #[derive(Parser, Debug)]
-#[command(about = "The example game backend")]
+#[command(
+    about = "The example game backend",
+    long_about = "The example game backend behind the gateway: module 1 lobby (stateless), \
+2 chat (broadcast), 3 room (keyed by room name: one backend per room), 4 bind (dynamic \
+binding), 5 inventory (static binding). Their opcodes and payloads, and the gateway \
+protocol clients speak, are in docs/gateway-protocol.md."
+)]
 struct Args {
     /// Config file (its registry settings are used).
     #[arg(long)]
@@ -47,7 +54,7 @@ async fn main() -> ExitCode {
         let clusters: &[&str] = if registry.kind() == "file" {
             &[]
         } else {
-            &["lobby", "chat", "room", "bind"]
+            &["lobby", "chat", "room", "bind", "inventory"]
         };
         let addr = format!("{}:{}", args.host, args.port).parse()?;
         let be = GameBackend::start(

@@ -24,7 +24,15 @@ use meshline_examples::gateway::Gateway;
 use meshline_examples::gateway::settings::GatewaySettings;
 
 #[derive(Parser, Debug)]
-#[command(about = "The example game gateway")]
+#[command(
+    about = "The example game gateway",
+    long_about = "The example game gateway: clients connect over TCP (gateway.listen) or \
+WebSocket (gateway.ws-listen) and speak the frame of docs/gateway-protocol.md: a 13-byte \
+header (length, module, opcode, sequence, flags) and a payload; module 0 is the gateway \
+(AUTH with an HMAC-SHA256 token, RESUME, PING, KICK, ...). That document lists every \
+opcode, refusal and kick code, the token's exact bytes, the resume rules and every limit \
+with its gateway.* key and default."
+)]
 struct Args {
     /// Config file (registry + `gateway:` section).
     #[arg(long)]

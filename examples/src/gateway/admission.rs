@@ -4,8 +4,10 @@
 //! - `account`: 1..=64 characters of `[A-Za-z0-9_-]`;
 //! - `expiry`: Unix seconds after which the token is refused;
 //! - `nonce`: 32 hex digits, random per token;
-//! - `signature`: hex HMAC-SHA256 with the gateway's shared secret over
-//!   `account \n expiry \n nonce`.
+//! - `signature`: 64 lower-case hex digits, the HMAC-SHA256 with the gateway's shared
+//!   secret (`gateway.secret`, its UTF-8 bytes) of the three fields joined by one line
+//!   feed (0x0A) and nothing else: `account` LF `expiry` LF `nonce`, no spaces, no
+//!   trailing LF (`docs/gateway-protocol.md` has a worked example).
 //!
 //! The login service mints tokens ([`TokenMinter`]); every gateway holding the same
 //! secret verifies them ([`TokenVerifier`]) without a round trip. A nonce is accepted once
@@ -58,6 +60,55 @@ pub enum Refusal {
     /// refusal's text names it); try again later.
     #[error("rate limited")]
     RateLimited,
+    /// The first frame announced more than `auth-max-frame` bytes (the cap before
+    /// login), or more than `max-frame`.
+    #[error("first frame over the size limit before login")]
+    TooLarge,
+    /// What came first was not a frame: a length shorter than the header, a WebSocket
+    /// text message, a message that is not one whole frame, or WebSocket garbage.
+    #[error("not a frame")]
+    BadFrame,
+    /// The account already has a session and `duplicate-login` is `refuse-new`.
+    #[error("account already logged in")]
+    AlreadyOnline,
+}
+
+impl Refusal {
+    /// Every refusal, in code order (the table of `docs/gateway-protocol.md`).
+    pub const ALL: [Refusal; 13] = [
+        Refusal::Malformed,
+        Refusal::Forged,
+        Refusal::Expired,
+        Refusal::Replayed,
+        Refusal::Late,
+        Refusal::NotAuth,
+        Refusal::Busy,
+        Refusal::BadResume,
+        Refusal::StoreUnavailable,
+        Refusal::RateLimited,
+        Refusal::TooLarge,
+        Refusal::BadFrame,
+        Refusal::AlreadyOnline,
+    ];
+
+    /// The name the protocol document gives it (`MALFORMED_TOKEN`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "MALFORMED_TOKEN",
+            Refusal::Forged => "FORGED",
+            Refusal::Expired => "EXPIRED",
+            Refusal::Replayed => "REPLAYED",
+            Refusal::Late => "LATE",
+            Refusal::NotAuth => "NOT_AUTH",
+            Refusal::Busy => "BUSY",
+            Refusal::BadResume => "BAD_RESUME",
+            Refusal::StoreUnavailable => "STORE_UNAVAILABLE",
+            Refusal::RateLimited => "RATE_LIMITED",
+            Refusal::TooLarge => "TOO_LARGE",
+            Refusal::BadFrame => "BAD_FRAME",
+            Refusal::AlreadyOnline => "ALREADY_ONLINE",
+        }
+    }
 }
 
 impl Refusal {
@@ -74,25 +125,15 @@ impl Refusal {
             Refusal::BadResume => 8,
             Refusal::StoreUnavailable => 9,
             Refusal::RateLimited => 10,
+            Refusal::TooLarge => 11,
+            Refusal::BadFrame => 12,
+            Refusal::AlreadyOnline => 13,
         }
     }
 
     /// The refusal for a wire code.
     pub fn from_code(code: u16) -> Option<Refusal> {
-        [
-            Refusal::Malformed,
-            Refusal::Forged,
-            Refusal::Expired,
-            Refusal::Replayed,
-            Refusal::Late,
-            Refusal::NotAuth,
-            Refusal::Busy,
-            Refusal::BadResume,
-            Refusal::StoreUnavailable,
-            Refusal::RateLimited,
-        ]
-        .into_iter()
-        .find(|r| r.code() == code)
+        Refusal::ALL.into_iter().find(|r| r.code() == code)
     }
 }
 
@@ -293,7 +334,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for c in 1..=10 {
+        for c in 1..=13 {
             assert_eq!(Refusal::from_code(c).unwrap().code(), c);
         }
         assert!(Refusal::from_code(99).is_none());

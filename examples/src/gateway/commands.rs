@@ -9,7 +9,8 @@ use meshline::rpc::{InboundRequest, Payload};
 
 use super::core::Shared;
 use super::forward::push;
-use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use super::kick::Kick;
+use super::protocol::{self, ClientFrame};
 use super::wire;
 
 /// A command a backend pushed (see [`wire`]).
@@ -43,11 +44,15 @@ pub(super) fn backend_command(shared: &Shared, cluster: &str, req: InboundReques
     };
     let to = || wire::list(head.get(wire::TO));
     match cmd {
+        // Each member's copy is numbered and kept by its session (reliable ones), and
+        // written if the session is connected.
         "send" => {
             for sid in to() {
-                if let Some(l) = shared.sessions.get(sid).and_then(|s| s.link()) {
-                    shared.stats.pushed.fetch_add(1, Ordering::Relaxed);
-                    push(shared, &l.outbound, frame());
+                if let Some(s) = shared.sessions.get(sid) {
+                    s.deliver(frame(), |outbound, f| {
+                        shared.stats.pushed.fetch_add(1, Ordering::Relaxed);
+                        push(shared, outbound, f);
+                    });
                 }
             }
         }
@@ -56,10 +61,10 @@ pub(super) fn backend_command(shared: &Shared, cluster: &str, req: InboundReques
             let group = head.get(wire::GROUP).unwrap_or("*");
             let f = frame();
             for s in shared.sessions.members(group) {
-                if let Some(l) = s.link() {
+                s.deliver(f.clone(), |outbound, f| {
                     shared.stats.pushed.fetch_add(1, Ordering::Relaxed);
-                    push(shared, &l.outbound, f.clone());
-                }
+                    push(shared, outbound, f);
+                });
             }
         }
         "join" | "leave" => {
@@ -84,11 +89,7 @@ pub(super) fn backend_command(shared: &Shared, cluster: &str, req: InboundReques
                     shared.sessions.remove(sid)
                 };
                 if let Some(l) = session.and_then(|s| s.link()) {
-                    l.outbound.push(
-                        ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.clone()))
-                            .with_flags(protocol::RELIABLE),
-                    );
-                    l.outbound.close(format!("kicked: {reason}"));
+                    l.outbound.kick(Kick::Game, &reason);
                 }
             }
         }
@@ -125,11 +126,14 @@ pub(super) fn backend_command(shared: &Shared, cluster: &str, req: InboundReques
                     let load = std::str::from_utf8(&req.payload.body)
                         .ok()
                         .and_then(|v| v.trim().parse::<u32>().ok());
+                    // A report that is not a number says nothing: ignored.
+                    let Some(load) = load else {
+                        tracing::debug!(%cluster, %backend, "load report that is not a number; ignored");
+                        return;
+                    };
                     // Shedding reads every report; new sessions avoid the overloaded.
-                    if let Some(l) = load {
-                        shared.protect.report_load(cluster, backend.clone(), l);
-                    }
-                    load.is_some_and(|load| load > 90)
+                    shared.protect.report_load(cluster, backend.clone(), load);
+                    load > 90
                 }
             };
             let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -15,15 +15,17 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::admin;
-use super::admission::TokenVerifier;
+use super::admission::{Refusal, TokenVerifier};
 use super::commands::backend_command;
 use super::drain::{self, DrainReport, DrainState};
+use super::keys::{self, KeyHomes};
+use super::kick::Kick;
 use super::limits::Limits;
 use super::metrics::{GatewayMetrics, Pages};
 use super::protect::Protection;
 use super::queue::LoginQueue;
 use super::serve::accept_loop;
-use super::session::Sessions;
+use super::session::{Session, Sessions};
 use super::settings::GatewaySettings;
 use super::transport::Incoming;
 
@@ -44,6 +46,31 @@ pub struct GatewayStats {
     pub dropped: AtomicU64,
     /// Clients disconnected for not keeping up.
     pub overflowed: AtomicU64,
+    /// Requests whose session binding was released because its backend was gone
+    /// (the client was sent `REBOUND`).
+    pub rebound: AtomicU64,
+    /// WebSocket connections cut because their handshake did not finish within the auth
+    /// deadline (no frame can carry a refusal before it does).
+    pub handshake_timeouts: AtomicU64,
+    /// Refusals by reason, indexed by code - 1.
+    refused_by: [AtomicU64; Refusal::ALL.len()],
+}
+
+impl GatewayStats {
+    /// Counts a refusal (the total and its reason).
+    pub(crate) fn count_refusal(&self, r: Refusal) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.refused_by.get(usize::from(r.code()) - 1) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Clients refused for `r` so far.
+    pub fn refused_for(&self, r: Refusal) -> u64 {
+        self.refused_by
+            .get(usize::from(r.code()) - 1)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
 }
 
 impl Shared {
@@ -74,6 +101,8 @@ pub(crate) struct Shared {
     /// The login queue.
     pub queue: Arc<LoginQueue>,
     pub metrics: GatewayMetrics,
+    /// Where keyed modules' keys live.
+    pub keys: KeyHomes,
 }
 
 /// A running gateway. Dropping it stops accepting; [`Gateway::shutdown`] also
@@ -134,6 +163,7 @@ impl Gateway {
             limits: Limits::new(&settings.limits),
             queue: LoginQueue::new(settings.queue.clone()),
             metrics: GatewayMetrics::new(&settings),
+            keys: KeyHomes::new(&settings),
             settings: settings.clone(),
         });
         // One client per cluster. Their inbound handlers (backend pushes) reach the
@@ -171,6 +201,11 @@ impl Gateway {
             shared
                 .protect
                 .start_release(&cluster, &client, shared.stop.clone());
+            tokio::spawn(keys::follow(
+                Arc::downgrade(&shared),
+                cluster.clone(),
+                client.clone(),
+            ));
             backends.insert(cluster, client);
         }
         let _ = shared.backends.set(backends);
@@ -249,6 +284,31 @@ impl Gateway {
         self.shared.sessions.len()
     }
 
+    /// Session `id`, if this gateway holds it.
+    pub fn session(&self, id: &str) -> Option<Arc<Session>> {
+        self.shared.sessions.get(id)
+    }
+
+    /// Where keyed modules' keys live, as this gateway routed them.
+    pub fn keys(&self) -> &KeyHomes {
+        &self.shared.keys
+    }
+
+    /// Backends of `cluster` that take no new sessions after a `disable` or a `load`
+    /// over 90 (the `enable` command and lower loads take them off).
+    pub fn refused_backends(&self, cluster: &str) -> Vec<meshline::InstanceKey> {
+        let mut v: Vec<_> = self
+            .shared
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
     /// The rate limiters (refusals by kind, addresses tracked).
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
@@ -304,7 +364,7 @@ impl Gateway {
         self.shared.stop.cancel();
         for s in self.shared.sessions.members("*") {
             if let Some(l) = s.link() {
-                l.outbound.close("gateway shutting down");
+                l.outbound.kick(Kick::Shutdown, "gateway shutting down");
             }
         }
         for c in self.shared.backends().values() {

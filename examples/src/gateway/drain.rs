@@ -15,8 +15,8 @@
 //!    own, resuming its session on another gateway (see `crate::roaming`);
 //! 4. the drain **waits** until at most `drain.threshold` clients are connected, or
 //!    until `drain.deadline` has passed since it started;
-//! 5. clients still connected are **closed**: a `KICK` frame with the reason, then the
-//!    connection ends (WebSocket close code 1001, "going away"). Their sessions are kept
+//! 5. clients still connected are **closed**: a `KICK` frame (code 5, `DRAIN`) with
+//!    the reason, then the connection ends (WebSocket close code 1001, "going away"). Their sessions are kept
 //!    (detached), so with the Redis session store they can still resume elsewhere;
 //! 6. sessions are **flushed** to the store, so another gateway resumes them with their
 //!    last bindings, groups and user state.
@@ -36,6 +36,7 @@ use meshline::{Instance, RegistryService};
 use tokio_util::sync::CancellationToken;
 
 use super::core::Shared;
+use super::kick::Kick;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::session::Link;
 use super::settings::{SettingsError, duration, err};
@@ -45,8 +46,6 @@ const POLL: Duration = Duration::from_millis(25);
 /// After closing the rest, how long their connections get to end (so their sessions
 /// are detached and written before the flush).
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-/// How long the closing KICKs get to be written before the connections are closed.
-const KICK_GRACE: Duration = Duration::from_millis(500);
 
 /// `gateway.drain.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,22 +287,11 @@ pub(crate) async fn run(
     if !in_time {
         let rest = connected(shared);
         let reason = format!("{}: drain deadline passed", settings.reason);
+        // The KICK is each queue's last frame: what is queued goes first, then it, then
+        // the connection closes (a client that does not read is closed when its writer
+        // gives up, see `serve`).
         for (_, link) in &rest {
-            link.outbound.push(
-                ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.clone()))
-                    .with_flags(protocol::RELIABLE),
-            );
-        }
-        // Closing a queue discards what it still holds: let the KICKs go out first
-        // (bounded: a client that does not read is closed regardless).
-        let written = tokio::time::Instant::now() + KICK_GRACE;
-        while rest.iter().any(|(_, l)| l.outbound.queued_bytes() > 0)
-            && tokio::time::Instant::now() < written
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        for (_, link) in &rest {
-            link.outbound.close(reason.clone());
+            link.outbound.kick(Kick::Drain, &reason);
             closed += 1;
         }
         // Their read loops end, detaching (and marking) their sessions.

@@ -1,7 +1,11 @@
 //! The hot path: one client message forwarded to its backend (bulkhead, breaker,
 //! hold, routing) and the answer pushed back on the client's queue.
+//!
+//! What a client is told when its request gets no backend answer names the module and
+//! the kind of failure, never a backend: addresses and cluster internals stay in the
+//! gateway's log (with the message's trace id).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use meshline::InstanceKey;
@@ -9,10 +13,11 @@ use meshline::rpc::RpcClient;
 
 use super::core::Shared;
 use super::outbound::{Outbound, Pushed};
-use super::protocol::{self, ClientFrame};
-use super::route::{self, Identity};
+use super::protect::Denied;
+use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use super::route::{self, Identity, RouteContext, RouteError};
 use super::session::{Link, Session};
-use super::settings::ModuleKind;
+use super::settings::{GatewaySettings, ModuleKind, ModuleRoute};
 use super::wire;
 
 pub(super) async fn forward(
@@ -47,11 +52,14 @@ pub(super) async fn forward(
             );
         }
     };
-    // Only a new static binding consults the backends that take no new sessions:
-    // every other message skips this work.
+    // Only a new static binding (none yet, or its backend gone) consults the backends
+    // that take no new sessions: every other message skips this work.
     let refused = if route.kind == ModuleKind::Static
-        && route::slot(route).is_some_and(|slot| session.binding(&slot).is_none())
-    {
+        && route::slot(route).is_some_and(|slot| {
+            session
+                .binding(&slot)
+                .is_none_or(|b| client.alive().get(&b).is_none())
+        }) {
         refused_backends(shared, &route.cluster, client)
     } else {
         Vec::new()
@@ -63,9 +71,29 @@ pub(super) async fn forward(
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let _timer = shared.metrics.time(frame.module);
+    let rebound = AtomicBool::new(false);
+    let ctx = RouteContext {
+        refused: &refused,
+        keys: &shared.keys,
+        rebound: &rebound,
+    };
     // One call per attempt (held while the cluster has no endpoint, then sent).
-    let attempt = || route::route(route, client, &frame, &who, &refused);
-    match shared.protect.forward(pass, client, attempt).await {
+    let attempt = || route::route(route, client, &frame, &who, ctx);
+    let result = shared.protect.forward(pass, client, attempt).await;
+    if rebound.load(Ordering::Relaxed) {
+        shared.stats.rebound.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(session = %session.id, module = route.id, "binding released: its backend is gone");
+        link.outbound.push(
+            ClientFrame::new(
+                GATEWAY_MODULE,
+                op::REBOUND,
+                frame.seq,
+                rebound_modules(&shared.settings, route),
+            )
+            .with_flags(protocol::RELIABLE),
+        );
+    }
+    match result {
         Ok(answer) => {
             if answer.head.get(wire::NO_REPLY).is_some() {
                 return;
@@ -78,12 +106,56 @@ pub(super) async fn forward(
             push(shared, &link.outbound, reply(flags, answer.body));
         }
         Err(e) => {
+            tracing::debug!(session = %session.id, module = route.id, error = %e, "request failed");
             push(
                 shared,
                 &link.outbound,
-                reply(protocol::ERROR, Bytes::from(e.to_string())),
+                reply(protocol::ERROR, Bytes::from(client_error(&e, route))),
             );
         }
+    }
+}
+
+/// The modules whose binding moves with `route`'s: every static module of its cluster
+/// (one binding serves them all), or the dynamic module alone.
+fn rebound_modules(settings: &GatewaySettings, route: &ModuleRoute) -> Bytes {
+    let ids: Vec<String> = match route.kind {
+        ModuleKind::Static => settings
+            .modules
+            .values()
+            .filter(|m| m.kind == ModuleKind::Static && m.cluster == route.cluster)
+            .map(|m| m.id.to_string())
+            .collect(),
+        _ => vec![route.id.to_string()],
+    };
+    Bytes::from(ids.join(" "))
+}
+
+/// What the client is told about a request that got no backend answer: the module and
+/// what went wrong, no backend address.
+pub(super) fn client_error(e: &Denied, route: &ModuleRoute) -> String {
+    use meshline::rpc::RpcError;
+    let name = &route.name;
+    match e {
+        Denied::Busy(b) => b.to_string(),
+        Denied::Route(RouteError::UnknownModule(m)) => format!("unknown module {m}"),
+        Denied::Route(RouteError::Rpc(e)) => match e {
+            RpcError::Timeout { .. } => {
+                format!(
+                    "timeout: {name} did not answer in time; the request may have been processed"
+                )
+            }
+            RpcError::MaybeDelivered { .. } => format!(
+                "unavailable: {name} lost the connection; the request may have been processed"
+            ),
+            RpcError::NoEndpoint { .. }
+            | RpcError::NotWritten { .. }
+            | RpcError::RetriesExhausted { .. } => {
+                format!("unavailable: {name}; the request was not processed")
+            }
+            RpcError::Overloaded { .. } => format!("busy: {name} overloaded"),
+            _ => format!("error: {name} request failed"),
+        },
     }
 }
 

@@ -36,6 +36,7 @@ use metrics::{Histogram, Unit};
 use metrics_exporter_prometheus::formatting::sanitize_label_value;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use super::admission::Refusal;
 use super::core::Shared;
 use super::settings::GatewaySettings;
 
@@ -54,10 +55,21 @@ pub mod names {
     pub const REQUEST_SECONDS: &str = "gateway_request_seconds";
     /// Gauge, `cluster`: alive endpoints of a backend cluster.
     pub const BACKEND_ALIVE: &str = "gateway_backend_alive_endpoints";
+    /// Gauge, `cluster`: endpoints of a backend cluster the registry lists (alive or
+    /// not): the page shows "alive of total".
+    pub const BACKEND_ENDPOINTS: &str = "gateway_backend_endpoints";
     /// Counter: clients admitted (AUTH or RESUME accepted).
     pub const ADMITTED: &str = "gateway_admitted_total";
-    /// Counter: clients refused at admission.
+    /// Counter, `reason` = the refusal's name in lower case (`forged`, `late`, ...; see
+    /// `docs/gateway-protocol.md`): clients refused at admission.
     pub const REFUSED: &str = "gateway_refused_total";
+    /// Counter: requests whose session binding was released, its backend gone
+    /// (`REBOUND` sent).
+    pub const REBOUND: &str = "gateway_rebound_total";
+    /// Counter: keys of keyed modules moved to another backend (`MOVED` sent).
+    pub const KEYS_MOVED: &str = "gateway_keys_moved_total";
+    /// Counter: WebSocket connections cut in their handshake by the auth deadline.
+    pub const HANDSHAKE_TIMEOUTS: &str = "gateway_handshake_timeouts_total";
     /// Counter: client messages forwarded to backends.
     pub const FORWARDED: &str = "gateway_forwarded_total";
     /// Counter: frames pushed to clients by backends (after fan-out).
@@ -157,8 +169,24 @@ fn describe() {
         "Client message latency through the gateway, per module: backend call and reply."
     );
     gauge!(BACKEND_ALIVE, "Alive endpoints of each backend cluster.");
+    gauge!(
+        BACKEND_ENDPOINTS,
+        "Endpoints of each backend cluster the registry lists, alive or not."
+    );
     counter!(ADMITTED, "Clients admitted (AUTH or RESUME accepted).");
-    counter!(REFUSED, "Clients refused at admission.");
+    counter!(REFUSED, "Clients refused at admission, by reason.");
+    counter!(
+        REBOUND,
+        "Session bindings released because their backend was gone."
+    );
+    counter!(
+        KEYS_MOVED,
+        "Keys of keyed modules moved to another backend."
+    );
+    counter!(
+        HANDSHAKE_TIMEOUTS,
+        "WebSocket connections cut in their handshake by the auth deadline."
+    );
     counter!(FORWARDED, "Client messages forwarded to backends.");
     counter!(
         PUSHED,
@@ -254,9 +282,17 @@ impl Drop for RequestTimer<'_> {
 fn refresh(shared: &Shared) {
     let gw = shared.settings.id.clone();
     let stats = &shared.stats;
+    for r in Refusal::ALL {
+        metrics::counter!(names::REFUSED, "gateway" => gw.clone(),
+            "reason" => r.name().to_ascii_lowercase())
+        .absolute(stats.refused_for(r));
+    }
+    metrics::counter!(names::KEYS_MOVED, "gateway" => gw.clone())
+        .absolute(shared.keys.moved_total());
     for (name, value) in [
         (names::ADMITTED, &stats.admitted),
-        (names::REFUSED, &stats.refused),
+        (names::REBOUND, &stats.rebound),
+        (names::HANDSHAKE_TIMEOUTS, &stats.handshake_timeouts),
         (names::FORWARDED, &stats.forwarded),
         (names::PUSHED, &stats.pushed),
         (names::FANOUTS, &stats.fanouts),
@@ -278,6 +314,8 @@ fn refresh(shared: &Shared) {
     for (cluster, client) in shared.backends.get().into_iter().flatten() {
         metrics::gauge!(names::BACKEND_ALIVE, "gateway" => gw.clone(), "cluster" => cluster.clone())
             .set(client.alive().len() as f64);
+        metrics::gauge!(names::BACKEND_ENDPOINTS, "gateway" => gw.clone(), "cluster" => cluster.clone())
+            .set(client.endpoints().len() as f64);
     }
 }
 

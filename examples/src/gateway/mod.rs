@@ -18,7 +18,11 @@
 //! - [`session`]: sessions apart from connections (resume), bindings, fan-out groups,
 //!   kept in memory or in Redis (resume on any gateway);
 //! - [`settings`]: the `gateway:` config section;
-//! - [`route`]: module -> cluster -> backend (balanced or bound), identity stamping;
+//! - [`route`]: module -> cluster -> backend (balanced, bound per session, or by key),
+//!   identity stamping, a binding to a dead backend released;
+//! - [`keys`]: keyed modules (rooms): a key's home by rendezvous hashing, the same on
+//!   every gateway, and moving keys (members told) when homes change;
+//! - [`kick`]: the KICK codes (why an admitted client's connection was closed);
 //! - [`protect`]: per-module bulkheads, per-cluster circuit breakers, holding requests
 //!   while a cluster has no endpoint (replayed in order), shedding under overload;
 //! - [`wire`]: the head-map vocabulary between gateway and backends;
@@ -36,6 +40,8 @@ mod commands;
 mod core;
 pub mod drain;
 mod forward;
+pub mod keys;
+pub mod kick;
 pub mod limits;
 pub mod metrics;
 pub mod outbound;

@@ -8,7 +8,13 @@
 //!   (position updates, chat in a busy room: newer ones supersede them) and counted;
 //! - above the **hard limit** (reliable frames alone exceed it), the client is
 //!   disconnected with a reason: it cannot keep up, and holding more would only delay
-//!   the inevitable at the gateway's expense.
+//!   the inevitable at the gateway's expense. What was queued is dropped and a
+//!   [`Kick::SlowClient`] is the last frame written (if the client ever reads again).
+//!
+//! A queue ends in one of two ways: [`Outbound::close`] stops the writer at once (the
+//! client is gone, or its connection was taken over), [`Outbound::finish`] writes what is
+//! queued and one last frame (a `KICK`), then stops it. Either way later pushes are
+//! refused.
 //!
 //! Pushing never waits, so a fan-out to a thousand members costs a thousand pushes,
 //! whatever their sockets are doing.
@@ -19,6 +25,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::kick::Kick;
 use super::protocol::ClientFrame;
 
 /// What [`Outbound::push`] did.
@@ -42,6 +49,8 @@ struct State {
     bytes: usize,
     dropped: u64,
     closed: Option<String>,
+    /// Closed by [`Outbound::finish`]: the writer still writes what is queued.
+    finishing: bool,
 }
 
 /// One client's send queue.
@@ -107,13 +116,17 @@ impl Outbound {
                 st.dropped += 1;
                 Pushed::Dropped
             } else if st.bytes + len > self.hard {
-                st.closed = Some(format!(
+                let reason = format!(
                     "send queue over its hard limit ({} bytes queued, limit {}): the client does not keep up",
                     st.bytes + len,
                     self.hard
-                ));
+                );
                 st.queue.clear();
-                st.bytes = 0;
+                let kick = Kick::SlowClient.frame(&reason);
+                st.bytes = kick.wire_len();
+                st.queue.push_back(kick);
+                st.closed = Some(reason);
+                st.finishing = true;
                 self.closed.cancel();
                 Pushed::Overflow
             } else {
@@ -137,7 +150,9 @@ impl Outbound {
             let ready = self.ready.notified();
             {
                 let mut st = self.lock();
-                if let Some(reason) = &st.closed {
+                if let Some(reason) = &st.closed
+                    && (!st.finishing || st.queue.is_empty())
+                {
                     return Err(reason.clone());
                 }
                 if !st.queue.is_empty() {
@@ -159,7 +174,8 @@ impl Outbound {
         }
     }
 
-    /// Closes the queue with `reason` (the writer stops, later pushes are refused).
+    /// Closes the queue with `reason` (the writer stops, later pushes are refused). A
+    /// queue [finishing](Outbound::finish) still writes its last frame.
     pub fn close(&self, reason: impl Into<String>) {
         let mut st = self.lock();
         if st.closed.is_none() {
@@ -168,6 +184,31 @@ impl Outbound {
         drop(st);
         self.closed.cancel();
         self.ready.notify_one();
+    }
+
+    /// Queues `last` (whatever the limits) after what is queued, then closes the queue
+    /// with `reason`: the writer writes everything up to `last`, then stops. Later pushes
+    /// are refused. Does nothing on a queue already closed.
+    pub fn finish(&self, last: ClientFrame, reason: impl Into<String>) {
+        let mut st = self.lock();
+        if st.closed.is_some() {
+            return;
+        }
+        st.bytes += last.wire_len();
+        st.queue.push_back(last);
+        st.closed = Some(reason.into());
+        st.finishing = true;
+        drop(st);
+        self.closed.cancel();
+        self.ready.notify_one();
+    }
+
+    /// Sends `kick` with `text` as the last frame (see [`Outbound::finish`]).
+    pub fn kick(&self, kick: Kick, text: &str) {
+        self.finish(
+            kick.frame(text),
+            format!("kicked ({}): {text}", kick.name()),
+        );
     }
 
     /// Waits until the queue is closed.
@@ -225,6 +266,51 @@ mod tests {
         assert_eq!(q.push(f(9, true)), Pushed::Overflow);
         assert!(q.closed_reason().unwrap().contains("hard limit"));
         assert_eq!(q.push(f(10, true)), Pushed::Closed);
+    }
+
+    #[tokio::test]
+    async fn an_overflow_leaves_only_the_kick_to_write() {
+        let q = Outbound::new(300, 300);
+        for i in 0..3 {
+            q.push(f(i, true));
+        }
+        assert_eq!(q.push(f(3, true)), Pushed::Overflow);
+        let last = q.next_batch(10_000).await.unwrap();
+        assert_eq!(last.len(), 1);
+        let (code, text) = crate::gateway::kick::split_coded(&last[0].payload).unwrap();
+        assert_eq!(code, Kick::SlowClient.code());
+        assert!(text.contains("hard limit"), "{text}");
+        assert!(
+            q.next_batch(10_000)
+                .await
+                .unwrap_err()
+                .contains("hard limit")
+        );
+    }
+
+    #[tokio::test]
+    async fn finish_writes_what_is_queued_then_the_last_frame() {
+        let q = Outbound::new(10_000, 10_000);
+        q.push(f(0, true));
+        q.kick(Kick::Abuse, "rate limited: sustained abuse");
+        assert_eq!(q.push(f(1, true)), Pushed::Closed);
+        let batch = q.next_batch(10_000).await.unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[0].seq, 0);
+        assert_eq!(&batch[1].payload[..], b"6 rate limited: sustained abuse");
+        assert!(q.next_batch(10_000).await.is_err());
+        // close() after finish() still lets the last frame go.
+        let q = Outbound::new(10_000, 10_000);
+        q.kick(Kick::Drain, "bye");
+        q.close("gone");
+        assert_eq!(q.next_batch(10_000).await.unwrap().len(), 1);
+        assert!(q.next_batch(10_000).await.unwrap_err().contains("bye"));
+        // close() first: nothing more is written.
+        let q = Outbound::new(10_000, 10_000);
+        q.push(f(0, true));
+        q.close("gone");
+        q.kick(Kick::Drain, "bye");
+        assert_eq!(q.next_batch(10_000).await.unwrap_err(), "gone");
     }
 
     #[tokio::test]

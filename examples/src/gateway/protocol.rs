@@ -12,10 +12,19 @@
 //! 13      -   payload, opaque to the gateway
 //! ```
 //!
+//! The whole protocol, module 0 and the example game's modules, every code and limit,
+//! is written for client developers in `docs/gateway-protocol.md`; a test
+//! (`examples/tests/gateway_protocol_doc.rs`) checks that document's tables against
+//! the constants here ([`op::ALL`], [`FLAGS`], [`Refusal`](super::admission::Refusal),
+//! [`Kick`](super::kick::Kick)).
+//!
 //! Why a length first and a cap on it: the gateway reads the 4-byte length, compares it
 //! with the configured cap and closes the connection *before* allocating anything when
-//! it is larger, so a client announcing 4 GiB costs nothing. The payload is never
-//! decoded by the gateway: it is forwarded to a backend as the body of an RPC frame.
+//! it is larger, so a client announcing 4 GiB costs nothing. The first frame of a
+//! connection (AUTH or RESUME) has a cap of its own, `auth-max-frame` (1 KiB by
+//! default): a connection that has not authenticated cannot make the gateway buffer a
+//! `max-frame` worth of bytes. The payload is never decoded by the gateway: it is
+//! forwarded to a backend as the body of an RPC frame.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -32,17 +41,24 @@ pub const REPLY: u8 = 0b010;
 /// Frame flag: the payload is an error text (with [`REPLY`], the request failed).
 pub const ERROR: u8 = 0b100;
 
+/// Every flag by its name in `docs/gateway-protocol.md`.
+pub const FLAGS: &[(&str, u8)] = &[("RELIABLE", RELIABLE), ("REPLY", REPLY), ("ERROR", ERROR)];
+
 /// Opcodes of module 0 (the gateway).
 pub mod op {
     /// Client -> gateway: authenticate with a token (payload: the token text).
     pub const AUTH: u16 = 1;
     /// Gateway -> client: authenticated (payload: `session_id resume_secret gateway_id`).
     pub const AUTH_OK: u16 = 2;
-    /// Gateway -> client: refused (payload: `reason_code text`), then closed.
+    /// Gateway -> client: refused (payload: `reason_code text`, see
+    /// [`Refusal`](crate::gateway::admission::Refusal)), then closed.
     pub const AUTH_FAIL: u16 = 3;
-    /// Client -> gateway: resume a session (payload: `session_id resume_secret`).
+    /// Client -> gateway: resume a session (payload: `session_id resume_secret
+    /// [last_push_seq]`, the last numbered push the client received, 0 or absent for
+    /// none).
     pub const RESUME: u16 = 4;
-    /// Gateway -> client: the connection is closed by the server (payload: reason).
+    /// Gateway -> client: the connection is closed by the server (payload: `kick_code
+    /// text`, see [`Kick`](crate::gateway::kick::Kick)).
     pub const KICK: u16 = 5;
     /// Either way: a keep-alive; answered with the same sequence and [`REPLY`](super::REPLY).
     pub const PING: u16 = 6;
@@ -54,6 +70,35 @@ pub mod op {
     /// AUTH_OK, which follows when it is admitted): payload `position eta_ms`, position
     /// 1 = next, `eta_ms` 0 = no estimate yet (see [`queue`](super::super::queue)).
     pub const QUEUE: u16 = 7;
+    /// Gateway -> client: the backend that held this session's bound state (static or
+    /// dynamic binding) is gone; the request with the same sequence was served by
+    /// another backend, which holds none of it. Payload: the module ids whose binding
+    /// moved, space separated. Sent just before that request's reply.
+    pub const REBOUND: u16 = 9;
+    /// Gateway -> client: a key of a keyed module (a room) moved to another backend,
+    /// its old one being gone (or the key's place changed); the state it had there is
+    /// lost and the key starts afresh, with the client still a member. Payload:
+    /// `module key`.
+    pub const MOVED: u16 = 10;
+    /// Gateway -> client, after a resume's AUTH_OK: numbered pushes the gateway can no
+    /// longer replay. Payload: `first last` (inclusive), `last` = `?` when this gateway
+    /// cannot know (the session was resumed from another gateway).
+    pub const GAP: u16 = 11;
+
+    /// Every module-0 opcode by its name in `docs/gateway-protocol.md`.
+    pub const ALL: &[(&str, u16)] = &[
+        ("AUTH", AUTH),
+        ("AUTH_OK", AUTH_OK),
+        ("AUTH_FAIL", AUTH_FAIL),
+        ("RESUME", RESUME),
+        ("KICK", KICK),
+        ("PING", PING),
+        ("QUEUE", QUEUE),
+        ("RECONNECT", RECONNECT),
+        ("REBOUND", REBOUND),
+        ("MOVED", MOVED),
+        ("GAP", GAP),
+    ];
 }
 
 /// One client frame.
@@ -164,6 +209,8 @@ pub enum ProtocolError {
 #[derive(Debug, Clone, Copy)]
 pub struct ClientCodec {
     max_len: usize,
+    /// The cap of the first frame, until it is decoded (the pre-auth cap).
+    first_max: Option<usize>,
 }
 
 impl ClientCodec {
@@ -171,7 +218,19 @@ impl ClientCodec {
     pub fn new(max_len: usize) -> Self {
         ClientCodec {
             max_len: max_len.max(HEADER_AFTER_LEN),
+            first_max: None,
         }
+    }
+
+    /// The same, but the first frame may be at most `first_max` (the gateway's
+    /// `auth-max-frame`: the first frame is AUTH or RESUME, before the client is known).
+    pub fn with_first_frame_cap(mut self, first_max: usize) -> Self {
+        self.first_max = Some(first_max.clamp(HEADER_AFTER_LEN, self.max_len));
+        self
+    }
+
+    fn cap(&self) -> usize {
+        self.first_max.unwrap_or(self.max_len)
     }
 }
 
@@ -184,10 +243,10 @@ impl Decoder for ClientCodec {
             return Ok(None);
         }
         let len = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
-        if len > self.max_len {
+        if len > self.cap() {
             return Err(ProtocolError::TooLong {
                 len,
-                max: self.max_len,
+                max: self.cap(),
             });
         }
         if len < HEADER_AFTER_LEN {
@@ -198,6 +257,7 @@ impl Decoder for ClientCodec {
             return Ok(None);
         }
         src.advance(4);
+        self.first_max = None;
         let mut f = src.split_to(len);
         let module = f.get_u16();
         let opcode = f.get_u16();
@@ -249,6 +309,22 @@ mod tests {
             c.decode(&mut short),
             Err(ProtocolError::TooShort(3))
         ));
+    }
+
+    #[test]
+    fn the_first_frame_has_its_own_cap() {
+        let big = ClientFrame::new(1, 1, 1, vec![0u8; 100]).to_bytes();
+        let mut c = ClientCodec::new(1024).with_first_frame_cap(64);
+        let e = c.decode(&mut BytesMut::from(&big[..])).unwrap_err();
+        assert!(
+            matches!(e, ProtocolError::TooLong { len: 109, max: 64 }),
+            "{e}"
+        );
+        let small = ClientFrame::new(0, 1, 0, &b"token"[..]).to_bytes();
+        let mut c = ClientCodec::new(1024).with_first_frame_cap(64);
+        assert!(c.decode(&mut BytesMut::from(&small[..])).unwrap().is_some());
+        // After the first frame, the connection's cap.
+        assert!(c.decode(&mut BytesMut::from(&big[..])).unwrap().is_some());
     }
 
     #[test]

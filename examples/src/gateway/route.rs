@@ -1,13 +1,13 @@
 //! Routing one client message to a backend: which cluster, which backend in it (balanced,
 //! or the one the session is bound to), and with what trusted identity.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
 use meshline::InstanceKey;
 use meshline::loadbalance::PickRequest;
 use meshline::rpc::{CallOptions, HeadMap, Payload, RpcClient, RpcError};
 
+use super::keys::KeyHomes;
 use super::protocol::ClientFrame;
 use super::session::Session;
 use super::settings::{ModuleKind, ModuleRoute, RouteKey};
@@ -50,62 +50,107 @@ pub fn trace_id() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 
-/// The binding slot of a module: its cluster for static modules, `m:<id>` for dynamic.
+/// The binding slot of a module: its cluster for static modules, `m:<id>` for dynamic;
+/// `None` for modules that bind no session (stateless, keyed).
 pub fn slot(route: &ModuleRoute) -> Option<String> {
     match route.kind {
-        ModuleKind::Stateless => None,
+        ModuleKind::Stateless | ModuleKind::Keyed => None,
         ModuleKind::Static => Some(route.cluster.clone()),
         ModuleKind::Dynamic => Some(format!("m:{}", route.id)),
     }
 }
 
-/// Why a message could not be routed (sent to the client as an error reply).
+/// Why a message could not be routed (the client is told in an error reply that names
+/// no backend; see `forward`).
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     /// The module id is not configured.
     #[error("unknown module {0}")]
     UnknownModule(u16),
-    /// The session is bound to a backend that is gone: its state went with it.
-    #[error("the backend holding this session's {slot} state ({backend}) is unavailable")]
-    BoundBackendGone {
-        /// Binding slot.
-        slot: String,
-        /// The backend.
-        backend: InstanceKey,
-    },
     /// The call failed.
     #[error(transparent)]
     Rpc(#[from] RpcError),
 }
 
+/// What routing needs besides the message: the backends that take no new sessions, the
+/// keyed modules' homes, and where to say that a binding moved.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteContext<'a> {
+    /// Backends that take no new sessions (disabled, overloaded, another major
+    /// version): a new static binding avoids them.
+    pub refused: &'a [InstanceKey],
+    /// The homes of keyed modules' keys.
+    pub keys: &'a KeyHomes,
+    /// Set when the session's binding for this module was released because its
+    /// backend is gone (the caller sends `REBOUND`).
+    pub rebound: &'a AtomicBool,
+}
+
+fn no_endpoint(route: &ModuleRoute) -> RouteError {
+    RouteError::Rpc(RpcError::NoEndpoint {
+        target: route.cluster.clone(),
+    })
+}
+
 /// Sends `frame` to the right backend of `client` and returns the answer.
 ///
-/// `refused` lists backends that take no new sessions (disabled or overloaded); they
-/// are excluded when a new static binding is made.
+/// - keyed modules: to the key's home (see [`keys`](super::keys));
+/// - a session bound for the module (static or dynamic): to that backend while it is
+///   alive. A binding whose backend is gone (not alive while others are) is released:
+///   the request is balanced as if the session had none (a static module binds the new
+///   backend), and `ctx.rebound` is set;
+/// - otherwise balanced by the module's `key`, a new static binding avoiding
+///   `ctx.refused`.
+///
+/// With no alive backend at all the error is [`RpcError::NoEndpoint`], which the caller
+/// holds (see [`protect`](super::protect)).
 pub async fn route(
     route: &ModuleRoute,
     client: &RpcClient,
     frame: &ClientFrame,
     who: &Identity<'_>,
-    refused: &[InstanceKey],
+    ctx: RouteContext<'_>,
 ) -> Result<Payload, RouteError> {
-    let payload = forward_payload(frame, who);
-    if let Some(slot) = slot(route)
-        && let Some(bound) = who.session.binding(&slot)
-    {
-        return match client.call_to(&bound, payload, None).await {
-            Ok(r) => Ok(r.payload),
-            Err(RpcError::NoEndpoint { .. }) => Err(RouteError::BoundBackendGone {
-                slot,
-                backend: bound,
-            }),
-            Err(e) => Err(e.into()),
+    if route.kind == ModuleKind::Keyed {
+        let key = route.key.of_payload(&frame.payload).unwrap_or_default();
+        let home = {
+            let alive = client.alive();
+            match super::keys::home(&alive, key) {
+                Some(e) => e.instance.key().clone(),
+                None => return Err(no_endpoint(route)),
+            }
         };
+        let r = client
+            .call_to(&home, forward_payload(frame, who), None)
+            .await?;
+        ctx.keys.routed(route.id, key, &home);
+        return Ok(r.payload);
     }
+    let slot = slot(route);
+    if let Some(slot) = &slot
+        && let Some(bound) = who.session.binding(slot)
+    {
+        let alive = client.alive();
+        if alive.get(&bound).is_some() {
+            drop(alive);
+            return Ok(client
+                .call_to(&bound, forward_payload(frame, who), None)
+                .await?
+                .payload);
+        }
+        if alive.is_empty() {
+            // Nothing alive: held, and sent once something is back (the bound backend
+            // restarting, most likely).
+            return Err(no_endpoint(route));
+        }
+        // Its backend is gone and others are alive: released, balanced again below.
+        who.session.unbind(slot);
+        ctx.rebound.store(true, Ordering::Relaxed);
+    }
+    let payload = forward_payload(frame, who);
     // Only the key a route balances by is read (stateless unkeyed routes, the common
     // case, read none: no copy, no session lock).
     let role: String;
-    let prefix: Bytes;
     let mut pick = PickRequest::default();
     match route.key {
         RouteKey::None => {}
@@ -115,23 +160,19 @@ pub async fn route(
             pick = pick.with_key(role.as_bytes());
         }
         RouteKey::Source => pick = pick.with_source(who.addr.ip()),
-        RouteKey::Prefix(n) => {
-            prefix = frame.payload.slice(..n.min(frame.payload.len()));
-            pick = pick.with_key(&prefix);
+        RouteKey::Prefix(_) | RouteKey::Word => {
+            pick = pick.with_key(route.key.of_payload(&frame.payload).unwrap_or_default());
         }
     }
     let new_binding = route.kind == ModuleKind::Static;
-    if new_binding && !refused.is_empty() {
-        pick = pick.excluding(refused);
+    if new_binding && !ctx.refused.is_empty() {
+        pick = pick.excluding(ctx.refused);
     }
     let r = client.call(payload, CallOptions::route(pick)).await?;
-    if new_binding && let Some(slot) = slot(route) {
+    if new_binding && let Some(slot) = slot {
         // Zeze's static binding: this backend now serves every static module of its
         // cluster for this session.
         who.session.bind(slot, r.endpoint.key().clone());
     }
     Ok(r.payload)
 }
-
-/// Shares a refused-backends list cheaply.
-pub type Refused = Arc<[InstanceKey]>;

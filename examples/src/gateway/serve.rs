@@ -17,11 +17,13 @@ use super::admission::Refusal;
 use super::commands::command;
 use super::core::{GatewayStats, Shared};
 use super::forward::{forward, push};
+use super::kick::Kick;
 use super::limits::Limited;
 use super::outbound::Outbound;
-use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
+use super::protocol::{self, ClientFrame, GATEWAY_MODULE, ProtocolError, op};
 use super::queue::{self, Turn};
-use super::session::{Link, Session};
+use super::session::{DuplicateLogin, Link, Login, Session};
+use super::settings::ModuleKind;
 use super::transport::{self, ClientReader, ClientWriter, Incoming};
 use super::wire;
 
@@ -70,7 +72,7 @@ async fn refuse(wr: ClientWriter, r: Refusal, stats: &GatewayStats) {
 }
 
 async fn refuse_saying(mut wr: ClientWriter, r: Refusal, text: &str, stats: &GatewayStats) {
-    stats.refused.fetch_add(1, Ordering::Relaxed);
+    stats.count_refusal(r);
     let frame = fail_frame(r, text);
     let _ = tokio::time::timeout(Duration::from_millis(500), wr.write(&[frame])).await;
     wr.close(CloseCode::Policy, text).await;
@@ -82,14 +84,19 @@ async fn refuse_saying(mut wr: ClientWriter, r: Refusal, text: &str, stats: &Gat
 fn refuse_over_limit(shared: &Arc<Shared>, conn: Incoming, peer: SocketAddr, limited: Limited) {
     tracing::debug!(%peer, %limited, "connection refused");
     let Some(slot) = shared.limits.refusal_slot() else {
-        shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+        shared.stats.count_refusal(Refusal::RateLimited);
         return;
     };
     let shared = shared.clone();
     tokio::spawn(async move {
         let deadline = shared.settings.auth_deadline.min(Duration::from_secs(1));
         if let Ok((mut reader, wr)) = conn
-            .open(shared.settings.max_frame, deadline, &shared.settings.id)
+            .open(
+                shared.settings.max_frame,
+                shared.settings.auth_max_frame,
+                deadline,
+                &shared.settings.id,
+            )
             .await
         {
             let text = format!("{}: {limited}", Refusal::RateLimited);
@@ -110,8 +117,28 @@ fn refuse_over_limit(shared: &Arc<Shared>, conn: Incoming, peer: SocketAddr, lim
 enum Claim {
     /// A verified token: a new session, once the login queue admits it.
     Login(String),
-    /// A resumed session.
-    Resumed(Arc<Session>),
+    /// A resumed session, and the last push number the client says it received.
+    Resumed(Arc<Session>, u32),
+}
+
+/// The refusal for a first frame that is not one: too large, or not a frame at all
+/// (never a token error: no token was read).
+fn refusal_of(e: &ProtocolError) -> Refusal {
+    match e {
+        ProtocolError::TooLong { .. } => Refusal::TooLarge,
+        _ => Refusal::BadFrame,
+    }
+}
+
+/// `session_id resume_secret [last_push_seq]`.
+fn resume_request(text: &str) -> Option<(&str, &str, u32)> {
+    let mut parts = text.split(' ');
+    let (id, secret) = (parts.next()?, parts.next()?);
+    let last = match parts.next() {
+        None | Some("") => 0,
+        Some(n) => n.parse().ok()?,
+    };
+    parts.next().is_none().then_some((id, secret, last))
 }
 
 /// Admission: the first frame, within the deadline, must be AUTH or RESUME.
@@ -119,33 +146,64 @@ async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim,
     let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
     let frame = match first {
         Err(_) => return Err(Refusal::Late),
-        Ok(None) | Ok(Some(Err(_))) => return Err(Refusal::Malformed),
+        Ok(None) => return Err(Refusal::BadFrame),
+        Ok(Some(Err(e))) => return Err(refusal_of(&e)),
         Ok(Some(Ok(f))) => f,
     };
     if frame.module != GATEWAY_MODULE {
         return Err(Refusal::NotAuth);
     }
-    let text = std::str::from_utf8(&frame.payload).map_err(|_| Refusal::Malformed)?;
     match frame.opcode {
         op::AUTH => {
+            let text = std::str::from_utf8(&frame.payload).map_err(|_| Refusal::Malformed)?;
             let admitted = shared.verifier.verify(text)?;
+            if shared.settings.duplicate_login == DuplicateLogin::RefuseNew
+                && shared.sessions.of_account(&admitted.account).is_some()
+            {
+                return Err(Refusal::AlreadyOnline);
+            }
             Ok(Claim::Login(admitted.account))
         }
         op::RESUME => {
-            let (id, secret) = text.split_once(' ').ok_or(Refusal::Malformed)?;
+            let text = std::str::from_utf8(&frame.payload).map_err(|_| Refusal::BadResume)?;
+            let (id, secret, last) = resume_request(text).ok_or(Refusal::BadResume)?;
             // From memory, or from the shared store whichever gateway held it.
             let s = shared.sessions.resume(id, secret).await?;
             tokio::spawn(rebind(shared.clone(), s.clone()));
-            Ok(Claim::Resumed(s))
+            Ok(Claim::Resumed(s, last))
         }
         _ => Err(Refusal::NotAuth),
     }
 }
 
-/// Tells every backend a resumed session is bound to that the session is on this
-/// gateway now (`cmd=rebind`, see [`wire`]): their pushes and fan-out for it go through
-/// this gateway's connection, which carries the command.
+/// Tells the backends that may hold state for a resumed session that the session is on
+/// this gateway now (`cmd=rebind`, see [`wire`]): every backend it is bound to, and
+/// every alive backend of a keyed module's cluster (rooms keep members). Their pushes
+/// and fan-out for it go through this gateway's connection, which carries the command.
 async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
+    let cmd = || {
+        command("rebind", Bytes::new())
+            .with_head(wire::SESSION, session.id.clone())
+            .with_head(wire::GATEWAY, shared.settings.id.clone())
+    };
+    let mut keyed: Vec<&str> = shared
+        .settings
+        .modules
+        .values()
+        .filter(|m| m.kind == ModuleKind::Keyed)
+        .map(|m| m.cluster.as_str())
+        .collect();
+    keyed.sort_unstable();
+    keyed.dedup();
+    for cluster in keyed {
+        if let Some(client) = shared.backends().get(cluster) {
+            for (backend, r) in client.send_oneway_to_all(cmd(), None).await {
+                if let Err(e) = r {
+                    tracing::debug!(session = %session.id, %cluster, backend = %backend, error = %e, "rebind not sent");
+                }
+            }
+        }
+    }
     for (slot, backend) in session.bindings() {
         // Static slots are clusters; dynamic ones `m:<module>`, served by its cluster.
         let cluster = match slot.strip_prefix("m:") {
@@ -158,10 +216,7 @@ async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
         let Some(client) = shared.backends().get(&cluster) else {
             continue;
         };
-        let cmd = command("rebind", Bytes::new())
-            .with_head(wire::SESSION, session.id.clone())
-            .with_head(wire::GATEWAY, shared.settings.id.clone());
-        if let Err(e) = client.send_oneway_to(&backend, cmd, None).await {
+        if let Err(e) = client.send_oneway_to(&backend, cmd(), None).await {
             tracing::debug!(session = %session.id, %slot, %backend, error = %e, "rebind not sent");
         }
     }
@@ -178,6 +233,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     let (mut reader, mut wr) = match conn
         .open(
             shared.settings.max_frame,
+            shared.settings.auth_max_frame,
             shared.settings.auth_deadline,
             &shared.settings.id,
         )
@@ -185,6 +241,12 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     {
         Ok(x) => x,
         Err(e) => {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                shared
+                    .stats
+                    .handshake_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             tracing::debug!(%peer, error = %e, "client transport not set up");
             return;
         }
@@ -205,11 +267,30 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     drop(permit);
     // A new login waits its turn in the login queue; a resume was online already and
     // bypasses it (see `queue`). Held until the connection ends: counted online.
-    let (_online, session, resumed) = match claim {
-        Claim::Resumed(s) => (shared.queue.bypass(), s, true),
+    let (_online, session, resumed_after) = match claim {
+        Claim::Resumed(s, last) => (shared.queue.bypass(), s, Some(last)),
         Claim::Login(account) => {
             match queue::wait_turn(&shared.queue, &mut reader, &mut wr, &shared.stop).await {
-                Turn::Admitted(online) => (online, shared.sessions.create(account), false),
+                Turn::Admitted(online) => {
+                    match shared
+                        .sessions
+                        .login(account, shared.settings.duplicate_login)
+                    {
+                        Ok(Login { session, replaced }) => {
+                            if let Some(l) = replaced.and_then(|old| old.link()) {
+                                l.outbound.kick(
+                                    Kick::DuplicateLogin,
+                                    "the account logged in again; this session has ended",
+                                );
+                            }
+                            (online, session, None)
+                        }
+                        Err(r) => {
+                            refuse(wr, r, &shared.stats).await;
+                            return;
+                        }
+                    }
+                }
                 Turn::Full(text) => {
                     tracing::debug!(%peer, %account, "login queue full; refused");
                     refuse_saying(wr, Refusal::Busy, &text, &shared.stats).await;
@@ -230,20 +311,19 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         )),
         addr: peer,
     });
-    if let Some(old) = session.attach(link.clone()) {
-        old.outbound.close("session resumed on another connection");
-    }
     let ok = format!("{} {} {}", session.id, session.secret(), shared.settings.id);
-    link.outbound.push(
-        ClientFrame::new(
-            GATEWAY_MODULE,
-            op::AUTH_OK,
-            u32::from(resumed),
-            Bytes::from(ok),
-        )
-        .with_flags(protocol::RELIABLE),
-    );
-    tracing::debug!(%peer, session = %session.id, account = %session.account, resumed, "client admitted");
+    let welcome = ClientFrame::new(
+        GATEWAY_MODULE,
+        op::AUTH_OK,
+        u32::from(resumed_after.is_some()),
+        Bytes::from(ok),
+    )
+    .with_flags(protocol::RELIABLE);
+    if let Some(old) = session.attach(link.clone(), welcome, resumed_after) {
+        old.outbound
+            .kick(Kick::Takeover, "session resumed on another connection");
+    }
+    tracing::debug!(%peer, session = %session.id, account = %session.account, resumed = resumed_after.is_some(), "client admitted");
     let writer = tokio::spawn(write_client(link.outbound.clone(), wr));
     // Bounded per-client concurrency: at the cap we stop reading, and TCP pushes back.
     // The forwards are driven here, in the connection's task (no task spawned per
@@ -278,7 +358,14 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             Some(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "bad client frame; closing");
                 close = transport::close_code(&e);
-                link.outbound.close(format!("protocol error: {e}"));
+                match e {
+                    // The socket failed: nobody to tell.
+                    ProtocolError::Io(_) => link.outbound.close(format!("i/o error: {e}")),
+                    ProtocolError::TooLong { .. } => {
+                        link.outbound.kick(Kick::Oversize, &e.to_string())
+                    }
+                    _ => link.outbound.kick(Kick::BadFrame, &e.to_string()),
+                }
                 break;
             }
             Some(Ok(f)) => f,
@@ -310,7 +397,8 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             );
             if abuse.refused() {
                 tracing::info!(%peer, account = %session.account, %limited, "disconnected: over its rate limits");
-                kick_after_flush(&link.outbound, "rate limited: sustained abuse").await;
+                link.outbound
+                    .kick(Kick::Abuse, "rate limited: sustained abuse");
                 close = CloseCode::Policy;
                 break;
             }
@@ -344,22 +432,6 @@ struct Forwarding {
 
 async fn forward_in(ctx: Arc<Forwarding>, frame: ClientFrame, ticket: u64) {
     forward(&ctx.shared, &ctx.session, &ctx.link, frame, ticket).await;
-}
-
-/// Sends KICK with `reason` and closes the queue once what is queued before it has been
-/// taken by the writer (within 250 ms): a closed queue is not written any more.
-async fn kick_after_flush(outbound: &Outbound, reason: &str) {
-    outbound.push(
-        ClientFrame::new(GATEWAY_MODULE, op::KICK, 0, Bytes::from(reason.to_string()))
-            .with_flags(protocol::RELIABLE),
-    );
-    let _ = tokio::time::timeout(Duration::from_millis(250), async {
-        while outbound.queued_bytes() > 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    outbound.close(reason);
 }
 
 /// Writes the queue to the client until it is closed; hands the writer back so the

@@ -10,12 +10,16 @@
 //!   secret: change-me             # HMAC key shared with the login service
 //!   auth-deadline: 3s             # first frame must be AUTH within this
 //!   max-unauthenticated: 5000     # connections still authenticating, at most
+//!   auth-max-frame: 1KiB          # cap of the first frame (AUTH / RESUME), before login
 //!   max-frame: 64KiB              # client frame cap (checked before allocating)
 //!   send-queue-soft: 256KiB       # above: oldest unreliable frames dropped
 //!   send-queue-hard: 1MiB         # above: the client is disconnected
 //!   register-cluster: gateway     # registered here in the registry ("" = do not)
 //!   app-version: 2.3.1            # new sessions only to backends of major version 2
 //!   resume-window: 60s            # a detached session can be resumed this long
+//!   push-buffer-bytes: 32KiB      # numbered pushes kept per session for a resume ...
+//!   push-buffer-age: 60s          # ... and for at most this long
+//!   duplicate-login: kick-old     # kick-old, refuse-new or allow
 //!   session-store: memory         # memory (this gateway only) or redis (any gateway)
 //!   redis-url: redis://127.0.0.1:6379   # with session-store: redis
 //!   redis-timeout: 2s             # each Redis command (and connect) at most
@@ -34,8 +38,9 @@
 //!   modules:
 //!     1: { name: lobby, cluster: lobby, kind: stateless, choice: RoundRobinLoadBalance }
 //!     2: { name: chat,  cluster: chat,  kind: stateless, choice: accounthash, key: account }
-//!     3: { name: room,  cluster: room,  kind: static,    choice: RoundRobinLoadBalance }
+//!     3: { name: room,  cluster: room,  kind: keyed,     key: word }
 //!     4: { name: shop,  cluster: shop,  max-in-flight: 500, shed: [7, 8] }
+//!     5: { name: inventory, cluster: inventory, kind: static }
 //! ```
 //!
 //! The gateway keeps one rpc-client per *cluster*: modules that share a cluster share its
@@ -43,12 +48,17 @@
 //! (the key travels with the request). Give modules that need different algorithms
 //! different clusters.
 //!
-//! `kind`: `stateless` (every request balanced), `static` (the first request to any
-//! static module binds the session to one backend of that cluster, for every static
-//! module that cluster serves: Zeze's static binding) or `dynamic` (the backend binds
-//! and unbinds sessions explicitly). `key`: what hashing balancers hash: `account`,
-//! `role`, `source` (client IP) or `prefix:N` (the payload's first N bytes, read without
-//! decoding the payload).
+//! `kind`, the binding: `stateless` (every request balanced), `static` (per session:
+//! the first request to any static module binds the session to one backend of that
+//! cluster, for every static module that cluster serves: Zeze's static binding),
+//! `dynamic` (per session, by the backend: it binds and unbinds sessions explicitly) or
+//! `keyed` (per key: every request carries a key, a room id, and every request with the
+//! same key goes to the same backend, from every gateway, so a room has one copy; see
+//! [`keys`](super::keys)). `key`: what hashing balancers hash, or what a keyed module's
+//! key is: `account`, `role`, `source` (client IP), `prefix:N` (the payload's first N
+//! bytes) or `word` (the payload up to its first space, or all of it); read without
+//! decoding the payload. A keyed module's key is `word` unless set (and must be `word`
+//! or `prefix:N`).
 //!
 //! `session-store` (see [`session`](super::session)): `memory` keeps sessions in this
 //! gateway only, so a client resumes on the gateway it left; `redis` also writes each
@@ -82,6 +92,21 @@ pub enum ModuleKind {
     Static,
     /// Bound by the backend (Bind / UnBind commands).
     Dynamic,
+    /// Bound per key: a key's requests go to one backend, chosen by rendezvous hashing
+    /// of the key over the cluster's alive backends (the same on every gateway).
+    Keyed,
+}
+
+impl ModuleKind {
+    /// The name in the config (`kind`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ModuleKind::Stateless => "stateless",
+            ModuleKind::Static => "static",
+            ModuleKind::Dynamic => "dynamic",
+            ModuleKind::Keyed => "keyed",
+        }
+    }
 }
 
 /// What hashing balancers route by.
@@ -97,6 +122,24 @@ pub enum RouteKey {
     Source,
     /// The first `n` payload bytes.
     Prefix(usize),
+    /// The payload up to its first space (all of it without one).
+    Word,
+}
+
+impl RouteKey {
+    /// The key bytes of `payload` for the payload keys (`prefix:N`, `word`).
+    pub fn of_payload(self, payload: &[u8]) -> Option<&[u8]> {
+        match self {
+            RouteKey::Prefix(n) => Some(&payload[..n.min(payload.len())]),
+            RouteKey::Word => Some(
+                payload
+                    .iter()
+                    .position(|b| *b == b' ')
+                    .map_or(payload, |i| &payload[..i]),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// One module's route.
@@ -143,6 +186,8 @@ pub struct GatewaySettings {
     pub auth_deadline: Duration,
     /// Connections still authenticating, at most.
     pub max_unauthenticated: usize,
+    /// Cap of a connection's first frame (AUTH / RESUME), before login.
+    pub auth_max_frame: usize,
     /// Client frame cap.
     pub max_frame: usize,
     /// Soft limit of a client's send queue.
@@ -167,6 +212,10 @@ pub struct GatewaySettings {
     pub redis_url: String,
     /// Bound on each Redis command and connect.
     pub redis_timeout: Duration,
+    /// The per-session push buffer (`push-buffer-bytes`, `push-buffer-age`).
+    pub push_buffer: super::session::pushes::PushLimits,
+    /// What a second login of an account does (`duplicate-login`).
+    pub duplicate_login: super::session::DuplicateLogin,
     /// Graceful drain (`gateway.drain.*`).
     pub drain: super::drain::DrainSettings,
     /// Connection and message rate limits (`limits.*`).
@@ -188,6 +237,7 @@ impl Default for GatewaySettings {
             secret: String::new(),
             auth_deadline: Duration::from_secs(3),
             max_unauthenticated: 5000,
+            auth_max_frame: 1024,
             max_frame: 64 * 1024,
             send_queue_soft: 256 * 1024,
             send_queue_hard: 1024 * 1024,
@@ -199,6 +249,8 @@ impl Default for GatewaySettings {
             session_store: SessionStoreKind::Memory,
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_timeout: Duration::from_secs(2),
+            push_buffer: Default::default(),
+            duplicate_login: Default::default(),
             drain: Default::default(),
             limits: LimitSettings::default(),
             queue: QueueSettings::default(),
@@ -264,6 +316,18 @@ impl GatewaySettings {
                     s.max_unauthenticated = v.parse().map_err(|e| err(k, format!("{e}")))?
                 }
                 "maxframe" => s.max_frame = bytes(k, v)?,
+                "authmaxframe" => s.auth_max_frame = bytes(k, v)?,
+                "pushbufferbytes" => s.push_buffer.bytes = bytes(k, v)?,
+                "pushbufferage" => s.push_buffer.age = duration(k, v)?,
+                "duplicatelogin" => {
+                    use super::session::DuplicateLogin as D;
+                    s.duplicate_login = match v.to_ascii_lowercase().replace('_', "-").as_str() {
+                        "kick-old" | "kickold" => D::KickOld,
+                        "refuse-new" | "refusenew" => D::RefuseNew,
+                        "allow" => D::Allow,
+                        _ => return Err(err(k, "kick-old, refuse-new or allow")),
+                    }
+                }
                 "sendqueuesoft" => s.send_queue_soft = bytes(k, v)?,
                 "sendqueuehard" => s.send_queue_hard = bytes(k, v)?,
                 "backendtimeout" => s.backend_timeout = duration(k, v)?,
@@ -329,7 +393,10 @@ impl GatewaySettings {
                             "stateless" => ModuleKind::Stateless,
                             "static" => ModuleKind::Static,
                             "dynamic" => ModuleKind::Dynamic,
-                            _ => return Err(err(&key(f), "stateless, static or dynamic")),
+                            "keyed" => ModuleKind::Keyed,
+                            _ => {
+                                return Err(err(&key(f), "stateless, static, dynamic or keyed"));
+                            }
                         }
                     }
                     "key" => {
@@ -338,10 +405,14 @@ impl GatewaySettings {
                             "account" => RouteKey::Account,
                             "role" => RouteKey::Role,
                             "source" => RouteKey::Source,
+                            "word" => RouteKey::Word,
                             p => match p.strip_prefix("prefix:").map(str::parse::<usize>) {
                                 Some(Ok(n)) if n > 0 => RouteKey::Prefix(n),
                                 _ => {
-                                    return Err(err(&key(f), "account, role, source or prefix:N"));
+                                    return Err(err(
+                                        &key(f),
+                                        "account, role, source, word or prefix:N",
+                                    ));
                                 }
                             },
                         }
@@ -360,6 +431,18 @@ impl GatewaySettings {
             if route.cluster.is_empty() {
                 return Err(err(&key("cluster"), "every module needs a cluster"));
             }
+            if route.kind == ModuleKind::Keyed {
+                match route.key {
+                    RouteKey::None => route.key = RouteKey::Word,
+                    RouteKey::Word | RouteKey::Prefix(_) => {}
+                    _ => {
+                        return Err(err(
+                            &key("key"),
+                            "a keyed module's key comes from the payload: word or prefix:N",
+                        ));
+                    }
+                }
+            }
             meshline::loadbalance::by_name(&route.choice)
                 .map_err(|e| err(&key("choice"), e.to_string()))?;
             s.modules.insert(id, route);
@@ -369,6 +452,9 @@ impl GatewaySettings {
         }
         if s.resume_window.is_zero() {
             return Err(err("resume-window", "must be more than zero"));
+        }
+        if s.auth_max_frame < super::protocol::HEADER_AFTER_LEN {
+            return Err(err("auth-max-frame", "at least the 9-byte header"));
         }
         if s.session_store == SessionStoreKind::Redis {
             // Checks the URL's form only (nothing is connected here); the error never

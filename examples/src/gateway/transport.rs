@@ -70,16 +70,20 @@ pub(crate) enum Incoming {
 impl Incoming {
     /// Sets the transport up: a WebSocket handshake must finish within `deadline` (it is
     /// part of authenticating, and a client that never finishes it must not hold a
-    /// connection); frames over `max_frame` are refused before allocation. The upgrade
-    /// response carries the [`STICKY_COOKIE`] naming `gateway_id`.
+    /// connection; the error is then of kind `TimedOut`); frames over `max_frame`, and a
+    /// first frame over `first_max` (the pre-auth cap), are refused before allocation
+    /// (over WebSocket the first message is checked against `first_max` once read, the
+    /// WebSocket layer's own cap being `max_frame`). The upgrade response carries the
+    /// [`STICKY_COOKIE`] naming `gateway_id`.
     pub(crate) async fn open(
         self,
         max_frame: usize,
+        first_max: usize,
         deadline: Duration,
         gateway_id: &str,
     ) -> io::Result<(ClientReader, ClientWriter)> {
         match self {
-            Incoming::Tcp(stream) => Ok(tcp(stream, max_frame)),
+            Incoming::Tcp(stream) => Ok(tcp(stream, max_frame, Some(first_max))),
             Incoming::WebSocket(stream) => {
                 let cookie = sticky_cookie(gateway_id);
                 // The error type is tungstenite's `Callback` contract (an HTTP response).
@@ -103,7 +107,7 @@ impl Incoming {
                     io::Error::new(io::ErrorKind::TimedOut, "websocket handshake too slow")
                 })?
                 .map_err(io::Error::other)?;
-                Ok(websocket(ws, max_frame))
+                Ok(websocket(ws, max_frame, Some(first_max)))
             }
         }
     }
@@ -156,7 +160,7 @@ pub(crate) async fn connect_tcp(
     max_frame: usize,
 ) -> io::Result<(ClientReader, ClientWriter)> {
     let stream = connect_from(addr, local).await?;
-    Ok(tcp(stream, max_frame))
+    Ok(tcp(stream, max_frame, None))
 }
 
 /// Connects to a gateway's WebSocket listener (`ws://host:port/...`).
@@ -198,12 +202,20 @@ pub(crate) async fn connect_ws(
         tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(max_frame)))
             .await
             .map_err(io::Error::other)?;
-    Ok(websocket(ws, max_frame))
+    Ok(websocket(ws, max_frame, None))
 }
 
-fn tcp(stream: TcpStream, max_frame: usize) -> (ClientReader, ClientWriter) {
+fn tcp(
+    stream: TcpStream,
+    max_frame: usize,
+    first_max: Option<usize>,
+) -> (ClientReader, ClientWriter) {
     let (rd, wr) = stream.into_split();
-    let reader = FramedRead::new(rd, ClientCodec::new(max_frame)).boxed();
+    let codec = match first_max {
+        Some(first) => ClientCodec::new(max_frame).with_first_frame_cap(first),
+        None => ClientCodec::new(max_frame),
+    };
+    let reader = FramedRead::new(rd, codec).boxed();
     (
         reader,
         ClientWriter::Tcp {
@@ -221,12 +233,19 @@ fn ws_config(max_frame: usize) -> WebSocketConfig {
         .max_frame_size(Some(max_message))
 }
 
-fn websocket(ws: WebSocketStream<TcpStream>, max_frame: usize) -> (ClientReader, ClientWriter) {
+fn websocket(
+    ws: WebSocketStream<TcpStream>,
+    max_frame: usize,
+    first_max: Option<usize>,
+) -> (ClientReader, ClientWriter) {
     let (sink, stream) = ws.split();
-    let reader = futures_util::stream::unfold(stream, move |mut stream| async move {
+    let state = (stream, first_max);
+    let reader = futures_util::stream::unfold(state, move |(mut stream, mut first)| async move {
         loop {
             let item = match stream.next().await? {
-                Ok(Message::Binary(b)) => ClientFrame::from_message(&b, max_frame),
+                Ok(Message::Binary(b)) => {
+                    ClientFrame::from_message(&b, first.take().unwrap_or(max_frame).min(max_frame))
+                }
                 Ok(Message::Text(_)) => Err(ProtocolError::NotBinary),
                 Ok(Message::Close(_)) => return None,
                 // Pings are answered by tungstenite itself.
@@ -238,7 +257,7 @@ fn websocket(ws: WebSocketStream<TcpStream>, max_frame: usize) -> (ClientReader,
                 }
                 Err(e) => Err(ws_error(e)),
             };
-            return Some((item, stream));
+            return Some((item, (stream, first)));
         }
     })
     .boxed();

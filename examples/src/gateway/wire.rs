@@ -15,18 +15,27 @@
 //! - `rebind`: session [`SESSION`] was resumed on gateway [`GATEWAY`] (this or another
 //!   one), whose connection carries this request: a backend holding state for the
 //!   session (it is bound there, statically or dynamically) sends the session's pushes
-//!   and fan-out through this connection from now on. Sent to every backend the session
-//!   is bound to, on every resume.
+//!   and fan-out through this connection from now on. Sent, on every resume, to every
+//!   backend the session is bound to and to every alive backend of the keyed modules'
+//!   clusters (a room holding the session as a member is on one of them).
+//! - `moved`: key [`KEY`] of keyed module [`MODULE`] lives on the receiving backend from
+//!   now on (its old home is gone, or the alive set changed); the sessions in [`TO`]
+//!   are its members on gateway [`GATEWAY`], reached through this connection. The
+//!   backend starts the key afresh with them (see [`keys`](super::keys)).
+//! - `dropkey`: key [`KEY`] of keyed module [`MODULE`] now lives on another backend: the
+//!   receiving backend drops what it holds for it (stops its room's pushes).
 //!
 //! **Backend -> gateway** (one-way requests on the same connection): [`CMD`] names the
 //! command and the other keys its arguments:
 //! - `send`: deliver the body to the sessions in [`TO`] as module [`MODULE`], opcode
-//!   [`OPCODE`] (reliable when [`RELIABLE`] is `1`);
+//!   [`OPCODE`] (reliable when [`RELIABLE`] is `1`: then numbered and kept for a resume,
+//!   see [`pushes`](super::session::pushes));
 //! - `bcast`: deliver the body to every member of group [`GROUP`] (`*` = every session
 //!   on this gateway): the backend sends once per gateway, the gateway copies;
 //! - `join` / `leave`: add / remove the sessions in [`TO`] to / from [`GROUP`];
-//! - `kick`: disconnect the sessions in [`TO`] with reason [`REASON`] (the session ends
-//!   unless [`KEEP`] is `1`, which only closes the connection);
+//! - `kick`: disconnect the sessions in [`TO`] with reason [`REASON`]: the client gets
+//!   `KICK 8 <reason>` (the session ends unless [`KEEP`] is `1`, which only closes the
+//!   connection and keeps the session resumable);
 //! - `bind` / `unbind`: bind the sessions in [`TO`] to the sending backend for the
 //!   modules in [`MODULES`] (dynamic binding), or drop those bindings;
 //! - `state`: set the sessions' user state to the body (UTF-8);
@@ -77,6 +86,8 @@ pub const MODULES: &str = "mods";
 pub const REASON: &str = "why";
 /// `1`: a kick keeps the session (only the connection closes).
 pub const KEEP: &str = "keep";
+/// A keyed module's key (`moved`, `dropkey`).
+pub const KEY: &str = "key";
 
 /// Splits a comma-separated list, skipping empty items.
 pub fn list(v: Option<&str>) -> impl Iterator<Item = &str> {

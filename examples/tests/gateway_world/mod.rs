@@ -26,7 +26,7 @@ pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub use tokio::net::TcpStream;
 
 pub const SECRET: &str = "test-secret";
-pub const CLUSTERS: [&str; 4] = ["lobby", "chat", "room", "bind"];
+pub const CLUSTERS: [&str; 5] = ["lobby", "chat", "room", "bind", "inventory"];
 
 pub fn settings() -> GatewaySettings {
     let mut s = GatewaySettings {
@@ -44,8 +44,9 @@ pub fn settings() -> GatewaySettings {
     for (id, name, kind) in [
         (modules::LOBBY, "lobby", ModuleKind::Stateless),
         (modules::CHAT, "chat", ModuleKind::Stateless),
-        (modules::ROOM, "room", ModuleKind::Static),
+        (modules::ROOM, "room", ModuleKind::Keyed),
         (modules::BIND, "bind", ModuleKind::Dynamic),
+        (modules::INVENTORY, "inventory", ModuleKind::Static),
     ] {
         s.modules.insert(
             id,
@@ -55,11 +56,50 @@ pub fn settings() -> GatewaySettings {
                 cluster: name.into(),
                 kind,
                 choice: "RoundRobinLoadBalance".into(),
-                key: RouteKey::None,
+                key: if kind == ModuleKind::Keyed {
+                    RouteKey::Word
+                } else {
+                    RouteKey::None
+                },
             },
         );
     }
     s
+}
+
+/// The last word of a text answer (`... on be-1` -> `be-1`).
+pub fn last_word(b: &[u8]) -> String {
+    String::from_utf8_lossy(b)
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Waits (polling every 5 ms, up to `limit`) until `ok` holds; panics naming `what`.
+pub async fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !ok() {
+        assert!(tokio::time::Instant::now() < deadline, "never {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The next push of module `module` (and opcode `opcode`, if given), skipping others.
+pub async fn next_push_of(
+    p: &GatewayClient,
+    module: u16,
+    opcode: Option<u16>,
+    limit: Duration,
+) -> Option<ClientFrame> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let f = p.next_push(left).await?;
+        if f.module == module && opcode.is_none_or(|o| f.opcode == o) {
+            return Some(f);
+        }
+    }
 }
 
 pub struct World {
@@ -105,6 +145,35 @@ pub async fn world(backends: usize, tweak: impl FnOnce(&mut GatewaySettings)) ->
 }
 
 impl World {
+    /// Another gateway on the same registry, in front of the same backends.
+    pub async fn another_gateway(
+        &self,
+        id: &str,
+        tweak: impl FnOnce(&mut GatewaySettings),
+    ) -> Gateway {
+        let mut s = settings();
+        s.id = id.into();
+        tweak(&mut s);
+        let g = Gateway::start(s, self.registry.clone()).await.unwrap();
+        for c in CLUSTERS {
+            g.backend(c)
+                .unwrap()
+                .wait_alive(self.backends.len(), Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        g
+    }
+
+    /// Waits until session `id` has no connection on the world's gateway (its client
+    /// went away and the gateway noticed).
+    pub async fn detached(&self, id: &str) {
+        until("the session detached", Duration::from_secs(5), || {
+            self.gateway.session(id).is_some_and(|s| s.link().is_none())
+        })
+        .await
+    }
+
     pub async fn player(&self, account: &str) -> GatewayClient {
         GatewayClient::auth(
             self.gateway.local_addr(),
@@ -113,6 +182,14 @@ impl World {
         .await
         .unwrap()
     }
+}
+
+/// The kick code of a `KICK` frame.
+pub fn kick_code(f: &ClientFrame) -> u16 {
+    assert_eq!((f.module, f.opcode), (GATEWAY_MODULE, op::KICK), "{f:?}");
+    meshline_examples::gateway::kick::split_coded(&f.payload)
+        .unwrap_or_else(|| panic!("not a kick payload: {f:?}"))
+        .0
 }
 
 pub fn refusal(e: ClientError) -> Refusal {

@@ -36,8 +36,8 @@
 //! none came back within the hold's bounds) and a **full write queue** that never made
 //! room. **Not** failures: any answer from a backend, application error replies (the
 //! backend's `err` head) included — the backend is up and answering; a session whose
-//! bound backend is gone (`bound_gone`: one backend's state, not the cluster's health);
-//! requests refused by the gateway itself (bulkhead, shedding, the breaker); and local
+//! bound backend is gone (its binding is released and the request balanced again, see
+//! [`route`](super::route)); requests refused by the gateway itself (bulkhead, shedding, the breaker); and local
 //! errors (a payload that cannot be framed, a client shutting down). Every backend
 //! failure, the ones a resend later hid included, is counted in
 //! `gateway_backend_errors_total`.
@@ -47,7 +47,7 @@
 //! - `gateway_breaker_state{cluster}`: 0 closed, 1 open, 2 half-open (set on each
 //!   change; an open breaker whose cool-down passed shows 1 until the next request);
 //! - `gateway_backend_errors_total{cluster,kind}`: `kind` = `timeout`, `connection`,
-//!   `no_endpoint`, `overloaded` or `bound_gone`;
+//!   `no_endpoint` or `overloaded`;
 //! - `gateway_held_requests{cluster}`: requests held now;
 //! - `gateway_held_expired_total{cluster}`: held requests answered
 //!   `busy: <cluster> unavailable` (the hold's time ran out, or it was full);
@@ -150,6 +150,11 @@ impl ClusterGuard {
     /// Held requests answered `busy: unavailable` so far.
     pub fn expired_total(&self) -> u64 {
         self.expired.load(Ordering::Relaxed)
+    }
+
+    /// The load `backend` last reported (`load` command), if it reported one.
+    pub fn reported_load(&self, backend: &InstanceKey) -> Option<u32> {
+        self.loads.get(backend)
     }
 
     fn count_error(&self, f: Failure) {
@@ -418,7 +423,7 @@ impl Protection {
         if let Some(f) = failure {
             cluster.count_error(f);
         }
-        pass.failed = failure.is_some_and(Failure::trips_breaker);
+        pass.failed = failure.is_some();
         drop(pass);
         result
     }

@@ -22,10 +22,6 @@ pub enum Failure {
     NoEndpoint,
     /// Every candidate connection's write queue stayed full: the backends do not read.
     Overloaded,
-    /// The one backend a session is bound to is gone (its state went with it); the
-    /// cluster's other backends may be fine, so this does not count against the
-    /// cluster's breaker.
-    BoundGone,
 }
 
 impl Failure {
@@ -33,7 +29,6 @@ impl Failure {
     /// such as a shut-down client or a payload that cannot be framed).
     pub fn of(e: &RouteError) -> Option<Failure> {
         Some(match e {
-            RouteError::BoundBackendGone { .. } => Failure::BoundGone,
             RouteError::Rpc(e) => match e {
                 RpcError::Timeout { .. } => Failure::Timeout,
                 RpcError::MaybeDelivered { .. }
@@ -54,13 +49,7 @@ impl Failure {
             Failure::Connection => "connection",
             Failure::NoEndpoint => "no_endpoint",
             Failure::Overloaded => "overloaded",
-            Failure::BoundGone => "bound_gone",
         }
-    }
-
-    /// Whether it counts against the cluster's breaker.
-    pub fn trips_breaker(self) -> bool {
-        self != Failure::BoundGone
     }
 }
 

@@ -24,6 +24,15 @@ impl Loads {
             .insert(backend, load);
     }
 
+    /// `backend`'s latest report.
+    pub fn get(&self, backend: &InstanceKey) -> Option<u32> {
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(backend)
+            .copied()
+    }
+
     /// True when there is at least one backend in `alive` and every one of them last
     /// reported a load above `threshold`.
     pub fn all_above<'a>(

@@ -25,6 +25,11 @@
 //! ten seconds). Only a resume needs Redis; without it the resume is refused with
 //! [`Refusal::StoreUnavailable`] and the client can authenticate again.
 //!
+//! Pushes to a session are numbered and kept for a while ([`pushes`]): a resume replays
+//! what the client missed and reports what it cannot replay as a gap. One account has
+//! one session by default: a new login ends the account's other session on this
+//! gateway (`duplicate-login`, see [`DuplicateLogin`]).
+//!
 //! Redis restarted empty (no persistence): the TTL refresh finds the connected
 //! sessions' records missing and writes them again; detached sessions are lost.
 //! One Redis (or a primary with replicas), not Redis Cluster: the refresh script
@@ -40,10 +45,13 @@ use meshline::InstanceKey;
 use tokio_util::sync::CancellationToken;
 
 mod dirty;
+pub mod pushes;
 mod redis_store;
 mod store;
 
+use bytes::Bytes;
 use dirty::{Change, Dirty, WarnLimiter};
+use pushes::{PushBuffer, PushLimits, Replay};
 pub use redis_store::{KEY_PREFIX, RedisStore};
 use store::same;
 pub use store::{
@@ -51,8 +59,25 @@ pub use store::{
 };
 
 use crate::gateway::admission::Refusal;
+use crate::gateway::kick::Kick;
 use crate::gateway::outbound::Outbound;
+use crate::gateway::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use crate::gateway::settings::{GatewaySettings, SessionStoreKind};
+
+/// What a new login does to the account's session already on this gateway
+/// (`duplicate-login`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DuplicateLogin {
+    /// The new login ends the old session; its connection, if any, is kicked with
+    /// [`Kick::DuplicateLogin`] (the default).
+    #[default]
+    KickOld,
+    /// The new login is refused with [`Refusal::AlreadyOnline`] while the old session
+    /// lives (connected, or detached within the resume window).
+    RefuseNew,
+    /// Both sessions live.
+    Allow,
+}
 
 /// The connection a session is attached to now.
 #[derive(Debug)]
@@ -72,6 +97,7 @@ struct Mutable {
     groups: HashSet<String>,
     link: Option<Arc<Link>>,
     detached_at: Option<Instant>,
+    pushes: PushBuffer,
 }
 
 /// One player's session.
@@ -86,6 +112,8 @@ pub struct Session {
     m: Mutex<Mutable>,
     /// Set with a shared store: where changes are marked for writing.
     dirty: Option<Arc<Dirty>>,
+    /// The push buffer's bounds.
+    limits: PushLimits,
 }
 
 impl Session {
@@ -110,11 +138,60 @@ impl Session {
         self.m().link.clone()
     }
 
-    /// Attaches a new connection; returns the one it replaces (to be closed).
-    pub fn attach(&self, link: Arc<Link>) -> Option<Arc<Link>> {
+    /// Attaches a new connection and queues its first frames on it, before any push can
+    /// reach it: `welcome` (AUTH_OK), then for a resume (`resumed_after`: the last push
+    /// number the client received) a `GAP` if pushes it missed are no longer kept, and
+    /// the kept ones it missed. Returns the connection it replaces (to be kicked).
+    pub fn attach(
+        &self,
+        link: Arc<Link>,
+        welcome: ClientFrame,
+        resumed_after: Option<u32>,
+    ) -> Option<Arc<Link>> {
         let mut m = self.m();
         m.detached_at = None;
+        link.outbound.push(welcome);
+        if let Some(last) = resumed_after {
+            let Replay { gap, frames } = m.pushes.replay_after(last, self.limits);
+            if let Some((first, last)) = gap {
+                let last = last.map_or_else(|| "?".to_string(), |l| l.to_string());
+                link.outbound.push(
+                    ClientFrame::new(
+                        GATEWAY_MODULE,
+                        op::GAP,
+                        0,
+                        Bytes::from(format!("{first} {last}")),
+                    )
+                    .with_flags(protocol::RELIABLE),
+                );
+            }
+            for f in frames {
+                link.outbound.push(f);
+            }
+        }
         m.link.replace(link)
+    }
+
+    /// Delivers a push: numbers it (reliable ones, see [`pushes`]) and keeps it for a
+    /// resume, then hands it to `send` with the connection, if the session is connected.
+    /// Under the session's lock, so the numbers reach the connection in order.
+    pub fn deliver(&self, frame: ClientFrame, send: impl FnOnce(&Outbound, ClientFrame)) {
+        let mut m = self.m();
+        let frame = m.pushes.number(frame, self.limits);
+        if let Some(link) = &m.link {
+            send(&link.outbound, frame);
+        }
+    }
+
+    /// Drops pushes past the buffer's limits (the buffer is otherwise pruned as pushes
+    /// come).
+    fn prune_pushes(&self) {
+        self.m().pushes.prune(self.limits, Instant::now());
+    }
+
+    /// Numbered pushes kept for a resume now.
+    pub fn kept_pushes(&self) -> usize {
+        self.m().pushes.len()
     }
 
     /// Detaches `link` if it is still the current one.
@@ -211,12 +288,24 @@ impl Session {
 #[derive(Debug)]
 pub struct Sessions {
     by_id: Mutex<HashMap<String, Arc<Session>>>,
+    /// The latest session of each account.
+    by_account: Mutex<HashMap<String, String>>,
     groups: Mutex<HashMap<String, HashSet<String>>>,
     store: Arc<dyn SessionStore>,
     /// Set when the store is shared.
     dirty: Option<Arc<Dirty>>,
     window: Duration,
     warn: WarnLimiter,
+    limits: PushLimits,
+}
+
+/// A login: its new session, and the account's session it ended (to be kicked).
+#[derive(Debug)]
+pub struct Login {
+    /// The new session.
+    pub session: Arc<Session>,
+    /// The account's previous session, ended by `duplicate-login: kick-old`.
+    pub replaced: Option<Arc<Session>>,
 }
 
 impl Default for Sessions {
@@ -241,12 +330,20 @@ impl Sessions {
     pub fn new(store: Arc<dyn SessionStore>, window: Duration) -> Sessions {
         Sessions {
             by_id: Mutex::default(),
+            by_account: Mutex::default(),
             groups: Mutex::default(),
             dirty: store.is_shared().then(Arc::default),
             store,
             window,
             warn: WarnLimiter::default(),
+            limits: PushLimits::default(),
         }
+    }
+
+    /// The same, with push buffers bounded by `limits`.
+    pub fn with_push_limits(mut self, limits: PushLimits) -> Sessions {
+        self.limits = limits;
+        self
     }
 
     /// The store `settings` choose (`gateway.session-store`), with their resume window.
@@ -261,7 +358,7 @@ impl Sessions {
             )?),
         };
         tracing::info!(store = store.name(), window = ?settings.resume_window, "session store");
-        Ok(Sessions::new(store, settings.resume_window))
+        Ok(Sessions::new(store, settings.resume_window).with_push_limits(settings.push_buffer))
     }
 
     /// The store.
@@ -280,23 +377,69 @@ impl Sessions {
         }
     }
 
-    /// A new session for `account`.
+    /// A new session for `account` (whatever other sessions the account has).
     pub fn create(&self, account: String) -> Arc<Session> {
+        let s = self.build(account);
+        self.install(&s);
+        s
+    }
+
+    /// A new session for `account`, with `policy` for the account's session already
+    /// here (connected, or detached and resumable).
+    pub fn login(&self, account: String, policy: DuplicateLogin) -> Result<Login, Refusal> {
+        if policy == DuplicateLogin::RefuseNew && self.of_account(&account).is_some() {
+            return Err(Refusal::AlreadyOnline);
+        }
+        let s = self.build(account);
+        let previous = self.install(&s);
+        let replaced = match policy {
+            DuplicateLogin::KickOld => previous.and_then(|id| self.remove(&id)),
+            _ => None,
+        };
+        Ok(Login {
+            session: s,
+            replaced,
+        })
+    }
+
+    fn build(&self, account: String) -> Arc<Session> {
         let secret = random_hex();
-        let s = Arc::new(Session {
+        Arc::new(Session {
             id: random_hex(),
             account,
             secret_sha256: secret_sha256(&secret),
             secret,
             m: Mutex::new(Mutable::default()),
             dirty: self.dirty.clone(),
-        });
+            limits: self.limits,
+        })
+    }
+
+    /// Puts a new session in memory, the account's latest; returns the id of the
+    /// account's session before it, if any.
+    fn install(&self, s: &Arc<Session>) -> Option<String> {
+        let previous = self
+            .by_account
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(s.account.clone(), s.id.clone());
         self.by_id
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(s.id.clone(), s.clone());
         s.changed();
-        s
+        previous
+    }
+
+    /// The session `account` has on this gateway, if any.
+    pub fn of_account(&self, account: &str) -> Option<Arc<Session>> {
+        let id = self
+            .by_account
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .cloned()?;
+        self.get(&id)
     }
 
     /// The session `id` if `secret` is its resume secret: from memory with the memory
@@ -367,9 +510,15 @@ impl Sessions {
                         groups: new_groups.clone(),
                         link: None,
                         detached_at: Some(Instant::now()),
+                        pushes: PushBuffer::restored(),
                     }),
                     dirty: self.dirty.clone(),
+                    limits: self.limits,
                 });
+                self.by_account
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(s.account.clone(), s.id.clone());
                 self.by_id
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -416,6 +565,12 @@ impl Sessions {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id)?;
+        {
+            let mut accounts = self.by_account.lock().unwrap_or_else(|p| p.into_inner());
+            if accounts.get(&s.account).is_some_and(|i| i == id) {
+                accounts.remove(&s.account);
+            }
+        }
         let groups: Vec<String> = s.m().groups.drain().collect();
         let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         for name in groups {
@@ -434,7 +589,8 @@ impl Sessions {
         if let Some(s) = self.forget(id) {
             tracing::debug!(session = %id, "session taken over by another gateway");
             if let Some(l) = s.link() {
-                l.outbound.close("session resumed on another gateway");
+                l.outbound
+                    .kick(Kick::Takeover, "session resumed on another gateway");
             }
         }
     }
@@ -604,6 +760,9 @@ impl Sessions {
                 _ = stop.cancelled() => return,
                 _ = expire.tick() => {
                     self.expire(self.window);
+                    for s in self.members("*") {
+                        s.prune_pushes();
+                    }
                 }
                 _ = refresh.tick(), if shared => self.refresh().await,
                 _ = dirty.wake.notified(), if shared => {

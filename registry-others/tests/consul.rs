@@ -142,8 +142,7 @@ impl RefuseRemoval for ConsulHarness {
     }
     /// The agent holds the service, passing or not.
     async fn holds(&self, cluster: &str, member: &Instance) -> bool {
-        let services = raw_get(&self.consul, "/v1/agent/services").await;
-        services.get(format!("{cluster}-{member}")).is_some()
+        holds(&self.consul, cluster, member).await
     }
     /// The backend's request timeout (`consul::agent::REQUEST_TIMEOUT`).
     fn attempt_timeout(&self) -> Duration {
@@ -364,6 +363,52 @@ async fn malformed_entries_are_skipped() {
     );
     assert!(!text.contains("m-good"), "{text}");
     c.close().await.unwrap();
+}
+
+/// An agent restarted without its data has forgotten our services: it answers their
+/// deregistration 404 "Unknown service ID" (as Consul does), which means they are
+/// already gone. `unregister` and `close` both succeed, and nothing is left to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_the_agent_forgot_are_unregistered_and_closed() {
+    init_logs();
+    let mut consul = ConsulDouble::start(ConsulDoubleOptions::default()).unwrap();
+    // A 60 s TTL: the keeper passes the checks every 20 s, so it does not meet the
+    // restarted agent's 404 (and register the services again) during the test.
+    let long = [
+        ("registry.consul.ttl", "60s"),
+        ("registry.consul.deregisterCriticalServiceAfter", "2m"),
+    ];
+    let a = ConsulRegistry::connect(&config(&consul, &long))
+        .await
+        .unwrap();
+    let b = ConsulRegistry::connect(&config(&consul, &long))
+        .await
+        .unwrap();
+    let (ia, ib) = (inst("10.6.0.1:8091"), inst("10.6.0.2:8091"));
+    a.register("forgot", &ia).await.unwrap();
+    b.register("forgot", &ib).await.unwrap();
+    tokio::task::block_in_place(|| consul.restart()).unwrap();
+    assert!(
+        !holds(&consul, "forgot", &ia).await,
+        "the restart kept state"
+    );
+
+    // unregister: the agent's 404 is "already gone".
+    a.unregister("forgot", &ia).await.unwrap();
+    // close: the same for what is still registered.
+    b.close().await.unwrap();
+    // Nothing of `a` is pending: from now on every deregistration is refused, and
+    // `close` has none to send.
+    consul.fail("PUT", DEREGISTER, 500).unwrap();
+    a.close().await.unwrap();
+    let services = raw_get(&consul, "/v1/agent/services").await;
+    assert_eq!(services, json!({}), "nothing was registered again");
+}
+
+/// Whether the agent holds `member` of `cluster` (Seata's service ID), passing or not.
+async fn holds(consul: &ConsulDouble, cluster: &str, member: &Instance) -> bool {
+    let services = raw_get(consul, "/v1/agent/services").await;
+    services.get(format!("{cluster}-{member}")).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

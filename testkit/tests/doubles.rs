@@ -225,10 +225,12 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
         assert!(t.elapsed() < Duration::from_secs(5), "never reaped");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Deregistering an unknown ID is ignored.
+    // Deregistering an unknown ID is a 404 with Consul's text.
+    let r = http(addr, "PUT", "/v1/agent/service/deregister/none", &[], "");
+    assert_eq!(r.status, 404);
     assert_eq!(
-        http(addr, "PUT", "/v1/agent/service/deregister/none", &[], "").status,
-        200
+        r.body,
+        "Unknown service ID \"none\". Ensure that the service ID is passed, not the service name."
     );
 }
 

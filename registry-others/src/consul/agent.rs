@@ -214,18 +214,38 @@ impl Inner {
         .map(|_| ())
     }
 
-    /// `PUT /v1/agent/service/deregister/<id>`.
+    /// `PUT /v1/agent/service/deregister/<id>`. The agent's 404 "Unknown service ID"
+    /// (it restarted without its data, or reaped the service) means the service is
+    /// already gone: that is success, not a removal to retry.
     pub(super) async fn deregister(&self, id: &str) -> Result<(), CallError> {
-        self.call(
-            Method::PUT,
-            &["v1", "agent", "service", "deregister", id],
-            &[],
-            None,
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
+        match self
+            .call(
+                Method::PUT,
+                &["v1", "agent", "service", "deregister", id],
+                &[],
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallError::Status(StatusCode::NOT_FOUND, text)) if is_unknown_service(&text) => {
+                tracing::info!(
+                    registry = KIND,
+                    id,
+                    "the agent no longer holds the service: already deregistered"
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
+}
+
+/// Whether a 404's `text` is the agent's "Unknown service ID ..." (the text Consul's
+/// own anti-entropy relies on), not some other 404 (a proxy's, a wrong path's).
+fn is_unknown_service(text: &str) -> bool {
+    text.contains("Unknown service")
 }
 
 #[cfg(test)]
@@ -254,5 +274,15 @@ mod tests {
         );
         assert!(parse_base("", K).is_err());
         assert!(parse_base("ftp://x:1", K).is_err());
+    }
+
+    #[test]
+    fn only_consuls_unknown_service_404_is_already_gone() {
+        assert!(is_unknown_service(
+            "Unknown service ID \"c-10.0.0.1:8091\". Ensure that the service ID is passed, not the service name."
+        ));
+        // Consul before the "ID" wording.
+        assert!(is_unknown_service("Unknown service \"c-10.0.0.1:8091\""));
+        assert!(!is_unknown_service("404 page not found\n"));
     }
 }

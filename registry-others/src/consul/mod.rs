@@ -37,7 +37,9 @@
 //! service: restarted without persistence, or reaped it), the keeper registers the
 //! instance again at once; when the agent is unreachable it retries with jittered
 //! backoff. `unregister` and `close` deregister
-//! (`PUT /v1/agent/service/deregister/<id>`); a failed `unregister` returns the error,
+//! (`PUT /v1/agent/service/deregister/<id>`); the agent's 404 "Unknown service ID" (it
+//! restarted without its data, or reaped the service) means already gone, and is
+//! success. A failed `unregister` returns the error,
 //! stops passing the check at once and retries the deregistration in the background
 //! (200 ms doubling to 30 s) until the agent takes it, the instance is registered
 //! again, or the client closes (`close` deregisters what is still pending). Dropping the registry does the same (best

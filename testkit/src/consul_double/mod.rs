@@ -18,7 +18,8 @@
 //!   `DeregisterCriticalServiceAfter` is removed (the reaper runs every
 //!   [`ConsulDoubleOptions::tick`]; real Consul treats anything under 1 min as 1 min and
 //!   reaps every 30 s, which would make tests slow).
-//! - `PUT /v1/agent/service/deregister/:id` (unknown IDs are ignored: 200).
+//! - `PUT /v1/agent/service/deregister/:id`; an unknown ID is a 404 "Unknown service ID
+//!   ..." (Consul's text), as a restarted agent answers for what it lost.
 //! - `GET /v1/health/service/:name[?passing][&tag=][&index=N&wait=10s][&dc=]`: the JSON
 //!   shape of Consul's `[{Node, Service, Checks}]` (with the `serfHealth` node check),
 //!   `passing` through Go's `ParseBool` (400 "Invalid value for ?passing"), every

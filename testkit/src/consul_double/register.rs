@@ -271,15 +271,24 @@ fn do_register(
     Ok(())
 }
 
-/// `PUT /v1/agent/service/deregister/:id`; an unknown ID is no error.
+/// `PUT /v1/agent/service/deregister/:id`: 200 with an empty body, or, for an ID the
+/// agent does not hold (a restarted agent, for what it lost), 404 with Consul's text
+/// (`vetServiceUpdateWithAuthorizer` in Consul's `agent/acl.go`, whose comment says
+/// Consul's own anti-entropy relies on "Unknown service" being in it).
 pub(super) async fn deregister(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Response {
     let mut db = shared.lock();
-    if let Some(svc) = db.services.remove(&id) {
-        db.checks.retain(|_, c| c.service_id != id);
-        shared.bump(&mut db, &[&svc.name], true);
-    }
+    let Some(svc) = db.services.remove(&id) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "Unknown service ID \"{id}\". Ensure that the service ID is passed, not the service name."
+            ),
+        );
+    };
+    db.checks.retain(|_, c| c.service_id != id);
+    shared.bump(&mut db, &[&svc.name], true);
     (StatusCode::OK, "").into_response()
 }

@@ -1,6 +1,5 @@
 //! Loading a configuration the way a Seata client does: files, then Seata's
-//! configuration centre (`config.type`), then the environment; one table of centre
-//! types.
+//! configuration centre (`config.type`), then the environment.
 //!
 //! [`live_config`] reads the files and environment a [`ConfigLoader`] names, looks at
 //! `config.type`, and:
@@ -15,82 +14,61 @@
 //! [`discovery_from_live`] then builds the registry and a [`Discovery`] that follows
 //! `service.vgroupMapping.*` changes made in the centre.
 //!
-//! Every centre type is one [`CentreType`] entry in [`CENTRE_TYPES`]; a type whose
+//! A centre type is the [`CentreType`] of an entry of the table of registry types
+//! ([`crate::registry::REGISTRY_TYPES`]), resolved by [`resolve_centre`]; a type whose
 //! backend is not compiled in is an error naming the cargo feature.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-
 use meshline_registry_core::centre::{
-    CentreSpec, ConfigCentre, LiveConfig, canonical_kind, with_file_centre,
+    CentreSpec, LiveConfig, is_file_kind, unsupported_kind, with_file_centre,
 };
 
-use crate::{Config, ConfigLoader, Discovery, RegistryError};
+use crate::registry::{CentreType, REGISTRY_TYPES, RegistryType};
+use crate::{ConfigLoader, Discovery, RegistryError};
 
-/// What a centre constructor returns.
-pub type CentreFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Arc<dyn ConfigCentre>, RegistryError>> + Send + 'a>>;
-
-/// A centre constructor: connects to the centre `config.<type>.*` names.
-pub type ConnectCentre = for<'a> fn(&'a Config) -> CentreFuture<'a>;
-
-/// A configuration centre type meshline knows.
+/// What a `config.type` value names.
 #[derive(Debug, Clone, Copy)]
-pub struct CentreType {
-    /// Seata's `config.type` name (canonical, see
-    /// [`canonical_kind`]).
-    pub seata_name: &'static str,
-    /// The `meshline` cargo feature that compiles its client in.
-    pub feature: &'static str,
-    /// The constructor; `None` when the feature is not compiled in.
-    pub connect: Option<ConnectCentre>,
+pub enum CentreKind {
+    /// `file`: the configuration is the files (and `config.file.name`).
+    File,
+    /// A centre on a server: the registry type whose [`CentreType`] it is.
+    Server(&'static RegistryType, CentreType),
 }
 
-macro_rules! centre {
-    ($feature:literal, $build:expr) => {{
-        #[cfg(feature = $feature)]
-        let c: Option<ConnectCentre> = Some(|config| {
-            Box::pin(async move {
-                let centre = $build(config).await?;
-                Ok(Arc::new(centre) as Arc<dyn ConfigCentre>)
-            })
-        });
-        #[cfg(not(feature = $feature))]
-        let c: Option<ConnectCentre> = None;
-        c
-    }};
+/// Resolves a `config.type` value (any case, the registry types' aliases allowed) from
+/// the table of registry types: `file`, a type with a centre, or an error naming
+/// Seata's unsupported types or listing the known ones.
+pub fn resolve_centre(kind: &str) -> Result<CentreKind, RegistryError> {
+    if is_file_kind(kind) {
+        return Ok(CentreKind::File);
+    }
+    if let Some(refused) = unsupported_kind(kind) {
+        return Err(refused);
+    }
+    let n = kind.trim().to_ascii_lowercase();
+    REGISTRY_TYPES
+        .iter()
+        .find(|t| t.seata_name == n || t.aliases.contains(&n.as_str()))
+        .and_then(|t| t.centre.map(|c| CentreKind::Server(t, c)))
+        .ok_or_else(|| {
+            RegistryError::Config(format!(
+                "unknown config.type `{}`: expected {}",
+                kind.trim(),
+                centre_names().join(", ")
+            ))
+        })
 }
 
-/// Every configuration centre type with a server (`file` needs none).
-pub static CENTRE_TYPES: &[CentreType] = &[
-    CentreType {
-        seata_name: "nacos",
-        feature: "nacos",
-        connect: centre!("nacos", meshline_registry_nacos::NacosCentre::connect),
-    },
-    CentreType {
-        seata_name: "etcd3",
-        feature: "etcd",
-        connect: centre!("etcd", meshline_registry_etcd::EtcdCentre::connect),
-    },
-    CentreType {
-        seata_name: "zk",
-        feature: "zookeeper",
-        connect: centre!(
-            "zookeeper",
-            meshline_registry_others::zookeeper::ZkCentre::connect
-        ),
-    },
-    CentreType {
-        seata_name: "consul",
-        feature: "consul",
-        connect: centre!(
-            "consul",
-            meshline_registry_others::consul::ConsulCentre::connect
-        ),
-    },
-];
+/// Every `config.type` name: `file`, then each registry type with a centre.
+pub fn centre_names() -> Vec<&'static str> {
+    std::iter::once("file")
+        .chain(
+            REGISTRY_TYPES
+                .iter()
+                .filter(|t| t.centre.is_some())
+                .map(|t| t.seata_name),
+        )
+        .collect()
+}
 
 /// The configuration `loader` describes, completed by the configuration centre its
 /// `config.type` names, and followed when that centre is a server. See the
@@ -100,26 +78,28 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
     // on every centre change) from what was read here, and warns then.
     let loader = loader.read_now()?;
     let base = loader.clone().load_quietly()?;
-    let kind = canonical_kind(&base.centre.kind)?;
-    if kind == "file" {
-        let loader = with_file_centre(loader, &base)?;
-        return Ok(LiveConfig::fixed(loader.load()?));
-    }
-    let ty = CENTRE_TYPES
-        .iter()
-        .find(|t| t.seata_name == kind)
-        .ok_or_else(|| RegistryError::Config(format!("config.type `{kind}` has no client")))?;
-    let Some(connect) = ty.connect else {
+    let (ty, centre) = match resolve_centre(&base.centre.kind)? {
+        CentreKind::File => {
+            let loader = with_file_centre(loader, &base)?;
+            return Ok(LiveConfig::fixed(loader.load()?));
+        }
+        CentreKind::Server(ty, centre) => (ty, centre),
+    };
+    let Some(connect) = centre.connect else {
         return Err(RegistryError::Config(format!(
             "config.type=`{}` needs the `{}` centre client, which this build leaves out: \
              enable the cargo feature `{}` of meshline",
             base.centre.kind.trim(),
-            kind,
+            ty.seata_name,
             ty.feature
         )));
     };
-    let spec = CentreSpec::from_config(&base, kind)?
-        .ok_or_else(|| RegistryError::Config(format!("config.type `{kind}` has no blob layout")))?;
+    let spec = CentreSpec::from_config(
+        &base,
+        &ty.section_names(),
+        centre.blob_key,
+        centre.default_blob,
+    )?;
     let centre = connect(&base).await?;
     LiveConfig::start(loader, centre, spec).await
 }
@@ -140,9 +120,35 @@ pub async fn discovery_from_live(live: &LiveConfig) -> Result<Discovery, Registr
 mod tests {
     use super::*;
 
+    #[test]
+    fn centre_kinds_resolve_from_the_table() {
+        let name = |k: &str| match resolve_centre(k).unwrap() {
+            CentreKind::File => "file",
+            CentreKind::Server(t, _) => t.seata_name,
+        };
+        assert_eq!(name("File"), "file");
+        assert_eq!(name("Nacos"), "nacos");
+        assert_eq!(name("etcd"), "etcd3");
+        assert_eq!(name("zookeeper"), "zk");
+        assert_eq!(name("consul"), "consul");
+        for k in ["apollo", "springCloudConfig"] {
+            let err = resolve_centre(k).unwrap_err().to_string();
+            assert!(err.contains("not supported"), "{err}");
+        }
+        // A registry type without a centre is not a centre type.
+        let err = resolve_centre("redis").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown config.type `redis`: expected file, nacos, etcd3, zk, consul"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn a_type_not_compiled_in_names_its_feature() {
-        for ty in CENTRE_TYPES.iter().filter(|t| t.connect.is_none()) {
+        for ty in REGISTRY_TYPES
+            .iter()
+            .filter(|t| t.centre.is_some_and(|c| c.connect.is_none()))
+        {
             let loader = ConfigLoader::new().set("config.type", ty.seata_name);
             let err = live_config(loader).await.unwrap_err().to_string();
             assert!(

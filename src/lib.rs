@@ -3,19 +3,12 @@
 //! Find a cluster of servers through a service registry and spread requests across it.
 //!
 //! This is the facade crate: it re-exports the core types and builds the registry your
-//! configuration names. Each registry backend is a cargo feature, so a build carries
-//! only the clients it needs:
-//!
-//! | feature | registry type(s) (`registry.type`) | crate |
-//! |---|---|---|
-//! | `file` (default) | `file` | `meshline-registry-file` |
-//! | `nacos` | `nacos` | `meshline-registry-nacos` |
-//! | `etcd` | `etcd3`, `etcd` | `meshline-registry-etcd` |
-//! | `zookeeper` | `zk`, `zookeeper` | `meshline-registry-others` |
-//! | `redis` | `redis` | `meshline-registry-others` |
-//! | `consul` | `consul` | `meshline-registry-others` |
-//! | `eureka` | `eureka` | `meshline-registry-others` |
-//! | `all` | every backend above | |
+//! configuration names. Each registry backend is a cargo feature (`file`, the default,
+//! `nacos`, `etcd`, `zookeeper`, `redis`, `consul`, `eureka`, `raft`, `namingserver`;
+//! `all` for every one, a `-tls` feature each), so a build carries only the clients it
+//! needs. [`registry::REGISTRY_TYPES`] is the one description of each backend (its
+//! `registry.type` names, feature, crate, centre and constructor); the README's table
+//! of registries is checked against it, and `meshline types` prints it for a build.
 //!
 //! The load balancers are always here ([`loadbalance`]); the rpc-client ([`rpc`]) is the
 //! default feature `rpc`. Runnable programs built on this crate (a quickstart with two
@@ -54,12 +47,7 @@ pub use meshline_registry_etcd as etcd;
 pub use meshline_registry_file as file;
 #[cfg(feature = "nacos")]
 pub use meshline_registry_nacos as nacos;
-#[cfg(any(
-    feature = "zookeeper",
-    feature = "redis",
-    feature = "consul",
-    feature = "eureka"
-))]
+#[cfg(feature = "_others")]
 pub use meshline_registry_others as others;
 
 /// The README's Rust examples compile as doctests, so they cannot drift from the API.

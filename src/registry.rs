@@ -24,6 +24,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
+use meshline_registry_core::centre::ConfigCentre;
+
 use crate::{Config, Discovery, RegistryError, RegistryService};
 
 /// What a constructor returns: the registry, built and (for most types) connected.
@@ -61,9 +63,35 @@ pub struct RegistryType {
     /// lookups by vGroup), so no `service.vgroupMapping` is needed; the same answer as
     /// its [`RegistryService::resolves_groups`], known without connecting.
     pub resolves_groups: bool,
+    /// True when it cannot take registrations (a raft cluster's members register
+    /// themselves through the TCs' own raft; Seata's file registry registers nothing).
+    pub read_only: bool,
+    /// The crate that implements it (`meshline-registry-others`...).
+    pub crate_name: &'static str,
+    /// Its configuration centre, when Seata's `config.type` can name this type too.
+    pub centre: Option<CentreType>,
     /// The constructor; `None` when the feature is not compiled in.
     pub connect: Option<Connect>,
 }
+
+/// The configuration centre of a [`RegistryType`]: where Seata keeps its one blob of
+/// keys (see [`meshline_registry_core::centre`]), and the centre's constructor.
+#[derive(Debug, Clone, Copy)]
+pub struct CentreType {
+    /// The key of `config.<type>.*` naming the blob (`dataId`, `key`, `nodePath`).
+    pub blob_key: &'static str,
+    /// The blob's name when that key is unset (Seata's default).
+    pub default_blob: &'static str,
+    /// The constructor; `None` when the feature is not compiled in.
+    pub connect: Option<ConnectCentre>,
+}
+
+/// What a centre constructor returns.
+pub type CentreFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Arc<dyn ConfigCentre>, RegistryError>> + Send + 'a>>;
+
+/// A centre constructor: connects to the centre `config.<type>.*` names.
+pub type ConnectCentre = for<'a> fn(&'a Config) -> CentreFuture<'a>;
 
 impl RegistryType {
     /// Its section's names, aliases first and Seata's name last (so Seata's spelling
@@ -95,7 +123,32 @@ macro_rules! connect {
     }};
 }
 
-/// Every built-in registry type, in Seata's order.
+/// A [`CentreType`] whose constructor is `$build` when `$feature` is on.
+macro_rules! centre {
+    ($feature:literal, $blob_key:literal, $default_blob:literal, $build:expr) => {{
+        #[cfg(feature = $feature)]
+        let c: Option<ConnectCentre> = Some(|config| {
+            Box::pin(async move {
+                let centre = $build(config).await?;
+                Ok(Arc::new(centre) as Arc<dyn ConfigCentre>)
+            })
+        });
+        #[cfg(not(feature = $feature))]
+        let c: Option<ConnectCentre> = None;
+        Some(CentreType {
+            blob_key: $blob_key,
+            default_blob: $default_blob,
+            connect: c,
+        })
+    }};
+}
+
+/// Every built-in registry type, in Seata's order: the one description of each
+/// backend. Everything that lists backends is derived from it: [`resolve_type`] and
+/// the "not compiled in" errors, the configuration centres
+/// ([`crate::centre::resolve_centre`]), the CLI's help and `meshline types`, the
+/// doctor's centres, the test script's refusal checks, and the tests that hold the
+/// README's table and the cargo features to it.
 pub static REGISTRY_TYPES: &[RegistryType] = &[
     RegistryType {
         seata_name: "file",
@@ -107,6 +160,9 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: None,
         stores_weight: false,
         resolves_groups: false,
+        read_only: true,
+        crate_name: "meshline-registry-file",
+        centre: None,
         connect: connect!("file", |c| async move {
             meshline_registry_file::FileRegistry::from_config(c)
         }),
@@ -121,6 +177,14 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("nacos-tls"),
         stores_weight: true,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-nacos",
+        centre: centre!(
+            "nacos",
+            "dataId",
+            "seata.properties",
+            meshline_registry_nacos::NacosCentre::connect
+        ),
         connect: connect!("nacos", meshline_registry_nacos::NacosRegistry::connect),
     },
     RegistryType {
@@ -133,6 +197,14 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("etcd-tls"),
         stores_weight: false,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-etcd",
+        centre: centre!(
+            "etcd",
+            "key",
+            "seata.properties",
+            meshline_registry_etcd::EtcdCentre::connect
+        ),
         connect: connect!("etcd", meshline_registry_etcd::EtcdRegistry::connect),
     },
     RegistryType {
@@ -146,6 +218,14 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("zookeeper-tls"),
         stores_weight: false,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-others",
+        centre: centre!(
+            "zookeeper",
+            "nodePath",
+            "/seata/seata.properties",
+            meshline_registry_others::zookeeper::ZkCentre::connect
+        ),
         connect: connect!(
             "zookeeper",
             meshline_registry_others::ZookeeperRegistry::connect
@@ -161,6 +241,9 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("redis-tls"),
         stores_weight: false,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-others",
+        centre: None,
         connect: connect!("redis", meshline_registry_others::RedisRegistry::connect),
     },
     RegistryType {
@@ -173,6 +256,14 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("consul-tls"),
         stores_weight: true,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-others",
+        centre: centre!(
+            "consul",
+            "key",
+            "seata.properties",
+            meshline_registry_others::consul::ConsulCentre::connect
+        ),
         connect: connect!("consul", meshline_registry_others::ConsulRegistry::connect),
     },
     RegistryType {
@@ -185,6 +276,9 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("eureka-tls"),
         stores_weight: true,
         resolves_groups: false,
+        read_only: false,
+        crate_name: "meshline-registry-others",
+        centre: None,
         connect: connect!("eureka", meshline_registry_others::EurekaRegistry::connect),
     },
     RegistryType {
@@ -198,6 +292,9 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("raft-tls"),
         stores_weight: false,
         resolves_groups: false,
+        read_only: true,
+        crate_name: "meshline-registry-others",
+        centre: None,
         connect: connect!("raft", meshline_registry_others::RaftRegistry::connect),
     },
     RegistryType {
@@ -212,6 +309,9 @@ pub static REGISTRY_TYPES: &[RegistryType] = &[
         tls_feature: Some("namingserver-tls"),
         stores_weight: true,
         resolves_groups: true,
+        read_only: false,
+        crate_name: "meshline-registry-others",
+        centre: None,
         connect: connect!(
             "namingserver",
             meshline_registry_others::NamingserverRegistry::connect
@@ -415,44 +515,28 @@ mod tests {
         }
     }
 
+    /// Each entry has a constructor exactly when this build has its feature (build.rs
+    /// records the features), and so has its centre's: the feature named in the entry
+    /// is the one its `connect!`/`centre!` test.
     #[test]
-    fn the_table_agrees_with_the_cargo_features() {
-        assert_eq!(
-            is_compiled_in(resolve_type("file").unwrap()),
-            cfg!(feature = "file")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("nacos").unwrap()),
-            cfg!(feature = "nacos")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("etcd3").unwrap()),
-            cfg!(feature = "etcd")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("zk").unwrap()),
-            cfg!(feature = "zookeeper")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("redis").unwrap()),
-            cfg!(feature = "redis")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("consul").unwrap()),
-            cfg!(feature = "consul")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("eureka").unwrap()),
-            cfg!(feature = "eureka")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("raft").unwrap()),
-            cfg!(feature = "raft")
-        );
-        assert_eq!(
-            is_compiled_in(resolve_type("seata").unwrap()),
-            cfg!(feature = "namingserver")
-        );
+    fn each_entry_is_compiled_in_exactly_when_its_feature_is_on() {
+        let norm = |f: &str| f.to_ascii_lowercase().replace('-', "_");
+        let on: Vec<String> = env!("MESHLINE_BUILD_FEATURES")
+            .split(',')
+            .map(norm)
+            .collect();
+        for ty in REGISTRY_TYPES {
+            let feature_on = on.contains(&norm(ty.feature));
+            assert_eq!(is_compiled_in(ty), feature_on, "{}", ty.seata_name);
+            if let Some(c) = ty.centre {
+                assert_eq!(
+                    c.connect.is_some(),
+                    feature_on,
+                    "{}'s centre",
+                    ty.seata_name
+                );
+            }
+        }
     }
 
     #[cfg(feature = "file")]

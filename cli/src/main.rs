@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand};
 
 mod doctor;
+mod types;
 use meshline::{Config, ConfigLoader, Health, Instance, RegistryError, RegistryService, Snapshot};
 
 #[derive(Parser, Debug)]
@@ -23,8 +24,7 @@ struct Cli {
     /// Configuration file (.yaml, .yml, .toml, .json, Seata's .properties or HOCON .conf).
     #[arg(long, global = true, env = "MESHLINE_CONFIG")]
     config: Option<PathBuf>,
-    /// Registry type, overriding `registry.type` (file, nacos, etcd3, zk, redis, consul, eureka, raft, seata).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help = types::registry_help())]
     registry: Option<String>,
     /// Registry server address(es), overriding `registry.<type>.server-addr`; for the
     /// file registry, the grouplist of the cluster (`ip:port;ip:port`).
@@ -76,6 +76,15 @@ enum Command {
         /// Weight metadata.
         #[arg(long)]
         weight: Option<u32>,
+    },
+    /// List the registry types meshline knows: names and aliases, the cargo feature of
+    /// each and whether this build has it, whether it is also a config centre
+    /// (`config.type`) and whether it takes registrations.
+    Types {
+        /// Tab-separated `type feature compiled-in(yes|no)`, one line per type, for
+        /// scripts.
+        #[arg(long)]
+        porcelain: bool,
     },
 }
 
@@ -238,6 +247,10 @@ fn with_overrides(
 async fn run(cli: Cli) -> Result<(), RegistryError> {
     match &cli.command {
         Command::Doctor { .. } => unreachable_doctor(),
+        Command::Types { porcelain } => {
+            types::print(cli.json, *porcelain);
+            Ok(())
+        }
         Command::Lookup(target) | Command::Watch(target) => {
             let base = load_base(&cli).await?;
             let mapped = resolve_cluster(&base, target);

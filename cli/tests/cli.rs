@@ -289,3 +289,44 @@ fn watch_shows_a_removal_even_with_empty_protection_on() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("emptyProtection is on"), "{err}");
 }
+
+/// `meshline types` and the `--registry` help come from the facade's table of registry
+/// types: every entry is listed, with what this build has of it.
+#[test]
+fn types_lists_every_registry_type_from_the_table() {
+    use meshline::registry::{REGISTRY_TYPES, is_compiled_in};
+    let out = meshline().args(["types", "--porcelain"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let expected: String = REGISTRY_TYPES
+        .iter()
+        .map(|t| {
+            let on = if is_compiled_in(t) { "yes" } else { "no" };
+            format!("{}\t{}\t{on}\n", t.seata_name, t.feature)
+        })
+        .collect();
+    assert_eq!(text, expected);
+
+    let out = meshline().args(["types", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let zk = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["type"] == "zk")
+        .expect("zk listed");
+    assert_eq!(zk["aliases"], serde_json::json!(["zookeeper"]));
+    assert_eq!(zk["feature"], "zookeeper");
+    let raft = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["type"] == "raft")
+        .unwrap();
+    assert_eq!(raft["readOnly"], true);
+
+    let out = meshline().args(["--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let names: Vec<&str> = REGISTRY_TYPES.iter().map(|t| t.seata_name).collect();
+    assert!(help.contains(&names.join(", ")), "{help}");
+}

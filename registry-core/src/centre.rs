@@ -83,37 +83,28 @@ pub struct CentreSpec {
     pub format: Format,
 }
 
-/// The blob name each centre type uses by default, and the key that changes it.
-fn blob_key_and_default(kind: &str) -> Option<(&'static str, &'static str)> {
-    match kind {
-        "nacos" => Some(("dataId", "seata.properties")),
-        "etcd3" => Some(("key", "seata.properties")),
-        "consul" => Some(("key", "seata.properties")),
-        "zk" => Some(("nodePath", "/seata/seata.properties")),
-        _ => None,
-    }
+/// `config.type` values Seata has that meshline does not read, refused by name
+/// wherever a centre type is resolved.
+pub const UNSUPPORTED_KINDS: &[&str] = &["apollo", "springCloudConfig", "custom"];
+
+/// The refusal of one of [`UNSUPPORTED_KINDS`], or `None` for any other value.
+pub fn unsupported_kind(kind: &str) -> Option<RegistryError> {
+    let k = kind.trim().to_ascii_lowercase().replace(['-', '_'], "");
+    UNSUPPORTED_KINDS
+        .iter()
+        .any(|u| u.to_ascii_lowercase() == k)
+        .then(|| {
+            RegistryError::Config(format!(
+                "config.type=`{}` is not supported by meshline: use file or a centre this \
+                 build knows (`meshline types` lists them), or keep the keys in the file",
+                kind.trim()
+            ))
+        })
 }
 
-/// The canonical name of a `config.type` value, or an error naming the supported
-/// types (Seata's `apollo`, `springCloudConfig` and `custom` are not supported).
-pub fn canonical_kind(kind: &str) -> Result<&'static str, RegistryError> {
-    let k = kind.trim().to_ascii_lowercase().replace(['-', '_'], "");
-    match k.as_str() {
-        "file" => Ok("file"),
-        "nacos" => Ok("nacos"),
-        "etcd3" | "etcd" => Ok("etcd3"),
-        "zk" | "zookeeper" => Ok("zk"),
-        "consul" => Ok("consul"),
-        "apollo" | "springcloudconfig" | "custom" => Err(RegistryError::Config(format!(
-            "config.type=`{}` is not supported by meshline: use file, nacos, etcd3, zk or consul \
-             (or keep the keys in the file)",
-            kind.trim()
-        ))),
-        _ => Err(RegistryError::Config(format!(
-            "unknown config.type `{}`: expected file, nacos, etcd3, zk or consul",
-            kind.trim()
-        ))),
-    }
+/// True when `kind` (any case) is `file`: the configuration is the files themselves.
+pub fn is_file_kind(kind: &str) -> bool {
+    kind.trim().eq_ignore_ascii_case("file")
 }
 
 /// The format a data type name or a blob name's suffix means: `properties`, `yaml`
@@ -124,19 +115,17 @@ fn format_named(name: &str) -> Option<Format> {
 }
 
 impl CentreSpec {
-    /// The spec `config.*` describes for a centre of type `kind` (canonical, see
-    /// [`canonical_kind`]); `None` for `file`, which has no blob in a server.
-    pub fn from_config(config: &Config, kind: &str) -> Result<Option<CentreSpec>, RegistryError> {
-        let Some((key, default)) = blob_key_and_default(kind) else {
-            return Ok(None);
-        };
-        let names: &[&str] = if kind == "etcd3" {
-            &["etcd", "etcd3"]
-        } else if kind == "zk" {
-            &["zookeeper", "zk"]
-        } else {
-            &[kind]
-        };
+    /// The spec `config.*` describes for a centre whose section is `config.<names>`
+    /// (aliases first, the canonical name last), whose blob is named by the section's
+    /// `blob_key` and defaults to `default_blob`: the backend's own facts, which the
+    /// `meshline` facade's table of types holds.
+    pub fn from_config(
+        config: &Config,
+        names: &[&str],
+        blob_key: &str,
+        default_blob: &str,
+    ) -> Result<CentreSpec, RegistryError> {
+        let (key, default) = (blob_key, default_blob);
         let section = config.centre.section(names);
         let blob = section
             .get(key)
@@ -154,7 +143,7 @@ impl CentreSpec {
                 .and_then(|(_, ext)| format_named(ext))
                 .unwrap_or(Format::Properties),
         };
-        Ok(Some(CentreSpec { blob, format }))
+        Ok(CentreSpec { blob, format })
     }
 }
 

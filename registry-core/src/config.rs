@@ -188,8 +188,9 @@ pub const APP_SECTIONS: &[&str] = &["gateway"];
 /// type's own keys, raw (see [`Section`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegistryConfig {
-    /// `registry.type`: `file`, `nacos`, `etcd3` (`etcd`), `zk` (`zookeeper`), `redis`,
-    /// `consul`, `eureka`, or `custom` (with `registry.custom.name`). Default `file`.
+    /// `registry.type`: a registry type name (Seata's, any case, or an alias; the
+    /// `meshline` facade's table of types resolves it), or `custom` (with
+    /// `registry.custom.name`). Default `file`.
     pub kind: String,
     /// `registry.empty-protection` (meshline): keep the last non-empty list when the
     /// registry reports none. Default `true`.
@@ -231,8 +232,9 @@ impl RegistryConfig {
 /// [`crate::centre`] for how it is read and followed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CentreConfig {
-    /// `config.type`: `file` (the default), `nacos`, `etcd3`, `zk`, `consul`. Seata's
-    /// `apollo`, `springCloudConfig` and `custom` are refused as not supported.
+    /// `config.type`: `file` (the default) or a registry type that is also a centre
+    /// (the `meshline` facade resolves it). Seata's `apollo`, `springCloudConfig` and
+    /// `custom` are refused as not supported ([`crate::centre::UNSUPPORTED_KINDS`]).
     pub kind: String,
     /// `config.dataType`: the format of the single configuration blob (`properties`,
     /// `yaml`...). `None`: from the blob's name suffix, else `properties` (as Seata).
@@ -468,8 +470,13 @@ impl Config {
         // Read once: the second pass below parses no file again.
         let l = l.process_env().read_now()?;
         let base = l.clone().load_quietly()?;
-        match crate::centre::canonical_kind(&base.centre.kind)? {
-            "file" => crate::centre::with_file_centre(l, &base)?.load(),
+        if let Some(refused) = crate::centre::unsupported_kind(&base.centre.kind) {
+            return Err(refused);
+        }
+        match base.centre.kind.trim() {
+            kind if crate::centre::is_file_kind(kind) => {
+                crate::centre::with_file_centre(l, &base)?.load()
+            }
             kind => {
                 let mut cfg = l.load_quietly()?;
                 let msg = format!(

@@ -56,7 +56,7 @@ pub enum RegistryError {
 
     /// The registry cannot take registrations (Seata's file registry registers nothing).
     #[error(
-        "the `{kind}` registry is read-only: it cannot {op}; use a network registry (etcd3, nacos, zk, redis, consul, eureka) to register"
+        "the `{kind}` registry is read-only: it cannot {op}; register in a registry type that takes registrations (`meshline types` lists them)"
     )]
     ReadOnly {
         /// The registry kind.

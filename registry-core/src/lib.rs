@@ -23,11 +23,12 @@
 //!
 //! # Adding a backend
 //!
-//! A new registry type (Kubernetes endpoints, say) touches three places, and no code
-//! in this crate:
+//! A new registry type (Kubernetes endpoints, say) is its own folder, its test file,
+//! one entry in the facade's table and its cargo features; no code in this crate
+//! changes. As a module of `registry-others`, the files it touches are:
 //!
-//! 1. **The backend itself**, in its own crate or a module of `registry-others`
-//!    behind a feature:
+//! 1. **Its folder**, `registry-others/src/<name>/`, and **its test file**,
+//!    `registry-others/tests/<name>.rs`:
 //!    - a settings type that reads the type's section of the configuration,
 //!      `config.registry.section(&["<alias>", "<name>"])`, with a
 //!      [`SectionReader`](config::SectionReader) (its defaults, units, validation,
@@ -49,13 +50,31 @@
 //!      its config and how to connect; `Crash`, `Garbage`, `Unreachable`,
 //!      `RefuseRemoval`, `Secrets`, `SeataLayout` where they apply) and names the
 //!      behaviours in one `conformance_tests!`; only what is special to the backend
-//!      needs tests of its own.
-//! 2. **The `meshline` facade**: a cargo feature in its `Cargo.toml` (and in `all`),
-//!    and one `RegistryType` entry in `src/registry.rs`'s `REGISTRY_TYPES` (name,
-//!    aliases, feature, the keys `--server` and `--ttl` set, the constructor). The
-//!    "not compiled in" message, `is_compiled_in` and `from_config` come from the
-//!    entry.
-//! 3. **The CLI's `Cargo.toml`**: the same feature, forwarded to the facade.
+//!      needs tests of its own. A server it needs that testkit cannot start yet is
+//!      added to testkit (a child process, or a double where no real server can run).
+//! 2. **Its module line and feature** in `registry-others`: `pub mod <name>` behind
+//!    `#[cfg(feature = "<name>")]` in `src/lib.rs`, and the feature (enabling
+//!    `_common` and the client library) in its `Cargo.toml`.
+//! 3. **One entry** in the facade's table, `REGISTRY_TYPES` in `src/registry.rs`:
+//!    names and aliases, feature, crate, the keys `--server` and `--ttl` set,
+//!    read-only or not, the centre (blob key, default blob, constructor) when
+//!    `config.type` can name it too, and the constructor. Everything that lists
+//!    backends reads it: `resolve_type`, the "not compiled in" errors, the centres
+//!    (`meshline::centre::resolve_centre`), the doctor's centres, the CLI's help and
+//!    `meshline types`, and the test script's refusal checks.
+//! 4. **Its cargo features** in the facade's `Cargo.toml` (the feature enabling
+//!    `_others` and `meshline-registry-others/<name>`, and in `all`; its `-tls`
+//!    feature in `all-tls`) and in `cli/Cargo.toml` (forwarded).
+//! 5. **Its row** in the README's table of registries.
+//!
+//! That is its folder, its test file and six files outside them (two in
+//! `registry-others`, the facade's table, the two manifests, the README). A backend in
+//! a crate of its own replaces step 2 with its crate (and a workspace member line in
+//! the root `Cargo.toml`, the file of step 4). `tests/backend_lists.rs` in the facade
+//! fails when one of steps 3 to 5 is missing or disagrees with the table (a feature
+//! without an entry, an entry without its feature, `all`, `all-tls`, the CLI's
+//! forwarding or the README row), and `src/registry.rs`'s own test when an entry's
+//! constructor is compiled under another feature than the one it names.
 //!
 //! A program can also add a type at run time without any of these:
 //! `meshline::registry::register_custom(name, constructor)` and then

@@ -1,6 +1,10 @@
 //! # meshline-registry-others
 //!
-//! meshline registry backends that share one crate, one cargo feature each:
+//! The meshline registry backends that share one crate: one folder (module) and one
+//! cargo feature each, plus what they share (`common`: address lists and the
+//! empty-list policy; `tls`: rustls set-up per client library; `seata_http`: the HTTP client of the two Seata
+//! server APIs). The crate keeps the name the layout in DESIGN.md gives it; what it
+//! holds:
 //!
 //! - `zookeeper`: `ZookeeperRegistry`, Seata's `zk` layout (ephemeral nodes
 //!   `/registry/zk/<cluster>/<ip>:<port>` with data `true`).
@@ -59,24 +63,10 @@ pub use namingserver::NamingserverRegistry;
 #[cfg(any(feature = "raft", feature = "namingserver"))]
 pub(crate) mod seata_http;
 
-#[cfg(any(
-    feature = "zookeeper",
-    feature = "redis",
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_common")]
 pub(crate) mod common;
 
-#[cfg(any(
-    feature = "zookeeper",
-    feature = "redis",
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_common")]
 pub(crate) mod tls;
 
 #[cfg(all(test, any(feature = "consul", feature = "eureka")))]

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use meshline::core::centre::{LiveConfig, canonical_kind};
+use meshline::core::centre::LiveConfig;
 use meshline::{Config, ConfigLoader};
 
 use super::report::{Step, StepKind};
@@ -38,9 +38,15 @@ pub async fn load(loader: &ConfigLoader) -> Result<Loaded, Step> {
             .evidence(e.to_string())
             .fix("correct the file or variable the error names")
     })?;
-    let centre_kind = canonical_kind(&base.centre.kind).map_err(|e| {
-        Step::failed(StepKind::Config, "config.type is not usable").evidence(e.to_string())
-    })?;
+    let centre_kind = match meshline::centre::resolve_centre(&base.centre.kind) {
+        Ok(meshline::centre::CentreKind::File) => "file",
+        Ok(meshline::centre::CentreKind::Server(ty, _)) => ty.seata_name,
+        Err(e) => {
+            return Err(
+                Step::failed(StepKind::Config, "config.type is not usable").evidence(e.to_string())
+            );
+        }
+    };
     let (config, live, centre_error) = match meshline::centre::live_config(loader.clone()).await {
         Ok(live) => (live.current(), Some(live), None),
         Err(e) => (Arc::new(base), None, Some(e.to_string())),

@@ -16,13 +16,14 @@ use super::report::{Step, StepKind};
 /// How long to try a configured-but-unused centre.
 const CENTRE_TRY: Duration = Duration::from_secs(10);
 
-/// The centres a `config.<type>.serverAddr` can point at, with their section names.
-const CENTRES: &[(&str, &[&str])] = &[
-    ("nacos", &["nacos"]),
-    ("etcd3", &["etcd", "etcd3"]),
-    ("zk", &["zookeeper", "zk"]),
-    ("consul", &["consul"]),
-];
+/// The centres a `config.<type>.serverAddr` can point at, with their section names:
+/// the registry types that have a centre.
+fn centres() -> impl Iterator<Item = (&'static str, Vec<&'static str>)> {
+    meshline::registry::REGISTRY_TYPES
+        .iter()
+        .filter(|t| t.centre.is_some())
+        .map(|t| (t.seata_name, t.section_names()))
+}
 
 /// The cluster `group` maps to (if any) and the step describing how it was found or
 /// why not.
@@ -88,12 +89,12 @@ pub async fn check(
     }
     // The mapping may be in a centre this client does not read.
     if config.centre.kind.trim().eq_ignore_ascii_case("file") {
-        for (kind, names) in CENTRES {
-            let section = config.centre.section(names);
+        for (kind, names) in centres() {
+            let section = config.centre.section(&names);
             let Some(addr) = section.get("serverAddr").filter(|a| !a.is_empty()) else {
                 continue;
             };
-            let probe = loader.clone().set("config.type", *kind);
+            let probe = loader.clone().set("config.type", kind);
             let found =
                 tokio::time::timeout(CENTRE_TRY, meshline::centre::live_config(probe)).await;
             match found {

@@ -51,7 +51,7 @@ impl ConfigCentre for MemCentre {
 
 fn nacos_spec() -> CentreSpec {
     let cfg = Config::from_text("config.type=nacos", Format::Properties).unwrap();
-    CentreSpec::from_config(&cfg, "nacos").unwrap().unwrap()
+    CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap()
 }
 
 #[test]
@@ -64,7 +64,13 @@ fn spec_follows_seata_defaults_and_keys() {
         Format::Properties,
     )
     .unwrap();
-    let spec = CentreSpec::from_config(&cfg, "zk").unwrap().unwrap();
+    let spec = CentreSpec::from_config(
+        &cfg,
+        &["zookeeper", "zk"],
+        "nodePath",
+        "/seata/seata.properties",
+    )
+    .unwrap();
     assert_eq!(spec.blob, "/seata/client.yaml");
     assert_eq!(spec.format, Format::Yaml);
     let cfg = Config::from_text(
@@ -72,30 +78,35 @@ fn spec_follows_seata_defaults_and_keys() {
         Format::Properties,
     )
     .unwrap();
-    let spec = CentreSpec::from_config(&cfg, "etcd3").unwrap().unwrap();
+    let spec =
+        CentreSpec::from_config(&cfg, &["etcd", "etcd3"], "key", "seata.properties").unwrap();
     assert_eq!(
         (spec.blob.as_str(), spec.format),
         ("seata.txt", Format::Yaml)
     );
     let cfg = Config::from_text("config.dataType=xml", Format::Properties).unwrap();
-    let err = CentreSpec::from_config(&cfg, "consul")
+    let err = CentreSpec::from_config(&cfg, &["consul"], "key", "seata.properties")
         .unwrap_err()
         .to_string();
     assert!(err.contains("config.dataType=`xml`"), "{err}");
-    assert_eq!(CentreSpec::from_config(&cfg, "file").unwrap(), None);
 }
 
 #[test]
-fn kinds_are_canonical_and_unsupported_ones_named() {
-    assert_eq!(canonical_kind("Nacos").unwrap(), "nacos");
-    assert_eq!(canonical_kind("etcd").unwrap(), "etcd3");
-    assert_eq!(canonical_kind("zookeeper").unwrap(), "zk");
-    let err = canonical_kind("apollo").unwrap_err().to_string();
-    assert!(err.contains("not supported"), "{err}");
-    let err = canonical_kind("springCloudConfig").unwrap_err().to_string();
-    assert!(err.contains("not supported"), "{err}");
-    let err = canonical_kind("redis").unwrap_err().to_string();
-    assert!(err.contains("unknown config.type `redis`"), "{err}");
+fn seatas_unsupported_kinds_are_named() {
+    for k in [
+        "apollo",
+        "springCloudConfig",
+        "spring-cloud-config",
+        "Custom",
+    ] {
+        let err = unsupported_kind(k).expect(k).to_string();
+        assert!(
+            err.contains(&format!("config.type=`{k}` is not supported")),
+            "{err}"
+        );
+    }
+    assert!(unsupported_kind("nacos").is_none());
+    assert!(is_file_kind(" File "));
 }
 
 #[tokio::test]
@@ -185,7 +196,7 @@ async fn a_bad_blob_is_an_error_naming_the_centre() {
     let centre = Arc::new(MemCentre::default());
     centre.put("seata.yaml", "service: [unclosed");
     let cfg = Config::from_text("config.nacos.dataId=seata.yaml", Format::Properties).unwrap();
-    let spec = CentreSpec::from_config(&cfg, "nacos").unwrap().unwrap();
+    let spec = CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap();
     let err = LiveConfig::start(ConfigLoader::new(), centre, spec)
         .await
         .unwrap_err()

@@ -17,6 +17,8 @@
 #                             gateway's WebSocket page as a real browser client)
 #   iproute2 nftables       : test networks (meshline_testkit::net): hosts in their own
 #                             network namespaces, links blackholed by an nftables rule
+#   python3                 : the gateway's second client (examples/clients/python, run
+#                             by examples/tests/gateway_python.rs; standard library only)
 set -euo pipefail
 
 SUDO=""
@@ -34,6 +36,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-test-deps: installing ${need[*]}"

@@ -61,6 +61,15 @@ pub mod modules {
     pub const BIND: u16 = 4;
     /// Static binding (per session).
     pub const INVENTORY: u16 = 5;
+
+    /// Every module: id, name (its cluster in the examples' configurations) and kind.
+    pub const ALL: [(u16, &str, &str); 5] = [
+        (LOBBY, "lobby", "stateless"),
+        (CHAT, "chat", "stateless"),
+        (ROOM, "room", "keyed"),
+        (BIND, "bind", "dynamic"),
+        (INVENTORY, "inventory", "static"),
+    ];
 }
 
 #[derive(Default)]

@@ -284,3 +284,50 @@ async fn a_shutdown_kicks_shutdown() {
     let (code, text) = kicked(&p).await;
     assert_eq!(code, Kick::Shutdown.code(), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_the_close_code_follows_the_kick() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let w = world(1, |s| {
+        s.ws_listen = Some("127.0.0.1:0".parse().unwrap());
+        s.drain.deadline = Duration::from_millis(300);
+    })
+    .await;
+    let url = format!("ws://{}/", w.gateway.ws_addr().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let auth = ClientFrame::new(
+        GATEWAY_MODULE,
+        op::AUTH,
+        0,
+        w.minter.mint("ws", Duration::from_secs(60)),
+    );
+    ws.send(Message::Binary(auth.to_bytes())).await.unwrap();
+    match ws.next().await {
+        Some(Ok(Message::Binary(b))) => {
+            let f = ClientFrame::from_message(&b, 4096).unwrap();
+            assert_eq!(f.opcode, op::AUTH_OK, "{f:?}");
+        }
+        other => panic!("expected AUTH_OK, got {other:?}"),
+    }
+    w.gateway.drain().await;
+    let mut kick = None;
+    let close = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    let f = ClientFrame::from_message(&b, 4096).unwrap();
+                    if f.opcode == op::KICK {
+                        kick = Some(kick_code(&f));
+                    }
+                }
+                Some(Ok(Message::Close(Some(c)))) => return u16::from(c.code),
+                Some(Ok(_)) => {}
+                other => panic!("expected a close frame, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("closed");
+    assert_eq!((kick, close), (Some(Kick::Drain.code()), 1001));
+}

@@ -51,6 +51,8 @@ struct State {
     closed: Option<String>,
     /// Closed by [`Outbound::finish`]: the writer still writes what is queued.
     finishing: bool,
+    /// The kick that closed the queue, if one did.
+    kicked: Option<Kick>,
 }
 
 /// One client's send queue.
@@ -127,6 +129,7 @@ impl Outbound {
                 st.queue.push_back(kick);
                 st.closed = Some(reason);
                 st.finishing = true;
+                st.kicked = Some(Kick::SlowClient);
                 self.closed.cancel();
                 Pushed::Overflow
             } else {
@@ -205,10 +208,21 @@ impl Outbound {
 
     /// Sends `kick` with `text` as the last frame (see [`Outbound::finish`]).
     pub fn kick(&self, kick: Kick, text: &str) {
+        {
+            let mut st = self.lock();
+            if st.closed.is_none() {
+                st.kicked = Some(kick);
+            }
+        }
         self.finish(
             kick.frame(text),
             format!("kicked ({}): {text}", kick.name()),
         );
+    }
+
+    /// The kick that closed the queue, if one did.
+    pub fn kicked(&self) -> Option<Kick> {
+        self.lock().kicked
     }
 
     /// Waits until the queue is closed.

@@ -408,6 +408,12 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         let ticket = shared.protect.ticket();
         in_flight.push(forward_in(ctx.clone(), frame, ticket));
     }
+    // A kick chooses the WebSocket close code where the loop did not.
+    close = match link.outbound.kicked() {
+        Some(Kick::Drain | Kick::Shutdown) => CloseCode::Away,
+        Some(Kick::Abuse | Kick::SlowClient) => CloseCode::Policy,
+        _ => close,
+    };
     session.detach(&link);
     link.outbound.close("client disconnected");
     if !in_flight.is_empty() {

@@ -98,6 +98,14 @@ pub enum ModuleKind {
 }
 
 impl ModuleKind {
+    /// Every kind (the table of `docs/gateway-protocol.md`).
+    pub const ALL: [ModuleKind; 4] = [
+        ModuleKind::Stateless,
+        ModuleKind::Static,
+        ModuleKind::Dynamic,
+        ModuleKind::Keyed,
+    ];
+
     /// The name in the config (`kind`).
     pub fn name(self) -> &'static str {
         match self {

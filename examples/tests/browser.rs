@@ -11,7 +11,12 @@
 //! right after the room is joined, before the first snapshot arrives in real time.
 //!
 //! The same browser then loads the admin port's `/status` page, which reads `/metrics`
-//! in the page and must show the page's session and the room cluster's backend.
+//! in the page, while a player sends requests: it must show the sessions, the room
+//! cluster's backends as "1 of 2" once one of two is killed, the refusals by reason (one
+//! forged token), and its three charts (messages/s, p99, sessions over the last 5
+//! minutes, drawn in SVG by the page's own script) must have points with data. The test
+//! takes a screenshot of it (`Page.captureScreenshot`) and saves it as
+//! `$CARGO_TARGET_TMPDIR/gateway-status.png`.
 //!
 //! Needs Debian's `chromium` (scripts/install-test-deps.sh installs it, `$CHROMIUM`
 //! names another). Without it the test fails: a browser test that can skip is not a test.
@@ -26,6 +31,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use meshline_examples::client::GatewayClient;
 use meshline_examples::game_backend::{GameBackend, modules};
 use meshline_examples::gateway::Gateway;
 use meshline_examples::gateway::admission::TokenMinter;
@@ -54,15 +60,20 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
          chromium), or name a Chromium binary in $CHROMIUM",
     );
     let registry = Arc::new(MemoryRegistry::default());
-    let _backend = GameBackend::start(
-        "be-0",
-        "127.0.0.1:0".parse().unwrap(),
-        registry.clone(),
-        &["room"],
-        Duration::from_millis(100),
-    )
-    .await
-    .unwrap();
+    let mut backends = Vec::new();
+    for id in ["be-0", "be-1"] {
+        backends.push(
+            GameBackend::start(
+                id,
+                "127.0.0.1:0".parse().unwrap(),
+                registry.clone(),
+                &["room"],
+                Duration::from_millis(100),
+            )
+            .await
+            .unwrap(),
+        );
+    }
     let mut settings = GatewaySettings {
         id: "gw-browser".into(),
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -78,16 +89,16 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
             id: modules::ROOM,
             name: "room".into(),
             cluster: "room".into(),
-            kind: ModuleKind::Static,
+            kind: ModuleKind::Keyed,
             choice: "RoundRobinLoadBalance".into(),
-            key: RouteKey::None,
+            key: RouteKey::Word,
         },
     );
     let gateway = Gateway::start(settings, registry.clone()).await.unwrap();
     gateway
         .backend("room")
         .unwrap()
-        .wait_alive(1, Duration::from_secs(5))
+        .wait_alive(2, Duration::from_secs(5))
         .await
         .unwrap();
     // Each launch gets its own token (a token is good for one login).
@@ -133,39 +144,146 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
             >= 3
     );
 
-    // The status page, in a second tab: it renders what /metrics says about the session
-    // above and the room cluster's backend.
-    let status_url = format!("http://{}/status", gateway.admin_addr().unwrap());
+    // The status page, in a second tab, while a player sends requests; one forged
+    // login; the room cluster's backend that does not hold the arena killed.
+    let forged = TokenMinter::new("not-the-secret").mint("mallory", Duration::from_secs(60));
+    let refused = GatewayClient::auth(gateway.local_addr(), &forged).await;
+    assert!(refused.is_err());
+    let home = gateway
+        .keys()
+        .remembered(modules::ROOM, "arena")
+        .expect("the arena's home");
+    let idx = backends
+        .iter()
+        .position(|b| b.local_addr().port() != home.port)
+        .unwrap();
+    backends.remove(idx).kill();
+    let player = GatewayClient::auth(
+        gateway.local_addr(),
+        &TokenMinter::new(SECRET).mint("player", Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let playing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.is_cancelled() {
+                player
+                    .request(modules::ROOM, 2, &b"arena"[..])
+                    .await
+                    .expect("the arena's state");
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            n
+        })
+    };
+    let status_url = format!("http://{}/status?every=250", gateway.admin_addr().unwrap());
     let status = cdp.open(&status_url).await;
     let read = "JSON.stringify({gateway: document.getElementById('gateway').textContent, \
+                draining: document.getElementById('draining').textContent, \
                 sessions: document.getElementById('sessions').textContent, \
                 auth: document.getElementById('conn-auth').textContent, \
                 error: document.getElementById('error').textContent, \
                 room: [...(document.querySelector('tr[data-cluster=\"room\"]') || \
                        {cells: []}).cells].map(c => c.textContent), \
-                module: document.querySelector('tr[data-module=\"room\"]') !== null})";
+                forged: [...(document.querySelector('tr[data-reason=\"forged\"]') || \
+                       {cells: []}).cells].map(c => c.textContent), \
+                refused: document.getElementById('refused-total').textContent, \
+                module: document.querySelector('tr[data-module=\"room\"]') !== null, \
+                charts: Object.fromEntries([...document.querySelectorAll('svg.chart')] \
+                  .map(c => [c.id, {points: Number(c.dataset.points), \
+                    last: c.dataset.last === '' ? null : Number(c.dataset.last), \
+                    lines: c.querySelectorAll('polyline').length}]))})";
+    let charted = |view: &Value| {
+        let chart = |id: &str| &view["charts"][id];
+        let full = |id: &str| chart(id)["points"].as_u64().unwrap_or(0) >= 4;
+        let positive = |id: &str| chart(id)["last"].as_f64().is_some_and(|v| v > 0.0);
+        ["chart-msgs", "chart-p99", "chart-sessions"]
+            .iter()
+            .all(|id| full(id) && positive(id))
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let view = loop {
         let v = cdp.evaluate(&status, read).await;
         let view: Value = serde_json::from_str(v.as_str().unwrap_or("{}")).unwrap();
-        if view["sessions"] == "1" && view["room"][1] == "1" && view["module"] == true
+        if (view["sessions"] == "2"
+            && view["room"][1] == "1 of 2"
+            && view["forged"][1] == "1"
+            && view["module"] == true
+            && charted(&view))
             || tokio::time::Instant::now() > deadline
         {
             break view;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // The picture, while the charts have their data.
+    let png = cdp.screenshot(&status).await;
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-status.png");
+    std::fs::write(&saved, &png).unwrap();
+    eprintln!("status page screenshot: {}", saved.display());
+    stop.cancel();
+    let requests = playing.await.unwrap();
+    assert!(requests > 0);
     assert_eq!(view["gateway"], "gw-browser", "{view}");
-    assert_eq!(view["sessions"], "1", "{view}");
-    assert_eq!(view["auth"], "1", "{view}");
+    assert_eq!(view["draining"], "no", "{view}");
+    assert_eq!(view["sessions"], "2", "the page's and the player's: {view}");
+    assert_eq!(view["auth"], "2", "{view}");
     assert_eq!(view["error"], "", "{view}");
-    // cluster, alive endpoints, breaker (n/a without breakers), ...
+    // cluster, alive of total, breaker (n/a without breakers), ...
     assert_eq!(view["room"][0], "room", "{view}");
-    assert_eq!(view["room"][1], "1", "{view}");
+    assert_eq!(view["room"][1], "1 of 2", "{view}");
+    assert_eq!(view["forged"], json!(["forged", "1"]), "{view}");
+    assert_eq!(view["refused"], "1", "{view}");
     assert_eq!(
         view["module"], true,
         "the room module's requests are listed: {view}"
     );
+    assert!(charted(&view), "every chart has points and data: {view}");
+    for id in ["chart-msgs", "chart-p99", "chart-sessions"] {
+        assert!(
+            view["charts"][id]["lines"].as_u64().unwrap_or(0) >= 1,
+            "{id} draws a line: {view}"
+        );
+    }
+    // Two sessions: the sessions chart's newest point says so.
+    assert_eq!(view["charts"]["chart-sessions"]["last"], 2.0, "{view}");
+    // A PNG, of the page's size.
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    assert!(width >= 800 && height >= 600, "{width}x{height}");
+}
+
+/// Decodes standard base64 (what DevTools sends screenshots in).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            other => panic!("not base64: {other}"),
+        }
+    };
+    let clean: Vec<u8> = text
+        .bytes()
+        .filter(|b| *b != b'=' && !b.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let mut acc = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            acc |= value(*c) << (18 - 6 * i);
+        }
+        let bytes = acc.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
 }
 
 /// A headless Chromium showing the page, and the DevTools connection to it.
@@ -198,6 +316,7 @@ impl Browser {
                     "--no-first-run",
                     "--disable-dev-shm-usage",
                     "--remote-debugging-port=0",
+                    "--window-size=1280,1400",
                 ])
                 .arg(format!("--user-data-dir={}", profile.path().display()))
                 .arg(page())
@@ -321,6 +440,18 @@ impl Cdp {
             )
             .await;
         r["sessionId"].as_str().unwrap().to_string()
+    }
+
+    /// A PNG of the whole page `session` shows.
+    async fn screenshot(&mut self, session: &str) -> Vec<u8> {
+        let r = self
+            .call(
+                Some(session),
+                "Page.captureScreenshot",
+                json!({ "format": "png", "captureBeyondViewport": true }),
+            )
+            .await;
+        base64_decode(r["data"].as_str().expect("screenshot data"))
     }
 
     /// Evaluates `expression` in the page; returns its value.

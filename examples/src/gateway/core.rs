@@ -150,6 +150,9 @@ impl Gateway {
             .as_ref()
             .map(|l| l.local_addr())
             .transpose()?;
+        // The recorder first: what the parts below record at their start (the drain
+        // gauge at 0) must not go to the no-op recorder of a process without one yet.
+        let _ = super::metrics::handle();
         let shared = Arc::new(Shared {
             verifier: TokenVerifier::new(settings.secret.as_bytes().to_vec()),
             sessions: Sessions::from_settings(&settings)?,

@@ -40,7 +40,9 @@ use super::admission::Refusal;
 use super::core::Shared;
 use super::settings::GatewaySettings;
 
-/// The status page: fetches `/metrics` every 2 s and shows backends, breaker states,
+/// The status page: fetches `/metrics` every 2 s (`?every=<ms>`) and shows live charts of
+/// the last 5 minutes (messages/s, request p99, sessions, drawn in SVG by the page's own
+/// script), backends alive of total per cluster, breaker states, refusals by reason,
 /// connections, the login queue, rate-limit rejections and drain.
 pub const STATUS_HTML: &str = include_str!("../../static/status.html");
 

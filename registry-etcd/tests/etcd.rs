@@ -156,6 +156,16 @@ impl Secrets for EtcdHarness {
     fn refusal(&self) -> &'static str {
         "authentication failed"
     }
+    /// The backend's first write after the login, the outage and the return, and the
+    /// client library's (tonic's) reconnect attempts while etcd is down.
+    fn logged(&self) -> &'static [&'static str] {
+        &[
+            "lease granted",
+            "registry unreachable; serving the last snapshot",
+            "reconnect::poll_ready",
+            "registry reachable again",
+        ]
+    }
 }
 
 /// Seata's `registry-seata-<cluster>-<ip>:<port>` keys, value `<ip>:<port>`.

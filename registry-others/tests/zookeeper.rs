@@ -160,6 +160,11 @@ impl Secrets for ZkHarness {
     fn refusal(&self) -> &'static str {
         "not authorized"
     }
+    /// ZooKeeper's client holds requests while disconnected: the lookup ends at the
+    /// operation timeout (the connect timeout, 2 s here).
+    fn down(&self) -> &'static str {
+        "`list children` timed out after 2s"
+    }
     /// The client library's own lines: the login (auth packets), the refusal and the
     /// reconnect.
     fn logged(&self) -> &'static [&'static str] {

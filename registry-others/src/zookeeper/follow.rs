@@ -13,11 +13,24 @@ use super::Inner;
 use super::layout::{cluster_path, parse_children};
 
 impl Inner {
+    /// The members of `cluster`, listed within the operation timeout (lookup and a
+    /// watch's first read). ZooKeeper's client holds a request while it is
+    /// disconnected: unbounded, a lookup with the server down waited until the session
+    /// expired (its timeout and a third more), then failed with "session expired".
     pub(super) async fn list(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        match self.client().list_children(&cluster_path(cluster)).await {
-            Ok(children) => Ok(parse_children(cluster, &children)),
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(self.err("list children", e)),
+        let after = self.op_timeout();
+        let (client, path) = (self.client(), cluster_path(cluster));
+        let listed = tokio::time::timeout(after, client.list_children(&path));
+        match listed.await {
+            Ok(Ok(children)) => Ok(parse_children(cluster, &children)),
+            Ok(Err(zk::Error::NoNode)) => Ok(Vec::new()),
+            Ok(Err(e)) => Err(self.err("list children", e)),
+            Err(_) => Err(RegistryError::timeout(
+                super::KIND,
+                &self.settings.connect_string,
+                "list children",
+                after,
+            )),
         }
     }
 }

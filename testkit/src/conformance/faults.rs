@@ -187,17 +187,25 @@ pub trait Secrets: Harness {
     /// What the wrong secret's error must say (the server's refusal).
     fn refusal(&self) -> &'static str;
 
-    /// Lines the trace-level log must hold, proving the capture saw the backend's and
-    /// its client library's own logging (the login, the reconnect).
-    fn logged(&self) -> &'static [&'static str] {
-        &[]
+    /// What a lookup's error must say while the server is down (the cause as the
+    /// backend reports it).
+    fn down(&self) -> &'static str {
+        "Connection refused"
     }
+
+    /// Lines the trace-level log must hold, proving the capture saw the backend's and
+    /// its client library's own logging (the login, the reconnect). At least one: a
+    /// capture that saw nothing would make "no secret in the log" prove nothing.
+    fn logged(&self) -> &'static [&'static str];
 }
 
 /// At `trace`, dependencies included, a run that logs in, is refused with a wrong
-/// secret, loses the server (the watch goes stale) and gets it back (connected again,
-/// our member registered again, new registrations accepted) shows neither secret: not
-/// in the log, not in an error's Display, not in a stale reason, not in a `Debug`.
+/// secret, loses the server (the watch goes stale, a lookup fails with the backend's
+/// [`down`](Secrets::down) error) and gets it back (connected again, our member
+/// registered again, new registrations accepted) shows neither secret: not in the
+/// log, not in an error's Display, not in a stale reason, not in a `Debug`. The log
+/// must hold the harness's [`logged`](Secrets::logged) lines: a capture that saw
+/// nothing proves nothing.
 ///
 /// It needs a current-thread runtime (every task logs into the capture, which is the
 /// test thread's default subscriber); [`conformance_tests!`](crate::conformance_tests)
@@ -247,9 +255,17 @@ where
         "{:?}",
         wait_health(&mut w, Duration::from_secs(20), false).await
     ));
-    if let Err(e) = reg.lookup("secret").await {
-        shown.push(e.to_string());
-    }
+    let down = reg
+        .lookup("secret")
+        .await
+        .expect_err("a lookup while the server is down")
+        .to_string();
+    assert!(
+        down.contains(h.down()),
+        "not the server being down ({}): {down}",
+        h.down()
+    );
+    shown.push(down);
     // It comes back: connected again, logged in again, our member there (asked of the
     // server: the watch may still show the snapshot from before), new writes taken.
     h.server().come_back().expect("restart the server");
@@ -278,6 +294,10 @@ where
     );
     drop(guard);
     let text = buf.text();
+    assert!(
+        !h.logged().is_empty(),
+        "the harness names no line the capture must hold: it could be empty"
+    );
     for line in h.logged() {
         assert!(text.contains(line), "`{line}` was not captured");
     }

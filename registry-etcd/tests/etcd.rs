@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, GetOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, Permission, PutOptions};
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
 use meshline_testkit::conformance::{
@@ -36,12 +36,33 @@ const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
 
 struct EtcdHarness {
     etcd: Etcd,
+    /// With auth on: the root password, for the harness's own client.
+    root: Option<&'static str>,
+    /// With auth on: the user the backend's clients log in as, and its password.
+    login: Option<(&'static str, &'static str)>,
 }
 
 async fn harness() -> EtcdHarness {
     init_logs();
     EtcdHarness {
         etcd: Etcd::start().expect("etcd"),
+        root: None,
+        login: None,
+    }
+}
+
+impl EtcdHarness {
+    /// A client of the harness itself (root when auth is on).
+    async fn admin(&self) -> Client {
+        match self.root {
+            None => raw(&self.etcd.endpoint()).await,
+            Some(password) => Client::connect(
+                [self.etcd.endpoint()],
+                Some(ConnectOptions::new().with_user("root", password)),
+            )
+            .await
+            .expect("root etcd client"),
+        }
     }
 }
 
@@ -51,7 +72,17 @@ impl Harness for EtcdHarness {
     const RESYNC_WITHIN: Duration = Duration::from_secs(15);
 
     fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.etcd.endpoint(), extra)
+        match self.login {
+            None => config(&self.etcd.endpoint(), extra),
+            Some((user, password)) => {
+                let mut keys = vec![
+                    ("registry.etcd3.username", user),
+                    ("registry.etcd3.password", password),
+                ];
+                keys.extend_from_slice(extra);
+                config(&self.etcd.endpoint(), &keys)
+            }
+        }
     }
     async fn connect_config(&self, cfg: &Config) -> Result<EtcdRegistry, RegistryError> {
         EtcdRegistry::connect(cfg).await
@@ -100,9 +131,44 @@ impl Unreachable for EtcdHarness {
     }
 }
 
-/// etcd is killed, not frozen (a frozen etcd still runs a delete queued in its
-/// socket), and restarted. The key is on our lease, kept alive: a 30 s TTL, so it must
-/// go because of the retried delete, not the lease.
+/// Auth on; the clients log in as [`REGISTRANT`], whose role [`WRITER`] may write
+/// Seata's keys: taking that role away refuses our deletes (and close's lease revoke,
+/// which etcd allows only to a user who may write every key on the lease), giving it
+/// back allows them at once. The key is on our lease, kept alive: a 30 s TTL, so it
+/// must go because of the retried delete, not the lease.
+async fn removal_harness() -> EtcdHarness {
+    let mut h = harness().await;
+    let mut admin = h.admin().await;
+    admin.user_add("root", ROOT, None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    let (user, password) = REGISTRANT;
+    admin.user_add(user, password, None).await.unwrap();
+    admin.role_add(READER).await.unwrap();
+    let keys = Permission::read(SEATA_KEYS).with_prefix();
+    admin.role_grant_permission(READER, keys).await.unwrap();
+    admin.role_add(WRITER).await.unwrap();
+    let keys = Permission::read_write(SEATA_KEYS).with_prefix();
+    admin.role_grant_permission(WRITER, keys).await.unwrap();
+    for role in [READER, WRITER] {
+        admin.user_grant_role(user, role).await.unwrap();
+    }
+    admin.auth_enable().await.unwrap();
+    h.root = Some(ROOT);
+    h.login = Some(REGISTRANT);
+    h
+}
+
+/// The root password of [`removal_harness`].
+const ROOT: &str = "Etcd-Root-4e8d1";
+/// The user (and password) the removal harness's clients log in as.
+const REGISTRANT: (&str, &str) = ("registrant", "Etcd-Registrant-2b9f6");
+/// The role that may read Seata's keys.
+const READER: &str = "seata-reader";
+/// The role that may also write them.
+const WRITER: &str = "seata-writer";
+/// Seata's key prefix.
+const SEATA_KEYS: &str = "registry-seata-";
+
 impl RefuseRemoval for EtcdHarness {
     async fn removal_client(&self) -> EtcdRegistry {
         EtcdRegistry::connect(&self.config(&[("registry.etcd3.ttl", "30s")]))
@@ -110,33 +176,42 @@ impl RefuseRemoval for EtcdHarness {
             .unwrap()
     }
     async fn refuse_removals(&mut self) {
-        self.etcd.kill();
+        let mut admin = self.admin().await;
+        admin.user_revoke_role(REGISTRANT.0, WRITER).await.unwrap();
     }
     async fn allow_removals(&mut self) {
-        tokio::task::block_in_place(|| self.etcd.restart()).expect("restart etcd");
+        let mut admin = self.admin().await;
+        admin.user_grant_role(REGISTRANT.0, WRITER).await.unwrap();
     }
     async fn holds(&self, cluster: &str, member: &Instance) -> bool {
-        let mut raw = raw(&self.etcd.endpoint()).await;
-        let got = raw.get(instance_key(cluster, member), None).await.unwrap();
+        let mut admin = self.admin().await;
+        let got = admin
+            .get(instance_key(cluster, member), None)
+            .await
+            .unwrap();
         !got.kvs().is_empty()
     }
     fn attempt_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
-    /// The delete named (the killed server shows as a refused or a closed connection,
-    /// depending on when the kill lands).
+    /// The delete, refused by etcd's auth.
     fn refusal(&self) -> &'static str {
-        "delete"
+        "delete: gRPC status PermissionDenied: etcdserver: permission denied"
+    }
+    /// `close` revokes the lease, which the user may no longer do either.
+    fn close_refusal(&self) -> &'static str {
+        "lease revoke: gRPC status PermissionDenied: etcdserver: permission denied"
     }
 }
 
 /// A harness whose etcd has auth on, with user `root` and [`SECRET`].
 async fn secret_harness() -> EtcdHarness {
-    let h = harness().await;
-    let mut admin = raw(&h.etcd.endpoint()).await;
+    let mut h = harness().await;
+    let mut admin = h.admin().await;
     admin.user_add("root", SECRET, None).await.unwrap();
     admin.user_grant_role("root", "root").await.unwrap();
     admin.auth_enable().await.unwrap();
+    h.root = Some(SECRET);
     h
 }
 
@@ -193,8 +268,9 @@ impl SeataLayout for EtcdHarness {
 
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
     crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
-    unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
-    nearby_lists_other_clusters);
+    unreachable_is_named, nearby_lists_other_clusters);
+meshline_testkit::conformance_tests!(mod removal: removal_harness() => refused_removal_retried,
+    close_removes_a_refused_removal, close_meets_a_held_refusal);
 meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
 async fn raw(endpoint: &str) -> Client {

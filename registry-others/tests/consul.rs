@@ -149,7 +149,7 @@ impl RefuseRemoval for ConsulHarness {
         Duration::from_secs(5)
     }
     fn refusal(&self) -> &'static str {
-        "500"
+        "deregister: HTTP 500 Internal Server Error"
     }
     /// Nobody passes the check any more: it turns critical one TTL later.
     async fn not_renewed(&self, cluster: &str, member: &Instance) {
@@ -224,7 +224,7 @@ async fn tagged(consul: &ConsulDouble, name: &str, addr: &str, tag: &str, status
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
     crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
     unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
-    nearby_lists_other_clusters);
+    close_meets_a_held_refusal, nearby_lists_other_clusters);
 meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
 async fn raw_put(consul: &ConsulDouble, path: &str, body: Value) -> reqwest::StatusCode {

@@ -235,7 +235,7 @@ async fn set_ex(redis: &Redis, key: &str) {
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
     crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
     unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
-    nearby_lists_other_clusters);
+    close_meets_a_held_refusal, nearby_lists_other_clusters);
 meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {

@@ -11,11 +11,11 @@ use std::time::Duration;
 use common::*;
 use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
-use meshline_registry_others::zookeeper::instance_path;
+use meshline_registry_others::zookeeper::{cluster_path, instance_path};
 use meshline_testkit::ZooKeeper;
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
-    Unreachable,
+    Crash, Expiry, Garbage, Harness, Lifetime, REMOVAL_CLUSTER, RefuseRemoval, SeataLayout,
+    Secrets, Server, Unreachable,
 };
 use zookeeper_client as zk;
 
@@ -110,8 +110,9 @@ impl Unreachable for ZkHarness {
     }
 }
 
-/// The server is killed (a delete needs it), and restarted. A 30 s session: the node
-/// must go because of the retried delete, not an expiry.
+/// An ACL on the cluster's node without DELETE refuses the delete of our node (ZooKeeper
+/// checks a delete against the parent's ACL); the full ACL back allows it at once. A
+/// 30 s session: the node must go because of the retried delete, not an expiry.
 impl RefuseRemoval for ZkHarness {
     async fn removal_client(&self) -> ZookeeperRegistry {
         let cfg = self.config(&[
@@ -121,11 +122,14 @@ impl RefuseRemoval for ZkHarness {
         ZookeeperRegistry::connect(&cfg).await.unwrap()
     }
     async fn refuse_removals(&mut self) {
-        self.raw.lock().await.take();
-        self.zk.kill();
+        let all_but_delete = zk::Permission::READ
+            | zk::Permission::WRITE
+            | zk::Permission::CREATE
+            | zk::Permission::ADMIN;
+        self.set_cluster_acl(all_but_delete).await;
     }
     async fn allow_removals(&mut self) {
-        tokio::task::block_in_place(|| self.zk.restart()).expect("restart zookeeper");
+        self.set_cluster_acl(zk::Permission::ALL).await;
     }
     async fn holds(&self, cluster: &str, member: &Instance) -> bool {
         self.client()
@@ -139,8 +143,9 @@ impl RefuseRemoval for ZkHarness {
     fn attempt_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
+    /// The delete, refused by the ACL.
     fn refusal(&self) -> &'static str {
-        "zk registry"
+        "delete: not authorized"
     }
 }
 
@@ -200,6 +205,18 @@ impl ZkHarness {
         raw.clone().unwrap()
     }
 
+    /// Gives anyone `permission` on the node of the conformance suite's removal
+    /// cluster (open to anyone as our client created it, without credentials).
+    async fn set_cluster_acl(&self, permission: zk::Permission) {
+        let path = cluster_path(REMOVAL_CLUSTER);
+        let acl = [zk::Acl::new(permission, zk::AuthId::anyone())];
+        self.client()
+            .await
+            .set_acl(&path, &acl, None)
+            .await
+            .unwrap_or_else(|e| panic!("set the ACL of {path}: {e}"));
+    }
+
     /// Creates `path` and its parents, persistent and open to anyone.
     async fn mkdir(&self, path: &str) {
         let raw = self.client().await;
@@ -211,8 +228,7 @@ impl ZkHarness {
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
     crash_removed_within_ttl, outage_stale_resync, garbage_skipped, empty_protection,
     unreachable_is_named, refused_removal_retried, close_removes_a_refused_removal,
-    secrets_never_shown,
-    nearby_lists_other_clusters);
+    close_meets_a_held_refusal, secrets_never_shown, nearby_lists_other_clusters);
 
 async fn raw(connect: &str) -> zk::Client {
     zk::Client::connector()
@@ -364,11 +380,12 @@ async fn digest_credentials_are_sent() {
     let stranger = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
         .await
         .unwrap();
-    let refused = stranger.register("secured", &inst("10.5.5.6:8091")).await;
-    assert!(
-        refused.is_err(),
-        "without credentials the ACL must refuse us"
-    );
+    let refused = stranger
+        .register("secured", &inst("10.5.5.6:8091"))
+        .await
+        .expect_err("without credentials the ACL must refuse us")
+        .to_string();
+    assert!(refused.contains("create: not authorized"), "{refused}");
     reg.close().await.unwrap();
     stranger.close().await.unwrap();
 }

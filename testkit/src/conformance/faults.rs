@@ -69,8 +69,10 @@ pub async fn unreachable_is_named<H: Unreachable>(h: &mut H) {
 }
 
 /// A backend whose registry can be made to refuse our removals while it keeps the
-/// entry: a stopped server (etcd, ZooKeeper), an ACL (Redis), an error status (the
-/// Consul and Eureka doubles).
+/// entry, and take them again at once: a permission taken away (etcd's auth, a
+/// ZooKeeper ACL, a Redis ACL) or an error status (the Consul and Eureka doubles).
+/// Not a stopped server: while it restarts, the background retry may remove the entry
+/// before `close` is called, and `close`'s own removal would go untested.
 #[allow(async_fn_in_trait)]
 pub trait RefuseRemoval: Harness {
     /// A client whose registrations outlive the behaviour by far unless removed (a
@@ -89,8 +91,16 @@ pub trait RefuseRemoval: Harness {
     /// The backend's bound on one removal attempt (its request timeout).
     fn attempt_timeout(&self) -> Duration;
 
-    /// What the refused unregister's error must say (the registry's refusal).
+    /// What the refused unregister's error must say: the operation and the
+    /// registry's refusal.
     fn refusal(&self) -> &'static str;
+
+    /// What `close`'s error must say when it meets the refusal: the operation close
+    /// removes with (the same delete, or another one, such as etcd's lease revoke) and
+    /// the registry's refusal.
+    fn close_refusal(&self) -> &'static str {
+        self.refusal()
+    }
 
     /// While removals are refused: the registry still holds `member`, and our client
     /// no longer renews it (its TTL runs down, its check turns critical, its lease is
@@ -115,7 +125,10 @@ pub fn retry_bound(failed_for: Duration, attempt: Duration) -> Duration {
         + Duration::from_secs(1)
 }
 
-const ZOMBIE: &str = "conformance-zombie";
+/// The cluster the removal behaviours ([`RefuseRemoval`]) register in: a harness whose
+/// refusal is set on the cluster (a ZooKeeper ACL on its node) sets it there.
+pub const REMOVAL_CLUSTER: &str = "conformance-zombie";
+const ZOMBIE: &str = REMOVAL_CLUSTER;
 
 /// An unregister the registry refuses returns the refusal; the entry is no longer
 /// renewed; once the registry takes removals again the entry is gone within the retry
@@ -162,17 +175,54 @@ pub async fn refused_removal_retried<H: RefuseRemoval>(h: &mut H) {
     assert!(!h.holds(ZOMBIE, &next).await, "close left a member");
 }
 
-/// An entry whose removal was refused is still ours: `close`, once the registry takes
-/// removals again, leaves nothing behind.
+/// An entry whose removal was refused is still ours, and `close` removes it: the
+/// refusal holds until `close` is about to be called (the entry is still there then:
+/// the background retry could not take it), is lifted at once (a permission given
+/// back, not a server restarting while the retry runs), and `close` leaves nothing
+/// behind.
 pub async fn close_removes_a_refused_removal<H: RefuseRemoval>(h: &mut H) {
     let reg = h.removal_client().await;
     let me = inst("10.7.7.3:8091");
     reg.register(ZOMBIE, &me).await.unwrap();
     h.refuse_removals().await;
-    reg.unregister(ZOMBIE, &me).await.unwrap_err();
+    let err = reg.unregister(ZOMBIE, &me).await.unwrap_err().to_string();
+    assert!(
+        err.contains(h.refusal()),
+        "not the registry's refusal ({}): {err}",
+        h.refusal()
+    );
+    assert!(h.holds(ZOMBIE, &me).await, "refused, yet gone before close");
     h.allow_removals().await;
     reg.close().await.unwrap();
     assert!(!h.holds(ZOMBIE, &me).await, "close left the refused member");
+}
+
+/// `close` meets the refusal itself: with removals still refused when it is called,
+/// `close` tries the pending removal and returns the registry's refusal (naming its
+/// operation) instead of a clean close, and the entry is still there. What the
+/// registry refused is never reported as done.
+pub async fn close_meets_a_held_refusal<H: RefuseRemoval>(h: &mut H) {
+    let reg = h.removal_client().await;
+    let me = inst("10.7.7.4:8091");
+    reg.register(ZOMBIE, &me).await.unwrap();
+    h.refuse_removals().await;
+    let err = reg.unregister(ZOMBIE, &me).await.unwrap_err().to_string();
+    assert!(
+        err.contains(h.refusal()),
+        "not the registry's refusal ({}): {err}",
+        h.refusal()
+    );
+    let err = reg.close().await.unwrap_err().to_string();
+    assert!(
+        err.contains(h.close_refusal()),
+        "close's error is not the registry's refusal ({}): {err}",
+        h.close_refusal()
+    );
+    assert!(
+        h.holds(ZOMBIE, &me).await,
+        "close reported the refusal, yet the member is gone"
+    );
+    // Closed: the registry expires it with its lease, session or check.
 }
 
 /// A backend that logs in with a secret (password, ACL token), on a server that

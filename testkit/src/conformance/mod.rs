@@ -34,8 +34,9 @@
 //!
 //! - [`unreachable_is_named`] ([`Unreachable`]): a closed port is an error naming the
 //!   address and the cause, within the backend's timeouts.
-//! - [`refused_removal_retried`] and [`close_removes_a_refused_removal`]
-//!   ([`RefuseRemoval`]): an unregister the registry refuses is not forgotten.
+//! - [`refused_removal_retried`], [`close_removes_a_refused_removal`] and
+//!   [`close_meets_a_held_refusal`] ([`RefuseRemoval`]): an unregister the registry
+//!   refuses is not forgotten, and `close` removes it itself, or reports the refusal.
 //! - [`secrets_never_shown`] ([`Secrets`]): a password or token never shows, at
 //!   `trace`, through a refused login and a server restart.
 //! - [`nearby_lists_other_clusters`] ([`SeataLayout`]): what `nearby` lists when the
@@ -57,8 +58,9 @@ pub use membership::{
 };
 pub mod nearby;
 pub use faults::{
-    RefuseRemoval, Secrets, Unreachable, close_removes_a_refused_removal, refused_removal_retried,
-    retry_bound, secrets_never_shown, unreachable_is_named,
+    REMOVAL_CLUSTER, RefuseRemoval, Secrets, Unreachable, close_meets_a_held_refusal,
+    close_removes_a_refused_removal, refused_removal_retried, retry_bound, secrets_never_shown,
+    unreachable_is_named,
 };
 pub use nearby::{SeataLayout, nearby_lists_other_clusters};
 

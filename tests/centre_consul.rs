@@ -1,9 +1,10 @@
 //! `config.type=consul` against the testkit Consul double (no Consul server can be
 //! installed here; its KV endpoints are checked against npm `consul` by
-//! scripts/check-doubles.sh): Seata's blob key and single keys are read, a `Discovery`
-//! follows a `service.vgroupMapping` change made through the KV API within 2 s (blob and
-//! single key), an unreachable agent is an error naming the address and the cause, and
-//! a wrong ACL token never shows in errors or logs.
+//! scripts/check-doubles.sh): Seata's blob key and single keys are read (the blob over
+//! the file, the environment over all), a `Discovery` follows a `service.vgroupMapping`
+//! change made through the KV API within 2 s (blob and single key), an unreachable
+//! agent is an error naming the address and the cause, and a wrong ACL token never
+//! shows in errors or logs.
 #![cfg(all(feature = "consul", feature = "file"))]
 
 mod support;
@@ -34,6 +35,7 @@ async fn consul_centre_reads_and_follows_seata_keys() {
     // The blob wins over the single key, as in Seata.
     put(&url, None, "seata.properties", &blob(Some("a"))).await;
     put(&url, None, MAPPING_KEY, "b").await;
+    environment_over_all("consul", &keys(), "a").await;
     let first = live(loader("consul", &keys()), "a").await;
     follows_change(
         &first,

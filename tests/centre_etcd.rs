@@ -1,7 +1,7 @@
 //! `config.type=etcd3` against a real etcd (testkit): Seata's blob key and single keys
-//! are read, a `Discovery` follows a `service.vgroupMapping` change made through etcd's
-//! own API within 2 s (blob and single key), and an unreachable centre is an error
-//! naming the address.
+//! are read (the blob over the file, the environment over all), a `Discovery` follows a
+//! `service.vgroupMapping` change made through etcd's own API within 2 s (blob and
+//! single key), and an unreachable centre is an error naming the address.
 #![cfg(all(feature = "etcd", feature = "file"))]
 
 mod support;
@@ -26,6 +26,7 @@ async fn etcd_centre_reads_and_follows_seata_keys() {
     // The blob wins over the single key, as in Seata.
     put("seata.properties", blob(Some("a"))).await;
     put(MAPPING_KEY, "b".into()).await;
+    environment_over_all("etcd3", &keys(), "a").await;
     let first = live(loader("etcd3", &keys()), "a").await;
     follows_change(
         &first,

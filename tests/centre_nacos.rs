@@ -1,9 +1,9 @@
 //! `config.type=nacos` against a real Nacos-protocol server (rnacos, testkit): Seata's
-//! data id and single-key data ids are read, a `Discovery` follows a
-//! `service.vgroupMapping` change published through rnacos' config API
-//! (`POST /nacos/v1/cs/configs`) within 2 s (blob and single key), an unreachable
-//! server is an error naming the address and the cause, and a wrong password never
-//! shows in errors or logs.
+//! data id and single-key data ids are read (the blob over the file, the environment
+//! over all), a `Discovery` follows a `service.vgroupMapping` change published through
+//! rnacos' config API (`POST /nacos/v1/cs/configs`) within 2 s (blob and single key),
+//! an unreachable server is an error naming the address and the cause, and a wrong
+//! password (refused with 403 "unknown user!") never shows in errors or logs.
 #![cfg(all(feature = "nacos", feature = "file"))]
 
 mod support;
@@ -33,6 +33,7 @@ async fn nacos_centre_reads_and_follows_seata_data_ids() {
     // The blob wins over the single key, as in Seata.
     publish(&server, "seata.properties", &blob(Some("a"))).await;
     publish(&server, MAPPING_KEY, "b").await;
+    environment_over_all("nacos", &keys(&server), "a").await;
     let first = live(loader("nacos", &keys(&server)), "a").await;
     follows_change(
         &first,

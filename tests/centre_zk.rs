@@ -1,8 +1,10 @@
-//! `config.type=zk` against a real ZooKeeper (testkit): Seata's blob node and single-key
-//! nodes are read, a `Discovery` follows a `service.vgroupMapping` change made through
-//! ZooKeeper's own API within 2 s (blob and single key, and a node created after the
-//! start), an unreachable centre is an error naming the address and the cause, and a
-//! digest password never shows in errors or logs.
+//! `config.type=zk` against a real ZooKeeper (testkit): Seata's blob node and
+//! single-key nodes are read (the blob over the file, the environment over all), a
+//! `Discovery` follows a `service.vgroupMapping` change made through ZooKeeper's own
+//! API within 2 s (blob and single key, and a node created after the start), an
+//! unreachable centre is an error naming the address and the cause, and a digest
+//! password never shows in errors or logs (a wrong one is ZooKeeper's NoAuth on the
+//! node).
 #![cfg(all(feature = "zookeeper", feature = "file"))]
 
 mod support;
@@ -49,6 +51,7 @@ async fn zk_centre_reads_and_follows_seata_nodes() {
     // The blob wins over the single key, as in Seata.
     put(&client, "/seata/seata.properties", &blob(Some("a"))).await;
     put(&client, &single, "b").await;
+    environment_over_all("zk", &keys(), "a").await;
     let first = live(loader("zk", &keys()), "a").await;
     follows_change(&first, "zk blob", async {
         put(&client, "/seata/seata.properties", &blob(Some("b"))).await;

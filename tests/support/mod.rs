@@ -9,9 +9,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use meshline::ConfigLoader;
 use meshline::centre::{discovery_from_live, live_config};
 use meshline::core::centre::LiveConfig;
+use meshline::{ConfigLoader, Format};
 use meshline_testkit::watch::{addrs, wait_for};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -27,10 +27,20 @@ pub const B: &str = "127.0.0.1:18092";
 /// The bound of the issue's acceptance line: a change is followed within 2 s.
 pub const WITHIN: Duration = Duration::from_secs(2);
 
-/// A `seata.properties` blob: the grouplists of `a` and `b`, and the mapping of
-/// [`GROUP`] to `mapped` when given.
+/// The balancer every [`blob`] names (`client.loadBalance.type`).
+pub const BLOB_BALANCER: &str = "RoundRobinLoadBalance";
+/// The balancer the client's file names under it in [`environment_over_all`].
+pub const FILE_BALANCER: &str = "XID";
+/// The balancer the environment names over it in [`environment_over_all`].
+pub const ENV_BALANCER: &str = "LeastActiveLoadBalance";
+
+/// A `seata.properties` blob: the grouplists of `a` and `b`, the balancer
+/// [`BLOB_BALANCER`], and the mapping of [`GROUP`] to `mapped` when given.
 pub fn blob(mapped: Option<&str>) -> String {
-    let mut text = format!("service.a.grouplist={A}\nservice.b.grouplist={B}\n");
+    let mut text = format!(
+        "service.a.grouplist={A}\nservice.b.grouplist={B}\n\
+         client.loadBalance.type={BLOB_BALANCER}\n"
+    );
     if let Some(c) = mapped {
         text.push_str(&format!("{MAPPING_KEY}={c}\n"));
     }
@@ -40,7 +50,12 @@ pub fn blob(mapped: Option<&str>) -> String {
 /// A client configuration with `config.type=<kind>`, the `config.<kind>.*` keys given,
 /// the file registry (so the members come from the grouplists) and tx group [`GROUP`].
 pub fn loader(kind: &str, keys: &[(&str, String)]) -> ConfigLoader {
-    let mut l = ConfigLoader::new()
+    loader_on(ConfigLoader::new(), kind, keys)
+}
+
+/// [`loader`] after the sources `base` already has (a client's file).
+pub fn loader_on(base: ConfigLoader, kind: &str, keys: &[(&str, String)]) -> ConfigLoader {
+    let mut l = base
         .set("registry.type", "file")
         .set("txServiceGroup", GROUP)
         .set("config.type", kind);
@@ -62,6 +77,31 @@ pub async fn live(loader: ConfigLoader, expected: &str) -> LiveConfig {
     assert_eq!(cfg.grouplist("a").unwrap(), vec![A.to_string()]);
     assert_eq!(cfg.grouplist("b").unwrap(), vec![B.to_string()]);
     live
+}
+
+/// The environment over all: a client whose file names [`FILE_BALANCER`] reads the
+/// centre's blob, whose [`BLOB_BALANCER`] wins; `MESHLINE_CLIENT__LOAD_BALANCE__TYPE`
+/// beats both. `keys` are the centre's `config.<kind>.*` keys ([`loader`]); its blob
+/// maps [`GROUP`] to `mapped`.
+pub async fn environment_over_all(kind: &str, keys: &[(&str, String)], mapped: &str) {
+    let file = ConfigLoader::new().text(
+        format!("client.loadBalance.type={FILE_BALANCER}\n"),
+        Format::Properties,
+    );
+    let client = loader_on(file, kind, keys);
+    let from_blob = live(client.clone(), mapped).await;
+    assert_eq!(
+        from_blob.current().client.load_balance.kind,
+        BLOB_BALANCER,
+        "{kind}: the blob's balancer, over the file's"
+    );
+    let env = client.env_vars([("MESHLINE_CLIENT__LOAD_BALANCE__TYPE", ENV_BALANCER)]);
+    let from_env = live(env, mapped).await;
+    assert_eq!(
+        from_env.current().client.load_balance.kind,
+        ENV_BALANCER,
+        "{kind}: the environment over the centre's blob"
+    );
 }
 
 /// A Discovery built on `live` watches [`GROUP`] on cluster `a`; `change` remaps it to

@@ -94,12 +94,13 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
             ty.feature
         )));
     };
-    let spec = CentreSpec::from_config(
+    let mut spec = CentreSpec::from_config(
         &base,
         &ty.section_names(),
         centre.blob_key,
         centre.default_blob,
     )?;
+    spec.keys = crate::parts::centre_keys();
     let centre = connect(&base).await?;
     LiveConfig::start(loader, centre, spec).await
 }

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod centre;
+pub mod parts;
 pub mod registry;
 
 pub use meshline_loadbalance as loadbalance;

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshline_registry_core::config::LoadBalanceConfig;
+use crate::LoadBalanceConfig;
 
 use crate::{
     AffinityHashLoadBalance, BoundedLoadLoadBalance, ConsistentHashLoadBalance, FillLoadBalance,
@@ -353,6 +353,7 @@ mod tests {
         let cfg = LoadBalanceConfig {
             kind: "ConsistentHashJava".into(),
             virtual_nodes: 20,
+            ..LoadBalanceConfig::default()
         };
         assert_eq!(
             from_config(&cfg).unwrap().name(),

@@ -85,6 +85,7 @@ pub mod hash;
 mod index;
 mod picker;
 mod request;
+mod settings;
 pub mod stats;
 
 pub use algorithms::bounded::{BoundedLoadLoadBalance, DEFAULT_BALANCE_FACTOR, bounded_cap};
@@ -109,4 +110,5 @@ pub use error::LoadBalanceError;
 pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_config};
 pub use picker::{LoadBalance, Picker};
 pub use request::{Exclusions, PickRequest};
+pub use settings::{CENTRE_KEYS, LoadBalanceConfig};
 pub use stats::{EndpointStats, StatsRegistry};

@@ -163,7 +163,10 @@ fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
         );
         let c = Config::from_text(&text, Format::Properties).unwrap();
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        meshline_loadbalance::from_config(&c.client.load_balance).unwrap()
+        meshline_loadbalance::from_config(
+            &meshline_loadbalance::LoadBalanceConfig::from_config(&c).unwrap(),
+        )
+        .unwrap()
     };
     let vectors: Vec<String> = JAVA_VECTORS.iter().map(|s| s.to_string()).collect();
     assert_eq!(ports_for(load(10), &vectors), vec![8093, 8093, 8093]);
@@ -179,7 +182,10 @@ fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
         ),
     ] {
         let c = Config::from_text(text, format).unwrap();
-        let lb = meshline_loadbalance::from_config(&c.client.load_balance).unwrap();
+        let lb = meshline_loadbalance::from_config(
+            &meshline_loadbalance::LoadBalanceConfig::from_config(&c).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             ports_for(lb, &vectors),
             vec![8093, 8093, 8093],

@@ -81,6 +81,10 @@ pub struct CentreSpec {
     pub blob: String,
     /// The blob's format.
     pub format: Format,
+    /// Keys other parts of the client read (the balancer's `client.loadBalance.type`),
+    /// looked up one by one when the blob lacks them, as Seata's `getConfig` does, and
+    /// followed; the group mapping and the mapped cluster's grouplist always are.
+    pub keys: Vec<String>,
 }
 
 /// `config.type` values Seata has that meshline does not read, refused by name
@@ -143,20 +147,21 @@ impl CentreSpec {
                 .and_then(|(_, ext)| format_named(ext))
                 .unwrap_or(Format::Properties),
         };
-        Ok(CentreSpec { blob, format })
+        Ok(CentreSpec {
+            blob,
+            format,
+            keys: Vec::new(),
+        })
     }
 }
 
 /// The single Seata keys looked up one by one when the blob lacks them, for a
 /// configuration `cfg`: the tx group's mapping, the mapped cluster's grouplist, and
-/// the balancer keys.
-fn single_keys(cfg: &Config) -> Vec<String> {
+/// the keys the spec names for other parts of the client.
+fn single_keys(cfg: &Config, spec: &CentreSpec) -> Vec<String> {
     let group = &cfg.tx_service_group;
-    let mut keys = vec![
-        format!("service.vgroupMapping.{group}"),
-        "client.loadBalance.type".to_string(),
-        "client.loadBalance.virtualNodes".to_string(),
-    ];
+    let mut keys = vec![format!("service.vgroupMapping.{group}")];
+    keys.extend(spec.keys.iter().cloned());
     if let Some(cluster) = cfg.service.vgroup_mapping.get(group) {
         keys.push(format!("service.{cluster}.grouplist"));
     }
@@ -214,7 +219,7 @@ async fn read_centre(
     let mut rounds = 0;
     let cfg = loop {
         let cfg = loader.clone().load_with_centre(Some((&entries, &origin)))?;
-        let wanted: Vec<String> = single_keys(&cfg)
+        let wanted: Vec<String> = single_keys(&cfg, spec)
             .into_iter()
             .filter(|k| !followed.contains(k))
             .collect();

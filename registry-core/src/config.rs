@@ -46,29 +46,37 @@
 //! Backends read their keys with [`SectionReader::seata_duration`] and
 //! [`SectionReader::duration`] accordingly.
 //!
-//! # The balancer: `client.loadBalance.type` and seata-go's `getty.load-balance-type`
+//! # Who owns which keys
 //!
-//! Seata-Java reads `client.loadBalance.type` (Spring: `seata.client.load-balance.type`)
-//! and `client.loadBalance.virtualNodes`; seata-go reads only
-//! `seata.getty.load-balance-type` and ignores `client.load-balance.*`. meshline reads
-//! both into [`LoadBalanceConfig::kind`]: a seata-go file works unchanged. When both
-//! are set, in any source and in any order, `client.loadBalance.type` wins (it is
-//! Seata's own key, and the one the Java clients of a mixed fleet read); the getty
-//! value is then ignored (logged at debug level). A name means the same whichever key
-//! it came from: `ConsistentHashLoadBalance` is Seata-Java's ring with
-//! `client.loadBalance.virtualNodes` points per server (seata-go's own ring is MD5 with
-//! a fixed 10 and is not reproduced). seata-go's other `getty.*` keys are accepted
-//! without a warning and have no effect. Seata 1.0-1.3's `registry.loadBalance` and
-//! `registry.loadBalanceVirtualNodes` are accepted and ignored, as Seata 1.4+ does.
+//! This crate interprets the keys every part of a Seata client shares:
+//! `applicationId`, `txServiceGroup`, `service.*` (the group mapping and grouplists),
+//! `registry.type`, `registry.emptyProtection`, `registry.preferredNetworks` and
+//! `config.type`/`config.dataType`. Every other key it keeps raw for the crate that owns
+//! it, which reads its part with a [`SectionReader`] (its defaults, units, validation,
+//! and the keys it does not know, reported when it reads them):
 //!
-//! Keys nobody knows are reported in [`Config::warnings`] and logged with `tracing`,
-//! never silently dropped; the message names the key, never its value. Seata keys that
-//! belong to the server or to other client parts (`store.*`, `server.*`, `client.rm.*`,
-//! `transport.threadFactory.*`, the Spring starter's switches…) are accepted without a
+//! - `registry.<type>.*` and `config.<type>.*`: each registry backend and centre
+//!   ([`RegistryConfig::section`], [`CentreConfig::section`]);
+//! - `transport.*`, `getty.*` and Seata's `client.*` namespaces ([`SEATA_PART_ROOTS`],
+//!   [`SEATA_CLIENT_PARTS`]): the rpc-client (`transport.*`, `client.tm.*`), the
+//!   balancers (`client.loadBalance.*`, seata-go's `getty.load-balance-type`), the raft
+//!   registry (`client.metadataMaxAgeMs`), read with [`Config::part`];
+//! - an application's own root (`gateway.*` for the example game gateway): declared on
+//!   the loader with [`ConfigLoader::part_root`] and read with [`Config::part`] too.
+//!
+//! So adding a transport key touches the rpc-client only. Seata 1.0-1.3's
+//! `registry.loadBalance` and `registry.loadBalanceVirtualNodes` are accepted and
+//! ignored, as Seata 1.4+ does.
+//!
+//! Keys nobody knows are reported in [`Config::warnings`] (or by their owner's reader)
+//! and logged with `tracing`, never silently dropped; the message names the key, never
+//! its value. Seata keys that belong to the server or to other client parts (`store.*`,
+//! `server.*`, `client.rm.*`, the Spring starter's switches…) are accepted without a
 //! warning, and so are the keys Seata defines for each registry that meshline has no use
 //! for (Redis pool keys such as `registry.redis.test-on-borrow`,
 //! `registry.nacos.clientApplication`, `registry.nacos.slbPattern`...: each backend
-//! lists them).
+//! lists them). A root that is neither Seata's nor declared is reported unknown, and
+//! still kept in the parts (so a program that reads it finds it).
 //!
 //! # Environment variables
 //!
@@ -90,7 +98,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::RegistryError;
 
@@ -158,10 +165,6 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// `service.*`: group mapping and file-registry grouplists.
     pub service: ServiceConfig,
-    /// `client.*`.
-    pub client: ClientConfig,
-    /// `transport.*`.
-    pub transport: TransportConfig,
     /// `config.*`: where Seata's configuration centre is (see [`crate::centre`]).
     pub centre: CentreConfig,
     /// The file this config was read from, if any (the file registry watches it).
@@ -171,18 +174,30 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// The sources read, in order, and where each key that took effect came from.
     pub provenance: Provenance,
-    /// Application sections meshline reads but does not interpret, kept raw: every key
-    /// under one of [`APP_SECTIONS`] (from files and `MESHLINE_*` variables alike, so an
-    /// application's settings share the loader and the env overrides), keyed by the
-    /// section-relative path with segments normalised (lower case, `-` and `_` removed)
-    /// and joined by `.`; e.g. `gateway.modules.chat.cluster` is
-    /// `app_sections["gateway"]["modules.chat.cluster"]`.
-    pub app_sections: BTreeMap<String, BTreeMap<String, String>>,
+    /// The keys of the client's other parts, kept raw for the crates that own them
+    /// (`transport.*` for the rpc-client, `client.loadBalance.*` for the balancers,
+    /// `client.tm.*`, an application's own root...): read one with [`Config::part`].
+    /// Keyed by the whole path, segments normalised (lower case, `-` and `_` removed).
+    pub parts: Section,
 }
 
-/// Top-level sections kept raw for the application in [`Config::app_sections`] instead
-/// of being reported as unknown keys: `gateway` (the example game gateway's settings).
-pub const APP_SECTIONS: &[&str] = &["gateway"];
+/// Roots of Seata's client configuration whose keys other crates own: kept raw in
+/// [`Config::parts`], never reported by this crate (their owners report the keys they
+/// do not know when they read them: [`SectionReader::finish`]).
+pub const SEATA_PART_ROOTS: &[&str] = &["transport", "getty"];
+
+/// Seata's `client.*` namespaces (`client.loadBalance.*`, `client.tm.*`, Seata 2.x's
+/// `client.metadataMaxAgeMs`...), kept raw in [`Config::parts`] for whichever crate
+/// reads them; any other `client.*` key is reported unknown.
+pub const SEATA_CLIENT_PARTS: &[&str] = &[
+    "loadBalance",
+    "tm",
+    "rm",
+    "undo",
+    "lock",
+    "log",
+    "metadataMaxAgeMs",
+];
 
 /// `registry.*`: which registry, the keys every registry shares, and each registry
 /// type's own keys, raw (see [`Section`]).
@@ -266,129 +281,6 @@ pub struct ServiceConfig {
     pub grouplist: BTreeMap<String, String>,
 }
 
-/// `client.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientConfig {
-    /// `client.loadBalance.*`.
-    pub load_balance: LoadBalanceConfig,
-    /// `client.metadataMaxAgeMs` (Seata 2.x, milliseconds when bare): how often the
-    /// `raft` registry re-reads the cluster metadata without a change notice. `None`:
-    /// the backend's default (Seata's 30 s); `registry.raft.metadataMaxAgeMs` wins.
-    pub metadata_max_age: Option<Duration>,
-    /// `client.tm.*`.
-    pub tm: TmConfig,
-}
-
-/// `client.loadBalance.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoadBalanceConfig {
-    /// `client.loadBalance.type` (seata-go: `getty.load-balance-type`; Seata's key wins
-    /// when both are set, see the [module docs](self)). Default `XID`.
-    pub kind: String,
-    /// `client.loadBalance.virtualNodes`. Default 10.
-    pub virtual_nodes: u32,
-}
-
-/// `client.tm.*`: the TM's retry and timeout keys (Seata's `DefaultGlobalTransaction`
-/// and `GlobalTransactionalInterceptorHandler`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TmConfig {
-    /// `client.tm.commitRetryCount`: attempts of a global commit that fails to get an
-    /// answer. Default 5 (Java: 0 or less also means 5).
-    pub commit_retry_count: u32,
-    /// `client.tm.rollbackRetryCount`: the same for a rollback. Default 5.
-    pub rollback_retry_count: u32,
-    /// `client.tm.defaultGlobalTransactionTimeout` (ms when bare): a global
-    /// transaction's timeout when the caller gives none. Default 60000 ms.
-    pub default_global_transaction_timeout: Duration,
-}
-
-impl Default for TmConfig {
-    fn default() -> Self {
-        TmConfig {
-            commit_retry_count: 5,
-            rollback_retry_count: 5,
-            default_global_transaction_timeout: Duration::from_millis(60_000),
-        }
-    }
-}
-
-impl TransportConfig {
-    /// Whether an RM batches its requests: `transport.enableRmClientBatchSendRequest`,
-    /// else `transport.enableClientBatchSendRequest`, else `true` (Seata's RM).
-    pub fn rm_batch(&self) -> bool {
-        self.enable_rm_client_batch_send_request
-            .or(self.enable_client_batch_send_request)
-            .unwrap_or(true)
-    }
-}
-
-/// `transport.*`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TransportConfig {
-    /// `transport.heartbeat`. Default `true`.
-    pub heartbeat: bool,
-    /// `transport.serialization`. Default `seata`.
-    pub serialization: String,
-    /// `transport.compressor`. Default `none`.
-    pub compressor: String,
-    /// `transport.rpcTmRequestTimeout`. Default 30000 ms.
-    pub rpc_tm_request_timeout: Duration,
-    /// `transport.rpcRmRequestTimeout`. Default 15000 ms.
-    pub rpc_rm_request_timeout: Duration,
-    /// `transport.rpcTcRequestTimeout`. Default 15000 ms.
-    pub rpc_tc_request_timeout: Duration,
-    /// `transport.enableTmClientBatchSendRequest`. Default `false`.
-    pub enable_tm_client_batch_send_request: bool,
-    /// `transport.enableRmClientBatchSendRequest`; when unset, Seata falls back to
-    /// `transport.enableClientBatchSendRequest`, then `true`
-    /// ([`rm_batch`](TransportConfig::rm_batch)).
-    pub enable_rm_client_batch_send_request: Option<bool>,
-    /// `transport.enableClientBatchSendRequest`: Seata's older key, the RM's fallback.
-    pub enable_client_batch_send_request: Option<bool>,
-    /// `transport.maxMergeSendMills` (ms when bare): how long a batching client holds
-    /// requests back to merge more. Default 0: merge what is queued when the connection
-    /// writes, without waiting (Seata's Java client waits a fixed 1 ms; meshline measured
-    /// that wait halving transaction throughput, examples/BENCHMARKS.md).
-    pub max_merge_send_mills: Duration,
-    /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
-    /// `65536`). `None`: the rpc-client's default (8 MiB, as Seata).
-    pub max_frame_length: Option<usize>,
-    /// `transport.requestQueueBytes` (meshline): bytes of requests queued per connection.
-    pub request_queue_bytes: Option<usize>,
-    /// `transport.responseQueueBytes` (meshline): bytes of answers queued per connection
-    /// before a peer that does not read them is disconnected.
-    pub response_queue_bytes: Option<usize>,
-    /// `transport.writeTimeout` (meshline, a unit is required: `10s`): close a connection
-    /// whose socket accepts nothing for this long; `0s` disables.
-    pub write_timeout: Option<Duration>,
-    /// `transport.maxInboundRequests` (meshline): requests from the peer handled at once
-    /// per connection; at the cap the connection stops reading.
-    pub max_inbound_requests: Option<usize>,
-    /// `transport.heartbeatInterval` (meshline, a unit is required): PING after this long
-    /// without writing. `None`: the rpc-client's default (1 s).
-    pub heartbeat_interval: Option<Duration>,
-    /// `transport.heartbeatTimeout` (meshline, unit required): close a connection that
-    /// received nothing for this long. `None`: the rpc-client's default (3 s).
-    pub heartbeat_timeout: Option<Duration>,
-    /// `transport.probeAfter` (meshline, unit required): with answers due and no byte from
-    /// the peer for this long, PING it; `0s` turns the probe off. `None`: default (250 ms).
-    pub probe_after: Option<Duration>,
-    /// `transport.probeTimeout` (meshline, unit required): close the connection when the
-    /// probe PING gets no answer within this long. `None`: default (500 ms).
-    pub probe_timeout: Option<Duration>,
-    /// `transport.ejectAfterFailures` (meshline): eject an endpoint from picks after this
-    /// many failures in a row (`0`: never). `None`: default (5).
-    pub eject_after_failures: Option<u32>,
-    /// `transport.ejectionTime` (meshline, unit required): the first ejection's length.
-    /// `None`: default (1 s).
-    pub ejection_time: Option<Duration>,
-    /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
-    /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
-    /// rpc-client's default cap (64).
-    pub max_connected_members: Option<usize>,
-}
-
 impl Default for Config {
     fn default() -> Self {
         let mut vgroup_mapping = BTreeMap::new();
@@ -408,38 +300,6 @@ impl Default for Config {
                 vgroup_mapping,
                 grouplist,
             },
-            client: ClientConfig {
-                load_balance: LoadBalanceConfig {
-                    kind: "XID".into(),
-                    virtual_nodes: 10,
-                },
-                metadata_max_age: None,
-                tm: TmConfig::default(),
-            },
-            transport: TransportConfig {
-                heartbeat: true,
-                serialization: "seata".into(),
-                compressor: "none".into(),
-                rpc_tm_request_timeout: Duration::from_millis(30000),
-                rpc_rm_request_timeout: Duration::from_millis(15000),
-                rpc_tc_request_timeout: Duration::from_millis(15000),
-                enable_tm_client_batch_send_request: false,
-                enable_rm_client_batch_send_request: None,
-                enable_client_batch_send_request: None,
-                max_merge_send_mills: Duration::ZERO,
-                max_frame_length: None,
-                request_queue_bytes: None,
-                response_queue_bytes: None,
-                write_timeout: None,
-                max_inbound_requests: None,
-                heartbeat_interval: None,
-                heartbeat_timeout: None,
-                probe_after: None,
-                probe_timeout: None,
-                eject_after_failures: None,
-                ejection_time: None,
-                max_connected_members: None,
-            },
             centre: CentreConfig {
                 kind: "file".into(),
                 data_type: None,
@@ -448,7 +308,7 @@ impl Default for Config {
             path: None,
             warnings: Vec::new(),
             provenance: Provenance::default(),
-            app_sections: BTreeMap::new(),
+            parts: Section::with_prefix("", ""),
         }
     }
 }
@@ -488,6 +348,27 @@ impl Config {
                 Ok(cfg)
             }
         }
+    }
+
+    /// The keys under `prefix` (a dotted path, any spelling: `transport`,
+    /// `client.loadBalance`, `gateway`), relative to it, for the crate that owns them
+    /// to read with [`Section::reader`]. Empty when none was given.
+    pub fn part(&self, prefix: &str) -> Section {
+        self.parts.sub(prefix)
+    }
+
+    /// Sets one key (any accepted spelling, dotted: `transport.maxFrameLength`) in code,
+    /// as an explicit override: routed as a loaded key is, so it lands where a file's
+    /// would (a field, a registry section, a part).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RegistryError> {
+        let path = key.split('.').map(str::to_string).collect();
+        let mut state = router::RouteState::default();
+        apply_all(
+            self,
+            &mut state,
+            vec![(path, value.to_string())],
+            "override",
+        )
     }
 
     /// Defaults, then `text` in `format` (no environment).

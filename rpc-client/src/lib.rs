@@ -104,6 +104,7 @@ pub mod probe;
 pub mod rm;
 pub(crate) mod role_builder;
 pub mod server;
+mod settings;
 mod subset;
 pub mod tm;
 pub mod transport;
@@ -124,6 +125,7 @@ pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataM
 pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
+pub use settings::{TmConfig, TransportConfig};
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 

@@ -22,6 +22,8 @@ pub(crate) struct Common {
     pub group: String,
     pub extra_data: Option<String>,
     pub registration_timeout: Option<Duration>,
+    /// An invalid key of the role's own (`client.tm.*`), reported by `build`.
+    pub config_error: Option<String>,
 }
 
 impl Common {
@@ -34,6 +36,7 @@ impl Common {
             group: config.tx_service_group,
             extra_data: None,
             registration_timeout: None,
+            config_error: None,
         }
     }
 

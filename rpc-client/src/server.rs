@@ -61,12 +61,15 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults with the `transport.*` limits of `config` applied.
-    pub fn from_config(config: &meshline_registry_core::Config) -> Self {
-        ServerConfig {
-            transport: TransportOptions::from_config(config),
+    /// Defaults with the `transport.*` limits of `config` applied; an invalid value is
+    /// an error naming the key.
+    pub fn from_config(
+        config: &meshline_registry_core::Config,
+    ) -> Result<Self, meshline_registry_core::RegistryError> {
+        Ok(ServerConfig {
+            transport: TransportOptions::from_config(config)?,
             ..ServerConfig::default()
-        }
+        })
     }
 }
 

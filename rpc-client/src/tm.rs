@@ -83,14 +83,15 @@ impl Default for TmOptions {
 }
 
 impl TmOptions {
-    /// The `client.tm.*` keys of `config`.
-    pub fn from_config(config: &Config) -> Self {
-        let tm = &config.client.tm;
-        TmOptions {
+    /// The `client.tm.*` keys of `config` ([`crate::TmConfig`]); an invalid value is an
+    /// error naming the key.
+    pub fn from_config(config: &Config) -> Result<Self, meshline_registry_core::RegistryError> {
+        let tm = crate::TmConfig::from_config(config)?;
+        Ok(TmOptions {
             commit_retry_count: tm.commit_retry_count,
             rollback_retry_count: tm.rollback_retry_count,
             default_timeout: tm.default_global_transaction_timeout,
-        }
+        })
     }
 }
 

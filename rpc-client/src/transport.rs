@@ -56,8 +56,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshline_registry_core::Config;
+use meshline_registry_core::{Config, RegistryError};
 
+use crate::TransportConfig;
 use crate::codec::{DEFAULT_MAX_FRAME_LEN, HEADER_LEN};
 use crate::compress::Compressor;
 
@@ -152,16 +153,16 @@ impl Default for TransportOptions {
 }
 
 impl TransportOptions {
-    /// Defaults with the `transport.*` limits of `config` applied.
-    pub fn from_config(config: &Config) -> Self {
+    /// Defaults with the `transport.*` limits of `config` applied; an invalid value is
+    /// an error naming the key.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let mut o = TransportOptions::default();
-        o.apply_config(config);
-        o
+        o.apply_transport(&TransportConfig::from_config(config)?);
+        Ok(o)
     }
 
-    /// Applies the limits `config` sets (every other field is left as it is).
-    pub fn apply_config(&mut self, config: &Config) {
-        let t = &config.transport;
+    /// Applies the limits `t` sets (every other field is left as it is).
+    pub fn apply_transport(&mut self, t: &TransportConfig) {
         if let Some(v) = t.max_frame_length {
             self.max_frame_len = v;
         }
@@ -177,8 +178,8 @@ impl TransportOptions {
         if let Some(v) = t.max_inbound_requests {
             self.max_inbound_requests = v;
         }
-        // Checked when the configuration was loaded: an unknown name (or 7z) is an error
-        // there, naming the key.
+        // Checked when the keys were read: an unknown name (or 7z) is an error there,
+        // naming the key.
         self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();
     }
 

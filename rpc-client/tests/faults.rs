@@ -270,8 +270,8 @@ async fn shutdown_with_no_deadline_does_not_panic() {
 #[tokio::test]
 async fn config_keeps_options_set_before_it() {
     let mut cfg = Config::default();
-    cfg.transport.write_timeout = Some(Duration::from_secs(2));
-    cfg.transport.max_inbound_requests = Some(7);
+    cfg.set("transport.writeTimeout", "2s").unwrap();
+    cfg.set("transport.maxInboundRequests", "7").unwrap();
     let b = RpcClient::builder()
         .configure(|o| {
             o.max_attempts = 9;
@@ -288,7 +288,7 @@ async fn config_keeps_options_set_before_it() {
     // What the config carries is applied.
     assert_eq!(o.transport.write_timeout, Some(Duration::from_secs(2)));
     assert_eq!(o.transport.max_inbound_requests, 7);
-    assert_eq!(o.request_timeout, cfg.transport.rpc_tm_request_timeout);
+    assert_eq!(o.request_timeout, Duration::from_millis(30_000));
 }
 
 #[test]
@@ -303,7 +303,7 @@ fn transport_settings_come_from_the_config_file() {
     )
     .unwrap();
     let cfg = Config::load(Some(&path)).unwrap();
-    let t = TransportOptions::from_config(&cfg);
+    let t = TransportOptions::from_config(&cfg).unwrap();
     assert_eq!(
         t,
         TransportOptions {
@@ -316,9 +316,11 @@ fn transport_settings_come_from_the_config_file() {
             batch: None,
         }
     );
-    assert_eq!(ClientOptions::from_config(&cfg).transport, t);
+    assert_eq!(ClientOptions::from_config(&cfg).unwrap().transport, t);
     assert_eq!(
-        meshline_rpc_client::ServerConfig::from_config(&cfg).transport,
+        meshline_rpc_client::ServerConfig::from_config(&cfg)
+            .unwrap()
+            .transport,
         t
     );
 }
@@ -447,7 +449,7 @@ fn liveness_settings_come_from_the_config_file() {
          transport.ejectionTime=5s\n",
     )
     .unwrap();
-    let o = ClientOptions::from_config(&Config::load(Some(&path)).unwrap());
+    let o = ClientOptions::from_config(&Config::load(Some(&path)).unwrap()).unwrap();
     assert_eq!(o.write_idle, Duration::from_secs(2));
     assert_eq!(o.read_idle, Duration::from_secs(6));
     assert_eq!(
@@ -461,13 +463,59 @@ fn liveness_settings_come_from_the_config_file() {
     assert_eq!(o.ejection_time, Duration::from_secs(5));
     std::fs::write(&path, "transport.probeAfter=0s\n").unwrap();
     assert_eq!(
-        ClientOptions::from_config(&Config::load(Some(&path)).unwrap()).probe,
+        ClientOptions::from_config(&Config::load(Some(&path)).unwrap())
+            .unwrap()
+            .probe,
         None
     );
     std::fs::write(&path, "transport.heartbeatTimeout=3000\n").unwrap();
-    let err = Config::load(Some(&path)).unwrap_err().to_string();
+    let err = ClientOptions::from_config(&Config::load(Some(&path)).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("transport.heartbeatTimeout") && err.contains("unit"),
+        "{err}"
+    );
+}
+
+/// The transport keys are the rpc-client's: an invalid one reaches the client builder
+/// (the loader keeps it raw) and `build` refuses it, naming the key; the TM builder
+/// does the same for `client.tm.*`.
+#[tokio::test]
+async fn an_invalid_transport_key_fails_build_naming_the_key() {
+    let cfg = Config::from_text(
+        "transport.compressor=7z\n",
+        meshline_registry_core::config::Format::Properties,
+    )
+    .unwrap();
+    let hub = meshline_registry_core::WatchHub::new(
+        "test",
+        meshline_registry_core::EmptyProtection::Apply,
+    );
+    let err = RpcClient::builder()
+        .watch(hub.subscribe("c"), "c")
+        .config(&cfg)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("key `transport.compressor` has invalid value `7z`: 7z is not supported"),
+        "{err}"
+    );
+    let cfg = Config::from_text(
+        "client.tm.defaultGlobalTransactionTimeout=soon\n",
+        meshline_registry_core::config::Format::Properties,
+    )
+    .unwrap();
+    let err = meshline_rpc_client::tm::TransactionManager::builder()
+        .config(&cfg)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("key `client.tm.defaultGlobalTransactionTimeout` has invalid value `soon`"),
         "{err}"
     );
 }

@@ -5,6 +5,7 @@
 //! Each test binary uses part of it.
 #![allow(dead_code)]
 
+use meshline::loadbalance::LoadBalanceConfig;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -91,14 +92,18 @@ pub async fn environment_over_all(kind: &str, keys: &[(&str, String)], mapped: &
     let client = loader_on(file, kind, keys);
     let from_blob = live(client.clone(), mapped).await;
     assert_eq!(
-        from_blob.current().client.load_balance.kind,
+        LoadBalanceConfig::from_config(&from_blob.current())
+            .unwrap()
+            .kind,
         BLOB_BALANCER,
         "{kind}: the blob's balancer, over the file's"
     );
     let env = client.env_vars([("MESHLINE_CLIENT__LOAD_BALANCE__TYPE", ENV_BALANCER)]);
     let from_env = live(env, mapped).await;
     assert_eq!(
-        from_env.current().client.load_balance.kind,
+        LoadBalanceConfig::from_config(&from_env.current())
+            .unwrap()
+            .kind,
         ENV_BALANCER,
         "{kind}: the environment over the centre's blob"
     );

@@ -90,12 +90,24 @@ pub async fn load(loader: &ConfigLoader) -> Result<Loaded, Step> {
             (None, None) => {}
         }
     }
-    for w in &config.warnings {
+    // The keys the balancer and the rpc-client own are theirs to check.
+    let (owned, invalid) = match meshline::parts::read_all(&config) {
+        Ok(w) => (w, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let unknown = config.warnings.len() + owned.len();
+    for w in config.warnings.iter().chain(&owned) {
         step.ok = false;
         step = step.evidence(w.clone());
     }
-    if !config.warnings.is_empty() {
+    if unknown > 0 {
         step = step.fix("rename or remove the unknown keys above (a misspelt key is ignored)");
+    }
+    if let Some(e) = &invalid {
+        step.ok = false;
+        step = step
+            .evidence(e.clone())
+            .fix("correct the value the error names");
     }
     step.title = if step.ok {
         format!(
@@ -104,8 +116,10 @@ pub async fn load(loader: &ConfigLoader) -> Result<Loaded, Step> {
         )
     } else if centre_error.is_some() {
         format!("the {centre_kind} config centre cannot be read")
+    } else if invalid.is_some() {
+        "a value is invalid".to_string()
     } else {
-        format!("{} unknown key(s)", config.warnings.len())
+        format!("{unknown} unknown key(s)")
     };
     Ok(Loaded { config, live, step })
 }
@@ -125,7 +139,9 @@ fn shown_value(config: &Config, key: &str) -> String {
         "txServiceGroup" => config.tx_service_group.clone(),
         "registry.type" => config.registry.kind.clone(),
         "config.type" => config.centre.kind.clone(),
-        "client.loadBalance.type" => config.client.load_balance.kind.clone(),
+        "client.loadBalance.type" => meshline::loadbalance::LoadBalanceConfig::from_config(config)
+            .map(|c| c.kind)
+            .unwrap_or_else(|e| format!("(invalid: {e})")),
         _ => String::new(),
     }
 }

@@ -25,7 +25,8 @@ pub async fn check(
     group: &str,
     members: &[Instance],
 ) -> (Vec<ServerResult>, Step) {
-    let transport = TransportOptions::from_config(config);
+    // An invalid transport key is step 1's to report; the probe uses the defaults then.
+    let transport = TransportOptions::from_config(config).unwrap_or_default();
     let handshake = SeataRegistration::tm(RegisterTmRequest {
         version: env!("CARGO_PKG_VERSION").into(),
         application_id: config.application_id.clone(),

@@ -44,7 +44,13 @@ async fn main() -> ExitCode {
     meshline_examples::init_logging("info");
     let args = Args::parse();
     let run = async {
-        let config = meshline::Config::load(Some(&args.config))?;
+        // `gateway.*` is this program's own part of the configuration: declared, so the
+        // loader keeps it for GatewaySettings instead of reporting it unknown.
+        let loader = meshline::ConfigLoader::new()
+            .file(&args.config)
+            .process_env()
+            .part_root("gateway");
+        let config = (*meshline::centre::live_config(loader).await?.current()).clone();
         let settings = GatewaySettings::from_config(&config)?;
         let registry = meshline::registry::from_config(&config).await?;
         let gw = Gateway::start(settings.clone(), registry.clone()).await?;

@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::rpc::ServerConfig;
+use meshline::rpc::{ServerConfig, TransportConfig};
 use meshline::{Config, Instance, RegistryError};
 use meshline_examples::tc::{Coordinator, TcOptions};
 use meshline_examples::{init_logging, server_cluster};
@@ -96,20 +96,21 @@ async fn wait_for_signal() -> &'static str {
 
 async fn run(args: Args) -> Result<(), String> {
     let config = Config::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let transport = TransportConfig::from_config(&config).map_err(|e| e.to_string())?;
     let registry = meshline::registry::from_config(&config)
         .await
         .map_err(|e| e.to_string())?;
     let options = TcOptions {
         refuse_registration: args.refuse,
         tag: Some(args.id.clone()),
-        phase_two_timeout: config.transport.rpc_tc_request_timeout,
+        phase_two_timeout: transport.rpc_tc_request_timeout,
         ..TcOptions::default()
     };
     let (server, tc) = Coordinator::serve(
         SocketAddr::new(args.host, args.port),
         args.host,
         options,
-        ServerConfig::from_config(&config),
+        ServerConfig::from_config(&config).map_err(|e| e.to_string())?,
     )
     .await
     .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;

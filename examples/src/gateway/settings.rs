@@ -308,12 +308,10 @@ impl GatewaySettings {
     /// (a typo in a gateway setting should not pass silently).
     pub fn from_config(config: &Config) -> Result<GatewaySettings, SettingsError> {
         let mut s = GatewaySettings::default();
-        let empty = BTreeMap::new();
-        let raw = config.app_sections.get("gateway").unwrap_or(&empty);
+        let part = config.part("gateway");
         let mut modules: BTreeMap<u16, BTreeMap<&str, &str>> = BTreeMap::new();
-        for (k, v) in raw {
-            let v = v.as_str();
-            match k.as_str() {
+        for (k, v) in part.entries() {
+            match k {
                 "id" => s.id = v.to_string(),
                 "listen" => s.listen = v.parse().map_err(|e| err(k, format!("{e}")))?,
                 "wslisten" => s.ws_listen = optional_addr(k, v)?,

@@ -49,9 +49,16 @@ impl ConfigCentre for MemCentre {
     }
 }
 
+/// Nacos's blob, and the single keys another crate asks for (the facade passes the
+/// balancer's: `meshline_loadbalance::CENTRE_KEYS`).
 fn nacos_spec() -> CentreSpec {
     let cfg = Config::from_text("config.type=nacos", Format::Properties).unwrap();
-    CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap()
+    let mut spec = CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap();
+    spec.keys = vec![
+        "client.loadBalance.type".into(),
+        "client.loadBalance.virtualNodes".into(),
+    ];
+    spec
 }
 
 #[test]
@@ -136,8 +143,9 @@ async fn blob_then_single_keys_then_precedence() {
     assert_eq!(cfg.service.vgroup_mapping.get("my_group").unwrap(), "prod");
     assert_eq!(cfg.grouplist("prod").unwrap(), vec!["10.0.0.1:8091"]);
     // The blob wins over the single key and over the file; the environment over all.
-    assert_eq!(cfg.client.load_balance.kind, "RoundRobinLoadBalance");
-    assert_eq!(cfg.client.load_balance.virtual_nodes, 30);
+    let lb = cfg.part("client.loadBalance");
+    assert_eq!(lb.get("type"), Some("RoundRobinLoadBalance"));
+    assert_eq!(lb.get("virtualNodes"), Some("30"));
     assert_eq!(
         cfg.registry.kind, "file",
         "registry.* is read from the file only"

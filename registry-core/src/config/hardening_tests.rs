@@ -16,7 +16,7 @@ fn unknown_keys_are_reported_by_name_never_by_value() {
     for text in [
         format!("registry.pasword={SECRET}\n"),
         format!("pasword={SECRET}\n"),
-        format!("transport.pasword={SECRET}\n"),
+        format!("client.pasword={SECRET}\n"),
     ] {
         let cfg = ConfigLoader::new()
             .text(text.clone(), Format::Properties)

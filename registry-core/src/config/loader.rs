@@ -26,6 +26,8 @@ enum Source {
 #[derive(Default, Clone)]
 pub struct ConfigLoader {
     sources: Vec<Source>,
+    /// Application roots declared with [`part_root`](Self::part_root), normalised.
+    roots: Vec<String>,
 }
 
 impl ConfigLoader {
@@ -80,6 +82,18 @@ impl ConfigLoader {
         self
     }
 
+    /// Declares `root` (`gateway`) an application's own part of the configuration: its
+    /// keys (from files, the centre, `MESHLINE_<ROOT>__*` variables) are kept for the
+    /// application to read with [`Config::part`] and not reported unknown here; the
+    /// application's reader reports the ones it does not know.
+    pub fn part_root(mut self, root: &str) -> Self {
+        let n = super::norm(root.trim());
+        if !self.roots.contains(&n) {
+            self.roots.push(n);
+        }
+        self
+    }
+
     /// Sets one key (any accepted spelling, dotted: `registry.type`).
     pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.sources.push(Source::Set(key.into(), value.into()));
@@ -100,7 +114,10 @@ impl ConfigLoader {
                 other => Ok(other),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ConfigLoader { sources })
+        Ok(ConfigLoader {
+            sources,
+            roots: self.roots,
+        })
     }
 
     /// Reads every source and builds the config; each of its [`Config::warnings`] is
@@ -128,7 +145,9 @@ impl ConfigLoader {
     ) -> Result<Config, RegistryError> {
         let mut cfg = Config::default();
         let mut centre = centre;
-        let mut state = RouteState::default();
+        let mut state = RouteState {
+            declared_roots: self.roots,
+        };
         for source in self.sources {
             if matches!(
                 source,

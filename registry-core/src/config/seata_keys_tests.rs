@@ -1,7 +1,9 @@
 //! Seata's key meanings: dotted group and cluster names, Seata keys meshline does not
-//! use, seata-go's balancer key, and the units of bare numbers.
+//! use, and the units of bare numbers. (The balancer's keys, seata-go's among them, are
+//! tested in the loadbalance crate; the transport and TM keys in the rpc-client.)
 
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn dotted_group_and_cluster_names_in_every_shape() {
@@ -72,12 +74,12 @@ fn seata_keys_meshline_does_not_use_are_accepted_silently() {
              config.type=file\n";
     let c = Config::from_text(p, Format::Properties).unwrap();
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    // Seata 1.4+ ignores the 1.0-1.3 names; so does meshline.
-    assert_eq!(c.client.load_balance.kind, "XID");
-    assert_eq!(c.client.load_balance.virtual_nodes, 10);
+    // Seata 1.4+ ignores the 1.0-1.3 names; so does meshline: nothing reaches the
+    // balancer's part.
+    assert!(c.part("client.loadBalance").is_empty());
     // A genuinely unknown key still warns, by name only.
     let c = Config::from_text(
-        "registry.loadBalancer=s3cret-value\nclient.loadBalance.typo=x\n",
+        "registry.loadBalancer=s3cret-value\nclient.loadBalancr.type=x\n",
         Format::Properties,
     )
     .unwrap();
@@ -90,53 +92,14 @@ fn seata_keys_meshline_does_not_use_are_accepted_silently() {
 }
 
 #[test]
-fn client_load_balance_type_wins_over_seata_go_getty_key() {
-    // seata-go alone: its key is honoured.
-    let go = "seata:\n  getty:\n    load-balance-type: RoundRobinLoadBalance\n";
-    let c = Config::from_text(go, Format::Yaml).unwrap();
-    assert_eq!(c.client.load_balance.kind, "RoundRobinLoadBalance");
-    // Both in one file: Seata's key wins.
-    let both = "seata:\n  getty:\n    load-balance-type: RoundRobinLoadBalance\n  \
-                client:\n    load-balance:\n      type: ConsistentHashLoadBalance\n";
-    let c = Config::from_text(both, Format::Yaml).unwrap();
-    assert_eq!(c.client.load_balance.kind, "ConsistentHashLoadBalance");
-    // In separate sources, in either order: Seata's key wins.
-    for (first, second) in [
-        ("client.loadBalance.type", "getty.load-balance-type"),
-        ("getty.load-balance-type", "client.loadBalance.type"),
-    ] {
-        let value = |k: &str| {
-            if k.starts_with("client") {
-                "LeastActiveLoadBalance"
-            } else {
-                "RandomLoadBalance"
-            }
-        };
-        let c = ConfigLoader::new()
-            .set(first, value(first))
-            .set(second, value(second))
-            .load()
-            .unwrap();
-        assert_eq!(
-            c.client.load_balance.kind, "LeastActiveLoadBalance",
-            "{first} then {second}"
-        );
-    }
-}
-
-#[test]
 fn seata_keys_keep_seata_units_and_meshline_keys_need_one() {
     let c = Config::from_text(
         "registry.etcd3.ttl=10\nregistry.etcd3.refresh=3s\nregistry.zk.sessionTimeout=6000\n\
-         registry.zk.connectTimeout=2s\ntransport.rpcTmRequestTimeout=5000\n",
+         registry.zk.connectTimeout=2s\n",
         Format::Properties,
     )
     .unwrap();
     // A Seata key counts Seata's unit (milliseconds) and accepts text with a unit.
-    assert_eq!(
-        c.transport.rpc_tm_request_timeout,
-        Duration::from_millis(5000)
-    );
     let zk = c.registry.section(&["zk"]);
     let r = zk.reader();
     let ms = Duration::from_millis(1);
@@ -185,88 +148,4 @@ fn seata_keys_keep_seata_units_and_meshline_keys_need_one() {
         r.seata_duration("c", s, Duration::ZERO).unwrap(),
         MAX_DURATION
     );
-}
-
-/// `transport.compressor` and `transport.serialization` take Seata's values; anything
-/// meshline cannot speak fails the load naming the key, instead of a TC refusing
-/// frames later.
-#[test]
-fn codec_and_compressor_values_are_checked_at_load() {
-    let c = Config::from_text(
-        "transport.compressor=ZSTD\ntransport.serialization=seata,protobuf\n",
-        Format::Properties,
-    )
-    .unwrap();
-    assert_eq!(c.transport.compressor, "ZSTD");
-    assert_eq!(c.transport.serialization, "seata,protobuf");
-    for (text, want) in [
-        (
-            "transport.compressor=7z",
-            "key `transport.compressor` has invalid value `7z`: 7z is not supported: Seata removed it in 1.8.0",
-        ),
-        (
-            "transport.compressor=snappy",
-            "key `transport.compressor` has invalid value `snappy`: expected none, gzip, zip, bzip2, lz4, deflater or zstd",
-        ),
-        (
-            "transport.serialization=kryo",
-            "key `transport.serialization` has invalid value `kryo`: meshline speaks only the seata codec, not `kryo`",
-        ),
-        (
-            "transport.serialization=protobuf,seata",
-            "meshline speaks only the seata codec, not `protobuf`",
-        ),
-    ] {
-        let err = Config::from_text(text, Format::Properties)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(want), "{text}: {err}");
-    }
-}
-
-/// The TM's retry keys and the batching keys, with Seata's defaults and fallbacks.
-#[test]
-fn tm_retry_and_batching_keys() {
-    let d = Config::default();
-    assert_eq!(d.client.tm.commit_retry_count, 5);
-    assert_eq!(d.client.tm.rollback_retry_count, 5);
-    assert_eq!(
-        d.client.tm.default_global_transaction_timeout,
-        std::time::Duration::from_secs(60)
-    );
-    assert!(d.transport.rm_batch());
-    assert!(!d.transport.enable_tm_client_batch_send_request);
-    assert!(d.transport.max_merge_send_mills.is_zero());
-    let c = Config::from_text(
-        "client.tm.commitRetryCount=2\nclient.tm.rollbackRetryCount=0\n\
-         client.tm.defaultGlobalTransactionTimeout=3000\nclient.tm.degradeCheck=true\n\
-         transport.enableClientBatchSendRequest=false\ntransport.maxMergeSendMills=2\n",
-        Format::Properties,
-    )
-    .unwrap();
-    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    assert_eq!(c.client.tm.commit_retry_count, 2);
-    assert_eq!(
-        c.client.tm.rollback_retry_count, 5,
-        "0 or less means 5, as in Java"
-    );
-    assert_eq!(
-        c.client.tm.default_global_transaction_timeout,
-        std::time::Duration::from_secs(3)
-    );
-    assert!(
-        !c.transport.rm_batch(),
-        "the RM falls back to the older key"
-    );
-    assert_eq!(
-        c.transport.max_merge_send_mills,
-        std::time::Duration::from_millis(2),
-        "a bare number is milliseconds"
-    );
-    let c = Config::from_text(
-        "transport.enableClientBatchSendRequest=false\ntransport.enableRmClientBatchSendRequest=true\n",
-        Format::Properties,
-    )
-    .unwrap();
-    assert!(c.transport.rm_batch(), "the RM's own key wins");
 }

@@ -1,11 +1,13 @@
-//! A backend's own part of the configuration, handed to it raw.
+//! A consumer's own part of the configuration, handed to it raw.
 //!
 //! registry-core routes keys (flat Seata keys, YAML trees, environment variables) but
-//! does not know what `registry.etcd3.ttl` or `registry.zk.sessionTimeout` mean: every
-//! `registry.<type>.*` key is kept in a [`Section`] named after `<type>`, and the
-//! backend's crate reads its section with a [`SectionReader`] into its own typed
-//! settings, with its own defaults and validation. Adding a backend therefore touches
-//! no code here.
+//! does not know what `registry.etcd3.ttl`, `transport.heartbeatInterval` or
+//! `client.loadBalance.type` mean: every `registry.<type>.*` key is kept in a
+//! [`Section`] named after `<type>`, every key of another part of the client
+//! (`transport.*`, `client.*`, an application's own root) in the configuration's parts
+//! ([`Config::part`](super::Config::part)), and the crate that owns the keys reads
+//! them with a [`SectionReader`] into its own typed settings, with its own defaults and
+//! validation. Adding a backend or a key therefore touches no code here.
 //!
 //! Keys are matched the way every structural key is (ignoring case, `-` and `_`:
 //! `serverAddr`, `server-addr` and `server_addr` are one key); messages show the key as
@@ -20,14 +22,18 @@ use super::values::parse_seata_duration;
 use super::{norm, parse_duration_with_unit};
 use crate::RegistryError;
 
-/// The raw `registry.<type>.*` keys of one registry type.
+/// The raw keys of one part of the configuration: `registry.<type>.*` of one registry
+/// type, `config.<type>.*` of one centre, or a part another crate owns
+/// (`transport.*`).
 ///
 /// Two sections are equal when they hold the same keys (in any spelling) with the
 /// same values, wherever they came from.
 #[derive(Clone, Default)]
 pub struct Section {
-    /// The registry type as the section was first written (`etcd3`).
+    /// The section's name as first written (`etcd3`, `transport`).
     name: String,
+    /// What a key set in code is shown under (`registry.etcd3`, `transport`).
+    prefix: String,
     entries: BTreeMap<String, SectionEntry>,
 }
 
@@ -67,13 +73,19 @@ impl std::fmt::Debug for Section {
 impl Section {
     /// No keys, for registry type `name`.
     pub fn new(name: &str) -> Self {
+        Section::with_prefix(name, &format!("registry.{name}"))
+    }
+
+    /// No keys; a key set in code is shown as `<prefix>.<key>`.
+    pub(crate) fn with_prefix(name: &str, prefix: &str) -> Self {
         Section {
             name: name.to_string(),
+            prefix: prefix.to_string(),
             entries: BTreeMap::new(),
         }
     }
 
-    /// The registry type this section belongs to, as first written.
+    /// The section's name (a registry type, a part's root), as first written.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -81,8 +93,27 @@ impl Section {
     /// Sets `key` (relative to the section: `serverAddr`, or dotted for nested keys)
     /// to `value`, as an explicit override: what the CLI's `--server` does.
     pub fn set(&mut self, key: &str, value: impl Into<String>) {
-        let shown = format!("registry.{}.{key}", self.name);
+        let shown = format!("{}.{key}", self.prefix);
         self.insert(&shown, key, value.into(), "override");
+    }
+
+    /// The keys under `prefix` (dotted, any spelling: `loadBalance`), relative to it,
+    /// with their origins: the part of this section another reader owns.
+    pub fn sub(&self, prefix: &str) -> Section {
+        let p = norm_key(prefix);
+        let mut out = Section::with_prefix(prefix, &format!("{}.{prefix}", self.prefix));
+        if p.is_empty() {
+            out.entries = self.entries.clone();
+            return out;
+        }
+        let start = format!("{p}.");
+        for (k, e) in self.entries.range(start.clone()..) {
+            let Some(rest) = k.strip_prefix(&start) else {
+                break;
+            };
+            out.entries.insert(rest.to_string(), e.clone());
+        }
+        out
     }
 
     pub(crate) fn insert(&mut self, shown: &str, key: &str, value: String, origin: &str) {
@@ -112,6 +143,14 @@ impl Section {
     /// True when no key was given.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Every key, normalised (lower case, `-` and `_` removed, segments joined by `.`),
+    /// with its value: for a reader that matches keys itself (an application's part).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|(k, e)| (k.as_str(), e.value.as_str()))
     }
 
     /// The keys as written, sorted by their normalised form.
@@ -257,11 +296,54 @@ impl SectionReader<'_> {
         }
     }
 
+    /// A value parsed by `parse` (an error names the key, its origin and the reason);
+    /// `None` when absent. For value syntaxes the reader owns.
+    pub fn parse<T>(
+        &self,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, RegistryError> {
+        match self.entry(key) {
+            Some(e) => parse(&e.value).map(Some).map_err(|r| Self::invalid(e, &r)),
+            None => Ok(None),
+        }
+    }
+
+    /// `true`/`false` (also `yes`/`no`, `on`/`off`, `1`/`0`); `default` when absent.
+    pub fn boolean(&self, key: &str, default: bool) -> Result<bool, RegistryError> {
+        Ok(self
+            .parse(key, super::values::parse_bool)?
+            .unwrap_or(default))
+    }
+
+    /// A byte size (`8MiB`, `65536`; see [`parse_bytes`](super::parse_bytes)).
+    pub fn bytes(&self, key: &str) -> Result<Option<usize>, RegistryError> {
+        self.parse(key, super::parse_bytes)
+    }
+
     /// Keys Seata defines for this registry that the backend does not use: accepted
     /// without a warning.
     pub fn accept(&self, keys: &[&str]) {
         for k in keys {
             self.entry(k);
+        }
+    }
+
+    /// Every key under each of `prefixes` (dotted, any spelling), and each prefix
+    /// itself: accepted without a warning (Seata's keys for its other parts). The
+    /// empty prefix accepts every key.
+    pub fn accept_prefixes(&self, prefixes: &[&str]) {
+        for p in prefixes {
+            let p = norm_key(p);
+            let start = format!("{p}.");
+            let keys: Vec<String> = self
+                .section
+                .entries
+                .keys()
+                .filter(|k| p.is_empty() || **k == p || k.starts_with(&start))
+                .cloned()
+                .collect();
+            self.used.borrow_mut().extend(keys);
         }
     }
 
@@ -271,8 +353,12 @@ impl SectionReader<'_> {
         let used = self.used.into_inner();
         let asked = self.asked.into_inner();
         let mut out = Vec::new();
+        // Seata's per-backend heartbeat knobs (`registry.<type>.heartbeat-period`...)
+        // are its own.
+        let registry = self.section.prefix.starts_with("registry.");
         for (k, e) in &self.section.entries {
-            if !used.contains(k) && !k.starts_with("heartbeat") {
+            let quiet = registry && k.starts_with("heartbeat");
+            if !used.contains(k) && !quiet {
                 let hint = super::suggest::nearest(k, asked.iter().map(String::as_str))
                     .map(|a| format!(" (did you mean `{a}`?)"))
                     .unwrap_or_default();

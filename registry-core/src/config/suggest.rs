@@ -26,8 +26,8 @@ fn normalise(key: &str) -> String {
     key.split('.').map(norm).collect::<Vec<_>>().join(".")
 }
 
-/// The shared keys the router knows, in Seata's spelling (for suggestions; a
-/// registry's own keys are suggested by its section reader).
+/// The shared keys this crate interprets, in Seata's spelling (for suggestions; a
+/// registry's or a part's own keys are suggested by its section reader).
 pub(super) const KNOWN_KEYS: &[&str] = &[
     "txServiceGroup",
     "applicationId",
@@ -37,35 +37,37 @@ pub(super) const KNOWN_KEYS: &[&str] = &[
     "config.type",
     "config.dataType",
     "service.vgroupMapping",
-    "client.loadBalance.type",
-    "client.loadBalance.virtualNodes",
-    "client.metadataMaxAgeMs",
-    "client.tm.commitRetryCount",
-    "client.tm.rollbackRetryCount",
-    "client.tm.defaultGlobalTransactionTimeout",
-    "transport.heartbeat",
-    "transport.serialization",
-    "transport.compressor",
-    "transport.rpcTmRequestTimeout",
-    "transport.rpcRmRequestTimeout",
-    "transport.rpcTcRequestTimeout",
-    "transport.enableTmClientBatchSendRequest",
-    "transport.enableRmClientBatchSendRequest",
-    "transport.enableClientBatchSendRequest",
-    "transport.maxMergeSendMills",
-    "transport.heartbeatInterval",
-    "transport.heartbeatTimeout",
-    "transport.probeAfter",
-    "transport.probeTimeout",
-    "transport.ejectAfterFailures",
-    "transport.ejectionTime",
-    "transport.maxFrameLength",
-    "transport.requestQueueBytes",
-    "transport.responseQueueBytes",
-    "transport.writeTimeout",
-    "transport.maxInboundRequests",
-    "transport.maxConnectedMembers",
 ];
+
+/// The roots a key can start with, for a misspelt root (`trasnport.heartbeat`).
+const ROOTS: &[&str] = &[
+    "registry",
+    "config",
+    "service",
+    "client",
+    "transport",
+    "getty",
+];
+
+/// The suggestion for an unknown key: the nearest shared key; else, when only its root
+/// (or, under `client.`, its namespace) is a near miss, the key with that part
+/// corrected.
+pub(super) fn suggest(key: &str) -> Option<String> {
+    if let Some(k) = nearest(key, KNOWN_KEYS.iter().copied()) {
+        return Some(k.to_string());
+    }
+    let mut segs: Vec<&str> = key.split('.').collect();
+    if segs.len() < 2 {
+        return None;
+    }
+    if norm(segs[0]) == "client" {
+        let fixed = nearest(segs[1], super::SEATA_CLIENT_PARTS.iter().copied())?;
+        segs[1] = fixed;
+    } else {
+        segs[0] = nearest(segs[0], ROOTS.iter().copied())?;
+    }
+    Some(segs.join("."))
+}
 
 #[cfg(test)]
 mod tests {
@@ -76,10 +78,6 @@ mod tests {
         assert_eq!(
             nearest("registry.tpye", KNOWN_KEYS.iter().copied()),
             Some("registry.type")
-        );
-        assert_eq!(
-            nearest("client.loadBalance.typ", KNOWN_KEYS.iter().copied()),
-            Some("client.loadBalance.type")
         );
         assert_eq!(
             nearest("txServiceGrop", KNOWN_KEYS.iter().copied()),
@@ -96,5 +94,19 @@ mod tests {
             None
         );
         assert_eq!(nearest("ab", ["xy"]), None);
+    }
+
+    #[test]
+    fn a_misspelt_root_or_client_namespace_is_corrected_in_place() {
+        assert_eq!(
+            suggest("trasnport.heartbeatInterval").as_deref(),
+            Some("transport.heartbeatInterval")
+        );
+        assert_eq!(
+            suggest("client.loadBalanse.type").as_deref(),
+            Some("client.loadBalance.type")
+        );
+        assert_eq!(suggest("registy.type").as_deref(), Some("registry.type"));
+        assert_eq!(suggest("gateway.listen"), None);
     }
 }

@@ -1,6 +1,7 @@
 #![allow(clippy::field_reassign_with_default)] // the tests state each override explicitly
 
 use super::*;
+use std::time::Duration;
 
 /// The same settings in each shape must give the same `Config`.
 fn expected() -> Config {
@@ -13,10 +14,28 @@ fn expected() -> Config {
     c.service
         .grouplist
         .insert("prod".into(), "10.0.0.1:8091;10.0.0.2:8091".into());
-    c.client.load_balance.kind = "ConsistentHashLoadBalance".into();
-    c.client.load_balance.virtual_nodes = 20;
-    c.transport.heartbeat = false;
     c
+}
+
+/// The balancer and transport keys every shape sets, as the parts keep them raw for
+/// their owners (the balancer's `client.loadBalance.type`, or seata-go's
+/// `getty.load-balance-type`, which the balancer reads when Seata's key is absent).
+fn same_parts(parts: &Section) {
+    let kind = parts
+        .sub("client.loadBalance")
+        .get("type")
+        .or(parts.sub("getty").get("loadBalanceType"))
+        .map(str::to_string);
+    assert_eq!(
+        kind.as_deref(),
+        Some("ConsistentHashLoadBalance"),
+        "{parts:?}"
+    );
+    assert_eq!(
+        parts.sub("client.loadBalance").get("virtualNodes"),
+        Some("20")
+    );
+    assert_eq!(parts.sub("transport").get("heartbeat"), Some("false"));
 }
 
 fn same(mut got: Config) {
@@ -30,6 +49,7 @@ fn same(mut got: Config) {
     // them as the backends do (zk's `sessionTimeout` is Seata's, in milliseconds; the
     // etcd3 `ttl` is meshline's own and carries its unit).
     let sections = std::mem::take(&mut got.registry.sections);
+    same_parts(&std::mem::take(&mut got.parts));
     assert_eq!(got, expected());
     let read = |name: &str| {
         sections
@@ -69,11 +89,10 @@ fn defaults_work_without_a_file() {
     assert_eq!(c.tx_service_group, "default_tx_group");
     assert_eq!(c.service.vgroup_mapping["default_tx_group"], "default");
     assert_eq!(c.grouplist("default").unwrap(), vec!["127.0.0.1:8091"]);
-    assert_eq!(c.client.load_balance.kind, "XID");
-    assert_eq!(c.client.load_balance.virtual_nodes, 10);
-    // Each backend owns its defaults (see its settings type); none is set here.
+    // Each backend and each part's owner has its defaults (see its settings type);
+    // none is set here.
     assert!(c.registry.sections.is_empty());
-    assert_eq!(c.transport.rpc_tm_request_timeout, Duration::from_secs(30));
+    assert!(c.parts.is_empty());
 }
 
 #[test]
@@ -292,15 +311,38 @@ fn env_overrides_file_and_set_overrides_env() {
 #[test]
 fn unknown_keys_warn() {
     let c = Config::from_text(
-        "registry.tpye=zk\nregistry.etcd3.serverAdr=x\nfoo=bar\nregistry.type=zk\n",
+        "registry.tpye=zk\nregistry.etcd3.serverAdr=x\nfoo=bar\nregistry.type=zk\n\
+         trasnport.heartbeat=false\nclient.loadBalanse.type=x\ntransport.heartbeet=x\n",
         Format::Properties,
     )
     .unwrap();
     assert_eq!(c.registry.kind, "zk");
     // `registry.etcd3.serverAdr` is the etcd3 backend's to report (its settings
-    // test), since only it knows its keys.
-    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
-    assert!(c.warnings.iter().any(|w| w.contains("registry.tpye")));
+    // test), since only it knows its keys; `transport.heartbeet` is the rpc-client's.
+    assert_eq!(c.warnings.len(), 4, "{:?}", c.warnings);
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("registry.tpye") && w.contains("did you mean `registry.type`"))
+    );
+    // A misspelt root or client namespace is this crate's to report.
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("`trasnport.heartbeat`")
+                && w.contains("did you mean `transport.heartbeat`")),
+        "{:?}",
+        c.warnings
+    );
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("`client.loadBalanse.type`")
+                && w.contains("did you mean `client.loadBalance.type`")),
+        "{:?}",
+        c.warnings
+    );
+    assert_eq!(c.part("transport").get("heartbeet"), Some("x"));
     let etcd = c.registry.section(&["etcd3"]);
     let unknown = etcd.reader().finish();
     assert_eq!(unknown.len(), 1);
@@ -317,17 +359,12 @@ fn unknown_keys_warn() {
 #[test]
 fn bad_values_are_errors_not_panics() {
     for (text, fmt, needle) in [
-        (
-            "client.loadBalance.virtualNodes=-3",
-            Format::Properties,
-            "virtualNodes",
-        ),
-        (
-            "transport.heartbeat=maybe",
-            Format::Properties,
-            "transport.heartbeat",
-        ),
         ("registry.type=", Format::Properties, "registry.type"),
+        (
+            "registry.emptyProtection=maybe",
+            Format::Properties,
+            "registry.emptyProtection",
+        ),
         ("registry: [unclosed", Format::Yaml, "Yaml"),
         ("registry = {", Format::Toml, "Toml"),
         ("{\"registry\": ", Format::Json, "Json"),
@@ -432,81 +469,91 @@ proptest::proptest! {
     }
 }
 
+/// The keys of the parts other crates own are kept raw, from files and the environment
+/// alike, whatever their shape; their owners read and validate them.
 #[test]
-fn transport_limits_from_keys() {
+fn parts_are_kept_raw_for_their_owners() {
     let c = Config::from_text(
-        "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=65536\n\
-         transport.responseQueueBytes=2m\ntransport.writeTimeout=3s\n\
-         transport.maxInboundRequests=64\ntransport.maxConnectedMembers=8\n",
+        "transport.maxFrameLength=1MiB\ntransport.writeTimeout=3s\n\
+         client.tm.commitRetryCount=2\nclient.metadataMaxAgeMs=5000\n\
+         getty.load-balance-type=RandomLoadBalance\n",
         Format::Properties,
     )
     .unwrap();
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    assert_eq!(c.transport.max_frame_length, Some(1 << 20));
-    assert_eq!(c.transport.request_queue_bytes, Some(65536));
-    assert_eq!(c.transport.response_queue_bytes, Some(2 << 20));
-    assert_eq!(c.transport.write_timeout, Some(Duration::from_secs(3)));
-    assert_eq!(c.transport.max_inbound_requests, Some(64));
-    assert_eq!(c.transport.max_connected_members, Some(8));
-    let y = Config::from_text(
-        "transport:\n  max-frame-length: 64KiB\n  write-timeout: 0s\n",
-        Format::Yaml,
-    )
-    .unwrap();
-    assert!(y.warnings.is_empty(), "{:?}", y.warnings);
-    assert_eq!(y.transport.max_frame_length, Some(64 << 10));
-    assert_eq!(y.transport.write_timeout, Some(Duration::ZERO));
-    // Defaults leave the rpc-client's own defaults in force.
-    assert_eq!(Config::default().transport.max_frame_length, None);
-    assert_eq!(Config::default().transport.max_connected_members, None);
-    let z = Config::from_text("transport.max-connected-members: 0\n", Format::Yaml).unwrap();
-    assert!(z.warnings.is_empty(), "{:?}", z.warnings);
-    assert_eq!(z.transport.max_connected_members, Some(0));
+    let t = c.part("transport");
+    assert_eq!(t.get("max-frame-length"), Some("1MiB"));
+    assert_eq!(t.get("writeTimeout"), Some("3s"));
+    assert_eq!(c.part("client.tm").get("commitRetryCount"), Some("2"));
+    assert_eq!(c.part("client").get("metadataMaxAgeMs"), Some("5000"));
+    assert_eq!(
+        c.part("getty").get("loadBalanceType"),
+        Some("RandomLoadBalance")
+    );
+    // A value the owner would refuse is not this crate's to judge.
+    let bad = Config::from_text("transport.maxFrameLength=0\n", Format::Properties).unwrap();
+    assert_eq!(bad.part("transport").get("maxFrameLength"), Some("0"));
+    // The environment wins, and a key set in code lands in the same place.
+    let mut e = ConfigLoader::new()
+        .text("transport.writeTimeout=3s\n", Format::Properties)
+        .env_vars([("MESHLINE_TRANSPORT__WRITE_TIMEOUT", "4s")])
+        .load()
+        .unwrap();
+    assert_eq!(e.part("transport").get("writeTimeout"), Some("4s"));
+    e.set("transport.write-timeout", "5s").unwrap();
+    assert_eq!(e.part("transport").get("writeTimeout"), Some("5s"));
+    // Shown as written, with the origin, in a reader's messages.
+    let bare = Config::from_text("transport.writeTimeout=10\n", Format::Properties).unwrap();
+    let err = bare
+        .part("transport")
+        .reader()
+        .duration("writeTimeout", Duration::ZERO)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("config text: key `transport.writeTimeout` has invalid value `10`"),
+        "{err}"
+    );
 }
 
 #[test]
-fn transport_limits_refuse_bad_values() {
-    for (text, want) in [
-        ("transport.writeTimeout=10", "has no unit"),
-        ("transport.maxFrameLength=8 parsecs", "unknown size unit"),
-        ("transport.maxFrameLength=0", "larger than 0"),
-        (
-            "transport.requestQueueBytes=99999999999999999999G",
-            "size like",
-        ),
-        ("transport.responseQueueBytes=17179869184G", "too large"),
-        ("transport.maxInboundRequests=0", "at least 1"),
-        ("transport.maxConnectedMembers=many", "whole number"),
-    ] {
-        let e = Config::from_text(text, Format::Properties)
-            .expect_err(text)
-            .to_string();
-        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
-    }
-}
-
-#[test]
-fn application_sections_are_kept_raw_from_files_and_env() {
-    let c = Config::from_text(
-        "gateway:\n  listen: 0.0.0.0:7000\n  modules:\n    chat:\n      cluster: chat-svc\n      choice: round-robin\n",
-        Format::Yaml,
-    )
-    .unwrap();
+fn application_roots_are_kept_raw_and_declared_ones_not_reported() {
+    let yaml = "gateway:\n  listen: 0.0.0.0:7000\n  modules:\n    chat:\n      cluster: chat-svc\n      choice: round-robin\n";
+    let c = ConfigLoader::new()
+        .text(yaml, Format::Yaml)
+        .part_root("gateway")
+        .load()
+        .unwrap();
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    let g = &c.app_sections["gateway"];
-    assert_eq!(g["listen"], "0.0.0.0:7000");
-    assert_eq!(g["modules.chat.cluster"], "chat-svc");
-    assert_eq!(g["modules.chat.choice"], "round-robin");
-    let p = Config::from_text("gateway.auth-deadline=5s\n", Format::Properties).unwrap();
-    assert_eq!(p.app_sections["gateway"]["authdeadline"], "5s");
+    let g = c.part("gateway");
+    assert_eq!(g.get("listen"), Some("0.0.0.0:7000"));
+    assert_eq!(g.get("modules.chat.cluster"), Some("chat-svc"));
+    assert_eq!(g.sub("modules.chat").get("choice"), Some("round-robin"));
+    let p = ConfigLoader::new()
+        .text("gateway.auth-deadline=5s\n", Format::Properties)
+        .part_root("Gateway")
+        .load()
+        .unwrap();
+    assert_eq!(p.part("gateway").get("authDeadline"), Some("5s"));
     let e = ConfigLoader::new()
         .text("gateway.listen=a:1\n", Format::Properties)
         .env_vars([("MESHLINE_GATEWAY__LISTEN", "b:2")])
+        .part_root("gateway")
         .load()
         .unwrap();
     assert_eq!(
-        e.app_sections["gateway"]["listen"], "b:2",
+        e.part("gateway").get("listen"),
+        Some("b:2"),
         "env overrides the file"
+    );
+    // Not declared: still kept (a program reading it finds it), and reported by name.
+    let u = Config::from_text("gateway.listen=a:1\n", Format::Properties).unwrap();
+    assert_eq!(u.part("gateway").get("listen"), Some("a:1"));
+    assert_eq!(u.warnings.len(), 1, "{:?}", u.warnings);
+    assert!(
+        u.warnings[0].contains("unknown config key `gateway.listen`"),
+        "{:?}",
+        u.warnings
     );
 }
 

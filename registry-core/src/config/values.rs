@@ -27,15 +27,6 @@ pub(super) fn parse_bool(v: &str) -> Result<bool, String> {
     }
 }
 
-pub(super) fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
-    v.trim().parse().map_err(|_| {
-        format!(
-            "expected a whole number in range for {}",
-            std::any::type_name::<T>()
-        )
-    })
-}
-
 /// The longest duration any key accepts: 365 days.
 ///
 /// Every configured duration ends up added to an `Instant` (a deadline, a session

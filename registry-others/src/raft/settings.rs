@@ -57,6 +57,13 @@ impl RaftSettings {
         let section = config.registry.section(&["raft"]);
         let r = section.reader();
         let blank_none = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        // Seata 2.x's `client.metadataMaxAgeMs` (bare: milliseconds), this backend's.
+        let client = config.part("client");
+        let seata_max_age = client.reader().seata_duration(
+            "metadataMaxAgeMs",
+            MS,
+            Duration::from_millis(30_000),
+        )?;
         let settings = RaftSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:7091")?,
             username: blank_none(r.optional("username")),
@@ -67,14 +74,7 @@ impl RaftSettings {
                 Duration::from_millis(1_740_000),
             )?,
             // Seata's key is `client.metadataMaxAgeMs`; this section's key wins.
-            metadata_max_age: r.seata_duration(
-                "metadataMaxAgeMs",
-                MS,
-                config
-                    .client
-                    .metadata_max_age
-                    .unwrap_or(Duration::from_millis(30_000)),
-            )?,
+            metadata_max_age: r.seata_duration("metadataMaxAgeMs", MS, seata_max_age)?,
             max_body_bytes: crate::common::max_body_bytes(&r, "raft")?,
             tls: TlsSettings::read(&r, "raft")?,
             warnings: Vec::new(),

@@ -30,6 +30,8 @@ pub struct RpcClientBuilder {
     source: Option<Source>,
     load_balance: Option<Arc<dyn LoadBalance>>,
     lb_error: Option<String>,
+    /// An invalid key met by [`config`](Self::config), reported by `build`.
+    config_error: Option<String>,
     handshake: Option<Arc<dyn Handshake>>,
     inbound: Option<Arc<dyn InboundHandler>>,
     options: ClientOptions,
@@ -53,6 +55,7 @@ impl RpcClientBuilder {
             source: None,
             load_balance: None,
             lb_error: None,
+            config_error: None,
             handshake: None,
             inbound: None,
             options: ClientOptions::default(),
@@ -95,15 +98,23 @@ impl RpcClientBuilder {
     /// Applies `config`: `client.loadBalance.type` / `virtualNodes`,
     /// `transport.heartbeat`, `transport.rpcTmRequestTimeout` and the `transport.*`
     /// limits it sets. Options set earlier on the builder that the config does not
-    /// carry are kept; for the keys it carries, the later call wins.
+    /// carry are kept; for the keys it carries, the later call wins. An invalid value
+    /// is reported by [`build`](Self::build), naming the key.
     pub fn config(mut self, config: &Config) -> Self {
-        self.options.apply_config(config);
-        match meshline_loadbalance::from_config(&config.client.load_balance) {
+        self.config_error = self
+            .options
+            .apply_config(config)
+            .err()
+            .map(|e| e.to_string());
+        let lb = meshline_loadbalance::LoadBalanceConfig::from_config(config)
+            .map_err(|e| e.to_string())
+            .and_then(|c| meshline_loadbalance::from_config(&c).map_err(|e| e.to_string()));
+        match lb {
             Ok(lb) => {
                 self.load_balance = Some(lb);
                 self.lb_error = None;
             }
-            Err(e) => self.lb_error = Some(e.to_string()),
+            Err(e) => self.lb_error = Some(e),
         }
         self
     }
@@ -141,7 +152,7 @@ impl RpcClientBuilder {
     /// Starts the client: opens the watch and begins connecting. Returns at once;
     /// use [`RpcClient::wait_alive`] to wait for connections.
     pub async fn build(self) -> Result<RpcClient, RpcError> {
-        if let Some(e) = self.lb_error {
+        if let Some(e) = self.config_error.or(self.lb_error) {
             return Err(RpcError::Config(e));
         }
         let lb = self.load_balance.ok_or_else(|| {

@@ -359,12 +359,18 @@ mod tests {
     #[test]
     fn max_connected_members_comes_from_config() {
         let mut config = meshline_registry_core::Config::default();
-        let o = ClientOptions::from_config(&config);
+        let o = ClientOptions::from_config(&config).unwrap();
         assert_eq!(o.subset_size, Some(crate::DEFAULT_MAX_CONNECTED_MEMBERS));
-        config.transport.max_connected_members = Some(5);
-        assert_eq!(ClientOptions::from_config(&config).subset_size, Some(5));
-        config.transport.max_connected_members = Some(0);
-        assert_eq!(ClientOptions::from_config(&config).subset_size, None);
+        config.set("transport.maxConnectedMembers", "5").unwrap();
+        assert_eq!(
+            ClientOptions::from_config(&config).unwrap().subset_size,
+            Some(5)
+        );
+        config.set("transport.maxConnectedMembers", "0").unwrap();
+        assert_eq!(
+            ClientOptions::from_config(&config).unwrap().subset_size,
+            None
+        );
     }
 
     /// Fault 8: an old endpoint task (its endpoint removed and added again) wrote its

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use meshline_loadbalance::PickRequest;
-use meshline_registry_core::Config;
+use meshline_registry_core::{Config, RegistryError};
 
+use crate::TransportConfig;
 use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to
@@ -104,19 +105,26 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
-    /// Defaults with the `transport.*` keys of `config` applied.
-    pub fn from_config(config: &Config) -> Self {
+    /// Defaults with the `transport.*` keys of `config` applied; an invalid value is an
+    /// error naming the key.
+    pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let mut o = ClientOptions::default();
-        o.apply_config(config);
-        o
+        o.apply_config(config)?;
+        Ok(o)
     }
 
-    /// Applies the keys `config` carries: `transport.heartbeat`,
-    /// `transport.rpcTmRequestTimeout`, `transport.maxConnectedMembers` (`0`: no cap),
-    /// the heartbeat, probe and ejection keys and the `transport.*` limits that are set. Every other option keeps the value it
-    /// has.
-    pub fn apply_config(&mut self, config: &Config) {
-        let t = &config.transport;
+    /// Applies the `transport.*` keys `config` carries ([`TransportConfig`]); an invalid
+    /// value is an error naming the key, and nothing is changed then.
+    pub fn apply_config(&mut self, config: &Config) -> Result<(), RegistryError> {
+        self.apply_transport(&TransportConfig::from_config(config)?);
+        Ok(())
+    }
+
+    /// Applies `transport.heartbeat`, `transport.rpcTmRequestTimeout`,
+    /// `transport.maxConnectedMembers` (`0`: no cap), the heartbeat, probe and ejection
+    /// keys and the `transport.*` limits that are set. Every other option keeps the
+    /// value it has.
+    pub fn apply_transport(&mut self, t: &TransportConfig) {
         self.request_timeout = t.rpc_tm_request_timeout;
         self.heartbeat = t.heartbeat;
         if let Some(v) = t.heartbeat_interval {
@@ -142,10 +150,10 @@ impl ClientOptions {
         if let Some(v) = t.ejection_time {
             self.ejection_time = v;
         }
-        if let Some(k) = config.transport.max_connected_members {
+        if let Some(k) = t.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
         }
-        self.transport.apply_config(config);
+        self.transport.apply_transport(t);
     }
 }
 

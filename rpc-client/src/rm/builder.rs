@@ -73,14 +73,16 @@ impl RmBuilder {
     /// `applicationId` and `txServiceGroup`.
     pub fn config(mut self, config: &Config) -> Self {
         self.common.config(config);
-        let t = &config.transport;
-        let batch = t.rm_batch().then_some(BatchOptions {
-            max_wait: t.max_merge_send_mills,
-        });
-        self.common.rpc = self.common.rpc.configure(|o| {
-            o.request_timeout = t.rpc_rm_request_timeout;
-            o.transport.batch = batch;
-        });
+        // An invalid key is recorded by the client builder (above) and fails `build`.
+        if let Ok(t) = crate::TransportConfig::from_config(config) {
+            let batch = t.rm_batch().then_some(BatchOptions {
+                max_wait: t.max_merge_send_mills,
+            });
+            self.common.rpc = self.common.rpc.configure(|o| {
+                o.request_timeout = t.rpc_rm_request_timeout;
+                o.transport.batch = batch;
+            });
+        }
         self
     }
 

@@ -31,17 +31,22 @@ impl TmBuilder {
     /// `client.tm.*`, `applicationId` and `txServiceGroup`.
     pub fn config(mut self, config: &Config) -> Self {
         self.common.config(config);
-        let t = &config.transport;
-        let batch = t
-            .enable_tm_client_batch_send_request
-            .then_some(BatchOptions {
-                max_wait: t.max_merge_send_mills,
+        // An invalid key is recorded by the client builder (above) and fails `build`.
+        if let Ok(t) = crate::TransportConfig::from_config(config) {
+            let batch = t
+                .enable_tm_client_batch_send_request
+                .then_some(BatchOptions {
+                    max_wait: t.max_merge_send_mills,
+                });
+            self.common.rpc = self.common.rpc.configure(|o| {
+                o.request_timeout = t.rpc_tm_request_timeout;
+                o.transport.batch = batch;
             });
-        self.common.rpc = self.common.rpc.configure(|o| {
-            o.request_timeout = t.rpc_tm_request_timeout;
-            o.transport.batch = batch;
-        });
-        self.options = TmOptions::from_config(config);
+        }
+        match TmOptions::from_config(config) {
+            Ok(o) => self.options = o,
+            Err(e) => self.common.config_error = Some(e.to_string()),
+        }
         self
     }
 
@@ -57,6 +62,9 @@ impl TmBuilder {
     /// [`RpcClient::wait_alive`](crate::RpcClient::wait_alive)).
     pub async fn build(self) -> Result<TransactionManager, RpcError> {
         let c = self.common;
+        if let Some(e) = c.config_error {
+            return Err(RpcError::Config(e));
+        }
         let mut handshake = SeataRegistration::tm(RegisterTmRequest {
             version: c.version,
             application_id: c.application_id,

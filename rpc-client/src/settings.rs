@@ -1,0 +1,560 @@
+//! The rpc-client's keys, read from its parts of the configuration: `transport.*` and
+//! `client.tm.*`.
+//!
+//! These keys are this crate's: registry-core keeps them raw
+//! ([`Config::part`](meshline_registry_core::Config::part)), so adding a transport key
+//! touches this file (and the option it sets) only. Seata's keys keep Seata's unit for
+//! a bare number (milliseconds); keys only meshline has need a unit (`10s`, `500ms`).
+//! Invalid values are errors naming the key, its origin and what was expected; keys
+//! this crate does not know are reported (logged, by name only) when read, and Seata's
+//! transport keys for its other parts (`transport.threadFactory.*`, the server's pools...)
+//! are accepted without a warning.
+
+use std::time::Duration;
+
+use meshline_registry_core::config::SectionReader;
+use meshline_registry_core::{Config, RegistryError};
+
+use crate::Compressor;
+
+/// Seata's `transport.*` keys for its other parts (server pools, thread factory, its
+/// own batching switches...): accepted without a warning, with no effect here.
+const SEATA_TRANSPORT_OTHERS: &[&str] = &[
+    "type",
+    "server",
+    "threadFactory",
+    "shutdown",
+    "enableTcServerBatchSendResponse",
+    "rpcTimeout",
+    "protocol",
+    "rpcTmClientBatchSendRequest",
+    "minServerPoolSize",
+    "maxServerPoolSize",
+    "minBranchResultPoolSize",
+    "maxBranchResultPoolSize",
+    "maxTaskQueueSize",
+    "keepAliveTime",
+];
+
+/// `transport.*`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransportConfig {
+    /// `transport.heartbeat`. Default `true`.
+    pub heartbeat: bool,
+    /// `transport.serialization`. Default `seata`.
+    pub serialization: String,
+    /// `transport.compressor`. Default `none`.
+    pub compressor: String,
+    /// `transport.rpcTmRequestTimeout`. Default 30000 ms.
+    pub rpc_tm_request_timeout: Duration,
+    /// `transport.rpcRmRequestTimeout`. Default 15000 ms.
+    pub rpc_rm_request_timeout: Duration,
+    /// `transport.rpcTcRequestTimeout`. Default 15000 ms.
+    pub rpc_tc_request_timeout: Duration,
+    /// `transport.enableTmClientBatchSendRequest`. Default `false`.
+    pub enable_tm_client_batch_send_request: bool,
+    /// `transport.enableRmClientBatchSendRequest`; when unset, Seata falls back to
+    /// `transport.enableClientBatchSendRequest`, then `true`
+    /// ([`rm_batch`](TransportConfig::rm_batch)).
+    pub enable_rm_client_batch_send_request: Option<bool>,
+    /// `transport.enableClientBatchSendRequest`: Seata's older key, the RM's fallback.
+    pub enable_client_batch_send_request: Option<bool>,
+    /// `transport.maxMergeSendMills` (ms when bare): how long a batching client holds
+    /// requests back to merge more. Default 0: merge what is queued when the connection
+    /// writes, without waiting (Seata's Java client waits a fixed 1 ms; meshline measured
+    /// that wait halving transaction throughput, examples/BENCHMARKS.md).
+    pub max_merge_send_mills: Duration,
+    /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
+    /// `65536`). `None`: the default (8 MiB, as Seata).
+    pub max_frame_length: Option<usize>,
+    /// `transport.requestQueueBytes` (meshline): bytes of requests queued per connection.
+    pub request_queue_bytes: Option<usize>,
+    /// `transport.responseQueueBytes` (meshline): bytes of answers queued per connection
+    /// before a peer that does not read them is disconnected.
+    pub response_queue_bytes: Option<usize>,
+    /// `transport.writeTimeout` (meshline, a unit is required: `10s`): close a connection
+    /// whose socket accepts nothing for this long; `0s` disables.
+    pub write_timeout: Option<Duration>,
+    /// `transport.maxInboundRequests` (meshline): requests from the peer handled at once
+    /// per connection; at the cap the connection stops reading.
+    pub max_inbound_requests: Option<usize>,
+    /// `transport.heartbeatInterval` (meshline, a unit is required): PING after this long
+    /// without writing. `None`: the default (1 s).
+    pub heartbeat_interval: Option<Duration>,
+    /// `transport.heartbeatTimeout` (meshline, unit required): close a connection that
+    /// received nothing for this long. `None`: the default (3 s).
+    pub heartbeat_timeout: Option<Duration>,
+    /// `transport.probeAfter` (meshline, unit required): with answers due and no byte from
+    /// the peer for this long, PING it; `0s` turns the probe off. `None`: default (250 ms).
+    pub probe_after: Option<Duration>,
+    /// `transport.probeTimeout` (meshline, unit required): close the connection when the
+    /// probe PING gets no answer within this long. `None`: default (500 ms).
+    pub probe_timeout: Option<Duration>,
+    /// `transport.ejectAfterFailures` (meshline): eject an endpoint from picks after this
+    /// many failures in a row (`0`: never). `None`: default (5).
+    pub eject_after_failures: Option<u32>,
+    /// `transport.ejectionTime` (meshline, unit required): the first ejection's length.
+    /// `None`: default (1 s).
+    pub ejection_time: Option<Duration>,
+    /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
+    /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
+    /// default cap (64).
+    pub max_connected_members: Option<usize>,
+    /// The `transport.*` keys this crate does not know, one message each (by name and
+    /// origin, never the value; also logged).
+    pub warnings: Vec<String>,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            heartbeat: true,
+            serialization: "seata".into(),
+            compressor: "none".into(),
+            rpc_tm_request_timeout: Duration::from_millis(30000),
+            rpc_rm_request_timeout: Duration::from_millis(15000),
+            rpc_tc_request_timeout: Duration::from_millis(15000),
+            enable_tm_client_batch_send_request: false,
+            enable_rm_client_batch_send_request: None,
+            enable_client_batch_send_request: None,
+            max_merge_send_mills: Duration::ZERO,
+            max_frame_length: None,
+            request_queue_bytes: None,
+            response_queue_bytes: None,
+            write_timeout: None,
+            max_inbound_requests: None,
+            heartbeat_interval: None,
+            heartbeat_timeout: None,
+            probe_after: None,
+            probe_timeout: None,
+            eject_after_failures: None,
+            ejection_time: None,
+            max_connected_members: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A duration that must not be zero.
+fn positive(r: &SectionReader<'_>, key: &str) -> Result<Option<Duration>, RegistryError> {
+    r.parse(key, |v| {
+        let d = meshline_registry_core::config::parse_duration_with_unit(v)?;
+        if d.is_zero() {
+            Err("must be more than zero".into())
+        } else {
+            Ok(d)
+        }
+    })
+}
+
+/// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose
+/// first entry is the codec requests are sent with. meshline speaks the seata codec
+/// only, so that entry must be `seata`.
+fn serialization(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let first = v.split(',').next().unwrap_or("").trim();
+    if first.eq_ignore_ascii_case("seata") {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "meshline speaks only the seata codec, not `{first}` (protobuf, kryo, hessian and \
+             fastjson2 bodies are refused by name); use `seata`"
+        ))
+    }
+}
+
+/// `transport.compressor`: one of Seata's compressor names (`CompressorType`); 7z is
+/// refused (Seata removed it in 1.8.0 and no TC since reads it).
+fn compressor(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    match v.to_ascii_lowercase().as_str() {
+        "" => Err("must not be empty".into()),
+        "7z" | "sevenz" => {
+            Err("7z is not supported: Seata removed it in 1.8.0; use zstd, gzip or lz4".into())
+        }
+        _ if Compressor::from_name(v).is_ok() => Ok(v.to_string()),
+        _ => Err("expected none, gzip, zip, bzip2, lz4, deflater or zstd".into()),
+    }
+}
+
+impl TransportConfig {
+    /// The `transport.*` keys of `config`, validated (an invalid value is an error
+    /// naming the key); keys this crate does not know are reported as unknown.
+    pub fn from_config(config: &Config) -> Result<TransportConfig, RegistryError> {
+        let d = TransportConfig::default();
+        let part = config.part("transport");
+        let r = part.reader();
+        let t = TransportConfig {
+            heartbeat: r.boolean("heartbeat", d.heartbeat)?,
+            serialization: r
+                .parse("serialization", serialization)?
+                .unwrap_or(d.serialization),
+            compressor: r.parse("compressor", compressor)?.unwrap_or(d.compressor),
+            rpc_tm_request_timeout: r.seata_duration(
+                "rpcTmRequestTimeout",
+                MS,
+                d.rpc_tm_request_timeout,
+            )?,
+            rpc_rm_request_timeout: r.seata_duration(
+                "rpcRmRequestTimeout",
+                MS,
+                d.rpc_rm_request_timeout,
+            )?,
+            rpc_tc_request_timeout: r.seata_duration(
+                "rpcTcRequestTimeout",
+                MS,
+                d.rpc_tc_request_timeout,
+            )?,
+            enable_tm_client_batch_send_request: r.boolean(
+                "enableTmClientBatchSendRequest",
+                d.enable_tm_client_batch_send_request,
+            )?,
+            enable_rm_client_batch_send_request: r
+                .parse("enableRmClientBatchSendRequest", parse_bool)?,
+            enable_client_batch_send_request: r
+                .parse("enableClientBatchSendRequest", parse_bool)?,
+            max_merge_send_mills: r.seata_duration(
+                "maxMergeSendMills",
+                MS,
+                d.max_merge_send_mills,
+            )?,
+            max_frame_length: r.bytes("maxFrameLength")?,
+            request_queue_bytes: r.bytes("requestQueueBytes")?,
+            response_queue_bytes: r.bytes("responseQueueBytes")?,
+            write_timeout: r.parse(
+                "writeTimeout",
+                meshline_registry_core::config::parse_duration_with_unit,
+            )?,
+            max_inbound_requests: r.parse("maxInboundRequests", |v| {
+                match v.trim().parse::<usize>() {
+                    Ok(0) => Err("must be at least 1".into()),
+                    Ok(n) => Ok(n),
+                    Err(_) => Err("expected a whole number in range for usize".into()),
+                }
+            })?,
+            heartbeat_interval: positive(&r, "heartbeatInterval")?,
+            heartbeat_timeout: positive(&r, "heartbeatTimeout")?,
+            probe_after: r.parse(
+                "probeAfter",
+                meshline_registry_core::config::parse_duration_with_unit,
+            )?,
+            probe_timeout: positive(&r, "probeTimeout")?,
+            eject_after_failures: r.optional_number("ejectAfterFailures")?,
+            ejection_time: positive(&r, "ejectionTime")?,
+            max_connected_members: r.optional_number("maxConnectedMembers")?,
+            warnings: Vec::new(),
+        };
+        // Seata's other `enable*` switches are its own.
+        let others: Vec<String> = part
+            .keys()
+            .filter_map(|k| k.split('.').nth(1))
+            .filter(|k| k.to_ascii_lowercase().starts_with("enable"))
+            .map(str::to_string)
+            .collect();
+        r.accept_prefixes(SEATA_TRANSPORT_OTHERS);
+        r.accept_prefixes(&others.iter().map(String::as_str).collect::<Vec<_>>());
+        Ok(TransportConfig {
+            warnings: r.finish(),
+            ..t
+        })
+    }
+
+    /// Whether an RM batches its requests: `transport.enableRmClientBatchSendRequest`,
+    /// else `transport.enableClientBatchSendRequest`, else `true` (Seata's RM).
+    pub fn rm_batch(&self) -> bool {
+        self.enable_rm_client_batch_send_request
+            .or(self.enable_client_batch_send_request)
+            .unwrap_or(true)
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+/// `client.tm.*`: the TM's retry and timeout keys (Seata's `DefaultGlobalTransaction`
+/// and `GlobalTransactionalInterceptorHandler`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TmConfig {
+    /// `client.tm.commitRetryCount`: attempts of a global commit that fails to get an
+    /// answer. Default 5 (Java: 0 or less also means 5).
+    pub commit_retry_count: u32,
+    /// `client.tm.rollbackRetryCount`: the same for a rollback. Default 5.
+    pub rollback_retry_count: u32,
+    /// `client.tm.defaultGlobalTransactionTimeout` (ms when bare): a global
+    /// transaction's timeout when the caller gives none. Default 60000 ms.
+    pub default_global_transaction_timeout: Duration,
+    /// The `client.tm.*` keys this crate does not know (by name; also logged).
+    pub warnings: Vec<String>,
+}
+
+impl Default for TmConfig {
+    fn default() -> Self {
+        TmConfig {
+            commit_retry_count: 5,
+            rollback_retry_count: 5,
+            default_global_transaction_timeout: Duration::from_millis(60_000),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// `client.tm.commitRetryCount` / `rollbackRetryCount`: as Java, 0 or less means 5.
+fn retry_count(v: &str) -> Result<u32, String> {
+    let n: i64 = v
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number in range for i64".to_string())?;
+    Ok(if n <= 0 {
+        5
+    } else {
+        n.min(u32::MAX as i64) as u32
+    })
+}
+
+/// Seata's `client.tm.*` keys for what meshline's TM does not do (its interceptor's
+/// degrade check, the Spring starter's switches).
+const SEATA_TM_OTHERS: &[&str] = &[
+    "degradeCheck",
+    "degradeCheckPeriod",
+    "degradeCheckAllowTimes",
+    "interceptorOrder",
+];
+
+impl TmConfig {
+    /// The `client.tm.*` keys of `config`, validated.
+    pub fn from_config(config: &Config) -> Result<TmConfig, RegistryError> {
+        let d = TmConfig::default();
+        let part = config.part("client.tm");
+        let r = part.reader();
+        let t = TmConfig {
+            commit_retry_count: r
+                .parse("commitRetryCount", retry_count)?
+                .unwrap_or(d.commit_retry_count),
+            rollback_retry_count: r
+                .parse("rollbackRetryCount", retry_count)?
+                .unwrap_or(d.rollback_retry_count),
+            default_global_transaction_timeout: r.seata_duration(
+                "defaultGlobalTransactionTimeout",
+                MS,
+                d.default_global_transaction_timeout,
+            )?,
+            warnings: Vec::new(),
+        };
+        r.accept(SEATA_TM_OTHERS);
+        Ok(TmConfig {
+            warnings: r.finish(),
+            ..t
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshline_registry_core::config::{ConfigLoader, Format};
+
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        Config::from_text(text, Format::Properties).unwrap()
+    }
+
+    /// `transport.compressor` and `transport.serialization` take Seata's values; anything
+    /// meshline cannot speak is an error naming the key, instead of a TC refusing
+    /// frames later.
+    #[test]
+    fn codec_and_compressor_values_are_checked() {
+        let t = TransportConfig::from_config(&cfg(
+            "transport.compressor=ZSTD\ntransport.serialization=seata,protobuf\n",
+        ))
+        .unwrap();
+        assert_eq!(t.compressor, "ZSTD");
+        assert_eq!(t.serialization, "seata,protobuf");
+        for (text, want) in [
+            (
+                "transport.compressor=7z",
+                "key `transport.compressor` has invalid value `7z`: 7z is not supported: Seata removed it in 1.8.0",
+            ),
+            (
+                "transport.compressor=snappy",
+                "key `transport.compressor` has invalid value `snappy`: expected none, gzip, zip, bzip2, lz4, deflater or zstd",
+            ),
+            (
+                "transport.serialization=kryo",
+                "key `transport.serialization` has invalid value `kryo`: meshline speaks only the seata codec, not `kryo`",
+            ),
+            (
+                "transport.serialization=protobuf,seata",
+                "meshline speaks only the seata codec, not `protobuf`",
+            ),
+            (
+                "transport.heartbeat=maybe",
+                "key `transport.heartbeat` has invalid value `maybe`",
+            ),
+        ] {
+            let err = TransportConfig::from_config(&cfg(text))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    /// The TM's retry keys and the batching keys, with Seata's defaults and fallbacks.
+    #[test]
+    fn tm_retry_and_batching_keys() {
+        let d = Config::default();
+        let (tm, t) = (
+            TmConfig::from_config(&d).unwrap(),
+            TransportConfig::from_config(&d).unwrap(),
+        );
+        assert_eq!(tm, TmConfig::default());
+        assert_eq!(tm.commit_retry_count, 5);
+        assert_eq!(
+            tm.default_global_transaction_timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(t, TransportConfig::default());
+        assert!(t.rm_batch());
+        assert!(!t.enable_tm_client_batch_send_request);
+        assert!(t.max_merge_send_mills.is_zero());
+        let c = cfg(
+            "client.tm.commitRetryCount=2\nclient.tm.rollbackRetryCount=0\n\
+                     client.tm.defaultGlobalTransactionTimeout=3000\nclient.tm.degradeCheck=true\n\
+                     transport.enableClientBatchSendRequest=false\ntransport.maxMergeSendMills=2\n",
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let (tm, t) = (
+            TmConfig::from_config(&c).unwrap(),
+            TransportConfig::from_config(&c).unwrap(),
+        );
+        assert!(tm.warnings.is_empty() && t.warnings.is_empty());
+        assert_eq!(tm.commit_retry_count, 2);
+        assert_eq!(tm.rollback_retry_count, 5, "0 or less means 5, as in Java");
+        assert_eq!(
+            tm.default_global_transaction_timeout,
+            Duration::from_secs(3)
+        );
+        assert!(!t.rm_batch(), "the RM falls back to the older key");
+        assert_eq!(
+            t.max_merge_send_mills,
+            Duration::from_millis(2),
+            "a bare number is milliseconds"
+        );
+        let c = cfg("transport.enableClientBatchSendRequest=false\n\
+                     transport.enableRmClientBatchSendRequest=true\n");
+        assert!(
+            TransportConfig::from_config(&c).unwrap().rm_batch(),
+            "the RM's own key wins"
+        );
+        let e = TmConfig::from_config(&cfg("client.tm.commitRetryCount=many\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `client.tm.commitRetryCount` has invalid value `many`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn transport_limits_from_keys() {
+        let t = TransportConfig::from_config(&cfg(
+            "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=65536\n\
+             transport.responseQueueBytes=2m\ntransport.writeTimeout=3s\n\
+             transport.maxInboundRequests=64\ntransport.maxConnectedMembers=8\n\
+             transport.rpcTmRequestTimeout=5000\n",
+        ))
+        .unwrap();
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        assert_eq!(t.max_frame_length, Some(1 << 20));
+        assert_eq!(t.request_queue_bytes, Some(65536));
+        assert_eq!(t.response_queue_bytes, Some(2 << 20));
+        assert_eq!(t.write_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(t.max_inbound_requests, Some(64));
+        assert_eq!(t.max_connected_members, Some(8));
+        // A Seata key counts Seata's unit (milliseconds).
+        assert_eq!(t.rpc_tm_request_timeout, Duration::from_millis(5000));
+        let y = Config::from_text(
+            "transport:\n  max-frame-length: 64KiB\n  write-timeout: 0s\n  max-connected-members: 0\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        let t = TransportConfig::from_config(&y).unwrap();
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        assert_eq!(t.max_frame_length, Some(64 << 10));
+        assert_eq!(t.write_timeout, Some(Duration::ZERO));
+        assert_eq!(t.max_connected_members, Some(0));
+        // The environment wins over the file, as for every key.
+        let e = ConfigLoader::new()
+            .text("transport.maxFrameLength=1MiB\n", Format::Properties)
+            .env_vars([("MESHLINE_TRANSPORT__MAX_FRAME_LENGTH", "2MiB")])
+            .load()
+            .unwrap();
+        assert_eq!(
+            TransportConfig::from_config(&e).unwrap().max_frame_length,
+            Some(2 << 20)
+        );
+    }
+
+    #[test]
+    fn transport_limits_refuse_bad_values() {
+        for (text, want) in [
+            ("transport.writeTimeout=10", "has no unit"),
+            ("transport.maxFrameLength=8 parsecs", "unknown size unit"),
+            ("transport.maxFrameLength=0", "larger than 0"),
+            (
+                "transport.requestQueueBytes=99999999999999999999G",
+                "size like",
+            ),
+            ("transport.responseQueueBytes=17179869184G", "too large"),
+            ("transport.maxInboundRequests=0", "at least 1"),
+            ("transport.maxConnectedMembers=many", "whole number"),
+            ("transport.heartbeatInterval=0s", "must be more than zero"),
+        ] {
+            let e = TransportConfig::from_config(&cfg(text))
+                .expect_err(text)
+                .to_string();
+            assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+            assert!(e.contains("config text: key `transport."), "{e}");
+        }
+    }
+
+    /// Seata's transport keys for its other parts are quiet; a key nobody knows is
+    /// reported by name, never by value, with the nearest key this crate reads.
+    #[test]
+    fn unknown_transport_keys_are_reported_by_name_only() {
+        let t = TransportConfig::from_config(&cfg(
+            "transport.type=TCP\ntransport.threadFactory.bossThreadPrefix=NettyBoss\n\
+             transport.enableTmClientChannelCheckFailFast=true\ntransport.minServerPoolSize=10\n\
+             transport.shutdown.wait=3\n",
+        ))
+        .unwrap();
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        let t = TransportConfig::from_config(&cfg(
+            "transport.pasword=Zq9-very-secret\ntransport.heartbeatIntervl=1s\n",
+        ))
+        .unwrap();
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        assert!(
+            t.warnings.iter().all(|w| !w.contains("Zq9")),
+            "{:?}",
+            t.warnings
+        );
+        assert!(
+            t.warnings
+                .iter()
+                .any(|w| w.contains("`transport.heartbeatIntervl`")
+                    && w.contains("did you mean `heartbeatInterval`")),
+            "{:?}",
+            t.warnings
+        );
+    }
+}

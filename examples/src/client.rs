@@ -183,8 +183,14 @@ pub enum ClientError {
 type Waiters = Arc<Mutex<HashMap<u32, oneshot::Sender<ClientFrame>>>>;
 
 /// One connection to a gateway. Dropping it closes the connection.
+///
+/// Frames are written by a task of the connection's own: [`GatewayClient::send`] queues
+/// a frame, and the writer takes everything queued when it runs (after letting the
+/// tasks woken with it queue theirs) and writes it at once, one system call over TCP. A
+/// game client with several requests in flight pays one write for several of them.
 pub struct GatewayClient {
-    writer: tokio::sync::Mutex<ClientWriter>,
+    /// Frames to the writer task.
+    outgoing: mpsc::UnboundedSender<ClientFrame>,
     waiters: Waiters,
     next_seq: AtomicU32,
     pushes: tokio::sync::Mutex<mpsc::UnboundedReceiver<ClientFrame>>,
@@ -322,8 +328,10 @@ impl GatewayClient {
             }
             w2.lock().unwrap_or_else(|p| p.into_inner()).clear();
         });
+        let (outgoing, to_write) = mpsc::unbounded_channel();
+        tokio::spawn(write_frames(wr, to_write, waiters.clone()));
         Ok(GatewayClient {
-            writer: tokio::sync::Mutex::new(wr),
+            outgoing,
             waiters,
             next_seq: AtomicU32::new(1),
             pushes: tokio::sync::Mutex::new(rx),
@@ -369,14 +377,12 @@ impl GatewayClient {
         }
     }
 
-    /// Sends a raw frame.
+    /// Sends a raw frame: queues it for the connection's writer (frames go out in the
+    /// order they were sent). [`ClientError::Closed`] once the connection has ended; a
+    /// frame the writer then fails to write shows as its reply never coming (requests
+    /// fail with [`ClientError::Closed`] when the connection ends).
     pub async fn send(&self, frame: ClientFrame) -> Result<(), ClientError> {
-        self.writer
-            .lock()
-            .await
-            .write(&[frame])
-            .await
-            .map_err(ClientError::Io)
+        self.outgoing.send(frame).map_err(|_| ClientError::Closed)
     }
 
     /// The next push (a frame that is not a reply), within `limit`.
@@ -439,6 +445,40 @@ impl GatewayClient {
     /// The code and text of the `KICK` the gateway sent, if it sent one.
     pub fn kick(&self) -> Option<(u16, String)> {
         self.kick.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Frames taken from the queue per write, at most.
+const WRITE_BATCH: usize = 256;
+
+/// The connection's writer: waits for a frame; when other requests are in flight, lets
+/// the other ready tasks run once (they may queue more: replies to several requests
+/// arrive together and wake their senders together); then writes everything queued in
+/// one go. Ends when the client is dropped (the queue closes) or a write fails, and the
+/// connection's write side with it.
+async fn write_frames(
+    mut wr: ClientWriter,
+    mut queue: mpsc::UnboundedReceiver<ClientFrame>,
+    waiters: Waiters,
+) {
+    let mut batch = Vec::new();
+    while let Some(first) = queue.recv().await {
+        batch.push(first);
+        let in_flight = waiters.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if in_flight > 1 {
+            tokio::task::yield_now().await;
+        }
+        while batch.len() < WRITE_BATCH {
+            match queue.try_recv() {
+                Ok(f) => batch.push(f),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.write(&batch).await {
+            tracing::debug!(error = %e, "gateway client: write failed; closing");
+            break;
+        }
+        batch.clear();
     }
 }
 

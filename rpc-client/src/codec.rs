@@ -120,17 +120,36 @@ impl MessageType {
 /// every message cost no allocation. The entries are shared copy-on-write: cloning a
 /// map (as the client does for every send attempt, so a retry can resend the payload)
 /// is one reference count, and only a clone that is then changed copies them.
+///
+/// A decoded map copies nothing: its keys and values stay where they arrived, in the
+/// frame's buffer (shared with the body, which is a slice of it too), validated as UTF-8
+/// once when decoded; one allocation (the entries) per decoded map instead of one per
+/// string. Values set later are owned strings beside them.
 #[derive(Clone, Default)]
 pub struct HeadMap {
     entries: Option<Arc<Vec<HeadEntry>>>,
+    /// The decoded head map's bytes: [`Text::Span`]s point into it (empty for a map
+    /// built in code).
+    text: Bytes,
+}
+
+/// A key or value: owned (or static), or a span of the decoded map's bytes.
+#[derive(Clone, Debug)]
+enum Text {
+    Cow(Cow<'static, str>),
+    /// `start..start + len` of [`HeadMap::text`], valid UTF-8 (checked when decoded).
+    Span {
+        start: u32,
+        len: u32,
+    },
 }
 
 /// One head-map entry: key and nullable value.
-type HeadEntry = (Cow<'static, str>, Option<String>);
+type HeadEntry = (Text, Option<Text>);
 
 impl PartialEq for HeadMap {
     fn eq(&self, other: &Self) -> bool {
-        self.slice() == other.slice()
+        self.iter().eq(other.iter())
     }
 }
 
@@ -153,6 +172,7 @@ impl HeadMap {
     pub fn with_capacity(n: usize) -> Self {
         HeadMap {
             entries: (n > 0).then(|| Arc::new(Vec::with_capacity(n))),
+            text: Bytes::new(),
         }
     }
 
@@ -160,9 +180,34 @@ impl HeadMap {
         self.entries.as_deref().map_or(&[], Vec::as_slice)
     }
 
+    /// The bytes of `t`.
+    fn bytes_of<'a>(&'a self, t: &'a Text) -> &'a [u8] {
+        match t {
+            Text::Cow(c) => c.as_bytes(),
+            Text::Span { start, len } => self
+                .text
+                .get(*start as usize..(*start as usize + *len as usize))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The text of `t` (a span was checked to be UTF-8 when it was decoded).
+    fn str_of<'a>(&'a self, t: &'a Text) -> &'a str {
+        match t {
+            Text::Cow(c) => c,
+            Text::Span { .. } => std::str::from_utf8(self.bytes_of(t)).unwrap_or_default(),
+        }
+    }
+
     /// The entries to change: copied first if a clone shares them.
     fn entries_mut(&mut self) -> &mut Vec<HeadEntry> {
         Arc::make_mut(self.entries.get_or_insert_with(Default::default))
+    }
+
+    fn position(&self, key: &str) -> Option<usize> {
+        self.slice()
+            .iter()
+            .position(|(k, _)| self.bytes_of(k) == key.as_bytes())
     }
 
     /// Sets `key` to `value`, replacing an earlier value of the same key. A `&'static
@@ -174,26 +219,28 @@ impl HeadMap {
     /// Sets `key` to a nullable value (Java `null` is written as length -1).
     pub fn insert_opt(&mut self, key: impl Into<Cow<'static, str>>, value: Option<String>) {
         let key = key.into();
-        let entries = self.entries_mut();
-        if let Some(slot) = entries.iter_mut().find(|(k, _)| *k == key) {
-            slot.1 = value;
-        } else {
-            entries.push((key, value));
+        let value = value.map(|v| Text::Cow(Cow::Owned(v)));
+        match self.position(&key) {
+            Some(i) => self.entries_mut()[i].1 = value,
+            None => self.entries_mut().push((Text::Cow(key), value)),
         }
     }
 
     /// The value of `key`; `None` when absent or null.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.slice()
-            .iter()
-            .find(|(k, _)| k == key)
-            .and_then(|(_, v)| v.as_deref())
+        let i = self.position(key)?;
+        self.slice()[i].1.as_ref().map(|v| self.str_of(v))
     }
 
     /// Removes `key` and returns its value.
     pub fn remove(&mut self, key: &str) -> Option<Option<String>> {
-        let i = self.slice().iter().position(|(k, _)| k == key)?;
-        Some(self.entries_mut().remove(i).1)
+        let i = self.position(key)?;
+        let value = self.slice()[i]
+            .1
+            .as_ref()
+            .map(|v| self.str_of(v).to_string());
+        self.entries_mut().remove(i);
+        Some(value)
     }
 
     /// Number of entries.
@@ -208,7 +255,9 @@ impl HeadMap {
 
     /// The entries in wire order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.slice().iter().map(|(k, v)| (k.as_ref(), v.as_deref()))
+        self.slice()
+            .iter()
+            .map(|(k, v)| (self.str_of(k), v.as_ref().map(|v| self.str_of(v))))
     }
 
     /// Bytes this map takes on the wire, or an error naming the entry that cannot be
@@ -216,11 +265,13 @@ impl HeadMap {
     pub fn encoded_len(&self) -> Result<usize, FrameError> {
         let mut n = 0usize;
         for (k, v) in self.slice() {
+            let k = self.bytes_of(k);
             if k.len() > i16::MAX as usize {
                 return Err(FrameError::HeadEntryTooLong { len: k.len() });
             }
             n += 2 + k.len() + 2;
             if let Some(v) = v {
+                let v = self.bytes_of(v);
                 if v.len() > i16::MAX as usize {
                     return Err(FrameError::HeadEntryTooLong { len: v.len() });
                 }
@@ -232,58 +283,83 @@ impl HeadMap {
 
     fn encode_into(&self, dst: &mut BytesMut) {
         for (k, v) in self.slice() {
+            let k = self.bytes_of(k);
             dst.put_i16(k.len() as i16);
-            dst.put_slice(k.as_bytes());
+            dst.put_slice(k);
             match v {
                 Some(v) => {
+                    let v = self.bytes_of(v);
                     dst.put_i16(v.len() as i16);
-                    dst.put_slice(v.as_bytes());
+                    dst.put_slice(v);
                 }
                 None => dst.put_i16(-1),
             }
         }
     }
 
-    /// Parses a head map that must fill `buf` exactly.
+    /// Parses a head map that must fill `buf` exactly (a copy of it: see
+    /// [`HeadMap::decode_shared`]).
+    #[cfg(test)]
+    fn decode(buf: &[u8]) -> Result<HeadMap, FrameError> {
+        HeadMap::decode_shared(Bytes::copy_from_slice(buf))
+    }
+
+    /// Parses a head map that must fill `head` exactly, keeping its strings in `head`.
     ///
     /// A key that appears twice keeps its **last** value, as Java's `HashMap` does when
     /// Seata decodes the same bytes: otherwise a gateway could check one value while a
     /// Java backend acts on another.
-    fn decode(mut buf: &[u8]) -> Result<HeadMap, FrameError> {
+    fn decode_shared(head: Bytes) -> Result<HeadMap, FrameError> {
         let mut entries: Vec<HeadEntry> = Vec::new();
+        let mut at = 0usize;
         // Small maps (the norm) dedupe by scanning; large ones through an index, so a
         // 32 KiB head of tiny entries stays linear.
-        let mut index: Option<std::collections::HashMap<String, usize>> = None;
-        while !buf.is_empty() {
-            let key = read_head_string(&mut buf, "key")?
+        let mut index: Option<std::collections::HashMap<&[u8], usize>> = None;
+        while at < head.len() {
+            let key = read_head_span(&head, &mut at, "key")?
                 .ok_or(FrameError::BadHeadMap { reason: "null key" })?;
-            let value = read_head_string(&mut buf, "value")?;
+            let value = read_head_span(&head, &mut at, "value")?;
+            let key_bytes = span_bytes(&head, &key);
             if entries.len() >= 16 && index.is_none() {
                 index = Some(
                     entries
                         .iter()
                         .enumerate()
-                        .map(|(i, (k, _))| (k.to_string(), i))
+                        .map(|(i, (k, _))| (span_bytes(&head, k), i))
                         .collect(),
                 );
             }
             let existing = match &index {
-                Some(ix) => ix.get(&key).copied(),
-                None => entries.iter().position(|(k, _)| *k == key),
+                Some(ix) => ix.get(key_bytes).copied(),
+                None => entries
+                    .iter()
+                    .position(|(k, _)| span_bytes(&head, k) == key_bytes),
             };
             match existing {
                 Some(i) => entries[i].1 = value,
                 None => {
                     if let Some(ix) = &mut index {
-                        ix.insert(key.clone(), entries.len());
+                        ix.insert(key_bytes, entries.len());
                     }
-                    entries.push((Cow::Owned(key), value));
+                    entries.push((key, value));
                 }
             }
         }
+        drop(index);
         Ok(HeadMap {
             entries: (!entries.is_empty()).then(|| Arc::new(entries)),
+            text: head,
         })
+    }
+}
+
+/// The bytes of a decoded span of `head` (spans of [`HeadMap::decode_shared`] only).
+fn span_bytes<'a>(head: &'a [u8], t: &Text) -> &'a [u8] {
+    match t {
+        Text::Span { start, len } => head
+            .get(*start as usize..(*start as usize + *len as usize))
+            .unwrap_or_default(),
+        Text::Cow(_) => &[],
     }
 }
 
@@ -297,8 +373,14 @@ impl<K: Into<Cow<'static, str>>, V: Into<String>> FromIterator<(K, V)> for HeadM
     }
 }
 
-fn read_head_string(buf: &mut &[u8], what: &'static str) -> Result<Option<String>, FrameError> {
-    if buf.len() < 2 {
+/// Reads `[i16 len][bytes]` of `head` at `*at`: the bytes' span (checked to be UTF-8),
+/// `None` for length -1 (Java's null).
+fn read_head_span(
+    head: &[u8],
+    at: &mut usize,
+    what: &'static str,
+) -> Result<Option<Text>, FrameError> {
+    let Some(&[hi, lo]) = head.get(*at..*at + 2) else {
         return Err(FrameError::BadHeadMap {
             reason: if what == "key" {
                 "truncated key length"
@@ -306,8 +388,9 @@ fn read_head_string(buf: &mut &[u8], what: &'static str) -> Result<Option<String
                 "truncated value length"
             },
         });
-    }
-    let len = buf.get_i16();
+    };
+    *at += 2;
+    let len = i16::from_be_bytes([hi, lo]);
     if len == -1 {
         return Ok(None);
     }
@@ -317,19 +400,22 @@ fn read_head_string(buf: &mut &[u8], what: &'static str) -> Result<Option<String
         });
     }
     let len = len as usize;
-    if buf.len() < len {
+    let Some(s) = head.get(*at..*at + len) else {
         return Err(FrameError::BadHeadMap {
             reason: "entry runs past the declared head length",
         });
-    }
-    let (s, rest) = buf.split_at(len);
-    *buf = rest;
-    match std::str::from_utf8(s) {
-        Ok(s) => Ok(Some(s.to_owned())),
-        Err(_) => Err(FrameError::BadHeadMap {
+    };
+    if std::str::from_utf8(s).is_err() {
+        return Err(FrameError::BadHeadMap {
             reason: "entry is not UTF-8",
-        }),
+        });
     }
+    let span = Text::Span {
+        start: *at as u32,
+        len: len as u32,
+    };
+    *at += len;
+    Ok(Some(span))
 }
 
 /// One v1 frame.
@@ -545,7 +631,7 @@ impl Decoder for FrameCodec {
             return Ok(None);
         }
         let msg_type = MessageType::from_code(src[9]).ok_or(FrameError::BadMessageType(src[9]))?;
-        let mut frame = src.split_to(full);
+        let mut frame = src.split_to(full).freeze();
         frame.advance(7);
         let head_len = frame.get_i16() as usize;
         frame.advance(1);
@@ -556,16 +642,16 @@ impl Decoder for FrameCodec {
         let head = if head_map_len == 0 {
             HeadMap::new()
         } else {
-            HeadMap::decode(&frame[..head_map_len])?
+            // The head's strings stay in the frame's buffer (as the body does).
+            HeadMap::decode_shared(frame.split_to(head_map_len))?
         };
-        frame.advance(head_map_len);
         Ok(Some(Frame {
             msg_type,
             codec,
             compressor,
             request_id,
             head,
-            body: frame.freeze(),
+            body: frame,
         }))
     }
 }

@@ -60,6 +60,9 @@ struct Args {
     /// room (backend bytes out per room update, `bcast` vs one `send` per player).
     #[arg(long)]
     fanout: Option<usize>,
+    /// Measure the gateway path only, no direct comparison (for profiling it).
+    #[arg(long)]
+    only_gateway: bool,
 }
 
 struct Result_ {
@@ -260,6 +263,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         async move { gateway_loop(c, until).await }
     })
     .await;
+    if args.only_gateway {
+        println!("{}", via.row("client -> gateway -> backend"));
+        gw.shutdown().await;
+        return Ok(());
+    }
     let until = deadline(args.secs);
     let dir = measure(args.clients * args.inflight, args.secs, |i| {
         let d = direct.clone();

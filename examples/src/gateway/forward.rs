@@ -68,6 +68,7 @@ pub(super) async fn forward(
         session,
         gateway: &shared.settings.id,
         addr: link.addr,
+        addr_text: &link.addr_text,
     };
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let _timer = shared.metrics.time(frame.module);

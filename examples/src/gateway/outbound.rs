@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +64,18 @@ pub struct Outbound {
     closed: CancellationToken,
     soft: usize,
     hard: usize,
+    /// Replies on their way: requests of this client being forwarded now.
+    replies_due: AtomicUsize,
+}
+
+/// A reply on its way (see [`Outbound::expect_reply`]); dropping it says it came.
+#[derive(Debug)]
+pub struct ReplyDue<'a>(&'a Outbound);
+
+impl Drop for ReplyDue<'_> {
+    fn drop(&mut self) {
+        self.0.replies_due.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Outbound {
@@ -85,7 +98,15 @@ impl Outbound {
             closed: CancellationToken::new(),
             soft,
             hard: hard.max(soft),
+            replies_due: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a reply on its way until the guard is dropped (a forward holds it while it
+    /// runs): the writer batches while more than one is due.
+    pub fn expect_reply(&self) -> ReplyDue<'_> {
+        self.replies_due.fetch_add(1, Ordering::Relaxed);
+        ReplyDue(self)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -148,8 +169,18 @@ impl Outbound {
 
     /// Takes queued frames (up to `max_bytes`, at least one), waiting for one; `Err`
     /// with the reason once the queue is closed.
+    ///
+    /// When it had to wait and more replies are on their way (see
+    /// [`Outbound::expect_reply`]), it lets the other ready tasks run once before taking:
+    /// replies to a client's requests in flight come from tasks woken together, and the
+    /// ones that finish in that turn go out in the same write. With nothing else on its
+    /// way (one request at a time) it takes at once: nothing to wait for.
     pub async fn next_batch(&self, max_bytes: usize) -> Result<Vec<ClientFrame>, String> {
+        let mut waited = false;
         loop {
+            if waited && self.replies_due.load(Ordering::Relaxed) > 1 {
+                tokio::task::yield_now().await;
+            }
             let ready = self.ready.notified();
             {
                 let mut st = self.lock();
@@ -174,6 +205,7 @@ impl Outbound {
                 }
             }
             ready.await;
+            waited = true;
         }
     }
 

@@ -151,7 +151,8 @@ impl ClientFrame {
         b.freeze()
     }
 
-    fn encode_into(&self, dst: &mut BytesMut) {
+    /// Appends the frame's bytes to `dst`.
+    pub fn encode_into(&self, dst: &mut BytesMut) {
         dst.reserve(self.wire_len());
         dst.put_u32((HEADER_AFTER_LEN + self.payload.len()) as u32);
         dst.put_u16(self.module);

@@ -22,6 +22,8 @@ pub struct Identity<'a> {
     pub gateway: &'a str,
     /// The client's address.
     pub addr: std::net::SocketAddr,
+    /// The same, as text (formatted once per connection).
+    pub addr_text: &'a str,
 }
 
 /// The RPC payload for a client frame: the body untouched, the head map written by the
@@ -31,23 +33,43 @@ pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
     // One allocation for the ten entries; the keys are constants (not copied).
     payload.head = HeadMap::with_capacity(10);
     payload
-        .with_head(wire::MODULE, frame.module.to_string())
-        .with_head(wire::OPCODE, frame.opcode.to_string())
-        .with_head(wire::SEQ, frame.seq.to_string())
-        .with_head(wire::ACCOUNT, who.session.account.clone())
-        .with_head(wire::SESSION, who.session.id.clone())
-        .with_head(wire::GATEWAY, who.gateway.to_string())
-        .with_head(wire::ADDR, who.addr.to_string())
+        .with_head(wire::MODULE, decimal(frame.module.into()))
+        .with_head(wire::OPCODE, decimal(frame.opcode.into()))
+        .with_head(wire::SEQ, decimal(frame.seq))
+        .with_head(wire::ACCOUNT, who.session.account.as_str())
+        .with_head(wire::SESSION, who.session.id.as_str())
+        .with_head(wire::GATEWAY, who.gateway)
+        .with_head(wire::ADDR, who.addr_text)
         .with_head(wire::ROLE, who.session.role())
         .with_head(wire::STATE, who.session.user_state())
         .with_head(wire::TRACE, trace_id())
+}
+
+/// `n` in decimal, without the formatting machinery (three of these per message).
+fn decimal(mut n: u32) -> String {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[at..].iter().map(|&d| char::from(d)).collect()
 }
 
 /// A new trace id ([`wire::TRACE`]): 64 random bits in hex. Random rather than a
 /// counter so ids from several gateways (and restarts of one) do not collide, with no
 /// state shared between the tasks that forward.
 pub fn trace_id() -> String {
-    format!("{:016x}", fastrand::u64(..))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let x = fastrand::u64(..);
+    (0..16)
+        .rev()
+        .map(|i| char::from(HEX[((x >> (i * 4)) & 0xf) as usize]))
+        .collect()
 }
 
 /// The binding slot of a module: its cluster for static modules, `m:<id>` for dynamic;
@@ -175,4 +197,23 @@ pub async fn route(
         who.session.bind(slot, r.endpoint.key().clone());
     }
     Ok(r.payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_trace_ids_are_written_as_before() {
+        for n in [0u32, 7, 10, 65_535, u32::MAX] {
+            assert_eq!(decimal(n), n.to_string());
+        }
+        let t = trace_id();
+        assert_eq!(t.len(), 16);
+        assert!(
+            t.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert_ne!(trace_id(), t);
+    }
 }

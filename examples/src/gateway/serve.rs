@@ -310,6 +310,7 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
             shared.settings.send_queue_hard,
         )),
         addr: peer,
+        addr_text: peer.to_string(),
     });
     let ok = format!("{} {} {}", session.id, session.secret(), shared.settings.id);
     let welcome = ClientFrame::new(
@@ -437,6 +438,7 @@ struct Forwarding {
 }
 
 async fn forward_in(ctx: Arc<Forwarding>, frame: ClientFrame, ticket: u64) {
+    let _due = ctx.link.outbound.expect_reply();
     forward(&ctx.shared, &ctx.session, &ctx.link, frame, ticket).await;
 }
 

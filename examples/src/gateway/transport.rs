@@ -29,6 +29,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use futures_util::stream::{SplitSink, Stream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
@@ -49,6 +50,8 @@ use super::protocol::{ClientCodec, ClientFrame, ProtocolError};
 
 /// Bytes of the frame's own length field, inside a WebSocket message.
 const LEN_FIELD: usize = 4;
+/// A TCP writer keeps its batch buffer between writes up to this capacity.
+const KEPT_WRITE_BUFFER: usize = 16 * 1024;
 /// A WebSocket close reason is at most 123 bytes (125 minus the code).
 const MAX_CLOSE_REASON: usize = 123;
 /// The cookie naming the gateway, set on every WebSocket upgrade response.
@@ -220,7 +223,7 @@ fn tcp(
         reader,
         ClientWriter::Tcp {
             wr,
-            buf: Vec::new(),
+            buf: BytesMut::new(),
         },
     )
 }
@@ -293,8 +296,9 @@ pub(crate) enum ClientWriter {
     Tcp {
         /// The socket's write half.
         wr: OwnedWriteHalf,
-        /// The batch being written.
-        buf: Vec<u8>,
+        /// The batch being written (frames encoded straight into it; its capacity is
+        /// kept between batches, and given back when one was large).
+        buf: BytesMut,
     },
     /// One binary message per frame (a batch is one flush).
     WebSocket(SplitSink<WebSocketStream<TcpStream>, Message>),
@@ -316,9 +320,14 @@ impl ClientWriter {
             ClientWriter::Tcp { wr, buf } => {
                 buf.clear();
                 for f in frames {
-                    buf.extend_from_slice(&f.to_bytes());
+                    f.encode_into(buf);
                 }
-                wr.write_all(buf).await
+                let written = wr.write_all(buf).await;
+                if buf.capacity() > KEPT_WRITE_BUFFER {
+                    // An idle connection holds no large buffer.
+                    *buf = BytesMut::new();
+                }
+                written
             }
             ClientWriter::WebSocket(sink) => {
                 for f in frames {

@@ -318,3 +318,40 @@ proptest::proptest! {
         while let Ok(Some(_)) = c.decode(&mut buf) {}
     }
 }
+
+#[test]
+fn a_decoded_head_map_keeps_its_strings_in_the_frame_and_changes_like_a_built_one() {
+    let mut f = Frame::ping(9);
+    f.head.insert("acct", "alice");
+    f.head.insert_opt("nil", None);
+    f.head.insert("sid", "0123");
+    f.body = bytes::Bytes::from_static(b"body");
+    f.msg_type = MessageType::Request;
+    let mut d = decode_all(&encode(&f)).unwrap().remove(0);
+    assert_eq!(d.head, f.head);
+    assert_eq!(&d.body[..], b"body", "the body after the head");
+    // Its strings are spans of the frame's bytes: no copy was made.
+    assert!(
+        d.head
+            .slice()
+            .iter()
+            .all(|(k, _)| matches!(k, super::Text::Span { .. }))
+    );
+    assert_eq!(d.head.get("acct"), Some("alice"));
+    assert_eq!(d.head.get("nil"), None);
+    assert_eq!(d.head.get("missing"), None);
+    // Changed like a built map: replace, add, remove; and encoded again the same way.
+    d.head.insert("acct", "bob");
+    d.head.insert("new", "x");
+    assert_eq!(d.head.remove("sid"), Some(Some("0123".to_string())));
+    assert_eq!(
+        d.head.iter().collect::<Vec<_>>(),
+        [("acct", Some("bob")), ("nil", None), ("new", Some("x"))]
+    );
+    let again = decode_all(&encode(&d)).unwrap().remove(0);
+    assert_eq!(again.head, d.head);
+    assert_eq!(
+        again.head.encoded_len().unwrap(),
+        d.head.encoded_len().unwrap()
+    );
+}

@@ -86,6 +86,8 @@ pub struct Link {
     pub outbound: Arc<Outbound>,
     /// The client's address.
     pub addr: SocketAddr,
+    /// The client's address as stamped on every forwarded message (written once).
+    pub addr_text: String,
 }
 
 #[derive(Debug, Default)]

@@ -1,9 +1,10 @@
 //! The balancer a client holds: the current picker behind an `ArcSwap`, rebuilt on
 //! membership change, and the in-flight accounting around every pick.
 
+use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use meshline_registry_core::{Instance, InstanceKey};
@@ -11,111 +12,55 @@ use meshline_registry_core::{Instance, InstanceKey};
 use crate::change::{JOINED, MembershipChange};
 use crate::index::KeyIndex;
 use crate::picker::EmptyPicker;
-use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker, StatsRegistry};
+use crate::{
+    Edit, Endpoint, InFlightGuard, LoadBalance, PickRequest, Picked, Picker, Snapshot,
+    StatsRegistry,
+};
 
-/// One membership snapshot with the picker built for it.
-pub struct Snapshot {
-    endpoints: Arc<[Endpoint]>,
-    picker: Arc<dyn Picker>,
-    /// Position of each identity in `endpoints`.
-    index: KeyIndex,
-    /// `endpoints` are in strictly ascending identity order and their stats are this
-    /// balancer's registry's: the next update can be merged against them.
-    sorted: bool,
-}
-
-impl Snapshot {
-    fn new(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>, sorted: bool) -> Snapshot {
-        let index = KeyIndex::build(&endpoints);
-        Snapshot::with_index(endpoints, picker, index, sorted)
-    }
-
-    fn with_index(
-        endpoints: Arc<[Endpoint]>,
-        picker: Arc<dyn Picker>,
-        index: KeyIndex,
-        sorted: bool,
-    ) -> Snapshot {
-        Snapshot {
-            endpoints,
-            picker,
-            index,
-            sorted,
-        }
-    }
-
-    /// The endpoint with identity `key`, if it is a member: for requests bound to one
-    /// server (a broadcast, a call to a named endpoint) that still want its in-flight
-    /// count and latency recorded ([`Endpoint::begin`]). O(1).
-    pub fn endpoint(&self, key: &InstanceKey) -> Option<&Endpoint> {
-        self.index
-            .get(&self.endpoints, key)
-            .map(|i| &self.endpoints[i])
-    }
-
-    /// The endpoints, in the order the picker's indices refer to.
-    pub fn endpoints(&self) -> &Arc<[Endpoint]> {
-        &self.endpoints
-    }
-
-    /// The picker.
-    pub fn picker(&self) -> &Arc<dyn Picker> {
-        &self.picker
-    }
-}
-
-/// Spreads requests over a cluster with one [`LoadBalance`] algorithm.
+/// Spreads requests over a cluster with one [`LoadBalance`] algorithm, and hands each
+/// request the chosen endpoint's payload `T` (what to send through: a connection
+/// handle), so nothing is looked up after the pick.
 ///
-/// - [`update`](Self::update) (on every membership change) turns instances into
-///   [`Endpoint`]s, reusing the stats of identities already known, builds a picker and
-///   swaps it in atomically;
+/// - membership comes in as a whole list ([`update`](Balancer::update), `T = ()`, e.g.
+///   each snapshot of a registry watch) or as the [`Edit`]s a caller already knows
+///   ([`apply`](Self::apply): "this endpoint connected, here is its connection",
+///   "that one dropped"): either way instances become [`Endpoint`]s, reusing the stats
+///   of identities already known, and a picker is built and swapped in atomically;
 /// - [`pick`](Self::pick) (per request) loads the current picker without locking, asks
-///   it for an endpoint and returns it with an [`InFlightGuard`].
+///   it for an endpoint and returns it with an [`InFlightGuard`] and its payload
+///   ([`Picked::payload`]).
 ///
 /// An update in identity order (as every registry [`meshline_registry_core::Snapshot`]
-/// is) is merged against the previous membership: unchanged endpoints are carried over
-/// as they are, only new identities touch the stats registry, and the algorithm gets
-/// the difference ([`LoadBalance::rebuild`]), so one member joining a cluster of
-/// 10 000 does not cost a rebuild of everything.
-pub struct Balancer {
+/// is) is merged against the previous membership, and edits are placed by the
+/// snapshot's key index: unchanged endpoints are carried over as they are, only new
+/// identities touch the stats registry, and the algorithm gets the difference
+/// ([`LoadBalance::rebuild`]), so one member joining a cluster of 10 000 does not cost
+/// a rebuild of everything.
+///
+/// Membership changes are applied one at a time (an internal lock orders concurrent
+/// ones); picks never wait for them.
+pub struct Balancer<T = ()> {
     lb: Arc<dyn LoadBalance>,
     registry: StatsRegistry,
     current: ArcSwap<Snapshot>,
+    /// Held while a membership change is computed and installed, so two concurrent
+    /// changes cannot both start from the same snapshot and lose one.
+    writer: Mutex<()>,
+    _payload: PhantomData<fn(T) -> T>,
 }
 
-impl Balancer {
-    /// A balancer with no endpoints yet.
+impl Balancer<()> {
+    /// A balancer with no endpoints yet, whose endpoints carry no payload (the caller
+    /// keeps its own map from endpoint to connection, or needs none: a balancer over
+    /// addresses).
     pub fn new(lb: Arc<dyn LoadBalance>) -> Self {
-        // The group's total is kept on every request only if the algorithm reads it.
-        let registry = if lb.reads_group_in_flight() {
-            StatsRegistry::new()
-        } else {
-            StatsRegistry::summing()
-        };
-        Balancer {
-            lb,
-            registry,
-            current: ArcSwap::from_pointee(Snapshot::new(
-                Arc::from(Vec::new()),
-                Arc::new(EmptyPicker),
-                true,
-            )),
-        }
-    }
-
-    /// The algorithm.
-    pub fn load_balance(&self) -> &Arc<dyn LoadBalance> {
-        &self.lb
-    }
-
-    /// The stats registry (one entry per endpoint identity ever seen and still used).
-    pub fn stats_registry(&self) -> &StatsRegistry {
-        &self.registry
+        Balancer::with_payload(lb)
     }
 
     /// Replaces the membership with `instances` (duplicates keep their first
     /// occurrence). Stats of identities already known are kept.
     pub fn update(&self, instances: &[Instance]) {
+        let _writer = self.write_lock();
         let previous = self.current.load_full();
         match self.merge(&previous, instances) {
             Some((endpoints, from)) => self.install(endpoints, true, &previous, Some(from)),
@@ -130,8 +75,64 @@ impl Balancer {
     /// given; build them with [`Balancer::stats_registry`] to keep stats across
     /// updates).
     pub fn update_endpoints(&self, endpoints: Vec<Endpoint>) {
+        let _writer = self.write_lock();
         let previous = self.current.load_full();
         self.install(endpoints, false, &previous, None);
+    }
+}
+
+impl<T: Any + Send + Sync> Balancer<T> {
+    /// A balancer with no endpoints yet, whose endpoints each carry a `T` given when
+    /// they join ([`Edit::Insert`]) and handed back with every pick
+    /// ([`Picked::payload`]).
+    pub fn with_payload(lb: Arc<dyn LoadBalance>) -> Self {
+        // The group's total is kept on every request only if the algorithm reads it.
+        let registry = if lb.reads_group_in_flight() {
+            StatsRegistry::new()
+        } else {
+            StatsRegistry::summing()
+        };
+        Balancer {
+            lb,
+            registry,
+            current: ArcSwap::from_pointee(Snapshot::empty()),
+            writer: Mutex::new(()),
+            _payload: PhantomData,
+        }
+    }
+
+    /// The algorithm.
+    pub fn load_balance(&self) -> &Arc<dyn LoadBalance> {
+        &self.lb
+    }
+
+    /// The stats registry (one entry per endpoint identity ever seen and still used).
+    pub fn stats_registry(&self) -> &StatsRegistry {
+        &self.registry
+    }
+
+    /// Applies membership edits the caller already knows (see [`Edit`]): no diff of
+    /// the whole membership, only the edited identities are looked at. Edits that
+    /// change nothing (removing a non-member) build no picker.
+    pub fn apply(&self, edits: impl IntoIterator<Item = Edit<T>>) {
+        let edits: Vec<Edit<T>> = edits.into_iter().collect();
+        if edits.is_empty() {
+            return;
+        }
+        let _writer = self.write_lock();
+        let previous = self.current.load_full();
+        if let Some((endpoints, from)) = crate::edit::resolve(&previous, &self.registry, edits) {
+            let sorted = previous.sorted();
+            self.install(endpoints, sorted, &previous, Some(from));
+        }
+    }
+
+    fn write_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Nothing is left half-done under this lock by a panic (the snapshot is swapped
+        // whole), so a poisoned lock is still usable.
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The endpoints for `instances` merged against the previous (identity-ordered)
@@ -142,10 +143,10 @@ impl Balancer {
         previous: &Snapshot,
         instances: &[Instance],
     ) -> Option<(Vec<Endpoint>, Vec<u32>)> {
-        if !previous.sorted || previous.endpoints.len() >= JOINED as usize {
+        if !previous.sorted() || previous.len() >= JOINED as usize {
             return None;
         }
-        let old = &previous.endpoints[..];
+        let old = &previous.endpoints()[..];
         let mut out = Vec::with_capacity(instances.len());
         let mut from = Vec::with_capacity(instances.len());
         let mut stats = None;
@@ -207,7 +208,8 @@ impl Balancer {
     ) {
         crate::stats::clock::now_nanos();
         let endpoints: Arc<[Endpoint]> = Arc::from(endpoints);
-        // A merged update (distinct identities) carries the key index over.
+        // A merged update or edits of an ordered membership (distinct identities)
+        // carry the key index over.
         let carry = sorted && from.is_some();
         let (picker, index) = if endpoints.is_empty() {
             (Arc::new(EmptyPicker) as Arc<dyn Picker>, None)
@@ -217,7 +219,7 @@ impl Balancer {
                 .filter(|&i| from[i as usize] == JOINED)
                 .collect();
             // Where each previous endpoint is now (`JOINED`: it left).
-            let mut new_of_old = vec![JOINED; previous.endpoints.len()];
+            let mut new_of_old = vec![JOINED; previous.len()];
             for (i, &j) in from.iter().enumerate().filter(|&(_, &j)| j != JOINED) {
                 new_of_old[j as usize] = i as u32;
             }
@@ -227,7 +229,7 @@ impl Balancer {
             let picker = self.lb.rebuild(&MembershipChange::new(
                 &endpoints, previous, &from, &joined, &left,
             ));
-            let index = carry.then(|| previous.index.carry(&new_of_old, &endpoints, &joined));
+            let index = carry.then(|| previous.index().carry(&new_of_old, &endpoints, &joined));
             (picker, index)
         };
         tracing::debug!(
@@ -248,7 +250,7 @@ impl Balancer {
 
     /// The current endpoints.
     pub fn endpoints(&self) -> Arc<[Endpoint]> {
-        self.current.load().endpoints.clone()
+        self.current.load().endpoints().clone()
     }
 
     /// The current endpoint with identity `key`, if it is a member (see
@@ -257,24 +259,29 @@ impl Balancer {
         self.current.load().endpoint(key).cloned()
     }
 
-    /// Chooses an endpoint for `req` and counts a request in flight on it. `None`
-    /// when there is no eligible endpoint. Lock-free and allocation-free.
-    pub fn pick(&self, req: &PickRequest<'_>) -> Option<Picked> {
+    /// Chooses an endpoint for `req` and counts a request in flight on it; the result
+    /// carries the endpoint's payload ([`Picked::payload`]). `None` when there is no
+    /// eligible endpoint. Lock-free and allocation-free.
+    #[inline]
+    pub fn pick(&self, req: &PickRequest<'_>) -> Option<Picked<T>> {
         let snap = self.current.load();
-        let index = snap.picker.pick(req)?;
-        let Some(endpoint) = snap.endpoints.get(index) else {
-            tracing::error!(
-                lb = self.lb.name(),
-                index,
-                len = snap.endpoints.len(),
-                "picker returned an index out of range; treating as no endpoint"
-            );
-            return None;
+        let index = snap.picker().pick(req)?;
+        let Some(endpoint) = snap.endpoints().get(index) else {
+            return self.out_of_range(index, snap.len());
         };
-        Some(Picked {
-            guard: InFlightGuard::begin(endpoint),
+        Some(Picked::new(InFlightGuard::begin(endpoint), index))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, index: usize, len: usize) -> Option<Picked<T>> {
+        tracing::error!(
+            lb = self.lb.name(),
             index,
-        })
+            len,
+            "picker returned an index out of range; treating as no endpoint"
+        );
+        None
     }
 }
 
@@ -283,16 +290,13 @@ impl Balancer {
 /// previous endpoint twice (ready-made endpoints with a repeated identity) is reported
 /// as all new, so that algorithms build from scratch.
 fn carried_over(previous: &Snapshot, endpoints: &[Endpoint]) -> Vec<u32> {
-    let mut claimed = vec![false; previous.endpoints.len()];
+    let mut claimed = vec![false; previous.len()];
     let mut from = Vec::with_capacity(endpoints.len());
     for e in endpoints {
-        let j = previous
-            .index
-            .get(&previous.endpoints, e.key())
-            .filter(|&j| {
-                let old = &previous.endpoints[j];
-                old.is(e.instance()) && Arc::ptr_eq(old.stats_arc(), e.stats_arc())
-            });
+        let j = previous.position(e.key()).filter(|&j| {
+            let old = &previous.endpoints()[j];
+            old.is(e.instance()) && Arc::ptr_eq(old.stats_arc(), e.stats_arc())
+        });
         match j {
             Some(j) if claimed[j] => return vec![JOINED; endpoints.len()],
             Some(j) if j < JOINED as usize => {
@@ -305,141 +309,19 @@ fn carried_over(previous: &Snapshot, endpoints: &[Endpoint]) -> Vec<u32> {
     from
 }
 
-impl fmt::Debug for Balancer {
+impl<T> fmt::Debug for Balancer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Balancer")
             .field("lb", &self.lb.name())
-            .field("endpoints", &self.current.load().endpoints.len())
-            .finish()
-    }
-}
-
-/// The result of [`Balancer::pick`]: the chosen endpoint and the guard that keeps it
-/// counted as busy until the request ends.
-///
-/// The guard holds the endpoint (one reference count for both), so picking and dropping
-/// the result costs one reference-count increment and decrement besides the in-flight
-/// bookkeeping.
-#[derive(Debug)]
-pub struct Picked {
-    guard: InFlightGuard,
-    index: usize,
-}
-
-impl Picked {
-    /// The chosen endpoint.
-    #[inline]
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.guard.endpoint
-    }
-
-    /// Its position in the snapshot it was picked from (for index exclusions; prefer
-    /// key exclusions, which survive membership changes).
-    #[inline]
-    pub fn index(&self) -> usize {
-        self.index
-    }
-
-    /// The in-flight guard.
-    #[inline]
-    pub fn guard(&self) -> &InFlightGuard {
-        &self.guard
-    }
-
-    /// Splits into the endpoint and the guard (to move the guard into a future). The
-    /// endpoint is a clone (one reference-count increment); to keep only the guard, use
-    /// [`into_guard`](Self::into_guard), whose [`InFlightGuard::endpoint`] is the same.
-    #[inline]
-    pub fn into_parts(self) -> (Endpoint, InFlightGuard) {
-        (self.guard.endpoint.clone(), self.guard)
-    }
-
-    /// The guard alone (it still knows its endpoint: [`InFlightGuard::endpoint`]).
-    #[inline]
-    pub fn into_guard(self) -> InFlightGuard {
-        self.guard
-    }
-
-    /// Records a success with its latency and ends the request.
-    #[inline]
-    pub fn success(self, latency: Duration) {
-        self.guard.success(latency);
-    }
-
-    /// Records a failure (error or timeout) and ends the request.
-    #[inline]
-    pub fn failure(self) {
-        self.guard.failure();
-    }
-}
-
-/// Counts one request in flight on an endpoint; dropping it ends the count, whatever
-/// happened: success, error, timeout, or a future dropped mid-call (cancellation).
-///
-/// [`success`](Self::success) and [`failure`](Self::failure) also feed the latency
-/// estimate and failure counters; a plain drop records nothing but the end. The guard
-/// keeps its endpoint (and so the endpoint's stats) alive until it ends, even when
-/// the endpoint has left the membership meanwhile.
-#[must_use = "dropping the guard at once ends the request's in-flight count"]
-pub struct InFlightGuard {
-    endpoint: Endpoint,
-}
-
-impl InFlightGuard {
-    /// Counts a request on `endpoint` and keeps a clone of it.
-    #[inline]
-    pub(crate) fn begin(endpoint: &Endpoint) -> Self {
-        endpoint.stats().begin();
-        InFlightGuard {
-            endpoint: endpoint.clone(),
-        }
-    }
-
-    /// The endpoint's stats.
-    #[inline]
-    pub fn stats(&self) -> &EndpointStats {
-        self.endpoint.stats()
-    }
-
-    /// The endpoint this request is counted on.
-    #[inline]
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
-    }
-
-    /// Records a success taking `latency` and ends the request.
-    pub fn success(self, latency: Duration) {
-        self.stats().record_success(latency);
-    }
-
-    /// Records a failure (an error or a timeout) and ends the request.
-    pub fn failure(self) {
-        self.stats().record_failure();
-    }
-
-    /// Ends the request recording nothing (same as dropping the guard).
-    #[inline]
-    pub fn cancel(self) {}
-}
-
-impl Drop for InFlightGuard {
-    #[inline]
-    fn drop(&mut self) {
-        self.endpoint.stats().end();
-    }
-}
-
-impl fmt::Debug for InFlightGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InFlightGuard")
-            .field("endpoint", &format_args!("{}", self.endpoint))
-            .field("in_flight", &self.stats().in_flight())
+            .field("endpoints", &self.current.load().len())
             .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::by_name;
 
@@ -456,6 +338,11 @@ mod tests {
         assert_eq!(size_of::<Endpoint>(), size_of::<usize>());
         assert_eq!(size_of::<InFlightGuard>(), size_of::<usize>());
         assert_eq!(size_of::<Option<Picked>>(), 2 * size_of::<usize>());
+        // The payload lives in the endpoint: a pick carrying one is no larger.
+        assert_eq!(
+            size_of::<Option<Picked<[u64; 8]>>>(),
+            2 * size_of::<usize>()
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! One pickable server: a registry [`Instance`] plus its shared [`EndpointStats`], behind
-//! one reference count.
+//! One pickable server: a registry [`Instance`], its shared [`EndpointStats`] and what a
+//! caller sends through (its payload), behind one reference count.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -8,13 +9,15 @@ use meshline_registry_core::{Instance, InstanceKey};
 
 use crate::{EndpointStats, InFlightGuard};
 
-/// A server a picker can choose: what the registry said about it, and the live
-/// counters every balancer reads.
+/// A server a picker can choose: what the registry said about it, the live counters
+/// every balancer reads, and the payload a [`crate::Balancer<T>`] attached to it (a
+/// connection handle: what a caller sends through once the endpoint is picked).
 ///
-/// One shared pointer to both: cloning is one reference-count increment (an
+/// One shared pointer to all three: cloning is one reference-count increment (an
 /// [`InFlightGuard`] holds the endpoint it counts on, so that is also what a request
-/// costs in reference counting). Two endpoints with the same [`InstanceKey`] built
-/// through one [`crate::StatsRegistry`] (or one [`crate::Balancer`]) share their stats.
+/// costs in reference counting, and the payload comes with it for free). Two
+/// endpoints with the same [`InstanceKey`] built through one [`crate::StatsRegistry`]
+/// (or one [`crate::Balancer`]) share their stats.
 #[derive(Clone)]
 pub struct Endpoint {
     inner: Arc<Inner>,
@@ -29,6 +32,9 @@ struct Inner {
     /// [`hash_key`] of the identity, computed once: the snapshot's key index is rebuilt
     /// on every membership change without hashing 10 000 strings again.
     key_hash: u64,
+    /// What a [`crate::Balancer<T>`] attached (its `T`); `None` for a plain endpoint
+    /// (`T = ()`: no allocation).
+    payload: Option<Arc<dyn Any + Send + Sync>>,
     instance: Instance,
 }
 
@@ -52,14 +58,34 @@ impl Endpoint {
 
     /// An endpoint using the given stats.
     pub fn with_stats(instance: Instance, stats: Arc<EndpointStats>) -> Self {
+        Endpoint::carrying(instance, stats, None)
+    }
+
+    /// An endpoint using the given stats and carrying `payload` (see
+    /// [`crate::Edit::Insert`]).
+    pub(crate) fn carrying(
+        instance: Instance,
+        stats: Arc<EndpointStats>,
+        payload: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Self {
         let key_hash = hash_key(instance.key());
         Endpoint {
             inner: Arc::new(Inner {
                 stats,
-                instance,
                 key_hash,
+                payload,
+                instance,
             }),
         }
+    }
+
+    /// The payload, if this endpoint carries one of type `T`: every endpoint of a
+    /// [`crate::Balancer<T>`] (other than `T = ()`) carries the `T` it joined with.
+    /// A pick's [`crate::Picked::payload`] is the typed way to it; this one serves
+    /// endpoints found otherwise ([`crate::Snapshot::endpoint`]).
+    #[inline]
+    pub fn payload<T: Any>(&self) -> Option<&T> {
+        self.inner.payload.as_deref()?.downcast_ref()
     }
 
     /// What the registry says about this server.

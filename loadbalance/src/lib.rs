@@ -21,6 +21,19 @@
 //! rebuild, such as the round-robin sequence, lives in the [`LoadBalance`], not the
 //! picker.
 //!
+//! ## One membership path
+//!
+//! A [`Balancer<T>`] is also the caller's table of what to send through: each
+//! endpoint carries a payload `T` (a connection handle) given when it joins
+//! ([`Edit::Insert`]), and a pick hands it back ([`Picked::payload`]) from the endpoint
+//! the in-flight guard already holds: no second lookup by key after the pick, no
+//! second index of the same endpoints, no retry because "the picker was a moment
+//! behind" a separate set. A caller that already knows what changed (an endpoint
+//! connected, another dropped) applies [`Edit`]s ([`Balancer::apply`]) instead of
+//! handing over the whole list to be diffed again; a caller with whole lists (a
+//! registry [`Watch`](meshline_registry_core::Watch)'s snapshots) uses
+//! [`Balancer::update`], which merges each against the previous one.
+//!
 //! ## Usage
 //!
 //! ```
@@ -78,14 +91,17 @@ mod algorithms;
 mod balancer;
 mod board;
 mod change;
+mod edit;
 mod endpoint;
 mod error;
 mod factory;
 pub mod hash;
 mod index;
+mod picked;
 mod picker;
 mod request;
 mod settings;
+mod snapshot;
 pub mod stats;
 
 pub use algorithms::bounded::{BoundedLoadLoadBalance, DEFAULT_BALANCE_FACTOR, bounded_cap};
@@ -103,12 +119,15 @@ pub use algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
 pub use algorithms::round_robin::RoundRobinLoadBalance;
 pub use algorithms::xid::{XidLoadBalance, parse_xid_address};
 pub use algorithms::zone::ZoneAwareLoadBalance;
-pub use balancer::{Balancer, InFlightGuard, Picked, Snapshot};
+pub use balancer::Balancer;
 pub use change::MembershipChange;
+pub use edit::Edit;
 pub use endpoint::Endpoint;
 pub use error::LoadBalanceError;
 pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_config};
+pub use picked::{InFlightGuard, Picked};
 pub use picker::{LoadBalance, Picker};
 pub use request::{Exclusions, PickRequest};
 pub use settings::{CENTRE_KEYS, LoadBalanceConfig};
+pub use snapshot::Snapshot;
 pub use stats::{EndpointStats, StatsRegistry};

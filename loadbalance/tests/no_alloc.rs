@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use meshline_loadbalance::{Balancer, PickRequest, by_name};
+use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
 use meshline_registry_core::Instance;
 
 struct Counting;
@@ -136,6 +136,14 @@ fn picks_do_not_allocate() {
         for weighted in [false, true] {
             let balancer = Balancer::new(by_name(name).unwrap());
             balancer.update(&instances(100, weighted));
+            // The same membership carrying payloads (a client's connections): its pick
+            // hands back the payload without allocating either.
+            let carrying: Balancer<String> = Balancer::with_payload(by_name(name).unwrap());
+            carrying.apply(
+                instances(100, weighted)
+                    .into_iter()
+                    .map(|i| Edit::Insert(i.clone(), i.to_string())),
+            );
             let snapshot = balancer.snapshot();
             let picker = snapshot.picker().clone();
             let run = |count: bool| {
@@ -163,6 +171,9 @@ fn picks_do_not_allocate() {
                     }
                     if picker.pick(&req).is_some() {
                         held += 1;
+                    }
+                    if let Some(p) = carrying.pick(&req) {
+                        assert!(p.payload().starts_with(p.endpoint().instance().host()));
                     }
                     // The whole path: pick, guard, outcome.
                     if let Some(p) = balancer.pick(&req) {

@@ -284,7 +284,7 @@ mod tests {
     use crate::Balancer;
     use meshline_registry_core::Instance;
 
-    fn paged(b: &Balancer) -> Arc<dyn Picker> {
+    fn paged<T: std::any::Any + Send + Sync>(b: &Balancer<T>) -> Arc<dyn Picker> {
         b.snapshot().picker().clone()
     }
 
@@ -295,21 +295,39 @@ mod tests {
     fn an_updated_balancer_picks_as_a_fresh_one() {
         let lb = Arc::new(ConsistentHashLoadBalance::new().paged_from(0));
         let updated = Balancer::new(lb.clone());
+        // The same changes given as edits (what the rpc-client does).
+        let edited: Balancer<u32> = Balancer::with_payload(lb.clone());
+        let at = |i: u32, w: u32| {
+            Instance::parse(&format!("10.7.{}.{}:8091", i / 256 % 256, i % 256))
+                .unwrap()
+                .with_weight(w)
+        };
         let mut rng = fastrand::Rng::with_seed(5);
         let mut ids: Vec<(u32, u32)> = (0..120).map(|i| (i * 7, 1)).collect();
+        edited.apply(ids.iter().map(|&(i, w)| crate::Edit::Insert(at(i, w), i)));
         let mut reused = 0;
+        let mut reused_by_edits = 0;
         for step in 0..30 {
-            match step % 3 {
-                0 => ids.push((rng.u32(1000..60_000), 1)),
+            let edit = match step % 3 {
+                0 => {
+                    ids.push((rng.u32(1000..60_000), 1));
+                    let (i, w) = ids[ids.len() - 1];
+                    crate::Edit::Insert(at(i, w), i)
+                }
                 1 => {
                     let k = rng.usize(..ids.len());
-                    ids.swap_remove(k);
+                    let (i, w) = ids.swap_remove(k);
+                    crate::Edit::Remove(at(i, w).key().clone())
                 }
                 _ => {
                     let k = rng.usize(..ids.len());
                     ids[k].1 = if step % 2 == 0 { 1 } else { 3 };
+                    let (i, w) = ids[k];
+                    crate::Edit::Insert(at(i, w), i)
                 }
-            }
+            };
+            let edited_before = paged(&edited);
+            edited.apply([edit]);
             let mut list: Vec<Instance> = ids
                 .iter()
                 .map(|&(i, w)| {
@@ -335,6 +353,13 @@ mod tests {
                     reused += 1;
                 }
             }
+            let edited_after = paged(&edited);
+            if let (Some(a), Some(b)) = (ring(&edited_before), ring(&edited_after)) {
+                // SAFETY: both pickers are alive (held above).
+                if unsafe { (*b).shares_pages_with(&*a) } {
+                    reused_by_edits += 1;
+                }
+            }
             for k in 0..3000u64 {
                 let req = PickRequest::default().with_hash(hash::mix64(k + step));
                 let a = updated.pick(&req).unwrap();
@@ -344,6 +369,13 @@ mod tests {
                     b.endpoint().key(),
                     "step {step} key {k}"
                 );
+                let e = edited.pick(&req).unwrap();
+                assert_eq!(
+                    e.endpoint().key(),
+                    b.endpoint().key(),
+                    "edits: step {step} key {k}"
+                );
+                assert_eq!(at(*e.payload(), 1).key(), e.endpoint().key());
                 let skip = [a.endpoint().key().clone()];
                 let req = req.excluding(&skip);
                 let a = updated.pick(&req).unwrap();
@@ -356,5 +388,9 @@ mod tests {
             }
         }
         assert!(reused >= 20, "only {reused} of 30 updates reused pages");
+        assert!(
+            reused_by_edits >= 20,
+            "only {reused_by_edits} of 30 edits reused pages"
+        );
     }
 }

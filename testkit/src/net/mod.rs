@@ -35,7 +35,7 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use proxy::{FaultProxy, Faults};
+pub use proxy::{FaultProxy, Faults, RETRANSMIT};
 
 /// Why the test network cannot be built here, or `None` when it can.
 pub fn skip_reason() -> Option<String> {

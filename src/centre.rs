@@ -5,14 +5,17 @@
 //! `config.type`, and:
 //! - `file` (the default): also reads `config.file.name` (default `file.conf`, next to
 //!   the file that named it) when it exists; a name that was set but cannot be read is
-//!   an error. The result never changes.
+//!   an error. The files are followed: an edit rebuilds the configuration from every
+//!   source (the environment as read at start, the overrides).
 //! - `nacos`, `etcd3`, `zk`, `consul`: connects to the centre that `config.<type>.*`
 //!   names, reads Seata's keys from it the way Seata does, and follows them
 //!   ([`meshline_registry_core::centre`] has the rules).
 //! - `apollo`, `springCloudConfig`, `custom`: refused, naming what is supported.
 //!
 //! [`discovery_from_live`] then builds the registry and a [`Discovery`] that follows
-//! `service.vgroupMapping.*` changes made in the centre.
+//! `service.vgroupMapping.*` changes made in the files or the centre, and reads any
+//! other group it is asked for from the centre. The file registry built from the live
+//! configuration follows it too: a grouplist kept in the centre is read from there.
 //!
 //! A centre type is the [`CentreType`] of an entry of the table of registry types
 //! ([`crate::registry::REGISTRY_TYPES`]), resolved by [`resolve_centre`]; a type whose
@@ -81,7 +84,7 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
     let (ty, centre) = match resolve_centre(&base.centre.kind)? {
         CentreKind::File => {
             let loader = with_file_centre(loader, &base)?;
-            return Ok(LiveConfig::fixed(loader.load()?));
+            return LiveConfig::files(loader);
         }
         CentreKind::Server(ty, centre) => (ty, centre),
     };
@@ -106,15 +109,10 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
 }
 
 /// The registry the live configuration names, in a [`Discovery`] whose group ->
-/// cluster table follows the centre (fixed when there is no centre).
+/// cluster table follows the live configuration (its files, its centre).
 pub async fn discovery_from_live(live: &LiveConfig) -> Result<Discovery, RegistryError> {
-    let config = live.current();
-    let registry = crate::registry::from_config(&config).await?;
-    Ok(if live.centre().is_some() {
-        Discovery::with_live_config(registry, live)
-    } else {
-        Discovery::from_config(registry, &config)
-    })
+    let registry = crate::registry::from_config(&live.current()).await?;
+    Ok(Discovery::with_live_config(registry, live))
 }
 
 #[cfg(test)]

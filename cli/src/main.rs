@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand};
 
 mod doctor;
 mod types;
-use meshline::{Config, ConfigLoader, Health, Instance, RegistryError, RegistryService, Snapshot};
+use meshline::core::centre::LiveConfig;
+use meshline::{Config, ConfigLoader, Discovery, Health, Instance, RegistryError, Snapshot};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -179,10 +180,11 @@ fn base_loader(cli: &Cli) -> ConfigLoader {
 
 /// Loads the config files, the configuration centre `config.type` names (Seata's
 /// `service.vgroupMapping.*` may live there) and the environment once (so each config
-/// warning is printed once), with --registry applied.
-async fn load_base(cli: &Cli) -> Result<Config, RegistryError> {
-    let live = meshline::centre::live_config(base_loader(cli)).await?;
-    Ok((*live.current()).clone())
+/// warning is printed once), with --registry applied, and follows them: keep the
+/// result for as long as something built from its configuration runs (the file
+/// registry follows it).
+async fn load_live(cli: &Cli) -> Result<LiveConfig, RegistryError> {
+    meshline::centre::live_config(base_loader(cli)).await
 }
 
 /// Applies --server and --ttl to a loaded config.
@@ -197,11 +199,10 @@ fn with_overrides(
     if let Some(server) = &cli.server {
         match ty.seata_name {
             "file" => {
+                // Set as a key, so the file registry applies it again each time it
+                // rebuilds the configuration from its sources.
                 let cluster = cluster_for_file.unwrap_or("default");
-                config
-                    .service
-                    .grouplist
-                    .insert(cluster.to_string(), server.clone());
+                config.set(&format!("service.{cluster}.grouplist"), server)?;
             }
             _ => config
                 .registry
@@ -252,7 +253,17 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             Ok(())
         }
         Command::Lookup(target) | Command::Watch(target) => {
-            let base = load_base(&cli).await?;
+            let live = load_live(&cli).await?;
+            // A group other than the file's is read from the centre as Seata would,
+            // and followed.
+            let group = target
+                .group
+                .clone()
+                .unwrap_or_else(|| live.current().tx_service_group.clone());
+            if target.cluster.is_none() {
+                live.ask_group(&group).await;
+            }
+            let base = (*live.current()).clone();
             let mapped = resolve_cluster(&base, target);
             let mut config = with_overrides(&cli, base, mapped.as_deref().ok(), None)?;
             // Show the registry as it is: empty protection (clients keep the last
@@ -266,17 +277,18 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
                 );
             }
             let registry = meshline::registry::from_config(&config).await?;
-            // A registry that maps groups itself (Seata's namingserver) is asked by group.
-            let cluster = match (&target.cluster, &target.group) {
-                (None, group) if registry.resolves_groups() => group
-                    .clone()
-                    .unwrap_or_else(|| config.tx_service_group.clone()),
-                _ => mapped?,
+            // By group through a discovery that follows the live mapping (a registry
+            // that maps groups itself, Seata's namingserver, is asked by group); by
+            // --cluster directly.
+            let discovery = Discovery::with_live_config(registry.clone(), &live);
+            let asked = match &target.cluster {
+                Some(c) => Asked::Cluster(c.clone()),
+                None => Asked::Group(group),
             };
             let result = if matches!(cli.command, Command::Lookup(_)) {
-                lookup(&*registry, &cluster, cli.json).await
+                lookup(&discovery, &asked, cli.json).await
             } else {
-                watch(&*registry, &cluster, cli.json).await
+                watch(&discovery, &asked, cli.json).await
             };
             let _ = registry.close().await;
             result
@@ -287,7 +299,8 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             ttl,
             weight,
         } => {
-            let config = with_overrides(&cli, load_base(&cli).await?, Some(cluster), *ttl)?;
+            let live = load_live(&cli).await?;
+            let config = with_overrides(&cli, (*live.current()).clone(), Some(cluster), *ttl)?;
             let mut instance = Instance::parse(addr)?;
             if let Some(w) = weight {
                 instance = instance.with_weight(*w);
@@ -316,19 +329,40 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
     }
 }
 
-async fn lookup(
-    registry: &dyn RegistryService,
-    cluster: &str,
-    json: bool,
-) -> Result<(), RegistryError> {
-    let list = registry.lookup(cluster).await?;
+/// What `lookup` and `watch` were asked about.
+enum Asked {
+    /// A tx-service-group, through its (live) mapping.
+    Group(String),
+    /// A cluster named with --cluster.
+    Cluster(String),
+}
+
+impl Asked {
+    /// The cluster shown: the group's cluster now (it follows the mapping).
+    fn label(&self, discovery: &Discovery) -> String {
+        match self {
+            Asked::Group(g) => discovery.cluster_for(g).unwrap_or_else(|_| g.clone()),
+            Asked::Cluster(c) => c.clone(),
+        }
+    }
+}
+
+async fn lookup(discovery: &Discovery, asked: &Asked, json: bool) -> Result<(), RegistryError> {
+    let list = match asked {
+        Asked::Group(g) => discovery.lookup(g).await?,
+        Asked::Cluster(c) => discovery.registry().lookup(c).await?,
+    };
+    let cluster = asked.label(discovery);
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&list).unwrap_or_default()
         );
     } else if list.is_empty() {
-        eprintln!("no members in cluster `{cluster}` ({})", registry.kind());
+        eprintln!(
+            "no members in cluster `{cluster}` ({})",
+            discovery.registry().kind()
+        );
     } else {
         for i in &list {
             println!("{i}");
@@ -380,19 +414,18 @@ fn print_health(h: &Health, cluster: &str, json: bool) {
     }
 }
 
-async fn watch(
-    registry: &dyn RegistryService,
-    cluster: &str,
-    json: bool,
-) -> Result<(), RegistryError> {
-    let mut w = registry.watch(cluster).await?;
+async fn watch(discovery: &Discovery, asked: &Asked, json: bool) -> Result<(), RegistryError> {
+    let mut w = match asked {
+        Asked::Group(g) => discovery.watch(g).await?,
+        Asked::Cluster(c) => discovery.registry().watch(c).await?,
+    };
     let mut health = w.clone();
     let stop = shutdown_signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {
-            s = w.next() => print_snapshot(&s?, cluster, json),
-            h = health.health_changed() => print_health(&h?, cluster, json),
+            s = w.next() => print_snapshot(&s?, &asked.label(discovery), json),
+            h = health.health_changed() => print_health(&h?, &asked.label(discovery), json),
             _ = &mut stop => return Ok(()),
         }
     }

@@ -29,22 +29,30 @@
 //!
 //! [`LiveConfig`] follows the blob and every single key it looked up (each centre's
 //! own push: etcd watches, ZooKeeper watchers, Consul blocking queries, Nacos
-//! listeners), re-reads on a change, rebuilds the whole [`Config`] and publishes it when
-//! it differs. A [`crate::Discovery`] built on it
-//! ([`Discovery::with_live_config`](crate::Discovery::with_live_config)) moves its
-//! watches to the new cluster when `service.vgroupMapping.<group>` changes. A centre
-//! that cannot be read after start keeps the last good configuration (with a warning)
-//! and is retried with backoff; a failed first read is an error, because a client
-//! started without its mapping would route nowhere.
+//! listeners) and the configuration's files, re-reads on a change, rebuilds the whole
+//! [`Config`] from every source and publishes it when it differs. A group or a cluster
+//! the configuration's own `txServiceGroup` does not lead to is read when asked
+//! ([`LiveConfig::ask_group`], [`LiveConfig::ask_cluster`]: the CLI's group argument, a
+//! second group in code, a cluster the file registry is asked for) and followed from
+//! then on. A [`crate::Discovery`] built on it
+//! ([`Discovery::with_live_config`](crate::Discovery::with_live_config)) asks for the
+//! groups it is given and moves its watches to the new cluster when
+//! `service.vgroupMapping.<group>` changes. A centre that cannot be read after start
+//! keeps the last good configuration (with a warning) and is retried with backoff; a
+//! failed first read is an error, because a client started without its mapping would
+//! route nowhere.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
-use crate::config::{ConfigLoader, Entry, Format, log_warnings, parse_text};
-use crate::{Backoff, Config, RegistryError};
+use crate::config::{ConfigLoader, Entry, Format, parse_text};
+use crate::{Config, RegistryError};
+
+mod live;
+pub(crate) use live::LiveShared;
+pub use live::{FILE_POLL, LiveConfig, REFRESH_EVERY};
 
 /// A configuration centre client: reads one entry by its name, and reports changes.
 ///
@@ -155,16 +163,35 @@ impl CentreSpec {
     }
 }
 
+/// Groups and clusters asked for beyond the configuration's own `txServiceGroup` (a
+/// CLI argument, a second group in code, a cluster looked up by name): their keys are
+/// read from the centre as Seata's `getConfig` would read them, and followed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Wanted {
+    pub(crate) groups: BTreeSet<String>,
+    pub(crate) clusters: BTreeSet<String>,
+}
+
 /// The single Seata keys looked up one by one when the blob lacks them, for a
-/// configuration `cfg`: the tx group's mapping, the mapped cluster's grouplist, and
-/// the keys the spec names for other parts of the client.
-fn single_keys(cfg: &Config, spec: &CentreSpec) -> Vec<String> {
-    let group = &cfg.tx_service_group;
-    let mut keys = vec![format!("service.vgroupMapping.{group}")];
+/// configuration `cfg`: each group's mapping (the tx group's and the asked ones), each
+/// mapped or asked cluster's grouplist, and the keys the spec names for other parts of
+/// the client.
+fn single_keys(cfg: &Config, spec: &CentreSpec, wanted: &Wanted) -> Vec<String> {
+    let groups: BTreeSet<&String> = std::iter::once(&cfg.tx_service_group)
+        .chain(&wanted.groups)
+        .collect();
+    let mut keys: Vec<String> = groups
+        .iter()
+        .map(|g| format!("service.vgroupMapping.{g}"))
+        .collect();
     keys.extend(spec.keys.iter().cloned());
-    if let Some(cluster) = cfg.service.vgroup_mapping.get(group) {
-        keys.push(format!("service.{cluster}.grouplist"));
-    }
+    let clusters: BTreeSet<&String> = groups
+        .iter()
+        .filter_map(|g| cfg.service.vgroup_mapping.get(*g))
+        .filter(|c| !c.trim().is_empty())
+        .chain(&wanted.clusters)
+        .collect();
+    keys.extend(clusters.iter().map(|c| format!("service.{c}.grouplist")));
     keys
 }
 
@@ -188,6 +215,7 @@ async fn read_centre(
     centre: &dyn ConfigCentre,
     spec: &CentreSpec,
     loader: &ConfigLoader,
+    wanted: &Wanted,
 ) -> Result<(Config, Read), RegistryError> {
     let blob = centre.get(&spec.blob).await?;
     let mut entries: Vec<Entry> = match &blob {
@@ -219,15 +247,15 @@ async fn read_centre(
     let mut rounds = 0;
     let cfg = loop {
         let cfg = loader.clone().load_with_centre(Some((&entries, &origin)))?;
-        let wanted: Vec<String> = single_keys(&cfg, spec)
+        let new: Vec<String> = single_keys(&cfg, spec, wanted)
             .into_iter()
             .filter(|k| !followed.contains(k))
             .collect();
         rounds += 1;
-        if wanted.is_empty() || rounds > 3 {
+        if new.is_empty() || rounds > 3 {
             break cfg;
         }
-        for key in wanted {
+        for key in new {
             let path: Vec<String> = key.split('.').map(str::to_string).collect();
             let in_blob = entries.iter().any(|(p, _)| same_key(p, &path));
             followed.push(key.clone());
@@ -256,200 +284,6 @@ fn same_key(a: &[String], b: &[String]) -> bool {
             .collect()
     };
     strip(a) == strip(b)
-}
-
-/// How often a followed centre is re-read even without a change notification: the net
-/// under a lost notification (a watch that broke between two events).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
-
-/// A configuration that follows its centre: the current [`Config`], and every change.
-///
-/// Cheap to clone (all clones share one follow task, which ends when the last clone and
-/// the last [`LiveConfig::subscribe`] receiver are dropped).
-#[derive(Clone)]
-pub struct LiveConfig {
-    rx: watch::Receiver<Arc<Config>>,
-    centre: Option<Arc<dyn ConfigCentre>>,
-}
-
-impl std::fmt::Debug for LiveConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveConfig")
-            .field("centre", &self.centre.as_ref().map(|c| c.kind()))
-            .field("config", &*self.rx.borrow())
-            .finish()
-    }
-}
-
-impl LiveConfig {
-    /// A configuration that never changes (no centre, or `config.type=file`).
-    pub fn fixed(config: Config) -> LiveConfig {
-        let (tx, rx) = watch::channel(Arc::new(config));
-        // The sender is dropped: receivers keep the value and never see a change.
-        drop(tx);
-        LiveConfig { rx, centre: None }
-    }
-
-    /// Reads `centre` as `spec` says, on top of what `loader` reads, and follows it.
-    ///
-    /// Fails when the first read fails (the centre is unreachable, the blob does not
-    /// parse): the error names the centre, its address and the cause.
-    pub async fn start(
-        loader: ConfigLoader,
-        centre: Arc<dyn ConfigCentre>,
-        spec: CentreSpec,
-    ) -> Result<LiveConfig, RegistryError> {
-        // Files are read once, here: every re-read of the centre rebuilds from them.
-        let loader = loader.read_now()?;
-        let (cfg, read) = read_centre(&*centre, &spec, &loader).await?;
-        log_warnings(&cfg, None);
-        tracing::info!(
-            centre = centre.kind(),
-            at = %centre.location(),
-            blob = %spec.blob,
-            keys = read.entries.len(),
-            "configuration read from the config centre"
-        );
-        let (tx, rx) = watch::channel(Arc::new(cfg));
-        // Following starts before this returns, so a change made right after `start`
-        // is seen; the task's first step is one more read, which covers a change made
-        // between the read above and the follow.
-        let mut names = vec![spec.blob.clone()];
-        names.extend(read.followed.iter().cloned());
-        let notes = match centre.follow(names).await {
-            Ok(rx) => Some(rx),
-            Err(e) => {
-                tracing::warn!(
-                    centre = centre.kind(),
-                    error = %e,
-                    "config centre: cannot follow changes; re-reading periodically"
-                );
-                None
-            }
-        };
-        tokio::spawn(follow(
-            centre.clone(),
-            spec,
-            loader,
-            tx,
-            read.followed,
-            notes,
-        ));
-        Ok(LiveConfig {
-            rx,
-            centre: Some(centre),
-        })
-    }
-
-    /// The configuration now.
-    pub fn current(&self) -> Arc<Config> {
-        self.rx.borrow().clone()
-    }
-
-    /// A receiver of every new configuration (the current one is marked seen).
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Config>> {
-        let mut rx = self.rx.clone();
-        rx.mark_unchanged();
-        rx
-    }
-
-    /// The centre followed, if any.
-    pub fn centre(&self) -> Option<&Arc<dyn ConfigCentre>> {
-        self.centre.as_ref()
-    }
-}
-
-/// The follow task: waits for a notification (or [`REFRESH_EVERY`]), re-reads, and
-/// publishes a changed configuration. Ends when nobody holds a receiver.
-async fn follow(
-    centre: Arc<dyn ConfigCentre>,
-    spec: CentreSpec,
-    loader: ConfigLoader,
-    tx: watch::Sender<Arc<Config>>,
-    mut followed: Vec<String>,
-    mut notes: Option<mpsc::Receiver<()>>,
-) {
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    let mut names = vec![spec.blob.clone()];
-    names.extend(followed.iter().cloned());
-    // Read at once: after a failed read (the change that failed to be read may be the
-    // last one for a long time), and after following (re)started (a change made while
-    // no watch was in place sent no notification).
-    let mut retry = true;
-    loop {
-        if notes.is_none() {
-            match centre.follow(names.clone()).await {
-                Ok(rx) => {
-                    notes = Some(rx);
-                    retry = true;
-                }
-                Err(e) => tracing::warn!(
-                    centre = centre.kind(),
-                    error = %e,
-                    "config centre: cannot follow changes; re-reading periodically"
-                ),
-            }
-        }
-        if !retry {
-            let wait = async {
-                match notes.as_mut() {
-                    Some(rx) => match tokio::time::timeout(REFRESH_EVERY, rx.recv()).await {
-                        // The follower ended (a broken watch): follow again after the read.
-                        Ok(None) => false,
-                        _ => true,
-                    },
-                    None => {
-                        tokio::time::sleep(backoff.next_delay().min(REFRESH_EVERY)).await;
-                        true
-                    }
-                }
-            };
-            let alive = tokio::select! {
-                _ = tx.closed() => return,
-                alive = wait => alive,
-            };
-            if !alive {
-                notes = None;
-            }
-        }
-        // Several notifications for one change (blob and key, or a burst): take them all.
-        if let Some(rx) = notes.as_mut() {
-            while rx.try_recv().is_ok() {}
-        }
-        match read_centre(&*centre, &spec, &loader).await {
-            Ok((cfg, read)) => {
-                retry = false;
-                backoff.reset();
-                log_warnings(&cfg, Some(&tx.borrow()));
-                if **tx.borrow() != cfg {
-                    tracing::info!(
-                        centre = centre.kind(),
-                        at = %centre.location(),
-                        "configuration changed in the config centre"
-                    );
-                    tx.send_replace(Arc::new(cfg));
-                }
-                if read.followed != followed {
-                    followed = read.followed;
-                    names = vec![spec.blob.clone()];
-                    names.extend(followed.iter().cloned());
-                    notes = None;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(
-                    centre = centre.kind(),
-                    error = %e,
-                    "config centre: re-read failed; keeping the last configuration"
-                );
-                retry = true;
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = tokio::time::sleep(backoff.next_delay()) => {}
-                }
-            }
-        }
-    }
 }
 
 /// `config.type=file`: Seata's `config.file.name` (default `file.conf`), read as a

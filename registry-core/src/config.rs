@@ -106,6 +106,7 @@ mod loader;
 mod provenance;
 mod router;
 mod section;
+mod source;
 mod suggest;
 mod values;
 pub use loader::ConfigLoader;
@@ -113,6 +114,7 @@ pub(crate) use loader::{Entry, log_warnings, parse_text};
 pub use provenance::{Provenance, SourceRead};
 use router::{apply_all, norm};
 pub use section::{Section, SectionReader};
+pub use source::ConfigSource;
 pub use suggest::nearest;
 pub use values::{MAX_DURATION, parse_bytes, parse_duration, parse_duration_with_unit};
 
@@ -179,6 +181,8 @@ pub struct Config {
     /// `client.tm.*`, an application's own root...): read one with [`Config::part`].
     /// Keyed by the whole path, segments normalised (lower case, `-` and `_` removed).
     pub parts: Section,
+    /// Where this configuration came from, for whatever re-reads it ([`ConfigSource`]).
+    pub(crate) source: ConfigSource,
 }
 
 /// Roots of Seata's client configuration whose keys other crates own: kept raw in
@@ -309,6 +313,7 @@ impl Default for Config {
             warnings: Vec::new(),
             provenance: Provenance::default(),
             parts: Section::with_prefix("", ""),
+            source: ConfigSource::default(),
         }
     }
 }
@@ -360,6 +365,9 @@ impl Config {
     /// Sets one key (any accepted spelling, dotted: `transport.maxFrameLength`) in code,
     /// as an explicit override: routed as a loaded key is, so it lands where a file's
     /// would (a field, a registry section, a part).
+    ///
+    /// The key is recorded in [`Config::source`], so a re-reader (the file registry
+    /// following its sources) applies it again on top of what it reads.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), RegistryError> {
         let path = key.split('.').map(str::to_string).collect();
         let mut state = router::RouteState::default();
@@ -368,7 +376,15 @@ impl Config {
             &mut state,
             vec![(path, value.to_string())],
             "override",
-        )
+        )?;
+        self.source.record_set(key, value);
+        Ok(())
+    }
+
+    /// Where this configuration came from: a loader, a live configuration, or nothing
+    /// to re-read ([`ConfigSource`]).
+    pub fn source(&self) -> &ConfigSource {
+        &self.source
     }
 
     /// Defaults, then `text` in `format` (no environment).

@@ -20,8 +20,9 @@ use crate::{
 enum Mapping {
     /// Given once.
     Fixed(Arc<BTreeMap<String, String>>),
-    /// Followed: a configuration centre can change it ([`LiveConfig`]).
-    Live(watch::Receiver<Arc<Config>>),
+    /// Followed: the files or a configuration centre can change it ([`LiveConfig`]),
+    /// and a group asked for is read from the centre.
+    Live(LiveConfig),
 }
 
 /// A registry plus the `vgroupMapping` table: lookups and watches by tx-service-group.
@@ -60,12 +61,25 @@ impl Discovery {
         Discovery::new(registry, config.service.vgroup_mapping.clone())
     }
 
-    /// A discovery over `registry` whose table follows `live` (a configuration centre):
-    /// watches move when a group's mapping changes.
+    /// A discovery over `registry` whose table follows `live` (its files, its
+    /// configuration centre): watches move when a group's mapping changes, and a group
+    /// other than the configuration's `txServiceGroup` is read from the centre when
+    /// first looked up or watched ([`LiveConfig::ask_group`]), as Seata's `getConfig`
+    /// reads any key.
     pub fn with_live_config(registry: Arc<dyn RegistryService>, live: &LiveConfig) -> Self {
         Discovery {
             registry,
-            mapping: Mapping::Live(live.subscribe()),
+            mapping: Mapping::Live(live.clone()),
+        }
+    }
+
+    /// Asks a followed configuration for `group`'s mapping (a no-op for a fixed table,
+    /// a known group, or a registry that maps groups itself).
+    async fn ask(&self, group: &str) {
+        if let Mapping::Live(live) = &self.mapping
+            && !self.registry.resolves_groups()
+        {
+            live.ask_group(group).await;
         }
     }
 
@@ -89,12 +103,15 @@ impl Discovery {
         }
         match &self.mapping {
             Mapping::Fixed(m) => Self::lookup_cluster(m, group),
-            Mapping::Live(rx) => Self::lookup_cluster(&rx.borrow().service.vgroup_mapping, group),
+            Mapping::Live(live) => {
+                Self::lookup_cluster(&live.current().service.vgroup_mapping, group)
+            }
         }
     }
 
     /// The current members of the cluster `group` maps to.
     pub async fn lookup(&self, group: &str) -> Result<Vec<Instance>, RegistryError> {
+        self.ask(group).await;
         let cluster = self.cluster_for(group)?;
         self.registry.lookup(&cluster).await
     }
@@ -103,12 +120,13 @@ impl Discovery {
     /// to the new cluster when the mapping changes (see [`Discovery::with_live_config`]);
     /// a mapping that disappears keeps the last cluster, with a warning.
     pub async fn watch(&self, group: &str) -> Result<Watch, RegistryError> {
+        self.ask(group).await;
         let cluster = self.cluster_for(group)?;
         let inner = self.registry.watch(&cluster).await?;
         match &self.mapping {
-            Mapping::Live(rx) if !self.registry.resolves_groups() => Ok(follow_mapping(
+            Mapping::Live(live) if !self.registry.resolves_groups() => Ok(follow_mapping(
                 self.registry.clone(),
-                rx.clone(),
+                live.subscribe(),
                 group.to_string(),
                 cluster,
                 inner,
@@ -126,7 +144,7 @@ impl Discovery {
     pub fn mapping(&self) -> BTreeMap<String, String> {
         match &self.mapping {
             Mapping::Fixed(m) => (**m).clone(),
-            Mapping::Live(rx) => rx.borrow().service.vgroup_mapping.clone(),
+            Mapping::Live(live) => live.current().service.vgroup_mapping.clone(),
         }
     }
 }

@@ -6,37 +6,58 @@
 //! is read-only and [`register`](RegistryService::register) returns
 //! [`RegistryError::ReadOnly`].
 //!
-//! Unlike Seata's, it follows the file: when the configuration was loaded from a file
-//! (or `registry.file.name` names one), every [`watch`](RegistryService::watch) sees an
-//! edit within about a second. A broken edit (a syntax error, a bad address) keeps the
-//! last good list and logs why; the rest of the file keeps working.
+//! Unlike Seata's, it follows its sources: the same ones the configuration was built
+//! from (files, Seata's configuration centre, the environment, overrides; see
+//! [`source`](crate#where-the-grouplists-come-from)). Every
+//! [`watch`](RegistryService::watch) sees an edit of a file within about a second and a
+//! change in the centre as soon as the centre pushes it. A broken edit (a syntax error,
+//! a bad address) keeps the last good list, marks the watches stale and logs why; the
+//! rest of the file keeps working.
 //!
-//! Why polling and not inotify: the file is re-read every 250 ms and compared byte for
-//! byte. That catches in-place writes, editors that replace the file by rename, and
-//! network or container file systems where change notifications are lost, at the cost
-//! of one small read per period. It needs no extra dependency.
+//! # Where the grouplists come from
+//!
+//! - A configuration from `meshline::centre::live_config` (a live configuration): the
+//!   registry follows it, and a cluster it does not know is read from the centre when
+//!   looked up, as Seata's `FileRegistryServiceImpl` reads `service.<cluster>.grouplist`
+//!   through its configuration (the centre when `config.type` names one).
+//! - A configuration from a loader (`Config::load`, `ConfigLoader::load`): its files
+//!   are followed and every change rebuilds from all of the loader's sources, so a
+//!   grouplist given by `MESHLINE_SERVICE__<cluster>__GROUPLIST` survives every poll.
+//! - `registry.file.name`: that file, after the configuration's own files and before
+//!   its environment.
+//! - A configuration assembled in code: its grouplists, fixed. Keys set with
+//!   `Config::set` are applied again on top of every rebuild.
+//!
+//! Why polling and not inotify: files are re-read every 250 ms and compared byte for
+//! byte ([`LiveConfig`]). That catches in-place writes, editors that replace the file by
+//! rename, and network or container file systems where change notifications are lost,
+//! at the cost of one small read per period. It needs no extra dependency.
 
 #![warn(missing_docs)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use meshline_registry_core::config::{ConfigLoader, split_grouplist};
+use meshline_registry_core::centre::{FILE_POLL, LiveConfig};
+use meshline_registry_core::config::{ConfigSource, split_grouplist};
 use meshline_registry_core::{
     Config, EmptyProtection, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch,
 };
+use tokio::sync::oneshot;
 
+mod follow;
 mod nearby;
 mod settings;
+mod source;
 pub use settings::FileSettings;
+use source::Follow;
 
 const KIND: &str = "file";
 
-/// How often the followed file is re-read.
-pub const POLL_PERIOD: Duration = Duration::from_millis(250);
+/// How often followed files are re-read.
+pub const POLL_PERIOD: std::time::Duration = FILE_POLL;
 
 /// The file registry. See the [crate docs](crate).
 pub struct FileRegistry {
@@ -45,11 +66,22 @@ pub struct FileRegistry {
 
 struct Inner {
     life: Lifecycle,
-    /// cluster -> grouplist text, from the last good load.
+    /// cluster -> grouplist text, from the last good configuration.
     grouplists: Mutex<BTreeMap<String, String>>,
-    /// The file followed for changes, if any.
-    path: Option<PathBuf>,
-    follower_started: Mutex<bool>,
+    /// The file shown as followed, if any.
+    path: Option<std::path::PathBuf>,
+    /// The configuration's source: its keys set in code are applied to every rebuild.
+    source: ConfigSource,
+    follow: Mutex<Following>,
+}
+
+/// What is followed, and whether following has started.
+struct Following {
+    what: Follow,
+    /// The live configuration followed, once following started (for asks).
+    live: Option<LiveConfig>,
+    /// Dropped on close or drop: ends the follow task.
+    stop: Option<oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for FileRegistry {
@@ -61,68 +93,53 @@ impl std::fmt::Debug for FileRegistry {
 }
 
 impl FileRegistry {
-    /// A file registry over `config.service.grouplist`, following `config.path` (or
-    /// `registry.file.name`, relative to the config file's folder) when there is one.
+    /// A file registry over the grouplists of `config`, following the sources it was
+    /// built from (see the [crate docs](crate#where-the-grouplists-come-from)).
     ///
     /// A `registry.file.name` that cannot be read or parsed is an error naming the path
     /// and the cause: falling back to the main config's grouplists (often only the
     /// built-in `default -> 127.0.0.1:8091`) would send a misconfigured client to the
     /// wrong servers without a word.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let settings = FileSettings::from_config(config);
-        let path = match (&settings.name, &config.path) {
-            (Some(name), Some(main)) => {
-                Some(main.parent().unwrap_or_else(|| Path::new(".")).join(name))
-            }
-            (Some(name), None) => Some(PathBuf::from(name)),
-            (None, main) => main.clone(),
-        };
+        let start = source::start(config)?;
         let policy = config.registry.empty_policy();
-        let mut grouplists = config.service.grouplist.clone();
-        // `registry.file.name` pointing elsewhere: that file's grouplists win.
-        if let (Some(p), true) = (&path, settings.name.is_some()) {
-            grouplists = load_grouplists(p).map_err(|e| {
-                let cause = match e {
-                    RegistryError::Config(m) => m,
-                    other => other.to_string(),
-                };
-                RegistryError::Config(format!("registry.file.name `{}`: {cause}", p.display()))
-            })?;
-        }
         Ok(FileRegistry {
             inner: Arc::new(Inner {
                 life: Lifecycle::new(KIND, policy),
-                grouplists: Mutex::new(grouplists),
-                path,
-                follower_started: Mutex::new(false),
+                grouplists: Mutex::new(start.grouplists),
+                path: start.path,
+                source: start.source,
+                follow: Mutex::new(Following {
+                    what: start.follow,
+                    live: None,
+                    stop: None,
+                }),
             }),
         })
     }
 
-    /// A registry over fixed grouplists (cluster -> `ip:port;ip:port`), following no file.
+    /// A registry over fixed grouplists (cluster -> `ip:port;ip:port`), following nothing.
     pub fn from_grouplists(grouplists: BTreeMap<String, String>) -> Self {
         FileRegistry {
             inner: Arc::new(Inner {
                 life: Lifecycle::new(KIND, EmptyProtection::Protect),
                 grouplists: Mutex::new(grouplists),
                 path: None,
-                follower_started: Mutex::new(false),
+                source: ConfigSource::default(),
+                follow: Mutex::new(Following {
+                    what: Follow::Nothing,
+                    live: None,
+                    stop: None,
+                }),
             }),
         }
     }
 
-    /// The file this registry follows, if any.
+    /// The file this registry shows as followed: `registry.file.name`, else the last
+    /// file the configuration was read from.
     pub fn followed_path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
     }
-}
-
-/// Reads a config file and returns its grouplists (with the built-in default).
-fn load_grouplists(path: &Path) -> Result<BTreeMap<String, String>, RegistryError> {
-    ConfigLoader::new()
-        .file(path)
-        .load()
-        .map(|c| c.service.grouplist)
 }
 
 /// Parses a grouplist into instances, skipping (and logging) entries that are not
@@ -145,6 +162,10 @@ impl Inner {
         self.grouplists.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn lock_follow(&self) -> std::sync::MutexGuard<'_, Following> {
+        self.follow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn members(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         let lists = self.lock_lists();
         let text = lists
@@ -155,9 +176,16 @@ impl Inner {
         Ok(parse_list(cluster, text))
     }
 
-    /// Applies a freshly loaded set of grouplists and publishes every watched cluster.
+    /// Applies a freshly read set of grouplists and publishes every watched cluster.
     fn apply(&self, lists: BTreeMap<String, String>) {
-        *self.lock_lists() = lists.clone();
+        {
+            let mut held = self.lock_lists();
+            if *held == lists {
+                return;
+            }
+            *held = lists.clone();
+        }
+        tracing::info!("file registry: grouplists changed");
         let hub = self.life.hub();
         for cluster in hub.clusters() {
             let members = lists
@@ -165,65 +193,41 @@ impl Inner {
                 .map(|t| parse_list(&cluster, t))
                 .unwrap_or_default();
             if members.is_empty() && !lists.contains_key(&cluster) {
-                tracing::warn!(cluster, "grouplist removed from the file");
+                tracing::warn!(cluster, "grouplist removed from the configuration");
             }
             hub.publish(&cluster, members);
         }
     }
-}
 
-/// Follows the file until the registry is closed or dropped.
-async fn follow(weak: Weak<Inner>, path: PathBuf) {
-    // `None`: the first pass always loads and applies (publishing is de-duplicated), so
-    // an edit made between loading the config and starting to follow is not missed.
-    let mut last: Option<Vec<u8>> = None;
-    let mut last_error: Option<String> = None;
-    let mut first = true;
-    loop {
-        if !first {
-            tokio::time::sleep(POLL_PERIOD).await;
+    /// The live configuration followed (started if it was not): `None` when nothing is
+    /// followed or the files cannot be followed.
+    fn start_following(self: &Arc<Self>) -> Option<LiveConfig> {
+        let mut f = self.lock_follow();
+        if f.live.is_some() {
+            return f.live.clone();
         }
-        first = false;
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.life.is_closed() {
-            return;
-        }
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(b) => b,
-            Err(e) => {
-                let msg = format!("cannot read {}: {e}", path.display());
-                if last_error.as_deref() != Some(&msg) {
-                    tracing::warn!(error = %msg, "file registry keeps the last good list");
-                    inner.life.hub().mark_all_stale(&msg);
-                    last_error = Some(msg);
+        let live = match std::mem::replace(&mut f.what, Follow::Nothing) {
+            Follow::Nothing => return None,
+            Follow::Live(live) => live,
+            Follow::Files(loader) => match LiveConfig::files(loader) {
+                Ok(live) => live,
+                Err(e) => {
+                    tracing::warn!(error = %e, "file registry cannot follow its files");
+                    self.life.hub().mark_all_stale(&e.to_string());
+                    return None;
                 }
-                continue;
-            }
+            },
         };
-        if last.as_deref() == Some(&bytes[..]) && last_error.is_none() {
-            continue;
-        }
-        if last.as_deref() == Some(&bytes[..]) {
-            // Readable again with the same content as the last good version.
-            inner.life.hub().mark_all_connected();
-            last_error = None;
-            continue;
-        }
-        last = Some(bytes);
-        match load_grouplists(&path) {
-            Ok(lists) => {
-                tracing::info!(path = %path.display(), "file registry reloaded");
-                inner.apply(lists);
-                inner.life.hub().mark_all_connected();
-                last_error = None;
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                tracing::warn!(error = %msg, "broken edit of the registry file; keeping the last good list");
-                inner.life.hub().mark_all_stale(&msg);
-                last_error = Some(msg);
-            }
-        }
+        f.stop = Some(follow::spawn(self, live.clone()));
+        f.live = Some(live.clone());
+        Some(live)
+    }
+
+    /// Stops following (on close and drop).
+    fn stop_following(&self) {
+        let mut f = self.lock_follow();
+        f.stop = None;
+        f.live = None;
     }
 }
 
@@ -247,15 +251,41 @@ impl RegistryService for FileRegistry {
         })
     }
 
+    /// The members of `cluster`. A cluster without a grouplist is first asked of the
+    /// configuration centre, when the configuration follows one.
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
-        self.inner.life.check_open()?;
-        self.inner.members(cluster)
+        let inner = &self.inner;
+        inner.life.check_open()?;
+        if !inner.lock_lists().contains_key(cluster) {
+            let live = {
+                let f = inner.lock_follow();
+                match &f.what {
+                    Follow::Live(live) => Some(live.clone()),
+                    _ => f.live.clone(),
+                }
+            };
+            if let Some(live) = live {
+                live.ask_cluster(cluster).await;
+                let cfg = inner.source.reapply(&live.current());
+                inner.apply(cfg.service.grouplist);
+            }
+        }
+        inner.members(cluster)
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
         let inner = &self.inner;
-        // One follower reads the file for every watched cluster; a cluster's own task
-        // only waits to be stopped, so the hub forgets the name with its last watch.
+        // A cluster the configuration lacks is asked of the centre first.
+        if !inner.lock_lists().contains_key(cluster)
+            && let Some(live) = inner.start_following()
+        {
+            live.ask_cluster(cluster).await;
+            let cfg = inner.source.reapply(&live.current());
+            inner.apply(cfg.service.grouplist);
+        }
+        // One follower applies the configuration for every watched cluster; a cluster's
+        // own task only waits to be stopped, so the hub forgets the name with its last
+        // watch.
         let watch = inner
             .life
             .watch(
@@ -264,20 +294,12 @@ impl RegistryService for FileRegistry {
                 |(), scope| async move { scope.stopped().await },
             )
             .await?;
-        if let Some(path) = &inner.path {
-            let mut started = inner
-                .follower_started
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if !*started {
-                *started = true;
-                tokio::spawn(follow(Arc::downgrade(inner), path.clone()));
-            }
-        }
+        inner.start_following();
         Ok(watch)
     }
 
     async fn close(&self) -> Result<(), RegistryError> {
+        self.inner.stop_following();
         self.inner.life.close(async { Ok(()) }).await
     }
 
@@ -292,6 +314,7 @@ impl RegistryService for FileRegistry {
 impl Drop for FileRegistry {
     /// Ends the watches (nothing was registered, so there is nothing to remove).
     fn drop(&mut self) {
+        self.inner.stop_following();
         self.inner.life.close_on_drop(|| async { Ok(()) });
     }
 }

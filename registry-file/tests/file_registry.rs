@@ -237,3 +237,49 @@ async fn nearby_lists_the_other_clusters_with_members() {
         Err(RegistryError::Closed { .. })
     ));
 }
+
+/// Issue #22 item 3: the registry rebuilds from every source of its configuration. A
+/// grouplist given by the environment was replaced by the file's (the built-in
+/// `127.0.0.1:8091`) on the first 250 ms poll; a key set in code was lost the same way.
+#[tokio::test]
+async fn an_environment_grouplist_survives_polls_and_edits_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meshline.properties");
+    write(&path, "service.other.grouplist=10.0.0.9:1\n");
+    let mut cfg = meshline_registry_core::config::ConfigLoader::new()
+        .file(&path)
+        .env_vars([("MESHLINE_SERVICE__default__GROUPLIST", "10.0.0.5:8091")])
+        .load()
+        .unwrap();
+    cfg.set("service.coded.grouplist", "10.0.0.7:8091").unwrap();
+    let reg = FileRegistry::from_config(&cfg).unwrap();
+    let mut w = reg.watch("default").await.unwrap();
+    let first = w.next().await.unwrap();
+    assert_eq!(addrs(&first), vec!["10.0.0.5:8091"]);
+    let mut other = reg.watch("other").await.unwrap();
+    assert_eq!(addrs(&other.next().await.unwrap()), vec!["10.0.0.9:1"]);
+
+    // An edit of the file, which also gives `default` a list of its own: the edit is
+    // seen, the environment still wins for `default`, and the key set in code stays.
+    write(
+        &path,
+        "service.other.grouplist=10.0.0.9:2\nservice.default.grouplist=10.0.0.1:1\n",
+    );
+    let s = tokio::time::timeout(WITHIN, other.next())
+        .await
+        .expect("edit not seen within 1 s")
+        .unwrap();
+    assert_eq!(addrs(&s), vec!["10.0.0.9:2"]);
+    let now = w.current();
+    assert_eq!(addrs(&now), vec!["10.0.0.5:8091"]);
+    assert_eq!(now.revision(), first.revision(), "`default` moved: {now:?}");
+    let coded: Vec<String> = reg
+        .lookup("coded")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    assert_eq!(coded, vec!["10.0.0.7:8091"]);
+    reg.close().await.unwrap();
+}

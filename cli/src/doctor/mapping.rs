@@ -99,6 +99,7 @@ pub async fn check(
                 tokio::time::timeout(CENTRE_TRY, meshline::centre::live_config(probe)).await;
             match found {
                 Ok(Ok(live)) => {
+                    live.ask_group(group).await;
                     if let Some(c) = live.current().service.vgroup_mapping.get(group) {
                         step = step
                             .evidence(format!(

@@ -67,7 +67,16 @@ async fn diagnose(cli: &Cli, group: Option<String>) -> Report {
 
     // The registry decides whether the mapping is needed (the namingserver maps groups
     // itself); --server/--tls-* apply as for `lookup`.
-    let base = (*loaded.config).clone();
+    // A group other than the configuration's own is read from the centre (and its
+    // mapped cluster's grouplist), as a client asking for it would.
+    let now = match &loaded.live {
+        Some(live) => {
+            live.ask_group(&group).await;
+            live.current()
+        }
+        None => loaded.config.clone(),
+    };
+    let base = (*now).clone();
     let maps_groups = resolves_groups(&base);
     let (cluster, step) = mapping::check(&base, &loader, &group, maps_groups).await;
     report.steps.push(step);

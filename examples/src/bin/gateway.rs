@@ -50,7 +50,10 @@ async fn main() -> ExitCode {
             .file(&args.config)
             .process_env()
             .part_root("gateway");
-        let config = (*meshline::centre::live_config(loader).await?.current()).clone();
+        // Held for the whole run: the file registry follows this live configuration
+        // (its files, its centre) for as long as it is held.
+        let live = meshline::centre::live_config(loader).await?;
+        let config = (*live.current()).clone();
         let settings = GatewaySettings::from_config(&config)?;
         let registry = meshline::registry::from_config(&config).await?;
         let gw = Gateway::start(settings.clone(), registry.clone()).await?;

@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::*;
 use crate::config::Format;
@@ -274,4 +275,96 @@ async fn a_watch_by_group_moves_with_the_mapping() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Issue #22 item 3: a group other than `txServiceGroup` is read from the centre when
+/// asked (its mapping single key, then the mapped cluster's grouplist), followed from
+/// then on, and a Discovery asks for it by itself.
+#[tokio::test]
+async fn an_asked_group_is_read_from_the_centre_and_followed() {
+    let centre = Arc::new(MemCentre::default());
+    centre.put("service.vgroupMapping.g1", "c1");
+    centre.put("service.c1.grouplist", "10.0.0.1:8091");
+    centre.put("service.c2.grouplist", "10.0.0.2:8091");
+    let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
+        .await
+        .unwrap();
+    // Not read before it is asked: only the configuration's own group is.
+    assert!(!live.current().service.vgroup_mapping.contains_key("g1"));
+    live.ask_group("g1").await;
+    let cfg = live.current();
+    assert_eq!(cfg.service.vgroup_mapping["g1"], "c1");
+    assert_eq!(cfg.grouplist("c1").unwrap(), vec!["10.0.0.1:8091"]);
+    // Followed: a change of the mapping reaches the live configuration.
+    let mut rx = live.subscribe();
+    centre.put("service.vgroupMapping.g1", "c2");
+    let cfg = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            rx.changed().await.unwrap();
+            let cfg = rx.borrow_and_update().clone();
+            if cfg.service.vgroup_mapping["g1"] == "c2" {
+                return cfg;
+            }
+        }
+    })
+    .await
+    .expect("the asked group's new mapping within 2 s");
+    assert_eq!(cfg.grouplist("c2").unwrap(), vec!["10.0.0.2:8091"]);
+    // A cluster asked by name.
+    centre.put("service.c3.grouplist", "10.0.0.3:8091");
+    live.ask_cluster("c3").await;
+    assert_eq!(
+        live.current().grouplist("c3").unwrap(),
+        vec!["10.0.0.3:8091"]
+    );
+    // A Discovery asks for the group it is given.
+    centre.put("service.vgroupMapping.g2", "b");
+    let hub = Arc::new(WatchHub::new("hub", crate::EmptyProtection::Protect));
+    hub.publish("b", vec![inst("10.0.0.5:8091")]);
+    let d = Discovery::with_live_config(Arc::new(HubRegistry(hub)), &live);
+    assert_eq!(d.lookup("g2").await.unwrap(), vec![inst("10.0.0.5:8091")]);
+    assert_eq!(d.cluster_for("g2").unwrap(), "b");
+}
+
+/// Issue #22 item 3: with a centre, the files are followed too, and an edit rebuilds
+/// from every source: the centre's entries stay on top of the edited file, the
+/// environment on top of both; a broken edit keeps the last configuration and says why.
+#[tokio::test]
+async fn files_are_followed_beside_the_centre() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("client.properties");
+    std::fs::write(&path, "service.f.grouplist=10.0.0.1:1\n").unwrap();
+    let centre = Arc::new(MemCentre::default());
+    centre.put("service.vgroupMapping.default_tx_group", "c");
+    centre.put("service.c.grouplist", "10.0.0.9:1");
+    let loader = ConfigLoader::new()
+        .file(&path)
+        .env_vars([("MESHLINE_SERVICE__e__GROUPLIST", "10.0.0.7:1")]);
+    let live = LiveConfig::start(loader, centre.clone(), nacos_spec())
+        .await
+        .unwrap();
+    let mut rx = live.subscribe();
+    std::fs::write(
+        &path,
+        "service.f.grouplist=10.0.0.2:1\nservice.c.grouplist=1.1.1.1:1\nservice.e.grouplist=1.1.1.1:1\n",
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(2), rx.changed())
+        .await
+        .expect("the edit within 2 s")
+        .unwrap();
+    let cfg = live.current();
+    assert_eq!(cfg.grouplist("f").unwrap(), vec!["10.0.0.2:1"]);
+    assert_eq!(cfg.grouplist("c").unwrap(), vec!["10.0.0.9:1"]);
+    assert_eq!(cfg.grouplist("e").unwrap(), vec!["10.0.0.7:1"]);
+    assert_eq!(live.problem(), None);
+    let mut problems = live.subscribe_problems();
+    std::fs::write(&path, "service.f.grouplist=\\u12\n").unwrap();
+    tokio::time::timeout(Duration::from_secs(2), problems.changed())
+        .await
+        .expect("the broken edit reported within 2 s")
+        .unwrap();
+    let why = live.problem().unwrap();
+    assert!(why.contains("client.properties"), "{why}");
+    assert_eq!(live.current().grouplist("f").unwrap(), vec!["10.0.0.2:1"]);
 }

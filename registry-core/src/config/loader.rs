@@ -120,6 +120,33 @@ impl ConfigLoader {
         })
     }
 
+    /// The files this loader reads, in order (read already or not): what a follower of
+    /// the configuration polls ([`crate::centre::LiveConfig::files`]).
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.sources
+            .iter()
+            .filter_map(|s| match s {
+                Source::File(p) | Source::Read(p, _) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Reads and parses the file at `path` again (every source naming it), keeping the
+    /// other sources as they are. A file that cannot be read or parsed is an error, and
+    /// the loader is unchanged.
+    pub fn reread(&mut self, path: &std::path::Path) -> Result<(), RegistryError> {
+        let entries = read_file(path)?;
+        for s in &mut self.sources {
+            if let Source::File(p) | Source::Read(p, _) = s
+                && p == path
+            {
+                *s = Source::Read(p.clone(), entries.clone());
+            }
+        }
+        Ok(())
+    }
+
     /// Reads every source and builds the config; each of its [`Config::warnings`] is
     /// also logged.
     pub fn load(self) -> Result<Config, RegistryError> {
@@ -143,7 +170,10 @@ impl ConfigLoader {
         self,
         centre: Option<(&[Entry], &str)>,
     ) -> Result<Config, RegistryError> {
-        let mut cfg = Config::default();
+        let mut cfg = Config {
+            source: super::ConfigSource::loader(self.clone()),
+            ..Config::default()
+        };
         let mut centre = centre;
         let mut state = RouteState {
             declared_roots: self.roots,

@@ -34,7 +34,13 @@ use meshline_examples::gateway::admission::TokenMinter;
 use meshline_examples::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource, Via};
 
 #[derive(Parser, Debug)]
-#[command(about = "Load bots for the example gateway")]
+#[command(
+    about = "Load bots for the example gateway",
+    long_about = "Load bots for the example gateway: each authenticates with a token minted \
+from the shared secret, joins a room, chats and sends lobby requests, and the program \
+reports requests/s and reply latency. The protocol the bots speak (frame, module-0 \
+opcodes, token bytes, refusal and kick codes, resume) is docs/gateway-protocol.md."
+)]
 struct Args {
     /// The gateways' addresses (their `ws-listen` addresses with `--ws`), comma
     /// separated: bots start on the first and move to the others when told to.

@@ -392,9 +392,9 @@ async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send +
             id: modules::ROOM,
             name: "room".into(),
             cluster: "room".into(),
-            kind: ModuleKind::Static,
+            kind: ModuleKind::Keyed,
             choice: "RoundRobinLoadBalance".into(),
-            key: RouteKey::None,
+            key: RouteKey::Word,
         },
     );
     let gw = Gateway::start(settings, registry.clone()).await?;

@@ -89,6 +89,7 @@ use nacos_sdk::api::naming::{
 use tokio_util::sync::CancellationToken;
 
 mod address;
+mod catalog;
 mod centre;
 mod connect;
 mod nearby;

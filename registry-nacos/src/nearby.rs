@@ -9,11 +9,13 @@
 //! namespace set on one side only, another application name (`seata` vs
 //! `seata-server`), another cluster name (`registry.nacos.cluster` on the TC).
 //!
-//! So the places looked at are, for the configured namespace and the public one, and
-//! for the configured group, `DEFAULT_GROUP` and `SEATA_GROUP`: the configured service,
-//! `seata-server`, `seata`, and the services nacos-sdk's service list call names in
-//! that group (first page); each queried once for the instances of every Nacos cluster
-//! (at most [`MAX_QUERIES`] queries). Every Nacos cluster with usable members (healthy
+//! So the places looked at are, for the configured namespace, the public one and every
+//! other namespace the server lists (at most [`MAX_NAMESPACES`]), and in each for the
+//! configured group, `DEFAULT_GROUP`, `SEATA_GROUP` and every group the server's
+//! service catalog names ([`crate::catalog`]: a team's own group name): the configured
+//! service, `seata-server`, `seata`, the services nacos-sdk's service list call names
+//! in that group (first page) and the catalog's; each queried once for the instances
+//! of every Nacos cluster (at most [`MAX_QUERIES`] queries). Every Nacos cluster with usable members (healthy
 //! and enabled, as a lookup keeps them) is a place, except the one asked for.
 //!
 //! A nacos-sdk client serves one namespace: the public namespace is read through a
@@ -26,6 +28,7 @@ use std::collections::BTreeMap;
 use meshline_registry_core::{Nearby, RegistryError};
 use nacos_sdk::api::naming::NamingService;
 
+use crate::catalog::{Catalog, Listed};
 use crate::{Inner, KIND, connect, timed, usable};
 
 /// Groups Seata users end up in: the code default and the shipped files' value.
@@ -36,6 +39,8 @@ const LIKELY_SERVICES: [&str; 2] = ["seata-server", "seata"];
 const LISTED_SERVICES: i32 = 100;
 /// At most this many instance queries per call.
 const MAX_QUERIES: usize = 60;
+/// At most this many namespaces besides the configured and the public one are read.
+const MAX_NAMESPACES: usize = 10;
 /// At most this many places are reported.
 const MAX_PLACES: usize = 300;
 /// At most this many members are shown per place.
@@ -63,25 +68,80 @@ impl Inner {
     /// each, the configured group first; in each, the configured service first.
     pub(crate) async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
         let configured = &self.settings.namespace;
+        let catalog = match Catalog::open(&self.settings).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::debug!(registry = KIND, error = %e, "nearby: no service catalog; guessing groups");
+                None
+            }
+        };
+        let listed_in = |namespace: String| {
+            let catalog = catalog.as_ref();
+            async move {
+                let Some(c) = catalog else { return Vec::new() };
+                match c.services(&namespace).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::debug!(registry = KIND, namespace, error = %e, "nearby: no service catalog; guessing groups");
+                        Vec::new()
+                    }
+                }
+            }
+        };
         let mut places = Vec::new();
         let mut budget = MAX_QUERIES;
-        self.nearby_in(&self.naming, configured, cluster, &mut budget, &mut places)
-            .await?;
-        if !is_public(configured) && budget > 0 {
-            match self.public_client().await {
-                Ok(public) => {
+        let listed = listed_in(configured.clone()).await;
+        self.nearby_in(
+            &self.naming,
+            configured,
+            cluster,
+            &listed,
+            &mut budget,
+            &mut places,
+        )
+        .await?;
+        // Then the public namespace, then every other namespace the server lists.
+        let mut others: Vec<String> = Vec::new();
+        if !is_public(configured) {
+            others.push(String::new());
+        }
+        if let Some(c) = &catalog {
+            match c.namespaces().await {
+                Ok(list) => others.extend(
+                    list.into_iter()
+                        .filter(|n| !is_public(n) && !same_namespace(n, configured))
+                        .take(MAX_NAMESPACES),
+                ),
+                Err(e) => tracing::debug!(registry = KIND, error = %e, "nearby: no namespace list"),
+            }
+        }
+        for namespace in others {
+            if budget == 0 {
+                break;
+            }
+            let listed = listed_in(namespace.clone()).await;
+            match self.client_in(&namespace).await {
+                Ok(naming) => {
                     let found = self
-                        .nearby_in(&public, "", cluster, &mut budget, &mut places)
+                        .nearby_in(
+                            &naming,
+                            &namespace,
+                            cluster,
+                            &listed,
+                            &mut budget,
+                            &mut places,
+                        )
                         .await;
-                    drop(public);
+                    drop(naming);
                     found?;
                 }
                 // The configured namespace answered: what it holds is still worth
-                // showing, and the log says why the public one is missing.
+                // showing, and the log says why this one is missing.
                 Err(e) => tracing::warn!(
                     registry = KIND,
+                    namespace = shown_namespace(&namespace),
                     error = %e,
-                    "nearby: cannot read the public namespace; showing the configured one only"
+                    "nearby: cannot read a namespace; showing the others"
                 ),
             }
         }
@@ -89,11 +149,16 @@ impl Inner {
         Ok(places)
     }
 
-    /// A client of the same servers and credentials in the public namespace.
-    async fn public_client(&self) -> Result<NamingService, RegistryError> {
+    /// A client of the same servers and credentials in `namespace`.
+    async fn client_in(&self, namespace: &str) -> Result<NamingService, RegistryError> {
         let p = connect::prepare(&self.settings, &self.app_name)?;
-        let server = format!("{} (public namespace)", self.server);
-        p.build(&server, p.naming_builder(Some("")).build()).await
+        let server = format!(
+            "{} (namespace `{}`)",
+            self.server,
+            shown_namespace(namespace)
+        );
+        p.build(&server, p.naming_builder(Some(namespace)).build())
+            .await
     }
 
     /// The places of one namespace, read through `naming` (a client of `namespace`).
@@ -102,18 +167,29 @@ impl Inner {
         naming: &NamingService,
         namespace: &str,
         cluster: &str,
+        listed: &[Listed],
         budget: &mut usize,
         places: &mut Vec<Nearby>,
     ) -> Result<(), RegistryError> {
         let mut groups = vec![self.group.clone()];
-        for g in LIKELY_GROUPS {
-            if !groups.iter().any(|have| have == g) {
-                groups.push(g.to_string());
+        let others = LIKELY_GROUPS
+            .iter()
+            .map(|g| g.to_string())
+            .chain(listed.iter().map(|l| l.group.clone()));
+        for g in others {
+            if !groups.contains(&g) {
+                groups.push(g);
             }
         }
         for group in &groups {
             let mut services = vec![self.service.clone()];
             services.extend(LIKELY_SERVICES.iter().map(|s| s.to_string()));
+            services.extend(
+                listed
+                    .iter()
+                    .filter(|l| &l.group == group)
+                    .map(|l| l.service.clone()),
+            );
             match timed(
                 &self.server,
                 "list services",

@@ -203,6 +203,63 @@ async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
     reg.close().await.unwrap();
 }
 
+/// Issue #25 item 4: a TC under a group that is neither `DEFAULT_GROUP` nor
+/// `SEATA_GROUP` (a team's own name), and one in a namespace that is neither the
+/// configured one nor public, are found through the server's catalog and namespace
+/// list, each named with the keys that select it. Before, only the two guessed groups
+/// were read, and both were reported as "nothing near it has members".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tc_in_any_group_or_namespace_is_named_with_its_keys() {
+    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let server = Rnacos::start().expect("start rnacos");
+    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let tc = tc_client(&server, "").await;
+    register_tc(&tc, "seata-server", "TEAM_TX", "10.0.0.11:8091", "default").await;
+    // A namespace of its own, with a service name and group Seata never guesses.
+    let created = reqwest::Client::new()
+        .post(format!(
+            "http://{}/nacos/v1/console/namespaces",
+            server.http_addr()
+        ))
+        .form(&[
+            ("customNamespaceId", "team-ns"),
+            ("namespaceName", "team-ns"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{created:?}");
+    let tc2 = tc_client(&server, "team-ns").await;
+    register_tc(&tc2, "tx-coordinator", "OPS", "10.0.0.12:8091", "default").await;
+    assert!(reg.lookup("default").await.unwrap().is_empty());
+    assert_eq!(
+        summary(&reg.nearby("default").await.unwrap()),
+        vec![
+            (
+                s(
+                    "service `seata-server` in group `TEAM_TX`, namespace `public`, Nacos cluster `default`"
+                ),
+                None,
+                vec![s("registry.nacos.group=TEAM_TX")],
+                vec![s("10.0.0.11:8091")],
+            ),
+            (
+                s(
+                    "service `tx-coordinator` in group `OPS`, namespace `team-ns`, Nacos cluster `default`"
+                ),
+                None,
+                vec![
+                    s("registry.nacos.namespace=team-ns"),
+                    s("registry.nacos.group=OPS"),
+                    s("registry.nacos.application=tx-coordinator"),
+                ],
+                vec![s("10.0.0.12:8091")],
+            ),
+        ]
+    );
+    reg.close().await.unwrap();
+}
+
 /// Nacos gone after connecting: an error naming the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_an_error_naming_the_address() {

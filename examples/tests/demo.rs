@@ -26,7 +26,9 @@ fn demo_commits_through_a_tc_crash_and_says_ok() {
     let out = match rx.recv_timeout(LIMIT) {
         Ok(out) => out.expect("wait for demo"),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("demo still running after {LIMIT:?}");
         }
     };
@@ -52,17 +54,34 @@ fn demo_commits_through_a_tc_crash_and_says_ok() {
         ),
         "{text}"
     );
+    // The TC it killed, by its own announcement: `phase 2: killing tc-N (addr) under load`.
+    let victim = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("phase 2: killing "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no `phase 2: killing` line in:\n{text}"));
     assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("tc-1 left the clients' alive set ") && l.ends_with(" ms after the kill")),
+        lines.iter().any(|l| l
+            .strip_prefix(&format!("{victim} left the clients' alive set "))
+            .is_some_and(|rest| rest.ends_with(" ms after the kill"))),
         "{text}"
     );
-    // Three TCs in the table, the killed one marked; every live one committed something.
-    for tc in ["tc-0", "tc-1 \u{2020}", "tc-2"] {
+    // Three TCs in the table, the killed one marked; each committed something.
+    let started: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("started "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(started.len(), 3, "{text}");
+    for tc in started {
+        let name = if tc == victim {
+            format!("{tc} \u{2020} ")
+        } else {
+            format!("{tc} ")
+        };
         let row = lines
             .iter()
-            .find(|l| l.starts_with(&format!("{tc} ")))
+            .find(|l| l.starts_with(&name))
             .unwrap_or_else(|| panic!("no row for {tc} in:\n{text}"));
         let committed: u64 = row
             .split_whitespace()

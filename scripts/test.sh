@@ -71,8 +71,8 @@ step "the README's run command needs only a Rust toolchain (no protoc)"
 # with protoc hidden both ways, in a target dir of its own so every build script of the
 # demo's graph has run there without protoc (a package added to the graph runs its
 # build script here for the first time).
-if cargo tree -p meshline-examples -e normal,build --prefix none |
-    grep -E '^(etcd-client|prost-build|tonic-prost-build) '; then
+demo_graph=$(cargo tree -p meshline-examples -e normal,build --prefix none)
+if grep -E '^(etcd-client|prost-build|tonic-prost-build) ' <<<"$demo_graph"; then
   echo "meshline-examples' default features pull a crate that needs protoc (above)" >&2
   exit 1
 fi
@@ -98,7 +98,14 @@ step "cargo test"
 cargo test --workspace --no-fail-fast --features "$FEATURES"
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
-cargo test -p meshline-registry-nacos --features tls --lib
+# Its unit tests, and a plain rnacos refused at once naming the feature (what an
+# --all-features build meets).
+cargo test -p meshline-registry-nacos --features tls --lib --test nacos_tls_build_plain_server
+
+step "every publishable crate packages; a consumer built from the packages runs the README's program"
+# The tc-server the suite built (same features: nothing to rebuild).
+cargo build --quiet --workspace --features "$FEATURES" --bin tc-server
+TC_SERVER="${CARGO_TARGET_DIR:-target}/debug/tc-server" bash scripts/package-check.sh
 
 step "the Consul and Eureka doubles against independent npm clients"
 bash scripts/check-doubles.sh

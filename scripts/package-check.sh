@@ -106,7 +106,8 @@ if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/C
 fi
 # Where each crate of the consumer's graph came from: meshline from its unpacked
 # package, none from the workspace's folders.
-manifests=$(cargo metadata --format-version 1 --manifest-path "$consumer/Cargo.toml" |
+manifests=$(cargo metadata --format-version 1 --manifest-path "$consumer/Cargo.toml" \
+  2>>"$work/consumer-build.log" |
   python3 -c 'import json,sys; print("\n".join(p["manifest_path"] for p in json.load(sys.stdin)["packages"]))')
 if ! grep -qx "$work/crates/meshline-$version/Cargo.toml" <<<"$manifests" ||
   grep "^$root/" <<<"$manifests"; then

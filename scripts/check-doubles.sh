@@ -34,25 +34,29 @@ npm install --prefix "$tmp" --prefer-offline --no-audit --no-fund --no-save --lo
   exit 1
 }
 
-# Starts a double on a free port; prints its address once it is listening.
+# Starts a double on a free port and sets $addr to the address it prints once it is
+# listening. Not run in a command substitution: that subshell's `pids+=` never reached
+# the cleanup, so both doubles outlived every run. The first line is read from a FIFO
+# as it is written (no polling); the FIFO stays open until the end, so a double that
+# writes more never blocks on it.
+addr=""
 start() {
-  local name=$1
-  "$bin/$name" --port 0 >"$tmp/$name.addr" 2>"$tmp/$name.log" &
+  local name=$1 fd
+  mkfifo "$tmp/$name.out"
+  "$bin/$name" --port 0 >"$tmp/$name.out" 2>"$tmp/$name.log" &
   pids+=($!)
-  for _ in $(seq 1 100); do
-    if [ -s "$tmp/$name.addr" ]; then
-      head -n 1 "$tmp/$name.addr"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "check-doubles: $name did not start" >&2
-  cat "$tmp/$name.log" >&2
-  return 1
+  exec {fd}<"$tmp/$name.out"
+  if ! IFS= read -r -t 30 -u "$fd" addr || [ -z "$addr" ]; then
+    echo "check-doubles: $name did not start (no address within 30 s)" >&2
+    cat "$tmp/$name.log" >&2
+    return 1
+  fi
 }
 
-consul_addr=$(start consul-double)
-eureka_addr=$(start eureka-double)
+start consul-double
+consul_addr=$addr
+start eureka-double
+eureka_addr=$addr
 
 echo "== npm consul@$(node -p "require('$tmp/node_modules/consul/package.json').version") against consul-double at $consul_addr"
 NODE_PATH="$tmp/node_modules" timeout 60 node scripts/check-doubles/consul.js "$consul_addr"

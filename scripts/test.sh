@@ -15,6 +15,47 @@ step() {
     "$(df -h --output=avail . | tail -1 | tr -d ' ')"
 }
 
+# Nothing this run starts may outlive it. Every process started from here on inherits
+# TESTSH_RUN_ID (no MESHLINE_ prefix: the config loader would read that as a key), so a
+# server a test forgot to stop is found even after it was re-parented to init; every
+# temporary folder goes under one TMPDIR of this run's own. When the script ends, for
+# any reason, a process still carrying the mark or anything left in that TMPDIR is named
+# and fails the run; then the processes are killed and the folder is removed, so the
+# next run starts clean.
+TESTSH_RUN_ID="$$.$(date +%s%N)"
+export TESTSH_RUN_ID
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/meshline-test-run.XXXXXX")
+export TMPDIR="$run_tmp"
+leftovers() {
+  local status=$? pid d cmd
+  local -a envs argv found=()
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    mapfile -d "" envs 2>/dev/null <"$d/environ" || continue
+    [[ " ${envs[*]} " == *" TESTSH_RUN_ID=$TESTSH_RUN_ID "* ]] || continue
+    mapfile -d "" argv 2>/dev/null <"$d/cmdline" || continue
+    cmd="${argv[*]}"
+    found+=("$pid")
+    echo "leftover process $pid: ${cmd:0:200}" >&2
+  done
+  local -a files=()
+  mapfile -t files < <(cd "$run_tmp" && find . -mindepth 1 -maxdepth 2 | sort)
+  for f in "${files[@]}"; do
+    echo "leftover temporary file or folder: $run_tmp/${f#./}" >&2
+  done
+  if [ ${#found[@]} -gt 0 ] || [ ${#files[@]} -gt 0 ]; then
+    echo "scripts/test.sh: ${#found[@]} process(es) and ${#files[@]} temporary path(s) outlived their step (above); removing them" >&2
+    kill -KILL "${found[@]}" 2>/dev/null || true
+    [ "$status" -ne 0 ] || status=1
+  else
+    echo "scripts/test.sh: no process or temporary folder of this run is left"
+  fi
+  rm -rf "$run_tmp"
+  exit "$status"
+}
+trap leftovers EXIT
+
 # Every feature of every crate except Nacos TLS (`nacos-tls`, registry-nacos `tls`):
 # nacos-sdk's TLS switch makes every Nacos connection of the build TLS, and the test
 # server (rnacos) serves plain connections only. That feature is checked on its own
@@ -22,6 +63,25 @@ step() {
 # TLS servers.
 FEATURES="meshline/all-tls,meshline/rpc,meshline-cli/all-tls"
 FEATURES+=",meshline-examples/all-registries,meshline-examples/etcd"
+
+step "the README's run command needs only a Rust toolchain (no protoc)"
+# `cargo run --release -p meshline-examples --bin demo` is a newcomer's first command: its
+# default features must not pull etcd-client, whose build script runs protoc
+# (prost-build: $PROTOC, else `protoc` from PATH). Checked before anything is installed,
+# with protoc hidden both ways, in a target dir of its own so every build script of the
+# demo's graph has run there without protoc (a package added to the graph runs its
+# build script here for the first time).
+demo_graph=$(cargo tree -p meshline-examples -e normal,build --prefix none)
+if grep -E '^(etcd-client|prost-build|tonic-prost-build) ' <<<"$demo_graph"; then
+  echo "meshline-examples' default features pull a crate that needs protoc (above)" >&2
+  exit 1
+fi
+noprotoc=$(mktemp -d)
+printf '#!/bin/sh\necho "protoc is hidden by scripts/test.sh" >&2\nexit 127\n' >"$noprotoc/protoc"
+chmod +x "$noprotoc/protoc"
+PATH="$noprotoc:$PATH" PROTOC=/nonexistent/protoc CARGO_TARGET_DIR=target/no-protoc \
+  cargo check --quiet -p meshline-examples --bin demo
+rm -rf "$noprotoc"
 
 step "install test dependencies"
 bash scripts/install-test-deps.sh
@@ -38,7 +98,14 @@ step "cargo test"
 cargo test --workspace --no-fail-fast --features "$FEATURES"
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
-cargo test -p meshline-registry-nacos --features tls --lib
+# Its unit tests, and a plain rnacos refused at once naming the feature (what an
+# --all-features build meets).
+cargo test -p meshline-registry-nacos --features tls --lib --test nacos_tls_build_plain_server
+
+step "every publishable crate packages; a consumer built from the packages runs the README's program"
+# The tc-server the suite built (same features: nothing to rebuild).
+cargo build --quiet --workspace --features "$FEATURES" --bin tc-server
+TC_SERVER="${CARGO_TARGET_DIR:-target}/debug/tc-server" bash scripts/package-check.sh
 
 step "the Consul and Eureka doubles against independent npm clients"
 bash scripts/check-doubles.sh
@@ -73,4 +140,5 @@ while IFS=$'\t' read -r ty feature _; do
   echo "ok ($ty): $msg"
 done <<<"$missing"
 
-step "done"
+step "done: what the run started is gone"
+# (checked by `leftovers`, on exit)

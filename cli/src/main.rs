@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand};
 
 mod doctor;
+mod manual;
 mod types;
 use meshline::core::centre::LiveConfig;
 use meshline::{Config, ConfigLoader, Discovery, Health, Instance, RegistryError, Snapshot};
@@ -19,7 +20,8 @@ use meshline::{Config, ConfigLoader, Discovery, Health, Instance, RegistryError,
 #[command(
     name = "meshline",
     version,
-    about = "Find a cluster through a service registry"
+    about = "Find a cluster through a service registry",
+    after_help = manual::MESHLINE
 )]
 struct Cli {
     /// Configuration file (.yaml, .yml, .toml, .json, Seata's .properties or HOCON .conf).
@@ -52,17 +54,21 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the members of a tx-service-group's cluster (or of --cluster).
+    #[command(after_help = manual::LOOKUP)]
     Lookup(Target),
     /// Print every membership snapshot with a timestamp until Ctrl-C.
+    #[command(after_help = manual::WATCH)]
     Watch(Target),
     /// Walk the whole chain a Seata client follows (config, mapping, registry, each TC's
     /// connect, PING and RegisterTM) and say why a group finds no TC, with the fix.
     /// Exit code 0 only when at least one TC accepted the registration.
+    #[command(after_help = manual::DOCTOR)]
     Doctor {
         /// tx-service-group (default: the config's `txServiceGroup`).
         group: Option<String>,
     },
     /// Register ADDR in CLUSTER and keep it alive until Ctrl-C, then remove it.
+    #[command(after_help = manual::REGISTER)]
     Register {
         /// Cluster name.
         cluster: String,
@@ -81,11 +87,26 @@ enum Command {
     /// List the registry types meshline knows: names and aliases, the cargo feature of
     /// each and whether this build has it, whether it is also a config centre
     /// (`config.type`) and whether it takes registrations.
+    #[command(after_help = manual::TYPES)]
     Types {
         /// Tab-separated `type feature compiled-in(yes|no)`, one line per type, for
         /// scripts.
         #[arg(long)]
         porcelain: bool,
+    },
+    /// Print the shell completion script for SHELL (subcommands, flags, registry types).
+    #[command(after_help = manual::COMPLETIONS)]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, meshline(1), in roff; with --out-dir, write one page per
+    /// command there (meshline.1, meshline-lookup.1, ...).
+    #[command(after_help = manual::MAN)]
+    Man {
+        /// Folder to write the pages into (it must exist).
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -252,6 +273,8 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
             types::print(cli.json, *porcelain);
             Ok(())
         }
+        Command::Completions { shell } => manual::completions(*shell),
+        Command::Man { out_dir } => manual::man(out_dir.as_deref()),
         Command::Lookup(target) | Command::Watch(target) => {
             let live = load_live(&cli).await?;
             // A group other than the file's is read from the centre as Seata would,

@@ -254,3 +254,62 @@ fn consul_unreachable() {
 fn eureka_unreachable() {
     unreachable_server_is_reported("eureka", &closed_server(), Duration::from_secs(15));
 }
+
+/// `register … until Ctrl-C`: Ctrl-C is SIGINT (SIGTERM is tested above). The
+/// registration is gone when the process has exited (it unregisters before exiting),
+/// so the lookup right after the exit must not list it; the Consul check's TTL is 60 s.
+#[cfg(feature = "consul")]
+#[test]
+fn register_ends_on_sigint_and_removes_the_registration() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+
+    let consul = meshline_testkit::ConsulDouble::start(Default::default()).expect("consul double");
+    let server = consul.server_addr();
+    let addr = "10.9.0.2:8091";
+    let mut child = meshline("consul", &server, &[])
+        .args(["register", "cli_sigint", addr, "--ttl", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut next_line = |what: &str| -> String {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) => {
+                seen.push(l.clone());
+                l
+            }
+            Err(e) => panic!("waiting for {what}: {e}; stderr so far: {seen:?}"),
+        }
+    };
+    let registered = format!("registered {addr} in cli_sigint (consul); Ctrl-C to remove");
+    while next_line("the registration line") != registered {}
+    assert!(lookup("consul", &server, &[], "cli_sigint").contains(addr));
+
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    while next_line("the unregistration line") != format!("unregistered {addr}") {}
+    let (done, exited) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait());
+    });
+    let status = exited
+        .recv_timeout(Duration::from_secs(20))
+        .expect("meshline register did not exit after SIGINT")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit after SIGINT: {status}");
+    let after = lookup("consul", &server, &[], "cli_sigint");
+    assert!(
+        !after.contains(addr),
+        "still registered after exit: {after}"
+    );
+}

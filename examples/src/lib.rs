@@ -20,8 +20,9 @@
 //! cargo run --release -p meshline-examples --bin demo
 //! ```
 //!
-//! By default (feature `all-registries`) every registry backend is compiled in, so
-//! `tc-server` and `tm-client` take any `registry.type`; that build needs `protoc`.
+//! By default only the file registry is compiled in, so these build with a Rust
+//! toolchain alone; with `--features all-registries` every registry backend is, so
+//! `tc-server` and `tm-client` take any `registry.type` (that build needs `protoc`).
 //! This library holds what the programs share: the in-memory coordinator ([`tc`]), the
 //! cluster a server registers under ([`server_cluster`]) and the log setup
 //! ([`init_logging`]).

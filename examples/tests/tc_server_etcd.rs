@@ -1,6 +1,6 @@
 //! `tc-server` registers itself in a real etcd (Seata's etcd3 layout), an `RpcClient`
-//! discovers it there, and SIGTERM unregisters it. Needs the `etcd` feature (on by
-//! default through `all-registries`) and the `etcd` binary
+//! discovers it there, and SIGTERM unregisters it. Needs the `etcd` feature (or
+//! `all-registries`, which scripts/test.sh turns on) and the `etcd` binary
 //! (scripts/install-test-deps.sh).
 
 mod common;

@@ -42,6 +42,12 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
         cfg!(feature = "tls"),
         http_login,
     )?;
+    crate::tls::check_plain(
+        &n.server_addr,
+        addrs.scheme != address::Scheme::Unspecified,
+        &n.tls,
+        cfg!(feature = "tls"),
+    )?;
     if addrs.context_path != address::DEFAULT_CONTEXT_PATH {
         tracing::debug!(
             context_path = %addrs.context_path,

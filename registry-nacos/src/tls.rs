@@ -9,7 +9,13 @@
 //! - without the feature, any `registry.nacos.tls.*` key is refused, naming `nacos-tls`;
 //! - with it, `tls.caFile` must equal `NACOS_CLIENT_TLS_CA_CERT` (set it in the
 //!   process environment before start: nacos-sdk reads only that), and
-//!   `tls.certFile`/`tls.keyFile`/`tls.serverName` are refused as unsupported.
+//!   `tls.certFile`/`tls.keyFile`/`tls.serverName` are refused as unsupported;
+//! - with it, a server the configuration does not ask TLS of (a bare `host:port`, no
+//!   `tls.*` key) is refused before any connection, naming the feature and both fixes
+//!   ([`check_plain`]): nacos-sdk would speak TLS to it anyway, and a plain server
+//!   answers that with "the connection is not connected", which names neither. So the
+//!   feature never changes silently how a configuration connects: `--all-features`
+//!   (which turns `nacos-tls` on) against a plain Nacos fails at once and says why.
 
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::tls::TlsSettings;
@@ -43,6 +49,29 @@ pub(crate) fn check(tls: &TlsSettings) -> Result<(), RegistryError> {
         }
     }
     Ok(())
+}
+
+/// In a build with nacos-sdk's TLS (`tls_built`), refuses a configuration that asks
+/// for no TLS: `serverAddr` without `https://` (`scheme_given` false for a bare
+/// `host:port`; `http://` is refused by the address check) and no `tls.*` key.
+pub(crate) fn check_plain(
+    server_addr: &str,
+    scheme_given: bool,
+    tls: &TlsSettings,
+    tls_built: bool,
+) -> Result<(), RegistryError> {
+    if !tls_built || scheme_given || tls.enabled {
+        return Ok(());
+    }
+    Err(RegistryError::Config(format!(
+        "registry.nacos.serverAddr `{server_addr}` asks for a plain connection (no https://, \
+         no registry.nacos.tls.* key), but this build has the cargo feature `nacos-tls` \
+         (`--all-features` turns it on), with which nacos-sdk speaks TLS to every Nacos \
+         server and a plain one refuses it. Fix: build without `nacos-tls` (e.g. \
+         `--features all-tls` instead of `--all-features`), or, if this server serves \
+         TLS, write each address as https://host:port or set \
+         registry.nacos.tls.enabled=true"
+    )))
 }
 
 #[cfg(test)]
@@ -81,5 +110,49 @@ mod tests {
             "{e}"
         );
         assert!(check(&tls(&[("tls.enabled", "false")])).is_ok());
+    }
+
+    /// `--all-features` against a plain Nacos: refused before connecting, naming the
+    /// feature, the cause and both fixes; TLS asked for by a key or a URL is let through,
+    /// and a build without the feature lets the plain server through.
+    #[test]
+    fn a_plain_server_in_a_tls_build_is_refused_naming_the_feature() {
+        let plain = tls(&[]);
+        let e = check_plain("127.0.0.1:8848", false, &plain, true)
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "registry.nacos.serverAddr `127.0.0.1:8848` asks for a plain connection",
+            "cargo feature `nacos-tls`",
+            "`--all-features` turns it on",
+            "build without `nacos-tls`",
+            "https://host:port",
+            "registry.nacos.tls.enabled=true",
+        ] {
+            assert!(e.contains(part), "no `{part}` in: {e}");
+        }
+        assert!(check_plain("127.0.0.1:8848", true, &plain, true).is_ok());
+        let asked = tls(&[("tls.enabled", "true")]);
+        assert!(asked.enabled);
+        assert!(check_plain("127.0.0.1:8848", false, &asked, true).is_ok());
+        assert!(check_plain("127.0.0.1:8848", false, &plain, false).is_ok());
+    }
+
+    /// The check is wired into every Nacos client's preparation (naming and the config
+    /// centre), with this build's feature: refused with `tls`, accepted without.
+    #[test]
+    fn prepare_refuses_a_plain_server_exactly_in_a_tls_build() {
+        let config = ConfigLoader::new()
+            .set("registry.nacos.serverAddr", "127.0.0.1:8848")
+            .load()
+            .unwrap();
+        let n = crate::NacosSettings::from_config(&config).unwrap();
+        let refused = crate::connect::prepare(&n, "app")
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(refused.is_some(), cfg!(feature = "tls"), "{refused:?}");
+        if let Some(e) = refused {
+            assert!(e.contains("cargo feature `nacos-tls`"), "{e}");
+        }
     }
 }

@@ -18,8 +18,8 @@
 //! The first line on stdout is `tc-server <id> listening on <ip:port>` (tests read it
 //! to learn the port when started with `--port 0`). Logs go to stderr (`MESHLINE_LOG`).
 //!
-//! Registries: every type the `meshline` facade has (the default `all-registries`
-//! feature), opened with `meshline::registry::from_config`. With `file`, like Seata's
+//! Registries: every type the `meshline` facade has (with the `all-registries`
+//! feature; the file registry alone without it), opened with `meshline::registry::from_config`. With `file`, like Seata's
 //! TC, nothing is registered: clients read `service.<cluster>.grouplist`. With the
 //! others (etcd3, nacos, zk, redis, consul, eureka) the TC registers in Seata's layout
 //! and stays registered (lease, ephemeral node, TTL, heartbeat) until SIGINT/SIGTERM.

@@ -17,8 +17,8 @@
 //!
 //! With no `--config`, Seata's defaults apply: group `default_tx_group` -> cluster
 //! `default` -> `127.0.0.1:8091` (start `tc-server` with no flags to match).
-//! Registries: every type the `meshline` facade has (the default `all-registries`
-//! feature), and every configuration centre (`config.type`: file, nacos, etcd3, zk,
+//! Registries: every type the `meshline` facade has (with the `all-registries`
+//! feature; the file registry alone without it), and every configuration centre (`config.type`: file, nacos, etcd3, zk,
 //! consul), through `meshline::centre::live_config` and `discovery_from_live`.
 
 use std::io::Write;

@@ -108,7 +108,8 @@ impl Inner {
     }
 
     /// Applies `edits` to the alive set (the balancer) and publishes the result to
-    /// readers. Called with the state lock held so changes are applied in order.
+    /// readers. Takes the locked state (unused otherwise) as proof that the state lock
+    /// is held, so changes are applied in order and agree with the slots.
     pub(super) fn publish_alive(
         &self,
         _st: &State,

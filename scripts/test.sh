@@ -56,12 +56,13 @@ leftovers() {
 }
 trap leftovers EXIT
 
-# Every feature of every crate except Nacos TLS (`nacos-tls`, registry-nacos `tls`):
+# Every feature of every crate (the facade's `tower` adapter included) except Nacos TLS
+# (`nacos-tls`, registry-nacos `tls`):
 # nacos-sdk's TLS switch makes every Nacos connection of the build TLS, and the test
 # server (rnacos) serves plain connections only. That feature is checked on its own
 # below. TLS of every other backend is in (`all-tls`), so its tests run against real
 # TLS servers.
-FEATURES="meshline/all-tls,meshline/rpc,meshline-cli/all-tls"
+FEATURES="meshline/all-tls,meshline/rpc,meshline/tower,meshline-cli/all-tls"
 FEATURES+=",meshline-examples/all-registries,meshline-examples/etcd"
 
 step "the README's run command needs only a Rust toolchain (no protoc)"

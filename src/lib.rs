@@ -15,6 +15,10 @@
 //! servers, the crash demo, `tc-server`, `tm-client`) are in the workspace's
 //! `meshline-examples` crate: `cargo run -p meshline-examples --bin quickstart`.
 //!
+//! Feature `tower` adds `meshline::tower`: a registry watch as a tower `Discover`, so
+//! tower and tonic balancers follow a cluster (it lives here rather than in the core so
+//! that the core depends on no service framework).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), meshline::RegistryError> {
 //! let config = meshline::Config::load(None)?;            // Seata's defaults
@@ -30,6 +34,8 @@
 pub mod centre;
 pub mod parts;
 pub mod registry;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use meshline_loadbalance as loadbalance;
 #[cfg(feature = "rpc")]

@@ -6,7 +6,11 @@
 //! identical to the current one, applies the empty-list policy, and bumps a revision.
 //! Users hold a [`Watch`]: its first [`Watch::next`] returns the current snapshot at
 //! once, later ones only when something changed. Readers never lock: a snapshot is an
-//! `Arc<[Instance]>` swapped whole (a `tokio::sync::watch` channel underneath).
+//! `Arc<[Instance]>` swapped whole (a `tokio::sync::watch` channel underneath). A
+//! [`Watch`] is also a `futures::Stream` of the same snapshots (see `watch/stream.rs`),
+//! ending when the registry is closed.
+
+mod stream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -222,6 +226,7 @@ impl WatchHub {
             snapshot: ch.snapshot.subscribe(),
             health: ch.health.subscribe(),
             delivered_first: false,
+            changed: stream::Changed::default(),
         }
     }
 
@@ -362,12 +367,44 @@ impl WatchHub {
 /// The first [`next`](Watch::next) returns the current snapshot immediately; every later
 /// call waits for a *changed* snapshot. Intermediate snapshots may be skipped when the
 /// reader is slow (each snapshot is complete, so nothing is lost).
-#[derive(Debug, Clone)]
+///
+/// It is also a `futures::Stream<Item = Snapshot>` yielding the same sequence and
+/// ending (`None`) where [`next`](Watch::next) returns [`RegistryError::Closed`], so
+/// stream combinators and adapters (tower's `Discover`, for one) take it as it is.
+/// The inherent `next` wins method resolution; reach the stream's through
+/// `StreamExt::next(&mut watch)`.
 pub struct Watch {
     kind: &'static str,
     snapshot: watch::Receiver<Snapshot>,
     health: watch::Receiver<Health>,
     delivered_first: bool,
+    /// The wait for the next change while the watch is polled as a stream.
+    changed: stream::Changed,
+}
+
+impl Clone for Watch {
+    /// A watch at the same point of the sequence (its next snapshot is the next
+    /// change), with no wait of its own pending.
+    fn clone(&self) -> Self {
+        Watch {
+            kind: self.kind,
+            snapshot: self.snapshot.clone(),
+            health: self.health.clone(),
+            delivered_first: self.delivered_first,
+            changed: stream::Changed::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("kind", &self.kind)
+            .field("snapshot", &self.snapshot)
+            .field("health", &self.health)
+            .field("delivered_first", &self.delivered_first)
+            .finish()
+    }
 }
 
 impl Watch {

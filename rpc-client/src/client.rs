@@ -16,9 +16,11 @@
 //!   connection dies it leaves the alive set at once and the task reconnects with
 //!   jittered exponential backoff; a refused handshake is logged and retried the same
 //!   way.
-//! - `alive`: the **alive set** is what the [`Balancer`] picks from: every change
-//!   rebuilds the picker (`Balancer::update`) and swaps the alive snapshot. Readers
-//!   never lock.
+//! - `alive`: the **alive set** is the [`Balancer`]'s membership itself: each
+//!   endpoint carries its connection ([`AliveEndpoint`], the balancer's payload), every
+//!   change reaches the balancer as edits (`Balancer::apply`), and an [`AliveSet`] is a
+//!   view of one balancer snapshot. A pick hands back the connection to send on:
+//!   nothing is looked up after it. Readers never lock.
 //! - `metrics`: counters, in [`RpcClient::stats`] and the `metrics` facade.
 //! - `builder`: [`RpcClientBuilder`].
 //! - `direct`: sends that bypass the balancer (one named endpoint, every endpoint).
@@ -62,13 +64,15 @@ mod options;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use meshline_loadbalance::{Balancer, Exclusions, InFlightGuard};
+use meshline_loadbalance::{Balancer, Endpoint, Exclusions};
 use meshline_registry_core::{Instance, InstanceKey};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-pub use alive::{AliveEndpoint, AliveSet, EndpointState, EndpointStatus};
+pub use alive::{
+    AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, EndpointState, EndpointStatus,
+};
 pub use builder::RpcClientBuilder;
 pub use metrics::ClientStats;
 pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
@@ -77,6 +81,7 @@ use crate::codec::Frame;
 use crate::connection::{SendFailure, SendKind};
 use crate::error::RpcError;
 use crate::payload::Payload;
+use alive::alive_of;
 use membership::Inner;
 use metrics::Counter;
 
@@ -104,8 +109,8 @@ pub struct Response {
 /// What an attempt loop learned, kept outside the future so a timeout can read it.
 #[derive(Default)]
 struct Progress {
-    /// The endpoint last tried.
-    last: Option<Arc<Instance>>,
+    /// The endpoint last tried (its stats and connection, to book a timeout on).
+    last: Option<Endpoint>,
     /// The current attempt's frame is in a queue (a timeout now means "may have been
     /// delivered", not "overloaded").
     queued: bool,
@@ -139,7 +144,7 @@ impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcClient")
             .field("target", &self.handle.inner.target)
-            .field("alive", &self.handle.inner.alive.load().len())
+            .field("alive", &self.handle.inner.balancer.snapshot().len())
             .finish()
     }
 }
@@ -166,7 +171,7 @@ impl RpcClient {
 
     /// The current alive set (connected and handshaken endpoints).
     pub fn alive(&self) -> Arc<AliveSet> {
-        self.inner().alive.load_full()
+        self.inner().alive_tx.borrow().clone()
     }
 
     /// A receiver that sees every change of the alive set.
@@ -193,8 +198,9 @@ impl RpcClient {
         self.inner().counters.stats()
     }
 
-    /// The balancer (for its endpoints' stats: in-flight, latency, failures).
-    pub fn balancer(&self) -> &Balancer {
+    /// The balancer (for its endpoints' stats: in-flight, latency, failures). Its
+    /// members are the alive endpoints, each carrying its [`AliveEndpoint`].
+    pub fn balancer(&self) -> &Balancer<AliveEndpoint> {
         &self.inner().balancer
     }
 
@@ -319,7 +325,7 @@ impl RpcClient {
             Err(_) if !progress.queued && progress.last.is_some() => {
                 inner.count(Counter::Overloaded);
                 Err(RpcError::Overloaded {
-                    endpoint: progress.last.map(|i| i.to_string()).unwrap_or_default(),
+                    endpoint: progress.last.map(|e| e.to_string()).unwrap_or_default(),
                     queued_bytes: 0,
                     waited: Some(started.elapsed()),
                 })
@@ -329,37 +335,32 @@ impl RpcClient {
                 // A call that timed out counts against its endpoint: a TC that stops
                 // answering is ejected from the picks after a few (see `ejection`).
                 if let Some(last) = &progress.last {
-                    if let Some(e) = inner.balancer.endpoint(last.key()) {
-                        e.stats().record_failure();
-                    }
-                    let entry = inner.alive.load().get(last.key()).cloned();
-                    if let Some(entry) = entry {
-                        self.handle.inner.call_failed(last.key(), entry.failed());
-                    } else {
-                        // Ejected meanwhile (another call's failure): count it there.
-                        inner.ejected_failed(last.key());
-                    }
+                    last.stats().record_failure();
+                    self.handle.inner.call_failed(alive_of(last));
                 }
                 Err(RpcError::Timeout {
                     after: timeout,
-                    endpoint: progress.last.map(|i| i.to_string()),
+                    endpoint: progress.last.map(|e| e.to_string()),
                 })
             }
         }
     }
 
-    /// Sends on `entry`'s connection: queue (waiting for room if `wait`), then wait for
-    /// the outcome.
+    /// Sends on `endpoint`'s connection: queue (waiting for room if `wait`), then wait
+    /// for the outcome.
     async fn send_on(
-        entry: &AliveEndpoint,
+        endpoint: &Endpoint,
         payload: Payload,
         kind: SendKind,
         wait: bool,
         progress: &mut Progress,
     ) -> Result<Option<Frame>, SendFailure> {
         progress.queued = false;
-        progress.last = Some(entry.instance.clone());
-        let e = entry.connection.enqueue(payload, kind, wait).await?;
+        progress.last = Some(endpoint.clone());
+        let e = alive_of(endpoint)
+            .connection
+            .enqueue(payload, kind, wait)
+            .await?;
         progress.queued = true;
         e.outcome().await
     }
@@ -378,7 +379,7 @@ impl RpcClient {
         // endpoint that failed or was full during this call.
         let mut excluded: Option<Vec<InstanceKey>> = None;
         let mut last_failure: Option<String> = None;
-        let mut full: Option<AliveEndpoint> = None;
+        let mut full: Option<Endpoint> = None;
         let mut attempts = 0u32;
         while attempts < inner.options.max_attempts.max(1) {
             let picked = match &excluded {
@@ -389,70 +390,66 @@ impl RpcClient {
                 break;
             };
             attempts += 1;
-            let (endpoint, guard) = picked.into_parts();
             let mut exclude = |key: &InstanceKey| {
                 excluded
                     .get_or_insert_with(|| self.caller_exclusions(route.exclusions()))
                     .push(key.clone());
             };
-            let entry = inner.alive.load().get(endpoint.key()).cloned();
-            let Some(entry) = entry else {
-                // The picker is a moment behind the alive set: that endpoint just left.
-                exclude(endpoint.key());
-                last_failure = Some(format!("{endpoint} left the alive set"));
-                continue;
-            };
+            // What the pick returns is sendable: the endpoint carries its connection.
+            let endpoint = picked.endpoint();
+            let entry = picked.payload();
             let start = Instant::now();
-            match Self::send_on(&entry, payload.clone(), kind, false, progress).await {
+            match Self::send_on(endpoint, payload.clone(), kind, false, progress).await {
                 Ok(f) => {
-                    guard.success(start.elapsed());
                     entry.succeeded();
-                    return Ok((entry.instance, f));
+                    let instance = entry.instance.clone();
+                    picked.success(start.elapsed());
+                    return Ok((instance, f));
                 }
                 Err(SendFailure::Full) => {
-                    guard.cancel();
                     inner.count(Counter::Overloaded);
                     tracing::debug!(endpoint = %entry.instance, "write queue full; trying another endpoint");
                     exclude(endpoint.key());
                     last_failure = Some(format!("{}: write queue full", entry.instance));
-                    full.get_or_insert(entry);
+                    if full.is_none() {
+                        full = Some(endpoint.clone());
+                    }
+                    picked.into_guard().cancel();
                 }
                 Err(SendFailure::NotWritten(reason)) => {
-                    guard.failure();
                     inner.count(Counter::Retries);
                     tracing::debug!(endpoint = %entry.instance, %reason, "not written; trying another endpoint");
                     exclude(endpoint.key());
                     last_failure = Some(format!("{}: {reason}", entry.instance));
+                    picked.failure();
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
-                    guard.failure();
-                    self.handle
-                        .inner
-                        .call_failed(endpoint.key(), entry.failed());
+                    self.handle.inner.call_failed(entry);
                     inner.count(Counter::MaybeDelivered);
-                    return Err(entry.connection.failure_error(e));
+                    let err = entry.connection.failure_error(e);
+                    picked.failure();
+                    return Err(err);
                 }
             }
         }
-        if let Some(entry) = full {
+        if let Some(endpoint) = full {
             // Every candidate was full. `call` waits for room on the first one (within
             // the call's timeout); `try_call` says so now.
+            let entry = alive_of(&endpoint);
             if !wait {
                 return Err(entry.connection.overloaded(None));
             }
-            let guard = self.guard_for(entry.instance.key());
+            // Counted in flight on it again, as the picks were (least-active and P2C
+            // see the wait).
+            let guard = endpoint.begin();
             let start = Instant::now();
-            return match Self::send_on(&entry, payload, kind, true, progress).await {
+            return match Self::send_on(&endpoint, payload, kind, true, progress).await {
                 Ok(f) => {
-                    if let Some(g) = guard {
-                        g.success(start.elapsed());
-                    }
-                    Ok((entry.instance, f))
+                    guard.success(start.elapsed());
+                    Ok((entry.instance.clone(), f))
                 }
                 Err(e) => {
-                    if let Some(g) = guard {
-                        g.failure();
-                    }
+                    guard.failure();
                     if matches!(e, SendFailure::MaybeDelivered(_)) {
                         inner.count(Counter::MaybeDelivered);
                     }
@@ -481,12 +478,6 @@ impl RpcClient {
                     .collect()
             }
         }
-    }
-
-    /// An in-flight guard on the balancer's stats of `key` (for sends that bypass the
-    /// picker, so least-active and P2C still see them).
-    fn guard_for(&self, key: &InstanceKey) -> Option<InFlightGuard> {
-        self.inner().balancer.endpoint(key).map(|e| e.begin())
     }
 
     /// Stops taking calls, waits up to `deadline` for calls in flight, then closes

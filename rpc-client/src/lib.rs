@@ -111,7 +111,7 @@ pub mod transport;
 mod tx_error;
 
 pub use client::{
-    AliveEndpoint, AliveSet, CallOptions, ClientOptions, ClientStats,
+    AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, CallOptions, ClientOptions, ClientStats,
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
     RpcClientBuilder,
 };

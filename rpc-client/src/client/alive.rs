@@ -1,15 +1,22 @@
 //! The alive set (connected, handshaken endpoints: what the balancer picks from) and
 //! the state of every endpoint the client follows.
+//!
+//! The alive set is not a second table beside the balancer: it *is* the balancer's
+//! membership. Each balancer endpoint carries its [`AliveEndpoint`] (connection and
+//! failure count) as its payload, so a pick hands back the connection to send on, and
+//! an [`AliveSet`] is a view of one balancer snapshot.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use meshline_loadbalance::{Endpoint, Snapshot};
 use meshline_registry_core::{Instance, InstanceKey};
 
 use crate::connection::Connection;
 
-/// One endpoint of the alive set: connected and handshaken.
+/// One endpoint of the alive set: connected and handshaken. It is the payload of the
+/// client's balancer endpoint (`Balancer<AliveEndpoint>`): what a pick returns to send
+/// on.
 #[derive(Debug, Clone)]
 pub struct AliveEndpoint {
     /// What the registry says about it.
@@ -31,6 +38,16 @@ impl AliveEndpoint {
         }
     }
 
+    /// The same connection and failure count, described by `instance` (the registry
+    /// changed its weight, zone or metadata).
+    pub(crate) fn described_by(&self, instance: Arc<Instance>) -> Self {
+        AliveEndpoint {
+            instance,
+            connection: self.connection.clone(),
+            failures: self.failures.clone(),
+        }
+    }
+
     /// A call succeeded: the failures in a row are over.
     #[inline]
     pub(crate) fn succeeded(&self) {
@@ -45,39 +62,136 @@ impl AliveEndpoint {
     }
 }
 
-/// The alive set at one moment: every connected, handshaken endpoint.
-#[derive(Debug, Default)]
+/// The alive endpoint a balancer endpoint of the client carries. Every endpoint of the
+/// client's balancer joined with one (`Edit::Insert(instance, AliveEndpoint)`).
+#[inline]
+pub(crate) fn alive_of(endpoint: &Endpoint) -> &AliveEndpoint {
+    endpoint
+        .payload::<AliveEndpoint>()
+        .expect("every endpoint of the client's balancer carries its AliveEndpoint")
+}
+
+/// The alive set at one moment: every connected, handshaken endpoint. A view of the
+/// balancer's snapshot at that moment (nothing is copied to make it).
+#[derive(Debug, Clone)]
 pub struct AliveSet {
-    pub(super) entries: Vec<AliveEndpoint>,
-    pub(super) index: HashMap<InstanceKey, usize>,
+    snapshot: Arc<Snapshot>,
 }
 
 impl AliveSet {
-    /// The endpoints, sorted by identity.
-    pub fn endpoints(&self) -> &[AliveEndpoint] {
-        &self.entries
+    pub(crate) fn new(snapshot: Arc<Snapshot>) -> Self {
+        AliveSet { snapshot }
     }
 
-    /// The entry for `key`, if alive.
+    /// The endpoints, sorted by identity.
+    pub fn endpoints(&self) -> AliveEndpoints<'_> {
+        AliveEndpoints {
+            endpoints: self.snapshot.endpoints(),
+        }
+    }
+
+    /// The entry for `key`, if alive. O(1).
     pub fn get(&self, key: &InstanceKey) -> Option<&AliveEndpoint> {
-        self.index.get(key).map(|&i| &self.entries[i])
+        self.snapshot.endpoint(key).map(alive_of)
+    }
+
+    /// The balancer endpoints, in the alive set's order.
+    pub(crate) fn balanced(&self) -> &[Endpoint] {
+        self.snapshot.endpoints()
     }
 
     /// Number of alive endpoints.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.snapshot.len()
     }
 
     /// True when nothing is alive.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.snapshot.is_empty()
     }
 
     /// The alive instances.
     pub fn instances(&self) -> Vec<Arc<Instance>> {
-        self.entries.iter().map(|e| e.instance.clone()).collect()
+        self.endpoints()
+            .iter()
+            .map(|e| e.instance.clone())
+            .collect()
     }
 }
+
+/// The endpoints of an [`AliveSet`], in identity order: indexable and iterable like a
+/// slice of [`AliveEndpoint`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct AliveEndpoints<'a> {
+    endpoints: &'a [Endpoint],
+}
+
+impl<'a> AliveEndpoints<'a> {
+    /// Iterates over the endpoints.
+    pub fn iter(&self) -> AliveIter<'a> {
+        AliveIter {
+            inner: self.endpoints.iter(),
+        }
+    }
+
+    /// The `i`-th endpoint, if there are more than `i`.
+    pub fn get(&self, i: usize) -> Option<&'a AliveEndpoint> {
+        self.endpoints.get(i).map(alive_of)
+    }
+
+    /// Number of endpoints.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+}
+
+impl std::ops::Index<usize> for AliveEndpoints<'_> {
+    type Output = AliveEndpoint;
+
+    fn index(&self, i: usize) -> &AliveEndpoint {
+        alive_of(&self.endpoints[i])
+    }
+}
+
+impl<'a> IntoIterator for AliveEndpoints<'a> {
+    type Item = &'a AliveEndpoint;
+    type IntoIter = AliveIter<'a>;
+
+    fn into_iter(self) -> AliveIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over [`AliveEndpoints`].
+#[derive(Debug, Clone)]
+pub struct AliveIter<'a> {
+    inner: std::slice::Iter<'a, Endpoint>,
+}
+
+impl<'a> Iterator for AliveIter<'a> {
+    type Item = &'a AliveEndpoint;
+
+    fn next(&mut self) -> Option<&'a AliveEndpoint> {
+        self.inner.next().map(alive_of)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for AliveIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.inner.next_back().map(alive_of)
+    }
+}
+
+impl ExactSizeIterator for AliveIter<'_> {}
 
 /// Where an endpoint stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,6 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
 use meshline_loadbalance::{Balancer, LoadBalance};
 use meshline_registry_core::{Config, Discovery, Watch};
 use tokio::sync::watch;
@@ -173,13 +172,13 @@ impl RpcClientBuilder {
                 ));
             }
         };
-        let (alive_tx, _) = watch::channel(Arc::new(AliveSet::default()));
+        let balancer = Balancer::with_payload(lb);
+        let (alive_tx, _) = watch::channel(Arc::new(AliveSet::new(balancer.snapshot())));
         let inner = Arc::new(Inner {
             target: target.clone(),
             counters: Default::default(),
             _discovery: discovery,
-            balancer: Balancer::new(lb),
-            alive: ArcSwap::from_pointee(AliveSet::default()),
+            balancer,
             alive_tx,
             state: Mutex::new(State::default()),
             handshake: self.handshake,

@@ -8,6 +8,7 @@ use meshline_loadbalance::InFlightGuard;
 use meshline_registry_core::{Instance, InstanceKey};
 use tracing::Instrument;
 
+use super::alive::alive_of;
 use super::metrics::Counter;
 use super::{Response, RpcClient};
 use crate::codec::Frame;
@@ -63,29 +64,26 @@ impl RpcClient {
         let inner = self.inner();
         let _call = inner.begin()?;
         let timeout = timeout.unwrap_or(inner.options.request_timeout);
-        let Some(entry) = inner.alive.load().get(endpoint).cloned() else {
+        // One lookup: the alive endpoint carries its stats and its connection.
+        let Some(member) = inner.balancer.endpoint(endpoint) else {
             return Err(RpcError::NoEndpoint {
                 target: format!("{} (endpoint {endpoint})", inner.target),
             });
         };
         crate::payload::check(&payload, inner.options.transport.max_frame_len)?;
-        let guard = self.guard_for(endpoint);
+        let entry = alive_of(&member);
+        let guard = member.begin();
         let start = Instant::now();
         let result = entry
             .connection
             .send_within(payload, kind, timeout, true)
             .await;
         self.record(&result, guard, start);
-        result.map(|f| (entry.instance, f))
+        result.map(|f| (entry.instance.clone(), f))
     }
 
     /// Books a direct send's outcome on its guard and the counters.
-    fn record<T>(
-        &self,
-        result: &Result<T, RpcError>,
-        guard: Option<InFlightGuard>,
-        start: Instant,
-    ) {
+    fn record<T>(&self, result: &Result<T, RpcError>, guard: InFlightGuard, start: Instant) {
         let inner = self.inner();
         match result {
             Ok(_) => {}
@@ -94,12 +92,10 @@ impl RpcClient {
             Err(RpcError::Overloaded { .. }) => inner.count(Counter::Overloaded),
             Err(_) => {}
         }
-        if let Some(g) = guard {
-            match result {
-                Ok(_) => g.success(start.elapsed()),
-                Err(RpcError::Overloaded { .. }) => g.cancel(),
-                Err(_) => g.failure(),
-            }
+        match result {
+            Ok(_) => guard.success(start.elapsed()),
+            Err(RpcError::Overloaded { .. }) => guard.cancel(),
+            Err(_) => guard.failure(),
         }
     }
 
@@ -164,10 +160,10 @@ impl RpcClient {
                 })
                 .collect();
         }
-        let members = inner.balancer.snapshot();
-        let sends = alive.endpoints().iter().map(|a| {
+        let sends = alive.balanced().iter().map(|member| {
             let payload = payload.clone();
-            let guard = members.endpoint(a.instance.key()).map(|e| e.begin());
+            let a = alive_of(member);
+            let guard = member.begin();
             async move {
                 let start = Instant::now();
                 let r = a.connection.send_within(payload, kind, timeout, true).await;

@@ -18,11 +18,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use meshline_loadbalance::Edit;
 use meshline_registry_core::InstanceKey;
 
 use super::alive::{AliveEndpoint, EndpointState};
 use super::membership::Inner;
 use super::metrics::Counter;
+use crate::connection::Connection;
 
 /// Longest ejection.
 const MAX_EJECTION: Duration = Duration::from_secs(30);
@@ -36,31 +38,33 @@ pub(crate) struct Ejected {
 }
 
 impl Inner {
-    /// A call on `key` failed with `in_a_row` failures in a row now on its stats: eject
-    /// the endpoint when that reaches the limit.
-    pub fn call_failed(self: &Arc<Self>, key: &InstanceKey, in_a_row: u32) {
+    /// A call on `entry` failed: counted on its connection's failures in a row (kept
+    /// while it is ejected, so a call picked before an ejection still counts, and its
+    /// return needs a success to clear), and the endpoint is ejected when that reaches
+    /// the limit.
+    pub fn call_failed(self: &Arc<Self>, entry: &AliveEndpoint) {
+        let in_a_row = entry.failed();
         let limit = self.options.eject_after_failures;
         if limit > 0 && in_a_row >= limit {
-            self.eject(key, in_a_row);
+            self.eject(entry.instance.key(), &entry.connection, in_a_row);
         }
     }
 
-    /// A call on an ejected endpoint failed (it was picked before the ejection):
-    /// counted on it, so its return needs a success to clear.
-    pub fn ejected_failed(&self, key: &InstanceKey) {
-        if let Some(e) = self.state().ejected.get(key) {
-            e.entry.failed();
-        }
-    }
-
-    fn eject(self: &Arc<Self>, key: &InstanceKey, in_a_row: u32) {
+    /// Takes `key` out of the picks, if it is alive on `connection` (not gone, not
+    /// ejected already, not reconnected since the failing call was picked).
+    fn eject(self: &Arc<Self>, key: &InstanceKey, connection: &Connection, in_a_row: u32) {
         let (generation, time, conn) = {
             let mut st = self.state();
-            let Some(entry) = st.alive.get(key).cloned() else {
-                return; // gone, or ejected already
+            let alive = self.alive_now();
+            let Some(entry) = alive
+                .get(key)
+                .filter(|e| e.connection.ptr_eq(connection))
+                .cloned()
+            else {
+                return; // gone, ejected already, or on a newer connection
             };
-            let total = st.alive.len() + st.ejected.len();
-            if st.alive.len() <= 1 || (st.ejected.len() + 1) * 2 > total {
+            let total = alive.len() + st.ejected.len();
+            if alive.len() <= 1 || (st.ejected.len() + 1) * 2 > total {
                 tracing::debug!(endpoint = %key, in_a_row, "failing, but not ejected: too few endpoints would be left");
                 return;
             }
@@ -82,10 +86,9 @@ impl Inner {
             ));
             let generation = slot.generation;
             let conn = entry.connection.clone();
-            st.alive.remove(key);
             st.ejected
                 .insert(key.clone(), Ejected { entry, generation });
-            self.publish_alive(&st);
+            self.publish_alive(&st, [Edit::Remove(key.clone())]);
             (generation, time, conn)
         };
         self.count(Counter::Ejections);
@@ -128,8 +131,8 @@ impl Inner {
                     slot.state = EndpointState::Alive;
                     slot.returned_at = Some(Instant::now());
                 }
-                st.alive.insert(key.clone(), e.entry);
-                self.publish_alive(&st);
+                let back = Edit::Insert((*e.entry.instance).clone(), e.entry);
+                self.publish_alive(&st, [back]);
                 tracing::info!(endpoint = %key, ?rtt, "ejected endpoint answered a PING; back in the picks");
             }
             Err(e) => {

@@ -5,13 +5,19 @@
 //! A slot has a generation number: when an endpoint leaves and comes back, the old
 //! task (still draining) and the new one share the key but not the generation, and the
 //! old task's reports never touch the new slot.
+//!
+//! One membership path: each registry snapshot is diffed once, against the slots.
+//! What that diff and the endpoint tasks learn reaches the balancer as [`Edit`]s
+//! ("this endpoint connected, here is its connection", "that one dropped"): the
+//! balancer's membership *is* the alive set, each endpoint carrying its
+//! [`AliveEndpoint`] as payload, so nothing else keeps a second index of the alive
+//! endpoints and a pick hands back the connection to send on.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwap;
-use meshline_loadbalance::Balancer;
+use meshline_loadbalance::{Balancer, Edit};
 use meshline_registry_core::{Discovery, Instance, InstanceKey, Watch};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -30,7 +36,6 @@ use crate::handshake::Handshake;
 #[derive(Default)]
 pub(crate) struct State {
     pub endpoints: BTreeMap<InstanceKey, Slot>,
-    pub alive: BTreeMap<InstanceKey, AliveEndpoint>,
     /// Connected endpoints out of the picks after failures (see `ejection`).
     pub ejected: BTreeMap<InstanceKey, super::ejection::Ejected>,
     /// Tasks of endpoints the registry removed, still draining; `shutdown` waits for
@@ -61,8 +66,11 @@ pub(crate) struct Inner {
     /// the last handle to them is dropped.
     pub _discovery: Option<Discovery>,
     pub options: ClientOptions,
-    pub balancer: Balancer,
-    pub alive: ArcSwap<AliveSet>,
+    /// The alive set: every connected, handshaken endpoint, carrying its
+    /// [`AliveEndpoint`]. Changed only with the state lock held (so changes are
+    /// applied in order, and a reader holding the lock sees the current set).
+    pub balancer: Balancer<AliveEndpoint>,
+    /// The alive set as last published (see [`Inner::publish_alive`]).
     pub alive_tx: watch::Sender<Arc<AliveSet>>,
     pub state: Mutex<State>,
     pub handshake: Option<Arc<dyn Handshake>>,
@@ -99,23 +107,24 @@ impl Inner {
         }
     }
 
-    /// Publishes the alive map to the balancer and readers. Called with the state lock
-    /// held so updates are applied in order.
-    pub(super) fn publish_alive(&self, st: &State) {
-        let entries: Vec<AliveEndpoint> = st.alive.values().cloned().collect();
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.instance.key().clone(), i))
-            .collect();
-        let instances: Vec<Instance> = entries.iter().map(|e| (*e.instance).clone()).collect();
-        let set = Arc::new(AliveSet { entries, index });
-        // Alive snapshot first: a pick from the new picker always finds its entry.
-        self.alive.store(set.clone());
-        self.balancer.update(&instances);
+    /// Applies `edits` to the alive set (the balancer) and publishes the result to
+    /// readers. Takes the locked state (unused otherwise) as proof that the state lock
+    /// is held, so changes are applied in order and agree with the slots.
+    pub(super) fn publish_alive(
+        &self,
+        _st: &State,
+        edits: impl IntoIterator<Item = Edit<AliveEndpoint>>,
+    ) {
+        self.balancer.apply(edits);
+        let set = Arc::new(AliveSet::new(self.balancer.snapshot()));
         metrics::gauge!("meshline_rpc_alive_endpoints", "target" => self.target.clone())
-            .set(instances.len() as f64);
+            .set(set.len() as f64);
         self.alive_tx.send_replace(set);
+    }
+
+    /// The alive set now (read it with the state lock held for a consistent view).
+    pub(super) fn alive_now(&self) -> AliveSet {
+        AliveSet::new(self.balancer.snapshot())
     }
 
     /// The slot for `key` if it is still generation `generation`.
@@ -145,9 +154,11 @@ impl Inner {
         slot.state = EndpointState::Alive;
         slot.connects += 1;
         let instance = slot.instance.clone();
-        st.alive
-            .insert(key.clone(), AliveEndpoint::new(instance, conn.clone()));
-        self.publish_alive(&st);
+        let joined = Edit::Insert(
+            (*instance).clone(),
+            AliveEndpoint::new(instance, conn.clone()),
+        );
+        self.publish_alive(&st, [joined]);
         true
     }
 
@@ -171,10 +182,12 @@ impl Inner {
         {
             st.ejected.remove(key);
         }
-        let same = st.alive.get(key).is_some_and(|e| e.connection.ptr_eq(conn));
+        let same = self
+            .alive_now()
+            .get(key)
+            .is_some_and(|e| e.connection.ptr_eq(conn));
         if same {
-            st.alive.remove(key);
-            self.publish_alive(&st);
+            self.publish_alive(&st, [Edit::Remove(key.clone())]);
         }
     }
 
@@ -210,7 +223,9 @@ impl Inner {
             .filter(|k| !wanted_keys.contains(k))
             .cloned()
             .collect();
-        let mut alive_changed = false;
+        // The alive set's changes, applied at once at the end.
+        let alive = self.alive_now();
+        let mut edits: Vec<Edit<AliveEndpoint>> = Vec::new();
         st.draining.retain(|t| !t.is_finished());
         for key in removed {
             if let Some(mut slot) = st.endpoints.remove(&key) {
@@ -220,8 +235,8 @@ impl Inner {
                     st.draining.push(t);
                 }
             }
-            if st.alive.remove(&key).is_some() {
-                alive_changed = true;
+            if alive.get(&key).is_some() {
+                edits.push(Edit::Remove(key.clone()));
             }
             st.ejected.remove(&key);
         }
@@ -231,14 +246,14 @@ impl Inner {
             match st.endpoints.get_mut(&key) {
                 Some(slot) => {
                     if *slot.instance != inst {
-                        let inst = Arc::new(inst);
-                        slot.instance = inst.clone();
+                        let described = Arc::new(inst);
+                        slot.instance = described.clone();
                         if let Some(e) = st.ejected.get_mut(&key) {
-                            e.entry.instance = inst.clone();
+                            e.entry.instance = described.clone();
                         }
-                        if let Some(a) = st.alive.get_mut(&key) {
-                            a.instance = inst;
-                            alive_changed = true;
+                        if let Some(a) = alive.get(&key) {
+                            let a = a.described_by(described.clone());
+                            edits.push(Edit::Insert((*described).clone(), a));
                         }
                     }
                 }
@@ -274,8 +289,8 @@ impl Inner {
                 }
             }
         }
-        if alive_changed {
-            self.publish_alive(&st);
+        if !edits.is_empty() {
+            self.publish_alive(&st, edits);
         }
     }
 }

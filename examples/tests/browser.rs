@@ -289,10 +289,70 @@ fn base64_decode(text: &str) -> Vec<u8> {
 /// A headless Chromium showing the page, and the DevTools connection to it.
 struct Browser {
     cdp: Cdp,
-    _process: tokio::process::Child,
-    _profile: tempfile::TempDir,
+    process: tokio::process::Child,
+    /// The profile, and Chromium's TMPDIR inside it (its singleton socket folder).
+    profile: tempfile::TempDir,
     /// Chromium's stderr.
     log: tempfile::NamedTempFile,
+}
+
+impl Drop for Browser {
+    /// Chromium asked to quit (SIGTERM: it removes its own singleton files), killed if
+    /// it has not within 5 s, waited for, and then its profile removed. Killing it
+    /// without waiting left the profile and the singleton folder behind, written by
+    /// the browser's helpers after the folder was removed (test.sh's leftover check
+    /// named them).
+    fn drop(&mut self) {
+        if let Some(pid) = self.process.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.process.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if std::time::Instant::now() > deadline => {
+                    let _ = self.process.start_kill();
+                    deadline_wait(&mut self.process);
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        remove_when_quiet(self.profile.path());
+    }
+}
+
+/// Waits up to 2 s for a killed process to be reaped.
+fn deadline_wait(process: &mut tokio::process::Child) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        if !matches!(process.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Removes `dir`, again while a helper process that outlived the browser for a moment
+/// still writes into it (up to 5 s).
+fn remove_when_quiet(dir: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Err(e)
+                if e.kind() != std::io::ErrorKind::NotFound
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            _ if dir.exists() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            _ => return,
+        }
+    }
 }
 
 impl Browser {
@@ -307,8 +367,11 @@ impl Browser {
         let mut failed = Vec::new();
         for _ in 0..Self::LAUNCHES {
             let profile = tempfile::tempdir().unwrap();
+            let tmp = profile.path().join("tmp");
+            std::fs::create_dir(&tmp).unwrap();
             let log = tempfile::NamedTempFile::new().unwrap();
             let mut process = tokio::process::Command::new(chromium)
+                .env("TMPDIR", &tmp)
                 .args([
                     "--headless",
                     "--no-sandbox", // CI runs as root
@@ -329,12 +392,14 @@ impl Browser {
             if let Some(cdp) = Cdp::connect(profile.path()).await {
                 return Browser {
                     cdp,
-                    _process: process,
-                    _profile: profile,
+                    process,
+                    profile,
                     log,
                 };
             }
             let _ = process.kill().await;
+            let _ = process.wait().await;
+            remove_when_quiet(profile.path());
             failed.push(std::fs::read_to_string(log.path()).unwrap_or_default());
         }
         panic!(

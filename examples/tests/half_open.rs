@@ -18,50 +18,20 @@
 //! elsewhere it is skipped with the reason printed.
 
 mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use meshline::rpc::message::{GlobalEndRequest, SeataMessage};
-use meshline::rpc::{CallOptions, Payload, RpcClient, RpcError, Server, ServerConfig};
-use meshline::{EmptyProtection, Instance, WatchHub};
-use meshline_examples::tc::{Coordinator, TcOptions};
-use meshline_testkit::net::{Host, skip_reason};
+use meshline::rpc::{CallOptions, Payload, RpcClient, RpcError};
+use meshline::{EmptyProtection, WatchHub};
+use meshline_testkit::net::skip_reason;
+use support::hosted_tc::HostedTc;
 
 const CALLERS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-
-struct Tc {
-    host: Host,
-    server: Server,
-    _tc: Coordinator,
-}
-
-fn start_tcs() -> Vec<Tc> {
-    (0..3)
-        .map(|_| {
-            let host = Host::new().expect("test host");
-            let listener = host.bind_tcp(0).expect("bind in the host");
-            let (server, tc) = Coordinator::serve_std(
-                listener,
-                host.ip(),
-                TcOptions::default(),
-                ServerConfig::default(),
-            )
-            .expect("serve");
-            Tc {
-                host,
-                server,
-                _tc: tc,
-            }
-        })
-        .collect()
-}
-
-fn instance(tc: &Tc) -> Instance {
-    Instance::new(&tc.host.ip().to_string(), tc.server.local_addr().port()).unwrap()
-}
 
 /// What one run saw.
 struct Run {
@@ -73,9 +43,9 @@ struct Run {
 }
 
 async fn run(lb: &str) -> Run {
-    let tcs = start_tcs();
+    let tcs = HostedTc::start_many(3);
     let hub = Arc::new(WatchHub::new("half-open", EmptyProtection::Apply));
-    hub.publish("c", tcs.iter().map(instance).collect());
+    hub.publish("c", tcs.iter().map(HostedTc::instance).collect());
     // The client's defaults, but for faster reconnects once the link is back (the
     // return is checked with these; the defaults back off up to 10 s).
     let client = RpcClient::builder()
@@ -92,7 +62,7 @@ async fn run(lb: &str) -> Run {
         .await
         .unwrap();
     client.wait_alive(3, Duration::from_secs(5)).await.unwrap();
-    let victim = instance(&tcs[0]);
+    let victim = tcs[0].instance();
 
     let t0 = Instant::now();
     let done: Arc<Mutex<Vec<Duration>>> = Arc::default();

@@ -19,7 +19,10 @@
 //! | game: load-weighted random         | `LoadWeighted`, `load`                                     |
 //! | game: fewest requests              | `FewestRequests`, `least-requests`                         |
 //!
-//! `zone:<name>` wraps any of them in [`ZoneAwareLoadBalance`].
+//! `zone:<name>` wraps any of them in [`ZoneAwareLoadBalance`]. `xid:<name>` routes by
+//! XID as `XID` does and picks with `<name>` where `XID` would pick at random
+//! ([`XidFirstLoadBalance`]): `xid:P2C` keeps each transaction on the TC that began it
+//! and moves the other calls off a slow TC.
 //!
 //! `ConsistentHashLoadBalance`, Seata's name, is Seata-Java's ring (SHA-256,
 //! `client.loadBalance.virtualNodes` points per server, default 10): a fleet that
@@ -38,7 +41,7 @@ use crate::{
     AffinityHashLoadBalance, BoundedLoadLoadBalance, ConsistentHashLoadBalance, FillLoadBalance,
     HashMode, JumpHashLoadBalance, LeastActiveLoadBalance, LoadBalance, LoadBalanceError,
     LoadWeightedLoadBalance, P2cLoadBalance, RandomLoadBalance, RoundRobinLoadBalance,
-    XidLoadBalance, ZoneAwareLoadBalance, fewest_requests,
+    XidFirstLoadBalance, XidLoadBalance, ZoneAwareLoadBalance, fewest_requests,
 };
 
 /// Tunables of the algorithms [`by_name_with`] creates.
@@ -102,6 +105,12 @@ pub fn by_name_with(
         return Ok(Arc::new(
             ZoneAwareLoadBalance::new(inner).with_min_healthy(options.zone_min_healthy),
         ));
+    }
+    if let Some((prefix, inner)) = trimmed.split_once(':')
+        && normalise(prefix) == "xid"
+    {
+        let inner = by_name_with(inner, options)?;
+        return Ok(Arc::new(XidFirstLoadBalance::new(inner)));
     }
     let wanted = normalise(trimmed);
     match NAMES

@@ -83,6 +83,7 @@
 //! | `BoundedLoad`               | [`BoundedLoadLoadBalance`]        | O(1) expected       |
 //! | `JumpHash`                  | [`JumpHashLoadBalance`]           | O(log n) arithmetic |
 //! | `zone:<name>`               | [`ZoneAwareLoadBalance`]          | inner + O(zones)    |
+//! | `xid:<name>`                | [`XidFirstLoadBalance`]           | XID, else inner     |
 //! | game types                  | [`game`] module                   | see there           |
 
 #![warn(missing_docs)]
@@ -118,6 +119,7 @@ pub use algorithms::random::RandomLoadBalance;
 pub use algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
 pub use algorithms::round_robin::RoundRobinLoadBalance;
 pub use algorithms::xid::{XidLoadBalance, parse_xid_address};
+pub use algorithms::xid_first::XidFirstLoadBalance;
 pub use algorithms::zone::ZoneAwareLoadBalance;
 pub use balancer::Balancer;
 pub use change::MembershipChange;

@@ -10,11 +10,17 @@
 
 use std::collections::HashSet;
 
-/// The inodes of the listening TCP sockets (IPv4 and IPv6) on `port`.
-fn listening_inodes(port: u16) -> Option<HashSet<u64>> {
+/// The inodes of the listening TCP sockets (IPv4 and IPv6) on `port` in the network
+/// namespace of process `pid`.
+fn listening_inodes(pid: u32, port: u16) -> Option<HashSet<u64>> {
     let mut out = HashSet::new();
     let mut read_any = false;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    // The tables of the process's own network namespace (a server started inside a
+    // test-network host listens in that host's namespace, not ours).
+    for table in [
+        format!("/proc/{pid}/net/tcp"),
+        format!("/proc/{pid}/net/tcp6"),
+    ] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
@@ -42,7 +48,7 @@ fn listening_inodes(port: u16) -> Option<HashSet<u64>> {
 /// Whether process `pid` holds a listening socket on `port`; `true` when `/proc` cannot
 /// tell (not Linux).
 pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
-    let Some(inodes) = listening_inodes(port) else {
+    let Some(inodes) = listening_inodes(pid, port) else {
         return true;
     };
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {

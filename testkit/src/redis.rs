@@ -1,11 +1,12 @@
 //! Redis 6/7 (`redis-server`), without persistence.
 
 use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use tempfile::TempDir;
 
-use crate::process::{ServerProcess, require_binary, start_with_port_retry, tcp_exchange};
+use crate::process::{ServerProcess, require_binary, start_with_port_retry, tcp_exchange_at};
 use crate::{Result, io_err};
 
 const INSTALL: &str = "apt-get install -y redis-server";
@@ -14,6 +15,8 @@ const INSTALL: &str = "apt-get install -y redis-server";
 /// starts empty, like a failover to a fresh replica: clients must re-write their keys).
 pub struct Redis {
     process: ServerProcess,
+    /// Where it listens: `127.0.0.1`, or a test-network host's address.
+    ip: IpAddr,
     port: u16,
     password: Option<String>,
     /// The TLS port, when started with [`Redis::start_tls`].
@@ -61,12 +64,27 @@ impl Redis {
         Redis::start_with(None, Some(tls))
     }
 
+    /// Starts Redis inside a test-network host (`ip netns exec`), listening on the
+    /// host's address: a cut of the host blackholes it for every client, with no reset.
+    pub fn start_in(host: &crate::net::Host) -> Result<Redis> {
+        Redis::start_at(None, None, Some(host))
+    }
+
     fn start_inner(password: Option<String>) -> Result<Redis> {
         Redis::start_with(password, None)
     }
 
     fn start_with(password: Option<String>, tls: Option<Vec<String>>) -> Result<Redis> {
+        Redis::start_at(password, tls, None)
+    }
+
+    fn start_at(
+        password: Option<String>,
+        tls: Option<Vec<String>>,
+        host: Option<&crate::net::Host>,
+    ) -> Result<Redis> {
         require_binary("redis-server", INSTALL)?;
+        let ip = host.map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |h| h.ip());
         start_with_port_retry(
             if tls.is_some() { 2 } else { 1 },
             |ports| {
@@ -80,7 +98,7 @@ impl Redis {
                     "--port",
                     &port.to_string(),
                     "--bind",
-                    "127.0.0.1",
+                    &ip.to_string(),
                     "--save",
                     "",
                     "--appendonly",
@@ -104,8 +122,13 @@ impl Redis {
                     args.push(tp.to_string().into());
                     args.extend(tls.iter().map(OsString::from));
                 }
+                if host.is_some() {
+                    // Bound to a non-loopback address without a password.
+                    args.push("--protected-mode".into());
+                    args.push("no".into());
+                }
                 let probe = Arc::new(move || {
-                    let answer = tcp_exchange(port, b"PING\r\n", 7)?;
+                    let answer = tcp_exchange_at(SocketAddr::new(ip, port), b"PING\r\n", 7)?;
                     // With requirepass, an unauthenticated PING gets -NOAUTH: up as well.
                     if answer.starts_with("+PONG") || answer.starts_with("-NOAUTH") {
                         Ok(())
@@ -113,15 +136,23 @@ impl Redis {
                         Err(format!("PING answered {answer:?}"))
                     }
                 });
-                let process = ServerProcess::new(
-                    "redis",
-                    dir.path().to_path_buf(),
-                    "redis-server",
-                    args,
-                    probe,
-                );
+                let (program, args) = match host {
+                    Some(h) => {
+                        // `ip netns exec` execs redis-server: the child is the server.
+                        let mut all: Vec<OsString> = ["netns", "exec", h.name(), "redis-server"]
+                            .iter()
+                            .map(OsString::from)
+                            .collect();
+                        all.extend(args);
+                        ("ip", all)
+                    }
+                    None => ("redis-server", args),
+                };
+                let process =
+                    ServerProcess::new("redis", dir.path().to_path_buf(), program, args, probe);
                 Ok(Redis {
                     process,
+                    ip,
                     port,
                     password: password.clone(),
                     tls_port,
@@ -132,16 +163,16 @@ impl Redis {
         )
     }
 
-    /// `127.0.0.1:<port>`.
+    /// `<ip>:<port>`: `127.0.0.1`, or the host's address ([`Redis::start_in`]).
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        SocketAddr::new(self.ip, self.port).to_string()
     }
 
-    /// `redis://[:password@]127.0.0.1:<port>/`: for the `redis` crate.
+    /// `redis://[:password@]<ip>:<port>/`: for the `redis` crate.
     pub fn url(&self) -> String {
         match &self.password {
-            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(pw) => format!("redis://:{pw}@{}/", self.addr()),
+            None => format!("redis://{}/", self.addr()),
         }
     }
 

@@ -20,4 +20,5 @@ pub(crate) mod random;
 pub(crate) mod ring;
 pub(crate) mod round_robin;
 pub(crate) mod xid;
+pub(crate) mod xid_first;
 pub(crate) mod zone;

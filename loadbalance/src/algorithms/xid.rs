@@ -81,26 +81,32 @@ impl LoadBalance for XidLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        let mut by_addr: Vec<((u128, u16), u32)> = Vec::with_capacity(endpoints.len());
-        let mut by_name: Vec<(Box<str>, u16, u32)> = Vec::new();
-        for (i, ep) in endpoints.iter().enumerate() {
-            match ep.instance().socket_addr() {
-                Some(sa) => by_addr.push((addr_key(sa), i as u32)),
-                None => by_name.push((ep.instance().host().into(), ep.instance().port(), i as u32)),
-            }
-        }
-        by_addr.sort_unstable();
-        Arc::new(XidPicker {
-            by_text: TextIndex::new(endpoints),
-            members: Members::new(endpoints),
-            by_addr: by_addr.into_boxed_slice(),
-            by_name: by_name.into_boxed_slice(),
-            fallback: RandomLoadBalance.build(endpoints),
-        })
+        xid_picker(endpoints, RandomLoadBalance.build(endpoints))
     }
+}
+
+/// The XID balancer's picker over `endpoints`, with `fallback` for requests whose XID is
+/// absent, malformed, names no endpoint or names an excluded one.
+pub(crate) fn xid_picker(endpoints: &[Endpoint], fallback: Arc<dyn Picker>) -> Arc<dyn Picker> {
+    if endpoints.is_empty() {
+        return Arc::new(EmptyPicker);
+    }
+    let mut by_addr: Vec<((u128, u16), u32)> = Vec::with_capacity(endpoints.len());
+    let mut by_name: Vec<(Box<str>, u16, u32)> = Vec::new();
+    for (i, ep) in endpoints.iter().enumerate() {
+        match ep.instance().socket_addr() {
+            Some(sa) => by_addr.push((addr_key(sa), i as u32)),
+            None => by_name.push((ep.instance().host().into(), ep.instance().port(), i as u32)),
+        }
+    }
+    by_addr.sort_unstable();
+    Arc::new(XidPicker {
+        by_text: TextIndex::new(endpoints),
+        members: Members::new(endpoints),
+        by_addr: by_addr.into_boxed_slice(),
+        by_name: by_name.into_boxed_slice(),
+        fallback,
+    })
 }
 
 /// Exact-text lookup of the address part of an XID, for the spellings TCs write

@@ -344,7 +344,15 @@ pub(crate) fn tcp_exchange(
     request: &[u8],
     max: usize,
 ) -> std::result::Result<String, String> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    tcp_exchange_at(SocketAddr::from(([127, 0, 0, 1], port)), request, max)
+}
+
+/// [`tcp_exchange`] with a server at any address (a test host's, for one).
+pub(crate) fn tcp_exchange_at(
+    addr: SocketAddr,
+    request: &[u8],
+    max: usize,
+) -> std::result::Result<String, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
         .map_err(|e| format!("connect {addr}: {e}"))?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));

@@ -92,7 +92,8 @@ impl Harness for EtcdHarness {
     }
 }
 
-/// The lease is kept alive every TTL/3 and expires TTL after the last keep-alive;
+/// The lease is kept alive every TTL/3 or every 0.5 s (half the default
+/// `keepaliveTime`), whichever is shorter, and expires TTL after the last keep-alive;
 /// etcd's lessor looks for expired leases every 500 ms.
 impl Crash for EtcdHarness {
     fn crash(&self, reg: &EtcdRegistry) {

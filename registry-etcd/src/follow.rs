@@ -170,6 +170,20 @@ async fn follow_once(
             return Some(Ended::Cancelled);
         }
         if resp.created() {
+            // A store behind the revision we saw lost its data (a member or cluster
+            // restored from scratch): events from it would not tell us what is gone.
+            let store = resp.header().map(|h| h.revision()).unwrap_or(i64::MAX);
+            if store < *revision {
+                tracing::warn!(
+                    registry = KIND,
+                    cluster = %cluster,
+                    store,
+                    seen = *revision,
+                    "etcd's revision went backwards; re-listing"
+                );
+                scope.mark_stale("etcd's revision went backwards");
+                return Some(Ended::Cancelled);
+            }
             backoff.reset();
             tracing::debug!(registry = KIND, cluster = %cluster, from = *revision + 1, "watching");
             scope.mark_connected();

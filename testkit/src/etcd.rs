@@ -295,6 +295,15 @@ impl Etcd {
     pub fn restart(&mut self) -> Result<()> {
         self.process.restart()
     }
+
+    /// Kills the server, deletes its data and starts it again on the same ports: an
+    /// etcd that lost everything, whose revisions start again from 1.
+    pub fn restart_empty(&mut self) -> Result<()> {
+        self.process.kill();
+        let data = self._dir.path().join("data");
+        std::fs::remove_dir_all(&data).map_err(io_err(format!("remove {}", data.display())))?;
+        self.process.restart()
+    }
 }
 
 /// Several etcd members forming one cluster (three by default): on loopback

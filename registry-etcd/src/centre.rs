@@ -27,6 +27,8 @@ const OP_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct EtcdCentre {
     client: Client,
     servers: String,
+    /// How often each followed key's watch asks for progress (see `lib.rs`).
+    heartbeat: Duration,
 }
 
 impl std::fmt::Debug for EtcdCentre {
@@ -43,7 +45,11 @@ impl EtcdCentre {
         let section = config.centre.section(&["etcd", "etcd3"]);
         let settings = EtcdSettings::from_section(&section, &["key"])?;
         let (client, servers) = connect_client(&settings, OP_TIMEOUT).await?;
-        Ok(EtcdCentre { client, servers })
+        Ok(EtcdCentre {
+            client,
+            servers,
+            heartbeat: crate::heartbeat(settings.keepalive_time),
+        })
     }
 }
 
@@ -133,15 +139,27 @@ impl ConfigCentre for EtcdCentre {
         // re-reads and follows every key again.
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let stop = std::sync::Arc::new(stop);
-        for mut stream in streams {
+        for stream in streams {
             let tx = tx.clone();
             let stop = stop.clone();
             let mut stopped = stopped.clone();
+            let (mut requests, mut stream) = stream.split();
+            // Progress requests keep data coming from a live member, so the HTTP/2
+            // keep-alive pings only a silent one (see `lib.rs`).
+            let mut beat = tokio::time::interval(self.heartbeat);
+            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tokio::spawn(async move {
                 loop {
                     let msg = tokio::select! {
                         _ = tx.closed() => return,
                         _ = stopped.changed() => return,
+                        _ = beat.tick() => {
+                            if requests.request_progress().await.is_err() {
+                                stop.send_replace(true);
+                                return;
+                            }
+                            continue;
+                        }
                         m = stream.message() => m,
                     };
                     match msg {

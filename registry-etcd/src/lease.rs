@@ -94,8 +94,17 @@ impl Inner {
 }
 
 /// Keeps our lease alive; re-grants it (and re-puts our keys) when it is lost.
+///
+/// A keep-alive goes out every TTL/3 or every heartbeat (half of `keepaliveTime`),
+/// whichever is shorter: its answer is data from the server, which keeps etcd from
+/// counting the HTTP/2 PINGs that find a silent member as abuse (see `lib.rs`). When
+/// the member carrying the stream goes silent, the keep-alive closes its connection
+/// within `keepaliveTime + keepaliveTimeout`, the stream fails, and the next one opens
+/// on another member, long before the TTL runs out.
 pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
-    let interval = (inner.ttl / 3).max(Duration::from_millis(300));
+    let interval = (inner.ttl / 3)
+        .min(inner.heartbeat)
+        .max(Duration::from_millis(100));
     let mut backoff = Backoff::new(Duration::from_millis(100), interval);
     // After a broken stream, our keys are written again once the lease answers.
     let mut reput = false;

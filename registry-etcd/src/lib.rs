@@ -22,19 +22,32 @@
 //!
 //! ## Self-healing
 //!
-//! - Watch cancelled by the server, compacted, or its stream broken: the cluster is
-//!   marked stale (watchers keep the last snapshot), then re-listed and re-watched from
-//!   the new revision with jittered backoff; it is marked connected once the re-list
-//!   succeeds.
+//! - Watch stream broken (connection lost, member declared dead): the cluster is marked
+//!   stale (watchers keep the last snapshot) and watched again at once, on whichever
+//!   member answers, from the revision after the last event it delivered: nothing is
+//!   missed and nothing re-listed. Watch cancelled by the server (history compacted,
+//!   no leader): re-listed, then re-watched from the listing's revision, with jittered
+//!   backoff; marked connected again once the watch is created.
 //! - Lease lost (expired while we were cut off, or revoked by someone else): a new lease
 //!   is granted and every key this client registered is put again. After any broken
 //!   keep-alive stream the keys are re-put once the stream is back (cheap, and covers a
 //!   server that lost its data).
-//! - A silent etcd (host gone, network cut) is found by HTTP/2 keep-alive pings: after
-//!   10 s without traffic, with a 5 s timeout, and only while a watch or lease stream is
-//!   open, which etcd's default keep-alive policy accepts (pings at most every 5 s, none
-//!   without a stream). Shorter intervals get the connection closed by etcd for "too
-//!   many pings" every few seconds (see `KEEP_ALIVE_INTERVAL` in the source).
+//! - **A silent etcd member** (host gone, link cut: no FIN, no RST) is found by HTTP/2
+//!   keep-alive: a PING after `registry.etcd3.keepaliveTime` (1 s) without a byte from
+//!   it, the connection closed when no answer comes within `keepaliveTimeout` (1 s).
+//!   The watch and the lease keep-alive then move to another endpoint. **Bound: with
+//!   three members and the client given all three, cutting the member that carries the
+//!   watch and the lease keep-alive, or then the leader, every change is in the watch
+//!   within 3 s of the cut, and the lease does not expire** (measured 2.1-2.2 s for the
+//!   member, 1.7-2.1 s for the leader; test `tests/etcd_member_cut.rs`, table in
+//!   `docs/faults.md`). It was 15 s (10 s + 5 s keep-alive).
+//!   To make that possible against etcd's default ping policy (at most one PING per
+//!   5 s unless the server sent data since), a live member always has data to send:
+//!   the watch asks for its progress and the lease is kept alive every half
+//!   `keepaliveTime`, so a live member is never pinged at all. A member that stops
+//!   answering for longer than `keepaliveTime + keepaliveTimeout` (a GC pause of
+//!   2 s) loses its streams to another member, which costs a new watch from the same
+//!   revision and nothing else.
 //! - Open, closed, abandoned, close-once, drop-time revocation and shared watches come
 //!   from [`Lifecycle`]: a cluster's watch stream is cancelled when the last
 //!   [`Watch`] on it is dropped.
@@ -92,36 +105,30 @@ use timed::backend_err;
 
 const KIND: &str = "etcd3";
 
-/// HTTP/2 keep-alive: how long a connection may stay silent before we ping etcd.
-///
-/// etcd enforces a minimum interval between client pings (`--grpc-keepalive-min-time`,
-/// default 5 s) and, by default, refuses pings on a connection with no open stream.
-/// gRPC's server counts every early ping as a strike, resets the count only when it
-/// sends data, and after the third strike closes the connection (GOAWAY
-/// `too_many_pings`). An idle watch stream sends nothing, so the 2 s pings used before
-/// this value were cut after about 8 s: the watch broke ("h2 protocol error ...
-/// BrokenPipe"), went stale and re-listed, and the lease keep-alive stream on the same
-/// connection broke with it, every ~8 s against a stock etcd.
-///
-/// Hyper pings only after this long without receiving anything (a pong counts), so two
-/// pings are always at least 10 s apart: twice etcd's default minimum, with room for
-/// timer jitter. 10 s is also the floor gRPC's Go client (under etcd's own client)
-/// raises any shorter keep-alive time to. A server started with
-/// `--grpc-keepalive-min-time` above 10 s would need a longer interval.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+// HTTP/2 keep-alive (`registry.etcd3.keepaliveTime`, `keepaliveTimeout`, 1 s and 1 s
+// by default): hyper sends a PING after `keepaliveTime` without receiving a byte on a
+// connection with an open stream, and closes the connection when the acknowledgement
+// does not come within `keepaliveTimeout`; the streams on it fail, and the watch and the
+// lease keeper open theirs again through the balanced channel, which no longer offers
+// the dead member (its reconnection is pending).
+//
+// etcd (gRPC-Go) enforces a minimum interval between client PINGs
+// (`--grpc-keepalive-min-time`, 5 s by default): each PING within it counts a strike,
+// the third closes the connection (GOAWAY `too_many_pings`), and the count resets
+// whenever the server sends data. So a live member must always send data within
+// `keepaliveTime`: the watch asks for its progress (`WatchProgressRequest`, etcd 3.4+)
+// and the lease is kept alive every `heartbeat` (half of `keepaliveTime`), and each
+// answer is data. Then hyper never pings a live member at all; it pings only one that
+// went silent. Pings are sent only while a stream is open
+// (`with_keep_alive_while_idle(false)`): etcd's default policy
+// (`PermitWithoutStream = false`) counts every ping on a connection without streams as
+// a strike, and unary calls have their own deadlines (see `timed`).
 
-/// How long a ping may wait for its acknowledgement before the connection is declared
-/// dead. With [`KEEP_ALIVE_INTERVAL`], a silently vanished etcd (host gone, network cut)
-/// is noticed by a watch within about 15 s; a crashed etcd process is noticed at once
-/// (the kernel resets the connection), and the lease keeper notices within its own
-/// operation timeout regardless of pings.
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-// Pings are sent only while a stream is open (`with_keep_alive_while_idle(false)`): a
-// watch or a lease keep-alive stream needs them to detect a dead peer; a connection
-// used only for unary calls does not (each call has its own deadline, see `timed`), and
-// etcd's default policy (`PermitWithoutStream = false`) counts every ping on a
-// connection without streams as a strike.
+/// How often a stream's heartbeat runs for a `keepalive_time`: twice per interval, so
+/// that a live member's answer always arrives before hyper would ping.
+pub(crate) fn heartbeat(keepalive_time: Duration) -> Duration {
+    keepalive_time / 2
+}
 
 /// An etcd client for the endpoints, TLS and credentials of `c`, with the keep-alive
 /// rules above; the registry and the config centre both use it. Returns the client and
@@ -145,7 +152,7 @@ async fn connect_client(
     }
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
+        .with_keep_alive(c.keepalive_time, c.keepalive_timeout)
         .with_keep_alive_while_idle(false)
         .with_require_leader(true);
     opts = tls::apply(opts, c, &endpoints)?;
@@ -173,6 +180,9 @@ struct Inner {
     life: Lifecycle,
     ttl: Duration,
     op_timeout: Duration,
+    /// How often the watch asks for progress and the lease is kept alive at most (see
+    /// [`heartbeat`]).
+    heartbeat: Duration,
     lease: tokio::sync::Mutex<LeaseState>,
     lease_granted: Notify,
 }
@@ -212,6 +222,7 @@ impl EtcdRegistry {
             life: Lifecycle::new(KIND, policy),
             ttl,
             op_timeout,
+            heartbeat: heartbeat(c.keepalive_time),
             lease: tokio::sync::Mutex::new(LeaseState::default()),
             lease_granted: Notify::new(),
         });

@@ -7,6 +7,14 @@ use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
+/// Default `keepaliveTime`: a silent member is suspected after 1 s without a byte.
+pub(crate) const DEFAULT_KEEPALIVE_TIME: Duration = Duration::from_secs(1);
+/// Default `keepaliveTimeout`: and declared dead 1 s later.
+pub(crate) const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The shortest `keepaliveTime` / `keepaliveTimeout` taken (shorter values are raised):
+/// below it, a loaded machine's scheduling delays would close live connections.
+const MIN_KEEPALIVE: Duration = Duration::from_millis(200);
+
 /// The etcd3 registry's settings.
 #[derive(Clone, PartialEq)]
 pub struct EtcdSettings {
@@ -17,6 +25,19 @@ pub struct EtcdSettings {
     /// `ttl` (meshline; a unit is required: `10s`): lease TTL of our registrations.
     /// Default 10 s (the TTL Seata hard-codes).
     pub ttl: Duration,
+    /// `keepaliveTime` (meshline; jetcd's name, a unit is required: `1s`): how long a
+    /// connection with an open watch or lease stream may stay silent before the client
+    /// sends an HTTP/2 PING. Default 1 s. A blackholed etcd member (no FIN, no RST) is
+    /// declared dead after this plus [`keepalive_timeout`](Self::keepalive_timeout), and
+    /// the watch and lease move to another endpoint. The watch asks etcd for its
+    /// progress, and the lease is kept alive, every half of this, so a live member
+    /// always has data in flight and etcd's ping policy (at most one PING per 5 s
+    /// without data from the server) never closes the connection.
+    pub keepalive_time: Duration,
+    /// `keepaliveTimeout` (meshline; jetcd's name, a unit is required): how long a
+    /// PING may wait for its acknowledgement before the connection is closed and its
+    /// streams fail over. Default 1 s.
+    pub keepalive_timeout: Duration,
     /// `username`.
     pub username: Option<String>,
     /// `password`.
@@ -35,6 +56,8 @@ impl std::fmt::Debug for EtcdSettings {
             .field("server_addr", &self.server_addr)
             .field("cluster", &self.cluster)
             .field("ttl", &self.ttl)
+            .field("keepalive_time", &self.keepalive_time)
+            .field("keepalive_timeout", &self.keepalive_timeout)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
@@ -57,6 +80,12 @@ impl EtcdSettings {
             server_addr: r.text("serverAddr", "http://localhost:2379")?,
             cluster: r.text("cluster", "default")?,
             ttl: r.duration("ttl", Duration::from_secs(10))?,
+            keepalive_time: r
+                .duration("keepaliveTime", DEFAULT_KEEPALIVE_TIME)?
+                .max(MIN_KEEPALIVE),
+            keepalive_timeout: r
+                .duration("keepaliveTimeout", DEFAULT_KEEPALIVE_TIMEOUT)?
+                .max(MIN_KEEPALIVE),
             username: r.optional("username"),
             password: r.optional("password"),
             tls: TlsSettings::read(&r, "etcd3")?,
@@ -100,5 +129,35 @@ mod tests {
             EtcdSettings::from_config(&unit).unwrap().ttl,
             Duration::from_secs(10)
         );
+    }
+
+    #[test]
+    fn keepalive_keys_default_to_one_second_and_need_a_unit() {
+        let d = EtcdSettings::from_config(&ConfigLoader::new().load().unwrap()).unwrap();
+        assert_eq!(d.keepalive_time, Duration::from_secs(1));
+        assert_eq!(d.keepalive_timeout, Duration::from_secs(1));
+        let set = ConfigLoader::new()
+            .set("registry.etcd3.keepaliveTime", "3s")
+            .set("registry.etcd3.keepaliveTimeout", "500ms")
+            .load()
+            .unwrap();
+        let s = EtcdSettings::from_config(&set).unwrap();
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert_eq!(s.keepalive_time, Duration::from_secs(3));
+        assert_eq!(s.keepalive_timeout, Duration::from_millis(500));
+        let tiny = ConfigLoader::new()
+            .set("registry.etcd3.keepaliveTime", "1ms")
+            .load()
+            .unwrap();
+        assert_eq!(
+            EtcdSettings::from_config(&tiny).unwrap().keepalive_time,
+            Duration::from_millis(200)
+        );
+        let bare = ConfigLoader::new()
+            .set("registry.etcd3.keepaliveTimeout", "1")
+            .load()
+            .unwrap();
+        let e = EtcdSettings::from_config(&bare).unwrap_err().to_string();
+        assert!(e.contains("registry.etcd3.keepaliveTimeout"), "{e}");
     }
 }

@@ -92,7 +92,8 @@ impl Harness for EtcdHarness {
     }
 }
 
-/// The lease is kept alive every TTL/3 and expires TTL after the last keep-alive;
+/// The lease is kept alive every TTL/3 or every 0.5 s (half the default
+/// `keepaliveTime`), whichever is shorter, and expires TTL after the last keep-alive;
 /// etcd's lessor looks for expired leases every 500 ms.
 impl Crash for EtcdHarness {
     fn crash(&self, reg: &EtcdRegistry) {
@@ -564,4 +565,48 @@ async fn register_on_a_revoked_lease_re_grants_it() {
         assert_eq!(got.kvs()[0].lease(), new);
     }
     reg.close().await.unwrap();
+}
+
+/// An etcd that comes back without its data (revisions start again from 1): the watch,
+/// which resumes a broken stream from the revision after its last event, sees the
+/// store behind that revision when the new watch is created, and re-lists instead of
+/// waiting for a revision the new store reaches only much later. Without that check it
+/// kept showing the two lost members and missed the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_re_lists_when_etcd_comes_back_without_its_data() {
+    let mut etcd = Etcd::start().expect("etcd");
+    let ep = etcd.endpoint();
+    let watcher = EtcdRegistry::connect(&config(&ep, &[UNPROTECTED]))
+        .await
+        .unwrap();
+    let mut w = watcher.watch("default").await.unwrap();
+    let mut c = raw(&ep).await;
+    for addr in [
+        "10.0.0.1:8091",
+        "10.0.0.2:8091",
+        "10.0.0.1:8091",
+        "10.0.0.2:8091",
+    ] {
+        c.put(instance_key("default", &inst(addr)), addr, None)
+            .await
+            .unwrap();
+    }
+    wait_for(&mut w, Duration::from_secs(5), "both members", |s| {
+        addrs(s) == ["10.0.0.1:8091", "10.0.0.2:8091"]
+    })
+    .await;
+    etcd.restart_empty().expect("restart etcd without its data");
+    let mut c = raw(&ep).await;
+    c.put(
+        instance_key("default", &inst("10.0.0.3:8091")),
+        "10.0.0.3:8091",
+        None,
+    )
+    .await
+    .unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "only the new member", |s| {
+        addrs(s) == ["10.0.0.3:8091"]
+    })
+    .await;
+    watcher.close().await.unwrap();
 }

@@ -1,6 +1,7 @@
 //! etcd 3.x: a single node, or a cluster of members on loopback.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,31 +9,40 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::process::{
-    Probe, ServerProcess, free_ports, require_binary, start_with_port_retry, tcp_exchange,
+    Probe, ServerProcess, free_ports, require_binary, start_with_port_retry, tcp_exchange_at,
 };
 use crate::{Error, READY_TIMEOUT, Result, io_err};
 
 const INSTALL: &str = "apt-get install -y etcd-server etcd-client";
 
-/// One HTTP/1.0 request to the etcd client port; returns the body of a 200 answer.
-fn http(port: u16, method: &str, path: &str, body: &str) -> std::result::Result<String, String> {
-    http_limited(port, method, path, body, 1 << 20)
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One HTTP/1.0 request to an etcd client address; returns the body of a 200 answer.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::result::Result<String, String> {
+    http_limited(addr, method, path, body, 1 << 20)
 }
 
 /// [`http`] reading at most `max` bytes of the answer.
 fn http_limited(
-    port: u16,
+    addr: SocketAddr,
     method: &str,
     path: &str,
     body: &str,
     max: usize,
 ) -> std::result::Result<String, String> {
     let req = format!(
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let resp = tcp_exchange(port, req.as_bytes(), max)?;
+    let resp = tcp_exchange_at(addr, req.as_bytes(), max)?;
     let (head, body) = resp
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("malformed HTTP answer: {resp:?}"))?;
@@ -43,9 +53,9 @@ fn http_limited(
     Ok(body.to_string())
 }
 
-fn health_probe(port: u16) -> Probe {
+fn health_probe(addr: SocketAddr) -> Probe {
     Arc::new(move || {
-        let body = http(port, "GET", "/health", "")?;
+        let body = http(addr, "GET", "/health", "")?;
         if body.replace(' ', "").contains("\"health\":\"true\"") {
             Ok(())
         } else {
@@ -55,8 +65,8 @@ fn health_probe(port: u16) -> Probe {
 }
 
 /// `(member_id, leader_id)` as reported by `/v3/maintenance/status` of one member.
-fn member_status(port: u16) -> std::result::Result<(String, String), String> {
-    let body = http(port, "POST", "/v3/maintenance/status", "{}")?;
+fn member_status(addr: SocketAddr) -> std::result::Result<(String, String), String> {
+    let body = http(addr, "POST", "/v3/maintenance/status", "{}")?;
     let v: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("bad status JSON {body:?}: {e}"))?;
     let text = |v: &serde_json::Value| match v {
@@ -74,13 +84,13 @@ fn member_status(port: u16) -> std::result::Result<(String, String), String> {
 fn member_args(
     name: &str,
     data: &Path,
-    client: u16,
-    peer: u16,
+    client: SocketAddr,
+    peer: SocketAddr,
     initial_cluster: &str,
     token: &str,
 ) -> Vec<OsString> {
-    let client_url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
+    let client_url = format!("http://{client}");
+    let peer_url = format!("http://{peer}");
     [
         "--name",
         name,
@@ -196,8 +206,8 @@ impl Etcd {
                 let mut args = member_args(
                     "t1",
                     &dir.path().join("data"),
-                    client,
-                    peer,
+                    local(client),
+                    local(peer),
                     &format!("t1=http://127.0.0.1:{peer}"),
                     &format!("meshline-{client}"),
                 );
@@ -219,7 +229,7 @@ impl Etcd {
                     dir.path().to_path_buf(),
                     "etcd",
                     args,
-                    health_probe(probe_port),
+                    health_probe(local(probe_port)),
                 );
                 Ok(Etcd {
                     process,
@@ -246,7 +256,7 @@ impl Etcd {
 
     /// The server's Prometheus metrics (`GET /metrics` on the client port), as text.
     pub fn metrics(&self) -> Result<String> {
-        http_limited(self.client_port, "GET", "/metrics", "", 16 << 20).map_err(Error::Other)
+        http_limited(local(self.client_port), "GET", "/metrics", "", 16 << 20).map_err(Error::Other)
     }
 
     /// How many calls or streams of the etcd gRPC method `method` (`Range`, `Put`,
@@ -285,16 +295,33 @@ impl Etcd {
     pub fn restart(&mut self) -> Result<()> {
         self.process.restart()
     }
+
+    /// Kills the server, deletes its data and starts it again on the same ports: an
+    /// etcd that lost everything, whose revisions start again from 1.
+    pub fn restart_empty(&mut self) -> Result<()> {
+        self.process.kill();
+        let data = self._dir.path().join("data");
+        std::fs::remove_dir_all(&data).map_err(io_err(format!("remove {}", data.display())))?;
+        self.process.restart()
+    }
 }
 
-/// Several etcd members forming one cluster on loopback (three by default).
+/// Several etcd members forming one cluster (three by default): on loopback
+/// ([`start`](Self::start)), or each member on its own test host, a network namespace
+/// ([`start_on_hosts`](Self::start_on_hosts)), where a member can be
+/// [`cut`](Self::cut) off (blackholed: no FIN, no RST) and [`restore`](Self::restore)d.
 ///
 /// Find the leader with [`leader`](Self::leader), kill it with
 /// [`kill_leader`](Self::kill_leader), bring a member back with
 /// [`restart_member`](Self::restart_member).
 pub struct EtcdCluster {
+    // Field order is drop order: the members stop before their hosts go.
     members: Vec<ServerProcess>,
-    client_ports: Vec<u16>,
+    client_addrs: Vec<SocketAddr>,
+    /// One per member when started on hosts; empty on loopback.
+    hosts: Vec<crate::net::Host>,
+    /// Members currently cut off (not asked by [`leader`](Self::leader)).
+    cut: Vec<bool>,
     _dir: TempDir,
 }
 
@@ -303,9 +330,14 @@ impl std::fmt::Debug for EtcdCluster {
         f.debug_struct("EtcdCluster")
             .field("endpoints", &self.endpoints())
             .field("members", &self.members)
+            .field("hosts", &self.hosts)
             .finish()
     }
 }
+
+/// The etcd client and peer ports inside a test host (each host has its own ports).
+const HOST_CLIENT_PORT: u16 = 2379;
+const HOST_PEER_PORT: u16 = 2380;
 
 impl EtcdCluster {
     /// Starts a 3-member cluster and waits until every member reports a healthy
@@ -316,85 +348,131 @@ impl EtcdCluster {
 
     /// Starts an `n`-member cluster (1..=7).
     pub fn start_with(n: usize) -> Result<EtcdCluster> {
-        if !(1..=7).contains(&n) {
-            return Err(Error::Other(format!(
-                "an etcd test cluster has 1..=7 members, not {n}"
-            )));
-        }
+        check_size(n)?;
         require_binary("etcd", INSTALL)?;
         let mut last_err = None;
         for _ in 0..crate::PORT_ATTEMPTS {
             let ports = free_ports(2 * n)?;
-            let dir = tempfile::Builder::new()
-                .prefix("meshline-etcd-cluster-")
-                .tempdir()
-                .map_err(io_err("create a temp dir for the etcd cluster"))?;
-            let initial: Vec<String> = (0..n)
-                .map(|i| format!("m{i}=http://127.0.0.1:{}", ports[2 * i + 1]))
+            let addrs: Vec<(SocketAddr, SocketAddr)> = (0..n)
+                .map(|i| (local(ports[2 * i]), local(ports[2 * i + 1])))
                 .collect();
-            let initial = initial.join(",");
-            let token = format!("meshline-cluster-{}", ports[0]);
-            let mut members = Vec::with_capacity(n);
-            let mut client_ports = Vec::with_capacity(n);
-            for i in 0..n {
-                let mdir = dir.path().join(format!("m{i}"));
-                std::fs::create_dir_all(&mdir)
-                    .map_err(io_err(format!("create {}", mdir.display())))?;
-                let (client, peer) = (ports[2 * i], ports[2 * i + 1]);
-                let args = member_args(
-                    &format!("m{i}"),
-                    &mdir.join("data"),
-                    client,
-                    peer,
-                    &initial,
-                    &token,
-                );
-                members.push(ServerProcess::new(
-                    format!("etcd member m{i}"),
-                    mdir,
-                    "etcd",
-                    args,
-                    health_probe(client),
-                ));
-                client_ports.push(client);
-            }
-            let mut cluster = EtcdCluster {
-                members,
-                client_ports,
-                _dir: dir,
-            };
-            // All members must run before any can elect a leader.
-            for m in &mut cluster.members {
-                m.spawn()?;
-            }
-            let deadline = Instant::now() + READY_TIMEOUT;
-            let mut failed = None;
-            for m in &mut cluster.members {
-                if let Err(e) = m.wait_ready(deadline) {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            match failed {
-                None => return Ok(cluster),
-                Some(e) => {
-                    let any_exited = cluster.members.iter_mut().any(|m| m.exited());
-                    if any_exited {
-                        last_err = Some(e);
-                        continue;
-                    }
-                    return Err(e);
-                }
+            match EtcdCluster::launch(addrs, Vec::new())? {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => last_err = Some(e),
             }
         }
         Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
     }
 
-    /// Every member's client URL (`http://127.0.0.1:<port>`), in member order.
-    pub fn endpoints(&self) -> Vec<String> {
-        self.client_ports
+    /// Starts an `n`-member cluster (1..=7) with each member on a test host of its own
+    /// ([`crate::net::Host`], a network namespace; the hosts reach each other through
+    /// the test's namespace, see [`Host::forward`](crate::net::Host::forward)), serving
+    /// clients at `http://<host address>:2379`. Needs what the test network needs (see
+    /// [`crate::net::skip_reason`]). The hosts are removed when the cluster drops.
+    pub fn start_on_hosts(n: usize) -> Result<EtcdCluster> {
+        check_size(n)?;
+        require_binary("etcd", INSTALL)?;
+        let mut hosts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let host = crate::net::Host::new().map_err(Error::Other)?;
+            host.forward().map_err(Error::Other)?;
+            hosts.push(host);
+        }
+        let addrs = hosts
             .iter()
-            .map(|p| format!("http://127.0.0.1:{p}"))
+            .map(|h| {
+                (
+                    SocketAddr::new(h.ip(), HOST_CLIENT_PORT),
+                    SocketAddr::new(h.ip(), HOST_PEER_PORT),
+                )
+            })
+            .collect();
+        EtcdCluster::launch(addrs, hosts)?
+    }
+
+    /// Starts one member per `(client, peer)` address pair, inside `hosts[i]` when
+    /// given. The outer error is final; the inner one is worth another attempt on
+    /// other ports (a member exited, e.g. its port was taken).
+    fn launch(
+        addrs: Vec<(SocketAddr, SocketAddr)>,
+        hosts: Vec<crate::net::Host>,
+    ) -> Result<Result<EtcdCluster>> {
+        let n = addrs.len();
+        let dir = tempfile::Builder::new()
+            .prefix("meshline-etcd-cluster-")
+            .tempdir()
+            .map_err(io_err("create a temp dir for the etcd cluster"))?;
+        let initial: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://{peer}"))
+            .collect();
+        let initial = initial.join(",");
+        let token = format!("meshline-cluster-{}", addrs[0].0);
+        let mut members = Vec::with_capacity(n);
+        for (i, (client, peer)) in addrs.iter().enumerate() {
+            let mdir = dir.path().join(format!("m{i}"));
+            std::fs::create_dir_all(&mdir).map_err(io_err(format!("create {}", mdir.display())))?;
+            let mut args = member_args(
+                &format!("m{i}"),
+                &mdir.join("data"),
+                *client,
+                *peer,
+                &initial,
+                &token,
+            );
+            let program = match hosts.get(i) {
+                // `ip netns exec` execs etcd in the namespace: the child is etcd.
+                Some(host) => {
+                    let mut wrapped: Vec<OsString> = vec![
+                        "netns".into(),
+                        "exec".into(),
+                        host.name().into(),
+                        "etcd".into(),
+                    ];
+                    wrapped.append(&mut args);
+                    args = wrapped;
+                    "ip"
+                }
+                None => "etcd",
+            };
+            members.push(ServerProcess::new(
+                format!("etcd member m{i}"),
+                mdir,
+                program,
+                args,
+                health_probe(*client),
+            ));
+        }
+        let mut cluster = EtcdCluster {
+            members,
+            client_addrs: addrs.iter().map(|(c, _)| *c).collect(),
+            hosts,
+            cut: vec![false; n],
+            _dir: dir,
+        };
+        // All members must run before any can elect a leader.
+        for m in &mut cluster.members {
+            m.spawn()?;
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for m in &mut cluster.members {
+            if let Err(e) = m.wait_ready(deadline) {
+                let any_exited = cluster.members.iter_mut().any(|m| m.exited());
+                if any_exited && cluster.hosts.is_empty() {
+                    return Ok(Err(e));
+                }
+                return Err(e);
+            }
+        }
+        Ok(Ok(cluster))
+    }
+
+    /// Every member's client URL (`http://<address>:<port>`), in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.client_addrs
+            .iter()
+            .map(|a| format!("http://{a}"))
             .collect()
     }
 
@@ -413,19 +491,78 @@ impl EtcdCluster {
         &mut self.members[i]
     }
 
-    /// The index of the current leader, asking the running members; waits (up to
-    /// [`READY_TIMEOUT`]) while an election is in progress.
+    /// Member `i`'s test host, when the cluster was started on hosts.
+    pub fn host(&self, i: usize) -> Option<&crate::net::Host> {
+        self.hosts.get(i)
+    }
+
+    /// Blackholes member `i`'s host ([`Host::cut`](crate::net::Host::cut)): its
+    /// clients and its peers see it fall silent, without FIN or RST. Only for a
+    /// cluster started with [`start_on_hosts`](Self::start_on_hosts).
+    pub fn cut(&mut self, i: usize) -> Result<()> {
+        let host = self.hosts.get(i).ok_or_else(|| {
+            Error::Other("only a cluster started on hosts can cut a member".into())
+        })?;
+        host.cut().map_err(Error::Other)?;
+        self.cut[i] = true;
+        Ok(())
+    }
+
+    /// Ends a [`cut`](Self::cut) of member `i` and waits until it answers as healthy
+    /// again (caught up with a leader).
+    pub fn restore(&mut self, i: usize) -> Result<()> {
+        let host = self.hosts.get(i).ok_or_else(|| {
+            Error::Other("only a cluster started on hosts can cut a member".into())
+        })?;
+        host.restore().map_err(Error::Other)?;
+        self.cut[i] = false;
+        self.members[i].wait_ready(Instant::now() + READY_TIMEOUT)
+    }
+
+    /// Member `i`'s Prometheus metrics (`GET /metrics` on its client address).
+    pub fn metrics(&self, i: usize) -> Result<String> {
+        http_limited(self.client_addrs[i], "GET", "/metrics", "", 16 << 20).map_err(Error::Other)
+    }
+
+    /// How many streams or calls of etcd's gRPC method `method` (`Watch`,
+    /// `LeaseKeepAlive`, `Range`...) member `i` has open now: started minus handled
+    /// (`grpc_server_started_total - grpc_server_handled_total`). Tells which member a
+    /// client's watch or lease keep-alive stream is on.
+    pub fn open_streams(&self, i: usize, method: &str) -> Result<u64> {
+        let text = self.metrics(i)?;
+        let m = format!("grpc_method=\"{method}\"");
+        let labels = [m.as_str(), "grpc_service=\"etcdserverpb."];
+        let started = sum_counter(&text, "grpc_server_started_total", &labels);
+        let handled = sum_counter(&text, "grpc_server_handled_total", &labels);
+        Ok((started - handled).max(0.0) as u64)
+    }
+
+    /// How many calls or streams of `method` member `i` has started (see
+    /// [`Etcd::grpc_started`]).
+    pub fn grpc_started(&self, i: usize, method: &str) -> Result<u64> {
+        let text = self.metrics(i)?;
+        let m = format!("grpc_method=\"{method}\"");
+        let n = sum_counter(
+            &text,
+            "grpc_server_started_total",
+            &[m.as_str(), "grpc_service=\"etcdserverpb."],
+        );
+        Ok(n as u64)
+    }
+
+    /// The index of the current leader, asking the running members that are not cut
+    /// off; waits (up to [`READY_TIMEOUT`]) while an election is in progress.
     pub fn leader(&mut self) -> Result<usize> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut last = String::from("no member answered");
         loop {
             let mut ids: Vec<Option<String>> = vec![None; self.members.len()];
             let mut leader_id = None;
-            for (i, port) in self.client_ports.iter().enumerate() {
-                if !self.members[i].is_running() || self.members[i].is_paused() {
+            for (i, addr) in self.client_addrs.iter().enumerate() {
+                if !self.members[i].is_running() || self.members[i].is_paused() || self.cut[i] {
                     continue;
                 }
-                match member_status(*port) {
+                match member_status(*addr) {
                     Ok((member, leader)) => {
                         ids[i] = Some(member);
                         leader_id = Some(leader);
@@ -463,6 +600,15 @@ impl EtcdCluster {
     pub fn restart_member(&mut self, i: usize) -> Result<()> {
         self.members[i].restart()
     }
+}
+
+fn check_size(n: usize) -> Result<()> {
+    if !(1..=7).contains(&n) {
+        return Err(Error::Other(format!(
+            "an etcd test cluster has 1..=7 members, not {n}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -347,7 +347,7 @@ pub(crate) fn tcp_exchange(
     tcp_exchange_at(SocketAddr::from(([127, 0, 0, 1], port)), request, max)
 }
 
-/// [`tcp_exchange`] with `addr` (a server on a test-network host).
+/// [`tcp_exchange`] with a server at any address (a test-network host's, for one).
 pub(crate) fn tcp_exchange_at(
     addr: SocketAddr,
     request: &[u8],

@@ -290,6 +290,17 @@ impl Host {
             .map(drop)
     }
 
+    /// Lets this host reach the other hosts of the process (and they it): IPv4
+    /// forwarding is switched on for packets arriving from this host's link only
+    /// (`net.ipv4.conf.<link>.forwarding`; the machine-wide setting is left alone, and
+    /// the setting goes with the link). For servers that talk to each other, such as
+    /// the members of a cluster: call it on each host. A [`cut`](Self::cut) host stays
+    /// cut from the others too.
+    pub fn forward(&self) -> Result<(), String> {
+        let path = format!("/proc/sys/net/ipv4/conf/{}/forwarding", self.veth_outside);
+        std::fs::write(&path, "1").map_err(|e| format!("{path}: {e}"))
+    }
+
     /// Takes the link down (the test's side of the veth).
     pub fn link_down(&self) -> Result<(), String> {
         ip(&["link", "set", &self.veth_outside, "down"]).map(drop)

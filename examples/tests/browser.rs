@@ -34,7 +34,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use meshline_examples::client::GatewayClient;
 use meshline_examples::game_backend::{GameBackend, modules};
 use meshline_examples::gateway::Gateway;
-use meshline_examples::gateway::admission::TokenMinter;
+use meshline_examples::gateway::admission::{Refusal, TokenMinter};
 use meshline_examples::gateway::settings::{GatewaySettings, ModuleKind, ModuleRoute, RouteKey};
 use meshline_examples::memory_registry::MemoryRegistry;
 
@@ -147,8 +147,14 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
     // The status page, in a second tab, while a player sends requests; one forged
     // login; the room cluster's backend that does not hold the arena killed.
     let forged = TokenMinter::new("not-the-secret").mint("mallory", Duration::from_secs(60));
-    let refused = GatewayClient::auth(gateway.local_addr(), &forged).await;
-    assert!(refused.is_err());
+    match GatewayClient::auth(gateway.local_addr(), &forged).await {
+        Err(meshline_examples::client::ClientError::Refused(text)) => assert_eq!(
+            text.split(' ').next(),
+            Some(Refusal::Forged.code().to_string().as_str()),
+            "{text}"
+        ),
+        other => panic!("expected the forged refusal, got {other:?}"),
+    }
     let home = gateway
         .keys()
         .remembered(modules::ROOM, "arena")

@@ -223,6 +223,13 @@ impl Inner {
         Some(live)
     }
 
+    /// Asks `live`'s centre for `cluster`'s grouplist and applies what it has then.
+    async fn ask_cluster(&self, live: &LiveConfig, cluster: &str) {
+        live.ask_cluster(cluster).await;
+        let cfg = self.source.reapply(&live.current());
+        self.apply(cfg.service.grouplist);
+    }
+
     /// Stops following (on close and drop).
     fn stop_following(&self) {
         let mut f = self.lock_follow();
@@ -265,9 +272,7 @@ impl RegistryService for FileRegistry {
                 }
             };
             if let Some(live) = live {
-                live.ask_cluster(cluster).await;
-                let cfg = inner.source.reapply(&live.current());
-                inner.apply(cfg.service.grouplist);
+                inner.ask_cluster(&live, cluster).await;
             }
         }
         inner.members(cluster)
@@ -279,9 +284,7 @@ impl RegistryService for FileRegistry {
         if !inner.lock_lists().contains_key(cluster)
             && let Some(live) = inner.start_following()
         {
-            live.ask_cluster(cluster).await;
-            let cfg = inner.source.reapply(&live.current());
-            inner.apply(cfg.service.grouplist);
+            inner.ask_cluster(&live, cluster).await;
         }
         // One follower applies the configuration for every watched cluster; a cluster's
         // own task only waits to be stopped, so the hub forgets the name with its last

@@ -249,8 +249,9 @@ impl Lifecycle {
         let (members, state) = start().await?;
         self.check_open()?;
         let watch = self.shared.hub.subscribe(cluster);
-        self.shared.hub.publish(cluster, members);
+        // Connected first: see `WatchScope::publish_read`.
         self.shared.hub.mark_connected(cluster);
+        self.shared.hub.publish(cluster, members);
         let token = self.shared.cancel.child_token();
         watches.insert(cluster.to_string(), token.clone());
         drop(watches);
@@ -360,6 +361,16 @@ impl WatchScope {
             return None;
         }
         Some(self.life.hub().publish(&self.cluster, members))
+    }
+
+    /// Publishes a list just read from the registry: marks the cluster connected, then
+    /// publishes. In this order a watcher that sees the new list also sees the
+    /// registry as reachable (the other order let a watcher read a fresh list beside a
+    /// stale health for a moment: `redis_blackhole` failed on it in CI). Every
+    /// backend's follow loop uses this after a successful read.
+    pub fn publish_read(&self, members: Vec<Instance>) -> Option<PublishOutcome> {
+        self.mark_connected();
+        self.publish(members)
     }
 
     /// Marks the cluster stale (see [`WatchHub::mark_stale`]) unless stopped.

@@ -88,8 +88,7 @@ pub(crate) async fn watch_loop(
                 Ok((m, rev)) => {
                     members = m;
                     revision = rev;
-                    scope.publish(members_of(&members));
-                    scope.mark_connected();
+                    scope.publish_read(members_of(&members));
                     break;
                 }
                 Err(e) => {

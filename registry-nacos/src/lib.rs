@@ -336,8 +336,7 @@ async fn resync(
         let Some(inner) = weak.upgrade() else { return };
         match inner.query(scope.cluster()).await {
             Ok(list) => {
-                scope.mark_connected();
-                scope.publish(list);
+                scope.publish_read(list);
             }
             Err(e) => scope.mark_stale(&e.to_string()),
         }

@@ -71,8 +71,7 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope, mut index: 
         match res {
             Ok((list, new_index)) => {
                 backoff.reset();
-                scope.mark_connected();
-                scope.publish(list);
+                scope.publish_read(list);
                 let prev = index;
                 index = next_index(prev, new_index);
                 if index == 0 {

@@ -49,11 +49,10 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
                 // ignores 0 and -1, and then can wait out a 30 s pull.)
                 term = d.term;
                 last_pull = Instant::now();
-                scope.publish(d.members);
+                scope.publish_read(d.members);
                 if !healthy {
                     tracing::info!(registry = KIND, vgroup, "discovery works again; following");
                 }
-                scope.mark_connected();
                 healthy = true;
                 backoff.reset();
             }

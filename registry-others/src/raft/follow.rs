@@ -42,7 +42,7 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
             Ok(Some(m)) => {
                 term = m.term;
                 last_read = Instant::now();
-                scope.publish(m.listed());
+                scope.publish_read(m.listed());
                 if !healthy {
                     tracing::info!(
                         registry = super::KIND,
@@ -50,7 +50,6 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
                         "metadata read again; following"
                     );
                 }
-                scope.mark_connected();
                 healthy = true;
                 backoff.reset();
             }

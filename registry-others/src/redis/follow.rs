@@ -136,8 +136,7 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
                     last_scan = tokio::time::Instant::now();
                     match inner.scan(cluster).await {
                         Ok(found) => {
-                            scope.publish(found.members);
-                            scope.mark_connected();
+                            scope.publish_read(found.members);
                             backoff.reset();
                             let mut wait = inner.rescan;
                             if let Some(e) = found.earliest_expiry {

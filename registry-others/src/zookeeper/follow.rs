@@ -48,15 +48,13 @@ pub(super) async fn watch_loop(inner: Arc<Inner>, scope: WatchScope) {
         let result = client.list_and_watch_children(&path).await;
         let watcher = match result {
             Ok((children, watcher)) => {
-                scope.publish(parse_children(cluster, &children));
-                scope.mark_connected();
+                scope.publish_read(parse_children(cluster, &children));
                 backoff.reset();
                 Some(watcher)
             }
             Err(zk::Error::NoNode) => match client.check_and_watch_stat(&path).await {
                 Ok((None, w)) => {
-                    scope.publish(Vec::new());
-                    scope.mark_connected();
+                    scope.publish_read(Vec::new());
                     backoff.reset();
                     Some(w)
                 }

@@ -141,6 +141,21 @@ impl std::fmt::Debug for NacosRegistry {
 }
 
 fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
+    // Nacos answers a request without a valid login with error code 403 and a message
+    // of its own ("unknown user!" from rnacos for a wrong password too, "user not
+    // found!" from Java Nacos): say which keys to look at.
+    if let nacos_sdk::api::error::Error::ErrResponse(_, _, 403, _) = &e {
+        return RegistryError::backend(
+            KIND,
+            server,
+            format!(
+                "{op}: refused by the server's auth (403): the credentials in \
+                 registry.nacos.username and registry.nacos.password (or accessKey and \
+                 secretKey) are missing or wrong"
+            ),
+            e,
+        );
+    }
     RegistryError::backend(KIND, server, op.to_string(), e)
 }
 

@@ -503,3 +503,30 @@ impl Drop for ZookeeperRegistry {
             .close_on_drop(move || async move { delete_all(&inner).await });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ensemble in `registry.zk.serverAddr`, as Seata's Java client takes it (comma
+    /// separated, spaces allowed) reaches the client library as one connect string with
+    /// every server, its chroot kept.
+    #[test]
+    fn every_server_of_an_ensemble_reaches_the_connect_string() {
+        let settings = |addr: &str| {
+            let config = meshline_testkit::config_of(&[("registry.zk.serverAddr", addr)], &[]);
+            Settings::new(&ZkSettings::from_config(&config).unwrap(), "registry.zk")
+                .unwrap()
+                .connect_string
+        };
+        assert_eq!(
+            settings("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181"),
+            "10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181"
+        );
+        assert_eq!(
+            settings(" zk1:2181 , zk2:2181,zk3:2181/seata "),
+            "zk1:2181,zk2:2181,zk3:2181/seata"
+        );
+        assert_eq!(settings("zk1:2181;zk2:2181"), "zk1:2181,zk2:2181");
+    }
+}

@@ -337,6 +337,22 @@ impl Host {
         std::fs::write(&path, "1").map_err(|e| format!("{path}: {e}"))
     }
 
+    /// The peers of this host's established TCP connections whose remote port is
+    /// `port` (`ss` inside the namespace): which server a client run on this host
+    /// ([`runtime`](Self::runtime)) is connected to.
+    pub fn peers_on(&self, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let out = self.exec(&["ss", "-Htn", "state", "established"])?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .filter_map(|f| f.parse::<SocketAddr>().ok())
+                    .nth(1)
+            })
+            .filter(|a| a.port() == port)
+            .collect())
+    }
+
     /// Takes the link down (the test's side of the veth).
     pub fn link_down(&self) -> Result<(), String> {
         ip(&["link", "set", &self.veth_outside, "down"]).map(drop)

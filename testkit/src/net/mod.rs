@@ -366,7 +366,8 @@ impl Host {
     /// A tokio runtime (multi-thread, `workers` workers, I/O and time enabled) whose
     /// every thread, the blocking pool's included, lives in this host's namespace: the
     /// sockets its tasks open belong to the host. A client run on it (spawn its
-    /// `connect` there) connects from the host's address, so a [`cut`](Self::cut) of
+    /// `connect` there: `spawn`, not `block_on`, which runs the future on the calling
+    /// thread) connects from the host's address, so a [`cut`](Self::cut) of
     /// this host partitions that client alone while the servers and other clients go
     /// on. Reach other hosts with [`forward`](Self::forward) on both. It may be dropped
     /// anywhere, async code and a panicking test included: its tasks are stopped

@@ -49,7 +49,7 @@
 //! query) and keep their last list meanwhile. A Nacos cluster drops the instances owned
 //! by a node it cannot reach (rnacos after 15 s): other clients then lose our
 //! registration until nacos-sdk has moved and registered again. Measured on three rnacos
-//! nodes: lost from 15.8-16.8 s to 23.9-26.2 s after the cut (`docs/faults.md`,
+//! nodes: lost from 15.5-16.7 s to 23.4-26.1 s after the cut (`docs/faults.md`,
 //! `tests/nacos_node_cut.rs`).
 //!
 //! ## Nacos 1.x is not supported

@@ -77,7 +77,9 @@ impl Inner {
         )
         .await;
         self.stats.merge_results.fetch_add(1, Ordering::Relaxed);
-        Some(SeataMessage::MergeResult(MergeResultMessage { msgs: results }))
+        Some(SeataMessage::MergeResult(MergeResultMessage {
+            msgs: results,
+        }))
     }
 
     /// Serves every request of `m` at once and sends each result as soon as it is

@@ -97,7 +97,7 @@ fn frame(msg_type: MessageType, id: u32, msg: &SeataMessage) -> Frame {
         compressor: 0,
         request_id: id,
         head: HeadMap::new(),
-        body: msg.encode().unwrap().into(),
+        body: msg.encode().unwrap(),
     }
 }
 

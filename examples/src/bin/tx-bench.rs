@@ -59,6 +59,12 @@ struct Args {
     /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`).
     #[arg(long)]
     tm_batch: bool,
+    /// How the TC answers merged requests: `batch` (BatchResultMessages as each result
+    /// is ready, the in-memory TC's default), `merge` (one MergeResultMessage once all
+    /// are done, a stock Seata TC's default: `transport.enableTcServerBatchSendResponse`
+    /// off) or `both` (rows for each). Matters only in the batching rows.
+    #[arg(long, default_value = "batch")]
+    tc_answers: String,
     /// Skip the echo rows and the open-loop row (to profile the transaction path alone).
     #[arg(long)]
     only_transactions: bool,
@@ -285,7 +291,7 @@ async fn transaction(
 
 /// The clients of one batching mode, and its TC.
 struct Setup {
-    label: &'static str,
+    label: String,
     batch: bool,
     tm: TransactionManager,
     a: ResourceManager,
@@ -294,12 +300,21 @@ struct Setup {
     _server: Server,
 }
 
-fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setup {
+fn setup(
+    servers: &Runtime,
+    clients: &Runtime,
+    args: &Args,
+    batch: bool,
+    tc_batch_results: bool,
+) -> Setup {
     let (server, tc) = servers.block_on(async {
         Coordinator::serve(
             "127.0.0.1:0".parse().expect("addr"),
             "127.0.0.1".parse().expect("ip"),
-            TcOptions::default(),
+            TcOptions {
+                batch_send_response: tc_batch_results,
+                ..TcOptions::default()
+            },
             ServerConfig::default(),
         )
         .await
@@ -346,10 +361,13 @@ fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setu
     // The hub must outlive the clients' watches.
     std::mem::forget(hub);
     Setup {
-        label: if batch {
-            "transaction, RM batching on"
-        } else {
-            "transaction, RM batching off"
+        label: match (batch, tm_batch, tc_batch_results) {
+            (false, _, _) => "transaction, RM batching off".to_string(),
+            (true, tm, tc) => format!(
+                "transaction, {} batching on, TC answers {}",
+                if tm { "TM+RM" } else { "RM" },
+                if tc { "BatchResult" } else { "MergeResult" }
+            ),
         },
         batch,
         tm,
@@ -428,9 +446,19 @@ fn main() {
         "off" => vec![false],
         _ => vec![true, false],
     };
+    let tc_modes: Vec<bool> = match args.tc_answers.as_str() {
+        "merge" => vec![false],
+        "both" => vec![true, false],
+        _ => vec![true],
+    };
     let setups: Vec<Setup> = modes
         .iter()
-        .map(|&b| setup(&servers, &clients, &args, b))
+        .flat_map(|&b| {
+            // Without batching the TC's answer mode does not matter: one row.
+            let tcs = if b { tc_modes.clone() } else { vec![true] };
+            tcs.into_iter().map(move |t| (b, t))
+        })
+        .map(|(b, t)| setup(&servers, &clients, &args, b, t))
         .collect();
 
     // Rows interleaved, round after round: the machine's load drifts, and a ratio is
@@ -456,7 +484,7 @@ fn main() {
                 Some(row.rate())
             };
             for (i, s) in setups.iter().enumerate() {
-                let row = clients.block_on(closed_loop(s.label, n, args.secs, tx_op(s)));
+                let row = clients.block_on(closed_loop(&s.label, n, args.secs, tx_op(s)));
                 print_row(&row);
                 tx_rates[i].push(row.rate());
                 p99s[i].push(row.p(0.99));
@@ -467,7 +495,7 @@ fn main() {
         }
         for (i, s) in setups.iter().enumerate() {
             summary.push((
-                s.label,
+                s.label.clone(),
                 n,
                 median(tx_rates[i].clone()),
                 (!echo_rates.is_empty()).then(|| median(echo_rates.clone())),
@@ -478,8 +506,14 @@ fn main() {
     }
     for s in &setups {
         if s.batch {
-            let merged = s.tc.stats().merged_frames.load(Ordering::Relaxed);
-            println!("  (the batching rows' TC served {merged} MergedWarpMessages)");
+            let st = s.tc.stats();
+            println!(
+                "  ({}: the TC served {} MergedWarpMessages, answered with {} MergeResultMessages and {} BatchResultMessages)",
+                s.label,
+                st.merged_frames.load(Ordering::Relaxed),
+                st.merge_results.load(Ordering::Relaxed),
+                st.batch_results.load(Ordering::Relaxed)
+            );
         }
     }
     let best = summary.iter().map(|r| r.2).fold(0.0f64, f64::max);

@@ -56,9 +56,11 @@ struct Args {
     /// merges what is queued when the writer runs; `1ms` is Seata's Java client's wait).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     merge_wait: Duration,
-    /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`).
-    #[arg(long)]
-    tm_batch: bool,
+    /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`) in the
+    /// batching rows: `--tm-batch` (or `on`), `off` (the default without the flag), or
+    /// `both` (rows for each, side by side).
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", default_value = "off")]
+    tm_batch: String,
     /// How the TC answers merged requests: `batch` (BatchResultMessages as each result
     /// is ready, the in-memory TC's default), `merge` (one MergeResultMessage once all
     /// are done, a stock Seata TC's default: `transport.enableTcServerBatchSendResponse`
@@ -304,8 +306,7 @@ fn setup(
     servers: &Runtime,
     clients: &Runtime,
     args: &Args,
-    batch: bool,
-    tc_batch_results: bool,
+    (batch, tm_batch, tc_batch_results): (bool, bool, bool),
 ) -> Setup {
     let (server, tc) = servers.block_on(async {
         Coordinator::serve(
@@ -324,7 +325,7 @@ fn setup(
     let merge = meshline::rpc::BatchOptions {
         max_wait: args.merge_wait,
     };
-    let tm_batch = args.tm_batch && batch;
+    let tm_batch = tm_batch && batch;
     let (tm, a, b) = clients.block_on(async {
         let tm = TransactionManager::builder()
             .watch(hub.subscribe("c"), "c")
@@ -451,14 +452,27 @@ fn main() {
         "both" => vec![true, false],
         _ => vec![true],
     };
-    let setups: Vec<Setup> = modes
-        .iter()
-        .flat_map(|&b| {
-            // Without batching the TC's answer mode does not matter: one row.
-            let tcs = if b { tc_modes.clone() } else { vec![true] };
-            tcs.into_iter().map(move |t| (b, t))
-        })
-        .map(|(b, t)| setup(&servers, &clients, &args, b, t))
+    let tm_modes: Vec<bool> = match args.tm_batch.as_str() {
+        "on" => vec![true],
+        "both" => vec![false, true],
+        _ => vec![false],
+    };
+    let mut combos = Vec::new();
+    for &b in &modes {
+        if !b {
+            // Without batching neither the TM's batching nor the TC's answers matter.
+            combos.push((false, false, true));
+            continue;
+        }
+        for &tm in &tm_modes {
+            for &tc in &tc_modes {
+                combos.push((true, tm, tc));
+            }
+        }
+    }
+    let setups: Vec<Setup> = combos
+        .into_iter()
+        .map(|c| setup(&servers, &clients, &args, c))
         .collect();
 
     // Rows interleaved, round after round: the machine's load drifts, and a ratio is

@@ -19,8 +19,11 @@
 //! transaction (or an echo call) and start the next when it ends, for `--secs` after a
 //! 300 ms warm-up; latencies go into an HDR histogram. Rows run with the RMs' batching
 //! on (Seata's default: concurrent branch registrations go as MergedWarpMessages) and
-//! off. Then an open-loop row at half the best closed-loop rate, where latency counts
-//! from each transaction's scheduled start.
+//! off. `--tm-batch` batches the TM's requests too; `--tc-answers` picks how the TC
+//! answers merged requests (BatchResultMessages as each result is ready, its default, or
+//! one MergeResultMessage per merged frame as a stock Seata TC does). Then an open-loop
+//! row at half the best closed-loop rate, where latency counts from each transaction's
+//! scheduled start.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

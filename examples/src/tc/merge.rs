@@ -194,3 +194,26 @@ mod tests {
         assert!(!understands_batch_results("not-a-version"));
     }
 }
+
+#[cfg(test)]
+mod config_tests {
+    use meshline::{Config, Format};
+
+    use super::super::batch_send_response;
+
+    fn read(text: &str) -> Result<bool, meshline::RegistryError> {
+        batch_send_response(&Config::from_text(text, Format::Properties).unwrap())
+    }
+
+    #[test]
+    fn the_batch_response_key_is_seatas_and_defaults_on_here() {
+        assert!(read("").unwrap());
+        assert!(!read("transport.enableTcServerBatchSendResponse=false\n").unwrap());
+        assert!(read("transport.enableTcServerBatchSendResponse=true\n").unwrap());
+        let err = read("transport.enableTcServerBatchSendResponse=maybe\n").unwrap_err();
+        assert!(
+            err.to_string().contains("enableTcServerBatchSendResponse"),
+            "{err}"
+        );
+    }
+}

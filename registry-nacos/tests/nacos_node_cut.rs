@@ -247,16 +247,19 @@ async fn a_cut_node_loses_the_registration_for_a_while_and_the_client_fails_over
         .filter(|&n| n != on)
         .collect();
     now_on.dedup();
-    eprintln!(
-        "node {} cut: R's watch stale at {:?}; R left O's watch at {:?} (rnacos' node \
+    meshline_testkit::figures::report(
+        "nacos_node_cut",
+        &format!(
+            "node {} cut: R's watch stale at {:?}; R left O's watch at {:?} (rnacos' node \
          timeout), back in it at {:?}; R's watch live with O's change at {:?}; R is \
          connected to node {:?} now",
-        on + 1,
-        r_stale.unwrap(),
-        o_gone,
-        o_back.unwrap(),
-        r_back.unwrap(),
-        now_on.iter().map(|n| n + 1).collect::<Vec<_>>()
+            on + 1,
+            r_stale.unwrap(),
+            o_gone,
+            o_back.unwrap(),
+            r_back.unwrap(),
+            now_on.iter().map(|n| n + 1).collect::<Vec<_>>()
+        ),
     );
     let r_stale = r_stale.unwrap();
     assert!(r_stale <= STALE_BOUND, "R's watch stale at {r_stale:?}");
@@ -277,11 +280,14 @@ async fn a_cut_node_loses_the_registration_for_a_while_and_the_client_fails_over
     let closed = Instant::now();
     let removed = all_nodes_list(&cluster, &[ADDED], closed).await;
     let o_removed = shows(&mut ow, &[ADDED], closed, SETTLE_BOUND).await;
-    eprintln!(
-        "node {} restored: every node lists R and O's member {agreed:?} after; R closed: \
+    meshline_testkit::figures::report(
+        "nacos_node_cut",
+        &format!(
+            "node {} restored: every node lists R and O's member {agreed:?} after; R closed: \
          gone from every node (the restored one included) {removed:?} after, from O's watch \
          {o_removed:?} after",
-        on + 1
+            on + 1
+        ),
     );
     drop(ow);
     o.close().await.unwrap();

@@ -236,14 +236,17 @@ async fn cut_and_follow(
     let moved_to =
         tokio::task::block_in_place(|| session_on(ensemble, sid, Duration::from_secs(3)));
     let at = |d: Option<Duration>| d.map_or("(under 20 ms: not seen)".into(), |d| format!("{d:?}"));
-    eprintln!(
-        "zk{} ({role}) cut: R's watch stale at {}, connected again at {}, the change \
+    meshline_testkit::figures::report(
+        "zookeeper_ensemble",
+        &format!(
+            "zk{} ({role}) cut: R's watch stale at {}, connected again at {}, the change \
          (written {written:?} after the cut) shown at {:?}; the same session is on zk{} now",
-        server + 1,
-        at(seen.stale),
-        at(seen.connected),
-        seen.shown,
-        moved_to + 1
+            server + 1,
+            at(seen.stale),
+            at(seen.connected),
+            seen.shown,
+            moved_to + 1
+        ),
     );
     assert_ne!(moved_to, server, "the session is still on the cut server");
     assert_eq!(r.session_id(), sid, "the session was replaced, not moved");
@@ -411,13 +414,16 @@ async fn sessions_move_off_a_cut_server_and_a_partition_longer_than_the_session_
         follow(&mut rw, &members, None, restored, BACK_BOUND),
     );
     let new_session = r.session_id();
-    eprintln!(
-        "R's host partitioned {PARTITION:?} (session timeout {SESSION:?}): R's watch stale \
+    meshline_testkit::figures::report(
+        "zookeeper_ensemble",
+        &format!(
+            "R's host partitioned {PARTITION:?} (session timeout {SESSION:?}): R's watch stale \
          {stale_at:?} after the cut; the ensemble expired the session and R \
          left O's watch {gone_at:?} after the cut; after the restore: R back in O's watch \
          at {:?}, R's watch live with the member added during the partition at {:?}; \
          session {first_session:#x} -> {new_session:#x}",
-        back.shown, resynced.shown
+            back.shown, resynced.shown
+        ),
     );
     // The ensemble last heard of R at its last PING before the cut (one every 750 ms
     // to 1 s while idle): the session cannot expire earlier than that plus the timeout.

@@ -48,6 +48,7 @@ mod consul_double;
 pub mod convergence;
 mod etcd;
 mod eureka_double;
+pub mod figures;
 mod http_double;
 mod namingserver_double;
 pub mod net;

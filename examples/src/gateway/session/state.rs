@@ -182,6 +182,13 @@ impl Session {
         self.m().role.clone()
     }
 
+    /// Calls `f` with the role and the user state, under the session's lock and
+    /// without copying them (what every forwarded message stamps).
+    pub fn with_role_and_state<R>(&self, f: impl FnOnce(&str, &str) -> R) -> R {
+        let m = self.m();
+        f(&m.role, &m.user_state)
+    }
+
     /// The user state backends set.
     pub fn user_state(&self) -> String {
         self.m().user_state.clone()

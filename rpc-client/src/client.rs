@@ -357,10 +357,14 @@ impl RpcClient {
     ) -> Result<Option<Frame>, SendFailure> {
         progress.queued = false;
         progress.last = Some(endpoint.clone());
-        let e = alive_of(endpoint)
-            .connection
-            .enqueue(payload, kind, wait)
-            .await?;
+        let connection = &alive_of(endpoint).connection;
+        let e = if wait {
+            // Boxed: waiting for room is rare, and inline its state would grow every
+            // call's future (which callers driving many calls allocate per call).
+            Box::pin(connection.enqueue(payload, kind, true)).await?
+        } else {
+            connection.try_enqueue(payload, kind)?
+        };
         progress.queued = true;
         e.outcome().await
     }
@@ -443,7 +447,9 @@ impl RpcClient {
             // see the wait).
             let guard = endpoint.begin();
             let start = Instant::now();
-            return match Self::send_on(&endpoint, payload, kind, true, progress).await {
+            // Boxed, as the wait in `send_on`: a rare path kept out of every call's future.
+            let waited = Box::pin(Self::send_on(&endpoint, payload, kind, true, progress)).await;
+            return match waited {
                 Ok(f) => {
                     guard.success(start.elapsed());
                     Ok((entry.instance.clone(), f))

@@ -539,26 +539,55 @@ impl Connection {
     }
 
     /// Queues a frame (the payload must have passed `payload::check`). With `wait`,
-    /// waits for room in the request lane; without, fails with `Full` at once.
+    /// waits for room in the request lane; without, fails with `Full` at once (as
+    /// [`Connection::try_enqueue`]).
     pub(crate) async fn enqueue(
         &self,
         payload: Payload,
         kind: SendKind,
         wait: bool,
     ) -> Result<Enqueued<'_>, SendFailure> {
-        let closed = || SendFailure::NotWritten(self.shared.reason_or("connection closed"));
+        if !wait {
+            return self.try_enqueue(payload, kind);
+        }
         if self.is_closed() {
-            return Err(closed());
+            return Err(self.closed_failure());
         }
         let (frame, len) = self.frame_for(payload, kind);
-        let charge = if wait {
-            self.shared.lanes.reserve(len).await
-        } else {
-            self.shared.lanes.try_reserve(len)
-        };
+        let charge = self.shared.lanes.reserve(len).await;
+        self.queue_charged(frame, len, charge, kind)
+    }
+
+    /// Queues a frame if the request lane has room now, `Full` otherwise. Not `async`:
+    /// a caller on the common path carries no waiting state in its future.
+    pub(crate) fn try_enqueue(
+        &self,
+        payload: Payload,
+        kind: SendKind,
+    ) -> Result<Enqueued<'_>, SendFailure> {
+        if self.is_closed() {
+            return Err(self.closed_failure());
+        }
+        let (frame, len) = self.frame_for(payload, kind);
+        let charge = self.shared.lanes.try_reserve(len);
+        self.queue_charged(frame, len, charge, kind)
+    }
+
+    fn closed_failure(&self) -> SendFailure {
+        SendFailure::NotWritten(self.shared.reason_or("connection closed"))
+    }
+
+    /// Puts `frame` in the request lane once its room is reserved (`charge`).
+    fn queue_charged(
+        &self,
+        frame: Frame,
+        len: usize,
+        charge: Result<u32, ReserveError>,
+        kind: SendKind,
+    ) -> Result<Enqueued<'_>, SendFailure> {
         let charge = match charge {
             Ok(c) => c,
-            Err(ReserveError::Closed) => return Err(closed()),
+            Err(ReserveError::Closed) => return Err(self.closed_failure()),
             Err(ReserveError::Full) => return Err(SendFailure::Full),
         };
         let id = frame.request_id;
@@ -574,7 +603,7 @@ impl Connection {
             charge,
         };
         if self.shared.lanes.push_request(q).is_err() {
-            return Err(closed());
+            return Err(self.closed_failure());
         }
         Ok(Enqueued {
             shared: &self.shared,

@@ -115,7 +115,7 @@ pub use client::{
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
     RpcClientBuilder,
 };
-pub use codec::{Frame, FrameCodec, FrameError, HeadMap, MessageType};
+pub use codec::{Frame, FrameCodec, FrameError, HeadMap, HeadMapWriter, MessageType};
 pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};
 pub use error::RpcError;

@@ -30,24 +30,29 @@ pub struct Identity<'a> {
 /// gateway only.
 pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
     let mut payload = Payload::new(frame.payload.clone());
-    // One allocation for the ten entries; the keys are constants (not copied).
-    payload.head = HeadMap::with_capacity(10);
+    // Two allocations for the ten entries (the entries, and one buffer for every
+    // value); the keys are constants (not copied), numbers and the trace id are written
+    // on the stack, role and user state read under one lock without copies.
+    let (mut module, mut opcode, mut seq, mut trace) = ([0; 10], [0; 10], [0; 10], [0; 16]);
+    let mut head = HeadMap::writer(10, 128);
+    head.entry(wire::MODULE, decimal(frame.module.into(), &mut module))
+        .entry(wire::OPCODE, decimal(frame.opcode.into(), &mut opcode))
+        .entry(wire::SEQ, decimal(frame.seq, &mut seq))
+        .entry(wire::ACCOUNT, &who.session.account)
+        .entry(wire::SESSION, &who.session.id)
+        .entry(wire::GATEWAY, who.gateway)
+        .entry(wire::ADDR, who.addr_text);
+    who.session.with_role_and_state(|role, state| {
+        head.entry(wire::ROLE, role).entry(wire::STATE, state);
+    });
+    head.entry(wire::TRACE, trace_id_into(&mut trace));
+    payload.head = head.finish();
     payload
-        .with_head(wire::MODULE, decimal(frame.module.into()))
-        .with_head(wire::OPCODE, decimal(frame.opcode.into()))
-        .with_head(wire::SEQ, decimal(frame.seq))
-        .with_head(wire::ACCOUNT, who.session.account.as_str())
-        .with_head(wire::SESSION, who.session.id.as_str())
-        .with_head(wire::GATEWAY, who.gateway)
-        .with_head(wire::ADDR, who.addr_text)
-        .with_head(wire::ROLE, who.session.role())
-        .with_head(wire::STATE, who.session.user_state())
-        .with_head(wire::TRACE, trace_id())
 }
 
-/// `n` in decimal, without the formatting machinery (three of these per message).
-fn decimal(mut n: u32) -> String {
-    let mut digits = [0u8; 10];
+/// `n` in decimal, written into `digits` without the formatting machinery (three of
+/// these per message).
+fn decimal(mut n: u32, digits: &mut [u8; 10]) -> &str {
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -57,19 +62,24 @@ fn decimal(mut n: u32) -> String {
             break;
         }
     }
-    digits[at..].iter().map(|&d| char::from(d)).collect()
+    std::str::from_utf8(&digits[at..]).unwrap_or_default()
 }
 
 /// A new trace id ([`wire::TRACE`]): 64 random bits in hex. Random rather than a
 /// counter so ids from several gateways (and restarts of one) do not collide, with no
 /// state shared between the tasks that forward.
 pub fn trace_id() -> String {
+    trace_id_into(&mut [0; 16]).to_string()
+}
+
+/// A new trace id written into `out` (no allocation).
+fn trace_id_into(out: &mut [u8; 16]) -> &str {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let x = fastrand::u64(..);
-    (0..16)
-        .rev()
-        .map(|i| char::from(HEX[((x >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    for (i, d) in out.iter_mut().enumerate() {
+        *d = HEX[((x >> ((15 - i) * 4)) & 0xf) as usize];
+    }
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 /// The binding slot of a module: its cluster for static modules, `m:<id>` for dynamic;
@@ -206,7 +216,7 @@ mod tests {
     #[test]
     fn numbers_and_trace_ids_are_written_as_before() {
         for n in [0u32, 7, 10, 65_535, u32::MAX] {
-            assert_eq!(decimal(n), n.to_string());
+            assert_eq!(decimal(n, &mut [0; 10]), n.to_string());
         }
         let t = trace_id();
         assert_eq!(t.len(), 16);

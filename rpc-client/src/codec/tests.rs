@@ -355,3 +355,40 @@ fn a_decoded_head_map_keeps_its_strings_in_the_frame_and_changes_like_a_built_on
         d.head.encoded_len().unwrap()
     );
 }
+
+#[test]
+fn a_written_head_map_is_a_map_like_a_built_one_with_its_values_in_one_buffer() {
+    let mut built = HeadMap::new();
+    built.insert("m", "1");
+    built.insert("acct", "alice");
+    built.insert("role", "");
+    let mut w = HeadMap::writer(3, 8);
+    w.entry("m", "9").entry("acct", "alice").entry("role", "");
+    // A key written twice keeps its last value, in its first place (as `insert`).
+    w.entry("m", "1");
+    let mut written = w.finish();
+    assert_eq!(written, built);
+    assert_eq!(written.iter().count(), 3);
+    // Its values are spans of one buffer, its keys the static strings given.
+    assert!(written.slice().iter().all(|(k, v)| {
+        matches!(k, super::Text::Cow(std::borrow::Cow::Borrowed(_)))
+            && matches!(v, Some(super::Text::Span { .. }))
+    }));
+    let mut f = Frame::ping(3);
+    f.msg_type = MessageType::Request;
+    f.head = written.clone();
+    let mut g = Frame::ping(3);
+    g.msg_type = MessageType::Request;
+    g.head = built.clone();
+    assert_eq!(
+        encode(&f),
+        encode(&g),
+        "encoded byte for byte as the built map"
+    );
+    // Changed copy-on-write, like any map: the clone keeps its values.
+    let kept = written.clone();
+    written.insert("acct", "bob");
+    assert_eq!(written.get("acct"), Some("bob"));
+    assert_eq!(kept.get("acct"), Some("alice"));
+    assert!(HeadMap::writer(0, 0).finish().is_empty());
+}

@@ -391,8 +391,16 @@ impl Protection {
             hold = hold || !cluster.hold.is_empty() || client.alive().is_empty();
             let answer = if hold {
                 let until = *deadline.get_or_insert_with(|| Instant::now() + self.hold_for);
-                match cluster.hold.wait_turn(pass.ticket, until).await {
-                    Ok(turn) => after_first_poll(attempt(), turn).await,
+                // Boxed: the held path is rare, and inline its futures would double the
+                // size of every forwarded message's future (allocated per message).
+                let ticket = pass.ticket;
+                let attempt = &mut attempt;
+                let held = Box::pin(async move {
+                    let turn = cluster.hold.wait_turn(ticket, until).await?;
+                    Ok::<_, hold::Refused>(after_first_poll(attempt(), turn).await)
+                });
+                match held.await {
+                    Ok(answer) => answer,
                     Err(_) => {
                         cluster.expired.fetch_add(1, Ordering::Relaxed);
                         metrics::counter!("gateway_held_expired_total", "cluster" => cluster.name.clone())

@@ -48,10 +48,12 @@ struct Game {
 
 const FAR: &str = "be-far";
 const PLAYERS: usize = 8;
-/// Every dependent session is told within this of the cut with no traffic to the
-/// backend: the rpc-client's heartbeat (`heartbeatInterval` 1 s, `heartbeatTimeout`
-/// 3 s) finds the silence, plus scheduling slack.
-const IDLE_BOUND: Duration = Duration::from_millis(4500);
+/// Every dependent session is told within this of the cut with no request to the
+/// backend: the rpc-client's heartbeat PING goes out within 1 s of the last write
+/// (`transport.heartbeatInterval`) and arms the probe, which closes the connection when
+/// no byte came 250 ms + 500 ms later (`probeAfter`, `probeTimeout`): at most 1.75 s,
+/// plus scheduling slack.
+const IDLE_BOUND: Duration = Duration::from_millis(2500);
 /// With a request in flight: the probe (250 ms + 500 ms) plus slack.
 const PROBE_BOUND: Duration = Duration::from_millis(1500);
 
@@ -260,8 +262,8 @@ async fn idle_sessions_on_a_half_open_backend_are_told() {
         return;
     }
     let g = game().await;
-    // Nobody sends anything: only the heartbeat can find the silence (a PING after 1 s
-    // without writing, the connection closed when nothing came for 3 s).
+    // Nobody sends anything: only the heartbeat can find the silence (a PING within 1 s
+    // of the last write, the connection closed when no byte came 750 ms later).
     g.host.cut().unwrap();
     check(&g, Instant::now(), IDLE_BOUND).await;
     assert!(

@@ -252,6 +252,23 @@ impl Host {
         .map_err(|_| "the namespace thread panicked".to_string())?
     }
 
+    /// Runs `f` on a thread of its own inside the host's namespace: every socket it
+    /// creates (a listener, an outgoing connection) belongs to the host, so a client
+    /// that runs there (on a runtime built in `f`) lives on the host and is cut with it.
+    /// Joining the thread gives `f`'s value, or why it could not enter the namespace.
+    pub fn run_in<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<Result<T, String>> {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("setns {path}: {e}"))?;
+            Ok(f())
+        })
+    }
+
     /// Blackholes the host: every packet in or out of its namespace is dropped (an
     /// nftables table with drop policies). Connections stay open; nothing answers,
     /// nothing resets.

@@ -1,0 +1,226 @@
+//! Issue "Faults a real network throws", item 7: a client partitioned from the gateway
+//! for 10 s (its host, a network namespace, blackholed by nftables: no FIN, no RST),
+//! then back. It resumes its session and gets every reliable push sent while it was
+//! away, once, in order, then live ones: nothing missed, nothing twice, no `GAP`.
+//!
+//! The client is the one a game would write from docs/gateway-protocol.md: it sends a
+//! `PING` every second and takes the connection for dead when no answer comes within
+//! 2 s; then it drops the connection and tries `RESUME` every 500 ms (each connect given
+//! 1 s) until one gets through.
+//!
+//! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
+//! elsewhere it is skipped with the reason printed.
+
+mod gateway_world;
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use gateway_world::*;
+use meshline_examples::client::Welcome;
+use meshline_testkit::net::{Host, skip_reason};
+use tokio::sync::{mpsc, oneshot};
+
+const PARTITION: Duration = Duration::from_secs(10);
+/// Chats sent while the client is away (one every 250 ms).
+const DURING: usize = 40;
+/// The client's keep-alive: a PING every second, dead when unanswered for 2 s.
+const PING_EVERY: Duration = Duration::from_secs(1);
+const PONG_WITHIN: Duration = Duration::from_secs(2);
+/// A resume attempt every 500 ms, each connect and admission given 1 s.
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+const ATTEMPT: Duration = Duration::from_secs(1);
+
+/// What the partitioned client saw, with times since the test's start.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Every frame that was not a reply: (when, module, opcode, sequence, text).
+    frames: Vec<(Duration, u16, u16, u32, String)>,
+    /// When its keep-alive declared the connection dead.
+    dead_at: Option<Duration>,
+    /// When a resume got through, and after how many attempts.
+    resumed_at: Option<(Duration, u32)>,
+}
+
+type Log = Arc<Mutex<Seen>>;
+
+fn log(seen: &Log) -> std::sync::MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reads `c`'s pushes into `seen` until the connection ends.
+async fn record(c: Arc<GatewayClient>, seen: Log, t0: Instant) {
+    while !c.is_closed() {
+        if let Some(f) = c.next_push(Duration::from_millis(100)).await {
+            let text = String::from_utf8_lossy(&f.payload).into_owned();
+            log(&seen)
+                .frames
+                .push((t0.elapsed(), f.module, f.opcode, f.seq, text));
+        }
+    }
+}
+
+/// The partitioned client, on a runtime of its own in the client's namespace: logs in,
+/// hands its session back, keeps the connection alive with PINGs, and when they go
+/// unanswered resumes until it gets through; then reads until `stop`.
+async fn client(
+    gateway: SocketAddr,
+    token: String,
+    seen: Log,
+    t0: Instant,
+    session: oneshot::Sender<Welcome>,
+    mut stop: mpsc::Receiver<()>,
+) {
+    let c = Arc::new(GatewayClient::auth(gateway, &token).await.unwrap());
+    let _ = session.send(c.resume_ticket());
+    tokio::spawn(record(c.clone(), seen.clone(), t0));
+    loop {
+        let pong = tokio::time::timeout(
+            PONG_WITHIN,
+            c.request(GATEWAY_MODULE, op::PING, Bytes::new()),
+        )
+        .await;
+        if pong.is_err() {
+            break;
+        }
+        pong.unwrap().expect("a PING answered");
+        tokio::time::sleep(PING_EVERY).await;
+    }
+    log(&seen).dead_at = Some(t0.elapsed());
+    // What it got before the connection went quiet: its resume point.
+    let ticket = c.resume_ticket();
+    drop(c);
+    let mut attempts = 0;
+    let resumed = loop {
+        attempts += 1;
+        match tokio::time::timeout(ATTEMPT, GatewayClient::resume(gateway, &ticket)).await {
+            Ok(Ok(r)) => break Arc::new(r),
+            Ok(Err(ClientError::Io(_))) | Err(_) => tokio::time::sleep(RETRY_EVERY).await,
+            Ok(Err(e)) => panic!("resume refused: {e}"),
+        }
+    };
+    log(&seen).resumed_at = Some((t0.elapsed(), attempts));
+    tokio::spawn(record(resumed.clone(), seen.clone(), t0));
+    let _ = stop.recv().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let host = Host::new().expect("test host");
+    // The gateway listens on the client host's link (the test's side of it).
+    let w = world(1, |s| s.listen = SocketAddr::new(host.gateway(), 0)).await;
+    let bob = w.player("bob").await;
+    let t0 = Instant::now();
+    let seen: Log = Arc::default();
+    let (session_tx, session_rx) = oneshot::channel();
+    let (stop_tx, stop_rx) = mpsc::channel(1);
+    let (gw, token, s2) = (
+        w.gateway.local_addr(),
+        w.minter.mint("alice", Duration::from_secs(120)),
+        seen.clone(),
+    );
+    let alice = host.run_in(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(client(gw, token, s2, t0, session_tx, stop_rx))
+    });
+    let session = session_rx.await.expect("alice logged in").session;
+    let chats = |seen: &Log| {
+        log(seen)
+            .frames
+            .iter()
+            .filter(|f| f.1 == modules::CHAT)
+            .count()
+    };
+    let mut sent = Vec::new();
+    let mut chat = async |text: String| {
+        bob.request(modules::CHAT, 1, Bytes::from(text.clone()))
+            .await
+            .unwrap();
+        sent.push(format!("bob: {text}"));
+    };
+    for i in 1..=3 {
+        chat(format!("before {i}")).await;
+    }
+    until("alice got the first chats", Duration::from_secs(5), || {
+        chats(&seen) == 3
+    })
+    .await;
+
+    host.cut().unwrap();
+    let cut = t0.elapsed();
+    let cut_at = Instant::now();
+    // While she is away: a chat every 250 ms; the gateway's view of her session.
+    let mut gateway_noticed = None;
+    for i in 1..=DURING {
+        chat(format!("during {i}")).await;
+        if gateway_noticed.is_none() && w.gateway.session(&session).unwrap().link().is_none() {
+            gateway_noticed = Some(cut_at.elapsed());
+        }
+        tokio::time::sleep((cut_at + PARTITION * i as u32 / DURING as u32).saturating_duration_since(Instant::now())).await;
+    }
+    let during_cut = log(&seen)
+        .frames
+        .iter()
+        .filter(|f| f.0 > cut)
+        .count();
+    host.restore().unwrap();
+    let restored = t0.elapsed();
+    let restored_at = Instant::now();
+    until("alice resumed", Duration::from_secs(5), || {
+        log(&seen).resumed_at.is_some()
+    })
+    .await;
+    for i in 1..=3 {
+        chat(format!("after {i}")).await;
+    }
+    let total = sent.len();
+    until("alice got every chat", Duration::from_secs(5), || {
+        chats(&seen) >= total
+    })
+    .await;
+    let all_in = restored_at.elapsed();
+    // Nothing more comes (nothing twice).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop_tx.send(()).await;
+    alice.join().unwrap().unwrap();
+
+    let s = log(&seen);
+    let (resumed_at, attempts) = s.resumed_at.unwrap();
+    let dead_at = s.dead_at.unwrap();
+    println!(
+        "cut at {cut:?}: alice's PING unanswered, connection dropped {:?} after the cut; \
+         frames received during the cut: {during_cut}; the gateway noticed: {gateway_noticed:?}; \
+         restored at {restored:?}; resumed {:?} after the restore ({attempts} attempts); \
+         every chat in {all_in:?} after the restore",
+        dead_at - cut,
+        resumed_at - restored
+    );
+    assert_eq!(during_cut, 0, "nothing crosses a cut link");
+    assert!(
+        dead_at - cut <= PING_EVERY + PONG_WITHIN + Duration::from_millis(500),
+        "the client's keep-alive took {:?}",
+        dead_at - cut
+    );
+    assert!(
+        resumed_at - restored <= RETRY_EVERY + ATTEMPT + Duration::from_millis(500),
+        "resumed {:?} after the restore",
+        resumed_at - restored
+    );
+    let others: Vec<_> = s.frames.iter().filter(|f| f.1 != modules::CHAT).collect();
+    assert!(others.is_empty(), "no GAP, no kick, nothing else: {others:?}");
+    let got: Vec<(u32, &str)> = s.frames.iter().map(|f| (f.3, f.4.as_str())).collect();
+    let want: Vec<(u32, &str)> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i as u32 + 1, t.as_str()))
+        .collect();
+    assert_eq!(got, want, "every chat once, in order, numbered 1..");
+}

@@ -164,13 +164,13 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
         if gateway_noticed.is_none() && w.gateway.session(&session).unwrap().link().is_none() {
             gateway_noticed = Some(cut_at.elapsed());
         }
-        tokio::time::sleep((cut_at + PARTITION * i as u32 / DURING as u32).saturating_duration_since(Instant::now())).await;
+        tokio::time::sleep(
+            (cut_at + PARTITION * i as u32 / DURING as u32)
+                .saturating_duration_since(Instant::now()),
+        )
+        .await;
     }
-    let during_cut = log(&seen)
-        .frames
-        .iter()
-        .filter(|f| f.0 > cut)
-        .count();
+    let during_cut = log(&seen).frames.iter().filter(|f| f.0 > cut).count();
     host.restore().unwrap();
     let restored = t0.elapsed();
     let restored_at = Instant::now();
@@ -215,7 +215,10 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
         resumed_at - restored
     );
     let others: Vec<_> = s.frames.iter().filter(|f| f.1 != modules::CHAT).collect();
-    assert!(others.is_empty(), "no GAP, no kick, nothing else: {others:?}");
+    assert!(
+        others.is_empty(),
+        "no GAP, no kick, nothing else: {others:?}"
+    );
     let got: Vec<(u32, &str)> = s.frames.iter().map(|f| (f.3, f.4.as_str())).collect();
     let want: Vec<(u32, &str)> = sent
         .iter()

@@ -121,7 +121,10 @@ async fn game() -> Game {
     let count = |f: fn(&OnFar) -> bool| players.iter().filter(|(_, o)| f(o)).count();
     // Round robin over two backends: half of each binding.
     assert_eq!(count(|o| o.rebound.contains(&modules::BIND)), PLAYERS / 2);
-    assert_eq!(count(|o| o.rebound.contains(&modules::INVENTORY)), PLAYERS / 2);
+    assert_eq!(
+        count(|o| o.rebound.contains(&modules::INVENTORY)),
+        PLAYERS / 2
+    );
     assert_eq!(count(|o| o.room.is_some()), PLAYERS / 2);
     // And one who depends on nothing there.
     let bystander = GatewayClient::auth(
@@ -240,7 +243,10 @@ async fn check(g: &Game, cut: Instant, bound: Duration) -> Vec<Vec<(Duration, St
             continue;
         }
         let told = told.unwrap_or_else(|| panic!("p{i} ({want:?}) never told; got {got:?}"));
-        assert!(told <= bound, "p{i} told {told:?} after the cut (bound {bound:?})");
+        assert!(
+            told <= bound,
+            "p{i} told {told:?} after the cut (bound {bound:?})"
+        );
         assert_eq!(
             got.len(),
             want.rebound.len() + usize::from(want.room.is_some()),
@@ -291,7 +297,10 @@ async fn a_request_in_flight_on_a_half_open_backend_fails_fast_and_everyone_is_t
     let cut = Instant::now();
     let (answer, seen) = tokio::join!(
         async {
-            let r = g.players[asker].0.request(modules::BIND, 2, Bytes::new()).await;
+            let r = g.players[asker]
+                .0
+                .request(modules::BIND, 2, Bytes::new())
+                .await;
             (r, cut.elapsed())
         },
         check(&g, cut, IDLE_BOUND)
@@ -300,7 +309,9 @@ async fn a_request_in_flight_on_a_half_open_backend_fails_fast_and_everyone_is_t
     let (r, took) = answer;
     match r {
         Err(ClientError::Reply(text)) => assert!(
-            text.starts_with("unavailable: bind lost the connection; the request may have been processed"),
+            text.starts_with(
+                "unavailable: bind lost the connection; the request may have been processed"
+            ),
             "{text}"
         ),
         other => panic!("expected the lost-connection error reply, got {other:?}"),

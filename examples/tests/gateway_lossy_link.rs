@@ -209,8 +209,14 @@ async fn clients_behind_a_slow_lossy_link_lose_nothing() {
     assert!(dropped > 0, "the loss rule dropped nothing");
     // The round trip is the link's; a retransmission costs 300 ms more.
     let rtt = ONE_WAY * 2;
-    assert!(q50 >= rtt && q50 < rtt + Duration::from_millis(30), "{q50:?}");
+    assert!(
+        q50 >= rtt && q50 < rtt + Duration::from_millis(30),
+        "{q50:?}"
+    );
     assert!(q99 < rtt + Duration::from_millis(60), "{q99:?}");
-    assert!(l50 >= rtt && l50 < rtt + Duration::from_millis(30), "{l50:?}");
+    assert!(
+        l50 >= rtt && l50 < rtt + Duration::from_millis(30),
+        "{l50:?}"
+    );
     assert!(l99 < rtt + 2 * RTO_MIN, "{l99:?}");
 }

@@ -8,6 +8,10 @@
 //! 2 s; then it drops the connection and tries `RESUME` every 500 ms (each connect given
 //! 1 s) until one gets through.
 //!
+//! A client that does not come back is found by the gateway's `client-keepalive`: its
+//! connection is closed and its session detached (the resume window starts), whether
+//! pushes were waiting for it or the connection was idle.
+//!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.
 
@@ -204,6 +208,10 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
         resumed_at - restored
     );
     assert_eq!(during_cut, 0, "nothing crosses a cut link");
+    assert_eq!(
+        gateway_noticed, None,
+        "a cut shorter than client-keepalive (20 s) ends nothing at the gateway"
+    );
     assert!(
         dead_at - cut <= PING_EVERY + PONG_WITHIN + Duration::from_millis(500),
         "the client's keep-alive took {:?}",
@@ -226,4 +234,82 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
         .map(|(i, t)| (i as u32 + 1, t.as_str()))
         .collect();
     assert_eq!(got, want, "every chat once, in order, numbered 1..");
+}
+
+/// The gateway's `client-keepalive` in [`a_client_that_vanishes_is_detached`].
+const KEEPALIVE: Duration = Duration::from_secs(4);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_is_detached() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let host = Host::new().expect("test host");
+    let w = world(1, |s| {
+        s.listen = SocketAddr::new(host.gateway(), 0);
+        s.client_keepalive = KEEPALIVE;
+    })
+    .await;
+    // Two clients on the host: one idle, one in a room (its snapshots, 20 a second, are
+    // in flight to it when the link goes).
+    let gw = w.gateway.local_addr();
+    let tokens = [
+        w.minter.mint("quiet", Duration::from_secs(120)),
+        w.minter.mint("busy", Duration::from_secs(120)),
+    ];
+    let (ids_tx, ids_rx) = oneshot::channel();
+    let (stop_tx, mut stop_rx) = mpsc::channel::<()>(1);
+    let clients = host.run_in(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let quiet = GatewayClient::auth(gw, &tokens[0]).await.unwrap();
+                let busy = GatewayClient::auth(gw, &tokens[1]).await.unwrap();
+                busy.request(modules::ROOM, 1, &b"hall"[..]).await.unwrap();
+                let _ = ids_tx.send([quiet.resume_ticket(), busy.resume_ticket()]);
+                // Held (not closed) until the end: a vanished client sends no FIN.
+                let _ = stop_rx.recv().await;
+                drop((quiet, busy));
+            })
+    });
+    let [quiet, busy] = ids_rx.await.unwrap();
+    until("the room pushes", Duration::from_secs(5), || {
+        w.gateway.stats().pushed.load(Ordering::Relaxed) > 10
+    })
+    .await;
+    host.cut().unwrap();
+    let cut = Instant::now();
+    let mut detached: [Option<Duration>; 2] = [None, None];
+    while detached.iter().any(Option::is_none) && cut.elapsed() < KEEPALIVE * 3 {
+        for (i, t) in [&quiet, &busy].iter().enumerate() {
+            let s = w.gateway.session(&t.session).expect("the session is kept");
+            if detached[i].is_none() && s.link().is_none() {
+                detached[i] = Some(cut.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "client-keepalive {KEEPALIVE:?}: the idle client detached {:?} after the cut, \
+         the one with pushes in flight {:?} after",
+        detached[0], detached[1]
+    );
+    for (name, at) in ["idle", "busy"].iter().zip(detached) {
+        let at = at.unwrap_or_else(|| panic!("the {name} client was never detached"));
+        assert!(
+            at >= KEEPALIVE / 2 && at <= KEEPALIVE + Duration::from_millis(1500),
+            "the {name} client detached {at:?} after the cut"
+        );
+    }
+    // Detached, not ended: resumable for the resume window.
+    assert!(w.gateway.session(&quiet.session).is_some());
+    assert!(w.gateway.session(&busy.session).is_some());
+    host.restore().unwrap();
+    let _ = stop_tx.send(()).await;
+    tokio::task::spawn_blocking(move || clients.join().unwrap().unwrap())
+        .await
+        .unwrap();
 }

@@ -163,3 +163,39 @@ fn the_fault_proxy_delays_caps_and_blackholes() {
     s.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"held");
 }
+
+#[test]
+fn random_loss_is_repaired_by_tcp_and_run_in_lives_on_the_host() {
+    if skip() {
+        return;
+    }
+    let host = Host::new().unwrap();
+    // A server on the test's side of the link, a client on the host.
+    let listener = std::net::TcpListener::bind(SocketAddr::new(host.gateway(), 0)).unwrap();
+    let addr = echo(listener);
+    host.set_rto_min(Duration::from_millis(250)).unwrap();
+    let routes = String::from_utf8(host.exec(&["ip", "route"]).unwrap().stdout).unwrap();
+    // `ip` shows it as `rto_min lock 250ms`.
+    assert!(
+        routes.lines().any(|l| l.contains("rto_min") && l.trim_end().ends_with("250ms")),
+        "{routes}"
+    );
+    host.drop_randomly(5).unwrap();
+    let local = host
+        .run_in(move || {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            for i in 0..60 {
+                let msg = format!("message {i:03}");
+                assert_eq!(round_trip(&mut s, msg.as_bytes()).unwrap(), msg.as_bytes());
+            }
+            s.local_addr().unwrap().ip()
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(local, host.ip(), "the client's socket lived on the host");
+    assert!(host.dropped() > 0, "5 % of some 240 packets, and none dropped");
+    host.drop_randomly(0).unwrap();
+    assert_eq!(host.dropped(), 0, "the rule is gone");
+}

@@ -177,7 +177,9 @@ fn random_loss_is_repaired_by_tcp_and_run_in_lives_on_the_host() {
     let routes = String::from_utf8(host.exec(&["ip", "route"]).unwrap().stdout).unwrap();
     // `ip` shows it as `rto_min lock 250ms`.
     assert!(
-        routes.lines().any(|l| l.contains("rto_min") && l.trim_end().ends_with("250ms")),
+        routes
+            .lines()
+            .any(|l| l.contains("rto_min") && l.trim_end().ends_with("250ms")),
         "{routes}"
     );
     host.drop_randomly(5).unwrap();
@@ -195,7 +197,10 @@ fn random_loss_is_repaired_by_tcp_and_run_in_lives_on_the_host() {
         .unwrap()
         .unwrap();
     assert_eq!(local, host.ip(), "the client's socket lived on the host");
-    assert!(host.dropped() > 0, "5 % of some 240 packets, and none dropped");
+    assert!(
+        host.dropped() > 0,
+        "5 % of some 240 packets, and none dropped"
+    );
     host.drop_randomly(0).unwrap();
     assert_eq!(host.dropped(), 0, "the rule is gone");
 }

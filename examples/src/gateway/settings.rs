@@ -217,7 +217,7 @@ pub struct GatewaySettings {
     pub resume_window: Duration,
     /// A client connection from which nothing (not even a TCP acknowledgement) came for
     /// this long is closed, and its session detached (`client-keepalive`; zero: never).
-    /// See [`transport::keep_alive`](super::transport).
+    /// TCP keep-alive and `TCP_USER_TIMEOUT` on each client connection.
     pub client_keepalive: Duration,
     /// Where sessions are kept beyond memory.
     pub session_store: SessionStoreKind,

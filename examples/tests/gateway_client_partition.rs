@@ -53,9 +53,13 @@ fn log(seen: &Log) -> std::sync::MutexGuard<'_, Seen> {
     seen.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Reads `c`'s pushes into `seen` until the connection ends.
-async fn record(c: Arc<GatewayClient>, seen: Log, t0: Instant) {
-    while !c.is_closed() {
+/// Reads `c`'s pushes into `seen` until the connection ends or the client drops it
+/// (holding it only while waiting for a push, so that dropping the client's own handle
+/// closes the connection, as a client that gave up on it does).
+async fn record(c: std::sync::Weak<GatewayClient>, seen: Log, t0: Instant) {
+    while let Some(c) = c.upgrade()
+        && !c.is_closed()
+    {
         if let Some(f) = c.next_push(Duration::from_millis(100)).await {
             let text = String::from_utf8_lossy(&f.payload).into_owned();
             log(&seen)
@@ -78,7 +82,7 @@ async fn client(
 ) {
     let c = Arc::new(GatewayClient::auth(gateway, &token).await.unwrap());
     let _ = session.send(c.resume_ticket());
-    tokio::spawn(record(c.clone(), seen.clone(), t0));
+    tokio::spawn(record(Arc::downgrade(&c), seen.clone(), t0));
     loop {
         let pong = tokio::time::timeout(
             PONG_WITHIN,
@@ -92,7 +96,8 @@ async fn client(
         tokio::time::sleep(PING_EVERY).await;
     }
     log(&seen).dead_at = Some(t0.elapsed());
-    // What it got before the connection went quiet: its resume point.
+    // What it got before the connection went quiet: its resume point. The connection is
+    // given up (closed: nothing that still arrives on it is read).
     let ticket = c.resume_ticket();
     drop(c);
     let mut attempts = 0;
@@ -105,7 +110,7 @@ async fn client(
         }
     };
     log(&seen).resumed_at = Some((t0.elapsed(), attempts));
-    tokio::spawn(record(resumed.clone(), seen.clone(), t0));
+    tokio::spawn(record(Arc::downgrade(&resumed), seen.clone(), t0));
     let _ = stop.recv().await;
 }
 

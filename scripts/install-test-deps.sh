@@ -6,8 +6,8 @@
 #   redis-server            : real Redis (redis-server / redis-cli)
 #   protobuf-compiler       : protoc, needed by etcd-client's build script
 #   rnacos (crates.io)      : a Nacos-protocol server for registry-nacos tests; installed
-#                             with `cargo install` into the cargo home, so a warm machine
-#                             keeps the binary and does not rebuild it
+#                             with `cargo install --debug` into the cargo home, so a warm
+#                             machine keeps the binary and does not rebuild it
 #   libprotobuf-dev         : google/protobuf/*.proto that etcd-client's protos import
 #   libssl-dev pkg-config   : OpenSSL headers for the `nacos-tls` check build (nacos-sdk's
 #                             TLS feature uses reqwest's native-tls for its HTTP login)
@@ -52,6 +52,10 @@ cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
 if command -v rnacos >/dev/null 2>&1 || [ -x "$cargo_bin/rnacos" ]; then
   echo "install-test-deps: rnacos present"
 else
-  echo "install-test-deps: cargo install rnacos 0.8.8 (a few minutes, once per machine)"
-  cargo install rnacos --version 0.8.8 --locked --quiet
+  # A debug build without debug info: 2.5 min on 2 cores instead of about 10 for the
+  # release build (4 min of CPU against 18, measured; see README "What to expect"),
+  # and the Nacos tests take as long against it (80 s either way): rnacos idles in
+  # them. A new version or profile is a new install: remove the binary first.
+  echo "install-test-deps: cargo install --debug rnacos 0.8.8 (about 3 minutes, once per machine)"
+  CARGO_PROFILE_DEV_DEBUG=0 cargo install rnacos --version 0.8.8 --locked --debug --quiet
 fi

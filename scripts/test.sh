@@ -95,8 +95,20 @@ cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
 cargo clippy -p meshline-registry-nacos --all-targets --features tls -- -D warnings
 
 step "cargo test"
+# The fault tests' measured figures (meshline_testkit::figures): gathered in one file
+# and printed after the tests, pass or fail, so a full run's figures are on record
+# (docs/faults.md quotes them).
+figures="${CARGO_TARGET_DIR:-target}/test-figures.txt"
+case $figures in /*) ;; *) figures="$PWD/$figures" ;; esac
+mkdir -p "$(dirname "$figures")"
+: >"$figures"
 # --no-fail-fast: one run reports every failing test binary, not only the first.
-cargo test --workspace --no-fail-fast --features "$FEATURES"
+tests_status=0
+TESTSH_FIGURES="$figures" cargo test --workspace --no-fail-fast --features "$FEATURES" ||
+  tests_status=$?
+step "figures the fault tests measured in this run"
+cat "$figures"
+[ "$tests_status" -eq 0 ] || exit "$tests_status"
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
 # Its unit tests, and a plain rnacos refused at once naming the feature (what an

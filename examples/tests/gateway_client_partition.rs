@@ -133,13 +133,9 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
         w.minter.mint("alice", Duration::from_secs(120)),
         seen.clone(),
     );
-    let alice = host.run_in(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(client(gw, token, s2, t0, session_tx, stop_rx))
-    });
+    // A runtime on the clients' host: their sockets live there.
+    let rt = host.runtime(1).unwrap();
+    let alice = rt.spawn(client(gw, token, s2, t0, session_tx, stop_rx));
     let session = session_rx.await.expect("alice logged in").session;
     let chats = |seen: &Log| {
         log(seen)
@@ -199,18 +195,21 @@ async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
     // Nothing more comes (nothing twice).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = stop_tx.send(()).await;
-    alice.join().unwrap().unwrap();
+    alice.await.unwrap();
 
     let s = log(&seen);
     let (resumed_at, attempts) = s.resumed_at.unwrap();
     let dead_at = s.dead_at.unwrap();
-    println!(
-        "cut at {cut:?}: alice's PING unanswered, connection dropped {:?} after the cut; \
+    meshline_testkit::figures::report(
+        "gateway_client_partition",
+        &format!(
+            "cut at {cut:?}: alice's PING unanswered, connection dropped {:?} after the cut; \
          frames received during the cut: {during_cut}; the gateway noticed: {gateway_noticed:?}; \
          restored at {restored:?}; resumed {:?} after the restore ({attempts} attempts); \
          every chat in {all_in:?} after the restore",
-        dead_at - cut,
-        resumed_at - restored
+            dead_at - cut,
+            resumed_at - restored
+        ),
     );
     assert_eq!(during_cut, 0, "nothing crosses a cut link");
     assert_eq!(
@@ -265,20 +264,16 @@ async fn a_client_that_vanishes_is_detached() {
     ];
     let (ids_tx, ids_rx) = oneshot::channel();
     let (stop_tx, mut stop_rx) = mpsc::channel::<()>(1);
-    let clients = host.run_in(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                let quiet = GatewayClient::auth(gw, &tokens[0]).await.unwrap();
-                let busy = GatewayClient::auth(gw, &tokens[1]).await.unwrap();
-                busy.request(modules::ROOM, 1, &b"hall"[..]).await.unwrap();
-                let _ = ids_tx.send([quiet.resume_ticket(), busy.resume_ticket()]);
-                // Held (not closed) until the end: a vanished client sends no FIN.
-                let _ = stop_rx.recv().await;
-                drop((quiet, busy));
-            })
+    // A runtime on the clients' host: their sockets live there.
+    let rt = host.runtime(1).unwrap();
+    let clients = rt.spawn(async move {
+        let quiet = GatewayClient::auth(gw, &tokens[0]).await.unwrap();
+        let busy = GatewayClient::auth(gw, &tokens[1]).await.unwrap();
+        busy.request(modules::ROOM, 1, &b"hall"[..]).await.unwrap();
+        let _ = ids_tx.send([quiet.resume_ticket(), busy.resume_ticket()]);
+        // Held (not closed) until the end: a vanished client sends no FIN.
+        let _ = stop_rx.recv().await;
+        drop((quiet, busy));
     });
     let [quiet, busy] = ids_rx.await.unwrap();
     until("the room pushes", Duration::from_secs(5), || {
@@ -297,10 +292,13 @@ async fn a_client_that_vanishes_is_detached() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!(
-        "client-keepalive {KEEPALIVE:?}: the idle client detached {:?} after the cut, \
+    meshline_testkit::figures::report(
+        "gateway_client_partition",
+        &format!(
+            "client-keepalive {KEEPALIVE:?}: the idle client detached {:?} after the cut, \
          the one with pushes in flight {:?} after",
-        detached[0], detached[1]
+            detached[0], detached[1]
+        ),
     );
     for (name, at) in ["idle", "busy"].iter().zip(detached) {
         let at = at.unwrap_or_else(|| panic!("the {name} client was never detached"));
@@ -314,7 +312,5 @@ async fn a_client_that_vanishes_is_detached() {
     assert!(w.gateway.session(&busy.session).is_some());
     host.restore().unwrap();
     let _ = stop_tx.send(()).await;
-    tokio::task::spawn_blocking(move || clients.join().unwrap().unwrap())
-        .await
-        .unwrap();
+    clients.await.unwrap();
 }

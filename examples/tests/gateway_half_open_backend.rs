@@ -228,7 +228,12 @@ async fn served_by_the_live_backend(p: &GatewayClient, i: usize, room: Option<&s
 /// Checks that every player is told what it lost when `be-far` was cut (at `cut`),
 /// all within `bound`, nothing more, and is served afterwards; returns when the last
 /// was told.
-async fn check(g: &Game, cut: Instant, bound: Duration) -> Vec<Vec<(Duration, String)>> {
+async fn check(
+    g: &Game,
+    what: &str,
+    cut: Instant,
+    bound: Duration,
+) -> Vec<Vec<(Duration, String)>> {
     let watch = Duration::from_secs(8);
     let mut waits = Vec::new();
     for (p, want) in &g.players {
@@ -254,7 +259,10 @@ async fn check(g: &Game, cut: Instant, bound: Duration) -> Vec<Vec<(Duration, St
         );
         last = last.max(told);
     }
-    println!("every dependent session told {last:?} after the cut");
+    meshline_testkit::figures::report(
+        "gateway_half_open_backend",
+        &format!("{what}: every dependent session told {last:?} after the cut"),
+    );
     for (i, (p, want)) in g.players.iter().enumerate() {
         served_by_the_live_backend(p, i, want.room.as_deref()).await;
     }
@@ -271,7 +279,7 @@ async fn idle_sessions_on_a_half_open_backend_are_told() {
     // Nobody sends anything: only the heartbeat can find the silence (a PING within 1 s
     // of the last write, the connection closed when no byte came 750 ms later).
     g.host.cut().unwrap();
-    check(&g, Instant::now(), IDLE_BOUND).await;
+    check(&g, "idle", Instant::now(), IDLE_BOUND).await;
     assert!(
         g.gateway.stats().rebound.load(Ordering::Relaxed) >= 2,
         "the releases are counted"
@@ -303,9 +311,12 @@ async fn a_request_in_flight_on_a_half_open_backend_fails_fast_and_everyone_is_t
                 .await;
             (r, cut.elapsed())
         },
-        check(&g, cut, IDLE_BOUND)
+        check(&g, "a request in flight", cut, IDLE_BOUND)
     );
-    println!("the request in flight: answered {answer:?}");
+    meshline_testkit::figures::report(
+        "gateway_half_open_backend",
+        &format!("the request in flight: answered {answer:?}"),
+    );
     let (r, took) = answer;
     match r {
         Err(ClientError::Reply(text)) => assert!(

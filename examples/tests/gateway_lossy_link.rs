@@ -126,21 +126,17 @@ async fn clients_behind_a_slow_lossy_link_lose_nothing() {
         .map(|i| w.minter.mint(&format!("c{i}"), Duration::from_secs(120)))
         .collect();
     let addr = proxy.addr();
-    let clients = host.run_in(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                let all = tokens
-                    .into_iter()
-                    .map(|t| tokio::spawn(client(addr, t, t0, chats_rx.clone())));
-                let mut seen = Vec::new();
-                for c in all.collect::<Vec<_>>() {
-                    seen.push(c.await.unwrap());
-                }
-                seen
-            })
+    // A runtime on the clients' host: their sockets live there.
+    let rt = host.runtime(1).unwrap();
+    let clients = rt.spawn(async move {
+        let all = tokens
+            .into_iter()
+            .map(|t| tokio::spawn(client(addr, t, t0, chats_rx.clone())));
+        let mut seen = Vec::new();
+        for c in all.collect::<Vec<_>>() {
+            seen.push(c.await.unwrap());
+        }
+        seen
     });
     // Every client logged in before the first chat (a push to a session not yet made
     // would not be owed to it).
@@ -166,9 +162,7 @@ async fn clients_behind_a_slow_lossy_link_lose_nothing() {
         tokio::time::sleep_until(next_chat.into()).await;
     }
     chats_tx.send_replace(Some(sent.len()));
-    let seen = tokio::task::spawn_blocking(move || clients.join().unwrap().unwrap())
-        .await
-        .unwrap();
+    let seen = clients.await.unwrap();
     let dropped = host.dropped();
     host.drop_randomly(0).unwrap();
 
@@ -187,13 +181,16 @@ async fn clients_behind_a_slow_lossy_link_lose_nothing() {
         quantile(&mut lossy, 0.99),
         quantile(&mut lossy, 1.0),
     );
-    println!(
-        "{CLIENTS} clients, {calls} requests, {} chats each: delay only p50 {q50:?} p99 {q99:?} \
+    meshline_testkit::figures::report(
+        "gateway_lossy_link",
+        &format!(
+            "{CLIENTS} clients, {calls} requests, {} chats each: delay only p50 {q50:?} p99 {q99:?} \
          ({} requests); with {LOSS_PERCENT} % loss p50 {l50:?} p99 {l99:?} max {lmax:?} \
          ({} requests, {dropped} packets dropped)",
-        sent.len(),
-        quiet.len(),
-        lossy.len()
+            sent.len(),
+            quiet.len(),
+            lossy.len()
+        ),
     );
     // Nothing lost: every request was answered with its own echo (checked as it came),
     // every chat reached every client once, in order, numbered from 1.

@@ -208,5 +208,5 @@ async fn a_half_open_tc_costs_the_live_ones_under_a_second_with_every_balancer()
         }
         report.push(line);
     }
-    eprintln!("{}", report.join("\n"));
+    meshline_testkit::figures::report("half_open", &report.join("\n"));
 }

@@ -324,6 +324,6 @@ async fn load_aware_balancers_move_calls_off_a_slow_or_lossy_tc_and_xids_still_r
             report.push(l);
         }
     }
-    eprintln!("{}", report.join("\n"));
+    meshline_testkit::figures::report("slow_tc", &report.join("\n"));
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

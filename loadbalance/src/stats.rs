@@ -131,6 +131,12 @@ pub struct EndpointStats {
     ewma_bits: AtomicU64,
     /// Clock reading of the last EWMA update.
     ewma_at: AtomicU64,
+    /// `1 / decay` in 1/ns as `f64` bits: the rate at which the estimate decays, in
+    /// the update as in every reading. P2C sets its configured decay here
+    /// ([`P2cLoadBalance::with_decay`](crate::P2cLoadBalance::with_decay)); the update
+    /// used [`DEFAULT_EWMA_DECAY`] whatever P2C decayed with, so a recovered endpoint's
+    /// fast answers barely moved its old slow estimate.
+    inv_decay_bits: AtomicU64,
     created_at: u64,
 }
 
@@ -162,6 +168,7 @@ impl EndpointStats {
             reported_load: AtomicU32::new(u32::MAX),
             ewma_bits: AtomicU64::new(0),
             ewma_at: AtomicU64::new(0),
+            inv_decay_bits: AtomicU64::new(inv_decay_ns(DEFAULT_EWMA_DECAY).to_bits()),
             created_at: clock::now_nanos(),
             group,
         }
@@ -231,12 +238,8 @@ impl EndpointStats {
             return None;
         }
         let at = self.ewma_at.load(Ordering::Relaxed);
-        let est = decay(
-            ewma,
-            clock::now_nanos().saturating_sub(at),
-            DEFAULT_EWMA_DECAY,
-        );
-        Some(Duration::from_nanos(est as u64))
+        let x = clock::now_nanos().saturating_sub(at) as f64 * self.inv_decay();
+        Some(Duration::from_nanos((ewma * (-x).exp()) as u64))
     }
 
     /// Peak-EWMA estimate in nanoseconds for P2C, decayed with the coarse clock.
@@ -288,6 +291,20 @@ impl EndpointStats {
         }
     }
 
+    /// The estimate's decay rate (see `inv_decay_bits`).
+    #[inline]
+    fn inv_decay(&self) -> f64 {
+        f64::from_bits(self.inv_decay_bits.load(Ordering::Relaxed))
+    }
+
+    /// Sets the estimate's decay rate, `1 / decay` in 1/ns ([`inv_decay_ns`]): P2C's
+    /// build gives its own to every endpoint it balances, so that an update blends at
+    /// the rate its picks decay at.
+    pub(crate) fn set_inv_decay(&self, inv_decay_ns: f64) {
+        self.inv_decay_bits
+            .store(inv_decay_ns.to_bits(), Ordering::Relaxed);
+    }
+
     /// Records a success and its latency in the peak-EWMA estimate.
     pub(crate) fn record_success(&self, latency: Duration) {
         self.successes.fetch_add(1, Ordering::Relaxed);
@@ -319,7 +336,7 @@ impl EndpointStats {
             let next = if old <= 0.0 || rtt > old {
                 rtt
             } else {
-                let w = (-(elapsed as f64) / DEFAULT_EWMA_DECAY.as_nanos() as f64).exp();
+                let w = (-(elapsed as f64) * self.inv_decay()).exp();
                 old * w + rtt * (1.0 - w)
             };
             match self.ewma_bits.compare_exchange_weak(
@@ -349,8 +366,9 @@ fn decayed(base: f64, x: f64) -> f64 {
     base * (-x).exp()
 }
 
-fn decay(value: f64, elapsed_ns: u64, decay: Duration) -> f64 {
-    value * (-(elapsed_ns as f64) / decay.as_nanos() as f64).exp()
+/// `1 / decay` in 1/ns, the decay floored at 1 ms.
+pub(crate) fn inv_decay_ns(decay: Duration) -> f64 {
+    1.0 / decay.max(Duration::from_millis(1)).as_nanos() as f64
 }
 
 /// The registry's map. foldhash, not SipHash: an update of a 10 000-member cluster hashes

@@ -55,6 +55,53 @@ fn p2c_prefers_fast_endpoints_and_does_not_flood_fresh_ones() {
     assert_eq!(c.get(&key(1)), None, "{c:?}");
 }
 
+/// A slow endpoint that recovers gets its share back: while it is left alone its
+/// estimate decays at P2C's configured rate, it is tried again, and its fast answers
+/// bring its estimate down at that same rate. (The update blended each new sample with
+/// a fixed 10 s decay whatever P2C was given: with a 50 ms decay, every fast answer put
+/// the old slow estimate nearly back, and the recovered endpoint got one pick in a few
+/// hundred for as long as the test ran.)
+#[test]
+fn p2c_gives_a_recovered_slow_endpoint_its_share_back() {
+    let b = Balancer::new(Arc::new(
+        P2cLoadBalance::new().with_decay(Duration::from_millis(50)),
+    ));
+    b.update(&[inst(1), inst(2), inst(3)]);
+    let eps = b.endpoints();
+    eps[0].begin().success(Duration::from_millis(20));
+    eps[1].begin().success(Duration::from_millis(1));
+    eps[2].begin().success(Duration::from_millis(1));
+    // From now on every endpoint answers in 1 ms, each pick answered at once. Endpoint
+    // 1's 20 ms decays below the others' 1 ms after 50 ms x ln 20 = 150 ms; within a
+    // few of its answers it is one of three equals.
+    let start = std::time::Instant::now();
+    let mut window = (std::time::Instant::now(), 0usize, 0usize);
+    let mut shares = Vec::new();
+    let recovered_at = loop {
+        let p = b.pick(&PickRequest::default()).unwrap();
+        let one = p.endpoint().key() == &key(1);
+        p.success(Duration::from_millis(1));
+        window.1 += usize::from(one);
+        window.2 += 1;
+        std::thread::sleep(Duration::from_micros(50));
+        if window.0.elapsed() >= Duration::from_millis(200) {
+            let share = window.1 as f64 / window.2 as f64;
+            shares.push(format!("{share:.2}"));
+            if share >= 0.25 {
+                break start.elapsed();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "endpoint 1 recovered but got these shares of picks, per 200 ms: {shares:?}"
+            );
+            window = (std::time::Instant::now(), 0, 0);
+        }
+    };
+    eprintln!(
+        "a recovered endpoint had a quarter of the picks again after {recovered_at:?} (shares per 200 ms: {shares:?})"
+    );
+}
+
 #[test]
 fn zone_preference_spills_over() {
     let lb =

@@ -164,8 +164,10 @@ fn follow_mapping(
 ) -> Watch {
     let hub = WatchHub::new(registry.kind(), EmptyProtection::Apply);
     let out = hub.subscribe(&group);
-    hub.publish(&group, inner.current().instances().to_vec());
+    // Health before lists, here and below: a watcher that sees a list sees the health
+    // that came with it (as `WatchScope::publish_read`).
     mirror_health(&hub, &group, &inner.health());
+    hub.publish(&group, inner.current().instances().to_vec());
     // Snapshots and health are awaited on two clones of one watch (each wait needs the
     // watch mutably).
     let mut health = inner.clone();
@@ -175,7 +177,10 @@ fn follow_mapping(
             tokio::select! {
                 _ = hub.watchers_gone(&group) => break,
                 next = inner.next() => match next {
-                    Ok(s) => { hub.publish(&group, s.instances().to_vec()); }
+                    Ok(s) => {
+                        mirror_health(&hub, &group, &inner.health());
+                        hub.publish(&group, s.instances().to_vec());
+                    }
                     Err(_) => break,
                 },
                 h = health.health_changed() => match h {
@@ -199,8 +204,8 @@ fn follow_mapping(
                                 health = w.clone();
                                 inner = w;
                                 cluster = c;
-                                hub.publish(&group, inner.current().instances().to_vec());
                                 mirror_health(&hub, &group, &inner.health());
+                                hub.publish(&group, inner.current().instances().to_vec());
                             }
                             Err(e) => tracing::warn!(
                                 group = %group, to = %c, error = %e,

@@ -162,7 +162,10 @@ async fn keepalive_pings_find_a_frozen_etcd() {
     let noticed = t.elapsed();
     etcd.process().resume().expect("SIGCONT etcd");
     let stale = stale.expect("a frozen etcd was not noticed within 20 s");
-    eprintln!("frozen etcd noticed after {noticed:?}: {stale:?}");
+    meshline_testkit::figures::report(
+        "etcd_keepalive",
+        &format!("frozen etcd noticed after {noticed:?}: {stale:?}"),
+    );
     assert!(
         noticed <= Duration::from_secs(3),
         "noticed after {noticed:?}"

@@ -210,7 +210,10 @@ async fn watch_and_lease_survive_losing_their_member_then_the_leader() {
     });
     let seen = until_shows(&mut w, &[ME, "10.9.9.1:8091", "10.9.9.2:8091"], t).await;
     writes.await.unwrap();
-    eprintln!("member cut: every change in the watch {seen:?} after the cut");
+    meshline_testkit::figures::report(
+        "etcd_member_cut",
+        &format!("member cut: every change in the watch {seen:?} after the cut"),
+    );
     let (on_watch, on_lease) = stream_members(&cluster, &live0);
     eprintln!("after the cut: watch on m{on_watch}, lease keep-alive on m{on_lease}");
     assert!(
@@ -244,7 +247,10 @@ async fn watch_and_lease_survive_losing_their_member_then_the_leader() {
     });
     let seen = until_shows(&mut w, &[ME, "10.9.9.2:8091", "10.9.9.4:8091"], t).await;
     writes.await.unwrap();
-    eprintln!("leader cut: every change in the watch {seen:?} after the cut");
+    meshline_testkit::figures::report(
+        "etcd_member_cut",
+        &format!("leader cut: every change in the watch {seen:?} after the cut"),
+    );
     assert!(
         seen <= BOUND,
         "the watch resumed {seen:?} after the leader's cut (bound {BOUND:?})"

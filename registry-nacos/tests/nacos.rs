@@ -229,7 +229,8 @@ async fn convergence() {
 }
 
 /// Username/password reach the server: with auth on, the right credentials work and a
-/// wrong password is refused with an error (never a silent success).
+/// wrong password, and no credentials, are refused with the auth error naming the keys
+/// to check (never a silent success, never a timeout or another failure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn username_and_password_are_used() {
     let server = Rnacos::start_with_auth("meshline", "s3cret-pass").expect("start rnacos");
@@ -250,28 +251,42 @@ async fn username_and_password_are_used() {
         &server,
         &[
             ("registry.nacos.username", "meshline"),
-            ("registry.nacos.password", "wrong"),
+            ("registry.nacos.password", "not-the-pass-9f2"),
         ],
     );
     let refused = match NacosRegistry::connect(&bad).await {
-        Err(_) => true,
-        Ok(r) => r.lookup("default").await.is_err(),
+        Err(e) => e.to_string(),
+        Ok(r) => match r.lookup("default").await {
+            Err(e) => e.to_string(),
+            Ok(s) => panic!("a wrong password read the registry: {s:?}"),
+        },
     };
-    assert!(
-        refused,
-        "a wrong password must not be able to read the registry"
-    );
     let anonymous = match NacosRegistry::connect(&config(&server, &[])).await {
-        Err(_) => true,
-        Ok(r) => r
+        Err(e) => e.to_string(),
+        Ok(r) => match r
             .register("default", &Instance::parse("10.3.0.2:1").unwrap())
             .await
-            .is_err(),
+        {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("a registration without credentials was accepted"),
+        },
     };
-    assert!(
-        anonymous,
-        "without credentials registration must be refused"
-    );
+    // Both are the server's auth refusal, named with the keys to check, and neither
+    // carries the password.
+    for (what, e) in [
+        ("a wrong password", &refused),
+        ("no credentials", &anonymous),
+    ] {
+        assert!(
+            e.contains("refused by the server's auth (403)")
+                && e.contains("registry.nacos.username and registry.nacos.password"),
+            "{what}: {e}"
+        );
+        assert!(
+            !e.contains("not-the-pass-9f2") && !e.contains("s3cret"),
+            "{what}: {e}"
+        );
+    }
     reg.close().await.unwrap();
 }
 

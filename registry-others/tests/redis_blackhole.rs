@@ -145,11 +145,14 @@ async fn a_ten_second_blackhole_of_redis_loses_no_registration_and_keeps_no_stal
     // C's key is gone from Redis too (it expired during the cut).
     assert!(pttl(&redis.url(), &instance_key("c", &c)).await.is_none());
 
-    eprintln!(
-        "redis blackhole {BLACKHOLE:?} (TTL {TTL:?}, refresh 1 s, command timeout 1 s): \
+    meshline_testkit::figures::report(
+        "redis_blackhole",
+        &format!(
+            "redis blackhole {BLACKHOLE:?} (TTL {TTL:?}, refresh 1 s, command timeout 1 s): \
          watch stale {stale_after:?} after the cut; after the restore: A's key back at \
          {key_back:?} (TTL left {left:?}), the watch resynced (D in, dead C out) at \
          {resynced:?}, {change_seen:?} after D's registration returned"
+        ),
     );
     for r in [&stays, &late, &watcher] {
         r.close().await.unwrap();

@@ -48,6 +48,7 @@ mod consul_double;
 pub mod convergence;
 mod etcd;
 mod eureka_double;
+pub mod figures;
 mod http_double;
 mod namingserver_double;
 pub mod net;
@@ -71,10 +72,10 @@ pub use namingserver_double::{NamingserverDouble, NamingserverDoubleOptions};
 pub use process::ServerProcess;
 pub use raft_double::{RaftDouble, RaftDoubleOptions};
 pub use redis::Redis;
-pub use rnacos::Rnacos;
+pub use rnacos::{Rnacos, RnacosCluster};
 pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped};
 pub use tls::{TestPki, Trust, refusal as tls_refusal, round_trip as tls_round_trip};
-pub use zookeeper::ZooKeeper;
+pub use zookeeper::{ZkEnsemble, ZooKeeper};
 
 /// How long a server may take to answer its readiness probe. Generous, because the
 /// tests run on loaded 2-core CI machines next to a cargo build.

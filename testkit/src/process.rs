@@ -220,9 +220,19 @@ impl ServerProcess {
 
     /// Stops the process with `SIGSTOP`: it keeps its sockets but answers nothing
     /// (clients time out; ZooKeeper sessions expire after the session timeout).
+    ///
+    /// Returns once every thread of the process is stopped (`/proc/<pid>/task/*/stat`
+    /// in state `T`, at most 2 s): the signal is asynchronous, and a thread already
+    /// running could still answer a request sent just after `kill` returned.
     pub fn pause(&mut self) -> Result<()> {
         self.signal(Signal::SIGSTOP)?;
         self.paused = true;
+        if let Some(pid) = self.pid() {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !all_threads_stopped(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         Ok(())
     }
 
@@ -290,6 +300,23 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// True when every thread of `pid` is stopped (state `T` or `t` in its `stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.filter_map(|t| t.ok()).all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            // The state follows the command name, which is in parentheses.
+            .and_then(|st| {
+                st.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_string())
+            })
+            .is_none_or(|rest| rest.starts_with('T') || rest.starts_with('t'))
+    })
 }
 
 /// Finds `program` on `PATH`, or explains how to install it.

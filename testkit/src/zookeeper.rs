@@ -1,14 +1,19 @@
-//! ZooKeeper 3.x standalone (`java -cp /usr/share/java/zookeeper.jar`).
+//! ZooKeeper 3.x (`java -cp /usr/share/java/zookeeper.jar`): standalone on loopback
+//! ([`ZooKeeper`]), or an ensemble with each server on a test host of its own
+//! ([`ZkEnsemble`]).
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use crate::process::{
     ServerProcess, require_binary, require_file, start_with_port_retry, tcp_exchange,
+    tcp_exchange_at,
 };
-use crate::{Result, io_err};
+use crate::{Error, READY_TIMEOUT, Result, io_err};
 
 const INSTALL: &str = "apt-get install -y zookeeper";
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -78,11 +83,7 @@ impl ZooKeeper {
                     ),
                 )
                 .map_err(io_err("write zoo.cfg"))?;
-                let mut cp = JAR.to_string();
-                if std::path::Path::new(SLF4J).is_file() {
-                    cp.push(':');
-                    cp.push_str(SLF4J);
-                }
+                let mut cp = classpath();
                 if let (Some((pki, need)), Some(sp)) = (tls, secure_port) {
                     let read = |p: std::path::PathBuf| {
                         std::fs::read_to_string(&p).map_err(io_err(format!("read {}", p.display())))
@@ -122,20 +123,7 @@ impl ZooKeeper {
                         cp.push_str(&j);
                     }
                 }
-                let args: Vec<OsString> = [
-                    "-Xmx256m",
-                    "-XX:+UseSerialGC",
-                    "-XX:TieredStopAtLevel=1",
-                    "-cp",
-                    &cp,
-                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                    "-Dzookeeper.jmx.log4j.disable=true",
-                    "org.apache.zookeeper.server.ZooKeeperServerMain",
-                    &cfg.display().to_string(),
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
+                let args = java_args(&cp, "org.apache.zookeeper.server.ZooKeeperServerMain", &cfg);
                 let probe = Arc::new(move || {
                     let answer = tcp_exchange(port, b"srvr", 8192)?;
                     if answer.contains("Mode:") {
@@ -197,4 +185,282 @@ impl ZooKeeper {
     pub fn resume(&mut self) -> Result<()> {
         self.process.resume()
     }
+}
+
+/// The JVM's arguments for ZooKeeper's `main_class` with `cfg` (a small heap, quick
+/// start, warnings only).
+fn java_args(cp: &str, main_class: &str, cfg: &std::path::Path) -> Vec<OsString> {
+    [
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        cp,
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        main_class,
+        &cfg.display().to_string(),
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect()
+}
+
+/// ZooKeeper's jar, with slf4j-simple when installed (its logs then reach the server
+/// log).
+fn classpath() -> String {
+    let mut cp = JAR.to_string();
+    if std::path::Path::new(SLF4J).is_file() {
+        cp.push(':');
+        cp.push_str(SLF4J);
+    }
+    cp
+}
+
+/// The client, quorum and election ports inside each test host (each host has its
+/// own ports).
+const HOST_CLIENT_PORT: u16 = 2181;
+const HOST_QUORUM_PORT: u16 = 2888;
+const HOST_ELECTION_PORT: u16 = 3888;
+
+/// A ZooKeeper ensemble (three servers by default, each `QuorumPeerMain`), every
+/// server on a test host of its own ([`crate::net::Host`], a network namespace; the
+/// hosts reach each other through the test's namespace), where a server can be
+/// [`cut`](Self::cut) off (blackholed: no FIN, no RST) and [`restore`](Self::restore)d.
+///
+/// `tickTime=500` (sessions from 1 s to 60 s), `syncLimit=4` (a follower that hears
+/// nothing from the leader for 2 s leaves it, and so does the leader without a quorum
+/// of followers), `initLimit=10`. Clients are given [`connect_string`](Self::connect_string)
+/// (every server). Which server a session is on: [`session_server`](Self::session_server)
+/// (the `cons` command of each server that is not cut); the leader:
+/// [`leader`](Self::leader).
+///
+/// Clean-up: the servers are killed (`SIGKILL`) and waited for when the ensemble drops,
+/// panics included, then their hosts are removed; a host's removal kills whatever is
+/// still inside its namespace, and the namespaces (and servers) of a test process that
+/// was killed are removed by the next test process that creates a host.
+pub struct ZkEnsemble {
+    // Field order is drop order: the servers stop before their hosts go.
+    members: Vec<ServerProcess>,
+    hosts: Vec<crate::net::Host>,
+    /// Servers currently cut off (not asked by [`leader`](Self::leader) and friends).
+    cut: Vec<bool>,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for ZkEnsemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkEnsemble")
+            .field("connect_string", &self.connect_string())
+            .field("members", &self.members)
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+impl ZkEnsemble {
+    /// Starts an `n`-server ensemble (1..=7; 3 for a real quorum) with each server on a
+    /// test host of its own, and waits until every server serves (`srvr` reports it as
+    /// leader or follower). Needs what the test network needs (see
+    /// [`crate::net::skip_reason`]), Java and Debian's `zookeeper` package.
+    pub fn start_on_hosts(n: usize) -> Result<ZkEnsemble> {
+        if !(1..=7).contains(&n) {
+            return Err(Error::Other(format!(
+                "a ZooKeeper test ensemble has 1..=7 servers, not {n}"
+            )));
+        }
+        require_binary("java", INSTALL)?;
+        require_file(JAR, INSTALL)?;
+        let mut hosts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let host = crate::net::Host::new().map_err(Error::Other)?;
+            host.forward().map_err(Error::Other)?;
+            hosts.push(host);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("meshline-zk-ensemble-")
+            .tempdir()
+            .map_err(io_err("create a temp dir for the zookeeper ensemble"))?;
+        let servers: String = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                format!(
+                    "server.{}={}:{HOST_QUORUM_PORT}:{HOST_ELECTION_PORT}\n",
+                    i + 1,
+                    h.ip()
+                )
+            })
+            .collect();
+        let cp = classpath();
+        let mut members = Vec::with_capacity(n);
+        for (i, host) in hosts.iter().enumerate() {
+            let mdir = dir.path().join(format!("zk{}", i + 1));
+            let data = mdir.join("data");
+            std::fs::create_dir_all(&data).map_err(io_err(format!("create {}", data.display())))?;
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1))
+                .map_err(io_err("write myid"))?;
+            let cfg = mdir.join("zoo.cfg");
+            std::fs::write(
+                &cfg,
+                format!(
+                    "tickTime=500\ninitLimit=10\nsyncLimit=4\n\
+                     minSessionTimeout=1000\nmaxSessionTimeout=60000\n\
+                     dataDir={}\nclientPort={HOST_CLIENT_PORT}\nclientPortAddress={}\n\
+                     maxClientCnxns=0\nadmin.enableServer=false\n\
+                     4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons\n{servers}",
+                    data.display(),
+                    host.ip()
+                ),
+            )
+            .map_err(io_err("write zoo.cfg"))?;
+            // `ip netns exec` execs java in the namespace: the child is the server.
+            let mut args: Vec<OsString> = ["netns", "exec", host.name(), "java"]
+                .iter()
+                .map(OsString::from)
+                .collect();
+            args.extend(java_args(
+                &cp,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                &cfg,
+            ));
+            let addr = SocketAddr::new(host.ip(), HOST_CLIENT_PORT);
+            let probe = Arc::new(move || match mode_at(addr)? {
+                Some(_) => Ok(()),
+                None => Err("not serving yet (no quorum)".to_string()),
+            });
+            members.push(ServerProcess::new(
+                format!("zookeeper server {}", i + 1),
+                mdir,
+                "ip",
+                args,
+                probe,
+            ));
+        }
+        let mut ensemble = ZkEnsemble {
+            members,
+            cut: vec![false; n],
+            hosts,
+            _dir: dir,
+        };
+        // Every server must run before a quorum can form.
+        for m in &mut ensemble.members {
+            m.spawn()?;
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for m in &mut ensemble.members {
+            m.wait_ready(deadline)?;
+        }
+        Ok(ensemble)
+    }
+
+    /// `ip1:2181,ip2:2181,...`: every server, in server order (ZooKeeper's connect
+    /// string).
+    pub fn connect_string(&self) -> String {
+        (0..self.len())
+            .map(|i| self.addr(i).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Server `i`'s client address.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::new(self.hosts[i].ip(), HOST_CLIENT_PORT)
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false (an ensemble has at least one server).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Server `i`'s process.
+    pub fn member(&mut self, i: usize) -> &mut ServerProcess {
+        &mut self.members[i]
+    }
+
+    /// Server `i`'s test host.
+    pub fn host(&self, i: usize) -> &crate::net::Host {
+        &self.hosts[i]
+    }
+
+    /// Sends the four-letter command `cmd` (`srvr`, `cons`, `mntr`...) to server `i`
+    /// and returns its answer (within about 2 s).
+    pub fn four_letter(&self, i: usize, cmd: &str) -> Result<String> {
+        tcp_exchange_at(self.addr(i), cmd.as_bytes(), 1 << 20).map_err(Error::Other)
+    }
+
+    /// Server `i`'s role (`leader`, `follower`), or `None` while it does not serve
+    /// (no quorum).
+    pub fn mode(&self, i: usize) -> Result<Option<String>> {
+        mode_at(self.addr(i)).map_err(Error::Other)
+    }
+
+    /// The index of the leader, asking the servers that are not cut off; waits (up to
+    /// [`READY_TIMEOUT`]) while an election is in progress.
+    pub fn leader(&self) -> Result<usize> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            for i in 0..self.len() {
+                if !self.cut[i] && self.mode(i).ok().flatten().as_deref() == Some("leader") {
+                    return Ok(i);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Other(format!(
+                    "no zookeeper leader within {READY_TIMEOUT:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server that session `session_id` is connected to now, asking each server
+    /// that is not cut off for its connections (`cons`); `None` when none has it.
+    pub fn session_server(&self, session_id: i64) -> Option<usize> {
+        let wanted = format!("sid=0x{session_id:x}");
+        (0..self.len()).find(|&i| {
+            !self.cut[i]
+                && self.four_letter(i, "cons").is_ok_and(|cons| {
+                    cons.lines()
+                        .any(|l| l.split([',', '(', ')']).any(|field| field.trim() == wanted))
+                })
+        })
+    }
+
+    /// Blackholes server `i`'s host ([`Host::cut`](crate::net::Host::cut)): its clients
+    /// and its peers see it fall silent, without FIN or RST.
+    pub fn cut(&mut self, i: usize) -> Result<()> {
+        self.hosts[i].cut().map_err(Error::Other)?;
+        self.cut[i] = true;
+        Ok(())
+    }
+
+    /// Ends a [`cut`](Self::cut) of server `i` and waits until it serves again (back in
+    /// the quorum as leader or follower).
+    pub fn restore(&mut self, i: usize) -> Result<()> {
+        self.hosts[i].restore().map_err(Error::Other)?;
+        self.cut[i] = false;
+        self.members[i].wait_ready(Instant::now() + READY_TIMEOUT)
+    }
+}
+
+/// The `Mode:` line of `srvr` at `addr` (`leader`, `follower`, `standalone`), `None`
+/// when the server answers that it does not serve.
+fn mode_at(addr: SocketAddr) -> std::result::Result<Option<String>, String> {
+    let answer = tcp_exchange_at(addr, b"srvr", 8192)?;
+    if let Some(mode) = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("Mode:").map(|m| m.trim().to_string()))
+    {
+        return Ok(Some(mode));
+    }
+    if answer.contains("not currently serving") {
+        return Ok(None);
+    }
+    Err(format!("srvr answered {answer:?}"))
 }

@@ -1,6 +1,8 @@
 //! The test network itself: a host in its own namespace is reachable, a cut makes it
 //! silent (no reset) and a restore brings the same connection back, nothing is left
-//! behind (a panic included), and the fault proxy adds what it says.
+//! behind (a panic included, and a process still inside a host is killed with it), a
+//! client run on a host's runtime connects from the host, and the fault proxy adds
+//! what it says.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -165,7 +167,67 @@ fn the_fault_proxy_delays_caps_and_blackholes() {
 }
 
 #[test]
-fn random_loss_is_repaired_by_tcp_and_run_in_lives_on_the_host() {
+fn a_host_runtime_connects_from_the_host_and_a_cut_of_it_partitions_it_alone() {
+    if skip() {
+        return;
+    }
+    let (client, server) = (Host::new().unwrap(), Host::new().unwrap());
+    client.forward().unwrap();
+    server.forward().unwrap();
+    let addr = echo(server.bind_tcp(0).unwrap());
+    let rt = client.runtime(1).unwrap();
+    // Spawned: `block_on` would run the future on this thread, in the test's namespace.
+    let connect = || {
+        rt.block_on(rt.spawn(async move {
+            let mut s =
+                tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+                    .await
+                    .map_err(|_| "connect timed out".to_string())?
+                    .map_err(|e| e.to_string())?;
+            let local = s.local_addr().map_err(|e| e.to_string())?;
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            s.write_all(b"hi").await.map_err(|e| e.to_string())?;
+            let mut got = [0u8; 2];
+            s.read_exact(&mut got).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((local, got, s))
+        }))
+        .unwrap()
+    };
+    let (local, got, stream) = connect().unwrap();
+    // The connection is the client host's: from its address, and `ss` there shows it.
+    assert_eq!(local.ip(), client.ip());
+    assert_eq!(&got, b"hi");
+    assert_eq!(client.peers_on(addr.port()).unwrap(), vec![addr]);
+    // A cut of the client's host: it reaches no server, while the test's namespace
+    // still does.
+    client.cut().unwrap();
+    assert!(connect().is_err(), "a cut host connected");
+    let mut direct = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    assert_eq!(round_trip(&mut direct, b"ok").unwrap(), b"ok");
+    client.restore().unwrap();
+    assert!(connect().is_ok());
+    drop(stream);
+}
+
+#[test]
+fn a_host_kills_a_process_left_inside_it() {
+    if skip() {
+        return;
+    }
+    let host = Host::new().unwrap();
+    let mut child = host.command("sleep").arg("60").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(child.try_wait().unwrap().is_none());
+    drop(host);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the process outlived its host");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn random_loss_is_repaired_by_tcp() {
     if skip() {
         return;
     }
@@ -183,18 +245,23 @@ fn random_loss_is_repaired_by_tcp_and_run_in_lives_on_the_host() {
         "{routes}"
     );
     host.drop_randomly(5).unwrap();
-    let local = host
-        .run_in(move || {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let rt = host.runtime(1).unwrap();
+    let local = rt
+        .block_on(rt.spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             for i in 0..60 {
                 let msg = format!("message {i:03}");
-                assert_eq!(round_trip(&mut s, msg.as_bytes()).unwrap(), msg.as_bytes());
+                s.write_all(msg.as_bytes()).await.unwrap();
+                let mut got = vec![0u8; msg.len()];
+                tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut got))
+                    .await
+                    .expect("an echo lost for good")
+                    .unwrap();
+                assert_eq!(got, msg.as_bytes());
             }
             s.local_addr().unwrap().ip()
-        })
-        .join()
-        .unwrap()
+        }))
         .unwrap();
     assert_eq!(local, host.ip(), "the client's socket lived on the host");
     assert!(

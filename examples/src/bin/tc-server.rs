@@ -4,7 +4,10 @@
 //! (identified = 1, or 0 with `--refuse-registration`), GlobalBegin with XIDs naming
 //! this server (`<host>:<port>:<id>`), branch registration with global row locks,
 //! commit and rollback driving phase two on the RMs' connections with retries, global
-//! timeouts, GlobalStatus / GlobalReport / GlobalLockQuery, and MergedWarpMessages.
+//! timeouts, GlobalStatus / GlobalReport / GlobalLockQuery, and MergedWarpMessages
+//! (answered result by result in BatchResultMessages to clients of 1.5.0 or later
+//! unless `transport.enableTcServerBatchSendResponse=false`, in one MergeResultMessage
+//! otherwise).
 //! Every answer carries the head entry `tc = <id>`. Bad input is refused, never
 //! echoed. It registers itself in the configured registry and unregisters on SIGINT /
 //! SIGTERM. Transactions live in memory only: a killed tc-server loses the ones it had
@@ -36,7 +39,7 @@ use std::time::Duration;
 use clap::Parser;
 use meshline::rpc::{ServerConfig, TransportConfig};
 use meshline::{Config, Instance, RegistryError};
-use meshline_examples::tc::{Coordinator, TcOptions};
+use meshline_examples::tc::{Coordinator, TcOptions, batch_send_response};
 use meshline_examples::{init_logging, server_cluster};
 
 /// An in-memory Seata TC (not durable): registration, begin, branches with global
@@ -104,6 +107,7 @@ async fn run(args: Args) -> Result<(), String> {
         refuse_registration: args.refuse,
         tag: Some(args.id.clone()),
         phase_two_timeout: transport.rpc_tc_request_timeout,
+        batch_send_response: batch_send_response(&config).map_err(|e| e.to_string())?,
         ..TcOptions::default()
     };
     let (server, tc) = Coordinator::serve(

@@ -19,8 +19,11 @@
 //! transaction (or an echo call) and start the next when it ends, for `--secs` after a
 //! 300 ms warm-up; latencies go into an HDR histogram. Rows run with the RMs' batching
 //! on (Seata's default: concurrent branch registrations go as MergedWarpMessages) and
-//! off. Then an open-loop row at half the best closed-loop rate, where latency counts
-//! from each transaction's scheduled start.
+//! off. `--tm-batch` batches the TM's requests too; `--tc-answers` picks how the TC
+//! answers merged requests (BatchResultMessages as each result is ready, its default, or
+//! one MergeResultMessage per merged frame as a stock Seata TC does). Then an open-loop
+//! row at half the best closed-loop rate, where latency counts from each transaction's
+//! scheduled start.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -56,9 +59,17 @@ struct Args {
     /// merges what is queued when the writer runs; `1ms` is Seata's Java client's wait).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     merge_wait: Duration,
-    /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`).
-    #[arg(long)]
-    tm_batch: bool,
+    /// Batch the TM's requests too (`transport.enableTmClientBatchSendRequest`) in the
+    /// batching rows: `--tm-batch` (or `on`), `off` (the default without the flag), or
+    /// `both` (rows for each, side by side).
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", default_value = "off")]
+    tm_batch: String,
+    /// How the TC answers merged requests: `batch` (BatchResultMessages as each result
+    /// is ready, the in-memory TC's default), `merge` (one MergeResultMessage once all
+    /// are done, a stock Seata TC's default: `transport.enableTcServerBatchSendResponse`
+    /// off) or `both` (rows for each). Matters only in the batching rows.
+    #[arg(long, default_value = "batch")]
+    tc_answers: String,
     /// Skip the echo rows and the open-loop row (to profile the transaction path alone).
     #[arg(long)]
     only_transactions: bool,
@@ -285,7 +296,7 @@ async fn transaction(
 
 /// The clients of one batching mode, and its TC.
 struct Setup {
-    label: &'static str,
+    label: String,
     batch: bool,
     tm: TransactionManager,
     a: ResourceManager,
@@ -294,12 +305,20 @@ struct Setup {
     _server: Server,
 }
 
-fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setup {
+fn setup(
+    servers: &Runtime,
+    clients: &Runtime,
+    args: &Args,
+    (batch, tm_batch, tc_batch_results): (bool, bool, bool),
+) -> Setup {
     let (server, tc) = servers.block_on(async {
         Coordinator::serve(
             "127.0.0.1:0".parse().expect("addr"),
             "127.0.0.1".parse().expect("ip"),
-            TcOptions::default(),
+            TcOptions {
+                batch_send_response: tc_batch_results,
+                ..TcOptions::default()
+            },
             ServerConfig::default(),
         )
         .await
@@ -309,7 +328,7 @@ fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setu
     let merge = meshline::rpc::BatchOptions {
         max_wait: args.merge_wait,
     };
-    let tm_batch = args.tm_batch && batch;
+    let tm_batch = tm_batch && batch;
     let (tm, a, b) = clients.block_on(async {
         let tm = TransactionManager::builder()
             .watch(hub.subscribe("c"), "c")
@@ -346,10 +365,13 @@ fn setup(servers: &Runtime, clients: &Runtime, args: &Args, batch: bool) -> Setu
     // The hub must outlive the clients' watches.
     std::mem::forget(hub);
     Setup {
-        label: if batch {
-            "transaction, RM batching on"
-        } else {
-            "transaction, RM batching off"
+        label: match (batch, tm_batch, tc_batch_results) {
+            (false, _, _) => "transaction, RM batching off".to_string(),
+            (true, tm, tc) => format!(
+                "transaction, {} batching on, TC answers {}",
+                if tm { "TM+RM" } else { "RM" },
+                if tc { "BatchResult" } else { "MergeResult" }
+            ),
         },
         batch,
         tm,
@@ -428,9 +450,32 @@ fn main() {
         "off" => vec![false],
         _ => vec![true, false],
     };
-    let setups: Vec<Setup> = modes
-        .iter()
-        .map(|&b| setup(&servers, &clients, &args, b))
+    let tc_modes: Vec<bool> = match args.tc_answers.as_str() {
+        "merge" => vec![false],
+        "both" => vec![true, false],
+        _ => vec![true],
+    };
+    let tm_modes: Vec<bool> = match args.tm_batch.as_str() {
+        "on" => vec![true],
+        "both" => vec![false, true],
+        _ => vec![false],
+    };
+    let mut combos = Vec::new();
+    for &b in &modes {
+        if !b {
+            // Without batching neither the TM's batching nor the TC's answers matter.
+            combos.push((false, false, true));
+            continue;
+        }
+        for &tm in &tm_modes {
+            for &tc in &tc_modes {
+                combos.push((true, tm, tc));
+            }
+        }
+    }
+    let setups: Vec<Setup> = combos
+        .into_iter()
+        .map(|c| setup(&servers, &clients, &args, c))
         .collect();
 
     // Rows interleaved, round after round: the machine's load drifts, and a ratio is
@@ -456,7 +501,7 @@ fn main() {
                 Some(row.rate())
             };
             for (i, s) in setups.iter().enumerate() {
-                let row = clients.block_on(closed_loop(s.label, n, args.secs, tx_op(s)));
+                let row = clients.block_on(closed_loop(&s.label, n, args.secs, tx_op(s)));
                 print_row(&row);
                 tx_rates[i].push(row.rate());
                 p99s[i].push(row.p(0.99));
@@ -467,7 +512,7 @@ fn main() {
         }
         for (i, s) in setups.iter().enumerate() {
             summary.push((
-                s.label,
+                s.label.clone(),
                 n,
                 median(tx_rates[i].clone()),
                 (!echo_rates.is_empty()).then(|| median(echo_rates.clone())),
@@ -478,8 +523,14 @@ fn main() {
     }
     for s in &setups {
         if s.batch {
-            let merged = s.tc.stats().merged_frames.load(Ordering::Relaxed);
-            println!("  (the batching rows' TC served {merged} MergedWarpMessages)");
+            let st = s.tc.stats();
+            println!(
+                "  ({}: the TC served {} MergedWarpMessages, answered with {} MergeResultMessages and {} BatchResultMessages)",
+                s.label,
+                st.merged_frames.load(Ordering::Relaxed),
+                st.merge_results.load(Ordering::Relaxed),
+                st.batch_results.load(Ordering::Relaxed)
+            );
         }
     }
     let best = summary.iter().map(|r| r.2).fold(0.0f64, f64::max);

@@ -24,7 +24,7 @@ use meshline::rpc::compress::Compressor;
 use meshline::rpc::message::{
     BranchRegisterRequest, BranchRegisterResponse, BranchReportRequest, BranchReportResponse,
     GlobalBeginRequest, GlobalBeginResponse, GlobalEndResponse, GlobalLockQueryResponse,
-    GlobalReportRequest, GlobalStatus, MergeResultMessage, RegisterResponse, SeataMessage,
+    GlobalReportRequest, GlobalStatus, RegisterResponse, SeataMessage,
     TransactionExceptionCode as Exc, TransactionResult, type_code, type_name,
 };
 use meshline::rpc::{Connection, InboundRequest, Payload};
@@ -35,10 +35,10 @@ use super::locks::rows;
 use super::session::{Branch, Session};
 
 /// Where an answer goes: the request's connection, id, and whether it was one-way.
-struct Reply {
-    conn: Connection,
-    oneway: bool,
-    request_id: u32,
+pub(super) struct Reply {
+    pub(super) conn: Connection,
+    pub(super) oneway: bool,
+    pub(super) request_id: u32,
 }
 
 impl Inner {
@@ -125,13 +125,11 @@ impl Inner {
                     return self.refuse(&conn, "a merged request before registration".into());
                 };
                 self.stats.merged_frames.fetch_add(1, Ordering::Relaxed);
-                let results = futures_util::future::join_all(
-                    m.msgs
-                        .into_iter()
-                        .map(|sub| self.transaction(&conn, &client, sub)),
-                )
-                .await;
-                SeataMessage::MergeResult(MergeResultMessage { msgs: results })
+                match self.merged(&reply, compressor, &client, m).await {
+                    Some(positional) => positional,
+                    // Answered as each result was ready.
+                    None => return None,
+                }
             }
             other if meshline::rpc::message::is_mergeable_request(other.type_code()) => {
                 let Some(client) = conn.state::<Client>() else {
@@ -164,8 +162,21 @@ impl Inner {
         compressor: Compressor,
         answer: &SeataMessage,
     ) -> Option<Payload> {
+        let p = self.encode(compressor, answer)?;
+        if req.oneway {
+            if let Err(e) = req.conn.respond(req.request_id, p).await {
+                tracing::debug!(error = %e, "could not answer a one-way request");
+            }
+            return None;
+        }
+        Some(p)
+    }
+
+    /// `answer` as a payload in `compressor`, with the `tc` head entry when tagged;
+    /// `None` once crashed (a dead process answers nothing, not even what it had
+    /// computed) or when it cannot be encoded.
+    pub(super) fn encode(&self, compressor: Compressor, answer: &SeataMessage) -> Option<Payload> {
         if self.crashed() {
-            // A dead process answers nothing, not even what it had computed.
             return None;
         }
         let mut p = match Payload::seata_compressed(answer, compressor) {
@@ -177,12 +188,6 @@ impl Inner {
         };
         if let Some(tag) = &self.options.tag {
             p = p.with_head("tc", tag.clone());
-        }
-        if req.oneway {
-            if let Err(e) = req.conn.respond(req.request_id, p).await {
-                tracing::debug!(error = %e, "could not answer a one-way request");
-            }
-            return None;
         }
         Some(p)
     }
@@ -224,7 +229,7 @@ impl Inner {
     }
 
     /// One transaction request of a registered client.
-    async fn transaction(
+    pub(super) async fn transaction(
         self: &Arc<Self>,
         conn: &Connection,
         client: &Client,

@@ -68,13 +68,18 @@ impl LoadBalance for P2cLoadBalance {
             return Arc::new(EmptyPicker);
         }
         let members = Members::new(endpoints);
+        let inv_decay_ns = crate::stats::inv_decay_ns(self.decay);
         let stats: Box<[Arc<EndpointStats>]> =
             endpoints.iter().map(|e| e.stats_arc().clone()).collect();
+        // Updates blend at the rate picks decay at (see `EndpointStats::set_inv_decay`).
+        for s in stats.iter() {
+            s.set_inv_decay(inv_decay_ns);
+        }
         Arc::new(P2cPicker {
             counters: stats.iter().map(|s| s.slot().counter_ref()).collect(),
             stats,
             default_rtt_ns: self.default_rtt.max(MIN_DEFAULT_RTT).as_nanos() as f64,
-            inv_decay_ns: 1.0 / self.decay.max(Duration::from_millis(1)).as_nanos() as f64,
+            inv_decay_ns,
             members,
         })
     }

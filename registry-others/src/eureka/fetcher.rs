@@ -79,12 +79,14 @@ pub(super) async fn fetcher(inner: Arc<Inner>) {
                 // The watched names are read without the mirror locked: a first watch
                 // holds the lifecycle's lock while it reads the mirror.
                 let watched = inner.life.watched().await;
+                // Connected before the lists: a watcher that sees a fresh list also
+                // sees the registry reachable (as `WatchScope::publish_read`).
+                hub.mark_all_connected();
                 if let Some(m) = inner.mirror.lock().await.as_ref() {
                     for cluster in watched {
                         hub.publish(&cluster, m.members(&cluster));
                     }
                 }
-                hub.mark_all_connected();
                 backoff.reset();
                 delay = inner.refresh;
             }

@@ -18,10 +18,14 @@
 //! - [`FaultProxy`] (`proxy`) sits between a client and a server and adds delay,
 //!   jitter, loss (as the retransmission stall TCP turns it into), a bandwidth cap, or a
 //!   blackhole, changeable while it runs. The kernel here has no `netem` qdisc.
+//! - [`Host::runtime`] runs a client inside a host (a tokio runtime whose threads live
+//!   in its namespace), so one client can be partitioned from every server while the
+//!   servers keep their quorum.
 //!
-//! Namespaces are removed when their [`Host`] drops, panics included; ones left behind
-//! by a process that was killed are removed by the next process that creates a host
-//! (their names carry the creating process's id).
+//! Namespaces are removed when their [`Host`] drops, panics included, and any process
+//! still inside one is killed first; ones left behind by a test process that was killed
+//! are removed, with the servers still running in them, by the next process that
+//! creates a host (their names carry the creating process's id).
 //!
 //! It needs root, `ip` (iproute2) and `nft` (nftables); [`available`] says whether
 //! they are here and why not. Tests call [`skip_reason`] and return early with the
@@ -104,8 +108,40 @@ fn remove_stale() {
         if let Some(pid) = pid
             && !std::path::Path::new(&format!("/proc/{pid}")).exists()
         {
+            // A server it started there may have outlived it: killed with the namespace.
+            kill_processes_in(name);
             let _ = ip(&["netns", "delete", name]);
         }
+    }
+}
+
+/// `SIGKILL`s every process still inside namespace `name` (`ip netns pids`) and waits
+/// (up to 2 s) until none is left: a namespace whose name is deleted lives on while a
+/// process is in it, and so would a server started there whose test died.
+fn kill_processes_in(name: &str) {
+    let pids = |name: &str| -> Vec<i32> {
+        ip(&["netns", "pids", name])
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let left = pids(name);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return;
+        }
+        for pid in left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -252,23 +288,6 @@ impl Host {
         .map_err(|_| "the namespace thread panicked".to_string())?
     }
 
-    /// Runs `f` on a thread of its own inside the host's namespace: every socket it
-    /// creates (a listener, an outgoing connection) belongs to the host, so a client
-    /// that runs there (on a runtime built in `f`) lives on the host and is cut with it.
-    /// Joining the thread gives `f`'s value, or why it could not enter the namespace.
-    pub fn run_in<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> std::thread::JoinHandle<Result<T, String>> {
-        let path = format!("/var/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("setns {path}: {e}"))?;
-            Ok(f())
-        })
-    }
-
     /// Blackholes the host: every packet in or out of its namespace is dropped (an
     /// nftables table with drop policies). Connections stay open; nothing answers,
     /// nothing resets.
@@ -392,6 +411,22 @@ impl Host {
         std::fs::write(&path, "1").map_err(|e| format!("{path}: {e}"))
     }
 
+    /// The peers of this host's established TCP connections whose remote port is
+    /// `port` (`ss` inside the namespace): which server a client run on this host
+    /// ([`runtime`](Self::runtime)) is connected to.
+    pub fn peers_on(&self, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let out = self.exec(&["ss", "-Htn", "state", "established"])?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .filter_map(|f| f.parse::<SocketAddr>().ok())
+                    .nth(1)
+            })
+            .filter(|a| a.port() == port)
+            .collect())
+    }
+
     /// Takes the link down (the test's side of the veth).
     pub fn link_down(&self) -> Result<(), String> {
         ip(&["link", "set", &self.veth_outside, "down"]).map(drop)
@@ -402,10 +437,65 @@ impl Host {
         ip(&["link", "set", &self.veth_outside, "up"]).map(drop)
     }
 
+    /// A tokio runtime (multi-thread, `workers` workers, I/O and time enabled) whose
+    /// every thread, the blocking pool's included, lives in this host's namespace: the
+    /// sockets its tasks open belong to the host. A client run on it (spawn its
+    /// `connect` there: `spawn`, not `block_on`, which runs the future on the calling
+    /// thread) connects from the host's address, so a [`cut`](Self::cut) of
+    /// this host partitions that client alone while the servers and other clients go
+    /// on. Reach other hosts with [`forward`](Self::forward) on both. It may be dropped
+    /// anywhere, async code and a panicking test included: its tasks are stopped
+    /// without being waited for.
+    pub fn runtime(&self, workers: usize) -> Result<HostRuntime, String> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file =
+            std::sync::Arc::new(std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers.max(1))
+            .thread_name(format!("{}-rt", self.name))
+            .enable_all()
+            .on_thread_start(move || {
+                // A thread that cannot enter the namespace must not run the host's
+                // tasks from the test's namespace unnoticed.
+                if let Err(e) = nix::sched::setns(&*file, nix::sched::CloneFlags::CLONE_NEWNET) {
+                    panic!("setns into {path}: {e}");
+                }
+            })
+            .build()
+            .map(|rt| HostRuntime(Some(rt)))
+            .map_err(|e| format!("a runtime in {}: {e}", self.name))
+    }
+
     fn destroy(&self) {
+        // A process still inside (a server whose own clean-up did not run) would keep
+        // the namespace alive after its name is gone.
+        kill_processes_in(&self.name);
         // Deleting the namespace deletes the veth pair with it.
         let _ = ip(&["netns", "delete", &self.name]);
         let _ = ip(&["link", "delete", &self.veth_outside]);
+    }
+}
+
+/// A tokio runtime whose threads live in a host's namespace ([`Host::runtime`]); use
+/// it as a [`tokio::runtime::Runtime`]. Dropping it shuts it down in the background
+/// (a plain runtime dropped inside async code panics, and in a panicking test that
+/// aborts the process before the servers' clean-up runs).
+#[derive(Debug)]
+pub struct HostRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for HostRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("the runtime is there until dropped")
+    }
+}
+
+impl Drop for HostRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
     }
 }
 

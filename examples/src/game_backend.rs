@@ -410,6 +410,21 @@ impl GameBackend {
         snapshot_every: Duration,
         version: &str,
     ) -> Result<GameBackend, Box<dyn std::error::Error + Send + Sync>> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        Self::serve(id, listener, registry, clusters, snapshot_every, version).await
+    }
+
+    /// [`start_versioned`](Self::start_versioned) on a listener already bound (e.g. in
+    /// another network namespace: `meshline_testkit::net::Host::bind_tcp`, then
+    /// `tokio::net::TcpListener::from_std`); registered at the listener's address.
+    pub async fn serve(
+        id: &str,
+        listener: tokio::net::TcpListener,
+        registry: Arc<dyn RegistryService>,
+        clusters: &[&str],
+        snapshot_every: Duration,
+        version: &str,
+    ) -> Result<GameBackend, Box<dyn std::error::Error + Send + Sync>> {
         let state = Arc::new(State {
             id: id.to_string(),
             rooms: Mutex::new(HashMap::new()),
@@ -433,8 +448,7 @@ impl GameBackend {
                     .unwrap_or_else(|p| p.into_inner())
                     .retain(|_, c| c.id() != conn.id());
             })
-            .bind(addr)
-            .await?;
+            .serve(listener)?;
         let local = server.local_addr();
         let instance =
             Instance::new(&local.ip().to_string(), local.port())?.with_metadata("version", version);

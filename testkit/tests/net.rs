@@ -225,3 +225,49 @@ fn a_host_kills_a_process_left_inside_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn random_loss_is_repaired_by_tcp() {
+    if skip() {
+        return;
+    }
+    let host = Host::new().unwrap();
+    // A server on the test's side of the link, a client on the host.
+    let listener = std::net::TcpListener::bind(SocketAddr::new(host.gateway(), 0)).unwrap();
+    let addr = echo(listener);
+    host.set_rto_min(Duration::from_millis(250)).unwrap();
+    let routes = String::from_utf8(host.exec(&["ip", "route"]).unwrap().stdout).unwrap();
+    // `ip` shows it as `rto_min lock 250ms`.
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.contains("rto_min") && l.trim_end().ends_with("250ms")),
+        "{routes}"
+    );
+    host.drop_randomly(5).unwrap();
+    let rt = host.runtime(1).unwrap();
+    let local = rt
+        .block_on(rt.spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            for i in 0..60 {
+                let msg = format!("message {i:03}");
+                s.write_all(msg.as_bytes()).await.unwrap();
+                let mut got = vec![0u8; msg.len()];
+                tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut got))
+                    .await
+                    .expect("an echo lost for good")
+                    .unwrap();
+                assert_eq!(got, msg.as_bytes());
+            }
+            s.local_addr().unwrap().ip()
+        }))
+        .unwrap();
+    assert_eq!(local, host.ip(), "the client's socket lived on the host");
+    assert!(
+        host.dropped() > 0,
+        "5 % of some 240 packets, and none dropped"
+    );
+    host.drop_randomly(0).unwrap();
+    assert_eq!(host.dropped(), 0, "the rule is gone");
+}

@@ -131,7 +131,7 @@ class Client:
             # Section 4: a PING from the gateway is answered with its sequence.
             self.send(GATEWAY, PING, f.seq, b"", REPLY)
         # Section 9: numbered pushes are reliable, not replies, sequence > 0 (MOVED
-        # included; REBOUND carries a request's sequence, not a push number).
+        # included; REBOUND carries a request's sequence or 0, never a push number).
         if (f.flags & RELIABLE and not f.flags & REPLY and f.seq > 0
                 and not (f.module == GATEWAY and f.opcode == REBOUND)):
             self.last_push = f.seq

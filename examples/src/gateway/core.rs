@@ -24,6 +24,7 @@ use super::limits::Limits;
 use super::metrics::{GatewayMetrics, Pages};
 use super::protect::Protection;
 use super::queue::LoginQueue;
+use super::release;
 use super::serve::accept_loop;
 use super::session::{Session, Sessions};
 use super::settings::GatewaySettings;
@@ -46,8 +47,8 @@ pub struct GatewayStats {
     pub dropped: AtomicU64,
     /// Clients disconnected for not keeping up.
     pub overflowed: AtomicU64,
-    /// Requests whose session binding was released because its backend was gone
-    /// (the client was sent `REBOUND`).
+    /// Session bindings released because their backend was gone (the client was sent
+    /// `REBOUND`: at once if connected, else before the reply of its next request).
     pub rebound: AtomicU64,
     /// WebSocket connections cut because their handshake did not finish within the auth
     /// deadline (no frame can carry a refusal before it does).
@@ -205,6 +206,11 @@ impl Gateway {
                 .protect
                 .start_release(&cluster, &client, shared.stop.clone());
             tokio::spawn(keys::follow(
+                Arc::downgrade(&shared),
+                cluster.clone(),
+                client.clone(),
+            ));
+            tokio::spawn(release::follow(
                 Arc::downgrade(&shared),
                 cluster.clone(),
                 client.clone(),

@@ -119,7 +119,7 @@ pub(super) async fn forward(
 
 /// The modules whose binding moves with `route`'s: every static module of its cluster
 /// (one binding serves them all), or the dynamic module alone.
-fn rebound_modules(settings: &GatewaySettings, route: &ModuleRoute) -> Bytes {
+pub(super) fn rebound_modules(settings: &GatewaySettings, route: &ModuleRoute) -> Bytes {
     let ids: Vec<String> = match route.kind {
         ModuleKind::Static => settings
             .modules

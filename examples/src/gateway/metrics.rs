@@ -65,8 +65,7 @@ pub mod names {
     /// Counter, `reason` = the refusal's name in lower case (`forged`, `late`, ...; see
     /// `docs/gateway-protocol.md`): clients refused at admission.
     pub const REFUSED: &str = "gateway_refused_total";
-    /// Counter: requests whose session binding was released, its backend gone
-    /// (`REBOUND` sent).
+    /// Counter: session bindings released, their backend gone (`REBOUND` sent).
     pub const REBOUND: &str = "gateway_rebound_total";
     /// Counter: keys of keyed modules moved to another backend (`MOVED` sent).
     pub const KEYS_MOVED: &str = "gateway_keys_moved_total";

@@ -20,6 +20,8 @@
 //! - [`settings`]: the `gateway:` config section;
 //! - [`route`]: module -> cluster -> backend (balanced, bound per session, or by key),
 //!   identity stamping, a binding to a dead backend released;
+//! - `release`: bindings to a backend that left released, the sessions told at once
+//!   (`REBOUND`);
 //! - [`keys`]: keyed modules (rooms): a key's home by rendezvous hashing, the same on
 //!   every gateway, and moving keys (members told) when homes change;
 //! - [`kick`]: the KICK codes (why an admitted client's connection was closed);
@@ -48,6 +50,7 @@ pub mod outbound;
 pub mod protect;
 pub mod protocol;
 pub mod queue;
+mod release;
 pub mod route;
 mod serve;
 pub mod session;

@@ -46,6 +46,9 @@ pub(super) async fn accept_loop(
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
+                if let Err(e) = transport::keep_alive(&stream, shared.settings.client_keepalive) {
+                    tracing::debug!(%peer, error = %e, "client keep-alive not set");
+                }
                 tokio::spawn(serve_client(shared.clone(), kind(stream), peer));
             }
             Err(e) => {

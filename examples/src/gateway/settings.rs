@@ -17,6 +17,7 @@
 //!   register-cluster: gateway     # registered here in the registry ("" = do not)
 //!   app-version: 2.3.1            # new sessions only to backends of major version 2
 //!   resume-window: 60s            # a detached session can be resumed this long
+//!   client-keepalive: 20s         # a silent client's connection closed after this (0s: never)
 //!   push-buffer-bytes: 32KiB      # numbered pushes kept per session for a resume ...
 //!   push-buffer-age: 60s          # ... and for at most this long
 //!   duplicate-login: kick-old     # kick-old, refuse-new or allow
@@ -214,6 +215,10 @@ pub struct GatewaySettings {
     pub modules: BTreeMap<u16, ModuleRoute>,
     /// How long a detached session can be resumed (and its store record's TTL).
     pub resume_window: Duration,
+    /// A client connection from which nothing (not even a TCP acknowledgement) came for
+    /// this long is closed, and its session detached (`client-keepalive`; zero: never).
+    /// TCP keep-alive and `TCP_USER_TIMEOUT` on each client connection.
+    pub client_keepalive: Duration,
     /// Where sessions are kept beyond memory.
     pub session_store: SessionStoreKind,
     /// The Redis of [`SessionStoreKind::Redis`] (may hold a password: never logged).
@@ -254,6 +259,7 @@ impl Default for GatewaySettings {
             app_version: None,
             modules: BTreeMap::new(),
             resume_window: Duration::from_secs(60),
+            client_keepalive: Duration::from_secs(20),
             session_store: SessionStoreKind::Memory,
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_timeout: Duration::from_secs(2),
@@ -340,6 +346,7 @@ impl GatewaySettings {
                 "appversion" => s.app_version = (!v.is_empty()).then(|| v.to_string()),
                 "registercluster" => s.register_cluster = (!v.is_empty()).then(|| v.to_string()),
                 "resumewindow" => s.resume_window = duration(k, v)?,
+                "clientkeepalive" => s.client_keepalive = duration(k, v)?,
                 "sessionstore" => {
                     s.session_store = match v.to_ascii_lowercase().as_str() {
                         "memory" => SessionStoreKind::Memory,

@@ -292,10 +292,16 @@ impl Host {
     /// nftables table with drop policies). Connections stay open; nothing answers,
     /// nothing resets.
     pub fn cut(&self) -> Result<(), String> {
-        let rules = "table inet meshline_cut {\n\
+        self.nft(
+            "table inet meshline_cut {\n\
              chain in { type filter hook input priority -300; policy drop; }\n\
              chain out { type filter hook output priority -300; policy drop; }\n\
-             }\n";
+             }\n",
+        )
+    }
+
+    /// Loads nftables `rules` inside the namespace (`nft -f -`).
+    fn nft(&self, rules: &str) -> Result<(), String> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name, "nft", "-f", "-"])
             .stdin(std::process::Stdio::piped())
@@ -317,6 +323,74 @@ impl Host {
             ));
         }
         Ok(())
+    }
+
+    /// Real packet loss: each packet in or out of the namespace is dropped with
+    /// probability `percent` / 100 (an nftables `numgen random` rule, counted), so TCP
+    /// connections through the host lose segments and ACKs and retransmit them, as on a
+    /// lossy path. `percent` 0 removes the rule. See [`dropped`](Self::dropped).
+    pub fn drop_randomly(&self, percent: u32) -> Result<(), String> {
+        if percent > 100 {
+            return Err(format!("{percent} % is not a loss rate"));
+        }
+        let _ = self.exec(&["nft", "delete", "table", "inet", "meshline_loss"]);
+        if percent == 0 {
+            return Ok(());
+        }
+        self.nft(&format!(
+            "table inet meshline_loss {{\n\
+             chain in {{ type filter hook input priority -200; numgen random mod 100 < {percent} counter drop; }}\n\
+             chain out {{ type filter hook output priority -200; numgen random mod 100 < {percent} counter drop; }}\n\
+             }}\n"
+        ))
+    }
+
+    /// Packets dropped by [`drop_randomly`](Self::drop_randomly)'s rule so far (0 without
+    /// the rule).
+    pub fn dropped(&self) -> u64 {
+        let Ok(out) = self.exec(&["nft", "list", "table", "inet", "meshline_loss"]) else {
+            return 0;
+        };
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split("packets ")
+            .skip(1)
+            .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Sets the minimum TCP retransmission timeout of this host's link, both ways (the
+    /// `rto_min` of the link's routes, in the namespace and in the test's). On a veth
+    /// the round trip is microseconds, so a lost segment is resent after Linux's 200 ms
+    /// minimum; a path with a longer round trip (delay from a [`FaultProxy`]) resends
+    /// later: about its round trip plus 200 ms.
+    pub fn set_rto_min(&self, rto: std::time::Duration) -> Result<(), String> {
+        let o = self.addr.octets();
+        let net = format!("{}.{}.{}.{}/30", o[0], o[1], o[2], o[3] & !3);
+        let rto = format!("{}ms", rto.as_millis());
+        self.exec(&[
+            "ip",
+            "route",
+            "replace",
+            &net,
+            "dev",
+            &self.veth_inside,
+            "src",
+            &self.addr.to_string(),
+            "rto_min",
+            &rto,
+        ])?;
+        ip(&[
+            "route",
+            "replace",
+            &net,
+            "dev",
+            &self.veth_outside,
+            "src",
+            &self.gateway.to_string(),
+            "rto_min",
+            &rto,
+        ])
+        .map(drop)
     }
 
     /// Ends a [`cut`](Self::cut): packets flow again (retransmissions deliver what was

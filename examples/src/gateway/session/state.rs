@@ -177,6 +177,18 @@ impl Session {
         }
     }
 
+    /// Drops the binding of `slot` if it is still `backend`; true when it was.
+    pub fn release(&self, slot: &str, backend: &InstanceKey) -> bool {
+        let mut m = self.m();
+        if m.bindings.get(slot) != Some(backend) {
+            return false;
+        }
+        m.bindings.remove(slot);
+        drop(m);
+        self.changed();
+        true
+    }
+
     /// The role (empty until a backend sets one through the user state).
     pub fn role(&self) -> String {
         self.m().role.clone()

@@ -72,12 +72,18 @@ async fn consul_centre_reads_and_follows_seata_keys() {
         "b",
     )
     .await;
-    put(&url, None, MAPPING_KEY, "a").await;
+    // Subscribed before the change: a watch made after it could miss it (the change
+    // may be applied before the subscription, which then waits for another one; this
+    // timed out on a loaded machine).
     let mut rx = third.subscribe();
-    tokio::time::timeout(std::time::Duration::from_secs(5), rx.changed())
-        .await
-        .expect("the single key's change is followed")
-        .unwrap();
+    put(&url, None, MAPPING_KEY, "a").await;
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        rx.wait_for(|c| c.service.vgroup_mapping.get(GROUP).map(String::as_str) == Some("a")),
+    )
+    .await
+    .expect("the single key's change is followed")
+    .unwrap();
     follows_change(
         &third,
         "consul blob key created after the start",

@@ -86,12 +86,17 @@ async fn zk_centre_reads_and_follows_seata_nodes() {
         "b",
     )
     .await;
-    put(&client, &single, "a").await;
+    // Subscribed before the change (see centre_consul.rs: a watch made after it can
+    // miss it).
     let mut rx = third.subscribe();
-    tokio::time::timeout(Duration::from_secs(5), rx.changed())
-        .await
-        .expect("the single node's change is followed")
-        .unwrap();
+    put(&client, &single, "a").await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        rx.wait_for(|c| c.service.vgroup_mapping.get(GROUP).map(String::as_str) == Some("a")),
+    )
+    .await
+    .expect("the single node's change is followed")
+    .unwrap();
     follows_change(&third, "zk blob node created after the start", async {
         put(&client, custom, &blob(Some("b"))).await;
     })

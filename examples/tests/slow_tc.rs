@@ -83,9 +83,9 @@ const XID_FIRST_LOSSY_SHARE_MAX: f64 = 0.15;
 /// The same bound for `xid:<name>` in the slow phase. A third of the XID calls are the
 /// slow TC's own and hold its in-flight count at one or two, so bounded-load's cap
 /// (1.25 x the fair share of a few calls in flight) lets a no-XID key that hashes to
-/// it through whenever one of them has just returned: measured 0.0-0.6 % on a quiet
-/// machine, 2.9 % once with another full test run building beside it (614 calls/s,
-/// about ten calls). What the bound guards is that the inner balancer picks the calls
+/// it through whenever one of them has just returned: measured 0.0-0.6 % in the runs
+/// of docs/faults.md, 2.3 % in a full run alone on the machine, 2.9 % with another full
+/// run building beside it (614-642 calls/s: about ten calls). What the bound guards is that the inner balancer picks the calls
 /// without an XID, not Seata's random fallback (a third): 5 % holds that with room.
 const XID_FIRST_SLOW_SHARE_MAX: f64 = 0.05;
 

@@ -51,11 +51,15 @@ echo "== cargo package: $(echo $publishable) (each verified from its package)"
 # state (CI runs on a clean checkout anyway).
 pkg_args=()
 for name in $publishable; do pkg_args+=(-p "$name"); done
-rm -f "$target"/package/*.crate
-cargo package "${pkg_args[@]}" --allow-dirty --quiet
+# A target folder of its own, emptied first: cargo treats a crate from a registry as
+# immutable by name and version, so a warm target reused an older build of
+# meshline-registry-core 0.1.0 (same version, older code) and verification failed.
+pkgtarget="$target/package-check"
+rm -rf "$pkgtarget"
+CARGO_TARGET_DIR="$pkgtarget" cargo package "${pkg_args[@]}" --allow-dirty --quiet
 mkdir -p "$work/crates"
 for name in $publishable; do
-  crate="$target/package/$name-$version.crate"
+  crate="$pkgtarget/package/$name-$version.crate"
   [ -f "$crate" ] || { echo "package-check: $name was not packaged ($crate missing)" >&2; exit 1; }
   tar -xzf "$crate" -C "$work/crates"
   echo "packaged $name $version ($(du -k "$crate" | cut -f1) KiB)"
@@ -98,7 +102,7 @@ EOF
 cp Cargo.lock "$consumer/Cargo.lock"
 # The patches of crates the consumer does not use (the CLI, the other backends) are
 # reported by cargo as unused, which is expected: the build's log is shown on failure.
-if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
+if ! CARGO_TARGET_DIR="$pkgtarget" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
   2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
   echo "package-check: the README's program does not build from the packages" >&2
@@ -134,7 +138,7 @@ echo "tc-server at $addr"
 # The program reads seata.properties from its working directory: Seata's default group
 # (default_tx_group -> default) with the tc-server as the cluster's grouplist.
 printf 'service.default.grouplist=%s\n' "$addr" >"$consumer/seata.properties"
-out=$(cd "$consumer" && RUST_LOG=off timeout 60 "$target/debug/meshline-consumer")
+out=$(cd "$consumer" && RUST_LOG=off timeout 60 "$pkgtarget/debug/meshline-consumer")
 echo "consumer printed: $out"
 # `<xid> Committed`; Seata's XID is <ip>:<port>:<transaction id>, on this TC.
 if ! [[ "$out" =~ ^${addr//./\\.}:[0-9]+\ Committed$ ]]; then

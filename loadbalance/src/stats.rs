@@ -120,7 +120,6 @@ impl std::fmt::Debug for LoadGroup {
 pub struct EndpointStats {
     // What every pick and completion touches, first, in one cache line.
     in_flight: Slot,
-    picks: AtomicU64,
     group: Arc<LoadGroup>,
     successes: AtomicU64,
     failures: AtomicU64,
@@ -161,7 +160,6 @@ impl EndpointStats {
     pub(crate) fn on_board(group: Arc<LoadGroup>, board: &Arc<Board>) -> Self {
         EndpointStats {
             in_flight: board.acquire(),
-            picks: AtomicU64::new(0),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
@@ -184,12 +182,6 @@ impl EndpointStats {
     #[inline]
     pub(crate) fn slot(&self) -> &Slot {
         &self.in_flight
-    }
-
-    /// Requests begun on this endpoint (picks and [`crate::Endpoint::begin`]) since the
-    /// stats were created.
-    pub fn picks(&self) -> u64 {
-        self.picks.load(Ordering::Relaxed)
     }
 
     /// Requests recorded as successful.
@@ -272,22 +264,19 @@ impl EndpointStats {
     /// The counter is 32 bits: it cannot wrap, since every count is a live guard.
     #[inline]
     pub(crate) fn begin(&self) {
-        let (lane, group) = (self.in_flight.counter(), &*self.group);
-        lane.fetch_add(1, Ordering::Relaxed);
-        if group.counted() {
-            group.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
+        if self.group.counted() {
+            self.group.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        self.picks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one request out (here, and in the group if it is counted: a group is
     /// counted or not for its whole life, so every end matches its begin).
     #[inline]
     pub(crate) fn end(&self) {
-        let (lane, group) = (self.in_flight.counter(), &*self.group);
-        lane.fetch_sub(1, Ordering::Relaxed);
-        if group.counted() {
-            group.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
+        if self.group.counted() {
+            self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -552,7 +541,6 @@ mod tests {
         assert_eq!(reg.group().in_flight(), 1);
         drop(g1);
         assert_eq!(reg.group().in_flight(), 0);
-        assert_eq!(eps[0].stats().picks(), 1);
         // Nothing ever touched the counter.
         assert_eq!(reg.group().in_flight.load(Ordering::Relaxed), 0);
         // A counted group keeps it.

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # The crates as crates.io would serve them (issue 25 item 5):
 #   1. `cargo package -p <each publishable crate>`: every crate but the `publish = false`
-#      ones (the testkit and the examples), in dependency order; each is verified by
-#      building it from its own .crate, the workspace crates it depends on served from a
-#      local registry of the packages made before it (cargo's handling of workspace
-#      members; path dependencies are replaced by their versions).
-#   2. A throwaway consumer project, outside the workspace, that names `meshline` by
+#      ones (the testkit and the examples), in dependency order (cargo serves the ones
+#      already packaged to the next from a local registry; path dependencies are
+#      replaced by their versions).
+#   2. A throwaway consumer project, outside the workspace, that names the crates by
 #      version only: `[patch.crates-io]` points each meshline crate at its .crate file
-#      unpacked (never at the workspace's folders). It compiles the README's "Use it"
+#      unpacked (never at the workspace's folders). It depends on every publishable
+#      library, so each compiles from its package, and it compiles the README's "Use it"
 #      program, taken from README.md as written, and runs it against a `tc-server`: it
-#      must print the transaction's XID and `Committed`.
+#      must print the transaction's XID and `Committed`. The CLI (a binary only) is
+#      checked from its package with the same patches.
+# Why not `cargo package`'s own verification: it builds every crate from its package in
+# a target of its own, each dependent again with its own features (meshline-registry-core
+# was compiled 9 times), 3 minutes of a fresh run; and it could not share the
+# workspace's target, where cargo treats a crate from that local registry as immutable
+# by name and version and reused an older build of the same version. The consumer's
+# crates are path patches (checked by their sources, never stale), so it shares the
+# workspace's target: the crates.io dependencies it has in common are not rebuilt.
 # Run from anywhere; scripts/test.sh runs it. TC_SERVER: a built `tc-server` binary to
-# use (default: built here from meshline-examples). The consumer shares the target dir,
-# so the crates.io dependencies it has in common with the workspace are not rebuilt.
+# use (default: built here from meshline-examples).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -40,23 +47,24 @@ for name in meshline-testkit meshline-examples; do
     exit 1
   fi
 done
+# The publishable crates with a library (all but the CLI, a binary only).
+libraries=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json,sys; print("\n".join(sorted(p["name"] for p in json.load(sys.stdin)["packages"] if p["publish"] != [] and any("lib" in t["kind"] for t in p["targets"]))))')
 version=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "meshline"))')
 
-echo "== cargo package: $(echo $publishable) (each verified from its package)"
-# One command for all of them: cargo packages them in dependency order and serves the
-# ones already packaged to the next from a local registry. (`--workspace` would package
-# the test-only crates too: `cargo package` ignores `publish = false`.)
-# --allow-dirty: what is checked is that the crates package and build, not the git
-# state (CI runs on a clean checkout anyway).
+echo "== cargo package: $(echo $publishable)"
+# One command for all of them, in dependency order. (`--workspace` would package the
+# test-only crates too: `cargo package` ignores `publish = false`.) --allow-dirty: what
+# is checked is that the crates package and build, not the git state (CI runs on a
+# clean checkout anyway). --no-verify: the consumer below builds them (see the top).
 pkg_args=()
 for name in $publishable; do pkg_args+=(-p "$name"); done
-# A target folder of its own, emptied first: cargo treats a crate from a registry as
-# immutable by name and version, so a warm target reused an older build of
-# meshline-registry-core 0.1.0 (same version, older code) and verification failed.
+# The packages go to a folder of their own, emptied first, so none is left from an
+# earlier run.
 pkgtarget="$target/package-check"
 rm -rf "$pkgtarget"
-CARGO_TARGET_DIR="$pkgtarget" cargo package "${pkg_args[@]}" --allow-dirty --quiet
+CARGO_TARGET_DIR="$pkgtarget" cargo package "${pkg_args[@]}" --allow-dirty --no-verify --quiet
 mkdir -p "$work/crates"
 for name in $publishable; do
   crate="$pkgtarget/package/$name-$version.crate"
@@ -82,11 +90,17 @@ edition = "2024"
 publish = false
 
 # The README's "Dependencies" line: meshline (default features), tokio with macros and
-# rt-multi-thread, tracing-subscriber for the logs.
+# rt-multi-thread, tracing-subscriber for the logs; then every other publishable library
+# (default features), so that each compiles from its package.
 [dependencies]
 meshline = "$version"
 tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 tracing-subscriber = { version = "0.3", features = ["env-filter"] }
+EOF
+  for name in $libraries; do
+    [ "$name" = meshline ] || echo "$name = \"$version\""
+  done
+  cat <<EOF
 
 # Its own workspace: not a member of the one it sits under.
 [workspace]
@@ -100,13 +114,28 @@ EOF
 # The workspace's lock: the consumer's crates.io dependencies resolve to the versions
 # already built in the shared target dir.
 cp Cargo.lock "$consumer/Cargo.lock"
-# The patches of crates the consumer does not use (the CLI, the other backends) are
-# reported by cargo as unused, which is expected: the build's log is shown on failure.
-if ! CARGO_TARGET_DIR="$pkgtarget" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
+# The CLI's patch is reported by cargo as unused, which is expected: the build's log is
+# shown on failure.
+if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
   2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
-  echo "package-check: the README's program does not build from the packages" >&2
+  echo "package-check: the packaged libraries or the README's program do not build" >&2
   exit 1
+fi
+# The CLI from its package, its meshline crates patched to the packages as above.
+if grep -qx meshline-cli <<<"$publishable"; then
+  patches=()
+  for name in $publishable; do
+    patches+=(--config "patch.crates-io.$name.path=\"$work/crates/$name-$version\"")
+  done
+  # `check`: a build would put this `meshline` binary where the workspace's own goes.
+  if ! CARGO_TARGET_DIR="$target" cargo check --quiet --manifest-path "$work/crates/meshline-cli-$version/Cargo.toml" \
+    "${patches[@]}" 2>"$work/cli-build.log"; then
+    cat "$work/cli-build.log" >&2
+    echo "package-check: meshline-cli does not build from its package" >&2
+    exit 1
+  fi
+  echo "meshline-cli $version compiles from its package"
 fi
 # Where each crate of the consumer's graph came from: meshline from its unpacked
 # package, none from the workspace's folders.
@@ -138,7 +167,7 @@ echo "tc-server at $addr"
 # The program reads seata.properties from its working directory: Seata's default group
 # (default_tx_group -> default) with the tc-server as the cluster's grouplist.
 printf 'service.default.grouplist=%s\n' "$addr" >"$consumer/seata.properties"
-out=$(cd "$consumer" && RUST_LOG=off timeout 60 "$pkgtarget/debug/meshline-consumer")
+out=$(cd "$consumer" && RUST_LOG=off timeout 60 "$target/debug/meshline-consumer")
 echo "consumer printed: $out"
 # `<xid> Committed`; Seata's XID is <ip>:<port>:<transaction id>, on this TC.
 if ! [[ "$out" =~ ^${addr//./\\.}:[0-9]+\ Committed$ ]]; then

@@ -535,7 +535,7 @@ mod tests {
         assert_eq!(reg.group().in_flight(), 3);
         // `b` leaves with two requests in flight: they are still counted.
         drop(eps);
-        let eps = reg.endpoints(&[a]);
+        let _eps = reg.endpoints(&[a]);
         assert_eq!(reg.group().in_flight(), 3);
         drop((g2, g3));
         assert_eq!(reg.group().in_flight(), 1);

@@ -4,13 +4,14 @@
 #      ones (the testkit and the examples), in dependency order (cargo serves the ones
 #      already packaged to the next from a local registry; path dependencies are
 #      replaced by their versions).
-#   2. A throwaway consumer project, outside the workspace, that names the crates by
+#   2. A throwaway consumer workspace, outside this one, that names the crates by
 #      version only: `[patch.crates-io]` points each meshline crate at its .crate file
-#      unpacked (never at the workspace's folders). It depends on every publishable
-#      library, so each compiles from its package, and it compiles the README's "Use it"
-#      program, taken from README.md as written, and runs it against a `tc-server`: it
-#      must print the transaction's XID and `Committed`. The CLI (a binary only) is
-#      checked from its package with the same patches.
+#      unpacked (never at the workspace's folders). One member depends on every
+#      publishable library and is checked (`cargo check`: each library compiles from
+#      its package); the other is the README's "Use it" program, taken from README.md
+#      as written, with the README's dependencies: built and run against a
+#      `tc-server`, it must print the transaction's XID and `Committed`. The CLI (a
+#      binary only) is checked from its package with the same patches.
 # Why not `cargo package`'s own verification: it builds every crate from its package in
 # a target of its own, each dependent again with its own features (meshline-registry-core
 # was compiled 9 times), 3 minutes of a fresh run; and it could not share the
@@ -73,16 +74,18 @@ for name in $publishable; do
   echo "packaged $name $version ($(du -k "$crate" | cut -f1) KiB)"
 done
 
-echo "== a consumer built from the packages: the README's \"Use it\" program"
+echo "== a consumer built from the packages: the README's \"Use it\" program, and every library"
+# A workspace of two: `app`, the README's program with the README's dependencies (built
+# and run below), and `libs`, which depends on every publishable library (checked: each
+# compiles from its package, with its default features).
 consumer="$work/consumer"
-mkdir -p "$consumer/src"
+mkdir -p "$consumer/app/src" "$consumer/libs/src"
 # The README's first ```rust,no_run block, as written.
 awk '/^```rust,no_run$/ { inside = 1; next } inside && /^```$/ { exit } inside' README.md \
-  >"$consumer/src/main.rs"
-grep -q 'TransactionManager::builder()' "$consumer/src/main.rs" ||
+  >"$consumer/app/src/main.rs"
+grep -q 'TransactionManager::builder()' "$consumer/app/src/main.rs" ||
   { echo "package-check: no \"Use it\" program found in README.md" >&2; exit 1; }
-{
-  cat <<EOF
+cat >"$consumer/app/Cargo.toml" <<EOF
 [package]
 name = "meshline-consumer"
 version = "0.0.0"
@@ -90,20 +93,33 @@ edition = "2024"
 publish = false
 
 # The README's "Dependencies" line: meshline (default features), tokio with macros and
-# rt-multi-thread, tracing-subscriber for the logs; then every other publishable library
-# (default features), so that each compiles from its package.
+# rt-multi-thread, tracing-subscriber for the logs.
 [dependencies]
 meshline = "$version"
 tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 tracing-subscriber = { version = "0.3", features = ["env-filter"] }
 EOF
-  for name in $libraries; do
-    [ "$name" = meshline ] || echo "$name = \"$version\""
-  done
+{
   cat <<EOF
+[package]
+name = "meshline-libs"
+version = "0.0.0"
+edition = "2024"
+publish = false
 
+[dependencies]
+EOF
+  for name in $libraries; do
+    echo "$name = \"$version\""
+  done
+} >"$consumer/libs/Cargo.toml"
+: >"$consumer/libs/src/lib.rs"
+{
+  cat <<EOF
 # Its own workspace: not a member of the one it sits under.
 [workspace]
+members = ["app", "libs"]
+resolver = "3"
 
 [patch.crates-io]
 EOF
@@ -116,10 +132,17 @@ EOF
 cp Cargo.lock "$consumer/Cargo.lock"
 # The CLI's patch is reported by cargo as unused, which is expected: the build's log is
 # shown on failure.
-if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
-  2>"$work/consumer-build.log"; then
+if ! CARGO_TARGET_DIR="$target" cargo check --quiet --manifest-path "$consumer/Cargo.toml" \
+  -p meshline-libs 2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
-  echo "package-check: the packaged libraries or the README's program do not build" >&2
+  echo "package-check: a packaged library does not compile from its package" >&2
+  exit 1
+fi
+echo "every packaged library compiles from its package"
+if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
+  -p meshline-consumer 2>>"$work/consumer-build.log"; then
+  cat "$work/consumer-build.log" >&2
+  echo "package-check: the README's program does not build from the packages" >&2
   exit 1
 fi
 # The CLI from its package, its meshline crates patched to the packages as above.
@@ -166,8 +189,8 @@ addr=${line##* listening on }
 echo "tc-server at $addr"
 # The program reads seata.properties from its working directory: Seata's default group
 # (default_tx_group -> default) with the tc-server as the cluster's grouplist.
-printf 'service.default.grouplist=%s\n' "$addr" >"$consumer/seata.properties"
-out=$(cd "$consumer" && RUST_LOG=off timeout 60 "$target/debug/meshline-consumer")
+printf 'service.default.grouplist=%s\n' "$addr" >"$consumer/app/seata.properties"
+out=$(cd "$consumer/app" && RUST_LOG=off timeout 60 "$target/debug/meshline-consumer")
 echo "consumer printed: $out"
 # `<xid> Committed`; Seata's XID is <ip>:<port>:<transaction id>, on this TC.
 if ! [[ "$out" =~ ^${addr//./\\.}:[0-9]+\ Committed$ ]]; then

@@ -3,7 +3,7 @@
 would, in two phases so that waiting does not add up:
 
 1. **Shared**: the tests of the registry backends, the facade's configuration-centre
-   tests and the CLI's. They spend their time waiting for real servers (a lease to
+   tests, the CLI's and the testkit's. They spend their time waiting for real servers (a lease to
    expire, a push, a session to move) with bounds of seconds, so several binaries run
    at once (`--lanes`, default 3), longest first when an earlier run's durations are
    on record (`<target>/test-durations.json`).
@@ -36,7 +36,8 @@ import threading
 import time
 from pathlib import Path
 
-# Packages whose test binaries wait on servers rather than measure time.
+# Packages whose test binaries wait on servers rather than measure time (the testkit's
+# own: its servers start and answer; its test networks' test names `testkit::net`).
 SHARED_PACKAGES = {
     "meshline",
     "meshline-cli",
@@ -45,6 +46,7 @@ SHARED_PACKAGES = {
     "meshline-registry-file",
     "meshline-registry-nacos",
     "meshline-registry-others",
+    "meshline-testkit",
 }
 # A test source naming one of these measures a fault on a test network: it runs alone.
 ALONE_MARKERS = ("meshline_testkit::net", "testkit::net", "figures::")
@@ -176,8 +178,8 @@ def main():
     results = {}
     lock = threading.Lock()
     queue = list(shared)
-    print(f"== {len(shared)} test binaries waiting on servers, {max(1, args.lanes)} at a time",
-          flush=True)
+    print(f"== {len(shared)} test binaries waiting on servers, {max(1, args.lanes)} at a time "
+          f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
 
     def lane():
@@ -209,14 +211,14 @@ def main():
         sys.stdout.write(alongside_out.read())
         sys.stdout.flush()
         alongside_out.close()
-    print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time",
-          flush=True)
+    print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time "
+          f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
     for b in alone:
         run_live(b, results)
     alone_took = time.monotonic() - started
 
-    print("== doc tests", flush=True)
+    print(f"== doc tests ({time.strftime('%H:%M:%S')})", flush=True)
     cmd = ["cargo", "test", "--workspace", "--no-fail-fast", "--doc"]
     if args.features:
         cmd += ["--features", args.features]

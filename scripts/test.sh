@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 # A one-off run gains nothing from incremental state, which costs gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# Debug builds with line tables only (a failing test's backtrace keeps its files and
+# lines; no variables for a debugger): about a hundred test binaries are compiled and
+# linked, and full debug info is much of that time and of the target's size.
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
 # Each step prints the time and the free disk, so a run that fails names its step and
 # shows whether the disk was the cause.

@@ -118,31 +118,59 @@ impl ConsistentHashLoadBalance {
         per_weight: u32,
         previous: Option<(&PagedRing, &MembershipChange<'_>)>,
     ) -> Arc<dyn Picker> {
-        let (counts, _) = point_counts(&members, per_weight);
-        let total: u64 = counts.iter().sum();
-        if total < self.paged_from {
-            return Arc::new(RingPicker {
-                ring: Ring::with_counts(&members, &counts),
+        match FastRing::new(&members, per_weight, self.paged_from, previous) {
+            FastRing::Flat(ring) => Arc::new(RingPicker {
+                ring,
                 members,
                 key: RingKey::Request,
-            });
+            }),
+            FastRing::Paged(ring) => Arc::new(RingPicker {
+                ring,
+                members,
+                key: RingKey::Request,
+            }),
+        }
+    }
+}
+
+/// The fast ring of a membership: flat when small, paged from `paged_from` points on
+/// (what every algorithm on the fast ring builds: the fast consistent hash, bounded
+/// loads, the game gateways' affinity hashes). Both give every key the same endpoint;
+/// the paged one can be updated for a membership change page by page.
+pub(crate) enum FastRing {
+    /// Under `paged_from` points: one flat array (a pick is two dependent loads
+    /// shorter).
+    Flat(Ring),
+    /// `paged_from` points and more.
+    Paged(PagedRing),
+}
+
+impl FastRing {
+    /// The ring over `members` with `per_weight` points per weight unit, updated from
+    /// `previous` (the previous paged ring and the change since it) when a few pages can
+    /// absorb the change, else built afresh.
+    pub(crate) fn new(
+        members: &Members,
+        per_weight: u32,
+        paged_from: u64,
+        previous: Option<(&PagedRing, &MembershipChange<'_>)>,
+    ) -> FastRing {
+        let (counts, _) = point_counts(members, per_weight);
+        let total: u64 = counts.iter().sum();
+        if total < paged_from {
+            return FastRing::Flat(Ring::with_counts(members, &counts));
         }
         let updated = previous.and_then(|(ring, change)| {
             ring.update(
-                &members,
+                members,
                 |i| change.previous_index(i),
                 change.left(),
                 &counts,
             )
         });
-        let ring = match updated {
+        FastRing::Paged(match updated {
             Some(ring) => ring,
-            None => PagedRing::build(&members, identity_hashes(&members), counts),
-        };
-        Arc::new(RingPicker {
-            ring,
-            members,
-            key: RingKey::Request,
+            None => PagedRing::build(members, identity_hashes(members), counts),
         })
     }
 }

@@ -61,7 +61,8 @@ impl HashMode {
 /// endpoints) are paged: a [`crate::Balancer`] update in which a few endpoints join or
 /// leave rewrites only the pages their points fall in (see
 /// [`LoadBalance::rebuild`]); every key maps to the same endpoint as on a ring built
-/// afresh.
+/// afresh. In [`HashMode::Java`], such an update hashes only the joining endpoints'
+/// points (SHA-256 is most of a build's cost) and merges them into the previous ring.
 #[derive(Debug, Clone, Copy)]
 pub struct ConsistentHashLoadBalance {
     mode: HashMode,
@@ -195,14 +196,29 @@ impl LoadBalance for ConsistentHashLoadBalance {
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        let HashMode::Fast { points_per_weight } = self.mode else {
-            return self.build(change.endpoints());
-        };
         if change.endpoints().is_empty() {
             return Arc::new(EmptyPicker);
         }
         // The endpoint list is shared with the balancer's snapshot, not copied.
         let members = Members::shared(change.endpoints().clone());
+        let points_per_weight = match self.mode {
+            HashMode::Fast { points_per_weight } => points_per_weight,
+            HashMode::Java { virtual_nodes } => {
+                // Only the joining endpoints' points are hashed and merged in.
+                let virtual_nodes = virtual_nodes.max(1);
+                let updated = change
+                    .previous()
+                    .picker()
+                    .as_any()
+                    .and_then(|p| p.downcast_ref::<JavaRingPicker>())
+                    .and_then(|p| p.ring.update(&members, virtual_nodes, change));
+                let ring = match updated {
+                    Some(ring) => ring,
+                    None => JavaRing::build(&members, virtual_nodes),
+                };
+                return Arc::new(JavaRingPicker { ring, members });
+            }
+        };
         let previous = change
             .previous()
             .picker()
@@ -303,6 +319,10 @@ impl Picker for JavaRingPicker {
         };
         self.ring
             .walk(h, |i| !req.is_excluded(i, &self.members.endpoints[i]))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

@@ -8,6 +8,7 @@
 //! rebuilds the ring on every call; we build it once per membership change.
 //! Weights are ignored, as in Java.
 
+use crate::MembershipChange;
 use crate::hash::java_hash;
 use crate::picker::{Members, scan_from};
 
@@ -17,51 +18,178 @@ pub const SEATA_DEFAULT_VIRTUAL_NODES: u32 = 10;
 pub(crate) struct JavaRing {
     hashes: Box<[i64]>,
     nodes: Box<[u32]>,
+    /// Points per endpoint (Seata's `virtualNodes`, after the cap on the ring's size).
+    virtual_nodes: u32,
+    /// A put replaced an earlier one of the same hash (a 64-bit collision): which point
+    /// stays depends on put order, so the ring is built afresh rather than updated.
+    collided: bool,
 }
 
 /// Most points a Java ring holds (a `virtualNodes` typo must not exhaust memory).
 const MAX_JAVA_POINTS: u64 = 1 << 22;
 
+/// Points per endpoint for `n` endpoints: `virtual_nodes`, capped so that the ring
+/// holds at most [`MAX_JAVA_POINTS`]; whether it was capped.
+fn points_per_endpoint(n: usize, virtual_nodes: u32) -> (u32, bool) {
+    let n = n.max(1) as u64;
+    if u64::from(virtual_nodes) * n > MAX_JAVA_POINTS {
+        ((MAX_JAVA_POINTS / n).max(1) as u32, true)
+    } else {
+        (virtual_nodes, false)
+    }
+}
+
+/// `hash(base + v)`: Java's point hash of the `v`-th virtual node of the endpoint
+/// whose `InetSocketAddress.toString()` is `base`, with the text written into `text`
+/// (no allocation per point).
+fn point_hash(text: &mut Vec<u8>, base: &str, v: u32) -> i64 {
+    text.clear();
+    text.extend_from_slice(base.as_bytes());
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut v = v;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    text.extend_from_slice(&digits[at..]);
+    java_hash(text)
+}
+
+/// A hash as an unsigned key of the same order.
+#[inline]
+fn order_key(h: i64) -> u64 {
+    (h as u64) ^ (1 << 63)
+}
+
 impl JavaRing {
     pub(crate) fn build(members: &Members, virtual_nodes: u32) -> JavaRing {
-        let n = members.endpoints.len().max(1) as u64;
-        let virtual_nodes = if u64::from(virtual_nodes) * n > MAX_JAVA_POINTS {
-            let capped = (MAX_JAVA_POINTS / n).max(1) as u32;
+        let n = members.endpoints.len();
+        let (virtual_nodes, capped) = points_per_endpoint(n, virtual_nodes);
+        if capped {
             tracing::warn!(
                 virtual_nodes,
                 endpoints = n,
-                capped,
                 "virtualNodes x endpoints exceeds 4M ring points; capping (keys no longer map as Seata-Java does)"
             );
-            capped
-        } else {
-            virtual_nodes
-        };
-        let mut points: Vec<(i64, u32, usize)> = Vec::new();
-        let mut seq = 0usize;
+        }
+        // (order key, endpoint) in put order: endpoint by endpoint, virtual node by
+        // virtual node.
+        let total = n * virtual_nodes as usize;
+        let mut points: Vec<(u64, u32)> = Vec::with_capacity(total);
+        let mut text = Vec::with_capacity(64);
         for (i, ep) in members.endpoints.iter().enumerate() {
             let base = ep.instance().java_inet_socket_string();
             for v in 0..virtual_nodes {
-                points.push((java_hash(format!("{base}{v}").as_bytes()), i as u32, seq));
-                seq += 1;
+                points.push((order_key(point_hash(&mut text, &base, v)), i as u32));
             }
         }
-        // TreeMap.put: the last put of a hash wins. Sort by (hash, put order) and keep
-        // the last of each run.
-        points.sort_unstable_by_key(|&(h, _, s)| (h, s));
+        let points = sort_stable(points);
+        // TreeMap.put: the last put of a hash wins. The sort is stable, so each run of
+        // equal hashes is in put order: keep its last point.
         let mut hashes = Vec::with_capacity(points.len());
         let mut nodes = Vec::with_capacity(points.len());
-        for (k, &(h, node, _)) in points.iter().enumerate() {
-            if points.get(k + 1).is_some_and(|next| next.0 == h) {
+        let mut collided = false;
+        for (k, &(key, node)) in points.iter().enumerate() {
+            if points.get(k + 1).is_some_and(|next| next.0 == key) {
+                collided = true;
                 continue;
             }
-            hashes.push(h);
+            hashes.push(order_key(key as i64) as i64);
             nodes.push(node);
         }
         JavaRing {
             hashes: hashes.into_boxed_slice(),
             nodes: nodes.into_boxed_slice(),
+            virtual_nodes,
+            collided,
         }
+    }
+
+    /// This ring updated for a membership change: the points of the endpoints that
+    /// left are dropped, the others' renumbered, and the joining endpoints' points
+    /// (the only ones hashed) merged in. `None` when the change is not one to merge
+    /// (then build afresh): a large change, a different cap on the points per
+    /// endpoint, or a hash collision (where Java's put order decides).
+    pub(crate) fn update(
+        &self,
+        members: &Members,
+        virtual_nodes: u32,
+        change: &MembershipChange<'_>,
+    ) -> Option<JavaRing> {
+        let n = members.endpoints.len();
+        let (virtual_nodes, _) = points_per_endpoint(n, virtual_nodes);
+        let (joined, left) = (change.joined(), change.left());
+        if self.collided
+            || virtual_nodes != self.virtual_nodes
+            || n != change.endpoints().len()
+            || joined.len() > n / 8 + 16
+            || left.len() > n / 8 + 16
+        {
+            return None;
+        }
+        // Where each previous endpoint is now (`u32::MAX`: gone).
+        let mut new_of_old = vec![u32::MAX; change.previous().len()];
+        for i in 0..n {
+            if let Some(j) = change.previous_index(i) {
+                *new_of_old.get_mut(j)? = i as u32;
+            }
+        }
+        let mut text = Vec::with_capacity(64);
+        let mut arriving: Vec<(i64, u32)> =
+            Vec::with_capacity(joined.len() * virtual_nodes as usize);
+        for i in joined {
+            let base = members.endpoints[i].instance().java_inet_socket_string();
+            for v in 0..virtual_nodes {
+                arriving.push((point_hash(&mut text, &base, v), i as u32));
+            }
+        }
+        arriving.sort_unstable();
+        let room = self.hashes.len() + arriving.len();
+        let mut hashes: Vec<i64> = Vec::with_capacity(room);
+        let mut nodes: Vec<u32> = Vec::with_capacity(room);
+        // Pushes a point in ring order; `false` on a repeated hash.
+        let mut push = |h: i64, node: u32| {
+            if hashes.last() == Some(&h) {
+                return false;
+            }
+            hashes.push(h);
+            nodes.push(node);
+            true
+        };
+        let mut a = arriving.iter().peekable();
+        for (&h, &old) in self.hashes.iter().zip(self.nodes.iter()) {
+            let node = *new_of_old.get(old as usize)?;
+            if node == u32::MAX {
+                continue;
+            }
+            while let Some(&&(ah, an)) = a.peek()
+                && ah <= h
+            {
+                if !push(ah, an) {
+                    return None;
+                }
+                a.next();
+            }
+            if !push(h, node) {
+                return None;
+            }
+        }
+        for &(ah, an) in a {
+            if !push(ah, an) {
+                return None;
+            }
+        }
+        Some(JavaRing {
+            hashes: hashes.into_boxed_slice(),
+            nodes: nodes.into_boxed_slice(),
+            virtual_nodes,
+            collided: false,
+        })
     }
 
     #[inline]
@@ -86,5 +214,107 @@ impl JavaRing {
             ok(self.nodes[pos] as usize)
         })
         .map(|pos| self.nodes[pos] as usize)
+    }
+}
+
+/// `points` sorted by key, equal keys in their given order: a counting sort on the top
+/// bits (about one point per bucket) and one insertion-sort pass that moves a point
+/// only past greater keys. Ring hashes are uniform, so this is linear, where a
+/// comparison sort of 100 000 points spent as long as the 100 000 SHA-256s.
+fn sort_stable(points: Vec<(u64, u32)>) -> Vec<(u64, u32)> {
+    let total = points.len();
+    if total < 2 {
+        return points;
+    }
+    let bits = (usize::BITS - total.leading_zeros()).clamp(1, 24);
+    let shift = 64 - bits;
+    let mut starts = vec![0u32; (1usize << bits) + 1];
+    for &(key, _) in &points {
+        starts[(key >> shift) as usize + 1] += 1;
+    }
+    let mut sum = 0u32;
+    for slot in starts.iter_mut() {
+        sum += *slot;
+        *slot = sum;
+    }
+    let mut sorted = vec![(0u64, 0u32); total];
+    for &point in &points {
+        let slot = &mut starts[(point.0 >> shift) as usize];
+        sorted[*slot as usize] = point;
+        *slot += 1;
+    }
+    for k in 1..sorted.len() {
+        let v = sorted[k];
+        let mut j = k;
+        while j > 0 && sorted[j - 1].0 > v.0 {
+            sorted[j] = sorted[j - 1];
+            j -= 1;
+        }
+        sorted[j] = v;
+    }
+    sorted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Endpoint;
+    use meshline_registry_core::Instance;
+
+    /// The previous build: every point's text formatted, a comparison sort by (hash,
+    /// put order), the last put of each hash kept.
+    fn reference(members: &Members, virtual_nodes: u32) -> Vec<(i64, u32)> {
+        let mut points: Vec<(i64, u32, usize)> = Vec::new();
+        for (i, ep) in members.endpoints.iter().enumerate() {
+            let base = ep.instance().java_inet_socket_string();
+            for v in 0..virtual_nodes {
+                let seq = points.len();
+                points.push((java_hash(format!("{base}{v}").as_bytes()), i as u32, seq));
+            }
+        }
+        points.sort_unstable_by_key(|&(h, _, s)| (h, s));
+        let mut out: Vec<(i64, u32)> = Vec::new();
+        for (k, &(h, node, _)) in points.iter().enumerate() {
+            if points.get(k + 1).is_none_or(|next| next.0 != h) {
+                out.push((h, node));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_ring_is_the_reference_ring() {
+        for (n, vn) in [(1usize, 1u32), (3, 10), (40, 10), (300, 7), (2000, 10)] {
+            let eps: Vec<Endpoint> = (0..n)
+                .map(|i| {
+                    Endpoint::new(
+                        Instance::parse(&format!("10.3.{}.{}:{}", i / 200, i % 200, 8091 + i % 3))
+                            .unwrap(),
+                    )
+                })
+                .collect();
+            let m = Members::new(&eps);
+            let ring = JavaRing::build(&m, vn);
+            let got: Vec<(i64, u32)> = ring
+                .hashes
+                .iter()
+                .copied()
+                .zip(ring.nodes.iter().copied())
+                .collect();
+            assert_eq!(got, reference(&m, vn), "n={n} vn={vn}");
+            assert!(!ring.collided);
+        }
+    }
+
+    /// Equal keys keep their order (Java's last put wins on a collision).
+    #[test]
+    fn the_sort_is_stable_on_equal_keys() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let points: Vec<(u64, u32)> = (0..5000u32)
+            .map(|i| (rng.u64(..40) << 58 | rng.u64(..4), i))
+            .collect();
+        let mut want = points.clone();
+        want.sort_by_key(|p| p.0);
+        assert_eq!(sort_stable(points), want);
     }
 }

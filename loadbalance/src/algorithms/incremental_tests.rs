@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use crate::hash::mix64;
 use crate::{
     AffinityHashLoadBalance, Balancer, BoundedLoadLoadBalance, ConsistentHashLoadBalance, Edit,
-    LoadBalance, PickRequest, RoundRobinLoadBalance, XidLoadBalance, ZoneAwareLoadBalance,
+    LoadBalance, PickRequest, RoundRobinLoadBalance, XidFirstLoadBalance, XidLoadBalance,
+    ZoneAwareLoadBalance,
 };
 
 const ZONES: [&str; 4] = ["a", "b", "c", "elsewhere"];
@@ -79,6 +80,16 @@ fn algorithms() -> Vec<Case> {
     );
     // An excluded XID target falls back to a random pick.
     add("XID", two(|| Arc::new(XidLoadBalance::new())), false);
+    // An excluded XID target falls back to the ring, updated through the wrapper.
+    add(
+        "xid:ConsistentHash",
+        two(|| {
+            Arc::new(XidFirstLoadBalance::new(Arc::new(
+                ConsistentHashLoadBalance::new().paged_from(0),
+            )))
+        }),
+        true,
+    );
     add(
         "zone:RoundRobin",
         two(|| {
@@ -153,7 +164,13 @@ fn check(
         let updated = snapshot.picker();
         for k in 0..400u64 {
             let named = &endpoints[(k as usize * 7919) % endpoints.len()];
-            let xid = format!("{}:{}", named.key(), 2_612_341_069_705_662_465u64 + k);
+            // Every other XID spells the address another way (IPv4-mapped IPv6), so
+            // that the XID picker's address table is read, not its text index.
+            let xid = if k % 2 == 0 {
+                format!("{}:{}", named.key(), 2_612_341_069_705_662_465u64 + k)
+            } else {
+                format!("::ffff:{}:{}", named.key(), k)
+            };
             let req = PickRequest::xid(&xid)
                 .with_hash(mix64(k ^ seed))
                 .with_source(std::net::IpAddr::from([192, 168, (k >> 8) as u8, k as u8]))

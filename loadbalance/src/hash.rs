@@ -28,14 +28,23 @@ pub fn mix64(mut z: u64) -> u64 {
 /// endpoints hashes 100 000 point texts. Longer keys take the hasher.
 #[inline]
 pub fn java_hash(key: &[u8]) -> i64 {
-    if key.len() > SHORT_KEY {
-        return java_hash_streamed(key);
-    }
     // key ‖ key, 0x80, zeros, the message length in bits (64-bit big-endian): whole
-    // 64-byte blocks (FIPS 180-4, 5.1.1).
+    // 64-byte blocks (FIPS 180-4, 5.1.1). The buffer is sized for the key (zeroing
+    // four blocks for every short ring-point text is measurable).
+    match 2 * key.len() + 9 {
+        0..=64 => java_hash_padded::<1>(key),
+        65..=128 => java_hash_padded::<2>(key),
+        _ if key.len() <= SHORT_KEY => java_hash_padded::<SHORT_BLOCKS>(key),
+        _ => java_hash_streamed(key),
+    }
+}
+
+/// [`java_hash`] of a key whose padded message fits in `B` blocks.
+#[inline]
+fn java_hash_padded<const B: usize>(key: &[u8]) -> i64 {
     let len = 2 * key.len();
     let blocks = (len + 9).div_ceil(64);
-    let mut buf = [[0u8; 64]; SHORT_BLOCKS];
+    let mut buf = [[0u8; 64]; B];
     let flat = buf.as_flattened_mut();
     flat[..key.len()].copy_from_slice(key);
     flat[key.len()..len].copy_from_slice(key);

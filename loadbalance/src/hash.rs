@@ -39,6 +39,16 @@ pub fn java_hash(key: &[u8]) -> i64 {
     }
 }
 
+/// The first 8 bytes of the SHA-256 of a message already padded into `blocks`
+/// (FIPS 180-4, 5.1.1), as a big-endian signed long: [`java_hash`] for callers that
+/// pad many similar messages in one buffer.
+#[inline]
+pub(crate) fn sha256_head(blocks: &[[u8; 64]]) -> i64 {
+    let mut state = SHA256_IV;
+    sha2::block_api::compress256(&mut state, blocks);
+    ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
+}
+
 /// [`java_hash`] of a key whose padded message fits in `B` blocks.
 #[inline]
 fn java_hash_padded<const B: usize>(key: &[u8]) -> i64 {
@@ -50,9 +60,7 @@ fn java_hash_padded<const B: usize>(key: &[u8]) -> i64 {
     flat[key.len()..len].copy_from_slice(key);
     flat[len] = 0x80;
     flat[blocks * 64 - 8..blocks * 64].copy_from_slice(&(len as u64 * 8).to_be_bytes());
-    let mut state = SHA256_IV;
-    sha2::block_api::compress256(&mut state, &buf[..blocks]);
-    ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
+    sha256_head(&buf[..blocks])
 }
 
 /// Blocks of the stack buffer [`java_hash`] pads short keys in.

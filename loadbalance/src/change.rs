@@ -45,6 +45,23 @@ impl<'a> MembershipChange<'a> {
         }
     }
 
+    /// The same change as an algorithm wrapped in another one sees it: the same
+    /// endpoints, but `previous` pairs the previous endpoints with the picker the
+    /// wrapped algorithm built for them (found in the wrapper's previous picker), so
+    /// that its own [`crate::LoadBalance::rebuild`] can reuse it. `previous` must
+    /// hold the same endpoints as [`previous`](Self::previous).
+    pub(crate) fn wrapped<'b>(&'b self, previous: &'b Snapshot) -> MembershipChange<'b> {
+        // `from` and `left` index the previous endpoints: they must be the same.
+        debug_assert_eq!(previous.len(), self.previous.len());
+        MembershipChange {
+            endpoints: self.endpoints,
+            previous,
+            from: self.from,
+            joined: self.joined,
+            left: self.left,
+        }
+    }
+
     /// The new endpoints, in the order picks refer to.
     pub fn endpoints(&self) -> &Arc<[Endpoint]> {
         self.endpoints

@@ -52,6 +52,15 @@ impl KeyIndex {
         KeyIndex { slots, mask }
     }
 
+    /// An index that finds nothing (for a snapshot no pick or lookup reads: the
+    /// previous membership as a wrapped algorithm sees it, [`crate::Snapshot::unindexed`]).
+    pub(crate) fn none() -> KeyIndex {
+        KeyIndex {
+            slots: Box::new([]),
+            mask: 0,
+        }
+    }
+
     /// Zeroed slots for `n` identities: at most two-thirds full (short probe runs, a
     /// small table to fill).
     fn empty(n: usize) -> (Box<[u64]>, usize) {

@@ -55,6 +55,14 @@ impl Snapshot {
         }
     }
 
+    /// `endpoints` with `picker` and no key index ([`position`](Self::position) finds
+    /// nothing): the previous membership as an algorithm wrapped in another one sees
+    /// it (the wrapper's previous endpoints, or one zone of them, with the picker the
+    /// wrapped algorithm built for them), for [`crate::MembershipChange::wrapped`].
+    pub(crate) fn unindexed(endpoints: Arc<[Endpoint]>, picker: Arc<dyn Picker>) -> Snapshot {
+        Snapshot::with_index(endpoints, picker, KeyIndex::none(), false)
+    }
+
     /// The endpoint with identity `key`, if it is a member: for requests bound to one
     /// server (a broadcast, a call to a named endpoint) that still want its in-flight
     /// count and latency recorded ([`Endpoint::begin`]). O(1).

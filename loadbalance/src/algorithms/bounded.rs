@@ -18,19 +18,28 @@
 
 use std::sync::Arc;
 
-use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
+use crate::algorithms::consistent_hash::{FastRing, RingLookup};
+use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
+use crate::algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
 use crate::picker::{EmptyPicker, Members};
 use crate::stats::LoadGroup;
-use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
+use crate::{Endpoint, EndpointStats, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// The default balance factor `c`.
 pub const DEFAULT_BALANCE_FACTOR: f64 = 1.25;
 
 /// Consistent hashing where no endpoint exceeds `c ×` its share of the in-flight load.
+///
+/// The ring is the fast consistent hash's: paged from `PAGED_MIN_POINTS` points on
+/// (about 1640 endpoints), so that when a few endpoints join or leave a
+/// [`crate::Balancer`] rewrites only the pages their points fall in
+/// ([`LoadBalance::rebuild`]); every key walks the same ring either way.
 #[derive(Debug, Clone, Copy)]
 pub struct BoundedLoadLoadBalance {
     factor: f64,
     points_per_weight: u32,
+    /// Rings of at least this many points are paged.
+    paged_from: u64,
 }
 
 impl Default for BoundedLoadLoadBalance {
@@ -38,6 +47,7 @@ impl Default for BoundedLoadLoadBalance {
         BoundedLoadLoadBalance {
             factor: DEFAULT_BALANCE_FACTOR,
             points_per_weight: DEFAULT_POINTS_PER_WEIGHT,
+            paged_from: PAGED_MIN_POINTS,
         }
     }
 }
@@ -65,6 +75,60 @@ impl BoundedLoadLoadBalance {
     pub fn factor(&self) -> f64 {
         self.factor
     }
+
+    /// Pages rings from `points` points on (tests: paged rings of a few endpoints).
+    #[cfg(test)]
+    pub(crate) fn paged_from(mut self, points: u64) -> Self {
+        self.paged_from = points;
+        self
+    }
+
+    /// The picker over `members` (`endpoints`, shared or copied), its ring updated from
+    /// `previous` when possible.
+    fn picker(
+        &self,
+        endpoints: &[Endpoint],
+        members: Members,
+        previous: Option<(&PagedRing, &MembershipChange<'_>)>,
+    ) -> Arc<dyn Picker> {
+        let group = endpoints[0].stats().group().clone();
+        // One counted group: its total is one load. Otherwise the picker sums its
+        // endpoints' counts (a group that is not counted is summed under a lock).
+        let shared = group.counted()
+            && endpoints
+                .iter()
+                .all(|e| Arc::ptr_eq(e.stats().group(), &group));
+        // Exact integer test: load_i < c (m+1) w_i / W  <=>
+        // load_i * MICRO * W < c_micro * w_i * (m+1).
+        let c_micro = (self.factor * MICRO as f64).round() as u128;
+        let share: Box<[u128]> = members
+            .weights
+            .iter()
+            .map(|&w| c_micro * u128::from(w))
+            .collect();
+        let stats: Box<[Arc<EndpointStats>]> =
+            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
+        let denom = MICRO * u128::from(members.total_weight.max(1));
+        let group = shared.then_some(group);
+        match FastRing::new(&members, self.points_per_weight, self.paged_from, previous) {
+            FastRing::Flat(ring) => Arc::new(BoundedPicker {
+                ring,
+                stats,
+                share,
+                denom,
+                group,
+                members,
+            }),
+            FastRing::Paged(ring) => Arc::new(BoundedPicker {
+                ring,
+                stats,
+                share,
+                denom,
+                group,
+                members,
+            }),
+        }
+    }
 }
 
 impl LoadBalance for BoundedLoadLoadBalance {
@@ -80,35 +144,28 @@ impl LoadBalance for BoundedLoadLoadBalance {
         if endpoints.is_empty() {
             return Arc::new(EmptyPicker);
         }
-        let members = Members::new(endpoints);
-        let group = endpoints[0].stats().group().clone();
-        // One counted group: its total is one load. Otherwise the picker sums its
-        // endpoints' counts (a group that is not counted is summed under a lock).
-        let shared = group.counted()
-            && endpoints
-                .iter()
-                .all(|e| Arc::ptr_eq(e.stats().group(), &group));
-        // Exact integer test: load_i < c (m+1) w_i / W  <=>
-        // load_i * MICRO * W < c_micro * w_i * (m+1).
-        let c_micro = (self.factor * MICRO as f64).round() as u128;
-        let share = members
-            .weights
-            .iter()
-            .map(|&w| c_micro * u128::from(w))
-            .collect();
-        Arc::new(BoundedPicker {
-            ring: Ring::build(&members, self.points_per_weight),
-            stats: endpoints.iter().map(|e| e.stats_arc().clone()).collect(),
-            share,
-            denom: MICRO * u128::from(members.total_weight.max(1)),
-            group: shared.then_some(group),
-            members,
-        })
+        self.picker(endpoints, Members::new(endpoints), None)
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        let endpoints = change.endpoints();
+        if endpoints.is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        let members = Members::shared(endpoints.clone());
+        let previous = change
+            .previous()
+            .picker()
+            .as_any()
+            .and_then(|p| p.downcast_ref::<BoundedPicker<PagedRing>>())
+            .map(|p| (&p.ring, change));
+        self.picker(endpoints, members, previous)
     }
 }
 
-struct BoundedPicker {
-    ring: Ring,
+struct BoundedPicker<R> {
+    ring: R,
     stats: Box<[Arc<EndpointStats>]>,
     /// `c_micro × w_i` per endpoint.
     share: Box<[u128]>,
@@ -118,7 +175,7 @@ struct BoundedPicker {
     members: Members,
 }
 
-impl BoundedPicker {
+impl<R> BoundedPicker<R> {
     #[inline]
     fn total_in_flight(&self) -> u64 {
         match &self.group {
@@ -128,7 +185,7 @@ impl BoundedPicker {
     }
 }
 
-impl Picker for BoundedPicker {
+impl<R: RingLookup> Picker for BoundedPicker<R> {
     #[inline]
     fn pick(&self, req: &PickRequest<'_>) -> Option<usize> {
         let h = req.routing_hash().unwrap_or_else(|| fastrand::u64(..));
@@ -138,6 +195,10 @@ impl Picker for BoundedPicker {
             (all || self.members.eligible(i, req))
                 && u128::from(self.stats[i].in_flight()) * self.denom < self.share[i] * next
         })
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

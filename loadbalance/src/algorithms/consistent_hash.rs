@@ -61,7 +61,8 @@ impl HashMode {
 /// endpoints) are paged: a [`crate::Balancer`] update in which a few endpoints join or
 /// leave rewrites only the pages their points fall in (see
 /// [`LoadBalance::rebuild`]); every key maps to the same endpoint as on a ring built
-/// afresh.
+/// afresh. In [`HashMode::Java`], such an update hashes only the joining endpoints'
+/// points (SHA-256 is most of a build's cost) and merges them into the previous ring.
 #[derive(Debug, Clone, Copy)]
 pub struct ConsistentHashLoadBalance {
     mode: HashMode,
@@ -118,31 +119,59 @@ impl ConsistentHashLoadBalance {
         per_weight: u32,
         previous: Option<(&PagedRing, &MembershipChange<'_>)>,
     ) -> Arc<dyn Picker> {
-        let (counts, _) = point_counts(&members, per_weight);
-        let total: u64 = counts.iter().sum();
-        if total < self.paged_from {
-            return Arc::new(RingPicker {
-                ring: Ring::with_counts(&members, &counts),
+        match FastRing::new(&members, per_weight, self.paged_from, previous) {
+            FastRing::Flat(ring) => Arc::new(RingPicker {
+                ring,
                 members,
                 key: RingKey::Request,
-            });
+            }),
+            FastRing::Paged(ring) => Arc::new(RingPicker {
+                ring,
+                members,
+                key: RingKey::Request,
+            }),
+        }
+    }
+}
+
+/// The fast ring of a membership: flat when small, paged from `paged_from` points on
+/// (what every algorithm on the fast ring builds: the fast consistent hash, bounded
+/// loads, the game gateways' affinity hashes). Both give every key the same endpoint;
+/// the paged one can be updated for a membership change page by page.
+pub(crate) enum FastRing {
+    /// Under `paged_from` points: one flat array (a pick is two dependent loads
+    /// shorter).
+    Flat(Ring),
+    /// `paged_from` points and more.
+    Paged(PagedRing),
+}
+
+impl FastRing {
+    /// The ring over `members` with `per_weight` points per weight unit, updated from
+    /// `previous` (the previous paged ring and the change since it) when a few pages can
+    /// absorb the change, else built afresh.
+    pub(crate) fn new(
+        members: &Members,
+        per_weight: u32,
+        paged_from: u64,
+        previous: Option<(&PagedRing, &MembershipChange<'_>)>,
+    ) -> FastRing {
+        let (counts, _) = point_counts(members, per_weight);
+        let total: u64 = counts.iter().sum();
+        if total < paged_from {
+            return FastRing::Flat(Ring::with_counts(members, &counts));
         }
         let updated = previous.and_then(|(ring, change)| {
             ring.update(
-                &members,
+                members,
                 |i| change.previous_index(i),
                 change.left(),
                 &counts,
             )
         });
-        let ring = match updated {
+        FastRing::Paged(match updated {
             Some(ring) => ring,
-            None => PagedRing::build(&members, identity_hashes(&members), counts),
-        };
-        Arc::new(RingPicker {
-            ring,
-            members,
-            key: RingKey::Request,
+            None => PagedRing::build(members, identity_hashes(members), counts),
         })
     }
 }
@@ -167,14 +196,29 @@ impl LoadBalance for ConsistentHashLoadBalance {
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        let HashMode::Fast { points_per_weight } = self.mode else {
-            return self.build(change.endpoints());
-        };
         if change.endpoints().is_empty() {
             return Arc::new(EmptyPicker);
         }
         // The endpoint list is shared with the balancer's snapshot, not copied.
         let members = Members::shared(change.endpoints().clone());
+        let points_per_weight = match self.mode {
+            HashMode::Fast { points_per_weight } => points_per_weight,
+            HashMode::Java { virtual_nodes } => {
+                // Only the joining endpoints' points are hashed and merged in.
+                let virtual_nodes = virtual_nodes.max(1);
+                let updated = change
+                    .previous()
+                    .picker()
+                    .as_any()
+                    .and_then(|p| p.downcast_ref::<JavaRingPicker>())
+                    .and_then(|p| p.ring.update(&members, virtual_nodes, change));
+                let ring = match updated {
+                    Some(ring) => ring,
+                    None => JavaRing::build(&members, virtual_nodes),
+                };
+                return Arc::new(JavaRingPicker { ring, members });
+            }
+        };
         let previous = change
             .previous()
             .picker()
@@ -275,6 +319,10 @@ impl Picker for JavaRingPicker {
         };
         self.ring
             .walk(h, |i| !req.is_excluded(i, &self.members.endpoints[i]))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

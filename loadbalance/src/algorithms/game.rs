@@ -16,17 +16,29 @@
 
 use std::sync::Arc;
 
-use crate::algorithms::consistent_hash::{RingKey, RingPicker};
+use crate::algorithms::consistent_hash::{FastRing, RingKey, RingPicker};
+use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
 use crate::algorithms::random::AliasTable;
-use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring};
+use crate::algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
 use crate::picker::{EmptyPicker, Members};
-use crate::{Endpoint, EndpointStats, LeastActiveLoadBalance, LoadBalance, PickRequest, Picker};
+use crate::{
+    Endpoint, EndpointStats, LeastActiveLoadBalance, LoadBalance, MembershipChange, PickRequest,
+    Picker,
+};
 
 /// Sticky routing by an identity: account, role, or the client's source address.
+///
+/// Rings of `PAGED_MIN_POINTS` points and more (about 1640 endpoints) are paged, as
+/// [`crate::ConsistentHashLoadBalance`]'s: when a few endpoints join or leave, a
+/// [`crate::Balancer`] rewrites only the pages their points fall in
+/// ([`LoadBalance::rebuild`]) instead of building the whole ring again; every key maps
+/// to the same endpoint either way.
 #[derive(Debug, Clone, Copy)]
 pub struct AffinityHashLoadBalance {
     key: RingKey,
     name: &'static str,
+    /// Rings of at least this many points are paged.
+    paged_from: u64,
 }
 
 impl AffinityHashLoadBalance {
@@ -36,6 +48,7 @@ impl AffinityHashLoadBalance {
         AffinityHashLoadBalance {
             key: RingKey::Request,
             name: "AccountHash",
+            paged_from: PAGED_MIN_POINTS,
         }
     }
 
@@ -44,6 +57,7 @@ impl AffinityHashLoadBalance {
         AffinityHashLoadBalance {
             key: RingKey::Request,
             name: "RoleHash",
+            paged_from: PAGED_MIN_POINTS,
         }
     }
 
@@ -53,6 +67,32 @@ impl AffinityHashLoadBalance {
         AffinityHashLoadBalance {
             key: RingKey::Source,
             name: "SourceHash",
+            paged_from: PAGED_MIN_POINTS,
+        }
+    }
+
+    /// Pages rings from `points` points on (tests: paged rings of a few endpoints).
+    #[cfg(test)]
+    pub(crate) fn paged_from(mut self, points: u64) -> Self {
+        self.paged_from = points;
+        self
+    }
+
+    /// The picker over `members`, its ring updated from `previous` when possible.
+    fn picker(
+        &self,
+        members: Members,
+        previous: Option<(&PagedRing, &MembershipChange<'_>)>,
+    ) -> Arc<dyn Picker> {
+        let key = self.key;
+        match FastRing::new(
+            &members,
+            DEFAULT_POINTS_PER_WEIGHT,
+            self.paged_from,
+            previous,
+        ) {
+            FastRing::Flat(ring) => Arc::new(RingPicker { ring, members, key }),
+            FastRing::Paged(ring) => Arc::new(RingPicker { ring, members, key }),
         }
     }
 }
@@ -66,12 +106,22 @@ impl LoadBalance for AffinityHashLoadBalance {
         if endpoints.is_empty() {
             return Arc::new(EmptyPicker);
         }
-        let members = Members::new(endpoints);
-        Arc::new(RingPicker {
-            ring: Ring::build(&members, DEFAULT_POINTS_PER_WEIGHT),
-            members,
-            key: self.key,
-        })
+        self.picker(Members::new(endpoints), None)
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        if change.endpoints().is_empty() {
+            return Arc::new(EmptyPicker);
+        }
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        let members = Members::shared(change.endpoints().clone());
+        let previous = change
+            .previous()
+            .picker()
+            .as_any()
+            .and_then(|p| p.downcast_ref::<RingPicker<PagedRing>>())
+            .map(|p| (&p.ring, change));
+        self.picker(members, previous)
     }
 }
 

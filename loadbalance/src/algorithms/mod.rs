@@ -22,3 +22,6 @@ pub(crate) mod round_robin;
 pub(crate) mod xid;
 pub(crate) mod xid_first;
 pub(crate) mod zone;
+
+#[cfg(test)]
+mod incremental_tests;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::picker::{EmptyPicker, Members};
-use crate::{Endpoint, LoadBalance, PickRequest, Picker};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// Draws attempted before falling back to a scan when the draw hits an excluded
 /// endpoint.
@@ -34,13 +34,25 @@ impl LoadBalance for RandomLoadBalance {
         if endpoints.is_empty() {
             return Arc::new(EmptyPicker);
         }
-        let members = Members::new(endpoints);
-        if members.uniform {
-            Arc::new(UniformRandomPicker { members })
-        } else {
-            let table = AliasTable::new(&members.weights);
-            Arc::new(WeightedRandomPicker { members, table })
+        random_picker(Members::new(endpoints))
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        if change.endpoints().is_empty() {
+            return Arc::new(EmptyPicker);
         }
+        // The endpoint list is shared with the balancer's snapshot, not copied.
+        random_picker(Members::shared(change.endpoints().clone()))
+    }
+}
+
+/// The random picker over `members` (not empty).
+pub(crate) fn random_picker(members: Members) -> Arc<dyn Picker> {
+    if members.uniform {
+        Arc::new(UniformRandomPicker { members })
+    } else {
+        let table = AliasTable::new(&members.weights);
+        Arc::new(WeightedRandomPicker { members, table })
     }
 }
 

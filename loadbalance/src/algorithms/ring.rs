@@ -123,7 +123,9 @@ pub(crate) fn point_hash(base: u64, p: u64) -> u32 {
 
 impl Ring {
     /// A ring over `members` with `per_weight` points per (normalised) weight unit.
-    /// Endpoints with weight 0 get no points.
+    /// Endpoints with weight 0 get no points. (The algorithms build through
+    /// `FastRing`, which pages large rings.)
+    #[cfg(test)]
     pub(crate) fn build(members: &Members, per_weight: u32) -> Ring {
         let (counts, _) = point_counts(members, per_weight);
         Ring::with_counts(members, &counts)

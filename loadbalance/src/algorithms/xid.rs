@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::hash::key_hash;
 use crate::picker::{EmptyPicker, Members};
-use crate::{Endpoint, LoadBalance, PickRequest, Picker, RandomLoadBalance};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker, RandomLoadBalance};
 
 /// Route by the TC address inside a Seata XID, else random (Seata name `XID`).
 #[derive(Debug, Default, Clone, Copy)]
@@ -83,6 +83,10 @@ impl LoadBalance for XidLoadBalance {
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         xid_picker(endpoints, RandomLoadBalance.build(endpoints))
     }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        xid_repicker(change, RandomLoadBalance.rebuild(change))
+    }
 }
 
 /// The XID balancer's picker over `endpoints`, with `fallback` for requests whose XID is
@@ -100,8 +104,9 @@ pub(crate) fn xid_picker(endpoints: &[Endpoint], fallback: Arc<dyn Picker>) -> A
         }
     }
     by_addr.sort_unstable();
+    let forms = endpoints.iter().map(forms_of).collect();
     Arc::new(XidPicker {
-        by_text: TextIndex::new(endpoints),
+        by_text: TextIndex::new(forms),
         members: Members::new(endpoints),
         by_addr: by_addr.into_boxed_slice(),
         by_name: by_name.into_boxed_slice(),
@@ -109,46 +114,158 @@ pub(crate) fn xid_picker(endpoints: &[Endpoint], fallback: Arc<dyn Picker>) -> A
     })
 }
 
+/// [`xid_picker`] for a membership change: the previous picker's tables updated for
+/// the endpoints that joined and left (each remaining endpoint's texts are shared,
+/// its addresses renumbered), so one endpoint joining 10 000 parses and formats one
+/// address. Builds afresh when the previous picker is not an XID picker.
+pub(crate) fn xid_repicker(
+    change: &MembershipChange<'_>,
+    fallback: Arc<dyn Picker>,
+) -> Arc<dyn Picker> {
+    let endpoints = change.endpoints();
+    if endpoints.is_empty() {
+        return Arc::new(EmptyPicker);
+    }
+    let Some(previous) = change
+        .previous()
+        .picker()
+        .as_any()
+        .and_then(|p| p.downcast_ref::<XidPicker>())
+        .filter(|p| p.by_text.forms.len() == change.previous().len())
+    else {
+        return xid_picker(endpoints, fallback);
+    };
+    // Where each previous endpoint is now (`u32::MAX`: gone).
+    let mut new_of_old = vec![u32::MAX; previous.by_text.forms.len()];
+    for (i, slot) in (0..endpoints.len()).filter_map(|i| Some((i, change.previous_index(i)?))) {
+        new_of_old[slot] = i as u32;
+    }
+    let renumber = |&(key, j): &((u128, u16), u32)| {
+        let i = new_of_old[j as usize];
+        (i != u32::MAX).then_some((key, i))
+    };
+    // Remaining addresses keep their order unless renumbering reorders equal
+    // addresses (a repeated address): then sort.
+    let mut by_addr: Vec<((u128, u16), u32)> =
+        previous.by_addr.iter().filter_map(renumber).collect();
+    let mut by_name: Vec<(Box<str>, u16, u32)> = previous
+        .by_name
+        .iter()
+        .filter_map(|(host, port, j)| {
+            let i = new_of_old[*j as usize];
+            (i != u32::MAX).then(|| (host.clone(), *port, i))
+        })
+        .collect();
+    let mut arriving: Vec<((u128, u16), u32)> = Vec::new();
+    for i in change.joined() {
+        let inst = endpoints[i].instance();
+        match inst.socket_addr() {
+            Some(sa) => arriving.push((addr_key(sa), i as u32)),
+            None => by_name.push((inst.host().into(), inst.port(), i as u32)),
+        }
+    }
+    if !arriving.is_empty() || !by_addr.is_sorted() {
+        arriving.sort_unstable();
+        by_addr = merge_sorted(by_addr, arriving);
+        if !by_addr.is_sorted() {
+            by_addr.sort_unstable();
+        }
+    }
+    // Name lookups take the first match in list order.
+    by_name.sort_unstable_by_key(|e| e.2);
+    let forms = (0..endpoints.len())
+        .map(|i| match change.previous_index(i) {
+            Some(j) => previous.by_text.forms[j].clone(),
+            None => forms_of(&endpoints[i]),
+        })
+        .collect();
+    Arc::new(XidPicker {
+        by_text: TextIndex::new(forms),
+        members: Members::shared(endpoints.clone()),
+        by_addr: by_addr.into_boxed_slice(),
+        by_name: by_name.into_boxed_slice(),
+        fallback,
+    })
+}
+
+/// The fallback picker inside `picker`, if it is an XID picker (what an algorithm
+/// wrapped by [`crate::XidFirstLoadBalance`] built last).
+pub(crate) fn xid_fallback(picker: &dyn Picker) -> Option<&Arc<dyn Picker>> {
+    picker
+        .as_any()
+        .and_then(|p| p.downcast_ref::<XidPicker>())
+        .map(|p| &p.fallback)
+}
+
+/// The merge of two sorted lists (sorted if both are).
+fn merge_sorted<T: Ord + Copy>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let mut b = b.into_iter().peekable();
+    for x in a {
+        while let Some(&y) = b.peek()
+            && y < x
+        {
+            out.push(y);
+            b.next();
+        }
+        out.push(x);
+    }
+    out.extend(b);
+    out
+}
+
+/// An endpoint's spellings in XIDs, each with its XXH3: Java's `ip:port` (IPv6
+/// unbracketed and uncompressed) and the identity text, once if they are one.
+type Forms = Arc<[(u64, Box<[u8]>)]>;
+
+fn forms_of(ep: &Endpoint) -> Forms {
+    let inst = ep.instance();
+    let mut forms = vec![inst.to_java_string(), inst.to_string()];
+    forms.dedup();
+    forms
+        .into_iter()
+        .map(|form| {
+            (
+                key_hash(form.as_bytes()),
+                form.into_bytes().into_boxed_slice(),
+            )
+        })
+        .collect()
+}
+
 /// Exact-text lookup of the address part of an XID, for the spellings TCs write
 /// (Java's `ip:port` with IPv6 unbracketed and uncompressed, and `[v6]:port`): a
 /// hash probe instead of parsing an IP address. Any other spelling falls through to
 /// the socket-address comparison.
 struct TextIndex {
-    /// Open addressing, power-of-two size: (XXH3 of the text, endpoint index + 1; 0 = empty).
-    slots: Box<[(u64, u32)]>,
-    texts: Box<[Box<[u8]>]>,
-    /// The text of each slot's entry, by entry number.
-    entry_text: Box<[u32]>,
+    /// Open addressing, power-of-two size: (XXH3 of the text, endpoint index + 1 (0 =
+    /// empty), which of the endpoint's forms).
+    slots: Box<[(u64, u32, u32)]>,
+    /// Each endpoint's forms, shared with the index of the next membership while the
+    /// endpoint stays.
+    forms: Box<[Forms]>,
 }
 
 impl TextIndex {
-    fn new(endpoints: &[Endpoint]) -> TextIndex {
-        let mut texts: Vec<Box<[u8]>> = Vec::new();
-        let mut entries: Vec<(u64, u32)> = Vec::new();
-        for (i, ep) in endpoints.iter().enumerate() {
-            let inst = ep.instance();
-            let mut forms = vec![inst.to_java_string(), inst.to_string()];
-            forms.dedup();
-            for form in forms {
-                entries.push((key_hash(form.as_bytes()), i as u32));
-                texts.push(form.into_bytes().into_boxed_slice());
+    fn new(forms: Box<[Forms]>) -> TextIndex {
+        let entries: usize = forms.iter().map(|f| f.len()).sum();
+        let size = (entries * 2).next_power_of_two().max(2);
+        let mut slots = vec![(0u64, 0u32, 0u32); size];
+        for (i, endpoint_forms) in forms.iter().enumerate() {
+            for (f, &(h, _)) in endpoint_forms.iter().enumerate() {
+                let mut pos = h as usize & (size - 1);
+                while slots[pos].1 != 0 {
+                    pos = (pos + 1) & (size - 1);
+                }
+                slots[pos] = (h, i as u32 + 1, f as u32);
             }
-        }
-        let size = (entries.len() * 2).next_power_of_two().max(2);
-        let mut slots = vec![(0u64, 0u32); size];
-        let mut entry_text = vec![0u32; size];
-        for (e, &(h, i)) in entries.iter().enumerate() {
-            let mut pos = h as usize & (size - 1);
-            while slots[pos].1 != 0 {
-                pos = (pos + 1) & (size - 1);
-            }
-            slots[pos] = (h, i + 1);
-            entry_text[pos] = e as u32;
         }
         TextIndex {
             slots: slots.into_boxed_slice(),
-            texts: texts.into_boxed_slice(),
-            entry_text: entry_text.into_boxed_slice(),
+            forms,
         }
     }
 
@@ -158,11 +275,11 @@ impl TextIndex {
         let mask = self.slots.len() - 1;
         let mut pos = h as usize & mask;
         loop {
-            let (sh, si) = self.slots[pos];
+            let (sh, si, f) = self.slots[pos];
             if si == 0 {
                 return None;
             }
-            if sh == h && *self.texts[self.entry_text[pos] as usize] == *text {
+            if sh == h && *self.forms[si as usize - 1][f as usize].1 == *text {
                 return Some(si as usize - 1);
             }
             pos = (pos + 1) & mask;
@@ -212,6 +329,10 @@ impl Picker for XidPicker {
             return Some(i);
         }
         self.fallback.pick(req)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

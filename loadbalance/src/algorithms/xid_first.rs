@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use crate::algorithms::xid::xid_picker;
-use crate::{Endpoint, LoadBalance, Picker};
+use crate::algorithms::xid::{xid_fallback, xid_picker, xid_repicker};
+use crate::{Endpoint, LoadBalance, MembershipChange, Picker, Snapshot};
 
 /// XID routing, falling back to `inner` (names `xid:<inner>`).
 pub struct XidFirstLoadBalance {
@@ -45,6 +45,19 @@ impl LoadBalance for XidFirstLoadBalance {
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         xid_picker(endpoints, self.inner.build(endpoints))
+    }
+
+    fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
+        // The inner algorithm updates the picker it built last (the fallback inside
+        // the previous XID picker), as if it ran alone.
+        let previous = change.previous();
+        let inner_previous = xid_fallback(previous.picker().as_ref())
+            .map(|fallback| Snapshot::unindexed(previous.endpoints().clone(), fallback.clone()));
+        let fallback = match &inner_previous {
+            Some(snapshot) => self.inner.rebuild(&change.wrapped(snapshot)),
+            None => self.inner.rebuild(change),
+        };
+        xid_repicker(change, fallback)
     }
 }
 

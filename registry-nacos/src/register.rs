@@ -191,20 +191,30 @@ impl Registrations {
 
     /// Deregisters every instance we registered, and every one whose deregistration
     /// failed before; every one is tried, the first error is returned.
-    pub(crate) async fn remove_all(&self, to: &Target<'_>) -> Result<(), RegistryError> {
+    ///
+    /// Also returns what was deregistered, for the check after close
+    /// ([`crate::after_close`]).
+    pub(crate) async fn remove_all(
+        &self,
+        to: &Target<'_>,
+    ) -> (Result<(), RegistryError>, Vec<ServiceInstance>) {
         let mut own = self.own.lock().await;
         let mut all = std::mem::take(&mut own.instances);
         all.extend(std::mem::take(&mut own.removing));
         let mut result = Ok(());
+        let mut removed = Vec::with_capacity(all.len());
         for si in all.into_values() {
-            if let Err(e) = run(to, vec![Call::Deregister(si)]).await {
-                tracing::warn!(registry = "nacos", error = %e, "deregistering failed");
-                if result.is_ok() {
-                    result = Err(e);
+            match run(to, vec![Call::Deregister(si.clone())]).await {
+                Ok(()) => removed.push(si),
+                Err(e) => {
+                    tracing::warn!(registry = "nacos", error = %e, "deregistering failed");
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
                 }
             }
         }
-        result
+        (result, removed)
     }
 }
 

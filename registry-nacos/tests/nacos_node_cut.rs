@@ -22,10 +22,12 @@
 //!   watch is live and shows the member O registered during the cut.
 //! - After the node is restored: within [`SETTLE_BOUND`] every node lists exactly R and
 //!   O's member; then R unregisters (closes): usually no node keeps it within 0.6 s;
-//!   after about one cut in five every node keeps listing R, even once R's runtime has
-//!   ended (nacos-sdk's reconnect redoes the registration on a new connection that
-//!   outlives the registry, [`REMOVED_AFTER_CLOSE`]: reported in the figures, not
-//!   asserted).
+//!   after one cut in five to one in two every node keeps listing R, even once R's runtime has
+//!   ended (nacos-sdk keeps the registration on a connection it replaced, which outlives
+//!   the registry, [`REMOVED_AFTER_CLOSE`]). That is reported in the figures, not
+//!   asserted; what is asserted is that R's log says so, naming the address, within
+//!   [`REPORTED_WITHIN`] of the close, and that it says nothing of the kind when the
+//!   registration is gone.
 //!
 //! So the registration does not survive the cut untouched: the other clients lose it
 //! for the time between rnacos' 15 s and nacos-sdk's failover. The figures are printed
@@ -38,7 +40,7 @@ use meshline_registry_core::{Config, RegistryService, Watch};
 use meshline_registry_nacos::{NacosRegistry, REQUEST_TIMEOUT, RESYNC_PERIOD};
 use meshline_testkit::RnacosCluster;
 use meshline_testkit::net::{Host, skip_reason};
-use meshline_testkit::watch::{addrs, inst};
+use meshline_testkit::watch::{LogBuf, addrs, inst};
 
 const CLUSTER: &str = "default";
 const ME: &str = "10.7.7.7:8091";
@@ -64,9 +66,70 @@ const SETTLE_BOUND: Duration = Duration::from_secs(15);
 /// connection to the restored node, a new connection to another node, and the
 /// registration redone on it 0.6 s later, racing the close's deregistration; that
 /// connection stays open in the process (it answers rnacos' detection checks), so the
-/// registration lives as long as the process. A known fault (docs/faults.md), reported
-/// in the figures, not asserted.
+/// registration lives as long as the process. A known fault of nacos-sdk 0.8.3
+/// (docs/faults.md), reported in the figures, not asserted; the registry's check after
+/// close logs it (asserted).
 const REMOVED_AFTER_CLOSE: Duration = Duration::from_secs(5);
+
+/// The registry's warning of a registration still listed after its close
+/// (`after_close.rs`).
+const LEFT_BEHIND: &str = "still listed after this registry deregistered it";
+/// R's log says what its check after close found (left behind, or gone) this soon
+/// after the close: the check runs 2 s after the deregistration, and its query takes
+/// milliseconds.
+const REPORTED_WITHIN: Duration = Duration::from_secs(6);
+/// The registry's note that the check after close found its registration gone.
+const GONE: &str = "no longer listed after close";
+
+/// The process-wide subscriber: the registry's `INFO` and worse to the test's output,
+/// and its `WARN` and worse (and the check after close's `DEBUG` notes) into the
+/// returned buffer (R runs on threads of its host's runtime, which a thread's default
+/// subscriber would not see).
+fn capture_warnings() -> LogBuf {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let warnings = LogBuf::default();
+    let w = warnings.clone();
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(EnvFilter::new("meshline_registry_nacos=info")),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || w.clone())
+                .with_filter(EnvFilter::new(
+                    "meshline_registry_nacos=warn,meshline_registry_nacos::after_close=debug",
+                )),
+        );
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    warnings
+}
+
+/// Waits until `logs` holds a line saying `what` of `addr`; returns when, or panics
+/// after `within` with what was logged.
+async fn said_within(
+    logs: &LogBuf,
+    what: &str,
+    addr: &str,
+    from: Instant,
+    within: Duration,
+) -> Duration {
+    loop {
+        let text = logs.text();
+        if text.lines().any(|l| l.contains(what) && l.contains(addr)) {
+            return from.elapsed();
+        }
+        if from.elapsed() >= within {
+            panic!(
+                "R's log did not say {what:?} of {addr} within {within:?} of its close:\n{text}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 fn config(server_addr: &str) -> Config {
     meshline_testkit::config_of(
@@ -189,7 +252,7 @@ async fn a_cut_node_loses_the_registration_for_a_while_and_the_client_fails_over
         eprintln!("skipped: {why}");
         return;
     }
-    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
+    let warnings = capture_warnings();
     let started = Instant::now();
     let mut cluster = match RnacosCluster::start_on_hosts(3) {
         Ok(c) => c,
@@ -314,13 +377,27 @@ async fn a_cut_node_loses_the_registration_for_a_while_and_the_client_fails_over
     // `REMOVED_AFTER_CLOSE`): reported, not asserted.
     let after_close = match nodes_list_within(&cluster, &[ADDED], closed, REMOVED_AFTER_CLOSE).await
     {
-        Ok(d) => format!("gone from every node {d:?} after"),
-        Err(lists) => format!(
-            "still listed {REMOVED_AFTER_CLOSE:?} after (the known leak after a failover): {lists:?}"
-        ),
+        Ok(d) => {
+            // R's own check agrees, and raised no alarm.
+            said_within(&warnings, GONE, ME, closed, REPORTED_WITHIN).await;
+            assert!(
+                !warnings.text().contains(LEFT_BEHIND),
+                "R warned of a registration left behind, but none is listed:\n{}",
+                warnings.text()
+            );
+            format!("gone from every node {d:?} after")
+        }
+        Err(lists) => {
+            // What the registry cannot remove it must say, by address.
+            let said = said_within(&warnings, LEFT_BEHIND, ME, closed, REPORTED_WITHIN).await;
+            format!(
+                "still listed {REMOVED_AFTER_CLOSE:?} after (the known leak after a failover), \
+                 and R's log had said so by {said:?} after the close: {lists:?}"
+            )
+        }
     };
     // R's runtime ends. Usually nothing of R is left then (it was already gone). After
-    // about one cut in five every node keeps listing R even now: the connection
+    // one cut in five to one in two every node keeps listing R even now: the connection
     // nacos-sdk opened to redo R's registration outlives R's registry and runtime in
     // this process. Reported here and in docs/faults.md, not asserted (see
     // `REMOVED_AFTER_CLOSE`).

@@ -119,18 +119,26 @@ pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
                 _ = inner.lease_granted.notified() => continue,
             }
         };
-        let (mut keeper, mut stream) = match timed(
-            &inner.servers,
-            "lease keep-alive",
-            inner.op_timeout,
-            || {
-                let mut lease = inner.client.lease_client();
-                async move { lease.keep_alive(id).await }
-            },
-        )
-        .await
-        {
-            Ok(pair) => pair,
+        // `None`: the lease is gone already (see `lease_gone`).
+        let opened = timed(&inner.servers, "lease keep-alive", inner.op_timeout, || {
+            let mut lease = inner.client.lease_client();
+            async move {
+                match lease.keep_alive(id).await {
+                    Ok(pair) => Ok(Some(pair)),
+                    Err(e) if lease_gone(&e) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await;
+        let (mut keeper, mut stream) = match opened {
+            Ok(Some(pair)) => pair,
+            Ok(None) => {
+                if !regrant(&inner, id, &mut reput, &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(registry = KIND, lease = id, error = %e, "cannot open the lease keep-alive stream; retrying");
                 reput = true;
@@ -162,24 +170,8 @@ pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
                     }
                 }
                 Ok(Ok(Some(_))) => {
-                    tracing::warn!(
-                        registry = KIND,
-                        lease = id,
-                        "our lease expired or was revoked; granting a new one and re-registering"
-                    );
-                    let mut st = inner.lease.lock().await;
-                    if st.id == Some(id) {
-                        match inner.regrant_locked(&mut st).await {
-                            Ok(_) => reput = false,
-                            Err(e) => {
-                                tracing::warn!(registry = KIND, error = %e, "re-granting the lease failed; retrying");
-                                reput = true;
-                                drop(st);
-                                if !inner.pause(&mut backoff).await {
-                                    return;
-                                }
-                            }
-                        }
+                    if !regrant(&inner, id, &mut reput, &mut backoff).await {
+                        return;
                     }
                     break;
                 }
@@ -203,6 +195,42 @@ pub(crate) async fn keeper_loop(inner: Arc<Inner>) {
             }
         }
     }
+}
+
+/// Whether opening a keep-alive stream failed because the lease no longer exists.
+///
+/// etcd answers a keep-alive for an unknown lease with TTL 0. On an open stream the
+/// keeper sees that answer; but when it is the stream's *first* answer (the lease was
+/// revoked or expired while no stream was open, for example between the grant and the
+/// keeper's first open), etcd-client 0.21 turns it into this error instead. Taken for a
+/// stream that failed to open, it was retried for ever and our keys were never put
+/// back (seen in a full test run: `a_revoked_lease_is_re_granted`, the revoke landing
+/// as the keeper opened its stream).
+fn lease_gone(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::LeaseKeepAliveError(m) if m == "lease not found")
+}
+
+/// Our lease `id` is gone (expired or revoked): grants a new one and puts our keys on
+/// it, unless it was re-granted already. False when the client closed meanwhile.
+async fn regrant(inner: &Inner, id: i64, reput: &mut bool, backoff: &mut Backoff) -> bool {
+    tracing::warn!(
+        registry = KIND,
+        lease = id,
+        "our lease expired or was revoked; granting a new one and re-registering"
+    );
+    let mut st = inner.lease.lock().await;
+    if st.id == Some(id) {
+        match inner.regrant_locked(&mut st).await {
+            Ok(_) => *reput = false,
+            Err(e) => {
+                tracing::warn!(registry = KIND, error = %e, "re-granting the lease failed; retrying");
+                *reput = true;
+                drop(st);
+                return inner.pause(backoff).await;
+            }
+        }
+    }
+    true
 }
 
 /// Revokes our lease, which deletes every key attached to it in one step.
@@ -257,4 +285,21 @@ pub(crate) fn retry_delete(inner: &Arc<Inner>, key: String) {
             Ok(true)
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_gone;
+
+    /// etcd-client's error for a first keep-alive answer of TTL 0 is recognised, and
+    /// nothing else is: other failures to open a stream are retried as before.
+    #[test]
+    fn an_unknown_lease_at_open_is_recognised_as_gone() {
+        let gone = etcd_client::Error::LeaseKeepAliveError("lease not found".into());
+        assert!(lease_gone(&gone));
+        let broken = etcd_client::Error::LeaseKeepAliveError("channel closed".into());
+        assert!(!lease_gone(&broken));
+        let other = etcd_client::Error::WatchError("failed to create lease keeper".into());
+        assert!(!lease_gone(&other));
+    }
 }

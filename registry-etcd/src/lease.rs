@@ -290,6 +290,59 @@ pub(crate) fn retry_delete(inner: &Arc<Inner>, key: String) {
 #[cfg(test)]
 mod tests {
     use super::lease_gone;
+    use std::time::Duration;
+
+    use meshline_registry_core::RegistryService;
+
+    /// The keeper starts on a lease that is already gone, so the first answer of the
+    /// stream it opens is TTL 0 ("lease not found" from etcd-client), every time: it
+    /// must grant a new lease and put our key on it. Before `lease_gone` it retried the
+    /// open for ever and the key never came back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_keeper_that_opens_on_a_gone_lease_grants_a_new_one() {
+        let etcd = meshline_testkit::Etcd::start().expect("etcd");
+        let cfg = meshline_testkit::config_of(
+            &[
+                ("registry.type", "etcd3"),
+                ("registry.etcd3.serverAddr", &etcd.endpoint()),
+                ("registry.etcd3.ttl", "2s"),
+            ],
+            &[],
+        );
+        let reg = crate::EtcdRegistry::connect(&cfg).await.expect("connect");
+        let mut raw = etcd_client::Client::connect([etcd.endpoint()], None)
+            .await
+            .expect("raw client");
+        let gone = raw.lease_grant(60, None).await.expect("grant").id();
+        raw.lease_revoke(gone).await.expect("revoke");
+        let key = "registry-seata-default-10.3.3.3:8091".to_string();
+        {
+            // Our state as if `gone` had been our lease when it was lost; the keeper,
+            // waiting for a lease, is told there is one.
+            let mut st = reg.inner.lease.lock().await;
+            assert_eq!(st.id, None, "nothing registered yet");
+            st.id = Some(gone);
+            st.keys.insert(key.clone(), "10.3.3.3:8091".into());
+            reg.inner.lease_granted.notify_one();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+        let new = loop {
+            let id = reg.inner.lease.lock().await.id;
+            let put = raw.get(key.as_str(), None).await.expect("get");
+            if let (Some(id), Some(kv)) = (id, put.kvs().first()) {
+                if id != gone && kv.lease() == id {
+                    break id;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no new lease with our key within 6 s (lease {id:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_ne!(new, gone);
+        reg.close().await.expect("close");
+    }
 
     /// etcd-client's error for a first keep-alive answer of TTL 0 is recognised, and
     /// nothing else is: other failures to open a stream are retried as before.

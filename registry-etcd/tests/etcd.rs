@@ -393,7 +393,7 @@ async fn a_revoked_lease_is_re_granted() {
 /// etcd-client reports as an error ("lease not found"), not as a response. The keeper
 /// took that for a stream that failed to open and retried for ever, so the
 /// registration never came back (seen once, in `a_revoked_lease_is_re_granted` during
-/// a fresh full run; `lease::tests` holds the recognition). The window is a few
+/// a fresh full run; `lease::tests` starts the keeper on a gone lease every time). The window is a few
 /// milliseconds, so this test hits it only sometimes; either way the registration must
 /// come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

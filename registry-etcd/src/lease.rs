@@ -329,10 +329,11 @@ mod tests {
         let new = loop {
             let id = reg.inner.lease.lock().await.id;
             let put = raw.get(key.as_str(), None).await.expect("get");
-            if let (Some(id), Some(kv)) = (id, put.kvs().first()) {
-                if id != gone && kv.lease() == id {
-                    break id;
-                }
+            if let (Some(id), Some(kv)) = (id, put.kvs().first())
+                && id != gone
+                && kv.lease() == id
+            {
+                break id;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,

@@ -325,23 +325,23 @@ mod tests {
             st.keys.insert(key.clone(), "10.3.3.3:8091".into());
             reg.inner.lease_granted.notify_one();
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
-        let new = loop {
-            let id = reg.inner.lease.lock().await.id;
-            let put = raw.get(key.as_str(), None).await.expect("get");
-            if let (Some(id), Some(kv)) = (id, put.kvs().first())
-                && id != gone
-                && kv.lease() == id
-            {
-                break id;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no new lease with our key within 6 s (lease {id:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        assert_ne!(new, gone);
+        let kv = raw.kv_client();
+        meshline_testkit::watch::eventually(
+            Duration::from_secs(6),
+            "a new lease with our key on it",
+            || {
+                let (inner, mut kv, key) = (reg.inner.clone(), kv.clone(), key.clone());
+                async move {
+                    let id = inner.lease.lock().await.id;
+                    let put = kv.get(key, None).await.expect("get");
+                    matches!((id, put.kvs().first()),
+                        (Some(id), Some(kv)) if id != gone && kv.lease() == id)
+                }
+            },
+        )
+        .await;
+        let new = reg.inner.lease.lock().await.id;
+        assert_ne!(new, Some(gone));
         reg.close().await.expect("close");
     }
 

@@ -15,7 +15,7 @@
 //! (another client registering the same address is the other one). An operator who
 //! sees a TC listed after it left finds the reason in its log.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,9 +47,12 @@ pub(crate) fn check(inner: Arc<Inner>, removed: Vec<ServiceInstance>) {
 
 /// Asks for each cluster's instances once and warns about each of `removed` listed.
 async fn still_listed(inner: &Inner, removed: &[ServiceInstance]) {
-    let cluster_of = |si: &ServiceInstance| si.cluster_name.clone().unwrap_or_default();
-    let clusters: BTreeSet<String> = removed.iter().map(cluster_of).collect();
-    for cluster in clusters {
+    let mut by_cluster: BTreeMap<String, Vec<&ServiceInstance>> = BTreeMap::new();
+    for si in removed {
+        let cluster = si.cluster_name.clone().unwrap_or_default();
+        by_cluster.entry(cluster).or_default().push(si);
+    }
+    for (cluster, ours_here) in by_cluster {
         let listed = match inner.query(&cluster).await {
             Ok(listed) => listed,
             Err(e) => {
@@ -57,7 +60,7 @@ async fn still_listed(inner: &Inner, removed: &[ServiceInstance]) {
                 continue;
             }
         };
-        for si in removed.iter().filter(|si| cluster_of(si) == cluster) {
+        for si in ours_here {
             let addr = format!("{}:{}", si.ip, si.port);
             let ours = |i: &meshline_registry_core::Instance| {
                 *i.key().host == *si.ip && i32::from(i.key().port) == si.port

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nacos_sdk::api::naming::ServiceInstance;
+use crate::grpc::ServiceInstance;
 
 use crate::Inner;
 

@@ -7,9 +7,10 @@ use std::future::Future;
 
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::probe::ConnectFailure;
-use nacos_sdk::api::naming::NamingServiceBuilder;
 use nacos_sdk::api::props::ClientProps;
 
+use crate::grpc::auth::Auth;
+use crate::grpc::client::{NamingClient, Server};
 use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, address, probe};
 
 /// Which of nacos-sdk's auth plugins the settings ask for.
@@ -30,6 +31,11 @@ pub(crate) struct Prepared {
     pub server: String,
     addrs: address::ServerAddrs,
     grpc_port: Option<u16>,
+    /// `username`/`password`, `accessKey`/`secretKey`, for our naming client.
+    user: Option<(String, String)>,
+    ram: Option<(String, String)>,
+    namespace: String,
+    app_name: String,
 }
 
 /// Checks the addresses and TLS of `n` and makes the client properties.
@@ -83,36 +89,56 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
         server,
         addrs,
         grpc_port: n.grpc_port,
+        user: n.username.clone().zip(n.password.clone()),
+        ram: n.access_key.clone().zip(n.secret_key.clone()),
+        namespace: n.namespace.clone(),
+        app_name: app_name.to_string(),
     })
 }
 
 impl Prepared {
-    /// A naming client's builder with these properties, in `namespace` instead of the
-    /// configured one when given (a nacos-sdk client serves one namespace: `nearby`
-    /// reads the public one with a client of its own).
-    pub(crate) fn naming_builder(&self, namespace: Option<&str>) -> NamingServiceBuilder {
-        let mut props = self
-            .props
-            .clone()
-            // Our hub applies the empty-list policy; the client must pass every push on.
-            .naming_push_empty_protection(false);
-        if let Some(ns) = namespace {
-            props = props.namespace(ns.to_string());
-        }
-        match self.login {
-            Login::Http => NamingServiceBuilder::new(props).enable_auth_plugin_http(),
-            Login::Aliyun => NamingServiceBuilder::new(props).enable_auth_plugin_aliyun(),
-            Login::None => NamingServiceBuilder::new(props),
-        }
+    /// Connects our naming client ([`crate::grpc`]) to these servers, in `namespace`
+    /// instead of the configured one when given (`nearby` reads other namespaces).
+    /// Every server is TLS in a build with the `tls` feature, as nacos-sdk's are.
+    pub(crate) async fn naming(
+        &self,
+        server: &str,
+        namespace: Option<&str>,
+    ) -> Result<NamingClient, RegistryError> {
+        let tls = cfg!(feature = "tls");
+        let servers: Vec<Server> = self
+            .addrs
+            .hosts()
+            .into_iter()
+            .map(|(host, http_port)| Server {
+                host,
+                http_port,
+                grpc_port: self.grpc_port.unwrap_or(http_port.wrapping_add(1000)),
+                tls,
+            })
+            .collect();
+        let auth = Auth::new(
+            self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
+            self.ram.as_ref().map(|(a, s)| (a.as_str(), s.as_str())),
+            tls,
+        )
+        .map_err(|e| RegistryError::Config(format!("registry.nacos: {e}")))?;
+        let ns = namespace.unwrap_or(&self.namespace).to_string();
+        let connect =
+            NamingClient::connect(servers, ns, self.app_name.clone(), auth, CONNECT_TIMEOUT);
+        self.build(server, async { connect.await }).await
     }
 
     /// Awaits a service builder's `build()` for at most [`CONNECT_TIMEOUT`]; on failure,
     /// probes the servers and returns the error naming the server and the cause.
-    pub(crate) async fn build<T>(
+    pub(crate) async fn build<T, E>(
         &self,
         server: &str,
-        build: impl Future<Output = Result<T, nacos_sdk::api::error::Error>>,
-    ) -> Result<T, RegistryError> {
+        build: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, RegistryError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let (what, source) = match tokio::time::timeout(CONNECT_TIMEOUT, build).await {
             Ok(Ok(service)) => return Ok(service),
             Ok(Err(e)) => (e.to_string(), Some(Box::new(e) as _)),

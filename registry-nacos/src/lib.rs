@@ -103,16 +103,18 @@ use async_trait::async_trait;
 use meshline_registry_core::{
     Config, Instance, Lifecycle, Nearby, RegistryError, RegistryService, Watch, WatchScope,
 };
-use nacos_sdk::api::naming::{
-    NamingChangeEvent, NamingEventListener, NamingService, ServiceInstance,
-};
 use tokio_util::sync::CancellationToken;
+
+use crate::grpc::client::{Listener, NamingClient};
+use crate::grpc::wire::ServiceInfo;
+pub use crate::grpc::{Error as NacosError, HEALTH_PERIOD, HEALTH_TIMEOUT, ServiceInstance};
 
 mod address;
 mod after_close;
 mod catalog;
 mod centre;
 mod connect;
+mod grpc;
 mod nearby;
 mod probe;
 mod register;
@@ -138,7 +140,7 @@ pub struct NacosRegistry {
 }
 
 struct Inner {
-    naming: NamingService,
+    naming: NamingClient,
     /// `registry.nacos.serverAddr` (and the gRPC port when set): the address in errors.
     server: String,
     service: String,
@@ -146,10 +148,9 @@ struct Inner {
     life: Lifecycle,
     /// Our own instances.
     own: register::Registrations,
-    /// The settings and application id the client was built from: `nearby` builds a
-    /// client for another namespace from them.
+    /// The settings the client was built from: `nearby` reads the server's catalog
+    /// with them.
     settings: NacosSettings,
-    app_name: String,
 }
 
 impl std::fmt::Debug for NacosRegistry {
@@ -161,11 +162,26 @@ impl std::fmt::Debug for NacosRegistry {
     }
 }
 
-fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> RegistryError {
+/// True for Nacos' refusal by its auth (error code 403), from our naming client or from
+/// nacos-sdk (the config centre).
+fn refused_by_auth(e: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(NacosError::Refused { code: 403, .. }) = e.downcast_ref::<NacosError>() {
+        return true;
+    }
+    matches!(
+        e.downcast_ref::<nacos_sdk::api::error::Error>(),
+        Some(nacos_sdk::api::error::Error::ErrResponse(_, _, 403, _))
+    )
+}
+
+fn nacos_err<E>(server: &str, op: &str, e: E) -> RegistryError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     // Nacos answers a request without a valid login with error code 403 and a message
     // of its own ("unknown user!" from rnacos for a wrong password too, "user not
     // found!" from Java Nacos): say which keys to look at.
-    if let nacos_sdk::api::error::Error::ErrResponse(_, _, 403, _) = &e {
+    if refused_by_auth(&e) {
         return RegistryError::backend(
             KIND,
             server,
@@ -181,11 +197,14 @@ fn nacos_err(server: &str, op: &str, e: nacos_sdk::api::error::Error) -> Registr
 }
 
 /// Runs one request to the Nacos server(s) at `server` with [`REQUEST_TIMEOUT`].
-async fn timed<T>(
+async fn timed<T, E>(
     server: &str,
     op: &'static str,
-    f: impl std::future::Future<Output = nacos_sdk::api::error::Result<T>>,
-) -> Result<T, RegistryError> {
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, RegistryError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
         Ok(r) => r.map_err(|e| nacos_err(server, op, e)),
         Err(_) => Err(RegistryError::timeout(KIND, server, op, REQUEST_TIMEOUT)),
@@ -234,27 +253,21 @@ fn usable(cluster: &str, list: &[ServiceInstance]) -> Vec<Instance> {
         .collect()
 }
 
-/// nacos-sdk's push callback for one cluster; silent once its watch stopped.
-struct Listener {
-    cluster: String,
-    inner: std::sync::Weak<Inner>,
-    stopped: CancellationToken,
-}
-
-impl NamingEventListener for Listener {
-    fn event(&self, event: Arc<NamingChangeEvent>) {
-        let Some(inner) = self.inner.upgrade() else {
+/// The push callback for one cluster; silent once its watch stopped.
+fn listener(cluster: &str, inner: std::sync::Weak<Inner>, stopped: CancellationToken) -> Listener {
+    let cluster = cluster.to_string();
+    Arc::new(move |info: &ServiceInfo| {
+        let Some(inner) = inner.upgrade() else {
             return;
         };
-        if self.stopped.is_cancelled() {
+        if stopped.is_cancelled() {
             return;
         }
-        let list = event.instances.as_deref().unwrap_or(&[]);
         inner
             .life
             .hub()
-            .publish(&self.cluster, usable(&self.cluster, list));
-    }
+            .publish(&cluster, usable(&cluster, &info.hosts));
+    })
 }
 
 impl NacosRegistry {
@@ -266,12 +279,11 @@ impl NacosRegistry {
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
         let p = connect::prepare(&n, &config.application_id)?;
-        let builder = p.naming_builder(None);
-        let naming = p.build(&p.server, builder.build()).await?;
+        let naming = p.naming(&p.server, None).await?;
         Ok(Self::new(naming, p.server.clone(), &n, config))
     }
 
-    fn new(naming: NamingService, server: String, n: &NacosSettings, config: &Config) -> Self {
+    fn new(naming: NamingClient, server: String, n: &NacosSettings, config: &Config) -> Self {
         let policy = config.registry.empty_policy();
         NacosRegistry {
             inner: Arc::new(Inner {
@@ -282,7 +294,6 @@ impl NacosRegistry {
                 life: Lifecycle::new(KIND, policy),
                 own: register::Registrations::default(),
                 settings: n.clone(),
-                app_name: config.application_id.clone(),
             }),
         }
     }
@@ -326,37 +337,24 @@ impl Inner {
     async fn subscribe(
         self: &Arc<Self>,
         cluster: &str,
-    ) -> Result<(Arc<dyn NamingEventListener>, CancellationToken), RegistryError> {
+    ) -> Result<(u64, CancellationToken), RegistryError> {
         let stopped = CancellationToken::new();
-        let listener: Arc<dyn NamingEventListener> = Arc::new(Listener {
-            cluster: cluster.to_string(),
-            inner: Arc::downgrade(self),
-            stopped: stopped.clone(),
-        });
-        timed(
+        let listener = listener(cluster, Arc::downgrade(self), stopped.clone());
+        let id = timed(
             &self.server,
             "subscribe",
-            self.naming.subscribe(
-                self.service.clone(),
-                Some(self.group.clone()),
-                vec![cluster.to_string()],
-                listener.clone(),
-            ),
+            self.naming
+                .subscribe(&self.group, &self.service, cluster, listener),
         )
         .await?;
-        Ok((listener, stopped))
+        Ok((id, stopped))
     }
 
     async fn query(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         let list = timed(
             &self.server,
             "query instances",
-            self.naming.get_all_instances(
-                self.service.clone(),
-                Some(self.group.clone()),
-                vec![cluster.to_string()],
-                false,
-            ),
+            self.naming.query(None, &self.group, &self.service, cluster),
         )
         .await?;
         Ok(usable(cluster, &list))
@@ -368,7 +366,7 @@ impl Inner {
 async fn resync(
     weak: std::sync::Weak<Inner>,
     scope: WatchScope,
-    listener: Arc<dyn NamingEventListener>,
+    subscription: u64,
     stopped: CancellationToken,
 ) {
     while scope.sleep(RESYNC_PERIOD).await {
@@ -385,12 +383,7 @@ async fn resync(
     let gone = timed(
         &inner.server,
         "unsubscribe",
-        inner.naming.unsubscribe(
-            inner.service.clone(),
-            Some(inner.group.clone()),
-            vec![scope.cluster().to_string()],
-            listener,
-        ),
+        inner.naming.unsubscribe(subscription),
     )
     .await;
     if let Err(e) = gone {
@@ -463,7 +456,7 @@ impl RegistryService for NacosRegistry {
                     let subscription = inner.subscribe(cluster).await?;
                     Ok((first, subscription))
                 },
-                move |(listener, stopped), scope| resync(weak, scope, listener, stopped),
+                move |(subscription, stopped), scope| resync(weak, scope, subscription, stopped),
             )
             .await
     }

@@ -13,30 +13,26 @@
 //! other namespace the server lists (at most [`MAX_NAMESPACES`]), and in each for the
 //! configured group, `DEFAULT_GROUP`, `SEATA_GROUP` and every group the server's
 //! service catalog names ([`crate::catalog`]: a team's own group name): the configured
-//! service, `seata-server`, `seata`, the services nacos-sdk's service list call names
+//! service, `seata-server`, `seata`, the services Nacos' service list call names
 //! in that group (first page) and the catalog's; each queried once for the instances
 //! of every Nacos cluster (at most [`MAX_QUERIES`] queries). Every Nacos cluster with usable members (healthy
 //! and enabled, as a lookup keeps them) is a place, except the one asked for.
 //!
-//! A nacos-sdk client serves one namespace: the public namespace is read through a
-//! client built for this call from the same settings, dropped at the end of it
-//! (nacos-sdk 0.8 has no close call; dropping the last handle stops its connection's
-//! health check and ends the connection).
+//! Every request names its namespace, so the other namespaces are read through the
+//! registry's own connection.
 
 use std::collections::BTreeMap;
 
-use meshline_registry_core::{Nearby, RegistryError};
-use nacos_sdk::api::naming::NamingService;
-
 use crate::catalog::{Catalog, Listed};
-use crate::{Inner, KIND, connect, timed, usable};
+use crate::{Inner, KIND, timed, usable};
+use meshline_registry_core::{Nearby, RegistryError};
 
 /// Groups Seata users end up in: the code default and the shipped files' value.
 const LIKELY_GROUPS: [&str; 2] = ["DEFAULT_GROUP", "SEATA_GROUP"];
 /// Service names Seata users register their TC under.
 const LIKELY_SERVICES: [&str; 2] = ["seata-server", "seata"];
 /// The page size of the service list call (its first page only is read).
-const LISTED_SERVICES: i32 = 100;
+const LISTED_SERVICES: usize = 100;
 /// At most this many instance queries per call.
 const MAX_QUERIES: usize = 60;
 /// At most this many namespaces besides the configured and the public one are read.
@@ -91,15 +87,8 @@ impl Inner {
         let mut places = Vec::new();
         let mut budget = MAX_QUERIES;
         let listed = listed_in(configured.clone()).await;
-        self.nearby_in(
-            &self.naming,
-            configured,
-            cluster,
-            &listed,
-            &mut budget,
-            &mut places,
-        )
-        .await?;
+        self.nearby_in(configured, cluster, &listed, &mut budget, &mut places)
+            .await?;
         // Then the public namespace, then every other namespace the server lists.
         let mut others: Vec<String> = Vec::new();
         if !is_public(configured) {
@@ -120,21 +109,11 @@ impl Inner {
                 break;
             }
             let listed = listed_in(namespace.clone()).await;
-            match self.client_in(&namespace).await {
-                Ok(naming) => {
-                    let found = self
-                        .nearby_in(
-                            &naming,
-                            &namespace,
-                            cluster,
-                            &listed,
-                            &mut budget,
-                            &mut places,
-                        )
-                        .await;
-                    drop(naming);
-                    found?;
-                }
+            match self
+                .nearby_in(&namespace, cluster, &listed, &mut budget, &mut places)
+                .await
+            {
+                Ok(()) => {}
                 // The configured namespace answered: what it holds is still worth
                 // showing, and the log says why this one is missing.
                 Err(e) => tracing::warn!(
@@ -149,22 +128,9 @@ impl Inner {
         Ok(places)
     }
 
-    /// A client of the same servers and credentials in `namespace`.
-    async fn client_in(&self, namespace: &str) -> Result<NamingService, RegistryError> {
-        let p = connect::prepare(&self.settings, &self.app_name)?;
-        let server = format!(
-            "{} (namespace `{}`)",
-            self.server,
-            shown_namespace(namespace)
-        );
-        p.build(&server, p.naming_builder(Some(namespace)).build())
-            .await
-    }
-
-    /// The places of one namespace, read through `naming` (a client of `namespace`).
+    /// The places of one namespace.
     async fn nearby_in(
         &self,
-        naming: &NamingService,
         namespace: &str,
         cluster: &str,
         listed: &[Listed],
@@ -193,7 +159,8 @@ impl Inner {
             match timed(
                 &self.server,
                 "list services",
-                naming.get_service_list(1, LISTED_SERVICES, Some(group.clone())),
+                self.naming
+                    .service_names(Some(namespace), group, LISTED_SERVICES),
             )
             .await
             {
@@ -225,12 +192,7 @@ impl Inner {
                 let list = timed(
                     &self.server,
                     "query instances",
-                    naming.get_all_instances(
-                        service.clone(),
-                        Some(group.clone()),
-                        Vec::new(),
-                        false,
-                    ),
+                    self.naming.query(Some(namespace), group, &service, ""),
                 )
                 .await?;
                 let mut by_cluster: BTreeMap<String, Vec<_>> = BTreeMap::new();

@@ -38,13 +38,15 @@
 use std::collections::BTreeMap;
 
 use meshline_registry_core::{InstanceKey, RegistryError};
-use nacos_sdk::api::naming::{NamingService, ServiceInstance};
+
+use crate::grpc::ServiceInstance;
+use crate::grpc::client::NamingClient;
 
 use crate::timed;
 
 /// Where our registrations go.
 pub(crate) struct Target<'a> {
-    pub(crate) naming: &'a NamingService,
+    pub(crate) naming: &'a NamingClient,
     /// The server address for errors.
     pub(crate) server: &'a str,
     pub(crate) service: &'a str,
@@ -220,15 +222,13 @@ impl Registrations {
 
 /// Makes `calls` in order, stopping at the first error.
 async fn run(to: &Target<'_>, calls: Vec<Call>) -> Result<(), RegistryError> {
-    let service = || to.service.to_string();
-    let group = || Some(to.group.to_string());
     for call in calls {
         match call {
             Call::Register(si) => {
                 timed(
                     to.server,
                     "register",
-                    to.naming.register_instance(service(), group(), si),
+                    to.naming.register(to.group, to.service, si),
                 )
                 .await?
             }
@@ -236,7 +236,7 @@ async fn run(to: &Target<'_>, calls: Vec<Call>) -> Result<(), RegistryError> {
                 timed(
                     to.server,
                     "deregister",
-                    to.naming.deregister_instance(service(), group(), si),
+                    to.naming.deregister(to.group, to.service, si),
                 )
                 .await?
             }
@@ -245,7 +245,7 @@ async fn run(to: &Target<'_>, calls: Vec<Call>) -> Result<(), RegistryError> {
                     to.server,
                     "batch register (several instances of one service from one client; \
                      Nacos servers before 2.1.1 lack it)",
-                    to.naming.batch_register_instance(service(), group(), all),
+                    to.naming.batch_register(to.group, to.service, all),
                 )
                 .await?
             }

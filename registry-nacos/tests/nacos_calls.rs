@@ -1,11 +1,11 @@
-//! Which nacos-sdk call registers our instances, against rnacos: one instance goes
+//! Which Nacos call registers our instances, against rnacos: one instance goes
 //! with the single-instance call (Nacos servers before 2.1.1 have no batch call),
 //! several with the batch call, and each step is visible to another client.
 //!
-//! nacos-sdk 0.8 opens a tracing span named after each naming call
-//! (`#[instrument]` on `register_instance`, `deregister_instance`,
-//! `batch_register_instance` in `nacos_sdk::naming`); a process-wide layer records
-//! their names. A test binary of its own, so that no other test's calls are recorded.
+//! Our naming client opens a tracing span named after each naming call
+//! (`#[instrument]` on its `register`, `deregister` and `batch_register`, named
+//! `register_instance`, `deregister_instance`, `batch_register_instance`, in
+//! `src/grpc/client.rs`); a process-wide layer records their names. A test binary of its own, so that no other test's calls are recorded.
 //! The two-instance step shows the capture does see batch calls, so the single-call
 //! assertions cannot pass for want of a capture.
 
@@ -24,7 +24,7 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
-/// The names of nacos-sdk's registration spans, in the order they were opened.
+/// The names of the client's registration spans, in the order they were opened.
 #[derive(Clone, Default)]
 struct Calls(Arc<Mutex<Vec<&'static str>>>);
 
@@ -38,7 +38,7 @@ impl Calls {
 impl<S: Subscriber> Layer<S> for Calls {
     fn on_new_span(&self, attrs: &Attributes<'_>, _: &Id, _: Context<'_, S>) {
         let m = attrs.metadata();
-        if m.target().starts_with("nacos_sdk")
+        if m.target().starts_with("meshline_registry_nacos")
             && matches!(
                 m.name(),
                 "register_instance" | "deregister_instance" | "batch_register_instance"

@@ -4,11 +4,15 @@
 //! (`meshline_registry_core::redact::LOG_DIRECTIVES`, which the CLI and the examples
 //! install and the crate docs tell library users to add).
 //!
+//! The registry's own naming client never logs the password, filter or not. The
+//! configuration centre runs on nacos-sdk, which does log it; the directive is what
+//! keeps it out there.
+//!
 //! A test binary of its own: the subscriber is the process-wide default, so events from
 //! every thread nacos-sdk runs on are captured (a thread-local capture could miss
 //! them and pass for the wrong reason). A second layer without the directive records
-//! the same events: that nacos-sdk does print the password there shows the filter is
-//! what keeps it out (and that the capture sees nacos-sdk at all).
+//! the same events: that nacos-sdk (the centre's login) does print the password there
+//! shows the filter is what keeps it out (and that the capture sees nacos-sdk at all).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +20,7 @@ use std::time::Duration;
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::redact::LOG_DIRECTIVES;
 use meshline_registry_core::{Config, Instance, RegistryService};
-use meshline_registry_nacos::NacosRegistry;
+use meshline_registry_nacos::{NacosCentre, NacosRegistry};
 use meshline_testkit::Rnacos;
 use meshline_testkit::watch::wait_for;
 use tracing_subscriber::layer::SubscriberExt;
@@ -50,6 +54,11 @@ fn config(server: &Rnacos, password: &str) -> Config {
         .set("registry.nacos.grpcPort", server.grpc_port().to_string())
         .set("registry.nacos.username", "meshline")
         .set("registry.nacos.password", password)
+        .set("config.type", "nacos")
+        .set("config.nacos.serverAddr", server.http_addr())
+        .set("config.nacos.grpcPort", server.grpc_port().to_string())
+        .set("config.nacos.username", "meshline")
+        .set("config.nacos.password", password)
         .load()
         .unwrap()
 }
@@ -103,7 +112,7 @@ async fn the_password_never_reaches_the_log_with_the_shipped_filter() {
         !refused.contains(SECRET),
         "the error shows the secret: {refused}"
     );
-    // A restart: the client logs in again (nacos-sdk re-registers our instance);
+    // A restart: the client logs in again (and registers our instance again);
     // whatever stale reason a watcher saw meanwhile is checked too.
     server.restart().expect("restart rnacos");
     let mut stale_reason = String::new();
@@ -128,6 +137,27 @@ async fn the_password_never_reaches_the_log_with_the_shipped_filter() {
     assert!(!stale_reason.contains(SECRET), "{stale_reason}");
     assert!(!format!("{reg:?}").contains(SECRET));
     reg.close().await.unwrap();
+    // The registry's client logs no password, even unfiltered (at `trace`).
+    let registry_only = unfiltered.text();
+    assert!(
+        registry_only.contains("meshline_registry_nacos"),
+        "the capture saw nothing of the registry's client; it proves nothing"
+    );
+    assert!(
+        !registry_only.contains(SECRET),
+        "the registry's client logged the password:\n{}",
+        registry_only
+            .lines()
+            .filter(|l| l.contains(SECRET))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The configuration centre (nacos-sdk) logs in with the same credentials.
+    let centre = NacosCentre::connect(&config(&server, SECRET))
+        .await
+        .unwrap();
+    drop(centre);
 
     let text = shipped.text();
     assert!(
@@ -143,7 +173,8 @@ async fn the_password_never_reaches_the_log_with_the_shipped_filter() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    // Without the directive nacos-sdk's login logging prints it: the filter matters.
+    // Without the directive nacos-sdk's login logging (the centre's) prints it: the
+    // filter matters.
     assert!(
         unfiltered.text().contains(SECRET),
         "nacos-sdk no longer logs the login: LOG_DIRECTIVES may be obsolete"

@@ -1,0 +1,731 @@
+//! The naming client: one live connection at a time, moved to the next server when it
+//! dies, with everything this client registered and subscribed to redone on the new
+//! one.
+//!
+//! Why our own, not nacos-sdk's: nacos-sdk 0.8.3 never closes a connection it
+//! replaced. The replaced connection's stream task keeps answering the server, so a
+//! server that comes back after a partition keeps that connection, and with it this
+//! client's registration, for as long as the process lives, whatever the client
+//! deregisters on its new connection (docs/faults.md, "Nacos ghost"). Here a connection
+//! that is left is closed: its socket is dropped, and the server drops what it held as
+//! soon as it hears of it (at once on a reachable server; a partitioned one learns on
+//! its return, or by its own detection).
+//!
+//! - **Liveness.** A `HealthCheckRequest` every [`HEALTH_PERIOD`]; no answer within
+//!   [`HEALTH_TIMEOUT`], a transport error, or the end of the connection's stream
+//!   declares the connection dead. A server that goes silent without a reset is so
+//!   left within `HEALTH_PERIOD + HEALTH_TIMEOUT` (4 s), against 14-20 s for nacos-sdk.
+//!   (No HTTP/2 keep-alive pings: Java Nacos' gRPC server allows one per 5 minutes
+//!   and closes a connection that pings more often.)
+//! - **Failover.** The next server of the list is tried at once; after a whole round
+//!   of failures the client waits (100 ms doubling to 2 s) and goes round again.
+//! - **Redo.** What is registered is kept as intent, per service: the single-instance
+//!   registration and the batch, each updated before its request is sent (a
+//!   deregistration removes the instance from both). A new connection gets every
+//!   registration, then every subscription, whose answer is handed to its listeners.
+//! - **Requests** wait for a live connection while one is being opened; when a whole
+//!   round of servers failed they fail at once with the last error.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use super::auth::Auth;
+use super::conn::{Conn, OPEN_TIMEOUT, PushFn, Setup};
+use super::wire::{ServiceInfo, ServiceInstance, ServiceList, WithServiceInfo};
+
+/// How often a live connection is checked.
+pub const HEALTH_PERIOD: Duration = Duration::from_secs(2);
+/// How long a health check may go unanswered before the connection is left.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest wait between two rounds of failed connects.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One Nacos server: its address, HTTP port (the login) and gRPC port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Server {
+    pub(crate) host: String,
+    pub(crate) http_port: u16,
+    pub(crate) grpc_port: u16,
+    pub(crate) tls: bool,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.grpc_port)
+        } else {
+            write!(f, "{}:{}", self.host, self.grpc_port)
+        }
+    }
+}
+
+/// Where the client is.
+#[derive(Clone)]
+enum State {
+    /// Opening a connection.
+    Connecting,
+    /// Connected.
+    Up(Arc<Conn>),
+    /// A whole round of servers failed (the last error); still trying.
+    Down(String),
+    /// Dropped.
+    Closed,
+}
+
+/// What this client registered in one service, to redo on a new connection.
+#[derive(Default)]
+struct Registered {
+    single: Option<ServiceInstance>,
+    batch: Vec<ServiceInstance>,
+}
+
+/// A listener of one service's pushes.
+struct Sub {
+    id: u64,
+    group: String,
+    service: String,
+    clusters: String,
+    listener: Listener,
+}
+
+/// Called with each list of a subscribed service (the push's or a subscription's).
+pub(crate) type Listener = Arc<dyn Fn(&ServiceInfo) + Send + Sync>;
+
+struct Shared {
+    servers: Vec<Server>,
+    namespace: String,
+    app_name: String,
+    auth: Auth,
+    state: watch::Sender<State>,
+    /// `(group, service)` -> what we registered there.
+    redo: Mutex<BTreeMap<(String, String), Registered>>,
+    subs: Mutex<(u64, Vec<Sub>)>,
+    stop: CancellationToken,
+}
+
+/// A Nacos 2 naming client. See the [module docs](self). Dropping it closes its
+/// connection.
+pub(crate) struct NamingClient {
+    shared: Arc<Shared>,
+}
+
+impl Drop for NamingClient {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+impl NamingClient {
+    /// Starts the client and waits until it is connected, or until every server
+    /// failed once (the error is the last one), or `timeout`.
+    pub(crate) async fn connect(
+        servers: Vec<Server>,
+        namespace: String,
+        app_name: String,
+        auth: Auth,
+        timeout: Duration,
+    ) -> Result<NamingClient, Error> {
+        if servers.is_empty() {
+            return Err(Error::NotConnected("no server address".into()));
+        }
+        let (state, _) = watch::channel(State::Connecting);
+        let shared = Arc::new(Shared {
+            servers,
+            namespace: namespace_or_public(&namespace).to_string(),
+            app_name,
+            auth,
+            state,
+            redo: Mutex::new(BTreeMap::new()),
+            subs: Mutex::new((0, Vec::new())),
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(run(shared.clone()));
+        let client = NamingClient { shared };
+        let mut rx = client.shared.state.subscribe();
+        let up = tokio::time::timeout(timeout, async {
+            loop {
+                match &*rx.borrow_and_update() {
+                    State::Up(_) => return Ok(()),
+                    State::Down(e) => return Err(Error::NotConnected(e.clone())),
+                    State::Closed => return Err(Error::Closed),
+                    State::Connecting => {}
+                }
+                if rx.changed().await.is_err() {
+                    return Err(Error::Closed);
+                }
+            }
+        })
+        .await;
+        match up {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::NotConnected(format!(
+                "not connected within {timeout:?}"
+            ))),
+        }
+    }
+
+    /// Registers `si` in `service` of `group` (one instance per service from one
+    /// connection: it replaces the previous single registration).
+    #[tracing::instrument(
+        name = "register_instance",
+        level = "debug",
+        skip_all,
+        fields(group, service)
+    )]
+    pub(crate) async fn register(
+        &self,
+        group: &str,
+        service: &str,
+        si: ServiceInstance,
+    ) -> Result<(), Error> {
+        lock(&self.shared.redo)
+            .entry((group.to_string(), service.to_string()))
+            .or_default()
+            .single = Some(si.clone());
+        self.shared
+            .instance_request(group, service, "registerInstance", &si)
+            .await
+    }
+
+    /// Deregisters `si` (and forgets it for the redo, single or batched).
+    #[tracing::instrument(
+        name = "deregister_instance",
+        level = "debug",
+        skip_all,
+        fields(group, service)
+    )]
+    pub(crate) async fn deregister(
+        &self,
+        group: &str,
+        service: &str,
+        si: ServiceInstance,
+    ) -> Result<(), Error> {
+        {
+            let mut redo = lock(&self.shared.redo);
+            let key = (group.to_string(), service.to_string());
+            if let Some(r) = redo.get_mut(&key) {
+                if r.single.as_ref().is_some_and(|s| same(s, &si)) {
+                    r.single = None;
+                }
+                r.batch.retain(|b| !same(b, &si));
+                if r.single.is_none() && r.batch.is_empty() {
+                    redo.remove(&key);
+                }
+            }
+        }
+        self.shared
+            .instance_request(group, service, "deregisterInstance", &si)
+            .await
+    }
+
+    /// Registers `all` as this connection's batch for `service` (Nacos 2.1.1+).
+    #[tracing::instrument(
+        name = "batch_register_instance",
+        level = "debug",
+        skip_all,
+        fields(group, service)
+    )]
+    pub(crate) async fn batch_register(
+        &self,
+        group: &str,
+        service: &str,
+        all: Vec<ServiceInstance>,
+    ) -> Result<(), Error> {
+        lock(&self.shared.redo)
+            .entry((group.to_string(), service.to_string()))
+            .or_default()
+            .batch = all.clone();
+        self.shared.batch_request(group, service, &all).await
+    }
+
+    /// The instances of `service` in `clusters` (comma-separated; empty: all), read
+    /// from the server, in `namespace` (None: the client's).
+    pub(crate) async fn query(
+        &self,
+        namespace: Option<&str>,
+        group: &str,
+        service: &str,
+        clusters: &str,
+    ) -> Result<Vec<ServiceInstance>, Error> {
+        let ns = namespace
+            .map(namespace_or_public)
+            .unwrap_or(&self.shared.namespace);
+        let body = json!({
+            "namespace": ns, "serviceName": service, "groupName": group,
+            "cluster": clusters, "healthyOnly": false, "udpPort": 0,
+            "headers": {}, "requestId": null,
+        });
+        let answer = self
+            .shared
+            .call("ServiceQueryRequest", group, service, &body)
+            .await?;
+        let w: WithServiceInfo = serde_json::from_slice(&answer)
+            .map_err(|e| Error::Answer(format!("ServiceQueryResponse: {e}")))?;
+        Ok(w.service_info.hosts)
+    }
+
+    /// One page of the service names of `group` in `namespace`, and the total.
+    pub(crate) async fn service_names(
+        &self,
+        namespace: Option<&str>,
+        group: &str,
+        page_size: usize,
+    ) -> Result<(Vec<String>, i64), Error> {
+        let ns = namespace
+            .map(namespace_or_public)
+            .unwrap_or(&self.shared.namespace);
+        let body = json!({
+            "namespace": ns, "groupName": group, "pageNo": 1, "pageSize": page_size,
+            "selector": "", "headers": {}, "requestId": null,
+        });
+        let answer = self
+            .shared
+            .call("ServiceListRequest", group, "", &body)
+            .await?;
+        let l: ServiceList = serde_json::from_slice(&answer)
+            .map_err(|e| Error::Answer(format!("ServiceListResponse: {e}")))?;
+        Ok((l.service_names, l.count))
+    }
+
+    /// Subscribes to `service`'s pushes (`clusters` as Nacos takes it); `listener`
+    /// gets every push, and the subscription's answer after each reconnect (not the
+    /// first one: a caller reads the list it starts from itself). Returns the id [`unsubscribe`](Self::unsubscribe) takes.
+    pub(crate) async fn subscribe(
+        &self,
+        group: &str,
+        service: &str,
+        clusters: &str,
+        listener: Listener,
+    ) -> Result<u64, Error> {
+        let id = {
+            let mut subs = lock(&self.shared.subs);
+            subs.0 += 1;
+            let id = subs.0;
+            subs.1.push(Sub {
+                id,
+                group: group.to_string(),
+                service: service.to_string(),
+                clusters: clusters.to_string(),
+                listener: listener.clone(),
+            });
+            id
+        };
+        match self
+            .shared
+            .subscribe_request(group, service, clusters, true)
+            .await
+        {
+            Ok(_) => Ok(id),
+            Err(e) => {
+                lock(&self.shared.subs).1.retain(|s| s.id != id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends subscription `id`; the server is told when no other listener of the
+    /// service is left.
+    pub(crate) async fn unsubscribe(&self, id: u64) -> Result<(), Error> {
+        let gone = {
+            let mut subs = lock(&self.shared.subs);
+            let Some(pos) = subs.1.iter().position(|s| s.id == id) else {
+                return Ok(());
+            };
+            let s = subs.1.remove(pos);
+            let others = subs
+                .1
+                .iter()
+                .any(|o| o.group == s.group && o.service == s.service);
+            (!others).then_some(s)
+        };
+        match gone {
+            Some(s) => self
+                .shared
+                .subscribe_request(&s.group, &s.service, &s.clusters, false)
+                .await
+                .map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Nacos' name of the namespace written empty: `public` (as nacos-sdk and the Java
+/// client send it; rnacos reads an empty one in a batch registration as another).
+fn namespace_or_public(namespace: &str) -> &str {
+    if namespace.is_empty() {
+        "public"
+    } else {
+        namespace
+    }
+}
+
+/// Same instance for Nacos: address, port and cluster.
+fn same(a: &ServiceInstance, b: &ServiceInstance) -> bool {
+    a.ip == b.ip && a.port == b.port && a.cluster_name == b.cluster_name
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// The live connection: waits while one is being opened.
+    async fn conn(&self) -> Result<Arc<Conn>, Error> {
+        let mut rx = self.state.subscribe();
+        loop {
+            match &*rx.borrow_and_update() {
+                State::Up(c) => return Ok(c.clone()),
+                State::Down(e) => return Err(Error::NotConnected(e.clone())),
+                State::Closed => return Err(Error::Closed),
+                State::Connecting => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        kind: &str,
+        group: &str,
+        service: &str,
+        body: &serde_json::Value,
+    ) -> Result<Vec<u8>, Error> {
+        let conn = self.conn().await?;
+        self.call_on(&conn, kind, group, service, body).await
+    }
+
+    async fn call_on(
+        &self,
+        conn: &Conn,
+        kind: &str,
+        group: &str,
+        service: &str,
+        body: &serde_json::Value,
+    ) -> Result<Vec<u8>, Error> {
+        tracing::debug!(registry = "nacos", server = %conn.server, kind, group, service, "nacos request");
+        conn.call(kind, self.auth.headers(group, service), body)
+            .await
+    }
+
+    fn instance_body(
+        &self,
+        group: &str,
+        service: &str,
+        kind: &str,
+        si: &ServiceInstance,
+    ) -> serde_json::Value {
+        json!({
+            "namespace": self.namespace, "serviceName": service, "groupName": group,
+            "type": kind, "instance": si, "headers": {}, "requestId": null,
+        })
+    }
+
+    fn batch_body(&self, group: &str, service: &str, all: &[ServiceInstance]) -> serde_json::Value {
+        json!({
+            "namespace": self.namespace, "serviceName": service, "groupName": group,
+            "type": "batchRegisterInstance", "instances": all, "headers": {}, "requestId": null,
+        })
+    }
+
+    async fn instance_request(
+        &self,
+        group: &str,
+        service: &str,
+        kind: &str,
+        si: &ServiceInstance,
+    ) -> Result<(), Error> {
+        let body = self.instance_body(group, service, kind, si);
+        self.call("InstanceRequest", group, service, &body)
+            .await
+            .map(|_| ())
+    }
+
+    async fn batch_request(
+        &self,
+        group: &str,
+        service: &str,
+        all: &[ServiceInstance],
+    ) -> Result<(), Error> {
+        let body = self.batch_body(group, service, all);
+        self.call("BatchInstanceRequest", group, service, &body)
+            .await
+            .map(|_| ())
+    }
+
+    fn subscribe_body(
+        &self,
+        group: &str,
+        service: &str,
+        clusters: &str,
+        on: bool,
+    ) -> serde_json::Value {
+        json!({
+            "namespace": self.namespace, "serviceName": service, "groupName": group,
+            "subscribe": on, "clusters": clusters, "headers": {}, "requestId": null,
+        })
+    }
+
+    async fn subscribe_request(
+        &self,
+        group: &str,
+        service: &str,
+        clusters: &str,
+        on: bool,
+    ) -> Result<ServiceInfo, Error> {
+        let body = self.subscribe_body(group, service, clusters, on);
+        let answer = self
+            .call("SubscribeServiceRequest", group, service, &body)
+            .await?;
+        parse_info(&answer)
+    }
+
+    /// Sends every registration and subscription on `conn` (a new connection).
+    async fn redo(&self, conn: &Conn) -> Result<(), Error> {
+        let registered: Vec<(
+            (String, String),
+            Option<ServiceInstance>,
+            Vec<ServiceInstance>,
+        )> = lock(&self.redo)
+            .iter()
+            .map(|(k, r)| (k.clone(), r.single.clone(), r.batch.clone()))
+            .collect();
+        for ((group, service), single, batch) in registered {
+            if let Some(si) = single {
+                let body = self.instance_body(&group, &service, "registerInstance", &si);
+                self.call_on(conn, "InstanceRequest", &group, &service, &body)
+                    .await?;
+            }
+            if !batch.is_empty() {
+                let body = self.batch_body(&group, &service, &batch);
+                self.call_on(conn, "BatchInstanceRequest", &group, &service, &body)
+                    .await?;
+            }
+        }
+        let subs: Vec<(String, String, String)> = {
+            let subs = lock(&self.subs);
+            let mut v: Vec<(String, String, String)> = subs
+                .1
+                .iter()
+                .map(|s| (s.group.clone(), s.service.clone(), s.clusters.clone()))
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        for (group, service, clusters) in subs {
+            let body = self.subscribe_body(&group, &service, &clusters, true);
+            let answer = self
+                .call_on(conn, "SubscribeServiceRequest", &group, &service, &body)
+                .await?;
+            self.deliver(&parse_info(&answer)?);
+        }
+        Ok(())
+    }
+
+    /// Hands `info` to the listeners of its service.
+    fn deliver(&self, info: &ServiceInfo) {
+        let (group, service) = match info.name.split_once("@@") {
+            Some((g, s)) => (g, s),
+            None => (info.group_name.as_str(), info.name.as_str()),
+        };
+        let listeners: Vec<Listener> = lock(&self.subs)
+            .1
+            .iter()
+            .filter(|s| s.group == group && s.service == service)
+            .map(|s| s.listener.clone())
+            .collect();
+        for l in listeners {
+            l(info);
+        }
+    }
+}
+
+fn parse_info(answer: &[u8]) -> Result<ServiceInfo, Error> {
+    serde_json::from_slice::<WithServiceInfo>(answer)
+        .map(|w| w.service_info)
+        .map_err(|e| Error::Answer(format!("serviceInfo: {e}")))
+}
+
+/// The client's life: connect, redo, watch the connection, move on when it dies.
+async fn run(shared: Arc<Shared>) {
+    let n = shared.servers.len();
+    let mut at = fastrand::usize(..n);
+    let mut failed_in_round = 0;
+    let mut backoff = Duration::from_millis(100);
+    let setup = Setup {
+        namespace: shared.namespace.clone(),
+        app_name: shared.app_name.clone(),
+    };
+    let weak = Arc::downgrade(&shared);
+    let push: PushFn = Arc::new(move |info| {
+        if let Some(s) = weak.upgrade() {
+            s.deliver(&info);
+        }
+    });
+    loop {
+        let server = shared.servers[at].clone();
+        let opened = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            r = async {
+                shared.auth.refresh(&server).await;
+                tokio::time::timeout(OPEN_TIMEOUT, Conn::open(&server, &setup, shared.auth.headers("", ""), push.clone())).await
+            } => r,
+        };
+        let conn = match opened {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                failed(
+                    &shared,
+                    &server,
+                    e.to_string(),
+                    &mut at,
+                    &mut failed_in_round,
+                    &mut backoff,
+                )
+                .await;
+                continue;
+            }
+            Err(_) => {
+                let e = format!("not connected within {OPEN_TIMEOUT:?}");
+                failed(
+                    &shared,
+                    &server,
+                    e,
+                    &mut at,
+                    &mut failed_in_round,
+                    &mut backoff,
+                )
+                .await;
+                continue;
+            }
+        };
+        let redone = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            r = tokio::time::timeout(OPEN_TIMEOUT, shared.redo(&conn)) => r,
+        };
+        match redone {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                conn.kill(format!("redo failed: {e}"));
+                failed(
+                    &shared,
+                    &server,
+                    format!("redoing the registrations: {e}"),
+                    &mut at,
+                    &mut failed_in_round,
+                    &mut backoff,
+                )
+                .await;
+                continue;
+            }
+            Err(_) => {
+                conn.kill("redo timed out".into());
+                let e = format!("redoing the registrations took over {OPEN_TIMEOUT:?}");
+                failed(
+                    &shared,
+                    &server,
+                    e,
+                    &mut at,
+                    &mut failed_in_round,
+                    &mut backoff,
+                )
+                .await;
+                continue;
+            }
+        }
+        tracing::info!(registry = "nacos", server = %server, connection = %conn.id, "connected");
+        shared.state.send_replace(State::Up(conn.clone()));
+        failed_in_round = 0;
+        backoff = Duration::from_millis(100);
+        let why = tokio::select! {
+            _ = shared.stop.cancelled() => None,
+            why = watch_health(&shared, &conn) => Some(why),
+        };
+        shared.state.send_replace(State::Connecting);
+        conn.kill(why.clone().unwrap_or_else(|| "client closed".into()));
+        drop(conn);
+        let Some(why) = why else { break };
+        tracing::warn!(registry = "nacos", server = %server, reason = %why, "connection lost; moving to the next server");
+        at = (at + 1) % n;
+    }
+    shared.state.send_replace(State::Closed);
+}
+
+/// Returns why `conn` died: its stream ended, a request failed on it, or a health
+/// check went unanswered.
+async fn watch_health(shared: &Shared, conn: &Conn) -> String {
+    loop {
+        tokio::select! {
+            _ = conn.dead() => return conn.why(),
+            _ = tokio::time::sleep(HEALTH_PERIOD) => {}
+        }
+        shared.auth.refresh(&conn.server).await;
+        match tokio::time::timeout(HEALTH_TIMEOUT, conn.health_check()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return format!("health check failed: {e}"),
+            Err(_) => return format!("no answer to a health check within {HEALTH_TIMEOUT:?}"),
+        }
+    }
+}
+
+/// Records a failed connect to `server` and moves to the next; after a whole round,
+/// publishes the error and waits.
+async fn failed(
+    shared: &Shared,
+    server: &Server,
+    error: String,
+    at: &mut usize,
+    failed_in_round: &mut usize,
+    backoff: &mut Duration,
+) {
+    tracing::debug!(registry = "nacos", server = %server, error = %error, "connect failed");
+    *at = (*at + 1) % shared.servers.len();
+    *failed_in_round += 1;
+    if *failed_in_round >= shared.servers.len() {
+        *failed_in_round = 0;
+        tracing::warn!(registry = "nacos", server = %server, error = %error, "no Nacos server answers; retrying in {:?}", backoff);
+        shared
+            .state
+            .send_replace(State::Down(format!("{server}: {error}")));
+        tokio::select! {
+            _ = shared.stop.cancelled() => {}
+            _ = tokio::time::sleep(*backoff) => {}
+        }
+        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deregistered_instance_leaves_both_redo_kinds() {
+        let a = ServiceInstance {
+            ip: "10.0.0.1".into(),
+            port: 1,
+            cluster_name: Some("c".into()),
+            ..Default::default()
+        };
+        let b = ServiceInstance {
+            ip: "10.0.0.2".into(),
+            port: 1,
+            cluster_name: Some("c".into()),
+            ..Default::default()
+        };
+        assert!(same(&a, &a.clone()));
+        assert!(!same(&a, &b));
+        let mut other_cluster = a.clone();
+        other_cluster.cluster_name = Some("d".into());
+        assert!(!same(&a, &other_cluster));
+    }
+}

@@ -1,0 +1,39 @@
+//! Our own Nacos 2 naming client over gRPC (see [`client`] for why it is not
+//! nacos-sdk's): [`proto`] the two protobuf messages, [`wire`] the JSON bodies,
+//! [`auth`] login and signatures, [`conn`] one connection, [`client`] the client that
+//! keeps one connection live and redoes its registrations on it.
+
+pub(crate) mod auth;
+pub(crate) mod client;
+pub(crate) mod conn;
+pub(crate) mod proto;
+pub(crate) mod wire;
+
+pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT};
+pub use wire::ServiceInstance;
+
+/// What a naming request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with a failure (`errorCode` 403: refused by its auth; 301:
+    /// it does not know the connection).
+    #[error("refused by the server (error code {code}): {message}")]
+    Refused {
+        /// Nacos' `errorCode`.
+        code: i32,
+        /// Nacos' message.
+        message: String,
+    },
+    /// The connection failed (reset, closed, TLS, no route).
+    #[error("{0}")]
+    Transport(String),
+    /// No live connection: no server answered (the last error).
+    #[error("not connected: {0}")]
+    NotConnected(String),
+    /// An answer that does not parse.
+    #[error("unexpected answer: {0}")]
+    Answer(String),
+    /// The client was dropped.
+    #[error("the client is closed")]
+    Closed,
+}

@@ -413,7 +413,7 @@ fn not_compiled_in(given: &str, ty: &RegistryType) -> RegistryError {
 /// | `registry.type` | checked by `from_config` | an unreachable server fails |
 /// |---|---|---|
 /// | `file` | nothing to connect to | (never) |
-/// | `nacos` | nacos-sdk connects | `from_config`, within 10 s |
+/// | `nacos` | the client connects to a server | `from_config`, within 10 s |
 /// | `etcd3` | nothing: connecting is lazy (with credentials, it authenticates) | the first operation (`lookup`, `watch`, `register`), within its operation timeout (TTL / 2, 1 to 5 s) |
 /// | `zk` | a session is established | `from_config`, within session + connect timeout |
 /// | `redis` | `PING` | `from_config`, within `registry.redis.commandTimeout` per server |

@@ -1,19 +1,22 @@
-//! After a close: says so when a registration we removed is listed again.
+//! After a close: says so when a registration we removed is still listed.
 //!
 //! A Nacos 2 server removes an ephemeral instance only for the connection that
-//! registered it, and nacos-sdk 0.8.3 leaks a connection it replaces: the replaced
-//! connection's stream task keeps answering the server, so whatever it registered stays
-//! listed until the process exits. After a node of a cluster is cut and restored, a
-//! close leaves the registration listed that way in one run in five to one in two
-//! (15 of 50 runs on 2026-12-04, in four series: 2 of 14, 3 of 16, 6 of 12, 4 of 8;
-//! `tests/nacos_node_cut.rs`, docs/faults.md), and deregistering again does not help:
-//! nacos-sdk sends it on its current connection.
+//! registered it (or when that connection goes). The close deregisters on the live
+//! connection, and the client closes every connection it leaves, so the registration
+//! is normally gone everywhere within a second. Two things can still keep it listed:
+//! another client that registered the same address, or a node that was cut off while
+//! it held a connection this client left, and has neither heard the socket close nor
+//! yet dropped the connection by its own detection (rnacos: 15 s without a word). The
+//! first lasts; the second ends by itself.
 //!
-//! Nothing on our side can remove it, so the close must not pass for clean: a little
-//! after each close (and drop) the server is asked once more, and an instance of ours
-//! still listed is logged at `WARN`, by address and cluster, with both possible causes
-//! (another client registering the same address is the other one). An operator who
-//! sees a TC listed after it left finds the reason in its log.
+//! So the close must not pass for clean unchecked: a little after each close (and
+//! drop) the server is asked once more, and an instance of ours still listed is logged
+//! at `WARN`, by address and cluster, with both possible causes. An operator who sees a
+//! TC listed after it left finds the reason in its log.
+//!
+//! (With nacos-sdk 0.8.3, the registry's client until 2026-12, the second cause lasted
+//! as long as the process, in one run of `tests/nacos_node_cut.rs` in five to one in
+//! two: it never closed a connection it replaced. See docs/faults.md.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,15 +26,14 @@ use crate::grpc::ServiceInstance;
 
 use crate::Inner;
 
-/// How long after the deregistration the server is asked: nacos-sdk redoes a
-/// registration on a new connection within about a second of a reconnect (0.6 s
-/// measured), and a deregistration usually reaches every node within 0.5 s.
+/// How long after the deregistration the server is asked: a deregistration usually
+/// reaches every node of a cluster within 0.5 s.
 pub(crate) const CHECK_AFTER: Duration = Duration::from_secs(2);
 
 /// Checks what a close deregistered ([`CHECK_AFTER`] from now, in the background)
 /// when a tokio runtime is running: at process exit there is none, and the
 /// connections close with the process anyway. Holds the registry's internals (its
-/// nacos-sdk client) until then.
+/// naming client) until then.
 pub(crate) fn check(inner: Arc<Inner>, removed: Vec<ServiceInstance>) {
     if removed.is_empty() {
         return;
@@ -81,9 +83,9 @@ async fn still_listed(inner: &Inner, removed: &[ServiceInstance]) {
                     instance = %addr,
                     after = ?CHECK_AFTER,
                     "still listed after this registry deregistered it: either another \
-                     client registered the same address, or nacos-sdk 0.8.3 kept the \
-                     registration on a connection it replaced (after a failover), and \
-                     Nacos lists it until this process exits (docs/faults.md)"
+                     client registered the same address, or a Nacos node that was cut \
+                     off still holds a connection this client left (it drops it when it \
+                     hears the socket closed, or by its own detection; docs/faults.md)"
                 );
             }
         }

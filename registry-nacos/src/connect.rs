@@ -111,9 +111,16 @@ impl Prepared {
             .hosts()
             .into_iter()
             .map(|(host, http_port)| Server {
-                host,
+                // `[v6]` as written; the client brackets it where an address needs it.
+                host: host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .map(str::to_string)
+                    .unwrap_or(host),
                 http_port,
-                grpc_port: self.grpc_port.unwrap_or(http_port.wrapping_add(1000)),
+                grpc_port: self
+                    .grpc_port
+                    .unwrap_or_else(|| http_port.saturating_add(1000)),
                 tls,
             })
             .collect();
@@ -126,7 +133,7 @@ impl Prepared {
         let ns = namespace.unwrap_or(&self.namespace).to_string();
         let connect =
             NamingClient::connect(servers, ns, self.app_name.clone(), auth, CONNECT_TIMEOUT);
-        self.build(server, async { connect.await }).await
+        self.build(server, connect).await
     }
 
     /// Awaits a service builder's `build()` for at most [`CONNECT_TIMEOUT`]; on failure,

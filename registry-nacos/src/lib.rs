@@ -1,7 +1,7 @@
 //! # meshline-registry-nacos
 //!
-//! The Nacos registry, on the official `nacos-sdk` client (Nacos 2.x gRPC), laid out as
-//! Seata lays it out ([docs/seata-compat.md §1.2](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#12-nacos)):
+//! The Nacos registry, on a Nacos 2.x gRPC naming client of our own (`src/grpc/`),
+//! laid out as Seata lays it out ([docs/seata-compat.md §1.2](https://github.com/meshline/meshline/blob/main/docs/seata-compat.md#12-nacos)):
 //!
 //! - A Seata TC registers an ephemeral instance of service `registry.nacos.application`
 //!   (default `seata-server`) in group `registry.nacos.group` (default `DEFAULT_GROUP`:
@@ -13,63 +13,65 @@
 //!   `healthy && enabled`, as Seata does. Weight (Nacos' float weight, rounded, at least
 //!   1 unless it is 0) and the `zone` metadata key are carried into [`Instance`].
 //!
-//! What we add to the client:
+//! ## Why a client of our own
 //!
+//! The registry ran on the official `nacos-sdk` 0.8.3 until it showed a fault that
+//! cannot be fixed from outside it: nacos-sdk never closes a gRPC connection it
+//! replaced (its stream task keeps answering the server on it), and Nacos ties an
+//! ephemeral registration to the connection that made it. After a failover and the old
+//! node's return, a TC stayed listed on every node after it unregistered, for as long
+//! as its process lived, in one cut in five to one in two (docs/faults.md). Nacos 2's
+//! naming protocol is small (two protobuf messages with JSON bodies), so the registry
+//! now speaks it itself (`src/grpc/`): a connection it leaves is closed, and what it
+//! registered there goes with it. The configuration centre ([`NacosCentre`]) still
+//! runs on nacos-sdk's config client, which registers nothing.
+//!
+//! What the client does, and what we add on top:
+//!
+//! - **One connection, one TCP socket.** Registrations and subscriptions live on the
+//!   connection; the client never lets its channel reconnect behind its back (a new
+//!   socket would be a new, empty connection to Nacos). A dead connection is replaced,
+//!   and everything registered and subscribed is redone on the new one.
+//! - **Liveness.** A health check every [`HEALTH_PERIOD`], given [`HEALTH_TIMEOUT`]: a
+//!   node that goes silent without a reset is left within 4 s (nacos-sdk: 14-20 s),
+//!   for the next server of `serverAddr`. Measured on three rnacos nodes, a cut node
+//!   is left 3.1 s after the cut, and the registration never leaves the other clients'
+//!   view (`tests/nacos_node_cut.rs`, docs/faults.md).
 //! - Watches are full snapshots through a [`WatchHub`](meshline_registry_core::WatchHub) (dedup, revisions, empty-list
-//!   protection per `registry.empty-protection`), fed by the client's subscription push
-//!   **and** by a resync query every [`RESYNC_PERIOD`]. The query is also our health
-//!   probe: nacos-sdk exposes no connection state (nacos-sdk-rust#113), so a failing
-//!   query marks watches [`Health::Stale`](meshline_registry_core::Health::Stale) and a
-//!   successful one marks them connected and repairs anything a lost push missed.
+//!   protection per `registry.empty-protection`), fed by the subscription's pushes
+//!   **and** by a resync query every [`RESYNC_PERIOD`]. A failing query marks watches
+//!   [`Health::Stale`](meshline_registry_core::Health::Stale); a successful one marks
+//!   them connected and repairs anything a lost push missed.
 //! - One instance per service is registered with the single-instance call, which every
 //!   Nacos 2.x server has; several instances of one service from one client go as one
 //!   batch (`batchRegisterInstance`, Nacos 2.1.1 and later), since one Nacos connection
-//!   keeps one registration per service. The rules, and how they keep nacos-sdk's
-//!   replay after a reconnect exact, are in `src/register.rs`.
+//!   keeps one registration per service. The rules are in `src/register.rs`.
 //! - `registry.nacos.serverAddr` may be written as Seata's Java client takes it,
-//!   `http://host:port` (or `https://host:port` in a build with `nacos-tls`); nacos-sdk
-//!   is given `host:port`. `registry.nacos.contextPath` has no effect on gRPC; nacos-sdk
-//!   0.8 logs in (username/password) only at `/nacos/v1/auth/login`, so another context
-//!   path together with username/password is refused with an error saying so.
-//! - [`close`](RegistryService::close) deregisters everything this client registered.
+//!   `http://host:port` (or `https://host:port` in a build with `nacos-tls`).
+//!   `registry.nacos.contextPath` has no effect on gRPC; the login is at
+//!   `/nacos/v1/auth/login` (as nacos-sdk, which the centre uses, logs in), so another
+//!   context path together with username/password is refused with an error saying so.
+//! - [`close`](RegistryService::close) deregisters everything this client registered,
+//!   and dropping the registry closes its connection (Nacos then drops the rest).
 //! - A failed `unregister` returns the error and is retried in the background (200 ms
-//!   doubling to 30 s) until the server takes it: nacos-sdk would otherwise register
-//!   the instance again after its next reconnect (see `src/register.rs`).
-//!
-//! Re-registration after a server restart is done by nacos-sdk's redo task; our
-//! resync query confirms it from the outside.
-//!
-//! ## A cluster node that goes silent
-//!
-//! With several servers in `serverAddr`, nacos-sdk keeps one gRPC connection and moves
-//! it to the next server when its health check fails: a check after 5 s without an
-//! answer, on a 5 s cadence, three tries of 3 s each (constants of nacos-sdk 0.8.3, not
-//! configurable), then a 2 s wait. A node that vanishes without a reset is so left 14-20
-//! s after it went silent. Our watches are marked stale within about 4 s (the resync
-//! query) and keep their last list meanwhile. A Nacos cluster drops the instances owned
-//! by a node it cannot reach (rnacos after 15 s): other clients then lose our
-//! registration until nacos-sdk has moved and registered again. Measured on three rnacos
-//! nodes: lost from 15.5-16.7 s to 23.4-26.1 s after the cut (`docs/faults.md`,
-//! `tests/nacos_node_cut.rs`).
-//!
-//! After such a failover and the node's return, a close can leave our
-//! registration listed for as long as the process lives: nacos-sdk 0.8.3 keeps it on a
-//! connection it replaced, and Nacos removes an ephemeral instance only for the
-//! connection that registered it. Nothing we send reaches that connection, so each
-//! close is checked 2 s later and an instance still listed is logged at `WARN`
-//! (`src/after_close.rs`).
+//!   doubling to 30 s) until the server takes it (the redo already forgot it, so a
+//!   reconnect does not register it again).
+//! - 2 s after a close, the registry asks once more and logs at `WARN` an instance of
+//!   its own still listed (`src/after_close.rs`): another client registered the same
+//!   address, or a node that was cut off still holds a connection this client left.
 //!
 //! ## Nacos 1.x is not supported
 //!
-//! nacos-sdk speaks only the Nacos 2.x gRPC protocol (on the HTTP port + 1000, or
+//! The client speaks only the Nacos 2.x gRPC protocol (on the HTTP port + 1000, or
 //! `registry.nacos.grpcPort`); Nacos 1.x servers serve HTTP only. Connecting to one
 //! fails, and the error says so: when the gRPC port refuses, the HTTP port is asked
 //! for its version (`/<contextPath>/v1/console/server/state`) and a 1.x answer is
 //! named as "Nacos 1.x (HTTP only) is not supported".
 //!
-//! ## Credentials in nacos-sdk's logs
+//! ## Credentials in nacos-sdk's logs (the configuration centre)
 //!
-//! nacos-sdk 0.8 logs its login with the password in clear (`Http login with
+//! The registry's client never logs a credential. nacos-sdk 0.8, which the
+//! configuration centre runs on, logs its login with the password in clear (`Http login with
 //! username=...,password=...` at debug level, the login answer with the access token
 //! at debug level) and a failed login as the HTTP error's `Debug`, whose URL carries
 //! `password=` in its query, at **error** level. Our subscribers (the CLI, the
@@ -274,7 +276,8 @@ impl NacosRegistry {
     /// Connects with `registry.nacos.*` ([`NacosSettings`]: server list, namespace,
     /// group, application, auth) and `registry.empty-protection`.
     ///
-    /// Fails when nacos-sdk cannot connect within 10 s; the error names the server and
+    /// Fails when no server takes a connection within 10 s (or every server refused
+    /// once); the error names the server and
     /// what a TCP connect to its gRPC port said (e.g. "Connection refused").
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
@@ -477,8 +480,8 @@ impl RegistryService for NacosRegistry {
 
 /// Deregisters `instance` in the background until the server confirms, unless it was
 /// registered again meanwhile or the client closed (close deregisters what is still
-/// pending, once more). nacos-sdk does not retry a failed deregistration; worse, its
-/// redo task registers the instance again after the next reconnect.
+/// pending, once more). The client's redo forgot the instance when the
+/// deregistration was asked for, so only the server's copy is left to remove.
 fn retry_deregister(inner: &Arc<Inner>, instance: &Instance) {
     let weak = Arc::downgrade(inner);
     let key = instance.key().clone();

@@ -1,11 +1,12 @@
-//! Why a connect failed: what nacos-sdk keeps to itself, and Nacos 1.x.
+//! Why a connect failed: each server's gRPC port, and Nacos 1.x.
 //!
-//! nacos-sdk reports a failed connect only as "the connection is not connected" and
-//! keeps the I/O error ("Connection refused") to itself, so we try one TCP connection
-//! to each server's gRPC port (`registry.nacos.grpcPort`, or the HTTP port + 1000 as
-//! nacos-sdk does).
+//! nacos-sdk (the configuration centre's client) reports a failed connect only as "the
+//! connection is not connected" and keeps the I/O error ("Connection refused") to
+//! itself, and the registry's client reports the last server's error only; so we try
+//! one TCP connection to each server's gRPC port (`registry.nacos.grpcPort`, or the
+//! HTTP port + 1000) and name every outcome.
 //!
-//! **Nacos 1.x is not supported**: it serves HTTP only, and nacos-sdk speaks the Nacos
+//! **Nacos 1.x is not supported**: it serves HTTP only, and both clients speak the Nacos
 //! 2.x gRPC protocol (naming, subscriptions, pushes). A 1.x server answers on its HTTP
 //! port and refuses the gRPC port, which is what a user pointing Seata's configuration
 //! at an old server sees. So when a gRPC port does not accept, we ask the HTTP port
@@ -95,7 +96,7 @@ fn describe(http: &str, grpc_port: u16, status: u16, body: &[u8]) -> String {
     match version {
         Some(v) if v.starts_with("1.") => format!(
             "{http} answers HTTP as Nacos {v}: Nacos 1.x (HTTP only) is not supported: \
-             meshline's Nacos client (nacos-sdk) speaks the Nacos 2.x gRPC protocol; \
+             meshline's Nacos clients speak the Nacos 2.x gRPC protocol; \
              upgrade the server to 2.x"
         ),
         Some(v) => format!(
@@ -104,7 +105,7 @@ fn describe(http: &str, grpc_port: u16, status: u16, body: &[u8]) -> String {
         ),
         None => format!(
             "{http} answers HTTP (status {status}), but not on gRPC port {grpc_port}: a \
-             Nacos 1.x server (HTTP only, not supported: nacos-sdk speaks the Nacos 2.x \
+             Nacos 1.x server (HTTP only, not supported: meshline speaks the Nacos 2.x \
              gRPC protocol), or a 2.x server whose gRPC port is elsewhere (set \
              registry.nacos.grpcPort)"
         ),

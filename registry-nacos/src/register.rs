@@ -1,4 +1,4 @@
-//! Our own instances, and which nacos-sdk call registers them.
+//! Our own instances, and which Nacos call registers them.
 //!
 //! A Nacos 2 connection keeps one registration per service (Java Nacos replaces it on
 //! every register call; rnacos adds). One instance per service, the usual case (a
@@ -7,33 +7,25 @@
 //! service from one client can only go together as one batch (`BatchInstanceRequest`),
 //! which Nacos servers before 2.1.1 lack: that case needs Nacos 2.1.1 or later.
 //!
-//! nacos-sdk 0.8 keeps the last request of each kind per service and replays it after
-//! every reconnect (its redo task, keyed by namespace, group, service and request
-//! kind). A single deregistration drops the single-instance replay; nothing drops the
-//! batch replay (0.8 has no batch deregistration). So:
-//!
 //! - with one instance and no batch sent yet: register and deregister it with the
 //!   single calls;
-//! - when a second instance comes: deregister the first with the single call (so its
-//!   replay cannot overwrite the batch after a reconnect), then send both as a batch;
+//! - when a second instance comes: deregister the first with the single call (the
+//!   batch then holds it), then send both as a batch;
 //! - from then on this client sends every change as the whole batch, also when one
-//!   instance is left (the server has shown it takes batches, and the batch replay
-//!   stays exact); a removed instance is first deregistered explicitly, because rnacos
-//!   adds a batch to what is there instead of replacing it.
+//!   instance is left (the server has shown it takes batches); a removed instance is
+//!   first deregistered explicitly, because rnacos adds a batch to what is there
+//!   instead of replacing it.
 //!
-//! A deregistration that fails (the server is down or refuses) is not forgotten.
-//! nacos-sdk 0.8 does not retry it: it drops the register replay only when the
-//! deregistration succeeds, so after a failed one its redo task registers the instance
-//! *again* on the next reconnect, and it stays for as long as the client lives. The
-//! instance is kept as *to remove*; the registry retries its deregistration in the
+//! After a reconnect the client ([`crate::grpc::client`]) redoes what these calls
+//! asked for: the single registration and the batch, each as last sent, without any
+//! instance deregistered since.
+//!
+//! A deregistration that fails (the server is down or refuses) is not forgotten: the
+//! instance is kept as *to remove*, and the registry retries its deregistration in the
 //! background ([`Lifecycle::retry_removal`](meshline_registry_core::Lifecycle::retry_removal))
-//! until the server takes it (which also drops nacos-sdk's replay), it is registered
-//! again, or the client closes, whose deregistration of everything includes it.
-//!
-//! Known gap: after the last instance of a batch is unregistered, nacos-sdk's batch
-//! replay still holds it, and a reconnect before the next registration (or before
-//! [`close`](meshline_registry_core::RegistryService::close)) registers it again. The
-//! next registration's batch replaces that replay.
+//! until the server takes it, it is registered again, or the client closes, whose
+//! deregistration of everything includes it. (When the connection itself is gone,
+//! Nacos dropped the instance with it, and the redo no longer holds it.)
 
 use std::collections::BTreeMap;
 
@@ -53,7 +45,7 @@ pub(crate) struct Target<'a> {
     pub(crate) group: &'a str,
 }
 
-/// One nacos-sdk call.
+/// One naming call.
 #[derive(Debug, Clone)]
 enum Call {
     Register(ServiceInstance),
@@ -65,7 +57,7 @@ enum Call {
 #[derive(Default)]
 struct Own {
     instances: BTreeMap<InstanceKey, ServiceInstance>,
-    /// A batch was sent on this client: nacos-sdk replays it after reconnects.
+    /// A batch was sent on this client (the server takes batches).
     batched: bool,
     /// Instances whose deregistration failed: still to be deregistered.
     removing: BTreeMap<InstanceKey, ServiceInstance>,

@@ -1,5 +1,10 @@
 //! TLS to Nacos: what nacos-sdk 0.8 can do, and refusals for the rest.
 //!
+//! The configuration centre runs on nacos-sdk; the registry's own client
+//! (`src/grpc/`) follows the same rules (TLS to every server in a TLS build, the
+//! system's roots plus the CA file of `NACOS_CLIENT_TLS_CA_CERT`), so that one
+//! configuration reaches registry and centre alike.
+//!
 //! nacos-sdk's TLS is a compile-time switch (its `tls` feature, forwarded by this
 //! crate's `tls` and `meshline`'s `nacos-tls`): once on, **every** connection it makes
 //! is TLS (gRPC `https://`, and the HTTP login), with the system's roots plus the CA

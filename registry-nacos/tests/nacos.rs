@@ -48,7 +48,8 @@ impl Harness for NacosHarness {
     /// is no TTL to make long, only the spans the suite holds a registration (and the
     /// server down) for.
     const LIFETIME: Lifetime = Lifetime::fixed(Duration::from_secs(4));
-    /// nacos-sdk reconnects and redoes its registrations and subscriptions.
+    /// The client reconnects (a round of servers, then at most 2 s between rounds) and
+    /// redoes its registrations and subscriptions.
     const RESYNC_WITHIN: Duration = Duration::from_secs(30);
 
     fn config(&self, extra: &[(&str, &str)]) -> Config {
@@ -447,14 +448,15 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
 
-/// Issue #13 item 4: an unregister made while the server is down fails, and nacos-sdk
-/// 0.8 does not retry it: a failed deregistration leaves its register redo task in
-/// place, so after the reconnect nacos-sdk registers the instance *again* (its redo
-/// runs every 3 s) and it stays for as long as the client lives. Our background retry
-/// must deregister it once the server is back, and it must stay gone.
+/// Issue #13 item 4: an unregister made while the server is down fails. The instance
+/// must not come back after the reconnect: the client's redo forgets it when the
+/// deregistration is asked for (nacos-sdk 0.8, the client before ours, kept it and
+/// registered it *again* on the next reconnect), and the registry's background retry
+/// deregisters it once the server is back. It must stay gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unregister_that_failed_while_the_server_was_down_is_retried() {
-    /// nacos-sdk's redo period (`RedoTaskExecutor`, 3 s).
+    /// How long absence is watched, twice over: a redo would bring the instance back
+    /// at the reconnect, and a retry once the server answers.
     const REDO: Duration = Duration::from_secs(3);
     meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
     let mut server = Rnacos::start().expect("start rnacos");
@@ -477,9 +479,8 @@ async fn an_unregister_that_failed_while_the_server_was_down_is_retried() {
     eprintln!("reconnected {reconnected:?} after the failed unregister");
     // From now on the retry (200 ms doubling to 30 s, jittered into the upper half of
     // each delay) tries again by 3 x the time since the failure + 200 ms; each try
-    // takes at most the request timeout; nacos-sdk's register replay comes within one
-    // redo period. The instance must then be absent and stay absent for two redo
-    // periods (a replay would bring it back).
+    // takes at most the request timeout. The instance must then be absent and stay
+    // absent for two periods of `REDO`.
     let within = (reconnected * 3 + Duration::from_millis(200)).min(Duration::from_secs(30))
         + meshline_registry_nacos::REQUEST_TIMEOUT
         + REDO

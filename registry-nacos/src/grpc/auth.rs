@@ -41,6 +41,9 @@ pub(crate) struct Login {
     http: reqwest::Client,
     /// The token and when to fetch a new one.
     token: std::sync::Mutex<Option<(String, Instant)>>,
+    /// The last login failed (the next failure is logged at debug level only, so a
+    /// server that is down does not fill the log).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 impl Auth {
@@ -59,6 +62,7 @@ impl Auth {
                 scheme: if tls { "https" } else { "http" },
                 http,
                 token: std::sync::Mutex::new(None),
+                failing: std::sync::atomic::AtomicBool::new(false),
             }));
         }
         if let Some((ak, sk)) = ram {
@@ -82,9 +86,19 @@ impl Auth {
                 // Fetched again after nine tenths of its life, as Nacos' Java client does.
                 let until = Instant::now() + ttl.mul_f64(0.9);
                 *lock(&login.token) = Some((token, until));
+                login
+                    .failing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
             }
             Err(e) => {
-                tracing::warn!(registry = "nacos", server = %server, error = %e, "nacos login failed; requests go without a token");
+                if login
+                    .failing
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::debug!(registry = "nacos", server = %server, error = %e, "nacos login failed again");
+                } else {
+                    tracing::warn!(registry = "nacos", server = %server, error = %e, "nacos login failed; requests go without a token");
+                }
                 *lock(&login.token) = None;
             }
         }
@@ -123,8 +137,9 @@ impl Login {
     /// One login: the token and its time to live.
     async fn login(&self, server: &Server) -> Result<(String, Duration), String> {
         let url = format!(
-            "{}://{}:{}/nacos/v1/auth/login",
-            self.scheme, server.host, server.http_port
+            "{}://{}/nacos/v1/auth/login",
+            self.scheme,
+            server.authority(server.http_port)
         );
         let answer = self
             .http

@@ -55,13 +55,21 @@ pub(crate) struct Server {
     pub(crate) tls: bool,
 }
 
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Server {
+    /// `host:port` (`[v6]:port`) for `port`.
+    pub(crate) fn authority(&self, port: u16) -> String {
         if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.grpc_port)
+            format!("[{}]:{port}", self.host)
         } else {
-            write!(f, "{}:{}", self.host, self.grpc_port)
+            format!("{}:{port}", self.host)
         }
+    }
+}
+
+impl std::fmt::Display for Server {
+    /// The gRPC address.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.authority(self.grpc_port))
     }
 }
 
@@ -79,7 +87,7 @@ enum State {
 }
 
 /// What this client registered in one service, to redo on a new connection.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Registered {
     single: Option<ServiceInstance>,
     batch: Vec<ServiceInstance>,
@@ -490,15 +498,11 @@ impl Shared {
 
     /// Sends every registration and subscription on `conn` (a new connection).
     async fn redo(&self, conn: &Conn) -> Result<(), Error> {
-        let registered: Vec<(
-            (String, String),
-            Option<ServiceInstance>,
-            Vec<ServiceInstance>,
-        )> = lock(&self.redo)
+        let registered: Vec<((String, String), Registered)> = lock(&self.redo)
             .iter()
-            .map(|(k, r)| (k.clone(), r.single.clone(), r.batch.clone()))
+            .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
-        for ((group, service), single, batch) in registered {
+        for ((group, service), Registered { single, batch }) in registered {
             if let Some(si) = single {
                 let body = self.instance_body(&group, &service, "registerInstance", &si);
                 self.call_on(conn, "InstanceRequest", &group, &service, &body)
@@ -558,9 +562,12 @@ fn parse_info(answer: &[u8]) -> Result<ServiceInfo, Error> {
 /// The client's life: connect, redo, watch the connection, move on when it dies.
 async fn run(shared: Arc<Shared>) {
     let n = shared.servers.len();
-    let mut at = fastrand::usize(..n);
-    let mut failed_in_round = 0;
-    let mut backoff = Duration::from_millis(100);
+    let mut round = Round {
+        at: fastrand::usize(..n),
+        failed: 0,
+        backoff: Duration::from_millis(100),
+        warned: false,
+    };
     let setup = Setup {
         namespace: shared.namespace.clone(),
         app_name: shared.app_name.clone(),
@@ -572,7 +579,7 @@ async fn run(shared: Arc<Shared>) {
         }
     });
     loop {
-        let server = shared.servers[at].clone();
+        let server = shared.servers[round.at].clone();
         let opened = tokio::select! {
             _ = shared.stop.cancelled() => break,
             r = async {
@@ -583,28 +590,12 @@ async fn run(shared: Arc<Shared>) {
         let conn = match opened {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
-                failed(
-                    &shared,
-                    &server,
-                    e.to_string(),
-                    &mut at,
-                    &mut failed_in_round,
-                    &mut backoff,
-                )
-                .await;
+                round.failed(&shared, &server, e.to_string()).await;
                 continue;
             }
             Err(_) => {
                 let e = format!("not connected within {OPEN_TIMEOUT:?}");
-                failed(
-                    &shared,
-                    &server,
-                    e,
-                    &mut at,
-                    &mut failed_in_round,
-                    &mut backoff,
-                )
-                .await;
+                round.failed(&shared, &server, e).await;
                 continue;
             }
         };
@@ -616,36 +607,26 @@ async fn run(shared: Arc<Shared>) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 conn.kill(format!("redo failed: {e}"));
-                failed(
-                    &shared,
-                    &server,
-                    format!("redoing the registrations: {e}"),
-                    &mut at,
-                    &mut failed_in_round,
-                    &mut backoff,
-                )
-                .await;
+                round
+                    .failed(&shared, &server, format!("redoing the registrations: {e}"))
+                    .await;
                 continue;
             }
             Err(_) => {
                 conn.kill("redo timed out".into());
                 let e = format!("redoing the registrations took over {OPEN_TIMEOUT:?}");
-                failed(
-                    &shared,
-                    &server,
-                    e,
-                    &mut at,
-                    &mut failed_in_round,
-                    &mut backoff,
-                )
-                .await;
+                round.failed(&shared, &server, e).await;
                 continue;
             }
         }
         tracing::info!(registry = "nacos", server = %server, connection = %conn.id, "connected");
         shared.state.send_replace(State::Up(conn.clone()));
-        failed_in_round = 0;
-        backoff = Duration::from_millis(100);
+        round = Round {
+            at: round.at,
+            failed: 0,
+            backoff: Duration::from_millis(100),
+            warned: false,
+        };
         let why = tokio::select! {
             _ = shared.stop.cancelled() => None,
             why = watch_health(&shared, &conn) => Some(why),
@@ -655,7 +636,7 @@ async fn run(shared: Arc<Shared>) {
         drop(conn);
         let Some(why) = why else { break };
         tracing::warn!(registry = "nacos", server = %server, reason = %why, "connection lost; moving to the next server");
-        at = (at + 1) % n;
+        round.at = (round.at + 1) % n;
     }
     shared.state.send_replace(State::Closed);
 }
@@ -677,30 +658,44 @@ async fn watch_health(shared: &Shared, conn: &Conn) -> String {
     }
 }
 
-/// Records a failed connect to `server` and moves to the next; after a whole round,
-/// publishes the error and waits.
-async fn failed(
-    shared: &Shared,
-    server: &Server,
-    error: String,
-    at: &mut usize,
-    failed_in_round: &mut usize,
-    backoff: &mut Duration,
-) {
-    tracing::debug!(registry = "nacos", server = %server, error = %error, "connect failed");
-    *at = (*at + 1) % shared.servers.len();
-    *failed_in_round += 1;
-    if *failed_in_round >= shared.servers.len() {
-        *failed_in_round = 0;
-        tracing::warn!(registry = "nacos", server = %server, error = %error, "no Nacos server answers; retrying in {:?}", backoff);
+/// Where the client is in its list of servers, and how its failures go.
+struct Round {
+    /// The server to try next.
+    at: usize,
+    /// Failures since the last success or the last full round.
+    failed: usize,
+    /// The wait after the next full round of failures.
+    backoff: Duration,
+    /// A full round of failures was logged at `WARN` (the next are logged at debug
+    /// level, so a cluster that is down does not fill the log).
+    warned: bool,
+}
+
+impl Round {
+    /// Records a failed connect to `server` and moves to the next; after a whole
+    /// round, publishes the error and waits.
+    async fn failed(&mut self, shared: &Shared, server: &Server, error: String) {
+        tracing::debug!(registry = "nacos", server = %server, error = %error, "connect failed");
+        self.at = (self.at + 1) % shared.servers.len();
+        self.failed += 1;
+        if self.failed < shared.servers.len() {
+            return;
+        }
+        self.failed = 0;
+        if self.warned {
+            tracing::debug!(registry = "nacos", server = %server, error = %error, "still no Nacos server answers");
+        } else {
+            tracing::warn!(registry = "nacos", server = %server, error = %error, "no Nacos server answers; retrying every {:?} at most", MAX_BACKOFF);
+            self.warned = true;
+        }
         shared
             .state
             .send_replace(State::Down(format!("{server}: {error}")));
         tokio::select! {
             _ = shared.stop.cancelled() => {}
-            _ = tokio::time::sleep(*backoff) => {}
+            _ = tokio::time::sleep(self.backoff) => {}
         }
-        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 }
 

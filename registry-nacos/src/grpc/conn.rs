@@ -247,7 +247,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// local address it was made from (the client's IP in Nacos' metadata).
 async fn connect_once(server: &Server) -> Result<(Channel, Option<IpAddr>), Error> {
     let scheme = if server.tls { "https" } else { "http" };
-    let uri = format!("{scheme}://{}:{}", server.host, server.grpc_port);
+    let uri = format!("{scheme}://{server}");
     #[allow(unused_mut)]
     let mut endpoint = Endpoint::from_shared(uri.clone())
         .map_err(|e| Error::Transport(format!("{uri}: {e}")))?

@@ -328,7 +328,7 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
     meshline_testkit::figures::report(
         "nacos_node_cut",
         &format!(
-            "node {} cut: R connected to node {:?} at {moved_at:?}; R's watch stale at              {r_stale:?}, live with O's change at {r_back:?}; R left O's watch at              {o_gone:?} (watched for {WATCHED_FOR:?})",
+            "node {} cut: R connected to node {:?} at {moved_at:?}; R's watch stale at {r_stale:?}, live with O's change at {r_back:?}; R left O's watch at {o_gone:?} (watched for {WATCHED_FOR:?})",
             on + 1,
             now_on.iter().map(|n| n + 1).collect::<Vec<_>>()
         ),

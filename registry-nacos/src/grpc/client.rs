@@ -408,7 +408,33 @@ impl Shared {
         body: &serde_json::Value,
     ) -> Result<Vec<u8>, Error> {
         let conn = self.conn().await?;
-        self.call_on(&conn, kind, group, service, body).await
+        match self.call_on(&conn, kind, group, service, body).await {
+            // The connection died under the call (a failover): once more on the next
+            // one. Every naming request is idempotent (a registration, a
+            // deregistration, a subscription or a read).
+            Err(Error::Transport(e)) if conn.is_dead() => {
+                tracing::debug!(registry = "nacos", kind, error = %e, "the connection died under a request; sending it on the next one");
+                let next = self.next_conn(&conn).await?;
+                self.call_on(&next, kind, group, service, body).await
+            }
+            r => r,
+        }
+    }
+
+    /// The live connection after `old`: waits while it is being replaced.
+    async fn next_conn(&self, old: &Arc<Conn>) -> Result<Arc<Conn>, Error> {
+        let mut rx = self.state.subscribe();
+        loop {
+            match &*rx.borrow_and_update() {
+                State::Up(c) if !Arc::ptr_eq(c, old) => return Ok(c.clone()),
+                State::Down(e) => return Err(Error::NotConnected(e.clone())),
+                State::Closed => return Err(Error::Closed),
+                State::Up(_) | State::Connecting => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
     }
 
     async fn call_on(

@@ -176,7 +176,13 @@ impl Conn {
             headers,
             body.to_string().into_bytes(),
         );
-        let answer = match unary(&self.channel, payload).await {
+        // A call on a connection declared dead (a health check went unanswered) ends
+        // then, not at the caller's deadline: the client can retry it on the next one.
+        let sent = tokio::select! {
+            r = unary(&self.channel, payload) => r,
+            _ = self.dead.cancelled() => Err(Error::Transport(self.why())),
+        };
+        let answer = match sent {
             Ok(a) => a,
             Err(e) => {
                 if let Error::Transport(t) = &e {
@@ -218,6 +224,11 @@ impl Conn {
         }
         self.dead.cancel();
         self.reader.abort();
+    }
+
+    /// True once the connection is dead.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.is_cancelled()
     }
 
     /// Resolves when the connection is dead.

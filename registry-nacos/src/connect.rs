@@ -10,7 +10,8 @@ use meshline_registry_core::probe::ConnectFailure;
 use nacos_sdk::api::props::ClientProps;
 
 use crate::grpc::auth::Auth;
-use crate::grpc::client::{NamingClient, Server};
+use crate::grpc::client::NamingClient;
+use crate::grpc::server::Server;
 use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, address, probe};
 
 /// Which of nacos-sdk's auth plugins the settings ask for.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 
-use super::client::Server;
+use super::server::Server;
 
 /// How long the login call may take.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(3);

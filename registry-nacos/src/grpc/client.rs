@@ -36,46 +36,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::auth::Auth;
-use super::conn::{Conn, OPEN_TIMEOUT, PushFn, Setup};
+use super::conn::Conn;
+use super::server::Server;
 use super::wire::{ServiceInfo, ServiceInstance, ServiceList, WithServiceInfo};
 
 /// How often a live connection is checked.
 pub const HEALTH_PERIOD: Duration = Duration::from_secs(2);
 /// How long a health check may go unanswered before the connection is left.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest wait between two rounds of failed connects.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// One Nacos server: its address, HTTP port (the login) and gRPC port.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Server {
-    pub(crate) host: String,
-    pub(crate) http_port: u16,
-    pub(crate) grpc_port: u16,
-    pub(crate) tls: bool,
-}
-
-impl Server {
-    /// `host:port` (`[v6]:port`) for `port`.
-    pub(crate) fn authority(&self, port: u16) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{port}", self.host)
-        } else {
-            format!("{}:{port}", self.host)
-        }
-    }
-}
-
-impl std::fmt::Display for Server {
-    /// The gRPC address.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.authority(self.grpc_port))
-    }
-}
 
 /// Where the client is.
 #[derive(Clone)]
-enum State {
+pub(super) enum State {
     /// Opening a connection.
     Connecting,
     /// Connected.
@@ -105,16 +77,16 @@ struct Sub {
 /// Called with each list of a subscribed service (the push's or a subscription's).
 pub(crate) type Listener = Arc<dyn Fn(&ServiceInfo) + Send + Sync>;
 
-struct Shared {
-    servers: Vec<Server>,
-    namespace: String,
-    app_name: String,
-    auth: Auth,
-    state: watch::Sender<State>,
+pub(super) struct Shared {
+    pub(super) servers: Vec<Server>,
+    pub(super) namespace: String,
+    pub(super) app_name: String,
+    pub(super) auth: Auth,
+    pub(super) state: watch::Sender<State>,
     /// `(group, service)` -> what we registered there.
     redo: Mutex<BTreeMap<(String, String), Registered>>,
     subs: Mutex<(u64, Vec<Sub>)>,
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
 }
 
 /// A Nacos 2 naming client. See the [module docs](self). Dropping it closes its
@@ -153,7 +125,7 @@ impl NamingClient {
             subs: Mutex::new((0, Vec::new())),
             stop: CancellationToken::new(),
         });
-        tokio::spawn(run(shared.clone()));
+        tokio::spawn(super::supervisor::run(shared.clone()));
         let client = NamingClient { shared };
         let mut rx = client.shared.state.subscribe();
         let up = tokio::time::timeout(timeout, async {
@@ -523,7 +495,7 @@ impl Shared {
     }
 
     /// Sends every registration and subscription on `conn` (a new connection).
-    async fn redo(&self, conn: &Conn) -> Result<(), Error> {
+    pub(super) async fn redo(&self, conn: &Conn) -> Result<(), Error> {
         let registered: Vec<((String, String), Registered)> = lock(&self.redo)
             .iter()
             .map(|(k, r)| (k.clone(), r.clone()))
@@ -562,7 +534,7 @@ impl Shared {
     }
 
     /// Hands `info` to the listeners of its service.
-    fn deliver(&self, info: &ServiceInfo) {
+    pub(super) fn deliver(&self, info: &ServiceInfo) {
         let (group, service) = match info.name.split_once("@@") {
             Some((g, s)) => (g, s),
             None => (info.group_name.as_str(), info.name.as_str()),
@@ -583,146 +555,6 @@ fn parse_info(answer: &[u8]) -> Result<ServiceInfo, Error> {
     serde_json::from_slice::<WithServiceInfo>(answer)
         .map(|w| w.service_info)
         .map_err(|e| Error::Answer(format!("serviceInfo: {e}")))
-}
-
-/// The client's life: connect, redo, watch the connection, move on when it dies.
-async fn run(shared: Arc<Shared>) {
-    let n = shared.servers.len();
-    let mut round = Round {
-        at: fastrand::usize(..n),
-        failed: 0,
-        backoff: Duration::from_millis(100),
-        warned: false,
-    };
-    let setup = Setup {
-        namespace: shared.namespace.clone(),
-        app_name: shared.app_name.clone(),
-    };
-    let weak = Arc::downgrade(&shared);
-    let push: PushFn = Arc::new(move |info| {
-        if let Some(s) = weak.upgrade() {
-            s.deliver(&info);
-        }
-    });
-    loop {
-        let server = shared.servers[round.at].clone();
-        let opened = tokio::select! {
-            _ = shared.stop.cancelled() => break,
-            r = async {
-                shared.auth.refresh(&server).await;
-                tokio::time::timeout(OPEN_TIMEOUT, Conn::open(&server, &setup, shared.auth.headers("", ""), push.clone())).await
-            } => r,
-        };
-        let conn = match opened {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => {
-                round.failed(&shared, &server, e.to_string()).await;
-                continue;
-            }
-            Err(_) => {
-                let e = format!("not connected within {OPEN_TIMEOUT:?}");
-                round.failed(&shared, &server, e).await;
-                continue;
-            }
-        };
-        let redone = tokio::select! {
-            _ = shared.stop.cancelled() => break,
-            r = tokio::time::timeout(OPEN_TIMEOUT, shared.redo(&conn)) => r,
-        };
-        match redone {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                conn.kill(format!("redo failed: {e}"));
-                round
-                    .failed(&shared, &server, format!("redoing the registrations: {e}"))
-                    .await;
-                continue;
-            }
-            Err(_) => {
-                conn.kill("redo timed out".into());
-                let e = format!("redoing the registrations took over {OPEN_TIMEOUT:?}");
-                round.failed(&shared, &server, e).await;
-                continue;
-            }
-        }
-        tracing::info!(registry = "nacos", server = %server, connection = %conn.id, "connected");
-        shared.state.send_replace(State::Up(conn.clone()));
-        round = Round {
-            at: round.at,
-            failed: 0,
-            backoff: Duration::from_millis(100),
-            warned: false,
-        };
-        let why = tokio::select! {
-            _ = shared.stop.cancelled() => None,
-            why = watch_health(&shared, &conn) => Some(why),
-        };
-        shared.state.send_replace(State::Connecting);
-        conn.kill(why.clone().unwrap_or_else(|| "client closed".into()));
-        drop(conn);
-        let Some(why) = why else { break };
-        tracing::warn!(registry = "nacos", server = %server, reason = %why, "connection lost; moving to the next server");
-        round.at = (round.at + 1) % n;
-    }
-    shared.state.send_replace(State::Closed);
-}
-
-/// Returns why `conn` died: its stream ended, a request failed on it, or a health
-/// check went unanswered.
-async fn watch_health(shared: &Shared, conn: &Conn) -> String {
-    loop {
-        tokio::select! {
-            _ = conn.dead() => return conn.why(),
-            _ = tokio::time::sleep(HEALTH_PERIOD) => {}
-        }
-        shared.auth.refresh(&conn.server).await;
-        match tokio::time::timeout(HEALTH_TIMEOUT, conn.health_check()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return format!("health check failed: {e}"),
-            Err(_) => return format!("no answer to a health check within {HEALTH_TIMEOUT:?}"),
-        }
-    }
-}
-
-/// Where the client is in its list of servers, and how its failures go.
-struct Round {
-    /// The server to try next.
-    at: usize,
-    /// Failures since the last success or the last full round.
-    failed: usize,
-    /// The wait after the next full round of failures.
-    backoff: Duration,
-    /// A full round of failures was logged at `WARN` (the next are logged at debug
-    /// level, so a cluster that is down does not fill the log).
-    warned: bool,
-}
-
-impl Round {
-    /// Records a failed connect to `server` and moves to the next; after a whole
-    /// round, publishes the error and waits.
-    async fn failed(&mut self, shared: &Shared, server: &Server, error: String) {
-        tracing::debug!(registry = "nacos", server = %server, error = %error, "connect failed");
-        self.at = (self.at + 1) % shared.servers.len();
-        self.failed += 1;
-        if self.failed < shared.servers.len() {
-            return;
-        }
-        self.failed = 0;
-        if self.warned {
-            tracing::debug!(registry = "nacos", server = %server, error = %error, "still no Nacos server answers");
-        } else {
-            tracing::warn!(registry = "nacos", server = %server, error = %error, "no Nacos server answers; retrying every {:?} at most", MAX_BACKOFF);
-            self.warned = true;
-        }
-        shared
-            .state
-            .send_replace(State::Down(format!("{server}: {error}")));
-        tokio::select! {
-            _ = shared.stop.cancelled() => {}
-            _ = tokio::time::sleep(self.backoff) => {}
-        }
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-    }
 }
 
 #[cfg(test)]

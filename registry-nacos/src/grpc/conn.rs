@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
 use super::Error;
-use super::client::Server;
 use super::proto::{Payload, STREAM_PATH, UNARY_PATH};
+use super::server::Server;
 use super::wire::{Outcome, ServerCheck, ServerRequest, WithServiceInfo};
 
 /// How long opening a connection (TCP, TLS, server check, setup) may take.

@@ -1,12 +1,15 @@
 //! Our own Nacos 2 naming client over gRPC (see [`client`] for why it is not
 //! nacos-sdk's): [`proto`] the two protobuf messages, [`wire`] the JSON bodies,
-//! [`auth`] login and signatures, [`conn`] one connection, [`client`] the client that
-//! keeps one connection live and redoes its registrations on it.
+//! [`auth`] login and signatures, [`server`] one server of the list, [`conn`] one
+//! connection, [`client`] the client's calls and what it redoes, and `supervisor` the
+//! task that keeps one connection live and moves it when it dies.
 
 pub(crate) mod auth;
 pub(crate) mod client;
 pub(crate) mod conn;
 pub(crate) mod proto;
+pub(crate) mod server;
+mod supervisor;
 pub(crate) mod wire;
 
 pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT};

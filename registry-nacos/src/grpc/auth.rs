@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 
+use super::lock;
 use super::server::Server;
 
 /// How long the login call may take.
@@ -185,10 +186,6 @@ fn login_client() -> Result<reqwest::Client, String> {
         b = b.add_root_certificate(ca);
     }
     b.build().map_err(|e| e.to_string())
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What a RAM signature signs: the time, and the grouped service when there is one.

@@ -34,11 +34,11 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::Error;
 use super::auth::Auth;
 use super::conn::Conn;
 use super::server::Server;
 use super::wire::{ServiceInfo, ServiceInstance, ServiceList, WithServiceInfo};
+use super::{Error, lock};
 
 /// How often a live connection is checked.
 pub const HEALTH_PERIOD: Duration = Duration::from_secs(2);
@@ -349,10 +349,6 @@ fn namespace_or_public(namespace: &str) -> &str {
 /// Same instance for Nacos: address, port and cluster.
 fn same(a: &ServiceInstance, b: &ServiceInstance) -> bool {
     a.ip == b.ip && a.port == b.port && a.cluster_name == b.cluster_name
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {

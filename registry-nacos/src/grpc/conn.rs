@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
-use super::Error;
 use super::proto::{Payload, STREAM_PATH, UNARY_PATH};
 use super::server::Server;
 use super::wire::{Outcome, ServerCheck, ServerRequest, WithServiceInfo};
+use super::{Error, lock};
 
 /// How long opening a connection (TCP, TLS, server check, setup) may take.
 pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -248,10 +248,6 @@ impl Drop for Conn {
     fn drop(&mut self) {
         self.reader.abort();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A channel over one TCP connection to `server` that never reconnects, and the

@@ -15,6 +15,12 @@ pub(crate) mod wire;
 pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT};
 pub use wire::ServiceInstance;
 
+/// Locks `m`, also after a panic elsewhere poisoned it (what it guards stays valid
+/// between statements: plain maps and options).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// What a naming request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -52,7 +52,9 @@ SHARED_PACKAGES = {
 # slow or lossy one): throughput and detection times under load, so it runs alone.
 # (A registry test that reports a figure without a test network, such as etcd's
 # frozen-server keep-alive, 2 s of timers against a 3 s bound, stays shared.)
-ALONE_MARKERS = ("meshline_testkit::net", "testkit::net")
+# A test that times a stall to a fraction of a second says so with "runs alone:" in its
+# source (registry-nacos's `nacos_stall`), and runs alone too.
+ALONE_MARKERS = ("meshline_testkit::net", "testkit::net", "runs alone:")
 
 
 class Binary:

@@ -10,8 +10,9 @@
 //! registers a member 300 ms after the cut and watches R's registration from outside.
 //!
 //! What happens, and what is checked:
-//! - R's client leaves the silent node by its health check (every `HEALTH_PERIOD`,
-//!   `HEALTH_TIMEOUT` for the answer), connects to another node and registers and
+//! - R's client leaves the silent node by its health checks (every `HEALTH_PERIOD`,
+//!   `HEALTH_TRIES` unanswered in a row within `HEALTH_TIMEOUT` each), connects to
+//!   another node and registers and
 //!   subscribes again there, within [`FAILOVER_BOUND`] of the cut.
 //! - R's watch is live again and shows the member O registered during the cut within
 //!   [`BACK_BOUND`] (the failover and the next resync).
@@ -30,7 +31,9 @@
 use std::time::{Duration, Instant};
 
 use meshline_registry_core::{Config, RegistryService, Watch};
-use meshline_registry_nacos::{HEALTH_PERIOD, HEALTH_TIMEOUT, NacosRegistry, RESYNC_PERIOD};
+use meshline_registry_nacos::{
+    HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, NacosRegistry, RESYNC_PERIOD,
+};
 use meshline_testkit::RnacosCluster;
 use meshline_testkit::net::{Host, skip_reason};
 use meshline_testkit::watch::{LogBuf, addrs, inst};
@@ -39,15 +42,17 @@ const CLUSTER: &str = "default";
 const ME: &str = "10.7.7.7:8091";
 const ADDED: &str = "10.9.9.1:8091";
 
-/// R is connected to another node this soon after the cut: a health check unanswered
-/// (`HEALTH_PERIOD` + `HEALTH_TIMEOUT`), then a connect, a login and the redo on a
-/// live node (milliseconds here; a second allowed).
-const FAILOVER_BOUND: Duration =
-    Duration::from_secs(HEALTH_PERIOD.as_secs() + HEALTH_TIMEOUT.as_secs() + 1);
+/// R is connected to another node this soon after the cut: `HEALTH_TRIES` health
+/// checks unanswered (the first sent up to `HEALTH_PERIOD` after the cut), then a
+/// connect, a login and the redo on a live node (milliseconds here; a second allowed).
+const FAILOVER_BOUND: Duration = HEALTH_PERIOD
+    .saturating_add(HEALTH_TIMEOUT.saturating_mul(HEALTH_TRIES))
+    .saturating_add(Duration::from_secs(1));
 /// R's watch live with O's change: the failover, and the next resync (every
 /// `RESYNC_PERIOD`) or push, with a second to spare.
-const BACK_BOUND: Duration =
-    Duration::from_secs(FAILOVER_BOUND.as_secs() + RESYNC_PERIOD.as_secs() + 1);
+const BACK_BOUND: Duration = FAILOVER_BOUND
+    .saturating_add(RESYNC_PERIOD)
+    .saturating_add(Duration::from_secs(1));
 /// How long O's watch is watched for R's registration after the cut: past rnacos'
 /// 15 s node timeout and its 3 s check, when the other nodes drop what the cut node
 /// owned.

@@ -11,10 +11,11 @@
 //! soon as it hears of it (at once on a reachable server; a partitioned one learns on
 //! its return, or by its own detection).
 //!
-//! - **Liveness.** A `HealthCheckRequest` every [`HEALTH_PERIOD`]; no answer within
-//!   [`HEALTH_TIMEOUT`], a transport error, or the end of the connection's stream
-//!   declares the connection dead. A server that goes silent without a reset is so
-//!   left within `HEALTH_PERIOD + HEALTH_TIMEOUT` (4 s), against 14-20 s for nacos-sdk.
+//! - **Liveness.** A `HealthCheckRequest` every [`HEALTH_PERIOD`]; [`HEALTH_TRIES`]
+//!   in a row unanswered within [`HEALTH_TIMEOUT`] each, a transport error, or the end
+//!   of the connection's stream declares the connection dead. A server that goes
+//!   silent without a reset is so left within 5 s, against 14-20 s for nacos-sdk (which
+//!   tries three times, 3 s each, after 5 s), and one that stalls under 3 s is kept.
 //!   (No HTTP/2 keep-alive pings: Java Nacos' gRPC server allows one per 5 minutes
 //!   and closes a connection that pings more often.)
 //! - **Failover.** The next server of the list is tried at once; after a whole round
@@ -42,8 +43,13 @@ use super::{Error, lock};
 
 /// How often a live connection is checked.
 pub const HEALTH_PERIOD: Duration = Duration::from_secs(2);
-/// How long a health check may go unanswered before the connection is left.
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one health check may go unanswered.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How many health checks in a row may go unanswered before the connection is left
+/// (the next is sent as soon as one times out). A server silent from just after a
+/// check is so left `HEALTH_PERIOD + HEALTH_TRIES x HEALTH_TIMEOUT` (5 s) later at
+/// most; one that stalls for less than 3 s (a GC pause) is kept.
+pub const HEALTH_TRIES: u32 = 2;
 
 /// Where the client is.
 #[derive(Clone)]

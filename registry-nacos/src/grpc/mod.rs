@@ -12,7 +12,7 @@ pub(crate) mod server;
 mod supervisor;
 pub(crate) mod wire;
 
-pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT};
+pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
 pub use wire::ServiceInstance;
 
 /// Locks `m`, also after a panic elsewhere poisoned it (what it guards stays valid

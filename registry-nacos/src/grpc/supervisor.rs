@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::client::{Shared, State};
 use super::conn::{Conn, OPEN_TIMEOUT, PushFn, Setup};
 use super::server::Server;
-use super::{HEALTH_PERIOD, HEALTH_TIMEOUT};
+use super::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
 
 /// The longest wait between two rounds of failed connects.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -98,16 +98,33 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// Returns why `conn` died: its stream ended, a request failed on it, or a health
 /// check went unanswered.
 async fn watch_health(shared: &Shared, conn: &Conn) -> String {
+    let mut unanswered = 0;
     loop {
+        // After an unanswered check the next goes at once: a server that stalls for
+        // less than `HEALTH_TRIES` x `HEALTH_TIMEOUT` (a GC pause) is kept, so it does
+        // not cost every registration on it a flap; a silent one is left soon after.
+        let wait = if unanswered == 0 {
+            HEALTH_PERIOD
+        } else {
+            Duration::ZERO
+        };
         tokio::select! {
             _ = conn.dead() => return conn.why(),
-            _ = tokio::time::sleep(HEALTH_PERIOD) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
         shared.auth.refresh(&conn.server).await;
         match tokio::time::timeout(HEALTH_TIMEOUT, conn.health_check()).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => unanswered = 0,
             Ok(Err(e)) => return format!("health check failed: {e}"),
-            Err(_) => return format!("no answer to a health check within {HEALTH_TIMEOUT:?}"),
+            Err(_) => {
+                unanswered += 1;
+                if unanswered >= HEALTH_TRIES {
+                    return format!(
+                        "no answer to {HEALTH_TRIES} health checks in a row, {HEALTH_TIMEOUT:?} each"
+                    );
+                }
+                tracing::debug!(registry = "nacos", server = %conn.server, "a health check went unanswered; asking again");
+            }
         }
     }
 }

@@ -38,6 +38,10 @@
 //!   `serverAddr`, and one that stalls under 3 s (a GC pause) is kept. Measured on
 //!   three rnacos nodes, a cut node is left MEASURED after the cut, and the registration
 //!   never leaves the other clients' view (`tests/nacos_node_cut.rs`, docs/faults.md).
+//! - **What the server lists is checked.** Every [`VERIFY_PERIOD`] the client asks for
+//!   each service it registered in and registers again whatever of its own the server
+//!   no longer lists, with a `WARN`: a Nacos cluster can lose a live registration
+//!   (rnacos did, after a cut node returned; `src/grpc/verify.rs`).
 //! - Watches are full snapshots through a [`WatchHub`](meshline_registry_core::WatchHub) (dedup, revisions, empty-list
 //!   protection per `registry.empty-protection`), fed by the subscription's pushes
 //!   **and** by a resync query every [`RESYNC_PERIOD`]. A failing query marks watches
@@ -112,6 +116,7 @@ use crate::grpc::client::{Listener, NamingClient};
 use crate::grpc::wire::ServiceInfo;
 pub use crate::grpc::{
     Error as NacosError, HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, ServiceInstance,
+    VERIFY_PERIOD,
 };
 
 mod address;

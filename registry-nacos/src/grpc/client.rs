@@ -66,9 +66,9 @@ pub(super) enum State {
 
 /// What this client registered in one service, to redo on a new connection.
 #[derive(Clone, Default)]
-struct Registered {
-    single: Option<ServiceInstance>,
-    batch: Vec<ServiceInstance>,
+pub(super) struct Registered {
+    pub(super) single: Option<ServiceInstance>,
+    pub(super) batch: Vec<ServiceInstance>,
 }
 
 /// A listener of one service's pushes.
@@ -90,7 +90,11 @@ pub(super) struct Shared {
     pub(super) auth: Auth,
     pub(super) state: watch::Sender<State>,
     /// `(group, service)` -> what we registered there.
-    redo: Mutex<BTreeMap<(String, String), Registered>>,
+    pub(super) redo: Mutex<BTreeMap<(String, String), Registered>>,
+    /// Held by each registration change across its request, and by the check of
+    /// what the server lists ([`super::verify`]) across a registration it sends again,
+    /// so that check never undoes a deregistration made meanwhile.
+    pub(super) writes: tokio::sync::Mutex<()>,
     subs: Mutex<(u64, Vec<Sub>)>,
     pub(super) stop: CancellationToken,
 }
@@ -128,6 +132,7 @@ impl NamingClient {
             auth,
             state,
             redo: Mutex::new(BTreeMap::new()),
+            writes: tokio::sync::Mutex::new(()),
             subs: Mutex::new((0, Vec::new())),
             stop: CancellationToken::new(),
         });
@@ -171,6 +176,7 @@ impl NamingClient {
         service: &str,
         si: ServiceInstance,
     ) -> Result<(), Error> {
+        let _writes = self.shared.writes.lock().await;
         lock(&self.shared.redo)
             .entry((group.to_string(), service.to_string()))
             .or_default()
@@ -193,6 +199,7 @@ impl NamingClient {
         service: &str,
         si: ServiceInstance,
     ) -> Result<(), Error> {
+        let _writes = self.shared.writes.lock().await;
         {
             let mut redo = lock(&self.shared.redo);
             let key = (group.to_string(), service.to_string());
@@ -224,6 +231,7 @@ impl NamingClient {
         service: &str,
         all: Vec<ServiceInstance>,
     ) -> Result<(), Error> {
+        let _writes = self.shared.writes.lock().await;
         lock(&self.shared.redo)
             .entry((group.to_string(), service.to_string()))
             .or_default()
@@ -353,7 +361,7 @@ fn namespace_or_public(namespace: &str) -> &str {
 }
 
 /// Same instance for Nacos: address, port and cluster.
-fn same(a: &ServiceInstance, b: &ServiceInstance) -> bool {
+pub(super) fn same(a: &ServiceInstance, b: &ServiceInstance) -> bool {
     a.ip == b.ip && a.port == b.port && a.cluster_name == b.cluster_name
 }
 
@@ -411,7 +419,7 @@ impl Shared {
         }
     }
 
-    async fn call_on(
+    pub(super) async fn call_on(
         &self,
         conn: &Conn,
         kind: &str,
@@ -424,7 +432,7 @@ impl Shared {
             .await
     }
 
-    fn instance_body(
+    pub(super) fn instance_body(
         &self,
         group: &str,
         service: &str,
@@ -437,7 +445,12 @@ impl Shared {
         })
     }
 
-    fn batch_body(&self, group: &str, service: &str, all: &[ServiceInstance]) -> serde_json::Value {
+    pub(super) fn batch_body(
+        &self,
+        group: &str,
+        service: &str,
+        all: &[ServiceInstance],
+    ) -> serde_json::Value {
         json!({
             "namespace": self.namespace, "serviceName": service, "groupName": group,
             "type": "batchRegisterInstance", "instances": all, "headers": {}, "requestId": null,
@@ -553,7 +566,7 @@ impl Shared {
     }
 }
 
-fn parse_info(answer: &[u8]) -> Result<ServiceInfo, Error> {
+pub(super) fn parse_info(answer: &[u8]) -> Result<ServiceInfo, Error> {
     serde_json::from_slice::<WithServiceInfo>(answer)
         .map(|w| w.service_info)
         .map_err(|e| Error::Answer(format!("serviceInfo: {e}")))

@@ -1,8 +1,9 @@
 //! Our own Nacos 2 naming client over gRPC (see [`client`] for why it is not
 //! nacos-sdk's): [`proto`] the two protobuf messages, [`wire`] the JSON bodies,
 //! [`auth`] login and signatures, [`server`] one server of the list, [`conn`] one
-//! connection, [`client`] the client's calls and what it redoes, and `supervisor` the
-//! task that keeps one connection live and moves it when it dies.
+//! connection, [`client`] the client's calls and what it redoes, `verify` the check
+//! that the server still lists what the client registered, and `supervisor` the task
+//! that keeps one connection live and moves it when it dies.
 
 pub(crate) mod auth;
 pub(crate) mod client;
@@ -10,9 +11,11 @@ pub(crate) mod conn;
 pub(crate) mod proto;
 pub(crate) mod server;
 mod supervisor;
+mod verify;
 pub(crate) mod wire;
 
 pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
+pub use verify::VERIFY_PERIOD;
 pub use wire::ServiceInstance;
 
 /// Locks `m`, also after a panic elsewhere poisoned it (what it guards stays valid

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::client::{Shared, State};
 use super::conn::{Conn, OPEN_TIMEOUT, PushFn, Setup};
 use super::server::Server;
-use super::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
+use super::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, VERIFY_PERIOD};
 
 /// The longest wait between two rounds of failed connects.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -99,6 +99,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// check went unanswered.
 async fn watch_health(shared: &Shared, conn: &Conn) -> String {
     let mut unanswered = 0;
+    let mut verified = tokio::time::Instant::now();
     loop {
         // After an unanswered check the next goes at once: a server that stalls for
         // less than `HEALTH_TRIES` x `HEALTH_TIMEOUT` (a GC pause) is kept, so it does
@@ -114,7 +115,23 @@ async fn watch_health(shared: &Shared, conn: &Conn) -> String {
         }
         shared.auth.refresh(&conn.server).await;
         match tokio::time::timeout(HEALTH_TIMEOUT, conn.health_check()).await {
-            Ok(Ok(())) => unanswered = 0,
+            Ok(Ok(())) => {
+                unanswered = 0;
+                if verified.elapsed() >= VERIFY_PERIOD {
+                    verified = tokio::time::Instant::now();
+                    // Bounded like a request; a failure here is the health check's
+                    // to judge, not a reason to leave.
+                    match tokio::time::timeout(OPEN_TIMEOUT, shared.verify(conn)).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(registry = "nacos", server = %conn.server, error = %e, "checking what the server lists failed")
+                        }
+                        Err(_) => {
+                            tracing::debug!(registry = "nacos", server = %conn.server, "checking what the server lists took too long")
+                        }
+                    }
+                }
+            }
             Ok(Err(e)) => return format!("health check failed: {e}"),
             Err(_) => {
                 unanswered += 1;

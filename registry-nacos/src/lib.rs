@@ -36,7 +36,7 @@
 //!   unanswered within [`HEALTH_TIMEOUT`] each: a node that goes silent without a
 //!   reset is left within 5 s (nacos-sdk: 14-20 s) for the next server of
 //!   `serverAddr`, and one that stalls under 3 s (a GC pause) is kept. Measured on
-//!   three rnacos nodes, a cut node is left MEASURED after the cut, and the registration
+//!   three rnacos nodes, a cut node is left 4.0-5.0 s after the cut, and the registration
 //!   never leaves the other clients' view (`tests/nacos_node_cut.rs`, docs/faults.md).
 //! - **What the server lists is checked.** Every [`VERIFY_PERIOD`] the client asks for
 //!   each service it registered in and registers again whatever of its own the server

@@ -15,7 +15,9 @@
 //!   another node and registers and
 //!   subscribes again there, within [`FAILOVER_BOUND`] of the cut.
 //! - R's watch is live again and shows the member O registered during the cut within
-//!   [`BACK_BOUND`] (the failover and the next resync).
+//!   [`BACK_BOUND`] (the failover and the next resync); if it goes stale meanwhile (a
+//!   resync query to the silent node times out), within [`STALE_BOUND`], and it keeps
+//!   R's own registration throughout.
 //! - The other nodes drop the instances of a node they have not heard from for 15 s
 //!   (rnacos, checked every 3 s), but by then R's registration is owned by the node R
 //!   moved to: it never leaves O's watch, watched for [`WATCHED_FOR`] after the cut.
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use meshline_registry_core::{Config, RegistryService, Watch};
 use meshline_registry_nacos::{
-    HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, NacosRegistry, RESYNC_PERIOD,
+    HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, NacosRegistry, REQUEST_TIMEOUT, RESYNC_PERIOD,
 };
 use meshline_testkit::RnacosCluster;
 use meshline_testkit::net::{Host, skip_reason};
@@ -47,6 +49,12 @@ const ADDED: &str = "10.9.9.1:8091";
 /// connect, a login and the redo on a live node (milliseconds here; a second allowed).
 const FAILOVER_BOUND: Duration = HEALTH_PERIOD
     .saturating_add(HEALTH_TIMEOUT.saturating_mul(HEALTH_TRIES))
+    .saturating_add(Duration::from_secs(1));
+/// R's watch, when it goes stale at all before the client has moved, is marked so
+/// this soon after the cut: a resync query (every `RESYNC_PERIOD`) that gets no answer
+/// within `REQUEST_TIMEOUT`, and a second.
+const STALE_BOUND: Duration = RESYNC_PERIOD
+    .saturating_add(REQUEST_TIMEOUT)
     .saturating_add(Duration::from_secs(1));
 /// R's watch live with O's change: the failover, and the next resync (every
 /// `RESYNC_PERIOD`) or push, with a second to spare.
@@ -299,6 +307,7 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
     let want = sorted(&[ME, ADDED]);
     let mut moved: Option<(Duration, Vec<usize>)> = None;
     let mut r_stale = None;
+    let mut r_lost_me = None;
     let mut r_back = None;
     let mut o_gone = None;
     while t.elapsed() < WATCHED_FOR || r_back.is_none() || moved.is_none() {
@@ -318,6 +327,10 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
         let r_live = rw.health().is_connected();
         if !r_live && r_stale.is_none() {
             r_stale = Some(t.elapsed());
+        }
+        // Stale or live, R's watch keeps R's own registration throughout.
+        if !r_now.iter().any(|a| a == ME) && r_lost_me.is_none() {
+            r_lost_me = Some((t.elapsed(), r_now.clone()));
         }
         if r_live && r_now == want && r_back.is_none() {
             r_back = Some(t.elapsed());
@@ -346,6 +359,13 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
         r_back <= BACK_BOUND,
         "R's watch live with O's change at {r_back:?}"
     );
+    if let Some(stale) = r_stale {
+        assert!(
+            stale <= STALE_BOUND,
+            "R's watch went stale only {stale:?} after the cut"
+        );
+    }
+    assert_eq!(r_lost_me, None, "R's watch lost R's own registration");
     assert_eq!(
         o_gone, None,
         "R's registration left O's watch after the cut (R moved at {moved_at:?})"

@@ -12,61 +12,34 @@
 
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Config, RegistryService};
+use meshline_registry_core::{RegistryService, Snapshot};
 use meshline_registry_nacos::{HEALTH_PERIOD, NacosRegistry, VERIFY_PERIOD};
 use meshline_testkit::Rnacos;
-use meshline_testkit::watch::{LogBuf, inst};
+use meshline_testkit::watch::{LogBuf, addrs, inst, wait_for};
 
 const IP: &str = "10.6.6.7";
 const ME: &str = "10.6.6.7:8091";
 const WARNED: &str = "the server no longer lists this registration";
 
-fn capture() -> LogBuf {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::{EnvFilter, Layer};
-    let logs = LogBuf::default();
-    let w = logs.clone();
-    let subscriber = tracing_subscriber::registry().with(
-        tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .with_filter(EnvFilter::new("meshline_registry_nacos=warn")),
-    );
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-    logs
-}
-
-fn config(server: &Rnacos) -> Config {
-    meshline_testkit::config_of(
-        &[
-            ("registry.type", "nacos"),
-            ("registry.nacos.serverAddr", &server.http_addr()),
-            ("registry.nacos.grpcPort", &server.grpc_port().to_string()),
-        ],
-        &[],
-    )
-}
-
-async fn listed(o: &NacosRegistry) -> bool {
-    o.lookup("default")
-        .await
-        .unwrap()
-        .iter()
-        .any(|i| i.to_string() == ME)
+fn listed(s: &Snapshot) -> bool {
+    addrs(s).iter().any(|a| a == ME)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_the_server_lost_is_registered_again() {
-    let logs = capture();
+    let logs = LogBuf::global("meshline_registry_nacos=warn");
     let server = Rnacos::start().expect("start rnacos");
-    let r = NacosRegistry::connect(&config(&server)).await.unwrap();
+    let r = NacosRegistry::connect(&server.registry_config(&[]))
+        .await
+        .unwrap();
     r.register("default", &inst(ME)).await.unwrap();
-    let o = NacosRegistry::connect(&config(&server)).await.unwrap();
-    let t = Instant::now();
-    while !listed(&o).await {
-        assert!(t.elapsed() < Duration::from_secs(5), "never registered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The observer's watch must show an empty list as empty.
+    let o =
+        NacosRegistry::connect(&server.registry_config(&[("registry.empty-protection", "false")]))
+            .await
+            .unwrap();
+    let mut w = o.watch("default").await.unwrap();
+    wait_for(&mut w, Duration::from_secs(5), "the registration", listed).await;
 
     // The server loses it.
     let url = format!(
@@ -78,24 +51,23 @@ async fn a_registration_the_server_lost_is_registered_again() {
     assert!(answer.status().is_success(), "{answer:?}");
     let deleted = Instant::now();
     // Seen gone (else the test proves nothing) ...
-    while listed(&o).await {
-        assert!(
-            deleted.elapsed() < Duration::from_secs(2),
-            "the HTTP delete did not remove the registration"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(
+        &mut w,
+        Duration::from_secs(2),
+        "the registration gone after the HTTP delete",
+        |s| !listed(s),
+    )
+    .await;
     let gone_for_at_least = deleted.elapsed();
     // ... then listed again within a check period (plus the health check it follows).
     let bound = VERIFY_PERIOD + HEALTH_PERIOD + Duration::from_secs(1);
-    while !listed(&o).await {
-        assert!(
-            deleted.elapsed() < bound,
-            "the lost registration was not made again within {bound:?}:\n{}",
-            logs.text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        &mut w,
+        bound.saturating_sub(deleted.elapsed()),
+        "the lost registration made again",
+        listed,
+    )
+    .await;
     let back = deleted.elapsed();
     let text = logs.text();
     assert!(
@@ -109,6 +81,7 @@ async fn a_registration_the_server_lost_is_registered_again() {
              delete) was listed again {back:?} after it (bound {bound:?})"
         ),
     );
+    drop(w);
     o.close().await.unwrap();
     r.close().await.unwrap();
 }

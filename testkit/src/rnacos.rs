@@ -174,6 +174,18 @@ impl Rnacos {
         }
     }
 
+    /// A registry configuration for this server: `registry.type=nacos`, its address and
+    /// its gRPC port, then `extra`.
+    pub fn registry_config(&self, extra: &[(&str, &str)]) -> meshline_registry_core::Config {
+        let (addr, grpc) = (self.http_addr(), self.grpc_port().to_string());
+        let base = [
+            ("registry.type", "nacos"),
+            ("registry.nacos.serverAddr", addr.as_str()),
+            ("registry.nacos.grpcPort", grpc.as_str()),
+        ];
+        crate::config_of(&base, extra)
+    }
+
     /// `127.0.0.1:<http port>`: the Nacos server address clients are given.
     pub fn http_addr(&self) -> String {
         format!("127.0.0.1:{}", self.http_port)

@@ -142,6 +142,26 @@ impl std::io::Write for LogBuf {
 }
 
 impl LogBuf {
+    /// Installs the process-wide subscriber, writing what `filter` (an `EnvFilter`
+    /// directive, e.g. `meshline_registry_nacos=warn`) lets through into a new buffer:
+    /// events from every thread, a client's background tasks included. Once per test
+    /// binary (it panics if a global subscriber is already set).
+    pub fn global(filter: &str) -> LogBuf {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::{EnvFilter, Layer};
+        let logs = LogBuf::default();
+        let w = logs.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || w.clone())
+                .with_filter(EnvFilter::new(filter)),
+        );
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("the only process-wide subscriber of this test binary");
+        logs
+    }
+
     /// Sends this thread's `WARN` and worse to the buffer until the guard is dropped.
     pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
         let me = self.clone();

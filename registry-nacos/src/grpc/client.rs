@@ -138,23 +138,8 @@ impl NamingClient {
         });
         tokio::spawn(super::supervisor::run(shared.clone()));
         let client = NamingClient { shared };
-        let mut rx = client.shared.state.subscribe();
-        let up = tokio::time::timeout(timeout, async {
-            loop {
-                match &*rx.borrow_and_update() {
-                    State::Up(_) => return Ok(()),
-                    State::Down(e) => return Err(Error::NotConnected(e.clone())),
-                    State::Closed => return Err(Error::Closed),
-                    State::Connecting => {}
-                }
-                if rx.changed().await.is_err() {
-                    return Err(Error::Closed);
-                }
-            }
-        })
-        .await;
-        match up {
-            Ok(Ok(())) => Ok(client),
+        match tokio::time::timeout(timeout, client.shared.conn()).await {
+            Ok(Ok(_)) => Ok(client),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::NotConnected(format!(
                 "not connected within {timeout:?}"
@@ -177,10 +162,8 @@ impl NamingClient {
         si: ServiceInstance,
     ) -> Result<(), Error> {
         let _writes = self.shared.writes.lock().await;
-        lock(&self.shared.redo)
-            .entry((group.to_string(), service.to_string()))
-            .or_default()
-            .single = Some(si.clone());
+        self.shared
+            .change_redo(group, service, |r| r.single = Some(si.clone()));
         self.shared
             .instance_request(group, service, "registerInstance", &si)
             .await
@@ -200,19 +183,10 @@ impl NamingClient {
         si: ServiceInstance,
     ) -> Result<(), Error> {
         let _writes = self.shared.writes.lock().await;
-        {
-            let mut redo = lock(&self.shared.redo);
-            let key = (group.to_string(), service.to_string());
-            if let Some(r) = redo.get_mut(&key) {
-                if r.single.as_ref().is_some_and(|s| same(s, &si)) {
-                    r.single = None;
-                }
-                r.batch.retain(|b| !same(b, &si));
-                if r.single.is_none() && r.batch.is_empty() {
-                    redo.remove(&key);
-                }
-            }
-        }
+        self.shared.change_redo(group, service, |r| {
+            r.single.take_if(|s| same(s, &si));
+            r.batch.retain(|b| !same(b, &si));
+        });
         self.shared
             .instance_request(group, service, "deregisterInstance", &si)
             .await
@@ -232,10 +206,8 @@ impl NamingClient {
         all: Vec<ServiceInstance>,
     ) -> Result<(), Error> {
         let _writes = self.shared.writes.lock().await;
-        lock(&self.shared.redo)
-            .entry((group.to_string(), service.to_string()))
-            .or_default()
-            .batch = all.clone();
+        self.shared
+            .change_redo(group, service, |r| r.batch = all.clone());
         self.shared.batch_request(group, service, &all).await
     }
 
@@ -251,11 +223,7 @@ impl NamingClient {
         let ns = namespace
             .map(namespace_or_public)
             .unwrap_or(&self.shared.namespace);
-        let body = json!({
-            "namespace": ns, "serviceName": service, "groupName": group,
-            "cluster": clusters, "healthyOnly": false, "udpPort": 0,
-            "headers": {}, "requestId": null,
-        });
+        let body = self.shared.query_body(ns, group, service, clusters);
         let answer = self
             .shared
             .call("ServiceQueryRequest", group, service, &body)
@@ -368,13 +336,19 @@ pub(super) fn same(a: &ServiceInstance, b: &ServiceInstance) -> bool {
 impl Shared {
     /// The live connection: waits while one is being opened.
     async fn conn(&self) -> Result<Arc<Conn>, Error> {
+        self.conn_other_than(None).await
+    }
+
+    /// The live connection, other than `old` when given: waits while one is being
+    /// opened (or `old` replaced); fails at once when no server answers.
+    async fn conn_other_than(&self, old: Option<&Arc<Conn>>) -> Result<Arc<Conn>, Error> {
         let mut rx = self.state.subscribe();
         loop {
             match &*rx.borrow_and_update() {
-                State::Up(c) => return Ok(c.clone()),
+                State::Up(c) if !old.is_some_and(|o| Arc::ptr_eq(c, o)) => return Ok(c.clone()),
                 State::Down(e) => return Err(Error::NotConnected(e.clone())),
                 State::Closed => return Err(Error::Closed),
-                State::Connecting => {}
+                State::Up(_) | State::Connecting => {}
             }
             if rx.changed().await.is_err() {
                 return Err(Error::Closed);
@@ -396,27 +370,39 @@ impl Shared {
             // deregistration, a subscription or a read).
             Err(Error::Transport(e)) if conn.is_dead() => {
                 tracing::debug!(registry = "nacos", kind, error = %e, "the connection died under a request; sending it on the next one");
-                let next = self.next_conn(&conn).await?;
+                let next = self.conn_other_than(Some(&conn)).await?;
                 self.call_on(&next, kind, group, service, body).await
             }
             r => r,
         }
     }
 
-    /// The live connection after `old`: waits while it is being replaced.
-    async fn next_conn(&self, old: &Arc<Conn>) -> Result<Arc<Conn>, Error> {
-        let mut rx = self.state.subscribe();
-        loop {
-            match &*rx.borrow_and_update() {
-                State::Up(c) if !Arc::ptr_eq(c, old) => return Ok(c.clone()),
-                State::Down(e) => return Err(Error::NotConnected(e.clone())),
-                State::Closed => return Err(Error::Closed),
-                State::Up(_) | State::Connecting => {}
-            }
-            if rx.changed().await.is_err() {
-                return Err(Error::Closed);
-            }
+    /// Changes what is redone for `service` of `group` (a service left with nothing
+    /// is forgotten).
+    fn change_redo(&self, group: &str, service: &str, change: impl FnOnce(&mut Registered)) {
+        let mut redo = lock(&self.redo);
+        let key = (group.to_string(), service.to_string());
+        let r = redo.entry(key.clone()).or_default();
+        change(r);
+        if r.single.is_none() && r.batch.is_empty() {
+            redo.remove(&key);
         }
+    }
+
+    /// A `ServiceQueryRequest`'s body: every instance of `service` in `clusters`
+    /// (comma-separated; empty: all), healthy or not.
+    pub(super) fn query_body(
+        &self,
+        namespace: &str,
+        group: &str,
+        service: &str,
+        clusters: &str,
+    ) -> serde_json::Value {
+        json!({
+            "namespace": namespace, "serviceName": service, "groupName": group,
+            "cluster": clusters, "healthyOnly": false, "udpPort": 0,
+            "headers": {}, "requestId": null,
+        })
     }
 
     pub(super) async fn call_on(

@@ -57,10 +57,27 @@ pub(crate) struct Conn {
     channel: Channel,
     client_ip: String,
     /// Cancelled when the connection is dead; `why` says why.
-    dead: CancellationToken,
-    /// Shared with the stream's task, which records why the stream ended.
-    why: Arc<Mutex<Option<String>>>,
+    /// Shared with the stream's task, which declares it when the stream ends.
+    death: Arc<Death>,
     reader: tokio::task::AbortHandle,
+}
+
+/// Whether a connection is dead, and why: the first reason given is kept.
+#[derive(Default)]
+struct Death {
+    dead: CancellationToken,
+    why: Mutex<Option<String>>,
+}
+
+impl Death {
+    fn declare(&self, why: String) {
+        lock(&self.why).get_or_insert(why);
+        self.dead.cancel();
+    }
+
+    fn why(&self) -> Option<String> {
+        lock(&self.why).clone()
+    }
 }
 
 impl std::fmt::Debug for Conn {
@@ -118,32 +135,31 @@ impl Conn {
             headers.clone(),
             setup_body.to_string().into_bytes(),
         );
-        // The channel has room: this cannot wait.
-        let _ = to_server.try_send(first);
-        let dead = CancellationToken::new();
-        let why = Arc::new(Mutex::new(None));
+        // The channel is new and has room: this cannot wait.
+        to_server
+            .try_send(first)
+            .map_err(|e| Error::Transport(format!("the setup message was not queued: {e}")))?;
+        let death = Arc::new(Death::default());
         let reader = tokio::spawn(read_stream(
             channel.clone(),
             from_us,
             to_server,
             client_ip.clone(),
             push,
-            dead.clone(),
-            why.clone(),
+            death.clone(),
         ));
         let conn = Arc::new(Conn {
             server: server.clone(),
             id,
             channel,
             client_ip,
-            dead,
-            why,
+            death,
             reader: reader.abort_handle(),
         });
         // Health checks until the server has taken the setup.
         let mut last = None;
         for i in 0..SETUP_CHECKS {
-            if conn.dead.is_cancelled() {
+            if conn.is_dead() {
                 break;
             }
             match conn.health_check().await {
@@ -152,8 +168,7 @@ impl Conn {
             }
             tokio::time::sleep(Duration::from_millis(50 << i)).await;
         }
-        let reason = lock(&conn.why).clone();
-        Err(match (reason, last) {
+        Err(match (conn.death.why(), last) {
             (Some(r), _) => Error::Transport(r),
             (None, Some(e)) => e,
             (None, None) => Error::Transport("the connection ended during setup".into()),
@@ -167,7 +182,7 @@ impl Conn {
         headers: HashMap<String, String>,
         body: &serde_json::Value,
     ) -> Result<Vec<u8>, Error> {
-        if self.dead.is_cancelled() {
+        if self.is_dead() {
             return Err(Error::Transport(self.why()));
         }
         let payload = Payload::new(
@@ -180,7 +195,7 @@ impl Conn {
         // then, not at the caller's deadline: the client can retry it on the next one.
         let sent = tokio::select! {
             r = unary(&self.channel, payload) => r,
-            _ = self.dead.cancelled() => Err(Error::Transport(self.why())),
+            _ = self.dead() => Err(Error::Transport(self.why())),
         };
         let answer = match sent {
             Ok(a) => a,
@@ -216,30 +231,24 @@ impl Conn {
 
     /// Declares the connection dead (the first reason is kept).
     pub(crate) fn kill(&self, why: String) {
-        {
-            let mut w = lock(&self.why);
-            if w.is_none() {
-                *w = Some(why);
-            }
-        }
-        self.dead.cancel();
+        self.death.declare(why);
         self.reader.abort();
     }
 
     /// True once the connection is dead.
     pub(crate) fn is_dead(&self) -> bool {
-        self.dead.is_cancelled()
+        self.death.dead.is_cancelled()
     }
 
     /// Resolves when the connection is dead.
     pub(crate) async fn dead(&self) {
-        self.dead.cancelled().await
+        self.death.dead.cancelled().await
     }
 
     /// Why the connection is dead.
     pub(crate) fn why(&self) -> String {
-        lock(&self.why)
-            .clone()
+        self.death
+            .why()
             .unwrap_or_else(|| "the connection ended".to_string())
     }
 }
@@ -350,24 +359,16 @@ fn status_text(s: &tonic::Status) -> String {
 }
 
 /// The connection's stream: sends what `from_us` gives, answers the server's
-/// requests, hands pushes to `push`; on its end, records why and cancels `dead`.
+/// requests, hands pushes to `push`; on its end, declares the connection's death.
 async fn read_stream(
     channel: Channel,
     from_us: mpsc::Receiver<Payload>,
     to_server: mpsc::Sender<Payload>,
     client_ip: String,
     push: PushFn,
-    dead: CancellationToken,
-    why: Arc<Mutex<Option<String>>>,
+    death: Arc<Death>,
 ) {
-    let end = |reason: String| {
-        let mut w = lock(&why);
-        if w.is_none() {
-            *w = Some(reason);
-        }
-        drop(w);
-        dead.cancel();
-    };
+    let end = |reason: String| death.declare(reason);
     let mut grpc = tonic::client::Grpc::new(channel);
     if let Err(e) = grpc.ready().await {
         return end(chain(&e));

@@ -16,12 +16,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The client's life: connect, redo, watch the connection, move on when it dies.
 pub(super) async fn run(shared: Arc<Shared>) {
     let n = shared.servers.len();
-    let mut round = Round {
-        at: fastrand::usize(..n),
-        failed: 0,
-        backoff: Duration::from_millis(100),
-        warned: false,
-    };
+    let mut round = Round::at(fastrand::usize(..n));
     let setup = Setup {
         namespace: shared.namespace.clone(),
         app_name: shared.app_name.clone(),
@@ -75,12 +70,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         }
         tracing::info!(registry = "nacos", server = %server, connection = %conn.id, "connected");
         shared.state.send_replace(State::Up(conn.clone()));
-        round = Round {
-            at: round.at,
-            failed: 0,
-            backoff: Duration::from_millis(100),
-            warned: false,
-        };
+        round = Round::at(round.at);
         let why = tokio::select! {
             _ = shared.stop.cancelled() => None,
             why = watch_health(&shared, &conn) => Some(why),
@@ -160,6 +150,16 @@ struct Round {
 }
 
 impl Round {
+    /// A fresh round starting at server `at`.
+    fn at(at: usize) -> Round {
+        Round {
+            at,
+            failed: 0,
+            backoff: Duration::from_millis(100),
+            warned: false,
+        }
+    }
+
     /// Records a failed connect to `server` and moves to the next; after a whole
     /// round, publishes the error and waits.
     async fn failed(&mut self, shared: &Shared, server: &Server, error: String) {

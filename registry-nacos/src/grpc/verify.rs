@@ -17,8 +17,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::client::{Registered, Shared, parse_info, same};
 use super::conn::Conn;
 use super::wire::ServiceInstance;
@@ -34,11 +32,7 @@ impl Shared {
         let services: Vec<(String, String)> = lock(&self.redo).keys().cloned().collect();
         let mut sent = 0;
         for (group, service) in services {
-            let body = json!({
-                "namespace": self.namespace, "serviceName": service, "groupName": group,
-                "cluster": "", "healthyOnly": false, "udpPort": 0,
-                "headers": {}, "requestId": null,
-            });
+            let body = self.query_body(&self.namespace, &group, &service, "");
             let answer = self
                 .call_on(conn, "ServiceQueryRequest", &group, &service, &body)
                 .await?;

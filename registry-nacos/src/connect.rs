@@ -98,14 +98,11 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
 }
 
 impl Prepared {
-    /// Connects our naming client ([`crate::grpc`]) to these servers, in `namespace`
-    /// instead of the configured one when given (`nearby` reads other namespaces).
-    /// Every server is TLS in a build with the `tls` feature, as nacos-sdk's are.
-    pub(crate) async fn naming(
-        &self,
-        server: &str,
-        namespace: Option<&str>,
-    ) -> Result<NamingClient, RegistryError> {
+    /// Connects our naming client ([`crate::grpc`]) to these servers, in the configured
+    /// namespace (each request can name another: `nearby` reads other namespaces on
+    /// the same connection). Every server is TLS in a build with the `tls` feature, as
+    /// nacos-sdk's are.
+    pub(crate) async fn naming(&self, server: &str) -> Result<NamingClient, RegistryError> {
         let tls = cfg!(feature = "tls");
         let servers: Vec<Server> = self
             .addrs
@@ -131,9 +128,13 @@ impl Prepared {
             tls,
         )
         .map_err(|e| RegistryError::Config(format!("registry.nacos: {e}")))?;
-        let ns = namespace.unwrap_or(&self.namespace).to_string();
-        let connect =
-            NamingClient::connect(servers, ns, self.app_name.clone(), auth, CONNECT_TIMEOUT);
+        let connect = NamingClient::connect(
+            servers,
+            self.namespace.clone(),
+            self.app_name.clone(),
+            auth,
+            CONNECT_TIMEOUT,
+        );
         self.build(server, connect).await
     }
 

@@ -290,7 +290,7 @@ impl NacosRegistry {
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let n = NacosSettings::from_config(config)?;
         let p = connect::prepare(&n, &config.application_id)?;
-        let naming = p.naming(&p.server, None).await?;
+        let naming = p.naming(&p.server).await?;
         Ok(Self::new(naming, p.server.clone(), &n, config))
     }
 

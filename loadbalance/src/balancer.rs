@@ -1,4 +1,4 @@
-//! The balancer a client holds: the current picker behind an `ArcSwap`, rebuilt on
+//! The balancer a client holds: the current picker (see `current.rs`), rebuilt on
 //! membership change, and the in-flight accounting around every pick.
 
 use std::any::Any;
@@ -6,10 +6,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
 use meshline_registry_core::{Instance, InstanceKey};
 
 use crate::change::{JOINED, MembershipChange};
+use crate::current::Current;
 use crate::index::KeyIndex;
 use crate::picker::EmptyPicker;
 use crate::{
@@ -39,10 +39,16 @@ use crate::{
 ///
 /// Membership changes are applied one at a time (an internal lock orders concurrent
 /// ones); picks never wait for them.
+///
+/// Each thread that picks keeps a reference to the snapshot it last picked from, so
+/// a pick costs no locked instruction to read the membership. That thread lets the
+/// snapshot go at its first pick after a change (or when the balancer is dropped):
+/// until then an endpoint that left stays allocated, with its payload, so a payload
+/// should not rely on its drop to close what the endpoint held.
 pub struct Balancer<T = ()> {
     lb: Arc<dyn LoadBalance>,
     registry: StatsRegistry,
-    current: ArcSwap<Snapshot>,
+    current: Current,
     /// Held while a membership change is computed and installed, so two concurrent
     /// changes cannot both start from the same snapshot and lose one.
     writer: Mutex<()>,
@@ -86,16 +92,19 @@ impl<T: Any + Send + Sync> Balancer<T> {
     /// they join ([`Edit::Insert`]) and handed back with every pick
     /// ([`Picked::payload`]).
     pub fn with_payload(lb: Arc<dyn LoadBalance>) -> Self {
-        // The group's total is kept on every request only if the algorithm reads it.
+        // The group's total is kept on every request only if the algorithm reads it,
+        // and the endpoints' counts only if it reads those.
         let registry = if lb.reads_group_in_flight() {
             StatsRegistry::new()
-        } else {
+        } else if lb.reads_in_flight() {
             StatsRegistry::summing()
+        } else {
+            StatsRegistry::uncounted()
         };
         Balancer {
             lb,
             registry,
-            current: ArcSwap::from_pointee(Snapshot::empty()),
+            current: Current::new(Snapshot::empty()),
             writer: Mutex::new(()),
             _payload: PhantomData,
         }
@@ -264,12 +273,13 @@ impl<T: Any + Send + Sync> Balancer<T> {
     /// eligible endpoint. Lock-free and allocation-free.
     #[inline]
     pub fn pick(&self, req: &PickRequest<'_>) -> Option<Picked<T>> {
-        let snap = self.current.load();
-        let index = snap.picker().pick(req)?;
-        let Some(endpoint) = snap.endpoints().get(index) else {
-            return self.out_of_range(index, snap.len());
-        };
-        Some(Picked::new(InFlightGuard::begin(endpoint), index))
+        self.current.with(|snap| {
+            let index = snap.picker().pick(req)?;
+            let Some(endpoint) = snap.endpoints().get(index) else {
+                return self.out_of_range(index, snap.len());
+            };
+            Some(Picked::new(InFlightGuard::begin(endpoint), index))
+        })
     }
 
     #[cold]
@@ -346,30 +356,43 @@ mod tests {
     }
 
     #[test]
-    fn the_group_total_is_counted_only_for_algorithms_that_read_it() {
-        for (name, counted) in [
-            ("BoundedLoad", true),
-            ("zone:BoundedLoad", true),
-            ("RoundRobinLoadBalance", false),
-            ("LeastActiveLoadBalance", false),
-            ("P2C", false),
-            ("zone:XID", false),
+    fn requests_are_counted_as_far_as_the_algorithm_reads_them() {
+        // (algorithm, group total kept, endpoint counts kept)
+        for (name, total, lanes) in [
+            ("BoundedLoad", true, true),
+            ("zone:BoundedLoad", true, true),
+            ("LeastActiveLoadBalance", false, true),
+            ("P2C", false, true),
+            ("xid:LeastActiveLoadBalance", false, true),
+            ("RoundRobinLoadBalance", false, false),
+            ("RandomLoadBalance", false, false),
+            ("ConsistentHash", false, false),
+            ("JumpHash", false, false),
+            ("AccountHash", false, false),
+            ("zone:XID", false, false),
+            ("xid:RoundRobinLoadBalance", false, false),
         ] {
             let b = Balancer::new(by_name(name).unwrap());
-            assert_eq!(b.stats_registry().group().counted(), counted, "{name}");
+            let group = b.stats_registry().group().clone();
+            assert_eq!(group.counted(), total, "{name}");
+            assert_eq!(group.counts_in_flight(), lanes, "{name}");
             b.update(&cluster(4));
             let held: Vec<Picked> = (0..6)
                 .map(|_| b.pick(&PickRequest::default()).unwrap())
                 .collect();
-            assert_eq!(b.stats_registry().group().in_flight(), 6, "{name}");
+            let on_endpoints: u64 = b.endpoints().iter().map(|e| e.stats().in_flight()).sum();
+            let want = if lanes { 6 } else { 0 };
+            assert_eq!((group.in_flight(), on_endpoints), (want, want), "{name}");
             drop(held);
-            assert_eq!(b.stats_registry().group().in_flight(), 0, "{name}");
+            let on_endpoints: u64 = b.endpoints().iter().map(|e| e.stats().in_flight()).sum();
+            assert_eq!((group.in_flight(), on_endpoints), (0, 0), "{name}");
         }
     }
 
     #[test]
     fn parts_and_guards_keep_the_endpoint_and_end_once() {
-        let b = Balancer::new(by_name("RoundRobinLoadBalance").unwrap());
+        // An algorithm that reads load, so that requests are counted.
+        let b = Balancer::new(by_name("LeastActiveLoadBalance").unwrap());
         b.update(&cluster(2));
         let picked = b.pick(&PickRequest::default()).unwrap();
         let key = picked.endpoint().key().clone();

@@ -62,21 +62,47 @@ pub(crate) mod clock {
 /// [`crate::Balancer`] whose algorithm does not read the total
 /// ([`crate::LoadBalance::reads_group_in_flight`]) has a group that sums its load
 /// board instead, when asked. Either way [`in_flight`](Self::in_flight) is exact.
+///
+/// A balancer whose algorithm reads no load at all
+/// ([`crate::LoadBalance::reads_in_flight`] is `false`) counts nothing: its group
+/// reports 0 ([`counts_in_flight`](Self::counts_in_flight) says which).
 #[derive(Default)]
 pub struct LoadGroup {
     in_flight: AtomicU64,
     /// `None`: `in_flight` is kept by every request. `Some`: nothing is kept; the
     /// total is the sum of this board's counters.
     board: Option<Arc<Board>>,
+    counting: Counting,
+}
+
+/// What a request counts on its endpoint's stats, fixed for a group's life (so every
+/// end matches its begin).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counting {
+    /// Nothing: the algorithm reads no load.
+    Nothing,
+    /// The endpoint's lane on the load board.
+    Lanes,
+    /// The lane and the group's total.
+    #[default]
+    LanesAndTotal,
 }
 
 impl LoadGroup {
-    /// A group whose total is summed from `board` on demand.
-    fn summed(board: Arc<Board>) -> LoadGroup {
+    /// A group whose total is summed from `board` on demand; `counting` is
+    /// [`Counting::Lanes`] or [`Counting::Nothing`].
+    fn summed(board: Arc<Board>, counting: Counting) -> LoadGroup {
         LoadGroup {
             in_flight: AtomicU64::new(0),
             board: Some(board),
+            counting,
         }
+    }
+
+    /// Whether requests are counted in flight at all: `false` for a balancer whose
+    /// algorithm reads no load, whose endpoints and group then report 0.
+    pub fn counts_in_flight(&self) -> bool {
+        self.counting != Counting::Nothing
     }
 
     /// Requests in flight on all endpoints of the group.
@@ -94,7 +120,7 @@ impl LoadGroup {
     /// Whether every request updates the total (so reading it is one load).
     #[inline]
     pub(crate) fn counted(&self) -> bool {
-        self.board.is_none()
+        self.counting == Counting::LanesAndTotal
     }
 }
 
@@ -102,7 +128,7 @@ impl std::fmt::Debug for LoadGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadGroup")
             .field("in_flight", &self.in_flight())
-            .field("counted", &self.counted())
+            .field("counting", &self.counting)
             .finish()
     }
 }
@@ -120,6 +146,8 @@ impl std::fmt::Debug for LoadGroup {
 pub struct EndpointStats {
     // What every pick and completion touches, first, in one cache line.
     in_flight: Slot,
+    /// The group's [`Counting`], copied: a request reads it without reaching the group.
+    counting: Counting,
     group: Arc<LoadGroup>,
     successes: AtomicU64,
     failures: AtomicU64,
@@ -160,6 +188,7 @@ impl EndpointStats {
     pub(crate) fn on_board(group: Arc<LoadGroup>, board: &Arc<Board>) -> Self {
         EndpointStats {
             in_flight: board.acquire(),
+            counting: group.counting,
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
@@ -172,7 +201,9 @@ impl EndpointStats {
         }
     }
 
-    /// Requests picked on this endpoint whose guard has not been dropped yet.
+    /// Requests picked on this endpoint whose guard has not been dropped yet; always 0
+    /// on a balancer whose algorithm reads no load (see
+    /// [`LoadGroup::counts_in_flight`]).
     #[inline]
     pub fn in_flight(&self) -> u64 {
         u64::from(self.in_flight.counter().load(Ordering::Relaxed))
@@ -264,9 +295,15 @@ impl EndpointStats {
     /// The counter is 32 bits: it cannot wrap, since every count is a live guard.
     #[inline]
     pub(crate) fn begin(&self) {
-        self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
-        if self.group.counted() {
-            self.group.in_flight.fetch_add(1, Ordering::Relaxed);
+        match self.counting {
+            Counting::Nothing => {}
+            Counting::Lanes => {
+                self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
+            }
+            Counting::LanesAndTotal => {
+                self.in_flight.counter().fetch_add(1, Ordering::Relaxed);
+                self.group.in_flight.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -274,9 +311,15 @@ impl EndpointStats {
     /// counted or not for its whole life, so every end matches its begin).
     #[inline]
     pub(crate) fn end(&self) {
-        self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
-        if self.group.counted() {
-            self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match self.counting {
+            Counting::Nothing => {}
+            Counting::Lanes => {
+                self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
+            }
+            Counting::LanesAndTotal => {
+                self.in_flight.counter().fetch_sub(1, Ordering::Relaxed);
+                self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -405,10 +448,20 @@ impl StatsRegistry {
     /// An empty registry whose group total is summed on demand rather than counted
     /// on every request (for algorithms that never read it).
     pub(crate) fn summing() -> Self {
+        StatsRegistry::summed(Counting::Lanes)
+    }
+
+    /// An empty registry whose requests count nothing (for algorithms that read no
+    /// load): in-flight counts stay 0.
+    pub(crate) fn uncounted() -> Self {
+        StatsRegistry::summed(Counting::Nothing)
+    }
+
+    fn summed(counting: Counting) -> Self {
         let board = Board::new();
         StatsRegistry {
             entries: Mutex::default(),
-            group: Arc::new(LoadGroup::summed(board.clone())),
+            group: Arc::new(LoadGroup::summed(board.clone(), counting)),
             board,
         }
     }

@@ -91,7 +91,9 @@ proptest! {
 /// same counter.
 #[test]
 fn a_replacement_keeps_stats_and_running_picks_keep_their_payload() {
-    let b: Balancer<&'static str> = Balancer::with_payload(by_name("RandomLoadBalance").unwrap());
+    // An algorithm that reads load, so that requests are counted.
+    let b: Balancer<&'static str> =
+        Balancer::with_payload(by_name("LeastActiveLoadBalance").unwrap());
     let a = instance(1, 1);
     b.apply([Edit::Insert(a.clone(), "first connection")]);
     let running = b.pick(&PickRequest::default()).unwrap();

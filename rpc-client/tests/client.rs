@@ -313,7 +313,13 @@ async fn timeouts_and_cancellations_release_in_flight() {
     let s = start("silent", Mode::Silent).await;
     let hub = hub();
     publish(&hub, &[&s]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
+    // An algorithm that reads load: its balancer counts requests in flight (a
+    // load-blind one counts nothing, see `LoadBalance::reads_in_flight`), and a count
+    // left behind would steer its picks.
+    let client = builder(&hub, "LeastActiveLoadBalance")
+        .build()
+        .await
+        .unwrap();
     client.wait_alive(1, SEC).await.unwrap();
     let in_flight = || {
         client

@@ -177,6 +177,11 @@ impl FastRing {
 }
 
 impl LoadBalance for ConsistentHashLoadBalance {
+    /// A ring picks by the key's hash, never by load.
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "ConsistentHashLoadBalance"
     }

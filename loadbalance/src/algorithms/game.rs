@@ -98,6 +98,11 @@ impl AffinityHashLoadBalance {
 }
 
 impl LoadBalance for AffinityHashLoadBalance {
+    /// Picks by the key's hash, never by load.
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         self.name
     }

@@ -26,6 +26,11 @@ impl RandomLoadBalance {
 }
 
 impl LoadBalance for RandomLoadBalance {
+    /// Picks at random, never by load.
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "RandomLoadBalance"
     }

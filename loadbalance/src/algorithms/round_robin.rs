@@ -38,6 +38,11 @@ impl RoundRobinLoadBalance {
 }
 
 impl LoadBalance for RoundRobinLoadBalance {
+    /// Picks in turn, never by load.
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &str {
         "RoundRobinLoadBalance"
     }

@@ -80,6 +80,11 @@ impl LoadBalance for XidLoadBalance {
         "XID"
     }
 
+    /// Picks by the XID's address (else at random), never by load.
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         xid_picker(endpoints, RandomLoadBalance.build(endpoints))
     }

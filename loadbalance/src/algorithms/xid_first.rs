@@ -43,6 +43,10 @@ impl LoadBalance for XidFirstLoadBalance {
         self.inner.reads_group_in_flight()
     }
 
+    fn reads_in_flight(&self) -> bool {
+        self.inner.reads_in_flight()
+    }
+
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         xid_picker(endpoints, self.inner.build(endpoints))
     }

@@ -65,6 +65,10 @@ impl LoadBalance for ZoneAwareLoadBalance {
         self.inner.reads_group_in_flight()
     }
 
+    fn reads_in_flight(&self) -> bool {
+        self.inner.reads_in_flight()
+    }
+
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
         let endpoints: Arc<[Endpoint]> = Arc::from(endpoints);
         let (mut zones, place) = group(&endpoints, |_| None);

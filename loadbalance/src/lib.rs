@@ -101,6 +101,7 @@ mod error;
 mod factory;
 pub mod hash;
 mod index;
+mod parallel;
 mod picked;
 mod picker;
 mod request;

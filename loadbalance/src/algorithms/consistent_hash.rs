@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::algorithms::java_ring::{JavaRing, SEATA_DEFAULT_VIRTUAL_NODES};
 use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
-use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring, identity_hashes, point_counts};
+use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring, point_counts};
 use crate::picker::{EmptyPicker, Members};
 use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker, hash};
 
@@ -171,7 +171,7 @@ impl FastRing {
         });
         FastRing::Paged(match updated {
             Some(ring) => ring,
-            None => PagedRing::build(members, identity_hashes(members), counts),
+            None => PagedRing::build(members, counts),
         })
     }
 }

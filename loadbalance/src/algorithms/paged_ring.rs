@@ -136,80 +136,6 @@ pub(crate) struct PagedRing {
 }
 
 impl PagedRing {
-    /// A fresh ring of `counts[i]` points per endpoint `i` of `members`, derived from
-    /// `bases[i]`; node `i` is endpoint `i`.
-    pub(crate) fn build(members: &Members, bases: Vec<u64>, counts: Vec<u64>) -> PagedRing {
-        let total = counts.iter().sum::<u64>();
-        let page_bits = (total / PAGE_POINTS)
-            .max(2)
-            .next_power_of_two()
-            .trailing_zeros()
-            .clamp(1, 32 - SORT_BITS);
-        let page_shift = 32 - page_bits;
-        let n_pages = 1usize << page_bits;
-        fn each(bases: &[u64], counts: &[u64], mut f: impl FnMut(u32, u64)) {
-            for (node, (&base, &count)) in bases.iter().zip(counts).enumerate() {
-                for p in 0..count {
-                    let h = point_hash(base, p);
-                    f(h, u64::from(h) << 32 | node as u64);
-                }
-            }
-        }
-        // Points are generated twice (cheap arithmetic) rather than stored twice: once
-        // to count each page's points, once to write each where its page starts in one
-        // buffer, the only large memory the build writes.
-        let mut next = vec![0u32; n_pages + 1];
-        each(&bases, &counts, |h, _| {
-            next[(h >> page_shift) as usize + 1] += 1
-        });
-        let mut sum = 0u32;
-        for slot in next.iter_mut() {
-            sum += *slot;
-            *slot = sum;
-        }
-        let starts = next.clone();
-        // Written slot by slot, without zeroing it first (a 12.8 MB memset for 10 000
-        // endpoints).
-        let mut points: Vec<u64> = Vec::with_capacity(total as usize);
-        let spare = &mut points.spare_capacity_mut()[..total as usize];
-        each(&bases, &counts, |h, point| {
-            let slot = &mut next[(h >> page_shift) as usize];
-            spare[*slot as usize].write(point);
-            *slot += 1;
-        });
-        // SAFETY: the pages' ranges `starts[p]..starts[p + 1]` partition `0..total`, and
-        // each page's slots were written once each above (its count was counted from
-        // the same points), so all `total` elements are initialised.
-        unsafe { points.set_len(total as usize) };
-        let mut points = points.into_boxed_slice();
-        let index_of: Box<[u32]> = (0..members.len() as u32).collect();
-        let lut_shift = page_shift - LUT_BITS;
-        let mut luts = vec![0u32; n_pages * (LUT_MASK + 2)].into_boxed_slice();
-        let mut scratch = Scratch::default();
-        for (p, lut) in luts.chunks_exact_mut(LUT_MASK + 2).enumerate() {
-            let page = &mut points[starts[p] as usize..starts[p + 1] as usize];
-            sort_page(page, lut, lut_shift, members, &index_of, &mut scratch);
-        }
-        let block = Arc::new(Block { points, luts });
-        let pages = (0..n_pages)
-            .map(|p| {
-                let (start, end) = (starts[p] as usize, starts[p + 1] as usize);
-                Page::new(&block, start, end - start, p * (LUT_MASK + 2))
-            })
-            .collect();
-        PagedRing {
-            pages,
-            page_shift,
-            lut_shift,
-            node_of: index_of.clone(),
-            index_of,
-            bases: bases.into_boxed_slice(),
-            counts: counts.into_boxed_slice(),
-            len: total as usize,
-            planned: total as usize,
-        }
-    }
-
     /// This ring updated for a membership change, or `None` when the change is not one
     /// a few pages can absorb (then build afresh): `from[i]` is new endpoint `i`'s index
     /// in the previous membership if it is unchanged there, `left` the previous
@@ -608,6 +534,7 @@ impl Page {
     }
 }
 
+mod build;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::Endpoint;
-use crate::algorithms::ring::{Ring, identity_hashes, point_counts};
+use crate::algorithms::ring::{Ring, point_counts};
 use crate::hash::mix64;
 use meshline_registry_core::Instance;
 use proptest::prelude::*;
@@ -23,7 +23,7 @@ fn members(list: &[Instance]) -> Members {
 
 fn fresh(m: &Members, per_weight: u32) -> PagedRing {
     let (counts, _) = point_counts(m, per_weight);
-    PagedRing::build(m, identity_hashes(m), counts)
+    PagedRing::build(m, counts)
 }
 
 /// The flat ring's points as `(hash, endpoint)`, in ring order.
@@ -89,7 +89,38 @@ fn equal_hashes_are_in_identity_order_as_on_the_flat_ring() {
     let m = members(&list);
     let bases = vec![7, 7, 7, 9, 9, 11];
     let counts = vec![300; 6];
-    let paged = PagedRing::build(&m, bases.clone(), counts.clone());
+    let paged = PagedRing::with_bases(&m, bases.clone(), counts.clone());
+    let flat = Ring::from_bases(&m, &bases, &counts);
+    let flat_points: Vec<(u32, usize)> = (0..flat.len())
+        .map(|p| (flat.hash_at(p), flat.node_at(p)))
+        .collect();
+    assert_eq!(paged.points(), flat_points);
+}
+
+/// A ring built in two halves on two threads (what a large ring gets on a machine with
+/// two cores) is still the flat ring, point for point, equal hashes written by both
+/// halves included.
+#[test]
+fn a_ring_built_in_halves_is_the_flat_ring() {
+    for n in [1u32, 2, 250] {
+        let list: Vec<Instance> = (0..n).map(|i| instance(i * 7919, 1 + i % 3)).collect();
+        let m = members(&list);
+        let (counts, _) = point_counts(&m, 160);
+        let paged = PagedRing::build_in(&m, None, counts, true);
+        let (flat, points) = flat_points(&m, 160);
+        assert_eq!(paged.points(), points, "n={n}");
+        for k in 0..20_000u64 {
+            let h = mix64(k);
+            assert_eq!(paged.node(h), flat.node(h), "n={n} key {k}");
+        }
+    }
+    // Endpoints given one base collide on every point; the first and the last are
+    // in different halves.
+    let list: Vec<Instance> = (0..4).map(|i| instance(9 - i, 1)).collect();
+    let m = members(&list);
+    let bases = vec![7, 9, 9, 7];
+    let counts = vec![300; 4];
+    let paged = PagedRing::build_in(&m, Some(bases.clone()), counts.clone(), true);
     let flat = Ring::from_bases(&m, &bases, &counts);
     let flat_points: Vec<(u32, usize)> = (0..flat.len())
         .map(|p| (flat.hash_at(p), flat.node_at(p)))

@@ -1,6 +1,6 @@
 use super::*;
 use crate::Endpoint;
-use crate::algorithms::ring::{Ring, identity_hashes, point_counts};
+use crate::algorithms::ring::{Ring, point_counts};
 use meshline_registry_core::Instance;
 
 /// `MESHLINE_RING_TIMING=paged|flat cargo test --release -p meshline-loadbalance --lib
@@ -23,7 +23,7 @@ fn ring_build_timing() {
     for _ in 0..20 {
         let (counts, _) = point_counts(&m, 160);
         if paged {
-            std::hint::black_box(PagedRing::build(&m, identity_hashes(&m), counts));
+            std::hint::black_box(PagedRing::build(&m, counts));
         } else {
             std::hint::black_box(Ring::with_counts(&m, &counts));
         }

@@ -194,7 +194,12 @@ impl<T: Any + Send + Sync> Balancer<T> {
                     from.push(JOINED);
                 }
                 None => {
-                    let reg = stats.get_or_insert_with(|| self.registry.updating(old.len()));
+                    let reg = stats.get_or_insert_with(|| {
+                        let mut reg = self.registry.updating(old.len());
+                        // At least this many identities are new.
+                        reg.reserve(instances.len().saturating_sub(old.len()));
+                        reg
+                    });
                     out.push(Endpoint::with_stats(inst.clone(), reg.stats(key)));
                     from.push(JOINED);
                 }

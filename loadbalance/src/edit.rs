@@ -60,10 +60,9 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
     edits: Vec<Edit<T>>,
 ) -> Option<(Vec<Endpoint>, Vec<u32>)> {
     let old = &previous.endpoints()[..];
-    let mut edits = edits;
     // The last edit of each identity wins: a stable sort keeps their order, then
     // each run of one identity is reduced to its last.
-    edits.sort_by(|a, b| a.key().cmp(b.key()));
+    let edits = in_identity_order(edits);
     let mut last: Vec<Edit<T>> = Vec::with_capacity(edits.len());
     for e in edits {
         match last.last_mut() {
@@ -71,6 +70,10 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
             _ => last.push(e),
         }
     }
+    let inserts = last
+        .iter()
+        .filter(|e| matches!(e, Edit::Insert(..)))
+        .count();
     let mut gone = vec![false; old.len()];
     let mut any_gone = false;
     let mut inserted: Vec<Endpoint> = Vec::new();
@@ -95,7 +98,11 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
             let stats = match at {
                 Some(j) => old[j].stats_arc().clone(),
                 None => reg
-                    .get_or_insert_with(|| registry.updating(old.len()))
+                    .get_or_insert_with(|| {
+                        let mut reg = registry.updating(old.len());
+                        reg.reserve(inserts);
+                        reg
+                    })
                     .stats(instance.key()),
             };
             inserted.push(Endpoint::carrying(instance, stats, boxed(payload)));
@@ -132,4 +139,75 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
         from.push(JOINED);
     }
     Some((out, from))
+}
+
+/// `edits` in identity order, the edits of one identity in their given order: what a
+/// stable sort by key gives, mostly by integer compares. Each host's first 16 bytes,
+/// zero-padded, order hosts as their strings do wherever they differ (a host is
+/// never a string with a NUL); only equal prefixes (the same host, or long names)
+/// compare whole keys. A string comparison per step made sorting 10 000 edits a
+/// quarter of their whole apply.
+fn in_identity_order<T>(edits: Vec<Edit<T>>) -> Vec<Edit<T>> {
+    fn prefix(host: &str) -> u128 {
+        let mut bytes = [0u8; 16];
+        let n = host.len().min(16);
+        bytes[..n].copy_from_slice(&host.as_bytes()[..n]);
+        u128::from_be_bytes(bytes)
+    }
+    let mut order: Vec<(u128, u32)> = edits
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (prefix(&e.key().host), i as u32))
+        .collect();
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| edits[a.1 as usize].key().cmp(edits[b.1 as usize].key()))
+            .then(a.1.cmp(&b.1))
+    });
+    let mut slots: Vec<Option<Edit<T>>> = edits.into_iter().map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&(_, i)| slots[i as usize].take())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_order_is_a_stable_sort_by_key() {
+        let hosts = [
+            "10.0.0.2",
+            "10.0.0.10",
+            "10.0.0.1",
+            "a-very-long-host-name.example",
+            "a-very-long-host-name.example.org",
+            "a-very-long-host-name.exampla",
+            "a",
+            "[::1]",
+            "[2001:db8::1]",
+            "10.0.0.1",
+        ];
+        // Each identity edited several times (the tags are positions): their order
+        // must stay.
+        let mut edits = Vec::new();
+        for round in 0..3 {
+            for h in hosts {
+                for port in [8092u16, 8091] {
+                    let tag = edits.len();
+                    let inst = Instance::parse(&format!("{h}:{port}")).unwrap();
+                    edits.push(Edit::Insert(inst, (round, tag)));
+                }
+            }
+        }
+        let key_and_tag = |e: &Edit<(i32, usize)>| match e {
+            Edit::Insert(inst, tag) => (inst.key().clone(), *tag),
+            Edit::Remove(_) => unreachable!("only inserts here"),
+        };
+        let mut want: Vec<_> = edits.iter().map(key_and_tag).collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        let got: Vec<_> = in_identity_order(edits).iter().map(key_and_tag).collect();
+        assert_eq!(got, want);
+    }
 }

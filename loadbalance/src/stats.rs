@@ -182,10 +182,12 @@ impl EndpointStats {
     /// such endpoints reads them one by one; stats made by a [`StatsRegistry`] share
     /// the registry's board and are scanned with vector loads.
     pub fn in_group(group: Arc<LoadGroup>) -> Self {
-        EndpointStats::on_board(group, &Board::new())
+        EndpointStats::on_board(group, &Board::new(), clock::now_nanos())
     }
 
-    pub(crate) fn on_board(group: Arc<LoadGroup>, board: &Arc<Board>) -> Self {
+    /// Fresh stats on `board`, created at clock reading `now` (one reading serves a
+    /// whole membership update: the clock costs as much as the rest of the stats).
+    pub(crate) fn on_board(group: Arc<LoadGroup>, board: &Arc<Board>, now: u64) -> Self {
         EndpointStats {
             in_flight: board.acquire(),
             counting: group.counting,
@@ -196,7 +198,7 @@ impl EndpointStats {
             ewma_bits: AtomicU64::new(0),
             ewma_at: AtomicU64::new(0),
             inv_decay_bits: AtomicU64::new(inv_decay_ns(DEFAULT_EWMA_DECAY).to_bits()),
-            created_at: clock::now_nanos(),
+            created_at: now,
             group,
         }
     }
@@ -207,6 +209,13 @@ impl EndpointStats {
     #[inline]
     pub fn in_flight(&self) -> u64 {
         u64::from(self.in_flight.counter().load(Ordering::Relaxed))
+    }
+
+    /// The in-flight counter itself, for a picker that keeps the endpoint alive as long
+    /// as it reads the pointer.
+    #[inline]
+    pub(crate) fn lane(&self) -> std::ptr::NonNull<AtomicU32> {
+        std::ptr::NonNull::from(self.in_flight.counter())
     }
 
     /// The board slot holding the in-flight counter.
@@ -474,14 +483,18 @@ impl StatsRegistry {
     /// The stats of `key`, created if this identity is new (or was forgotten).
     pub fn stats_for(&self, key: &InstanceKey) -> Arc<EndpointStats> {
         let mut map = self.lock();
-        self.get_or_insert(&mut map, key)
+        self.get_or_insert(&mut map, key, clock::now_nanos())
     }
 
-    fn get_or_insert(&self, map: &mut Entries, key: &InstanceKey) -> Arc<EndpointStats> {
+    fn get_or_insert(&self, map: &mut Entries, key: &InstanceKey, now: u64) -> Arc<EndpointStats> {
         if let Some(live) = map.get(key).and_then(Weak::upgrade) {
             return live;
         }
-        let fresh = Arc::new(EndpointStats::on_board(self.group.clone(), &self.board));
+        let fresh = Arc::new(EndpointStats::on_board(
+            self.group.clone(),
+            &self.board,
+            now,
+        ));
         map.insert(key.clone(), Arc::downgrade(&fresh));
         fresh
     }
@@ -493,6 +506,7 @@ impl StatsRegistry {
     pub fn endpoints(&self, instances: &[Instance]) -> Vec<Endpoint> {
         let mut map = self.lock();
         map.retain(|_, weak| weak.strong_count() > 0);
+        let now = clock::now_nanos();
         let mut out: Vec<Endpoint> = Vec::with_capacity(instances.len());
         let mut seen = std::collections::HashSet::with_capacity_and_hasher(
             instances.len(),
@@ -503,7 +517,7 @@ impl StatsRegistry {
                 tracing::warn!(endpoint = %inst, "duplicate endpoint in membership; keeping the first");
                 continue;
             }
-            let stats = self.get_or_insert(&mut map, inst.key());
+            let stats = self.get_or_insert(&mut map, inst.key(), now);
             out.push(Endpoint::with_stats(inst.clone(), stats));
         }
         out
@@ -531,6 +545,7 @@ impl StatsRegistry {
         Updating {
             registry: self,
             map,
+            now: clock::now_nanos(),
         }
     }
 
@@ -547,12 +562,20 @@ impl StatsRegistry {
 pub(crate) struct Updating<'a> {
     registry: &'a StatsRegistry,
     map: std::sync::MutexGuard<'a, Entries>,
+    /// The update's one clock reading (new stats' creation time).
+    now: u64,
 }
 
 impl Updating<'_> {
     /// The stats of `key`, created if this identity is new (or was forgotten).
     pub(crate) fn stats(&mut self, key: &InstanceKey) -> Arc<EndpointStats> {
-        self.registry.get_or_insert(&mut self.map, key)
+        self.registry.get_or_insert(&mut self.map, key, self.now)
+    }
+
+    /// Room for `additional` identities more, so that a large update does not grow
+    /// (rehash) the map step by step.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.map.reserve(additional);
     }
 }
 

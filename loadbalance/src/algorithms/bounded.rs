@@ -16,14 +16,16 @@
 //! independently (no shared, counted group) are summed at pick time instead. Concurrent picks can each see the same counts, so under
 //! concurrency the cap can be exceeded by the number of simultaneous picks.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::algorithms::consistent_hash::{FastRing, RingLookup};
 use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
 use crate::algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
 use crate::picker::{EmptyPicker, Members};
 use crate::stats::LoadGroup;
-use crate::{Endpoint, EndpointStats, LoadBalance, MembershipChange, PickRequest, Picker};
+use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// The default balance factor `c`.
 pub const DEFAULT_BALANCE_FACTOR: f64 = 1.25;
@@ -106,14 +108,13 @@ impl BoundedLoadLoadBalance {
             .iter()
             .map(|&w| c_micro * u128::from(w))
             .collect();
-        let stats: Box<[Arc<EndpointStats>]> =
-            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
+        let lanes = Lanes::of(&members);
         let denom = MICRO * u128::from(members.total_weight.max(1));
         let group = shared.then_some(group);
         match FastRing::new(&members, self.points_per_weight, self.paged_from, previous) {
             FastRing::Flat(ring) => Arc::new(BoundedPicker {
                 ring,
-                stats,
+                lanes,
                 share,
                 denom,
                 group,
@@ -121,7 +122,7 @@ impl BoundedLoadLoadBalance {
             }),
             FastRing::Paged(ring) => Arc::new(BoundedPicker {
                 ring,
-                stats,
+                lanes,
                 share,
                 denom,
                 group,
@@ -164,9 +165,38 @@ impl LoadBalance for BoundedLoadLoadBalance {
     }
 }
 
+/// Each member's in-flight counter, read straight from the load board: one load per
+/// candidate at pick time, and built without touching a reference count (10 000
+/// `Arc` clones, each a locked instruction on its own cache line, were a tenth of a
+/// 10 000-endpoint rebuild).
+struct Lanes(Box<[NonNull<AtomicU32>]>);
+
+// SAFETY: every pointer is the in-flight lane of an endpoint's stats (a board slot,
+// whose page its stats keep alive), and the picker holding these lanes also holds the
+// endpoints (`BoundedPicker::members`), so the lanes live as long as it; an
+// `AtomicU32` is read from any thread through a shared reference.
+unsafe impl Send for Lanes {}
+// SAFETY: as above.
+unsafe impl Sync for Lanes {}
+
+impl Lanes {
+    /// The lanes of `members`' endpoints (which the picker keeps, see the `Send` impl).
+    fn of(members: &Members) -> Lanes {
+        Lanes(members.endpoints.iter().map(|e| e.stats().lane()).collect())
+    }
+
+    /// Requests in flight on member `i`.
+    #[inline]
+    fn in_flight(&self, i: usize) -> u64 {
+        // SAFETY: see the `Send` impl: the lane outlives `self`.
+        u64::from(unsafe { self.0[i].as_ref() }.load(Ordering::Relaxed))
+    }
+}
+
 struct BoundedPicker<R> {
     ring: R,
-    stats: Box<[Arc<EndpointStats>]>,
+    /// Read through `members`' endpoints, which the picker keeps alive.
+    lanes: Lanes,
     /// `c_micro × w_i` per endpoint.
     share: Box<[u128]>,
     /// `MICRO × W`.
@@ -180,7 +210,9 @@ impl<R> BoundedPicker<R> {
     fn total_in_flight(&self) -> u64 {
         match &self.group {
             Some(g) => g.in_flight(),
-            None => self.stats.iter().map(|s| s.in_flight()).sum(),
+            None => (0..self.lanes.0.len())
+                .map(|i| self.lanes.in_flight(i))
+                .sum(),
         }
     }
 }
@@ -193,7 +225,7 @@ impl<R: RingLookup> Picker for BoundedPicker<R> {
         let all = req.exclusions().is_empty();
         self.ring.walk(h, |i| {
             (all || self.members.eligible(i, req))
-                && u128::from(self.stats[i].in_flight()) * self.denom < self.share[i] * next
+                && u128::from(self.lanes.in_flight(i)) * self.denom < self.share[i] * next
         })
     }
 

@@ -202,7 +202,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// One page sorted by `sort_page` is the page sorted plainly, equal hashes in
+    /// One page sorted by `sort_pages` is the page sorted plainly, equal hashes in
     /// identity order, whatever the duplicates: hashes drawn from a few values, some
     /// within one bucket of the counting sort, put three or more points in a bucket,
     /// out of order, and ties in every place the insertion pass can make them; short
@@ -233,7 +233,7 @@ proptest! {
             .collect();
         let mut sorted = page.clone();
         let mut lut = vec![0u32; LUT_MASK + 2];
-        sort_page(&mut sorted, &mut lut, lut_shift, &m, &index_of, &mut Scratch::default());
+        sort_pages(&mut sorted, &mut lut, lut_shift, &m, &index_of, &mut Scratch::default());
         let mut want = page;
         want.sort_unstable();
         order_ties(&mut want, &m, &index_of);

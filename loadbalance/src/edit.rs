@@ -60,20 +60,25 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
     edits: Vec<Edit<T>>,
 ) -> Option<(Vec<Endpoint>, Vec<u32>)> {
     let old = &previous.endpoints()[..];
-    // The last edit of each identity wins: a stable sort keeps their order, then
-    // each run of one identity is reduced to its last.
-    let edits = in_identity_order(edits);
-    let mut last: Vec<Edit<T>> = Vec::with_capacity(edits.len());
-    for e in edits {
-        match last.last_mut() {
-            Some(prev) if prev.key() == e.key() => *prev = e,
-            _ => last.push(e),
+    // The last edit of each identity wins: in identity order (a stable sort keeps the
+    // edits of one identity in their order), each run of one identity is reduced to
+    // its last. Positions are sorted, and each edit moved once, when it is used.
+    let order = meshline_registry_core::identity_order(edits.len(), |i| edits[i].key());
+    let mut runs_last: Vec<usize> = Vec::with_capacity(order.len());
+    for (k, &i) in order.iter().enumerate() {
+        if order
+            .get(k + 1)
+            .is_none_or(|&next| edits[next].key() != edits[i].key())
+        {
+            runs_last.push(i);
         }
     }
-    let inserts = last
+    let inserts = runs_last
         .iter()
-        .filter(|e| matches!(e, Edit::Insert(..)))
+        .filter(|&&i| matches!(edits[i], Edit::Insert(..)))
         .count();
+    let mut slots: Vec<Option<Edit<T>>> = edits.into_iter().map(Some).collect();
+    let last = runs_last.iter().filter_map(|&i| slots[i].take());
     let mut gone = vec![false; old.len()];
     let mut any_gone = false;
     let mut inserted: Vec<Endpoint> = Vec::new();
@@ -141,73 +146,39 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
     Some((out, from))
 }
 
-/// `edits` in identity order, the edits of one identity in their given order: what a
-/// stable sort by key gives, mostly by integer compares. Each host's first 16 bytes,
-/// zero-padded, order hosts as their strings do wherever they differ (a host is
-/// never a string with a NUL); only equal prefixes (the same host, or long names)
-/// compare whole keys. A string comparison per step made sorting 10 000 edits a
-/// quarter of their whole apply.
-fn in_identity_order<T>(edits: Vec<Edit<T>>) -> Vec<Edit<T>> {
-    fn prefix(host: &str) -> u128 {
-        let mut bytes = [0u8; 16];
-        let n = host.len().min(16);
-        bytes[..n].copy_from_slice(&host.as_bytes()[..n]);
-        u128::from_be_bytes(bytes)
-    }
-    let mut order: Vec<(u128, u32)> = edits
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (prefix(&e.key().host), i as u32))
-        .collect();
-    order.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| edits[a.1 as usize].key().cmp(edits[b.1 as usize].key()))
-            .then(a.1.cmp(&b.1))
-    });
-    let mut slots: Vec<Option<Edit<T>>> = edits.into_iter().map(Some).collect();
-    order
-        .iter()
-        .filter_map(|&(_, i)| slots[i as usize].take())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Of several edits of one identity, in any order among other identities' edits,
+    /// the last wins; the result is in identity order.
     #[test]
-    fn identity_order_is_a_stable_sort_by_key() {
-        let hosts = [
-            "10.0.0.2",
-            "10.0.0.10",
-            "10.0.0.1",
-            "a-very-long-host-name.example",
-            "a-very-long-host-name.example.org",
-            "a-very-long-host-name.exampla",
-            "a",
-            "[::1]",
-            "[2001:db8::1]",
-            "10.0.0.1",
+    fn the_last_edit_of_each_identity_wins() {
+        let registry = StatsRegistry::new();
+        let empty = Snapshot::empty();
+        let inst = |h: &str, w: u32| Instance::parse(h).unwrap().with_weight(w);
+        let edits = vec![
+            Edit::Insert(inst("10.0.0.2:8091", 1), ()),
+            Edit::Insert(inst("10.0.0.10:8091", 1), ()),
+            Edit::Insert(inst("10.0.0.2:8091", 2), ()),
+            Edit::Remove(inst("10.0.0.10:8091", 1).key().clone()),
+            Edit::Insert(inst("10.0.0.1:8091", 1), ()),
+            Edit::Insert(inst("10.0.0.2:8091", 3), ()),
+            Edit::Remove(inst("10.0.0.1:8091", 1).key().clone()),
+            Edit::Insert(inst("10.0.0.1:8091", 5), ()),
         ];
-        // Each identity edited several times (the tags are positions): their order
-        // must stay.
-        let mut edits = Vec::new();
-        for round in 0..3 {
-            for h in hosts {
-                for port in [8092u16, 8091] {
-                    let tag = edits.len();
-                    let inst = Instance::parse(&format!("{h}:{port}")).unwrap();
-                    edits.push(Edit::Insert(inst, (round, tag)));
-                }
-            }
-        }
-        let key_and_tag = |e: &Edit<(i32, usize)>| match e {
-            Edit::Insert(inst, tag) => (inst.key().clone(), *tag),
-            Edit::Remove(_) => unreachable!("only inserts here"),
-        };
-        let mut want: Vec<_> = edits.iter().map(key_and_tag).collect();
-        want.sort_by(|a, b| a.0.cmp(&b.0));
-        let got: Vec<_> = in_identity_order(edits).iter().map(key_and_tag).collect();
-        assert_eq!(got, want);
+        let (endpoints, from) = resolve(&empty, &registry, edits).unwrap();
+        let got: Vec<(String, u32)> = endpoints
+            .iter()
+            .map(|e| (e.key().to_string(), e.weight()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1:8091".to_string(), 5),
+                ("10.0.0.2:8091".to_string(), 3)
+            ]
+        );
+        assert_eq!(from, [JOINED, JOINED]);
     }
 }

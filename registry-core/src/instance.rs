@@ -211,75 +211,24 @@ impl TryFrom<std::net::SocketAddr> for Instance {
 /// dropped.
 ///
 /// The same result as a stable `sort_by` on the key and a `dedup_by` on the key, at a
-/// fraction of the cost for large lists (a registry snapshot of 10 000 members): each
-/// host's first 16 bytes are packed big-endian into an integer (which orders as the
-/// strings do), the bytes every host shares are skipped, and the next 12 bytes with the
-/// position in the list make one `u128` per instance, sorted as plain integers by the
-/// first 8; runs that tie on those are ordered by the next 4, and only what ties on
-/// all 12 by the whole key. Ties keep the
-/// list order, so the first of an identity stays first.
+/// fraction of the cost for large lists (a registry snapshot of 10 000 members): the
+/// order comes from [`crate::identity_order`] (integer ranks, radix-sorted).
 pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize) {
-    fn prefix(key: &InstanceKey) -> u128 {
-        let host = key.host.as_bytes();
-        let mut bytes = [0u8; 16];
-        let n = host.len().min(16);
-        bytes[..n].copy_from_slice(&host[..n]);
-        u128::from_be_bytes(bytes)
-    }
     let n = instances.len();
-    if n > u32::MAX as usize {
-        // Not a registry's member list; keep the plain path rather than truncate.
-        let mut instances = instances;
-        instances.sort_by(|a, b| a.key.cmp(&b.key));
-        instances.dedup_by(|later, first| later.key == first.key);
-        let dropped = n - instances.len();
-        return (instances.into(), dropped);
-    }
-    let mut ranks: Vec<u128> = instances.iter().map(|i| prefix(&i.key)).collect();
-    // Leading bytes every host shares (`10.` in a 10.0.0.0/8 cluster) tell nothing.
-    let differ = ranks
-        .first()
-        .map_or(0, |&p0| ranks.iter().fold(0u128, |acc, &p| acc | (p ^ p0)));
-    let shared = (differ.leading_zeros() / 8).min(8);
-    for (i, r) in ranks.iter_mut().enumerate() {
-        // The 12 bytes after the shared ones (zeros past the 16 taken: equal for all,
-        // so they never decide) above the position.
-        *r = ((*r << (8 * shared)) >> 32) << 32 | i as u128;
-    }
-    radix_sort_by_top_64(&mut ranks);
-    // Runs that tie on the 8 bytes sorted: the next 4 bytes decide, then (when those
-    // tie too) the whole key, then the position.
-    let at = |r: u128| r as u32 as usize;
-    let mut k = 0;
-    while k < ranks.len() {
-        let top = ranks[k] >> 64;
-        let end = k + ranks[k..].iter().take_while(|&&r| r >> 64 == top).count();
-        if end - k > 1 {
-            ranks[k..end].sort_unstable_by(|&a, &b| {
-                (a >> 32).cmp(&(b >> 32)).then_with(|| {
-                    instances[at(a)]
-                        .key
-                        .cmp(&instances[at(b)].key)
-                        .then(at(a).cmp(&at(b)))
-                })
-            });
-        }
-        k = end;
-    }
-    // Keep the first rank of each identity; the rest are dropped below.
+    let order = crate::identity_order(n, |i| &instances[i].key);
+    // Keep the first of each identity; the rest are dropped below.
     let mut keep = vec![false; n];
-    let mut kept: Vec<u32> = Vec::with_capacity(n);
-    let mut last: Option<u128> = None;
-    for &r in &ranks {
-        let duplicate = last
-            .is_some_and(|l| l >> 32 == r >> 32 && instances[at(l)].key == instances[at(r)].key);
+    let mut kept: Vec<usize> = Vec::with_capacity(n);
+    let mut last: Option<usize> = None;
+    for &i in &order {
+        let duplicate = last.is_some_and(|l| instances[l].key == instances[i].key);
         if !duplicate {
-            keep[at(r)] = true;
-            kept.push(r as u32);
-            last = Some(r);
+            keep[i] = true;
+            kept.push(i);
+            last = Some(i);
         }
     }
-    drop(ranks);
+    drop(order);
     let dropped = n - kept.len();
     // Move the kept instances out in sorted order straight into the shared slice (one
     // allocation, no intermediate vector), then drop the duplicates and free the
@@ -290,7 +239,7 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
     // instance is read (moved) exactly once; the buffer is never read again for it.
     let sorted: Arc<[Instance]> = kept
         .iter()
-        .map(|&i| unsafe { base.add(i as usize).read() })
+        .map(|&i| unsafe { base.add(i).read() })
         .collect();
     for (i, &k) in keep.iter().enumerate() {
         if !k {
@@ -302,45 +251,6 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
     // so that freeing it drops no element (each was moved out or dropped above).
     drop(unsafe { Vec::from_raw_parts(base, 0, capacity) });
     (sorted, dropped)
-}
-
-/// Sorts `ranks` by their top 64 bits, stably (equal tops keep their order): an LSD
-/// radix sort, one pass per byte that is not the same in every rank. On 10 000 ranks
-/// it is several times faster than a comparison sort, whose branches on random keys
-/// mispredict half the time.
-fn radix_sort_by_top_64(ranks: &mut Vec<u128>) {
-    if ranks.len() < 64 {
-        ranks.sort_by_key(|&r| r >> 64);
-        return;
-    }
-    let mut counts = [[0u32; 256]; 8];
-    for &r in ranks.iter() {
-        let top = (r >> 64) as u64;
-        for (d, c) in counts.iter_mut().enumerate() {
-            c[(top >> (8 * d)) as usize & 255] += 1;
-        }
-    }
-    let mut from = std::mem::take(ranks);
-    let mut to = vec![0u128; from.len()];
-    for (d, c) in counts.iter_mut().enumerate() {
-        if c.iter().any(|&k| k as usize == from.len()) {
-            // Every rank has the same byte here: nothing to order.
-            continue;
-        }
-        let mut sum = 0u32;
-        for slot in c.iter_mut() {
-            let k = *slot;
-            *slot = sum;
-            sum += k;
-        }
-        for &r in &from {
-            let slot = &mut c[((r >> 64) as u64 >> (8 * d)) as usize & 255];
-            to[*slot as usize] = r;
-            *slot += 1;
-        }
-        std::mem::swap(&mut from, &mut to);
-    }
-    *ranks = from;
 }
 
 /// Splits `text` into host and port following Seata's rules (brackets optional, last

@@ -28,6 +28,12 @@
 //! (criterion's `iter_batched` moved them into the routine); since issue 22 the
 //! routine hands them back, and they are dropped outside the timing.
 //!
+//! Issue 22, second pass (bench binaries before and after, interleaved; see
+//! loadbalance/BENCHMARKS.md): full apply ConsistentHash 16.1-16.4 -> 9.8-10.2 ms (the
+//! ring built on two threads), RoundRobin 3.8 -> 3.4-3.7 ms; one change unchanged
+//! (RoundRobin 0.83-0.95 ms, ConsistentHash 1.1-1.2 ms, LeastActive 1.0-1.1 ms: the
+//! hub's sort of the whole list and the balancer's merge of it).
+//!
 //! Second pass (hosts as `Arc<str>`, carried key index, wider sort ranks; interleaved,
 //! load average 1.5-2.2): one change RR 1.33 -> 0.96 ms, CH 1.23 -> 0.97-1.04 ms, LA
 //! 1.21 -> 0.83-0.93 ms; CH full apply 24 -> 22 ms (still missed). The harness clones

@@ -149,6 +149,8 @@ impl Endpoint {
 
     /// Counts a request in flight on this endpoint without going through a picker
     /// (for example a broadcast to every endpoint). The count drops with the guard.
+    /// Nothing is counted on the endpoints of a balancer whose algorithm reads no load
+    /// ([`crate::LoadBalance::reads_in_flight`]); the guard still keeps the endpoint.
     #[inline]
     pub fn begin(&self) -> InFlightGuard {
         InFlightGuard::begin(self)

@@ -108,6 +108,8 @@ impl<T> fmt::Debug for Picked<T> {
 
 /// Counts one request in flight on an endpoint; dropping it ends the count, whatever
 /// happened: success, error, timeout, or a future dropped mid-call (cancellation).
+/// (A balancer whose algorithm reads no load counts nothing:
+/// [`crate::LoadBalance::reads_in_flight`].)
 ///
 /// [`success`](Self::success) and [`failure`](Self::failure) also feed the latency
 /// estimate and failure counters; a plain drop records nothing but the end. The guard

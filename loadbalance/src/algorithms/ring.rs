@@ -14,6 +14,7 @@
 //! Ties (two points with one 32-bit hash) are ordered by endpoint identity, so the
 //! ring does not depend on list order.
 
+use crate::Endpoint;
 use crate::hash::{key_hash, mix64};
 use crate::picker::{Members, scan_from};
 
@@ -76,10 +77,9 @@ pub(crate) fn point_count(weight: u32, per_weight: u64, scale: f64) -> u64 {
 /// XXH3 of each endpoint's identity text (`host:port`, `[v6]:port`: the
 /// [`InstanceKey`](meshline_registry_core::InstanceKey) `Display`), the base its ring
 /// points derive from.
-pub(crate) fn identity_hashes(members: &Members) -> Vec<u64> {
+pub(crate) fn identity_hashes(endpoints: &[Endpoint]) -> Vec<u64> {
     let mut text = String::with_capacity(64);
-    members
-        .endpoints
+    endpoints
         .iter()
         .map(|ep| identity_hash(ep.key(), &mut text))
         .collect()
@@ -135,7 +135,7 @@ impl Ring {
     pub(crate) fn with_counts(members: &Members, counts: &[u64]) -> Ring {
         // Each endpoint's identity is hashed once; its points are cheap to regenerate,
         // so the counting sort generates them twice instead of storing an unsorted copy.
-        let bases = identity_hashes(members);
+        let bases = identity_hashes(&members.endpoints);
         Ring::from_bases(members, &bases, counts)
     }
 

@@ -1,7 +1,7 @@
 //! A paged ring built from scratch: count each group of pages' points, write every
-//! point into its group, sort each group. At 10 000 endpoints (1.6 million points) that is about
-//! 10 ms of one core, so each pass runs in two halves on two threads when the
-//! machine has them (`crate::parallel`): the first two passes split the endpoints, the
+//! point into its group, sort each group. At 10 000 endpoints (1.6 million points)
+//! that is about 10 ms of one core, so each pass runs in two halves on two threads when
+//! the machine has them (`crate::parallel`): the first two passes split the endpoints, the
 //! third the groups. The result is the same point for point however it was split: a
 //! page's points are sorted by hash, ties by endpoint identity, whatever order the
 //! halves wrote them in.
@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::{Block, LUT_MASK, PAGE_POINTS, Page, PagedRing, SORT_BITS, Scratch, sort_pages};
-use crate::algorithms::ring::{identity_hash, point_hash};
+use crate::algorithms::ring::{identity_hashes, point_hash};
 use crate::parallel;
 use crate::picker::Members;
 
@@ -25,7 +25,8 @@ const PARALLEL_MIN_POINTS: u64 = super::PAGED_MIN_POINTS;
 /// sort of a group still runs in the L1 cache.
 const GROUP_BITS: u32 = 2;
 
-/// Every point of `nodes` (node numbers from `first`), as (hash, `hash << 32 | node`).
+/// Every point of the endpoints with these `bases` and `counts` (node numbers from
+/// `first`), as (hash, `hash << 32 | node`).
 fn each(first: usize, bases: &[u64], counts: &[u64], mut f: impl FnMut(u32, u64)) {
     for (i, (&base, &count)) in bases.iter().zip(counts).enumerate() {
         let node = (first + i) as u64;
@@ -48,13 +49,7 @@ struct Half<'a> {
 fn bases_of(members: &Members, range: std::ops::Range<usize>, given: Option<&[u64]>) -> Vec<u64> {
     match given {
         Some(bases) => bases[range].to_vec(),
-        None => {
-            let mut text = String::with_capacity(64);
-            members.endpoints[range]
-                .iter()
-                .map(|ep| identity_hash(ep.key(), &mut text))
-                .collect()
-        }
+        None => identity_hashes(&members.endpoints[range]),
     }
 }
 

@@ -102,17 +102,14 @@ impl Current {
         if local.busy.get() {
             return f(&self.shared.load());
         }
-        // SAFETY: `local` is this thread's alone and nothing borrows its snapshot
-        // (`busy` is clear): the reference ends before any other access to the cell.
-        let copy = unsafe { &*local.snapshot.get() };
-        let stale = match copy {
-            Some(_) if local.generation.get() == generation => None,
-            _ => Some(self.refresh(local, generation)),
-        };
+        // A copy tagged with the current generation exists (an empty cell is tagged
+        // `u64::MAX`, never reached).
+        let stale = (local.generation.get() != generation).then(|| self.refresh(local, generation));
         local.busy.set(true);
         let borrowed = Borrowed(&local.busy);
-        // SAFETY: as above; `busy` keeps nested reads from replacing the snapshot
-        // while `f` borrows it, and the cell holds one (just checked or refreshed).
+        // SAFETY: `local` is this thread's alone, and nothing else borrows its
+        // snapshot: `busy` was clear, and now keeps nested reads from replacing it
+        // while `f` borrows it.
         let snapshot = unsafe { &*local.snapshot.get() };
         let out = match snapshot {
             Some(s) => f(s),

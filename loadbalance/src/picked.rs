@@ -76,6 +76,14 @@ impl<T> Picked<T> {
     pub fn failure(self) {
         self.guard.failure();
     }
+
+    /// Records a failure that costs as an answer taking `cost` would (a server that
+    /// answered that it cannot work: see
+    /// [`EndpointStats::record_failure_costing`]) and ends the request.
+    #[inline]
+    pub fn failure_costing(self, cost: Duration) {
+        self.guard.failure_costing(cost);
+    }
 }
 
 impl<T: Any> Picked<T> {
@@ -150,6 +158,12 @@ impl InFlightGuard {
     /// Records a failure (an error or a timeout) and ends the request.
     pub fn failure(self) {
         self.stats().record_failure();
+    }
+
+    /// Records a failure priced as an answer taking `cost`
+    /// ([`EndpointStats::record_failure_costing`]) and ends the request.
+    pub fn failure_costing(self, cost: Duration) {
+        self.stats().record_failure_costing(cost);
     }
 
     /// Ends the request recording nothing (same as dropping the guard).

@@ -363,6 +363,35 @@ impl EndpointStats {
         clock::now_nanos();
     }
 
+    /// Records a failure that costs as an answer taking `cost` would: counted as
+    /// [`record_failure`](Self::record_failure) does, and `cost` fed into the latency
+    /// estimate. For a server that answered, fast, that it cannot work (a TC whose
+    /// store failed): recorded as a plain failure its fast answers would leave it the
+    /// cheapest endpoint to the load-aware balancers, which then send it more of the
+    /// traffic the faster it fails. Priced as a slow answer, it loses the picks the way
+    /// a slow server does (linkerd and Finagle cost failures the same way), and the
+    /// price decays with the estimate.
+    pub fn record_failure_costing(&self, cost: Duration) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+        self.record_latency(cost);
+    }
+
+    /// Starts the latency estimate again at `latency`, forgetting what it held. For an
+    /// endpoint that returns after being out of the picks (ejected, or priced out by
+    /// failures, then answered a probe): what the estimate held was priced while it
+    /// failed. Decayed as usual, a failure's price would keep it from the latency-led
+    /// picks for a minute after it works again, and with no picks nothing would correct
+    /// it sooner. A caller passes what it expects of the endpoint now (the rpc-client:
+    /// its cheapest peer's estimate, so the endpoint takes a share at once without
+    /// drawing every pick before its first answer); its next slower answer replaces it
+    /// at once (peak-sensitivity), faster ones blend in.
+    pub fn restart_estimate(&self, latency: Duration) {
+        let rtt = (latency.as_nanos() as f64).max(1.0);
+        self.ewma_bits.store(rtt.to_bits(), Ordering::Relaxed);
+        self.ewma_at.store(clock::now_nanos(), Ordering::Relaxed);
+    }
+
     /// Peak-EWMA update (Finagle / tower `PeakEwma`): a sample above the estimate
     /// replaces it at once (peak sensitivity); a lower one is blended in with a weight
     /// that grows with the time since the last update.

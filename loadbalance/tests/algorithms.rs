@@ -55,6 +55,36 @@ fn p2c_prefers_fast_endpoints_and_does_not_flood_fresh_ones() {
     assert_eq!(c.get(&key(1)), None, "{c:?}");
 }
 
+/// A failure priced as a slow answer (a server that answers at once that it cannot
+/// work) loses the picks as a slow endpoint does; recorded as a plain failure, its
+/// fast answers would keep it the cheapest. Its estimate started again, the price is
+/// gone at once.
+#[test]
+fn p2c_avoids_an_endpoint_whose_failures_are_priced_until_its_estimate_restarts() {
+    let b = Balancer::new(Arc::new(P2cLoadBalance::new()));
+    b.update(&[inst(1), inst(2), inst(3)]);
+    let eps = b.endpoints();
+    eps[0].begin().success(Duration::from_millis(1));
+    eps[1].begin().success(Duration::from_millis(2));
+    eps[2].begin().success(Duration::from_millis(2));
+    // Endpoint 1 now fails at once: plain failures leave its 1 ms estimate as it was,
+    // and it stays the cheaper of every draw it is in (two in three).
+    eps[0].begin().failure();
+    let c = counts(&b, 3000, &PickRequest::default());
+    assert!(c.get(&key(1)).copied().unwrap_or(0) > 1800, "{c:?}");
+    // Priced as a 1 s answer, it is never the cheaper of two.
+    eps[0].begin().failure_costing(Duration::from_secs(1));
+    assert_eq!(eps[0].stats().consecutive_failures(), 2);
+    let c = counts(&b, 3000, &PickRequest::default());
+    assert_eq!(c.get(&key(1)), None, "{c:?}");
+    // Its estimate started again at 1 ms, the price is gone: it wins every draw it is
+    // in again.
+    eps[0].stats().restart_estimate(Duration::from_millis(1));
+    assert!(eps[0].stats().latency_estimate() <= Some(Duration::from_millis(1)));
+    let c = counts(&b, 3000, &PickRequest::default());
+    assert!(c.get(&key(1)).copied().unwrap_or(0) > 1800, "{c:?}");
+}
+
 /// A slow endpoint that recovers gets its share back: while it is left alone its
 /// estimate decays at P2C's configured rate, it is tried again, and its fast answers
 /// bring its estimate down at that same rate. (The update blended each new sample with

@@ -64,7 +64,7 @@ mod options;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use meshline_loadbalance::{Balancer, Endpoint, Exclusions};
+use meshline_loadbalance::{Balancer, Endpoint, Exclusions, InFlightGuard};
 use meshline_registry_core::{Instance, InstanceKey};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -80,6 +80,7 @@ pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
 use crate::codec::Frame;
 use crate::connection::{SendFailure, SendKind};
 use crate::error::RpcError;
+use crate::outcome::Outcome;
 use crate::payload::Payload;
 use alive::alive_of;
 use membership::Inner;
@@ -265,9 +266,7 @@ impl RpcClient {
             .await?;
         Ok(Response {
             endpoint,
-            payload: frame
-                .map(Payload::from_frame)
-                .unwrap_or_else(|| Payload::new(bytes::Bytes::new())),
+            payload: frame.unwrap_or_else(|| Payload::new(bytes::Bytes::new())),
         })
     }
 
@@ -313,7 +312,7 @@ impl RpcClient {
         opts: &CallOptions<'_>,
         kind: SendKind,
         wait: bool,
-    ) -> Result<(Arc<Instance>, Option<Frame>), RpcError> {
+    ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
         let inner = self.inner();
         crate::payload::check(&payload, inner.options.transport.max_frame_len)?;
         let timeout = opts.timeout().unwrap_or(inner.options.request_timeout);
@@ -376,7 +375,7 @@ impl RpcClient {
         progress: &mut Progress,
         kind: SendKind,
         wait: bool,
-    ) -> Result<(Arc<Instance>, Option<Frame>), RpcError> {
+    ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
         let inner = self.inner();
         let route = *opts.pick_request();
         // Filled on the first retry: the caller's exclusions (as keys) plus every
@@ -405,10 +404,10 @@ impl RpcClient {
             let start = Instant::now();
             match Self::send_on(endpoint, payload.clone(), kind, false, progress).await {
                 Ok(f) => {
-                    entry.succeeded();
                     let instance = entry.instance.clone();
-                    picked.success(start.elapsed());
-                    return Ok((instance, f));
+                    let answer = f.map(Payload::from_frame);
+                    self.book_answer(picked.into_guard(), answer.as_ref(), start.elapsed());
+                    return Ok((instance, answer));
                 }
                 Err(SendFailure::Full) => {
                     inner.count(Counter::Overloaded);
@@ -451,8 +450,9 @@ impl RpcClient {
             let waited = Box::pin(Self::send_on(&endpoint, payload, kind, true, progress)).await;
             return match waited {
                 Ok(f) => {
-                    guard.success(start.elapsed());
-                    Ok((entry.instance.clone(), f))
+                    let answer = f.map(Payload::from_frame);
+                    self.book_answer(guard, answer.as_ref(), start.elapsed());
+                    Ok((entry.instance.clone(), answer))
                 }
                 Err(e) => {
                     guard.failure();
@@ -468,6 +468,28 @@ impl RpcClient {
             None => Err(RpcError::NoEndpoint {
                 target: inner.target.clone(),
             }),
+        }
+    }
+
+    /// Books an answered call on its endpoint by what the answer says (see
+    /// [`Outcome`]): a success or the caller's failure as a success; the server's
+    /// failure as a failure in a row (toward ejection) priced as a slow answer
+    /// ([`ClientOptions::failure_cost`]). The caller gets the answer either way.
+    fn book_answer(&self, guard: InFlightGuard, answer: Option<&Payload>, elapsed: Duration) {
+        let inner = &self.handle.inner;
+        let entry = alive_of(guard.endpoint());
+        let outcome = match (&inner.options.classifier, answer) {
+            (Some(c), Some(frame)) => c.classify(frame),
+            _ => Outcome::Success,
+        };
+        if outcome == Outcome::ServerFailure {
+            inner.count(Counter::ServerFailures);
+            tracing::debug!(endpoint = %entry.instance, "answered with the server's failure");
+            inner.server_failed(entry);
+            guard.failure_costing(elapsed.max(inner.options.failure_cost));
+        } else {
+            entry.succeeded();
+            guard.success(elapsed);
         }
     }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::connection::Connection;
 use crate::inbound::BoxFuture;
 use crate::message::{RegisterRmRequest, RegisterTmRequest, SeataMessage};
+use crate::outcome::Classifier;
 use crate::payload::Payload;
 
 /// A check run on every new connection before it joins the alive set. `Err` carries
@@ -30,6 +31,14 @@ pub trait Handshake: Send + Sync + 'static {
     /// [`ClientOptions::handshake_timeout`](crate::ClientOptions::handshake_timeout) is
     /// shorter.
     fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// How the answers of the protocol this handshake opens are read
+    /// ([`Classifier`]): a client whose
+    /// [`ClientOptions::classifier`](crate::ClientOptions::classifier) is not set takes
+    /// this one. `None` (the default): every answer is a success.
+    fn classifier(&self) -> Option<Classifier> {
         None
     }
 }
@@ -113,5 +122,11 @@ impl Handshake for SeataRegistration {
 
     fn timeout(&self) -> Option<Duration> {
         Some(self.timeout)
+    }
+
+    /// Seata's table ([`Classifier::seata`]): a TC whose store failed is a failing
+    /// endpoint, a lock conflict is the caller's.
+    fn classifier(&self) -> Option<Classifier> {
+        Some(Classifier::seata())
     }
 }

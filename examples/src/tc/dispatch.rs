@@ -235,6 +235,21 @@ impl Inner {
         client: &Client,
         msg: SeataMessage,
     ) -> SeataMessage {
+        if self.store_failing() {
+            // As Seata's `AbstractTCInboundHandler` answers a `StoreException`: every
+            // request touches the session store (a GlobalStatus reads it).
+            let code = msg.type_code();
+            if let Some(answer) = failed_answer(
+                code,
+                Some(Exc::FailedStore),
+                format!(
+                    "TransactionException[{} failed: the session store is unavailable]",
+                    msg.name()
+                ),
+            ) {
+                return answer;
+            }
+        }
         match msg {
             SeataMessage::GlobalBegin(r) => SeataMessage::GlobalBeginResponse(self.begin(r)),
             // Boxed: phase two makes these futures large, and every request's future
@@ -489,8 +504,14 @@ fn tx_id_of(xid: &str) -> i64 {
 /// The failed answer to a request of type `code` that could not be served, or `None`
 /// for a type that is not a request a TC answers.
 fn refusal(code: i16, why: &str) -> Option<SeataMessage> {
+    failed_answer(code, None, format!("bad {}: {why}", type_name(code)))
+}
+
+/// The failed answer to a request of type `code`, with `exception` (or the type's own
+/// refusal code) and `message`; `None` for a type that is not a request a TC answers.
+fn failed_answer(code: i16, exception: Option<Exc>, message: String) -> Option<SeataMessage> {
     use type_code::*;
-    let result = |exc| TransactionResult::failed(exc, format!("bad {}: {why}", type_name(code)));
+    let result = |exc| TransactionResult::failed(exception.unwrap_or(exc), message.clone());
     let end = |exc| GlobalEndResponse {
         result: result(exc),
         global_status: GlobalStatus::Unknown,

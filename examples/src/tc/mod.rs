@@ -55,6 +55,10 @@ impl Inner {
     fn crashed(&self) -> bool {
         self.crashed.load(Ordering::Relaxed)
     }
+
+    fn store_failing(&self) -> bool {
+        self.store_failing.load(Ordering::Relaxed)
+    }
 }
 
 use channels::Channels;
@@ -166,6 +170,9 @@ pub struct TcStats {
 pub(crate) struct Inner {
     /// Set by [`Coordinator::crash`]: nothing more happens.
     crashed: AtomicBool,
+    /// Set by [`Coordinator::fail_store`]: every transaction request is answered
+    /// `FailedStore`.
+    store_failing: AtomicBool,
     options: TcOptions,
     sessions: Sessions,
     locks: LockTable,
@@ -197,6 +204,7 @@ impl Coordinator {
         let worker = fastrand::u16(..);
         let inner = Arc::new(Inner {
             crashed: AtomicBool::new(false),
+            store_failing: AtomicBool::new(false),
             ids: IdWorker::new(worker),
             sessions: Sessions::default(),
             locks: LockTable::default(),
@@ -269,6 +277,15 @@ impl Coordinator {
     /// sessions are lost with it. Requests already being served get no answer.
     pub fn crash(&self) {
         self.inner.crashed.store(true, Ordering::SeqCst);
+    }
+
+    /// What a Seata TC whose session store fails (its database down, its disk full)
+    /// does, while `failing`: registrations and PINGs are answered as ever, and every
+    /// transaction request at once with `Failed` / `FailedStore`, as Seata's
+    /// `AbstractTCInboundHandler` answers a `StoreException`. The fastest TC to answer,
+    /// and useless: what a balancer must learn to avoid.
+    pub fn fail_store(&self, failing: bool) {
+        self.inner.store_failing.store(failing, Ordering::SeqCst);
     }
 
     /// What it did so far.

@@ -56,6 +56,11 @@ impl AliveEndpoint {
         }
     }
 
+    /// Failed calls in a row on this connection, now.
+    pub(crate) fn failures_in_a_row(&self) -> u32 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
     /// A call failed: the failures in a row, this one included.
     pub(crate) fn failed(&self) -> u32 {
         self.failures.fetch_add(1, Ordering::Relaxed) + 1

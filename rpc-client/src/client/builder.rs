@@ -172,6 +172,10 @@ impl RpcClientBuilder {
                 ));
             }
         };
+        let mut options = self.options;
+        if options.classifier.is_none() {
+            options.classifier = self.handshake.as_ref().and_then(|h| h.classifier());
+        }
         let balancer = Balancer::with_payload(lb);
         let (alive_tx, _) = watch::channel(Arc::new(AliveSet::new(balancer.snapshot())));
         let inner = Arc::new(Inner {
@@ -186,7 +190,7 @@ impl RpcClientBuilder {
             gate: Default::default(),
             shutdown: CancellationToken::new(),
             next_generation: AtomicU64::new(1),
-            options: self.options,
+            options,
         });
         let follower = tokio::spawn(
             follow(inner.clone(), watch)

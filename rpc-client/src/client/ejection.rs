@@ -3,13 +3,17 @@
 //! do it).
 //!
 //! Every call ends on its endpoint's stats as a success or a failure; a call that timed
-//! out, or whose connection failed after it was written, is a failure. After
+//! out, whose connection failed after it was written, or that was answered with the
+//! server's failure ([`Outcome::ServerFailure`]) is a failure. After
 //! [`ClientOptions::eject_after_failures`](super::ClientOptions::eject_after_failures)
 //! failures in a row the endpoint is taken out of the alive set (its connection stays
 //! open) for [`ClientOptions::ejection_time`](super::ClientOptions::ejection_time),
 //! doubled for each ejection in a row up to 30 s. Then a PING goes out on its
-//! connection: answered, the endpoint returns to the picks (and one more failure ejects
-//! it again, for longer); unanswered, the connection is closed and the endpoint
+//! connection, and the client's classifier's probe request when it has one (Seata's: a
+//! GlobalStatus, which reads the TC's store): answered, and the probe not with the
+//! server's failure, the endpoint returns to the picks (and one more failure ejects it
+//! again, for longer); the probe answered with the server's failure, it stays out for
+//! the next, longer, ejection; unanswered, the connection is closed and the endpoint
 //! reconnects like any other.
 //!
 //! At most half the endpoints are ejected at once, and never the last one alive: when
@@ -25,6 +29,7 @@ use super::alive::{AliveEndpoint, EndpointState};
 use super::membership::Inner;
 use super::metrics::Counter;
 use crate::connection::Connection;
+use crate::outcome::Outcome;
 
 /// Longest ejection.
 const MAX_EJECTION: Duration = Duration::from_secs(30);
@@ -42,11 +47,69 @@ impl Inner {
     /// while it is ejected, so a call picked before an ejection still counts, and its
     /// return needs a success to clear), and the endpoint is ejected when that reaches
     /// the limit.
-    pub fn call_failed(self: &Arc<Self>, entry: &AliveEndpoint) {
+    /// Returns the failures in a row, this one included.
+    pub fn call_failed(self: &Arc<Self>, entry: &AliveEndpoint) -> u32 {
         let in_a_row = entry.failed();
         let limit = self.options.eject_after_failures;
         if limit > 0 && in_a_row >= limit {
             self.eject(entry.instance.key(), &entry.connection, in_a_row);
+        }
+        in_a_row
+    }
+
+    /// A call on `entry` was answered with the server's failure: counted as any failed
+    /// call ([`call_failed`](Self::call_failed)), and when it starts a row of
+    /// failures, the endpoint is rechecked after the ejection time, ejected or not.
+    ///
+    /// The recheck is what brings back an endpoint that the balancer, not the ejection,
+    /// took out of use: P2C prices a server failure as a slow answer and stops picking
+    /// the endpoint after one or two of them, too few to eject it; with no picks,
+    /// nothing else would learn that it works again until the price decayed (a minute).
+    pub fn server_failed(self: &Arc<Self>, entry: &AliveEndpoint) {
+        if self.call_failed(entry) == 1 {
+            let time = self.options.ejection_time;
+            tokio::spawn(self.clone().recheck(entry.clone(), time));
+        }
+    }
+
+    /// After `time`, while `entry`'s row of failures goes on and it is still in the
+    /// picks on the same connection: asks whether it works (a PING and the probe
+    /// request). Answered well, the row ends and its price starts again
+    /// ([`restart_price`](Self::restart_price)); answered with the server's failure, asked again after twice as long.
+    /// An ejected endpoint is left to the ejection's own probe; a success on a call, or
+    /// the connection's end, ends the recheck.
+    async fn recheck(self: Arc<Self>, entry: AliveEndpoint, mut time: Duration) {
+        let timeout = self
+            .options
+            .probe
+            .map_or(Duration::from_secs(1), |p| p.after + p.timeout);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(time) => {}
+                _ = self.shutdown.cancelled() => return,
+                _ = entry.connection.closed() => return,
+            }
+            let in_the_picks = self
+                .alive_now()
+                .get(entry.instance.key())
+                .is_some_and(|e| e.connection.ptr_eq(&entry.connection));
+            if entry.failures_in_a_row() == 0 || !in_the_picks {
+                return;
+            }
+            let rtt = match entry.connection.ping(timeout).await {
+                Ok(rtt) => rtt,
+                Err(_) => return, // the connection's own liveness deals with it
+            };
+            match self.works(&entry.connection, timeout).await {
+                Ok(()) => {
+                    entry.succeeded();
+                    self.restart_price(entry.instance.key(), rtt);
+                    tracing::info!(endpoint = %entry.instance, ?rtt, "endpoint that answered with the server's failure works again");
+                    return;
+                }
+                Err(Unanswered::ServerFailure) => time = time.saturating_mul(2).min(MAX_EJECTION),
+                Err(Unanswered::Ping(_)) => return,
+            }
         }
     }
 
@@ -75,12 +138,7 @@ impl Inner {
                 Some(t) if t.elapsed() < IN_A_ROW => slot.ejections + 1,
                 _ => 1,
             };
-            let factor = 1u32 << (slot.ejections - 1).min(16);
-            let time = self
-                .options
-                .ejection_time
-                .saturating_mul(factor)
-                .min(MAX_EJECTION);
+            let time = self.ejection_time(slot.ejections);
             slot.state = EndpointState::Ejected(format!(
                 "{in_a_row} failed calls in a row; a PING decides in {time:?} whether it returns"
             ));
@@ -93,20 +151,11 @@ impl Inner {
         };
         self.count(Counter::Ejections);
         tracing::warn!(endpoint = %key, in_a_row, ?time, "endpoint ejected from the picks after failed calls");
-        let inner = self.clone();
-        let key = key.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(time) => {}
-                _ = inner.shutdown.cancelled() => return,
-                _ = conn.closed() => return,
-            }
-            inner.probe_ejected(key, generation).await;
-        });
+        self.schedule_probe(key.clone(), generation, time, conn);
     }
 
     /// The ejection is over: a PING on the endpoint's connection decides.
-    async fn probe_ejected(&self, key: InstanceKey, generation: u64) {
+    async fn probe_ejected(self: &Arc<Self>, key: InstanceKey, generation: u64) {
         let conn = {
             let st = self.state();
             match st.ejected.get(&key) {
@@ -118,7 +167,19 @@ impl Inner {
             .options
             .probe
             .map_or(Duration::from_secs(1), |p| p.after + p.timeout);
-        match conn.ping(timeout).await {
+        let answered = match conn.ping(timeout).await {
+            Ok(rtt) => self.works(&conn, timeout).await.map(|()| rtt),
+            Err(e) => Err(Unanswered::Ping(e.to_string())),
+        };
+        match answered {
+            Err(Unanswered::ServerFailure) => {
+                // Alive, but still failing: out for the next, longer, ejection.
+                let Some(time) = self.extend_ejection(&key, generation) else {
+                    return;
+                };
+                tracing::info!(endpoint = %key, ?time, "ejected endpoint answered the probe request with the server's failure; staying out");
+                self.schedule_probe(key, generation, time, conn);
+            }
             Ok(rtt) => {
                 let mut st = self.state();
                 let Some(e) = st.ejected.remove(&key) else {
@@ -133,9 +194,10 @@ impl Inner {
                 }
                 let back = Edit::Insert((*e.entry.instance).clone(), e.entry);
                 self.publish_alive(&st, [back]);
+                self.restart_price(&key, rtt);
                 tracing::info!(endpoint = %key, ?rtt, "ejected endpoint answered a PING; back in the picks");
             }
-            Err(e) => {
+            Err(Unanswered::Ping(e)) => {
                 tracing::warn!(endpoint = %key, error = %e, "ejected endpoint did not answer a PING; closing its connection");
                 conn.close_with(format!(
                     "ejected after failed calls, then no answer to a PING: {e}"
@@ -143,4 +205,100 @@ impl Inner {
             }
         }
     }
+
+    /// Whether the endpoint can work again, as far as the protocol can tell: the
+    /// classifier's probe request ([`Classify::probe`](crate::Classify::probe)), sent
+    /// on `conn`, is answered with anything but the server's failure. Without a probe
+    /// request, the PING that came before is all there is to ask. A probe that gets no
+    /// answer is a PING unanswered.
+    async fn works(&self, conn: &Connection, timeout: Duration) -> Result<(), Unanswered> {
+        let Some(classifier) = &self.options.classifier else {
+            return Ok(());
+        };
+        let Some(probe) = classifier.probe() else {
+            return Ok(());
+        };
+        let answer = conn
+            .call(probe, timeout)
+            .await
+            .map_err(|e| Unanswered::Ping(format!("probe request: {e}")))?;
+        match classifier.classify(&answer) {
+            Outcome::ServerFailure => Err(Unanswered::ServerFailure),
+            Outcome::Success | Outcome::CallerFailure => Ok(()),
+        }
+    }
+
+    /// The endpoint, still ejected, stays out again for the next ejection time of its
+    /// row (doubled); `None` when it is no longer ejected under `generation`.
+    fn extend_ejection(&self, key: &InstanceKey, generation: u64) -> Option<Duration> {
+        let mut st = self.state();
+        match st.ejected.get(key) {
+            Some(e) if e.generation == generation => {}
+            _ => return None,
+        }
+        let slot = Inner::slot_mut(&mut st, key, generation)?;
+        slot.ejections += 1;
+        let time = self.ejection_time(slot.ejections);
+        slot.state = EndpointState::Ejected(format!(
+            "answers with the server's failure; asked again in {time:?}"
+        ));
+        drop(st);
+        self.count(Counter::Ejections);
+        Some(time)
+    }
+
+    /// The latency estimate of `key`, priced while it failed, starts again at its
+    /// cheapest peer's estimate (`rtt`, what its PING took, when no peer has one): it
+    /// takes its share of the latency-led picks at once, neither starved by the old
+    /// price nor flooded before its first answer, and its own answers take over.
+    fn restart_price(&self, key: &InstanceKey, rtt: Duration) {
+        let snapshot = self.balancer.snapshot();
+        let peers = snapshot
+            .endpoints()
+            .iter()
+            .filter(|e| e.key() != key)
+            .filter_map(|e| e.stats().latency_estimate())
+            .min();
+        if let Some(endpoint) = snapshot.endpoint(key) {
+            endpoint.stats().restart_estimate(peers.unwrap_or(rtt));
+        }
+    }
+
+    /// How long the `n`-th ejection in a row lasts: the first ejection time doubled
+    /// for each one before it, at most [`MAX_EJECTION`].
+    fn ejection_time(&self, n: u32) -> Duration {
+        let factor = 1u32 << n.saturating_sub(1).min(16);
+        self.options
+            .ejection_time
+            .saturating_mul(factor)
+            .min(MAX_EJECTION)
+    }
+
+    /// After `time`, asks whether the ejected endpoint may return (`probe_ejected`),
+    /// unless the client stops or the connection closes first.
+    fn schedule_probe(
+        self: &Arc<Self>,
+        key: InstanceKey,
+        generation: u64,
+        time: Duration,
+        conn: Connection,
+    ) {
+        let inner = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(time) => {}
+                _ = inner.shutdown.cancelled() => return,
+                _ = conn.closed() => return,
+            }
+            inner.probe_ejected(key, generation).await;
+        });
+    }
+}
+
+/// Why an ejected endpoint does not return.
+enum Unanswered {
+    /// The PING (or the probe request) got no answer: the connection is closed.
+    Ping(String),
+    /// The probe request was answered with the server's failure.
+    ServerFailure,
 }

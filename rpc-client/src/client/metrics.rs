@@ -25,6 +25,8 @@ pub struct ClientStats {
     pub overloaded: u64,
     /// Endpoints ejected from picks after failures in a row.
     pub ejections: u64,
+    /// Calls answered with the server's failure ([`Outcome::ServerFailure`](crate::Outcome::ServerFailure)).
+    pub server_failures: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -38,10 +40,11 @@ pub(crate) enum Counter {
     MaybeDelivered,
     Overloaded,
     Ejections,
+    ServerFailures,
 }
 
 impl Counter {
-    const ALL: usize = 9;
+    const ALL: usize = 10;
 
     fn metric(self) -> &'static str {
         match self {
@@ -54,6 +57,7 @@ impl Counter {
             Counter::MaybeDelivered => "meshline_rpc_maybe_delivered_total",
             Counter::Overloaded => "meshline_rpc_overloaded_total",
             Counter::Ejections => "meshline_rpc_ejections_total",
+            Counter::ServerFailures => "meshline_rpc_server_failures_total",
         }
     }
 }
@@ -80,6 +84,7 @@ impl Counters {
             maybe_delivered: g(Counter::MaybeDelivered),
             overloaded: g(Counter::Overloaded),
             ejections: g(Counter::Ejections),
+            server_failures: g(Counter::ServerFailures),
         }
     }
 }

@@ -7,6 +7,7 @@ use meshline_loadbalance::PickRequest;
 use meshline_registry_core::{Config, RegistryError};
 
 use crate::TransportConfig;
+use crate::outcome::Classifier;
 use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to
@@ -47,7 +48,8 @@ pub struct ClientOptions {
     /// mid-call holds each call for its whole timeout.
     pub probe: Option<Probe>,
     /// Eject an endpoint from picks after this many failures in a row: calls that timed
-    /// out, or whose connection failed after they were written (failure accrual, as
+    /// out, whose connection failed after they were written, or that were answered with
+    /// the server's failure ([`classifier`](Self::classifier)) (failure accrual, as
     /// Finagle, linkerd and Envoy do; `transport.ejectAfterFailures`, 5; 0: never).
     /// At most half the alive endpoints are ejected at once, and never the last.
     pub eject_after_failures: u32,
@@ -55,6 +57,16 @@ pub struct ClientOptions {
     /// row doubles it, up to 30 s. Then a PING decides: answered, the endpoint returns
     /// (one more failure ejects it again); unanswered, its connection is closed.
     pub ejection_time: Duration,
+    /// How answers are read: success, the caller's failure, or the server's failure
+    /// (see [`Outcome`](crate::Outcome)). `None` (the default): the handshake's
+    /// ([`Handshake::classifier`](crate::Handshake::classifier); Seata's for a
+    /// [`SeataRegistration`](crate::SeataRegistration)), else every answer is a success.
+    pub classifier: Option<Classifier>,
+    /// What an answer classified as the server's failure costs in the load-aware
+    /// balancers' latency estimate (1 s): it is priced as an answer that took this long,
+    /// so a server that fails fast is not the cheapest to pick. The price decays with
+    /// the estimate (10 s), and successes after a return blend it away.
+    pub failure_cost: Duration,
     /// Frame limit, queue budgets, write deadline and inbound cap of every connection.
     pub transport: TransportOptions,
     /// Attempts per call when endpoints fail before the request is written.
@@ -93,6 +105,8 @@ impl Default for ClientOptions {
             probe: Some(Probe::default()),
             eject_after_failures: 5,
             ejection_time: Duration::from_secs(1),
+            classifier: None,
+            failure_cost: Duration::from_secs(1),
             transport: TransportOptions::default(),
             max_attempts: 3,
             backoff_initial: Duration::from_millis(100),

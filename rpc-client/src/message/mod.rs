@@ -19,6 +19,7 @@
 //! | `merge` | MergedWarpMessage (59), MergeResultMessage (60), BatchResultMessage (121) |
 //! | `codes` | ResultCode, TransactionExceptionCode, GlobalStatus, BranchStatus, BranchType |
 //! | `result` | the result head every transaction response starts with |
+//! | `outcome` | which failed answers are the TC's failure and which the caller's |
 //!
 //! Heartbeats have no body: PING/PONG are implied by the frame's message type
 //! ([`HeartbeatMessage`]).
@@ -38,6 +39,7 @@ mod codes;
 mod global;
 mod lock;
 pub(crate) mod merge;
+pub mod outcome;
 mod phase_two;
 mod register;
 mod result;
@@ -59,6 +61,7 @@ pub use lock::{GlobalLockQueryRequest, GlobalLockQueryResponse};
 pub use merge::{
     BatchResultMessage, MAX_ENTRIES, MergeResultMessage, MergedWarpMessage, is_mergeable_request,
 };
+pub use outcome::SeataClassifier;
 pub use phase_two::{
     BranchCommitRequest, BranchCommitResponse, BranchEndRequest, BranchEndResponse,
     BranchRollbackRequest, BranchRollbackResponse,

@@ -1,0 +1,106 @@
+//! What an answered call says about the server that answered it.
+//!
+//! Every call ends in one of five ways:
+//!
+//! | outcome | who decides | what the endpoint's stats record |
+//! |---|---|---|
+//! | success | [`Classify`] ([`Outcome::Success`]) | a success and its latency |
+//! | the caller's own failure | [`Classify`] ([`Outcome::CallerFailure`]) | a success and its latency: the server answered and is healthy (a lock conflict, an unknown transaction) |
+//! | the server's failure | [`Classify`] ([`Outcome::ServerFailure`]) | a failure, priced as an answer taking [`ClientOptions::failure_cost`](crate::ClientOptions::failure_cost), and one more failure in a row toward ejection |
+//! | transport failure | the client (the connection died) | a failure in a row; retried elsewhere when not written |
+//! | timeout | the client | a failure in a row |
+//!
+//! The first three are read from the answer, and only the protocol knows how: a
+//! [`Classify`] does it. A client takes its classifier from
+//! [`ClientOptions::classifier`](crate::ClientOptions::classifier), else from its
+//! [`Handshake`](crate::Handshake) (a [`SeataRegistration`](crate::SeataRegistration)
+//! brings [`Classifier::seata`], whose table is in `message::outcome`); with neither,
+//! every answer is a success, as a client that cannot read its answers must assume.
+//!
+//! Why it matters: a server that answers at once that it cannot work (a Seata TC whose
+//! store failed answers every GlobalBegin `FailedStore` within a millisecond) looks to a
+//! load-aware balancer like its fastest, least busy server. Counted as successes, its
+//! failures draw most of the traffic to it. Classified, they eject it and price it as a
+//! slow server, as Envoy's outlier detection, linkerd's failure accrual and Finagle do.
+
+use std::sync::Arc;
+
+use crate::payload::Payload;
+
+/// How an answered call went, as the balancer and the ejection rule see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done.
+    Success,
+    /// The server answered and is healthy, but refused this request for a reason of the
+    /// caller's (a lock conflict, an unknown or finished transaction, bad input). Counts
+    /// as a success for the server's health and cost.
+    CallerFailure,
+    /// The server answered that it cannot work (its store, its own I/O, not the raft
+    /// leader). Counts against it: toward ejection, and as a slow answer in the
+    /// load-aware balancers' cost.
+    ServerFailure,
+}
+
+/// Reads an answer's [`Outcome`]. Called on every answer of a client that has one, on
+/// the caller's task, so it should only peek (no full decode, no allocation on
+/// success).
+pub trait Classify: Send + Sync + 'static {
+    /// The outcome `answer` (a call's response) reports.
+    fn classify(&self, answer: &Payload) -> Outcome;
+
+    /// A request that shows whether an endpoint ejected for server failures can work
+    /// again: sent on its connection after the ejection time (and after a PING), its
+    /// answer classified. `None` (the default): a PING alone decides, and the first
+    /// calls after the return are the trial.
+    ///
+    /// It must be harmless to send at any time (a read of something that does not
+    /// exist, say), since it is sent whatever the server's state.
+    fn probe(&self) -> Option<Payload> {
+        None
+    }
+}
+
+impl<F> Classify for F
+where
+    F: Fn(&Payload) -> Outcome + Send + Sync + 'static,
+{
+    fn classify(&self, answer: &Payload) -> Outcome {
+        self(answer)
+    }
+}
+
+/// A shared [`Classify`], as [`ClientOptions`](crate::ClientOptions) holds it.
+#[derive(Clone)]
+pub struct Classifier(Arc<dyn Classify>);
+
+impl Classifier {
+    /// Wraps `classify`.
+    pub fn new(classify: impl Classify) -> Self {
+        Classifier(Arc::new(classify))
+    }
+
+    /// Seata's: every transaction response classified by its result and exception code
+    /// (the table is `message::outcome`'s docs), a GlobalStatus of an XID that does not
+    /// exist as the probe.
+    pub fn seata() -> Self {
+        Classifier::new(crate::message::SeataClassifier)
+    }
+
+    /// The outcome of `answer`.
+    #[inline]
+    pub fn classify(&self, answer: &Payload) -> Outcome {
+        self.0.classify(answer)
+    }
+
+    /// The probe request, if the protocol has one ([`Classify::probe`]).
+    pub fn probe(&self) -> Option<Payload> {
+        self.0.probe()
+    }
+}
+
+impl std::fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Classifier")
+    }
+}

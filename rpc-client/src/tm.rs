@@ -11,12 +11,24 @@
 //!   alive) is sent again, at most that many attempts in all. An answer, whatever it
 //!   says, ends the attempts. A TC's commit is idempotent: a second commit of a
 //!   committed transaction answers its status or `Finished`.
-//! - **Outcomes** as Seata's `TransactionalTemplate` reads them: a commit answered
-//!   `Finished` (the TC no longer knows the transaction: it may have been rolled back)
-//!   is [`TransactionError::Outcome`] with `CommitHeuristic`; one answered with a
-//!   timeout status is `TransactionTimeout`. Unlike Seata's TM, a commit answered with
-//!   a rollback or failure status is an error too, and a `Failed` result is reported
-//!   with the TC's exception code and message instead of being ignored.
+//! - **Outcomes** as Seata's `TransactionalTemplate` reads them: the status answered
+//!   is the outcome, **whatever the result code**. Seata's TC answers `Failed` with a
+//!   decided status when something after the decision failed (a commit whose TCC, XA or
+//!   SAGA RM is not connected is `Failed` / `Unknown` / `CommitRetrying`: committed, the
+//!   TC retries phase two), and Seata's TM returns that status; a caller that took it
+//!   for a refusal and compensated would undo a committed transaction. So:
+//!
+//!   | answer to a commit | result |
+//!   |---|---|
+//!   | `Committed`, `AsyncCommitting`, `Committing`, `CommitRetrying` (any result code; a `Failed` one is logged at WARN with the TC's message) | `Ok(status)` |
+//!   | `Finished` | [`TransactionError::Outcome`], `CommitHeuristic`: the TC no longer knows it, it may have been rolled back |
+//!   | `TimeoutRollback*` | `Outcome`, `TransactionTimeout` |
+//!   | any other decided status (rolled back, failed) | `Outcome`: not committed (Seata's TM would not say so) |
+//!   | `Failed` with `Begin` or `UnKnown`: nothing was decided | [`TransactionError::Refused`] with the TC's exception code and message |
+//!
+//!   A rollback the same way (`Rollbacked`, `Rollbacking`, `RollbackRetrying`,
+//!   `TimeoutRollback*` and `Finished` are rolled back). A status or report answered
+//!   `Failed` is its status unless that is `UnKnown`.
 //! - **Timeouts**: [`begin`](TransactionManager::begin) takes the transaction's timeout
 //!   (`client.tm.defaultGlobalTransactionTimeout`, 60 s, with
 //!   [`begin_default`](TransactionManager::begin_default)); a
@@ -251,7 +263,25 @@ impl TransactionManager {
             | (SeataMessage::GlobalReportResponse(r), SeataMessage::GlobalReport(_)) => r,
             _ => return Err(answer.unexpected(op, "the matching global response")),
         };
-        answer.check(op, Some(xid), &r.result, Some(r.global_status))?;
+        if !r.result.is_success() {
+            if !decided(msg, r.global_status) {
+                return Err(TransactionError::refused(
+                    op,
+                    Some(xid),
+                    &answer.endpoint,
+                    &r.result,
+                    Some(r.global_status),
+                ));
+            }
+            tracing::warn!(
+                %xid,
+                tc = %answer.endpoint,
+                status = %r.global_status,
+                exception = %r.result.exception,
+                message = r.result.message.as_deref().unwrap_or(""),
+                "{op}: the TC answered Failed, with a status that shows the decision; the status is the outcome"
+            );
+        }
         Ok((r.global_status, answer.endpoint.to_string()))
     }
 
@@ -277,6 +307,26 @@ impl TransactionManager {
         };
         let commit = matches!(msg, SeataMessage::GlobalCommit(_));
         judge(op, xid, &endpoint, status, commit, attempt > 1)
+    }
+}
+
+/// Whether `status`, answered `Failed` to `request`, still tells what happened to the
+/// transaction, as Seata's TM reads it: `DefaultTransactionManager` returns the status
+/// of a commit, rollback, status or report answer whatever its result code, and
+/// `TransactionalTemplate` judges the status alone. Seata's TC answers `Failed` with a
+/// decided status when something after the decision failed: a commit whose RM is gone
+/// is `Failed` / `Unknown` / `CommitRetrying` (the TC retries phase two), a store that
+/// fails after the decision leaves the status it had (`checkTransactionStatus`).
+///
+/// Not decided: `UnKnown` (the TC could not tell), and for a commit or rollback `Begin`
+/// (nothing was decided: the TC's session lock or store failed first). Those are the
+/// TC's refusal, with its code.
+fn decided(request: &SeataMessage, status: GlobalStatus) -> bool {
+    match request {
+        SeataMessage::GlobalCommit(_) | SeataMessage::GlobalRollback(_) => {
+            !matches!(status, GlobalStatus::Unknown | GlobalStatus::Begin)
+        }
+        _ => status != GlobalStatus::Unknown,
     }
 }
 

@@ -1,0 +1,193 @@
+//! The TM reads a commit or rollback as Seata's own TM does, against a test TC that
+//! answers exactly as Seata's does (built from Seata's `AbstractTCInboundHandler`,
+//! `AbstractExceptionHandler` and `DefaultCore`, not from the example TC):
+//!
+//! - an exception after the decision (`DefaultCore.doGlobalCommit` wraps a branch
+//!   commit that could not be sent in `TransactionException(ex)`, code `Unknown`) is
+//!   answered `Failed` with the session's status (`checkTransactionStatus`):
+//!   `CommitRetrying`, `RollbackRetrying`. Decided: the TM returns the status;
+//! - a store that fails after the decision leaves the decided status (`Committing`);
+//! - a failure before the decision (the session lock, the store) leaves `Begin`: not
+//!   decided, an error with the TC's code;
+//! - a session the TC no longer has is `Finished` (success): heuristic, as before.
+//!
+//! The XID's transaction id says which case the test TC plays.
+
+mod common;
+
+use std::time::Duration;
+
+use meshline_rpc_client::message::{
+    GlobalBeginResponse, GlobalEndResponse, GlobalStatus, SeataMessage, TransactionExceptionCode,
+    TransactionResult, register_reply,
+};
+use meshline_rpc_client::tm::{TmOptions, TransactionManager};
+use meshline_rpc_client::{InboundRequest, Payload, Server, ServerConfig, TransactionError};
+
+/// What the test TC answers to a GlobalCommit / GlobalRollback of the XID ending in
+/// `id`, as Seata's TC would in the case the comment names.
+fn seata_answer(commit: bool, id: u32) -> GlobalEndResponse {
+    use GlobalStatus as S;
+    use TransactionExceptionCode as E;
+    let failed = |e, msg: &str, status| GlobalEndResponse {
+        result: TransactionResult::failed(e, format!("TransactionException[{msg}]")),
+        global_status: status,
+    };
+    match (commit, id) {
+        // A TCC branch whose RM is not connected: phase two could not be sent, the
+        // session is queued to retry (DefaultCore.doGlobalCommit, catch Exception).
+        (true, 1) => failed(E::Unknown, "rm not connected", S::CommitRetrying),
+        (false, 1) => failed(E::Unknown, "rm not connected", S::RollbackRetrying),
+        // The store failed after the session changed status.
+        (true, 2) => failed(
+            E::FailedStore,
+            "global commit request failed",
+            S::Committing,
+        ),
+        (false, 2) => failed(
+            E::FailedStore,
+            "global rollback request failed",
+            S::Rollbacking,
+        ),
+        // The store failed before anything changed: the session is still Begin.
+        (true, 3) => failed(E::FailedStore, "global commit request failed", S::Begin),
+        (false, 3) => failed(E::FailedStore, "global rollback request failed", S::Begin),
+        // The global session lock could not be taken (GlobalSession.lock).
+        (_, 4) => failed(
+            E::FailedLockGlobalTransaction,
+            "Lock global session failed",
+            S::Begin,
+        ),
+        // AT: committed asynchronously, answered at once.
+        (true, 5) => GlobalEndResponse::success(S::AsyncCommitting),
+        // The TC no longer has the session.
+        (_, 6) => GlobalEndResponse::success(S::Finished),
+        _ => GlobalEndResponse::success(if commit { S::Committed } else { S::Rollbacked }),
+    }
+}
+
+async fn seata_like_tc() -> Server {
+    let handler = |req: InboundRequest| async move {
+        let msg = req.payload.decode_seata().ok()?;
+        if let Some(reply) = register_reply(&msg, true, "2.3.0") {
+            return Some(Payload::seata(&reply).unwrap());
+        }
+        let id = |xid: &str| {
+            xid.rsplit(':')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        };
+        let answer = match msg {
+            SeataMessage::GlobalBegin(_) => {
+                SeataMessage::GlobalBeginResponse(GlobalBeginResponse {
+                    result: TransactionResult::success(),
+                    xid: Some("127.0.0.1:8091:7".into()),
+                    extra_data: None,
+                })
+            }
+            SeataMessage::GlobalCommit(r) => {
+                SeataMessage::GlobalCommitResponse(seata_answer(true, id(&r.xid)))
+            }
+            SeataMessage::GlobalRollback(r) => {
+                SeataMessage::GlobalRollbackResponse(seata_answer(false, id(&r.xid)))
+            }
+            _ => return None,
+        };
+        Some(Payload::seata(&answer).unwrap())
+    };
+    Server::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        ServerConfig::default(),
+        handler,
+    )
+    .await
+    .unwrap()
+}
+
+/// A TM over `server`, and the registry it follows (the watch ends with it).
+async fn tm(
+    server: &Server,
+) -> (
+    std::sync::Arc<meshline_registry_core::WatchHub>,
+    TransactionManager,
+) {
+    let hub = common::hub();
+    hub.publish(
+        "c",
+        vec![
+            meshline_registry_core::Instance::new("127.0.0.1", server.local_addr().port()).unwrap(),
+        ],
+    );
+    let client = common::builder(&hub, "XID")
+        .handshake(common::seata_tm())
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, Duration::from_secs(5)).await.unwrap();
+    (
+        hub,
+        TransactionManager::from_client(client, TmOptions::default()),
+    )
+}
+
+fn xid(id: u32) -> String {
+    format!("127.0.0.1:8091:{id}")
+}
+
+#[tokio::test]
+async fn a_decided_outcome_is_ok_whatever_the_result_code() {
+    let server = seata_like_tc().await;
+    let (_hub, tm) = tm(&server).await;
+    assert_eq!(
+        tm.commit(&xid(1)).await.unwrap(),
+        GlobalStatus::CommitRetrying
+    );
+    assert_eq!(
+        tm.rollback(&xid(1)).await.unwrap(),
+        GlobalStatus::RollbackRetrying
+    );
+    assert_eq!(tm.commit(&xid(2)).await.unwrap(), GlobalStatus::Committing);
+    assert_eq!(
+        tm.rollback(&xid(2)).await.unwrap(),
+        GlobalStatus::Rollbacking
+    );
+    assert_eq!(
+        tm.commit(&xid(5)).await.unwrap(),
+        GlobalStatus::AsyncCommitting
+    );
+    assert_eq!(tm.commit(&xid(9)).await.unwrap(), GlobalStatus::Committed);
+}
+
+#[tokio::test]
+async fn an_undecided_answer_is_the_tcs_refusal_with_its_code() {
+    let server = seata_like_tc().await;
+    let (_hub, tm) = tm(&server).await;
+    for (op, r) in [
+        ("commit", tm.commit(&xid(3)).await),
+        ("rollback", tm.rollback(&xid(3)).await),
+    ] {
+        match r {
+            Err(TransactionError::Refused {
+                exception: TransactionExceptionCode::FailedStore,
+                status: Some(GlobalStatus::Begin),
+                ..
+            }) => {}
+            other => panic!("{op} with the store failed before the decision: {other:?}"),
+        }
+    }
+    match tm.commit(&xid(4)).await {
+        Err(TransactionError::Refused {
+            exception: TransactionExceptionCode::FailedLockGlobalTransaction,
+            ..
+        }) => {}
+        other => panic!("commit with the session lock not taken: {other:?}"),
+    }
+    // A success that says the TC no longer knows it stays heuristic.
+    let e = tm.commit(&xid(6)).await.unwrap_err();
+    assert_eq!(
+        e.exception_code(),
+        TransactionExceptionCode::CommitHeuristic
+    );
+    assert_eq!(tm.rollback(&xid(6)).await.unwrap(), GlobalStatus::Finished);
+}

@@ -18,8 +18,10 @@
 //!    `ResourceManager::builder()` with the config (the `XID` balancer is Seata's
 //!    default). Each registers with both TCs (RegisterTM / RegisterRM).
 //! 4. Runs a global transaction: the TM begins it (the XID names the TC that began
-//!    it), the RM registers a branch, the TM commits, and the TC sends the RM its
-//!    BranchCommit before answering `Committed`. Then one more, rolled back.
+//!    it), the RM registers a branch, the TM commits, and the TC answers `Committed`
+//!    at once and sends the RM its BranchCommit from its background loop (an AT
+//!    commit, as Seata's TC does it). Then one more, rolled back: the RM gets its
+//!    BranchRollback before the TC answers.
 //! 5. Unregisters `tc-b` by rewriting the file without it. The TC keeps running: the
 //!    clients drop it because the registry says so (the file registry re-reads the file
 //!    every 250 ms). The next transaction begins on `tc-a`.
@@ -89,6 +91,21 @@ impl Orders {
         let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
         asked.last().cloned().unwrap_or_else(|| "nothing".into())
     }
+
+    fn count(&self) -> usize {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Waits (up to 3 s) until the RM was asked something more than `before` things:
+    /// an AT commit is answered before its branch is committed (the TC's background
+    /// loop does that, every second), as Seata's TC does.
+    async fn asked_after(&self, before: usize) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while self.count() <= before && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.last()
+    }
 }
 
 /// Starts TC `name` on a free loopback port.
@@ -140,6 +157,7 @@ async fn transaction(
         .branch_register(tx.xid(), BranchType::AT, RESOURCE, Some("orders:42"), None)
         .await?;
     println!("  branch {branch} registered by the RM (locks orders:42)");
+    let before = orders.count();
     let (status, want) = if commit {
         (tx.commit().await?, GlobalStatus::Committed)
     } else {
@@ -149,7 +167,7 @@ async fn transaction(
         "  {} {}: {status} (the RM was asked: {})",
         if commit { "committed" } else { "rolled back" },
         tx.xid(),
-        orders.last()
+        orders.asked_after(before).await
     );
     if status != want {
         return Err(format!("expected {want}, the TC answered {status}").into());

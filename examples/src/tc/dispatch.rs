@@ -23,8 +23,8 @@ use std::sync::atomic::Ordering;
 use meshline::rpc::compress::Compressor;
 use meshline::rpc::message::{
     BranchRegisterRequest, BranchRegisterResponse, BranchReportRequest, BranchReportResponse,
-    GlobalBeginRequest, GlobalBeginResponse, GlobalEndResponse, GlobalLockQueryResponse,
-    GlobalReportRequest, GlobalStatus, RegisterResponse, SeataMessage,
+    BranchStatus, BranchType, GlobalBeginRequest, GlobalBeginResponse, GlobalEndResponse,
+    GlobalLockQueryResponse, GlobalReportRequest, GlobalStatus, RegisterResponse, SeataMessage,
     TransactionExceptionCode as Exc, TransactionResult, type_code, type_name,
 };
 use meshline::rpc::{Connection, InboundRequest, Payload};
@@ -32,7 +32,7 @@ use meshline::rpc::{Connection, InboundRequest, Payload};
 use super::Inner;
 use super::channels::{Client, Role};
 use super::locks::rows;
-use super::session::{Branch, Session};
+use super::session::{Begetter, Branch, Session};
 
 /// Where an answer goes: the request's connection, id, and whether it was one-way.
 pub(super) struct Reply {
@@ -251,7 +251,9 @@ impl Inner {
             }
         }
         match msg {
-            SeataMessage::GlobalBegin(r) => SeataMessage::GlobalBeginResponse(self.begin(r)),
+            SeataMessage::GlobalBegin(r) => {
+                SeataMessage::GlobalBeginResponse(self.begin(conn, client, r))
+            }
             // Boxed: phase two makes these futures large, and every request's future
             // would be that large (and moved into its box) if they were inline.
             SeataMessage::GlobalCommit(r) => {
@@ -269,6 +271,14 @@ impl Inner {
             }
             SeataMessage::BranchReport(r) => {
                 SeataMessage::BranchReportResponse(self.branch_report(r))
+            }
+            // Only AT takes global locks: any other branch type is lockable
+            // (`AbstractCore.lockQuery`).
+            SeataMessage::GlobalLockQuery(r) if r.branch_type != BranchType::AT => {
+                SeataMessage::GlobalLockQueryResponse(GlobalLockQueryResponse {
+                    result: TransactionResult::success(),
+                    lockable: true,
+                })
             }
             SeataMessage::GlobalLockQuery(r) => {
                 let tx = tx_id_of(&r.xid);
@@ -294,28 +304,27 @@ impl Inner {
         }
     }
 
-    fn begin(&self, r: GlobalBeginRequest) -> GlobalBeginResponse {
-        if r.timeout_ms <= 0 {
-            return GlobalBeginResponse {
-                result: TransactionResult::failed(
-                    Exc::BeginFailed,
-                    format!(
-                        "TransactionException[timeout must be positive, got {} ms]",
-                        r.timeout_ms
-                    ),
-                ),
-                xid: None,
-                extra_data: None,
-            };
-        }
+    /// Seata takes any timeout: one of 0 or less is past at once, and the timeout
+    /// check rolls the transaction back (`GlobalSession.isTimeout`).
+    fn begin(
+        &self,
+        conn: &Connection,
+        client: &Client,
+        r: GlobalBeginRequest,
+    ) -> GlobalBeginResponse {
         let tx_id = self.ids.next_id();
         let xid = format!("{}:{tx_id}", self.options.xid_address);
-        let timeout = std::time::Duration::from_millis(r.timeout_ms as u64);
+        let timeout = std::time::Duration::from_millis(r.timeout_ms.max(0) as u64);
         self.sessions.insert(Arc::new(Session::new(
             Arc::from(xid.as_str()),
             tx_id,
             r.transaction_name.unwrap_or_default(),
             timeout,
+            Begetter {
+                application_id: client.application_id.clone(),
+                group: client.group.clone(),
+                peer: conn.peer(),
+            },
         )));
         self.stats.begun.fetch_add(1, Ordering::Relaxed);
         GlobalBeginResponse {
@@ -325,6 +334,11 @@ impl Inner {
         }
     }
 
+    /// `DefaultCore.commit`: an AT transaction (every branch AT, or none) is answered
+    /// `Committed` at once and committed by the background loop (`AsyncCommitting`),
+    /// unless [`TcOptions::at_commit_sync`](super::TcOptions::at_commit_sync); any other
+    /// is committed now. A branch whose commit could not be sent (its RM is gone) is
+    /// answered `Failed` / `Unknown` with `CommitRetrying`: decided, retried by the TC.
     async fn commit(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
         let Some(s) = self.sessions.get(xid) else {
             return GlobalEndResponse::success(GlobalStatus::Finished);
@@ -332,32 +346,44 @@ impl Inner {
         {
             let mut st = s.state();
             if st.status != GlobalStatus::Begin || st.driving {
-                return GlobalEndResponse::success(st.status);
+                return GlobalEndResponse::success(answered(st.status));
             }
             st.active = false;
-            st.driving = true;
             if s.timed_out() {
                 // Too late: the TC rolls it back (Seata answers TimeoutRollbacking).
                 st.status = GlobalStatus::TimeoutRollbacking;
+                st.driving = true;
                 drop(st);
                 let inner = self.clone();
                 let s2 = s.clone();
-                tokio::spawn(async move { inner.rollback_branches(&s2, true).await });
+                tokio::spawn(async move { inner.rollback_branches(&s2, true, false).await });
                 return GlobalEndResponse::success(GlobalStatus::TimeoutRollbacking);
             }
-            st.status = GlobalStatus::Committing;
             // The decision is made and phase one's changes are already in the
-            // databases: the rows are free for others now (Seata's AT commit).
+            // databases: the rows are free for others now (Seata's `GlobalSession.clean`).
             let rows: Vec<_> = st
                 .branches
                 .iter_mut()
                 .flat_map(|b| std::mem::take(&mut b.rows))
                 .collect();
             self.locks.release(s.tx_id, &rows);
+            let async_commit = !self.options.at_commit_sync
+                && st.branches.iter().all(|b| {
+                    b.branch_type == BranchType::AT || b.status == BranchStatus::PhaseOneFailed
+                });
+            if async_commit && !st.branches.is_empty() {
+                st.status = GlobalStatus::AsyncCommitting;
+                return GlobalEndResponse::success(GlobalStatus::Committed);
+            }
+            st.status = GlobalStatus::Committing;
+            st.driving = true;
         }
-        GlobalEndResponse::success(self.commit_branches(&s).await)
+        let (status, unsent) = self.commit_branches(&s, false).await;
+        decided_answer(answered(status), unsent)
     }
 
+    /// `DefaultCore.rollback`; a branch whose rollback could not be sent is answered
+    /// `Failed` / `Unknown` with `RollbackRetrying`.
     async fn rollback(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
         let Some(s) = self.sessions.get(xid) else {
             return GlobalEndResponse::success(GlobalStatus::Finished);
@@ -365,13 +391,14 @@ impl Inner {
         {
             let mut st = s.state();
             if st.status != GlobalStatus::Begin || st.driving {
-                return GlobalEndResponse::success(st.status);
+                return GlobalEndResponse::success(answered(st.status));
             }
             st.active = false;
             st.driving = true;
             st.status = GlobalStatus::Rollbacking;
         }
-        GlobalEndResponse::success(self.rollback_branches(&s, false).await)
+        let (status, unsent) = self.rollback_branches(&s, false, false).await;
+        decided_answer(status, unsent)
     }
 
     /// The status of `xid`, `Finished` when it is not known (any more).
@@ -381,13 +408,35 @@ impl Inner {
             .map_or(GlobalStatus::Finished, |s| s.state().status)
     }
 
+    /// `DefaultCore.globalReport`: an unknown XID echoes the status reported; a SAGA
+    /// session takes it (`SagaCore.doGlobalReport`: `Committed` ends it committed,
+    /// `Rollbacked` or `Finished` rolled back, a retrying status queues the retry); any
+    /// other session is left as it is and its status answered.
     fn report(&self, r: GlobalReportRequest) -> GlobalEndResponse {
-        // Seata acts on a report only for Saga; otherwise it answers the status. An
-        // unknown XID echoes the status reported.
-        let status = match self.sessions.get(&r.xid) {
-            Some(s) => s.state().status,
-            None => r.global_status.unwrap_or(GlobalStatus::Finished),
+        let reported = r.global_status.unwrap_or(GlobalStatus::Unknown);
+        let Some(s) = self.sessions.get(&r.xid) else {
+            return GlobalEndResponse::success(reported);
         };
+        if !s.is_saga() {
+            return GlobalEndResponse::success(answered(s.state().status));
+        }
+        let mut st = s.state();
+        st.active = false;
+        let status = match reported {
+            GlobalStatus::Committed => GlobalStatus::Committed,
+            GlobalStatus::Rollbacked | GlobalStatus::Finished => GlobalStatus::Rollbacked,
+            GlobalStatus::RollbackRetrying | GlobalStatus::Unknown => {
+                GlobalStatus::RollbackRetrying
+            }
+            GlobalStatus::TimeoutRollbackRetrying => GlobalStatus::TimeoutRollbackRetrying,
+            other => other,
+        };
+        st.status = status;
+        st.branches.clear();
+        drop(st);
+        if matches!(status, GlobalStatus::Committed | GlobalStatus::Rollbacked) {
+            self.finish(&s, status);
+        }
         GlobalEndResponse::success(status)
     }
 
@@ -431,17 +480,33 @@ impl Inner {
         }
         let id = self.ids.next_id();
         let wanted = match (&r.lock_key, r.branch_type) {
-            (Some(k), meshline::rpc::message::BranchType::AT) => rows(&r.resource_id, k),
+            (Some(k), BranchType::AT) => rows(&r.resource_id, k),
             _ => Vec::new(),
         };
         let taken = match self.locks.acquire(s.tx_id, &wanted) {
             Ok(t) => t,
-            Err(row) => {
+            Err((row, holder)) => {
                 self.stats.lock_conflicts.fetch_add(1, Ordering::Relaxed);
+                // The holder is rolling back: its rows come free only after its
+                // rollback, so waiting on them is pointless (Seata's FileLocker answers
+                // fail-fast for a holder whose lock status is Rollbacking).
+                let holder_status =
+                    self.status_of(&format!("{}:{holder}", self.options.xid_address));
+                let exc = if matches!(
+                    holder_status,
+                    GlobalStatus::Rollbacking
+                        | GlobalStatus::RollbackRetrying
+                        | GlobalStatus::TimeoutRollbacking
+                        | GlobalStatus::TimeoutRollbackRetrying
+                ) {
+                    Exc::LockKeyConflictFailFast
+                } else {
+                    Exc::LockKeyConflict
+                };
                 return fail(
-                    Exc::LockKeyConflict,
+                    exc,
                     format!(
-                        "Global lock acquire failed xid = {} branchId = {id}: row {row} is held by another global transaction",
+                        "Global lock acquire failed xid = {} branchId = {id}: row {row} is held by another global transaction ({holder_status})",
                         r.xid
                     ),
                 );
@@ -454,7 +519,7 @@ impl Inner {
             application_data: r.application_data,
             application_id: client.application_id.clone(),
             peer: conn.peer(),
-            status: meshline::rpc::message::BranchStatus::Registered,
+            status: BranchStatus::Registered,
             rows: taken,
         });
         BranchRegisterResponse {
@@ -479,6 +544,8 @@ impl Inner {
         let mut st = s.state();
         match st.branches.iter_mut().find(|b| b.id == r.branch_id) {
             Some(b) => {
+                // `AbstractCore.branchReport` sets it whatever it is (absent too).
+                b.application_data = r.application_data;
                 b.status = r.status;
                 BranchReportResponse::default()
             }
@@ -547,6 +614,32 @@ fn failed_answer(code: i16, exception: Option<Exc>, message: String) -> Option<S
         }),
         _ => return None,
     })
+}
+
+/// What a client is answered for a session's `status`: `AsyncCommitting` is
+/// `Committed` to it (`DefaultCore.commit`).
+fn answered(status: GlobalStatus) -> GlobalStatus {
+    if status == GlobalStatus::AsyncCommitting {
+        GlobalStatus::Committed
+    } else {
+        status
+    }
+}
+
+/// A commit or rollback's answer: `status`, `Failed` / `Unknown` when a branch's phase
+/// two could not be sent (`DefaultCore` throws `TransactionException(ex)` then, and
+/// `AbstractTCInboundHandler` answers the session's status with it).
+fn decided_answer(status: GlobalStatus, unsent: Option<String>) -> GlobalEndResponse {
+    match unsent {
+        None => GlobalEndResponse::success(status),
+        Some(why) => GlobalEndResponse {
+            result: TransactionResult::failed(
+                Exc::Unknown,
+                format!("TransactionException[java.lang.RuntimeException: {why}]"),
+            ),
+            global_status: status,
+        },
+    }
 }
 
 #[cfg(test)]

@@ -20,18 +20,21 @@ fn row(resource: &str, table: &str, pk: &str) -> RowKey {
     Arc::from(format!("{resource}^^^{table}^^^{pk}"))
 }
 
-/// The rows a lock key names on `resource`.
+/// The rows a lock key names on `resource`, read as Seata's
+/// `AbstractLockManager.collectRowLocks` reads them: groups split at `;`, the table
+/// before the group's first `:`, primary keys split at `,`; names are kept as written
+/// (`t: 1` and `t:1` are different rows, as in Seata), blank keys skipped, and the
+/// reading stops at a group without `:` or without keys.
 pub fn rows(resource: &str, lock_key: &str) -> Vec<RowKey> {
     let mut out = Vec::new();
     for group in lock_key.split(';') {
         let Some((table, pks)) = group.split_once(':') else {
             break;
         };
-        let table = table.trim();
-        if table.is_empty() || pks.trim().is_empty() {
+        if pks.trim().is_empty() {
             break;
         }
-        for pk in pks.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for pk in pks.split(',').filter(|p| !p.trim().is_empty()) {
             out.push(row(resource, table, pk));
         }
     }
@@ -46,25 +49,25 @@ pub struct LockTable {
 
 impl LockTable {
     /// Locks `rows` for transaction `tx`. On a conflict nothing this call took is kept,
-    /// and the row is returned.
-    pub fn acquire(&self, tx: i64, rows: &[RowKey]) -> Result<Vec<RowKey>, RowKey> {
+    /// and the row is returned with the transaction that holds it.
+    pub fn acquire(&self, tx: i64, rows: &[RowKey]) -> Result<Vec<RowKey>, (RowKey, i64)> {
         let mut taken: Vec<RowKey> = Vec::with_capacity(rows.len());
         for r in rows {
             // The entry guard holds its shard's lock: decide under it, clean up after
             // it is dropped (a row taken earlier may live in the same shard).
-            let conflict = match self.held.entry(r.clone()) {
+            let holder = match self.held.entry(r.clone()) {
                 Entry::Vacant(v) => {
                     v.insert(tx);
                     taken.push(r.clone());
-                    false
+                    None
                 }
-                Entry::Occupied(o) => *o.get() != tx,
+                Entry::Occupied(o) => (*o.get() != tx).then(|| *o.get()),
             };
-            if conflict {
+            if let Some(holder) = holder {
                 for t in &taken {
                     self.held.remove_if(t, |_, h| *h == tx);
                 }
-                return Err(r.clone());
+                return Err((r.clone(), holder));
             }
         }
         Ok(taken)
@@ -106,6 +109,9 @@ mod tests {
             vec!["db^^^t^^^1", "db^^^t^^^2", "db^^^u^^^9"]
         );
         assert_eq!(rows("db", "t:1, ,2"), vec!["db^^^t^^^1", "db^^^t^^^2"]);
+        // As written: Seata trims nothing.
+        assert_eq!(rows("db", "t: 1"), vec!["db^^^t^^^ 1"]);
+        assert_eq!(rows("db", " t:1"), vec!["db^^^ t^^^1"]);
         assert_eq!(
             rows("db", "t:1;bad;u:2"),
             vec!["db^^^t^^^1"],
@@ -124,7 +130,7 @@ mod tests {
         );
         assert_eq!(
             l.acquire(2, &rows("db", "t:4,1")),
-            Err(Arc::from("db^^^t^^^1"))
+            Err((Arc::from("db^^^t^^^1"), 1))
         );
         assert!(l.lockable(2, &rows("db", "t:5")));
         assert!(

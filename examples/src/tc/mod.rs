@@ -20,8 +20,11 @@
 //!   requests from the server (`phase_two`): commit to every branch at once, rollback
 //!   last branch first. A branch whose RM is not connected or does not answer is
 //!   retried by the background loop (every `period`) until it is done, or until
-//!   `max_retry_time`. Unlike Seata's AT mode, commit answers only once phase two
-//!   finished (or is left to the retries: `CommitRetrying`).
+//!   `max_retry_time`. As Seata's `DefaultCore`, an AT commit is answered `Committed`
+//!   at once and committed by that loop; any other answers once its branches were
+//!   sent (`Failed` / `Unknown` / `CommitRetrying` when one could not be). The
+//!   behaviours a client can see, each beside Seata's source, are in
+//!   docs/seata-compat.md, "The example TC beside Seata's".
 //! - **Timeouts**: a session still `Begin` past its timeout is rolled back
 //!   (`TimeoutRollbacked`); a commit that comes too late answers `TimeoutRollbacking`.
 //! - **Batching**: a MergedWarpMessage's requests are served concurrently (`merge`).
@@ -66,11 +69,24 @@ use ids::IdWorker;
 use locks::LockTable;
 use session::Sessions;
 
+/// `ip:port` as Seata writes it into an XID (`XID.generateXID`: the host address as
+/// Java prints it, then the port): IPv6 neither bracketed nor compressed
+/// (`0:0:0:0:0:0:0:1:8091:42`), so a client that splits at the last two `:` reads it.
+pub fn java_address(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V6(v6) => {
+            let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:x}")).collect();
+            format!("{}:{port}", groups.join(":"))
+        }
+    }
+}
+
 /// How a coordinator behaves.
 #[derive(Debug, Clone)]
 pub struct TcOptions {
     /// The `ip:port` written into XIDs: the address clients know this TC by (the XID
-    /// balancer routes a transaction back to it).
+    /// balancer routes a transaction back to it), in Java's form ([`java_address`]).
     pub xid_address: String,
     /// How often timed-out sessions are rolled back and unfinished phase twos retried
     /// (Seata: 1 s).
@@ -81,6 +97,18 @@ pub struct TcOptions {
     /// Give up retrying phase two this long after the transaction began (Seata's
     /// `server.maxCommitRetryTimeout`; `None`, Seata's -1, retries forever).
     pub max_retry_time: Option<Duration>,
+    /// Commit AT transactions before answering, as this TC once did: the answer waits
+    /// for phase two (or says `CommitRetrying` when a branch is left to retry). Off
+    /// (the default, Seata's way): an AT commit is answered `Committed` at once and its
+    /// branches are committed by the background loop (`AsyncCommitting`), whose
+    /// retries are the TC's business. For tests that want phase two done when the
+    /// commit returns.
+    pub at_commit_sync: bool,
+    /// How long an XA branch answered `XAER_NOTA` (the database no longer knows the XA
+    /// transaction) is retried past the session's timeout before it is taken as done:
+    /// the longer of this and the session's timeout (Seata's
+    /// `server.xaerNotaRetryTimeout`, 60 s).
+    pub xaer_nota_retry_timeout: Duration,
     /// Answer registrations with `identified = 0` (to see a client's refusal path).
     pub refuse_registration: bool,
     /// Put the head entry `tc = <tag>` on every answer (which TC answered).
@@ -127,6 +155,8 @@ impl Default for TcOptions {
             period: Duration::from_secs(1),
             phase_two_timeout: Duration::from_secs(15),
             max_retry_time: None,
+            at_commit_sync: false,
+            xaer_nota_retry_timeout: Duration::from_secs(60),
             refuse_registration: false,
             tag: None,
             max_frame_len: meshline::rpc::codec::DEFAULT_MAX_FRAME_LEN,
@@ -237,7 +267,7 @@ impl Coordinator {
     ) -> std::io::Result<(Server, Coordinator)> {
         let listener = TcpListener::bind(listen).await?;
         let port = listener.local_addr()?.port();
-        options.xid_address = SocketAddr::new(advertise, port).to_string();
+        options.xid_address = java_address(advertise, port);
         options.max_frame_len = config.transport.max_frame_len;
         let tc = Coordinator::new(options);
         let server = tc.server_builder().config(config).serve(listener)?;
@@ -253,7 +283,7 @@ impl Coordinator {
         config: ServerConfig,
     ) -> std::io::Result<(Server, Coordinator)> {
         let port = listener.local_addr()?.port();
-        options.xid_address = SocketAddr::new(advertise, port).to_string();
+        options.xid_address = java_address(advertise, port);
         options.max_frame_len = config.transport.max_frame_len;
         let tc = Coordinator::new(options);
         let server = tc

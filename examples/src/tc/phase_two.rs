@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use meshline::rpc::Payload;
-use meshline::rpc::message::{BranchEndRequest, BranchStatus, GlobalStatus, SeataMessage};
+use meshline::rpc::message::{
+    BranchEndRequest, BranchStatus, BranchType, GlobalStatus, SeataMessage,
+};
 
 use super::Inner;
 use super::session::{Branch, Session};
@@ -16,33 +18,45 @@ use super::session::{Branch, Session};
 enum Outcome {
     /// Committed or rolled back.
     Done,
-    /// Try again later (no RM connected, no answer, a retryable status).
+    /// The RM answered a status to try again later.
     Retry(String),
+    /// It could not be sent or got no answer (no RM connected, a timeout): in Seata an
+    /// exception out of `branchCommit`, which the first attempt answers to the TM as
+    /// `Failed` / `Unknown` with the session's status (`DefaultCore.doGlobalCommit`).
+    Unsent(String),
     /// The RM gave up on it for good.
     Failed(BranchStatus),
 }
 
+/// Where a phase-two request goes: the resource, and the RM's application and address.
+struct Target<'a> {
+    resource: &'a str,
+    application_id: &'a str,
+    peer: std::net::SocketAddr,
+    branch_type: BranchType,
+}
+
 impl Inner {
-    /// Sends one branch's commit or rollback to its RM and judges the answer.
-    async fn drive_branch(&self, s: &Session, b: &Branch, commit: bool) -> Outcome {
+    /// Sends one phase-two request and reads the RM's answer.
+    async fn send_phase_two(
+        &self,
+        s: &Session,
+        to: Target<'_>,
+        req: BranchEndRequest,
+        commit: bool,
+    ) -> Result<BranchStatus, Outcome> {
         if self.crashed() {
-            return Outcome::Retry("the TC crashed".into());
+            return Err(Outcome::Unsent("the TC crashed".into()));
         }
         let Some(conn) =
             self.channels
-                .find(&b.resource_id, &b.application_id, b.peer, b.branch_type)
+                .find(to.resource, to.application_id, to.peer, to.branch_type)
         else {
-            return Outcome::Retry(format!(
-                "no RM of {} serving {} is connected",
-                b.application_id, b.resource_id
-            ));
-        };
-        let req = BranchEndRequest {
-            xid: s.xid.to_string(),
-            branch_id: b.id,
-            branch_type: b.branch_type,
-            resource_id: b.resource_id.clone(),
-            application_data: b.application_data.clone(),
+            // Seata's words (AbstractNettyRemotingServer.sendSyncRequest).
+            return Err(Outcome::Unsent(format!(
+                "rm client is not connected. dbkey:{},clientId:{}",
+                to.resource, to.application_id
+            )));
         };
         let msg = if commit {
             SeataMessage::BranchCommit(req)
@@ -51,63 +65,150 @@ impl Inner {
         };
         let payload = match Payload::seata(&msg) {
             Ok(p) => p,
-            Err(e) => return Outcome::Failed(failed_status(commit, &e.to_string())),
+            Err(e) => return Err(Outcome::Failed(failed_status(commit, &e.to_string()))),
         };
         self.stats.phase_two_sent.fetch_add(1, Ordering::Relaxed);
-        let answer = match conn.call(payload, self.options.phase_two_timeout).await {
-            Ok(p) => p,
-            Err(e) => return Outcome::Retry(format!("{} at {}: {e}", msg.name(), conn.peer())),
+        let answer = conn
+            .call(payload, self.options.phase_two_timeout)
+            .await
+            .map_err(|e| Outcome::Unsent(format!("{} at {}: {e}", msg.name(), conn.peer())))?;
+        match answer.decode_seata_limited(self.options.max_frame_len) {
+            Ok(SeataMessage::BranchCommitResponse(r)) if commit => Ok(r.branch_status),
+            Ok(SeataMessage::BranchRollbackResponse(r)) if !commit => Ok(r.branch_status),
+            Ok(other) => Err(Outcome::Unsent(format!("the RM answered {}", other.name()))),
+            Err(e) => Err(Outcome::Unsent(format!(
+                "unreadable answer from the RM of {}: {e}",
+                s.xid
+            ))),
+        }
+    }
+
+    /// Sends one branch's commit or rollback to its RM and judges the answer.
+    async fn drive_branch(&self, s: &Session, b: &Branch, commit: bool) -> Outcome {
+        let to = Target {
+            resource: &b.resource_id,
+            application_id: &b.application_id,
+            peer: b.peer,
+            branch_type: b.branch_type,
         };
-        let status = match answer.decode_seata_limited(self.options.max_frame_len) {
-            Ok(SeataMessage::BranchCommitResponse(r)) if commit => r.branch_status,
-            Ok(SeataMessage::BranchRollbackResponse(r)) if !commit => r.branch_status,
-            Ok(other) => return Outcome::Retry(format!("the RM answered {}", other.name())),
-            Err(e) => return Outcome::Retry(format!("unreadable answer from the RM: {e}")),
+        let req = BranchEndRequest {
+            xid: s.xid.to_string(),
+            branch_id: b.id,
+            branch_type: b.branch_type,
+            resource_id: b.resource_id.clone(),
+            application_data: b.application_data.clone(),
+        };
+        let status = match self.send_phase_two(s, to, req, commit).await {
+            Ok(status) => status,
+            Err(o) => return o,
         };
         use BranchStatus::*;
         match (commit, status) {
             (true, PhaseTwoCommitted | PhaseOneRdonly) => Outcome::Done,
             (false, PhaseTwoRollbacked | PhaseOneRdonly) => Outcome::Done,
+            // The XA transaction is unknown to the database: after the session's
+            // timeout plus `xaer_nota_retry_timeout` it is taken as done
+            // (DefaultCore.isXaerNotaTimeout).
+            (true, PhaseTwoCommitFailedXaerNotaRetryable)
+            | (false, PhaseTwoRollbackFailedXaerNotaRetryable)
+                if self.xaer_nota_expired(s) =>
+            {
+                tracing::info!(xid = %s.xid, branch = b.id, %status, "XAER_NOTA past its retry time; the branch is taken as done");
+                Outcome::Done
+            }
             (true, PhaseTwoCommitFailedUnretryable)
             | (false, PhaseTwoRollbackFailedUnretryable) => Outcome::Failed(status),
             (_, s) => Outcome::Retry(format!("the RM answered {s}")),
         }
     }
 
-    /// Commits every branch left (concurrently) and settles the session: `Committed`
-    /// and forgotten when all are done, `CommitFailed` when one gave up,
-    /// `CommitRetrying` (the loop tries again) otherwise. The session must be marked
-    /// `driving` by the caller.
-    pub(super) async fn commit_branches(self: &Arc<Self>, s: &Arc<Session>) -> GlobalStatus {
-        let branches: Vec<Branch> = s
-            .state()
-            .branches
-            .iter()
-            .filter(|b| b.status != BranchStatus::PhaseOneFailed)
-            .cloned()
-            .collect();
+    /// A SAGA's phase two: one request to the RM serving `applicationId#group`, branch
+    /// id -1, the global status's name as its application data (Seata's `SagaCore`).
+    async fn drive_saga(
+        &self,
+        s: &Session,
+        commit: bool,
+        status: GlobalStatus,
+    ) -> Result<BranchStatus, Outcome> {
+        let resource = s.saga_resource();
+        let to = Target {
+            resource: &resource,
+            application_id: &s.begun_by.application_id,
+            peer: s.begun_by.peer,
+            branch_type: BranchType::SAGA,
+        };
+        let req = BranchEndRequest {
+            xid: s.xid.to_string(),
+            branch_id: -1,
+            branch_type: BranchType::SAGA,
+            resource_id: resource.clone(),
+            application_data: Some(status.java_name().to_string()),
+        };
+        self.send_phase_two(s, to, req, commit).await
+    }
+
+    /// Commits the branches left and settles the session, as `DefaultCore.doGlobalCommit`
+    /// does: branches whose phase one failed and read-only XA branches are dropped; on
+    /// the first attempt AT branches are left to the background loop (their phase one
+    /// is committed already); every other branch is sent its commit, concurrently.
+    ///
+    /// The status: `Committed` (forgotten) when nothing is left, `AsyncCommitting` when
+    /// only AT branches are (the loop commits them), `CommitFailed` when an RM gave up,
+    /// else `CommitRetrying` (or `CommitRetryTimeout`). With it, on the first attempt,
+    /// why a branch could not be sent (Seata answers that `Failed` / `Unknown`). The
+    /// caller marks the session `driving`.
+    pub(super) async fn commit_branches(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        retrying: bool,
+    ) -> (GlobalStatus, Option<String>) {
+        if s.is_saga() {
+            return self.commit_saga(s, retrying).await;
+        }
+        let branches: Vec<Branch> = {
+            let mut st = s.state();
+            st.branches.retain(|b| {
+                b.status != BranchStatus::PhaseOneFailed
+                    && !(b.branch_type == BranchType::XA
+                        && b.status == BranchStatus::PhaseOneRdonly)
+            });
+            st.branches
+                .iter()
+                .filter(|b| {
+                    retrying || self.options.at_commit_sync || b.branch_type != BranchType::AT
+                })
+                .cloned()
+                .collect()
+        };
         let outcomes =
             futures_util::future::join_all(branches.iter().map(|b| self.drive_branch(s, b, true)))
                 .await;
         let mut st = s.state();
         let mut failed = None;
+        let mut unsent = None;
         for (b, o) in branches.iter().zip(outcomes) {
             match o {
                 Outcome::Done => st.branches.retain(|x| x.id != b.id),
                 Outcome::Retry(why) => {
                     tracing::info!(xid = %s.xid, branch = b.id, %why, "branch commit will be retried")
                 }
+                Outcome::Unsent(why) => {
+                    tracing::info!(xid = %s.xid, branch = b.id, %why, "branch commit not sent; will be retried");
+                    unsent.get_or_insert(why);
+                }
                 Outcome::Failed(status) => failed = Some((b.id, status)),
             }
         }
-        st.branches
-            .retain(|b| b.status != BranchStatus::PhaseOneFailed);
         st.driving = false;
         st.status = if let Some((id, status)) = failed {
             tracing::warn!(xid = %s.xid, branch = id, %status, "branch cannot be committed");
             GlobalStatus::CommitFailed
         } else if st.branches.is_empty() {
             GlobalStatus::Committed
+        } else if !self.options.at_commit_sync
+            && st.branches.iter().all(|b| b.branch_type == BranchType::AT)
+        {
+            GlobalStatus::AsyncCommitting
         } else if self.retry_expired(s) {
             GlobalStatus::CommitRetryTimeout
         } else {
@@ -115,24 +216,113 @@ impl Inner {
         };
         let status = st.status;
         drop(st);
-        if status != GlobalStatus::CommitRetrying {
+        if !matches!(
+            status,
+            GlobalStatus::CommitRetrying | GlobalStatus::AsyncCommitting
+        ) {
             self.finish(s, status);
         }
-        status
+        (
+            status,
+            unsent.filter(|_| !retrying && status == GlobalStatus::CommitRetrying),
+        )
+    }
+
+    /// A SAGA's commit (`SagaCore.doGlobalCommit`): its RM's answer settles the session;
+    /// a request that could not be sent turns the session to a rollback retry.
+    async fn commit_saga(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        retrying: bool,
+    ) -> (GlobalStatus, Option<String>) {
+        use BranchStatus::*;
+        let sent = self.drive_saga(s, true, GlobalStatus::Committing).await;
+        let (status, unsent) = match sent {
+            Ok(PhaseTwoCommitted) => (GlobalStatus::Committed, None),
+            Ok(PhaseTwoRollbacked) => (GlobalStatus::Rollbacked, None),
+            Ok(PhaseTwoRollbackFailedRetryable) => (GlobalStatus::RollbackRetrying, None),
+            Ok(PhaseOneFailed) => (GlobalStatus::Finished, None),
+            Ok(PhaseTwoCommitFailedUnretryable) => (GlobalStatus::CommitFailed, None),
+            Ok(_) | Err(Outcome::Retry(_)) => (GlobalStatus::CommitRetrying, None),
+            Err(Outcome::Failed(_)) => (GlobalStatus::CommitFailed, None),
+            Err(Outcome::Unsent(why)) => (GlobalStatus::RollbackRetrying, Some(why)),
+            Err(Outcome::Done) => (GlobalStatus::CommitRetrying, None),
+        };
+        self.settle_saga(s, status);
+        (status, unsent.filter(|_| !retrying))
+    }
+
+    /// A SAGA's rollback (`SagaCore.doGlobalRollback`): compensation is the RM's.
+    async fn rollback_saga(
+        self: &Arc<Self>,
+        s: &Arc<Session>,
+        timeout: bool,
+        retrying: bool,
+    ) -> (GlobalStatus, Option<String>) {
+        use BranchStatus::*;
+        let asked = if timeout {
+            GlobalStatus::TimeoutRollbacking
+        } else {
+            GlobalStatus::Rollbacking
+        };
+        let (done, retry, failed) = if timeout {
+            (
+                GlobalStatus::TimeoutRollbacked,
+                GlobalStatus::TimeoutRollbackRetrying,
+                GlobalStatus::TimeoutRollbackFailed,
+            )
+        } else {
+            (
+                GlobalStatus::Rollbacked,
+                GlobalStatus::RollbackRetrying,
+                GlobalStatus::RollbackFailed,
+            )
+        };
+        let (status, unsent) = match self.drive_saga(s, false, asked).await {
+            Ok(PhaseTwoRollbacked) => (done, None),
+            Ok(PhaseTwoRollbackFailedUnretryable) | Err(Outcome::Failed(_)) => (failed, None),
+            Ok(_) | Err(Outcome::Retry(_) | Outcome::Done) => (retry, None),
+            Err(Outcome::Unsent(why)) => (retry, Some(why)),
+        };
+        self.settle_saga(s, status);
+        (status, unsent.filter(|_| !retrying))
+    }
+
+    /// A SAGA session takes `status`: forgotten when final.
+    fn settle_saga(&self, s: &Arc<Session>, status: GlobalStatus) {
+        let mut st = s.state();
+        st.driving = false;
+        st.status = status;
+        drop(st);
+        if !matches!(
+            status,
+            GlobalStatus::CommitRetrying
+                | GlobalStatus::RollbackRetrying
+                | GlobalStatus::TimeoutRollbackRetrying
+        ) {
+            self.finish(s, status);
+        }
     }
 
     /// Rolls back every branch left, last registered first, stopping at the first that
     /// cannot be rolled back now (as Seata does); each branch's rows are released once
     /// it is rolled back. Settles as `Rollbacked` / `TimeoutRollbacked`, the failed or
-    /// retrying status, and forgets a finished session.
+    /// retrying status, and forgets a finished session. With the status, on the first
+    /// attempt, why a branch could not be sent (Seata answers that `Failed` /
+    /// `Unknown`).
     pub(super) async fn rollback_branches(
         self: &Arc<Self>,
         s: &Arc<Session>,
         timeout: bool,
-    ) -> GlobalStatus {
+        retrying: bool,
+    ) -> (GlobalStatus, Option<String>) {
+        if s.is_saga() {
+            return self.rollback_saga(s, timeout, retrying).await;
+        }
         let branches: Vec<Branch> = s.state().branches.iter().rev().cloned().collect();
         let mut failed = None;
         let mut retry = false;
+        let mut unsent = None;
         for b in &branches {
             if b.status == BranchStatus::PhaseOneFailed {
                 s.state().branches.retain(|x| x.id != b.id);
@@ -146,6 +336,12 @@ impl Inner {
                 }
                 Outcome::Retry(why) => {
                     tracing::info!(xid = %s.xid, branch = b.id, %why, "branch rollback will be retried");
+                    retry = true;
+                    break;
+                }
+                Outcome::Unsent(why) => {
+                    tracing::info!(xid = %s.xid, branch = b.id, %why, "branch rollback not sent; will be retried");
+                    unsent = Some(why);
                     retry = true;
                     break;
                 }
@@ -175,7 +371,18 @@ impl Inner {
         ) {
             self.finish(s, status);
         }
-        status
+        let retrying_now = matches!(
+            status,
+            GlobalStatus::RollbackRetrying | GlobalStatus::TimeoutRollbackRetrying
+        );
+        (status, unsent.filter(|_| !retrying && retrying_now))
+    }
+
+    /// Whether an XAER_NOTA answer for `s` has been retried long enough: past the
+    /// session's timeout plus the longer of its timeout and
+    /// [`TcOptions::xaer_nota_retry_timeout`](super::TcOptions::xaer_nota_retry_timeout).
+    fn xaer_nota_expired(&self, s: &Session) -> bool {
+        s.begun.elapsed() > s.timeout + s.timeout.max(self.options.xaer_nota_retry_timeout)
     }
 
     fn retry_expired(&self, s: &Session) -> bool {
@@ -185,7 +392,7 @@ impl Inner {
     }
 
     /// The session reached a final status: release what it holds, forget it, count it.
-    fn finish(&self, s: &Session, status: GlobalStatus) {
+    pub(super) fn finish(&self, s: &Session, status: GlobalStatus) {
         let rows: Vec<_> = s.state().branches.drain(..).flat_map(|b| b.rows).collect();
         self.locks.release(s.tx_id, &rows);
         self.sessions.remove(&s.xid);
@@ -208,6 +415,7 @@ impl Inner {
                 && match st.status {
                     GlobalStatus::Begin => s.timed_out(),
                     GlobalStatus::CommitRetrying
+                    | GlobalStatus::AsyncCommitting
                     | GlobalStatus::RollbackRetrying
                     | GlobalStatus::TimeoutRollbacking
                     | GlobalStatus::TimeoutRollbackRetrying => true,
@@ -234,14 +442,14 @@ impl Inner {
             let inner = self.clone();
             tokio::spawn(async move {
                 match status {
-                    GlobalStatus::CommitRetrying => {
-                        inner.commit_branches(&s).await;
+                    GlobalStatus::CommitRetrying | GlobalStatus::AsyncCommitting => {
+                        inner.commit_branches(&s, true).await;
                     }
                     GlobalStatus::RollbackRetrying => {
-                        inner.rollback_branches(&s, false).await;
+                        inner.rollback_branches(&s, false, true).await;
                     }
                     _ => {
-                        inner.rollback_branches(&s, true).await;
+                        inner.rollback_branches(&s, true, true).await;
                     }
                 }
             });

@@ -56,18 +56,39 @@ pub struct Session {
     pub timeout: Duration,
     /// When it began.
     pub begun: Instant,
+    /// The TM that began it: its application and transaction group (a SAGA's phase two
+    /// goes to the RM serving `applicationId#txServiceGroup`) and address.
+    pub begun_by: Begetter,
     state: Mutex<State>,
+}
+
+/// The TM that began a session.
+#[derive(Debug, Clone)]
+pub struct Begetter {
+    /// Its `applicationId`.
+    pub application_id: String,
+    /// Its `transactionServiceGroup`.
+    pub group: String,
+    /// Its address.
+    pub peer: SocketAddr,
 }
 
 impl Session {
     /// A session in `Begin`.
-    pub fn new(xid: Arc<str>, tx_id: i64, name: String, timeout: Duration) -> Self {
+    pub fn new(
+        xid: Arc<str>,
+        tx_id: i64,
+        name: String,
+        timeout: Duration,
+        begun_by: Begetter,
+    ) -> Self {
         Session {
             xid,
             tx_id,
             name,
             timeout,
             begun: Instant::now(),
+            begun_by,
             state: Mutex::new(State {
                 status: GlobalStatus::Begin,
                 active: true,
@@ -85,6 +106,21 @@ impl Session {
     /// True once its timeout has passed.
     pub fn timed_out(&self) -> bool {
         self.begun.elapsed() > self.timeout
+    }
+
+    /// A SAGA transaction: its first branch is SAGA (Seata's `GlobalSession.isSaga`).
+    /// Its phase two is one request to the saga RM, not one per branch.
+    pub fn is_saga(&self) -> bool {
+        self.state()
+            .branches
+            .first()
+            .is_some_and(|b| b.branch_type == BranchType::SAGA)
+    }
+
+    /// The resource a SAGA's phase two goes to: `applicationId#txServiceGroup` of the
+    /// TM that began it (Seata's `SagaCore.getSagaResourceId`).
+    pub fn saga_resource(&self) -> String {
+        format!("{}#{}", self.begun_by.application_id, self.begun_by.group)
     }
 }
 

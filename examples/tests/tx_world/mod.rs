@@ -37,12 +37,24 @@ impl Tc {
 }
 
 /// Quick housekeeping and phase-two timeouts, so retries and timeouts show within a
-/// test's patience.
+/// test's patience; AT commits answered once phase two is done (`at_commit_sync`), so
+/// a test of phase two's mechanics reads its results when the commit returns. The
+/// asynchronous AT commit that Seata's TC does (and this TC by default) is tested on
+/// its own (tc_as_seata.rs).
 pub fn quick_options() -> TcOptions {
     TcOptions {
         period: Duration::from_millis(50),
         phase_two_timeout: Duration::from_secs(2),
+        at_commit_sync: true,
         ..TcOptions::default()
+    }
+}
+
+/// [`quick_options`] with Seata's asynchronous AT commit.
+pub fn seata_options() -> TcOptions {
+    TcOptions {
+        at_commit_sync: false,
+        ..quick_options()
     }
 }
 

@@ -127,7 +127,7 @@ pub use outcome::{Classifier, Classify, Outcome};
 pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
-pub use settings::{TmConfig, TransportConfig};
+pub use settings::{RmConfig, TmConfig, TransportConfig};
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 

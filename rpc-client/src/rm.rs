@@ -6,8 +6,13 @@
 //!
 //! - **Phase one**: [`branch_register`](ResourceManager::branch_register) (the TC
 //!   assigns the branch id, or refuses with `LockKeyConflict` when another global
-//!   transaction holds one of the lock keys), [`branch_report`](ResourceManager::branch_report)
-//!   and [`lock_query`](ResourceManager::lock_query), each routed by XID to the TC that
+//!   transaction holds one of the lock keys: sent again every
+//!   `client.rm.lock.retryInterval`, up to `client.rm.lock.retryTimes` more times, as
+//!   Seata's `LockRetryController` does; `LockKeyConflictFailFast` at once),
+//!   [`report_phase_one`](ResourceManager::report_phase_one) (Seata's AT report rules:
+//!   `client.rm.reportSuccessEnable`, `client.rm.reportRetryCount`),
+//!   [`branch_report`](ResourceManager::branch_report) and
+//!   [`lock_query`](ResourceManager::lock_query), each routed by XID to the TC that
 //!   owns the transaction.
 //! - **Phase two**: the TC sends BranchCommit and BranchRollback over the RM's own
 //!   connection, as requests; the [`BranchHandler`] you give decides each branch's
@@ -67,9 +72,10 @@ use crate::client::RpcClient;
 use crate::exchange::exchange;
 use crate::message::{
     BranchRegisterRequest, BranchReportRequest, BranchStatus, BranchType, GlobalEndRequest,
-    GlobalStatus, RegisterRmRequest, SeataMessage,
+    GlobalStatus, RegisterRmRequest, SeataMessage, TransactionExceptionCode,
 };
 use crate::payload::Payload;
+use crate::settings::RmConfig;
 
 /// The registration an RM makes, and the resources it names (shared with the
 /// handshake, which reads them on every new connection).
@@ -99,6 +105,7 @@ impl Registration {
 pub struct ResourceManager {
     client: RpcClient,
     registration: Arc<Registration>,
+    options: Arc<RmConfig>,
 }
 
 impl ResourceManager {
@@ -122,10 +129,42 @@ impl ResourceManager {
     }
 
     /// Registers a branch of `xid` on `resource_id` holding `lock_keys`
-    /// (`table:pk1,pk2;table2:pk`) and returns the branch id the TC assigned. A lock
-    /// held by another global transaction is [`TransactionError::Refused`] with
-    /// `LockKeyConflict`.
+    /// (`table:pk1,pk2;table2:pk`) and returns the branch id the TC assigned.
+    ///
+    /// A lock held by another global transaction is retried as Seata's
+    /// `LockRetryController` does: sent again after `client.rm.lock.retryInterval`
+    /// (10 ms), up to `client.rm.lock.retryTimes` (30) more times; then
+    /// [`TransactionError::Refused`] with `LockKeyConflict`. `LockKeyConflictFailFast`
+    /// (the holder is rolling back: its rows will not be free soon) is returned at once.
     pub async fn branch_register(
+        &self,
+        xid: &str,
+        branch_type: BranchType,
+        resource_id: &str,
+        lock_keys: Option<&str>,
+        application_data: Option<&str>,
+    ) -> Result<i64, TransactionError> {
+        let mut retries_left = self.options.lock_retry_times;
+        loop {
+            match self
+                .register_once(xid, branch_type, resource_id, lock_keys, application_data)
+                .await
+            {
+                Err(e)
+                    if retries_left > 0
+                        && e.exception_code() == TransactionExceptionCode::LockKeyConflict
+                        && matches!(e, TransactionError::Refused { .. }) =>
+                {
+                    retries_left -= 1;
+                    tracing::debug!(%xid, retries_left, "lock conflict; registering again");
+                    tokio::time::sleep(self.options.lock_retry_interval).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn register_once(
         &self,
         xid: &str,
         branch_type: BranchType,
@@ -149,8 +188,54 @@ impl ResourceManager {
         Ok(r.branch_id)
     }
 
+    /// Reports how branch `branch_id`'s phase one ended, by Seata's rules for it
+    /// (`ConnectionProxy.report`): a success only when `client.rm.reportSuccessEnable`
+    /// is on (else the TC learns of it at phase two, and `Ok(false)` says nothing was
+    /// sent), a failure always; each report that fails, for any reason, is sent again,
+    /// `client.rm.reportRetryCount` attempts in all. `Ok(true)`: reported.
+    pub async fn report_phase_one(
+        &self,
+        xid: &str,
+        branch_id: i64,
+        branch_type: BranchType,
+        resource_id: &str,
+        succeeded: bool,
+    ) -> Result<bool, TransactionError> {
+        if succeeded && !self.options.report_success_enable {
+            return Ok(false);
+        }
+        let status = if succeeded {
+            BranchStatus::PhaseOneDone
+        } else {
+            BranchStatus::PhaseOneFailed
+        };
+        let attempts = self.options.report_retry_count.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self
+                .branch_report(xid, branch_id, branch_type, resource_id, status, None)
+                .await
+            {
+                Ok(()) => return Ok(true),
+                Err(e) if attempt < attempts => {
+                    tracing::warn!(%xid, branch_id, attempt, attempts, error = %e, "phase-one report failed; sending it again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The `client.rm.*` options in force.
+    pub fn options(&self) -> &RmConfig {
+        &self.options
+    }
+
     /// Reports branch `branch_id`'s phase-one `status` (`PhaseOne_Done`,
-    /// `PhaseOne_Failed`...).
+    /// `PhaseOne_Failed`...), once, whatever `client.rm.*` says: the raw request (a TCC
+    /// action updating its application data sends `Registered` with it, as Seata's
+    /// `BusinessActionContextUtil` does). For an AT branch's outcome, see
+    /// [`report_phase_one`](Self::report_phase_one).
     pub async fn branch_report(
         &self,
         xid: &str,

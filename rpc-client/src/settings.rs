@@ -1,5 +1,5 @@
-//! The rpc-client's keys, read from its parts of the configuration: `transport.*` and
-//! `client.tm.*`.
+//! The rpc-client's keys, read from its parts of the configuration: `transport.*`,
+//! `client.tm.*` and `client.rm.*` (`rm`).
 //!
 //! These keys are this crate's: registry-core keeps them raw
 //! ([`Config::part`](meshline_registry_core::Config::part)), so adding a transport key
@@ -16,6 +16,9 @@ use meshline_registry_core::config::SectionReader;
 use meshline_registry_core::{Config, RegistryError};
 
 use crate::Compressor;
+
+mod rm;
+pub use rm::RmConfig;
 
 /// Seata's `transport.*` keys for its other parts (server pools, thread factory, its
 /// own batching switches...): accepted without a warning, with no effect here.
@@ -295,6 +298,9 @@ pub struct TmConfig {
     pub default_global_transaction_timeout: Duration,
     /// The `client.tm.*` keys this crate does not know (by name; also logged).
     pub warnings: Vec<String>,
+    /// Seata `client.tm.*` keys present that meshline accepts without acting on them,
+    /// each with why (logged once by the TM's builder).
+    pub inert: Vec<String>,
 }
 
 impl Default for TmConfig {
@@ -304,6 +310,7 @@ impl Default for TmConfig {
             rollback_retry_count: 5,
             default_global_transaction_timeout: Duration::from_millis(60_000),
             warnings: Vec::new(),
+            inert: Vec::new(),
         }
     }
 }
@@ -330,6 +337,10 @@ const SEATA_TM_OTHERS: &[&str] = &[
     "interceptorOrder",
 ];
 
+/// Why each of [`SEATA_TM_OTHERS`] has no effect here.
+const SEATA_TM_OTHERS_WHY: &str =
+    "Seata's Spring interceptor (its degrade check and order), which meshline's TM does not have";
+
 impl TmConfig {
     /// The `client.tm.*` keys of `config`, validated.
     pub fn from_config(config: &Config) -> Result<TmConfig, RegistryError> {
@@ -349,6 +360,15 @@ impl TmConfig {
                 d.default_global_transaction_timeout,
             )?,
             warnings: Vec::new(),
+            inert: SEATA_TM_OTHERS
+                .iter()
+                .filter(|k| part.get(k).is_some())
+                .map(|k| {
+                    format!(
+                        "client.tm.{k}: accepted, no effect in meshline ({SEATA_TM_OTHERS_WHY})"
+                    )
+                })
+                .collect(),
         };
         r.accept(SEATA_TM_OTHERS);
         Ok(TmConfig {

@@ -98,12 +98,18 @@ impl TmOptions {
     /// The `client.tm.*` keys of `config` ([`crate::TmConfig`]); an invalid value is an
     /// error naming the key.
     pub fn from_config(config: &Config) -> Result<Self, meshline_registry_core::RegistryError> {
-        let tm = crate::TmConfig::from_config(config)?;
-        Ok(TmOptions {
+        Ok(TmOptions::from_tm_config(&crate::TmConfig::from_config(
+            config,
+        )?))
+    }
+
+    /// The options `tm` (the `client.tm.*` keys, read) sets.
+    pub fn from_tm_config(tm: &crate::TmConfig) -> Self {
+        TmOptions {
             commit_retry_count: tm.commit_retry_count,
             rollback_retry_count: tm.rollback_retry_count,
             default_timeout: tm.default_global_transaction_timeout,
-        })
+        }
     }
 }
 

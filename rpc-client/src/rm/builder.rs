@@ -12,7 +12,9 @@ use crate::error::RpcError;
 use crate::handshake::{Handshake, SeataRegistration};
 use crate::inbound::BoxFuture;
 use crate::message::{RegisterRmRequest, SeataMessage};
+use crate::outcome::Classifier;
 use crate::role_builder::{Common, common_builder_methods};
+use crate::settings::RmConfig;
 use crate::transport::BatchOptions;
 
 /// Builds a [`ResourceManager`]: the TCs' source, the configuration, the resources
@@ -21,6 +23,7 @@ pub struct RmBuilder {
     common: Common,
     resources: Vec<String>,
     handler: Option<Arc<dyn BranchHandler>>,
+    options: RmConfig,
 }
 
 impl std::fmt::Debug for RmBuilder {
@@ -50,6 +53,10 @@ impl Handshake for RmRegistration {
     fn timeout(&self) -> Option<Duration> {
         Some(self.timeout)
     }
+
+    fn classifier(&self) -> Option<Classifier> {
+        Some(Classifier::seata())
+    }
 }
 
 impl RmBuilder {
@@ -63,6 +70,7 @@ impl RmBuilder {
             common,
             resources: Vec::new(),
             handler: None,
+            options: RmConfig::default(),
         }
     }
 
@@ -70,7 +78,8 @@ impl RmBuilder {
     /// limits; requests wait `transport.rpcRmRequestTimeout`),
     /// `transport.enableRmClientBatchSendRequest` (else
     /// `enableClientBatchSendRequest`, else on) with `maxMergeSendMills`,
-    /// `applicationId` and `txServiceGroup`.
+    /// `client.rm.*` ([`RmConfig`]: lock retries, phase-one reports), `applicationId`
+    /// and `txServiceGroup`.
     pub fn config(mut self, config: &Config) -> Self {
         self.common.config(config);
         // An invalid key is recorded by the client builder (above) and fails `build`.
@@ -83,6 +92,16 @@ impl RmBuilder {
                 o.transport.batch = batch;
             });
         }
+        match RmConfig::from_config(config) {
+            Ok(o) => self.options = o,
+            Err(e) => self.common.config_error = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// Changes the RM's `client.rm.*` options (lock retries, reports) in place.
+    pub fn rm_options(mut self, f: impl FnOnce(&mut RmConfig)) -> Self {
+        f(&mut self.options);
         self
     }
 
@@ -133,6 +152,13 @@ impl RmBuilder {
             }
         }
         let c = self.common;
+        if let Some(e) = c.config_error {
+            return Err(RpcError::Config(e));
+        }
+        // Once, when the RM starts: the Seata keys it was given that it does not act on.
+        for inert in &self.options.inert {
+            tracing::warn!("{inert}");
+        }
         let registration = Arc::new(Registration {
             template: RegisterRmRequest {
                 version: c.version,
@@ -159,6 +185,7 @@ impl RmBuilder {
         Ok(ResourceManager {
             client,
             registration,
+            options: Arc::new(self.options),
         })
     }
 }

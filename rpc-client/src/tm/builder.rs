@@ -43,8 +43,15 @@ impl TmBuilder {
                 o.transport.batch = batch;
             });
         }
-        match TmOptions::from_config(config) {
-            Ok(o) => self.options = o,
+        match crate::TmConfig::from_config(config) {
+            Ok(tm) => {
+                // Once, as the TM is set up: the Seata keys it was given that it does
+                // not act on.
+                for inert in &tm.inert {
+                    tracing::warn!("{inert}");
+                }
+                self.options = TmOptions::from_tm_config(&tm);
+            }
             Err(e) => self.common.config_error = Some(e.to_string()),
         }
         self

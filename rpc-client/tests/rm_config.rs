@@ -1,0 +1,234 @@
+//! `client.rm.*` as Seata's RM acts on it, against a test TC that answers a scripted
+//! number of refusals: lock conflicts are retried (`client.rm.lock.retryInterval`,
+//! `retryTimes`), fail-fast conflicts are not, phase-one reports follow
+//! `reportSuccessEnable` and `reportRetryCount`.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use meshline_registry_core::Config;
+use meshline_registry_core::config::Format;
+use meshline_rpc_client::message::{
+    BranchCommitRequest, BranchRegisterResponse, BranchReportResponse, BranchRollbackRequest,
+    BranchStatus, BranchType, SeataMessage, TransactionExceptionCode, TransactionResult,
+    register_reply,
+};
+use meshline_rpc_client::rm::{BranchHandler, ResourceManager, async_trait};
+use meshline_rpc_client::{InboundRequest, Payload, Server, ServerConfig, TransactionError};
+
+/// A TC that refuses the first `refusals` branch registrations with `conflict`, and the
+/// first `report_failures` branch reports with `FailedStore`; counts both.
+struct ScriptedTc {
+    server: Server,
+    registers: Arc<AtomicU32>,
+    reports: Arc<AtomicU32>,
+}
+
+async fn scripted_tc(
+    refusals: u32,
+    conflict: TransactionExceptionCode,
+    report_failures: u32,
+) -> ScriptedTc {
+    let registers = Arc::new(AtomicU32::new(0));
+    let reports = Arc::new(AtomicU32::new(0));
+    let (reg, rep) = (registers.clone(), reports.clone());
+    let handler = move |req: InboundRequest| {
+        let (reg, rep) = (reg.clone(), rep.clone());
+        async move {
+            let msg = req.payload.decode_seata().ok()?;
+            if let Some(reply) = register_reply(&msg, true, "2.3.0") {
+                return Some(Payload::seata(&reply).unwrap());
+            }
+            let answer = match msg {
+                SeataMessage::BranchRegister(_) => {
+                    let n = reg.fetch_add(1, Ordering::SeqCst);
+                    SeataMessage::BranchRegisterResponse(if n < refusals {
+                        BranchRegisterResponse {
+                            result: TransactionResult::failed(conflict, "row t:1 is held"),
+                            branch_id: 0,
+                        }
+                    } else {
+                        BranchRegisterResponse {
+                            result: TransactionResult::success(),
+                            branch_id: 77,
+                        }
+                    })
+                }
+                SeataMessage::BranchReport(_) => {
+                    let n = rep.fetch_add(1, Ordering::SeqCst);
+                    SeataMessage::BranchReportResponse(BranchReportResponse {
+                        result: if n < report_failures {
+                            TransactionResult::failed(
+                                TransactionExceptionCode::FailedStore,
+                                "store down",
+                            )
+                        } else {
+                            TransactionResult::success()
+                        },
+                    })
+                }
+                _ => return None,
+            };
+            Some(Payload::seata(&answer).unwrap())
+        }
+    };
+    let server = Server::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        ServerConfig::default(),
+        handler,
+    )
+    .await
+    .unwrap();
+    ScriptedTc {
+        server,
+        registers,
+        reports,
+    }
+}
+
+struct Nothing;
+
+#[async_trait]
+impl BranchHandler for Nothing {
+    async fn branch_commit(&self, _: BranchCommitRequest) -> Result<BranchStatus, String> {
+        Ok(BranchStatus::PhaseTwoCommitted)
+    }
+    async fn branch_rollback(&self, _: BranchRollbackRequest) -> Result<BranchStatus, String> {
+        Ok(BranchStatus::PhaseTwoRollbacked)
+    }
+}
+
+async fn start_rm(
+    tc: &ScriptedTc,
+    keys: &str,
+) -> (Arc<meshline_registry_core::WatchHub>, ResourceManager) {
+    let hub = common::hub();
+    hub.publish(
+        "c",
+        vec![
+            meshline_registry_core::Instance::new("127.0.0.1", tc.server.local_addr().port())
+                .unwrap(),
+        ],
+    );
+    let config = Config::from_text(keys, Format::Properties).unwrap();
+    let rm = ResourceManager::builder()
+        .config(&config)
+        .watch(hub.subscribe("c"), "c")
+        .resource("jdbc:db")
+        .handler(Nothing)
+        .configure(|o| o.transport.batch = None)
+        .build()
+        .await
+        .unwrap();
+    rm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    (hub, rm)
+}
+
+const LOCK_KEYS: &str = "client.rm.lock.retryInterval=20\nclient.rm.lock.retryTimes=5\n";
+const XID: &str = "127.0.0.1:8091:1";
+
+async fn register(rm: &ResourceManager) -> Result<i64, TransactionError> {
+    rm.branch_register(XID, BranchType::AT, "jdbc:db", Some("t:1"), None)
+        .await
+}
+
+#[tokio::test]
+async fn a_conflict_that_clears_within_the_retries_registers() {
+    let tc = scripted_tc(3, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
+    let started = Instant::now();
+    assert_eq!(register(&rm).await.unwrap(), 77);
+    assert_eq!(
+        tc.registers.load(Ordering::SeqCst),
+        4,
+        "three refusals, then the registration"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(60),
+        "three waits of retryInterval (20 ms) took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_conflict_that_stays_fails_after_retry_times_with_its_code() {
+    let tc = scripted_tc(u32::MAX, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
+    match register(&rm).await {
+        Err(TransactionError::Refused {
+            exception: TransactionExceptionCode::LockKeyConflict,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        tc.registers.load(Ordering::SeqCst),
+        6,
+        "the first and retryTimes (5) more"
+    );
+}
+
+#[tokio::test]
+async fn a_fail_fast_conflict_is_not_retried() {
+    let tc = scripted_tc(
+        u32::MAX,
+        TransactionExceptionCode::LockKeyConflictFailFast,
+        0,
+    )
+    .await;
+    let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
+    match register(&rm).await {
+        Err(e) => assert_eq!(
+            e.exception_code(),
+            TransactionExceptionCode::LockKeyConflictFailFast
+        ),
+        Ok(id) => panic!("registered {id}"),
+    }
+    assert_eq!(tc.registers.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn phase_one_reports_follow_report_success_enable_and_retry_count() {
+    // Seata's defaults: a success is not reported, a failure is.
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let (_hub, rm) = start_rm(&tc, "").await;
+    assert!(
+        !rm.report_phase_one(XID, 77, BranchType::AT, "jdbc:db", true)
+            .await
+            .unwrap()
+    );
+    assert_eq!(tc.reports.load(Ordering::SeqCst), 0);
+    assert!(
+        rm.report_phase_one(XID, 77, BranchType::AT, "jdbc:db", false)
+            .await
+            .unwrap()
+    );
+    assert_eq!(tc.reports.load(Ordering::SeqCst), 1);
+
+    // Successes reported; two failed reports sent again within reportRetryCount (3).
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 2).await;
+    let keys = "client.rm.reportSuccessEnable=true\nclient.rm.reportRetryCount=3\n";
+    let (_hub, rm) = start_rm(&tc, keys).await;
+    assert!(
+        rm.report_phase_one(XID, 77, BranchType::AT, "jdbc:db", true)
+            .await
+            .unwrap()
+    );
+    assert_eq!(tc.reports.load(Ordering::SeqCst), 3);
+
+    // A report that keeps failing fails after reportRetryCount attempts, with its code.
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, u32::MAX).await;
+    let (_hub, rm) = start_rm(&tc, keys).await;
+    let e = rm
+        .report_phase_one(XID, 77, BranchType::AT, "jdbc:db", false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.exception_code(), TransactionExceptionCode::FailedStore);
+    assert_eq!(tc.reports.load(Ordering::SeqCst), 3);
+}

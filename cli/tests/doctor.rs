@@ -298,6 +298,84 @@ mod nacos {
         registry.close().await.unwrap();
     }
 
+    /// Seata's stock client `registry.conf`: `registry.type = "file"` naming
+    /// `file.conf`, and `config.type = "nacos"`. The grouplist is read from the centre,
+    /// as Seata's `FileRegistryServiceImpl` reads it through the configuration: the
+    /// centre's `service.prod.grouplist` wins over file.conf's, and a cluster only
+    /// file.conf has is still found there. The doctor says where each came from.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn seatas_registry_conf_reads_the_grouplist_from_the_nacos_centre() {
+        let server = Rnacos::start().expect("rnacos");
+        let accepting = tc(true).await;
+        let centre_tc = accepting.local_addr();
+        tokio::task::block_in_place(|| {
+            server.publish_config(
+                "seata.properties",
+                "SEATA_GROUP",
+                &format!(
+                    "service.vgroupMapping.my_tx_group=prod
+service.prod.grouplist={centre_tc}
+"
+                ),
+            )
+        })
+        .expect("publish config");
+        let dir = tempfile::tempdir().unwrap();
+        let closed = closed_port();
+        write(
+            &dir,
+            "file.conf",
+            &format!(
+                "transport {{\n  type = \"TCP\"\n}}\nservice {{\n  vgroupMapping.my_tx_group = \"default\"\n  \
+                 prod.grouplist = \"127.0.0.1:{closed}\"\n  only_file.grouplist = \"127.0.0.1:19111\"\n}}\n"
+            ),
+        );
+        let conf = write(
+            &dir,
+            "registry.conf",
+            &format!(
+                "registry {{\n  type = \"file\"\n  file {{\n    name = \"file.conf\"\n  }}\n}}\n\
+                 config {{\n  type = \"nacos\"\n  nacos {{\n    serverAddr = \"{}\"\n    grpcPort = {}\n    \
+                 namespace = \"\"\n    group = \"SEATA_GROUP\"\n    dataId = \"seata.properties\"\n  }}\n}}\n",
+                server.http_addr(),
+                server.grpc_port()
+            ),
+        );
+        let run = |args: &'static [&'static str]| {
+            let conf = conf.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let mut c = Command::new(env!("CARGO_BIN_EXE_meshline"));
+                    for (k, _) in std::env::vars() {
+                        if k.starts_with("MESHLINE_") {
+                            c.env_remove(k);
+                        }
+                    }
+                    c.arg("--config").arg(&conf).args(args).output().unwrap()
+                })
+                .await
+                .unwrap()
+            }
+        };
+        // rnacos takes a moment to serve what was published: wait for it, not a sleep.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let out = loop {
+            let out = run(&["lookup", "my_tx_group"]).await;
+            if out.status.success() || std::time::Instant::now() > deadline {
+                break out;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        assert!(out.status.success(), "lookup: {out:?}");
+        assert_eq!(text(&out).trim(), centre_tc.to_string(), "{out:?}");
+        let out = run(&["lookup", "--cluster", "only_file"]).await;
+        assert_eq!(text(&out).trim(), "127.0.0.1:19111", "{out:?}");
+        let out = run(&["doctor", "my_tx_group"]).await;
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{t}");
+        assert!(t.contains("grouplist of `prod` from nacos config"), "{t}");
+    }
+
     /// `config.type` is `file` while the mapping lives only in Nacos config.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_mapping_only_in_an_unread_nacos_centre_is_found() {

@@ -66,4 +66,13 @@ pub trait RegistryService: Send + Sync + 'static {
         let _ = cluster;
         Ok(Vec::new())
     }
+
+    /// Where `cluster`'s members were read from, for a registry that reads them from
+    /// the configuration (the `file` registry: a file, a configuration centre's key,
+    /// the built-in default), so `meshline doctor` can say which source won. `None`
+    /// (the default): the registry itself holds the members.
+    fn source_of(&self, cluster: &str) -> Option<String> {
+        let _ = cluster;
+        None
+    }
 }

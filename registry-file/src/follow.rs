@@ -44,8 +44,7 @@ fn apply(weak: &Weak<Inner>, live: &LiveConfig) -> bool {
     let Some(inner) = weak.upgrade() else {
         return false;
     };
-    let cfg = inner.source.reapply(&live.current());
-    inner.apply(cfg.service.grouplist);
+    inner.apply_config(&live.current());
     true
 }
 

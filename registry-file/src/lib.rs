@@ -24,7 +24,10 @@
 //!   are followed and every change rebuilds from all of the loader's sources, so a
 //!   grouplist given by `MESHLINE_SERVICE__<cluster>__GROUPLIST` survives every poll.
 //! - `registry.file.name`: that file, after the configuration's own files and before
-//!   its environment.
+//!   its environment. With a configuration centre (`config.type`), the centre comes
+//!   first, as Seata's `FileRegistryServiceImpl` reads through the centre, and the
+//!   file's grouplists are behind it for the clusters the centre does not have.
+//!   [`RegistryService::source_of`] says which source gave each cluster.
 //! - A configuration assembled in code: its grouplists, fixed. Keys set with
 //!   `Config::set` are applied again on top of every rebuild.
 //!
@@ -68,6 +71,10 @@ struct Inner {
     life: Lifecycle,
     /// cluster -> grouplist text, from the last good configuration.
     grouplists: Mutex<BTreeMap<String, String>>,
+    /// cluster -> where its grouplist came from (for `meshline doctor`).
+    origins: Mutex<BTreeMap<String, String>>,
+    /// `registry.file.name`'s grouplists behind a configuration centre's.
+    fallback: Option<source::Fallback>,
     /// The file shown as followed, if any.
     path: Option<std::path::PathBuf>,
     /// The configuration's source: its keys set in code are applied to every rebuild.
@@ -103,10 +110,13 @@ impl FileRegistry {
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let start = source::start(config)?;
         let policy = config.registry.empty_policy();
+        let (grouplists, origins) = source::layered(&start.config, start.fallback.as_ref());
         Ok(FileRegistry {
             inner: Arc::new(Inner {
                 life: Lifecycle::new(KIND, policy),
-                grouplists: Mutex::new(start.grouplists),
+                grouplists: Mutex::new(grouplists),
+                origins: Mutex::new(origins),
+                fallback: start.fallback,
                 path: start.path,
                 source: start.source,
                 follow: Mutex::new(Following {
@@ -123,7 +133,14 @@ impl FileRegistry {
         FileRegistry {
             inner: Arc::new(Inner {
                 life: Lifecycle::new(KIND, EmptyProtection::Protect),
+                origins: Mutex::new(
+                    grouplists
+                        .keys()
+                        .map(|c| (c.clone(), "the grouplists given in code".to_string()))
+                        .collect(),
+                ),
                 grouplists: Mutex::new(grouplists),
+                fallback: None,
                 path: None,
                 source: ConfigSource::default(),
                 follow: Mutex::new(Following {
@@ -226,8 +243,37 @@ impl Inner {
     /// Asks `live`'s centre for `cluster`'s grouplist and applies what it has then.
     async fn ask_cluster(&self, live: &LiveConfig, cluster: &str) {
         live.ask_cluster(cluster).await;
-        let cfg = self.source.reapply(&live.current());
-        self.apply(cfg.service.grouplist);
+        self.apply_config(&live.current());
+    }
+
+    /// Whether `cluster`'s grouplist should be asked of the centre (when there is one):
+    /// the configuration's own sources do not give it (it is missing, the built-in
+    /// default, or only the named file's, which the centre comes before).
+    fn wants_the_centre(&self, cluster: &str) -> bool {
+        if !self.lock_lists().contains_key(cluster) {
+            return true;
+        }
+        let origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
+        match origins.get(cluster) {
+            None => true,
+            Some(o) => {
+                o == source::BUILT_IN
+                    || self
+                        .fallback
+                        .as_ref()
+                        .is_some_and(|f| *o == f.path.display().to_string())
+            }
+        }
+    }
+
+    /// Applies the grouplists of `config` (a configuration the registry follows), with
+    /// the keys set in code on top and the named file behind a centre
+    /// ([`source::layered`]).
+    fn apply_config(&self, config: &Config) {
+        let cfg = self.source.reapply(config);
+        let (lists, origins) = source::layered(&cfg, self.fallback.as_ref());
+        *self.origins.lock().unwrap_or_else(|p| p.into_inner()) = origins;
+        self.apply(lists);
     }
 
     /// Stops following (on close and drop).
@@ -263,7 +309,7 @@ impl RegistryService for FileRegistry {
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        if !inner.lock_lists().contains_key(cluster) {
+        if inner.wants_the_centre(cluster) {
             let live = {
                 let f = inner.lock_follow();
                 match &f.what {
@@ -281,7 +327,7 @@ impl RegistryService for FileRegistry {
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {
         let inner = &self.inner;
         // A cluster the configuration lacks is asked of the centre first.
-        if !inner.lock_lists().contains_key(cluster)
+        if inner.wants_the_centre(cluster)
             && let Some(live) = inner.start_following()
         {
             inner.ask_cluster(&live, cluster).await;
@@ -308,6 +354,15 @@ impl RegistryService for FileRegistry {
 
     /// The other clusters that have a grouplist with at least one valid address: each
     /// is selected by `service.vgroupMapping.<group>=<that cluster>`.
+    fn source_of(&self, cluster: &str) -> Option<String> {
+        self.inner
+            .origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster)
+            .cloned()
+    }
+
     async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {
         self.inner.life.check_open()?;
         Ok(nearby::nearby(&self.inner.lock_lists(), cluster))

@@ -11,7 +11,9 @@
 //!   environment as read at load, the overrides), so a grouplist given by
 //!   `MESHLINE_SERVICE__<cluster>__GROUPLIST` survives every poll and edit.
 //! - `registry.file.name`: that file, read after the configuration's own files and
-//!   before its environment (which still wins).
+//!   before its environment (which still wins). With a configuration centre
+//!   (`config.type`), the centre comes first and the file's grouplists are behind it,
+//!   for the clusters the centre does not have ([`layered`]).
 //! - Anything else (a configuration assembled in code): its grouplists, fixed.
 //!
 //! Keys set in code with `Config::set` are applied again on top of every rebuild.
@@ -36,12 +38,65 @@ pub(crate) enum Follow {
     Live(LiveConfig),
 }
 
-/// The registry's first grouplists, what it follows, and the file shown as followed.
+/// The registry's first configuration, what it follows, and the file shown as followed.
 pub(crate) struct Start {
-    pub(crate) grouplists: BTreeMap<String, String>,
+    pub(crate) config: Config,
     pub(crate) follow: Follow,
     pub(crate) path: Option<PathBuf>,
     pub(crate) source: ConfigSource,
+    /// `registry.file.name`'s grouplists under a configuration centre's: read once,
+    /// used for each cluster the centre and the configuration's own sources do not
+    /// give (see [`layered`]).
+    pub(crate) fallback: Option<Fallback>,
+}
+
+/// The origin shown for a grouplist no source gave (Seata's `default -> 127.0.0.1:8091`).
+pub(crate) const BUILT_IN: &str = "the built-in default";
+
+/// The grouplists of `registry.file.name`, when a configuration centre comes first.
+pub(crate) struct Fallback {
+    pub(crate) path: PathBuf,
+    pub(crate) grouplists: BTreeMap<String, String>,
+}
+
+/// Each cluster's grouplist and where it came from: the configuration's own sources
+/// and its centre first (a key with an origin in [`Config::provenance`]), then
+/// `fallback` (the named file), then the configuration's built-in default. That is
+/// Seata's order: `FileRegistryServiceImpl` reads through `ConfigurationFactory`'s
+/// instance, the centre when `config.type` names one, and the file stays behind it.
+pub(crate) fn layered(
+    config: &Config,
+    fallback: Option<&Fallback>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut lists = BTreeMap::new();
+    let mut origins = BTreeMap::new();
+    let origin_in_config = |cluster: &str| {
+        let p = &config.provenance;
+        p.origin(&format!("service.{cluster}.grouplist"))
+            .or_else(|| p.origin(&format!("service.grouplist.{cluster}")))
+            .map(str::to_string)
+    };
+    for (cluster, text) in &config.service.grouplist {
+        if let Some(origin) = origin_in_config(cluster) {
+            lists.insert(cluster.clone(), text.clone());
+            origins.insert(cluster.clone(), origin);
+        }
+    }
+    if let Some(f) = fallback {
+        for (cluster, text) in &f.grouplists {
+            if !lists.contains_key(cluster) {
+                lists.insert(cluster.clone(), text.clone());
+                origins.insert(cluster.clone(), f.path.display().to_string());
+            }
+        }
+    }
+    for (cluster, text) in &config.service.grouplist {
+        if !lists.contains_key(cluster) {
+            lists.insert(cluster.clone(), text.clone());
+            origins.insert(cluster.clone(), BUILT_IN.to_string());
+        }
+    }
+    (lists, origins)
 }
 
 /// Works out what a registry built from `config` reads and follows.
@@ -63,11 +118,28 @@ pub(crate) fn start(config: &Config) -> Result<Start, RegistryError> {
             .map_err(|e| named(&path, e))?;
         let cfg = loader.clone().load_quietly().map_err(|e| named(&path, e))?;
         let cfg = source.reapply(&cfg);
+        // With a configuration centre, the centre comes first and the named file is
+        // behind it (Seata's stock registry.conf names `file.conf` with any
+        // `config.type`).
+        if let Some(live) = source.live_config().filter(|l| l.centre().is_some()) {
+            let fallback = Fallback {
+                path: path.clone(),
+                grouplists: cfg.service.grouplist,
+            };
+            return Ok(Start {
+                config: source.reapply(&live.current()),
+                follow: Follow::Live(live),
+                path: Some(path),
+                source,
+                fallback: Some(fallback),
+            });
+        }
         return Ok(Start {
-            grouplists: cfg.service.grouplist,
+            config: cfg,
             follow: Follow::Files(loader),
             path: Some(path),
             source,
+            fallback: None,
         });
     }
     let follow = match (source.live_config(), source.config_loader()) {
@@ -84,10 +156,11 @@ pub(crate) fn start(config: &Config) -> Result<Start, RegistryError> {
         }
     };
     Ok(Start {
-        grouplists: config.service.grouplist.clone(),
+        config: config.clone(),
         follow,
         path: config.path.clone(),
         source,
+        fallback: None,
     })
 }
 

@@ -92,6 +92,12 @@ pub async fn check(config: &Config, group: &str, cluster: Option<&str>) -> Found
             ),
         )
         .evidence(list.join(", "));
+        // A registry that reads its members from the configuration says which source
+        // won (a file, the centre, the built-in default).
+        let step = match registry.source_of(cluster) {
+            Some(origin) => step.evidence(format!("grouplist of `{cluster}` from {origin}")),
+            None => step,
+        };
         return Found {
             registry: Some(registry),
             members,

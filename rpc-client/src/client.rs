@@ -12,7 +12,8 @@
 //!   stable random subset of `k` endpoints is connected (see the `subset` module), and a
 //!   registry listing more members than that is logged once per change.
 //! - `endpoint`: an **endpoint task** connects, runs the [`Handshake`](crate::Handshake) on the new
-//!   connection, and only then puts the endpoint in the **alive set**. When the
+//!   connection (without one, waits for a PING's answer: a frozen process's kernel
+//!   still accepts connections), and only then puts the endpoint in the **alive set**. When the
 //!   connection dies it leaves the alive set at once and the task reconnects with
 //!   jittered exponential backoff; a refused handshake is logged and retried the same
 //!   way.

@@ -82,12 +82,14 @@ async fn removed_endpoint_drains_in_flight_then_closes() {
 #[tokio::test]
 async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
     let s = start("s", Mode::Echo).await;
-    // A peer that reads everything and never writes: no PONGs.
+    // A peer that answers the first PING (a new connection joins the alive set only
+    // once it has answered something), then reads everything and never writes again.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mute = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
+        while let Ok((sock, _)) = listener.accept().await {
             tokio::spawn(async move {
+                let mut sock = common::answer_first_ping(sock).await;
                 let mut buf = [0u8; 1024];
                 while let Ok(n) = sock.read(&mut buf).await {
                     if n == 0 {

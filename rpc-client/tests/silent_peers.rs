@@ -11,14 +11,16 @@ use common::{Mode, alive_ports, builder, hub, publish, start, until};
 use meshline_rpc_client::{EndpointState, Payload, Probe, RpcError};
 use tokio::io::AsyncReadExt;
 
-/// A peer that accepts and reads everything, and never writes a byte: what a host
-/// behind a cut link looks like from the client (no FIN, no RST, no answer).
+/// A peer that answers its first PING, then reads everything and never writes a byte
+/// again: what a host behind a link cut after it joined looks like from the client (no
+/// FIN, no RST, no answer).
 async fn mute_peer() -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
+        while let Ok((sock, _)) = listener.accept().await {
             tokio::spawn(async move {
+                let mut sock = common::answer_first_ping(sock).await;
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = sock.read(&mut buf).await {
                     if n == 0 {

@@ -1,4 +1,5 @@
-//! One endpoint's task: connect, handshake, join the alive set, and when the connection
+//! One endpoint's task: connect, handshake (or, without one, a PING answered: a frozen
+//! process's kernel still accepts connections), join the alive set, and when the connection
 //! dies, leave it at once and reconnect with jittered exponential backoff.
 //!
 //! The backoff starts again from its first delay only after a connection stayed up for
@@ -75,6 +76,17 @@ async fn connect_and_handshake(
             conn.close_with(format!("handshake failed: {reason}"));
             let _ = task.await;
             return Err(EndpointState::Refused(reason));
+        }
+    } else if inner.options.heartbeat {
+        // Alive means answered: a kernel accepts connections for a process that is
+        // frozen (SIGSTOP, a long pause), so a connect proves nothing. Without a
+        // handshake, a PING answered is the first answer.
+        let deadline = inner.options.handshake_timeout;
+        if let Err(e) = conn.ping(deadline).await {
+            let reason = format!("connected, but no answer to a PING: {e}");
+            conn.close_with(reason.clone());
+            let _ = task.await;
+            return Err(EndpointState::Down(reason));
         }
     }
     Ok((conn, task))

@@ -29,7 +29,8 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// How long one connect attempt may take.
     pub connect_timeout: Duration,
-    /// How long the handshake may take, at least. A handshake that states a longer
+    /// How long the handshake may take, at least (without a handshake: how long a new
+    /// connection's first PING may go unanswered before it is given up). A handshake that states a longer
     /// timeout of its own ([`Handshake::timeout`](crate::Handshake::timeout), e.g.
     /// Seata's 30 s for RegisterTM) gets that one.
     pub handshake_timeout: Duration,

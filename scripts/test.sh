@@ -112,6 +112,12 @@ TESTSH_FIGURES="$figures" python3 scripts/run-tests.py --lanes 3 --features "$FE
 step "figures the fault tests measured in this run"
 cat "$figures"
 [ "$tests_status" -eq 0 ] || exit "$tests_status"
+# The fault tests record their figures as they pass: none at all means they did not
+# run (a test that cannot run fails under CI=true; this catches any other way out).
+if [ ! -s "$figures" ]; then
+  echo "scripts/test.sh: the fault tests recorded no figures ($figures is empty): they did not run" >&2
+  exit 1
+fi
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
 # Its unit tests, and a plain rnacos refused at once naming the feature (what an

@@ -116,9 +116,8 @@ async fn client(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_partitioned_for_10_s_resumes_and_misses_no_push() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let host = Host::new().expect("test host");
     // The gateway listens on the client host's link (the test's side of it).
@@ -245,9 +244,8 @@ const KEEPALIVE: Duration = Duration::from_secs(4);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_is_detached() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let host = Host::new().expect("test host");
     let w = world(1, |s| {

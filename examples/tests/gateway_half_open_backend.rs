@@ -271,9 +271,8 @@ async fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sessions_on_a_half_open_backend_are_told() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let g = game().await;
     // Nobody sends anything: only the heartbeat can find the silence (a PING within 1 s
@@ -288,9 +287,8 @@ async fn idle_sessions_on_a_half_open_backend_are_told() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_flight_on_a_half_open_backend_fails_fast_and_everyone_is_told() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let g = game().await;
     let asker = g

@@ -103,9 +103,8 @@ fn quantile(v: &mut [Duration], q: f64) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_behind_a_slow_lossy_link_lose_nothing() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let host = Host::new().expect("test host");
     host.set_rto_min(RTO_MIN).unwrap();

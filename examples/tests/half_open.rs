@@ -169,9 +169,8 @@ async fn run(lb: &str) -> Run {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_tc_costs_the_live_ones_under_a_second_with_every_balancer() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let mut report = Vec::new();
     for lb in ["RoundRobinLoadBalance", "XID", "P2C"] {

@@ -270,9 +270,8 @@ fn line(lb: &str, phase: &str, f: &Figures) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_aware_balancers_move_calls_off_a_slow_or_lossy_tc_and_xids_still_reach_their_tc() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     let mut report = Vec::new();
     let mut broken = Vec::new();

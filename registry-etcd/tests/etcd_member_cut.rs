@@ -135,9 +135,8 @@ fn others(n: usize, cut: usize) -> Vec<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_and_lease_survive_losing_their_member_then_the_leader() {
-    if let Some(why) = meshline_testkit::net::skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if meshline_testkit::net::skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     meshline_testkit::watch::init_logs("meshline_registry_etcd=info");
     let mut cluster = EtcdCluster::start_on_hosts(3).expect("etcd cluster on test hosts");

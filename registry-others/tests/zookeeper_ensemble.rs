@@ -268,9 +268,8 @@ async fn cut_and_follow(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_move_off_a_cut_server_and_a_partition_longer_than_the_session_expires_and_re_registers()
  {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if skip_reason().is_some() {
+        return; // why was printed (and under CI=true it fails instead)
     }
     meshline_testkit::watch::init_logs("meshline_registry_others=info");
     let mut ensemble = match ZkEnsemble::start_on_hosts(3) {

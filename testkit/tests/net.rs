@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 use meshline_testkit::net::{FaultProxy, Faults, Host, namespaces_of_this_process, skip_reason};
 
 fn skip() -> bool {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return true;
+    if skip_reason().is_some() {
+        return true; // why was printed (and under CI=true it fails instead)
     }
     false
 }

@@ -29,8 +29,10 @@
 //!
 //! It needs root, `ip` (iproute2) and `nft` (nftables); [`available`] says whether
 //! they are here and why not. Tests call [`skip_reason`] and return early with the
-//! reason printed when it is `Some`: only where those are missing. `scripts/test.sh`
-//! installs iproute2 and nftables and CI runs as root, so there they run.
+//! reason printed when it is `Some`: only where those are missing, and never under
+//! `CI=true`, where a missing tool fails the test with the reason (a fault test that
+//! did not run must not count as passed). `scripts/test.sh` installs iproute2 and
+//! nftables and CI runs as root, so there they run.
 
 mod proxy;
 
@@ -42,8 +44,25 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub use proxy::{FaultProxy, Faults, RETRANSMIT};
 
 /// Why the test network cannot be built here, or `None` when it can.
+///
+/// # Panics
+///
+/// Under `CI=true` when it cannot be built, naming what is missing: there a test that
+/// returned early would count as passed without having run.
 pub fn skip_reason() -> Option<String> {
-    available().err()
+    let why = available().err()?;
+    cannot_run(&why);
+    Some(why)
+}
+
+/// A test is about to return early because `why` (a tool or server it needs is
+/// missing): prints so, and under `CI=true` fails instead, naming `why`, so that a test
+/// that did not run is never counted as passed there.
+pub fn cannot_run(why: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("this test cannot run here and CI=true: {why}");
+    }
+    eprintln!("skipped: {why}");
 }
 
 /// Whether this process can build test networks (root, `ip`, `nft`).

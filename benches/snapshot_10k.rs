@@ -7,39 +7,15 @@
 //! cargo bench -p meshline --bench snapshot_10k -- --warm-up-time 1 --measurement-time 3
 //! ```
 //!
-//! Targets (issue "one shape for every registry backend", item 7): full apply < 10 ms,
-//! one change < 1 ms on the 2-core development machine.
+//! Targets: full apply < 10 ms, one change < 1 ms on the 2-core development machine.
+//! The figures, measured with a peer in the same run, and what each change to this path
+//! bought, are in loadbalance/BENCHMARKS.md.
 //!
-//! Measured (2 vCPU AMD EPYC VM shared with other builds, load average about 3;
-//! interleaved runs of the bench built before and after, medians of two rounds; see
-//! loadbalance/BENCHMARKS.md):
-//!
-//! | row | RoundRobin | ConsistentHash | LeastActive |
-//! |---|---|---|---|
-//! | full apply, before | 11.1 ms | 53.3 ms | 14.0 ms |
-//! | full apply, after | 6.4 ms | 31.0 ms | 6.3 ms |
-//! | one change, before | 10.4 ms | 43.4 ms | 8.8 ms |
-//! | one change, after | 1.49 ms | 2.24 ms | 1.48 ms |
-//!
-//! Missed: full apply with consistent hashing (building 1.6 million ring points, 12.8
-//! MB, is memory-bound at ~20 ms here), and one change < 1 ms (reached only on a quieter
-//! machine: 0.97-1.33 ms round robin, 1.57 ms consistent hash, 1.39 ms least-active at
-//! load average 1.1-1.8). `full_apply` timed the drop of the hub and balancer too
-//! (criterion's `iter_batched` moved them into the routine); since issue 22 the
-//! routine hands them back, and they are dropped outside the timing.
-//!
-//! Issue 22, second pass (bench binaries before and after, interleaved; see
-//! loadbalance/BENCHMARKS.md): full apply ConsistentHash 16.1-16.4 -> 9.8-10.2 ms (the
-//! ring built on two threads), RoundRobin 3.8 -> 3.4-3.7 ms; one change unchanged
-//! (RoundRobin 0.83-0.95 ms, ConsistentHash 1.1-1.2 ms, LeastActive 1.0-1.1 ms: the
-//! hub's sort of the whole list and the balancer's merge of it).
-//!
-//! Second pass (hosts as `Arc<str>`, carried key index, wider sort ranks; interleaved,
-//! load average 1.5-2.2): one change RR 1.33 -> 0.96 ms, CH 1.23 -> 0.97-1.04 ms, LA
-//! 1.21 -> 0.83-0.93 ms; CH full apply 24 -> 22 ms (still missed). The harness clones
-//! `full` per iteration (untimed); with shared hosts, the previous snapshot's drop
-//! frees no strings, as for a backend that republishes its kept members after one
-//! event. A backend that re-parses everything also pays `parse_only` and the frees.
+//! The routine hands the hub and balancer back, so their teardown is dropped outside
+//! the timing (a full apply is not a balancer's destruction). The harness clones `full`
+//! per iteration (untimed); with shared hosts, the previous snapshot's drop frees no
+//! strings, as for a backend that republishes its kept members after one event. A
+//! backend that re-parses everything also pays `parse_only` and the frees.
 
 use std::hint::black_box;
 

@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FEATURES:?FEATURES: the features scripts/test.sh tests}"
 
+echo "== comments say why the code is as it is now: none cites an issue"
+# History belongs in git: a comment that names an issue ("Issue #13 item 4: ...")
+# rots as issues are renumbered and closed.
+if grep -rnE '//.*\b[Ii]ssue ?#?[0-9]+' --include='*.rs' \
+     --exclude-dir=target --exclude-dir=.git . ; then
+  echo "scripts/lint.sh: the comments above cite issue numbers; say the reason instead" >&2
+  exit 1
+fi
+
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
 cargo clippy -p meshline-registry-nacos --all-targets --features tls -- -D warnings

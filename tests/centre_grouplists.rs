@@ -1,11 +1,9 @@
-//! Issue #22 item 3, against a real etcd centre: the file registry reads its
+//! Against a real etcd centre: the file registry reads its
 //! grouplists from the same sources as the configuration (the file, the centre, the
 //! environment), follows each of them, and a group that is not the file's
 //! `txServiceGroup` is read from the centre as Seata's `getConfig` would.
-//!
-//! Before: the file registry re-read its file alone (a centre-given grouplist was never
-//! read, an env-given one was replaced on the first poll), and a Discovery asked for a
-//! group other than the file's said `MissingMapping` although etcd held the mapping.
+//! A grouplist given by the centre or the environment survives every poll of the
+//! file, and a Discovery asked for another group finds its mapping in etcd.
 #![cfg(all(feature = "etcd", feature = "file"))]
 
 mod support;

@@ -478,7 +478,7 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod log_filter_tests {
-    /// Issue #13 item 2: at `trace`, nacos-sdk's login lines (their target) are
+    /// At `trace`, nacos-sdk's login lines (their target) are
     /// dropped; everything else is kept.
     #[test]
     fn nacos_login_lines_are_dropped_even_at_trace() {

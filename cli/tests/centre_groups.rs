@@ -1,9 +1,8 @@
-//! Issue #22 item 3, through the `meshline` command and a real etcd config centre that
-//! holds single keys only: a group that is not the file's `txServiceGroup` is read from
-//! the centre by `lookup`, `doctor` and `watch`, and `watch` follows its mapping when
-//! the centre changes it. Before: all three said `service.vgroupMapping.g1` is missing
-//! (the live configuration asked the centre for the file's group only), and `watch`
-//! resolved the cluster once.
+//! Through the `meshline` command and a real etcd config centre that holds single keys
+//! only: a group that is not the file's `txServiceGroup` is read from the centre by
+//! `lookup`, `doctor` and `watch` (the live configuration asks the centre for every
+//! group it is asked about, not the file's alone), and `watch` follows its mapping when
+//! the centre changes it.
 #![cfg(feature = "etcd")]
 
 use std::io::{BufRead, BufReader};

@@ -1,5 +1,5 @@
 //! `meshline doctor` end to end, on real servers: each of the causes Seata users hit
-//! (issue "meshline doctor") is named with its fix, TCs are probed (connect, PING,
+//! is named with its fix, TCs are probed (connect, PING,
 //! RegisterTM) with the rpc-client's own server as the TC, and the exit code is 0 only
 //! when a TC accepted the registration.
 
@@ -254,7 +254,7 @@ mod nacos {
     }
 
     /// The TC registered under a team's own group (neither `DEFAULT_GROUP` nor
-    /// `SEATA_GROUP`, the two the doctor used to guess) while the client reads
+    /// `SEATA_GROUP`, the two groups a guess would try) while the client reads
     /// `DEFAULT_GROUP`: found through the server's catalog and named with the key.
     /// The test waits for the registry to list the TC, then runs the doctor once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,8 @@
 //! connections, so a reconnect succeeds at once, but nothing answers. Alive means
 //! answered: each client lets it go once, takes it back only after an answer (the TM
 //! after its RegisterTM, a client without a handshake after a PING), and has it back
-//! within 1 s of SIGCONT. Before, a client without a handshake put the frozen TC back
-//! in its alive set 50-130 ms after every reconnect, and lost it again: the flapping the
-//! gateway showed.
+//! within 1 s of SIGCONT. Taking a reconnect for a return would put the frozen TC back
+//! in the alive set after every reconnect and lose it again, every ~2 s.
 //!
 //! runs alone: it times a rejoin to within a second.
 

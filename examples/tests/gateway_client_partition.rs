@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 7: a client partitioned from the gateway
+//! A client partitioned from the gateway
 //! for 10 s (its host, a network namespace, blackholed by nftables: no FIN, no RST),
 //! then back. It resumes its session and gets every reliable push sent while it was
 //! away, once, in order, then live ones: nothing missed, nothing twice, no `GAP`.

@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 7: a game backend behind a half-open link.
+//! A game backend behind a half-open link.
 //! Its host (a network namespace) is blackholed by nftables mid-game: no FIN, no RST,
 //! its connections stay open and silent. Every session that depends on it must be told,
 //! not left waiting for pushes that will never come:
@@ -13,9 +13,9 @@
 //!
 //! Then every one of them is served by the live backend, with no error.
 //!
-//! Before the fix, sessions bound to the silent backend were told nothing until their
-//! next request of that module (`REBOUND` before its reply): an idle player waiting for
-//! its match's pushes waited forever.
+//! A session bound to the silent backend is told at once, not at its next request of
+//! that module (`REBOUND` before its reply): an idle player waiting for its match's
+//! pushes would otherwise wait forever.
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.

@@ -1,4 +1,4 @@
-//! Hardening (issue #15, item 8): 5,000 unauthenticated idle connections plus slowloris
+//! 5,000 unauthenticated idle connections plus slowloris
 //! senders while bots play. The authenticated bots' p99 stays within 2× of the quiet
 //! baseline (plus a small absolute floor), no bot is refused or disconnected, and the
 //! attackers are cut off by the auth deadline. In-process on loopback: one gateway, two

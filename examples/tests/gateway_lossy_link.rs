@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 7: clients behind a slow, lossy link.
+//! Clients behind a slow, lossy link.
 //!
 //! The clients live on a host of their own (a network namespace); between them and the
 //! gateway, a fault proxy adds 50 ms each way (a 100 ms round trip), and an nftables

@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 1: a TC whose host vanishes mid-load
+//! A TC whose host vanishes mid-load
 //! without a FIN or a RST (its network namespace blackholed by nftables), with three
 //! TCs each on its own host.
 //!

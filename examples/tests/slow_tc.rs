@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 2: a slow and lossy TC. Three TCs, each on
+//! A slow and lossy TC. Three TCs, each on
 //! its own host; one is reached through a fault proxy that adds, in phase A, 50 ms of
 //! delay plus up to 20 ms of jitter each way (a round trip of 100-140 ms, where the
 //! others answer in well under a millisecond), and in phase B 5 % loss (a "lost" chunk

@@ -1,5 +1,5 @@
 //! The client's side of the balancer, as the rpc-client uses it since the membership
-//! became one path (issue 22, item 4):
+//! became one path:
 //!
 //! - `payload_pick`: the whole per-request path of a `Balancer<T>` whose endpoints carry
 //!   what to send through (here an `Arc` standing for the client's `AliveEndpoint`):

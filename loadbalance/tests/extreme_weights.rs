@@ -1,5 +1,5 @@
 //! Extreme weights (0, 1, `u32::MAX`) through every balancer of the factory's name
-//! table (issue #13 item 6): picks never panic, always return a member of the current
+//! table: picks never panic, always return a member of the current
 //! endpoint set, and an endpoint of weight 0 gets no traffic while another has weight
 //! ("weight 0 = no new traffic, unless every endpoint has weight 0", `Endpoint::weight`),
 //! except where a balancer documents otherwise:

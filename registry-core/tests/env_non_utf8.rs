@@ -1,4 +1,4 @@
-//! Issue #13 item 5: the process environment may hold a variable that is not UTF-8
+//! The process environment may hold a variable that is not UTF-8
 //! (any program can set one); reading it must not panic. Its own test binary: it
 //! changes the environment of the process.
 

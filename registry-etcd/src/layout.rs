@@ -202,7 +202,7 @@ mod tests {
         );
     }
 
-    /// Issue #13 item 3: a malformed value of 1.5 MiB, rewritten in a loop, is one
+    /// A malformed value of 1.5 MiB, rewritten in a loop, is one
     /// short line per period (it was one 1.5 MiB line per entry).
     #[test]
     fn malformed_entries_log_short_rate_limited_lines() {

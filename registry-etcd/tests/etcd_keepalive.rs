@@ -1,5 +1,5 @@
-//! The etcd backend against an etcd with its **default** keep-alive policy (issue #11,
-//! "fix first": a 2 s HTTP/2 keep-alive made etcd close the connection every ~8 s):
+//! The etcd backend against an etcd with its **default** keep-alive policy, which
+//! closes a connection whose HTTP/2 keep-alive pings come more often than it allows:
 //! idle streams stay up, and the keep-alive etcd accepts still finds a frozen server.
 
 use std::sync::{Arc, Mutex};
@@ -127,8 +127,7 @@ async fn idle_watch_and_registration_survive_etcd_default_keepalive_policy() {
 /// The keep-alive that etcd's default policy accepts still finds a dead peer fast:
 /// with etcd frozen (SIGSTOP: the kernel keeps the connection open, nothing answers),
 /// the idle watch goes stale within `keepaliveTime + keepaliveTimeout` (1 s + 1 s by
-/// default; 3 s allowed), and is live again once etcd resumes. It took 10-15 s with the
-/// 10 s + 5 s keep-alive before issue 24 item 3.
+/// default; 3 s allowed), and is live again once etcd resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_pings_find_a_frozen_etcd() {
     init_logs();

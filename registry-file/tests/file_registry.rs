@@ -238,7 +238,7 @@ async fn nearby_lists_the_other_clusters_with_members() {
     ));
 }
 
-/// Issue #22 item 3: the registry rebuilds from every source of its configuration. A
+/// The registry rebuilds from every source of its configuration. A
 /// grouplist given by the environment was replaced by the file's (the built-in
 /// `127.0.0.1:8091`) on the first 250 ms poll; a key set in code was lost the same way.
 #[tokio::test]

@@ -448,7 +448,7 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
 
-/// Issue #13 item 4: an unregister made while the server is down fails. The instance
+/// An unregister made while the server is down fails. The instance
 /// must not come back after the reconnect: the client's redo forgets it when the
 /// deregistration is asked for (nacos-sdk 0.8, the client before ours, kept it and
 /// registered it *again* on the next reconnect), and the registry's background retry

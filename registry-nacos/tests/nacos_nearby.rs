@@ -1,8 +1,7 @@
 //! `NacosRegistry::nearby` against a real Nacos-protocol server (rnacos, started by
 //! testkit): where a Seata TC is registered when the client does not find it, with the
-//! `registry.nacos.*` keys that select it (issue #16: "a TC registered in group
-//! `SEATA_GROUP` while the client reads `DEFAULT_GROUP` -> doctor names `SEATA_GROUP`
-//! and the key to set").
+//! `registry.nacos.*` keys that select it (a TC registered in group `SEATA_GROUP` while
+//! the client reads `DEFAULT_GROUP`: the doctor names `SEATA_GROUP` and the key to set).
 
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, Nearby, RegistryService};
@@ -203,7 +202,7 @@ async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
     reg.close().await.unwrap();
 }
 
-/// Issue #25 item 4: a TC under a group that is neither `DEFAULT_GROUP` nor
+/// A TC under a group that is neither `DEFAULT_GROUP` nor
 /// `SEATA_GROUP` (a team's own name), and one in a namespace that is neither the
 /// configured one nor public, are found through the server's catalog and namespace
 /// list, each named with the keys that select it. Before, only the two guessed groups

@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 6: a three-node rnacos cluster (raft for
+//! A three-node rnacos cluster (raft for
 //! configs, Distro-like naming: each node owns the instances its own clients
 //! registered and sends them to the others), each node on its own test host (a network
 //! namespace), the client given all three nodes in `registry.nacos.serverAddr`. The

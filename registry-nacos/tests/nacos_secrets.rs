@@ -1,4 +1,4 @@
-//! Issue #13 item 2 for Nacos: the password never reaches a log line, an error or a
+//! Secrets, for Nacos: the password never reaches a log line, an error or a
 //! stale reason, at `trace`, through a login, a refused login and a reconnect after a
 //! server restart — with the log filter meshline ships
 //! (`meshline_registry_core::redact::LOG_DIRECTIVES`, which the CLI and the examples

@@ -137,7 +137,7 @@ pub(crate) async fn read_capped(
     Ok(out)
 }
 
-/// Issue #13 items 2 and 3 against a hostile HTTP server: an endless body, an error
+/// Secrets and bounded work against a hostile HTTP server: an endless body, an error
 /// body of a megabyte, and a `serviceUrl` with a password.
 #[cfg(all(test, feature = "consul", feature = "eureka"))]
 mod hostile_http {

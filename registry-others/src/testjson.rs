@@ -1,5 +1,5 @@
 //! A small deterministic generator of JSON-ish values for the property tests of the
-//! Consul and Eureka decoders (issue #13 item 6): random trees biased towards the keys
+//! Consul and Eureka decoders: random trees biased towards the keys
 //! and values those decoders look at, near-valid entries with one field broken, and raw
 //! byte strings (cut or corrupted JSON). Hand-rolled (xorshift) so the tests need no
 //! extra dependency and every failure replays from its seed.

@@ -445,7 +445,7 @@ async fn scans(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Issue #13 item 3: a burst of 500 pub/sub messages costs a few scans per second, not
+/// A burst of 500 pub/sub messages costs a few scans per second, not
 /// one full SCAN per message, and the burst's last change still reaches the watch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pubsub_burst_is_coalesced_into_a_few_scans_per_second() {
@@ -508,7 +508,7 @@ async fn a_pubsub_burst_is_coalesced_into_a_few_scans_per_second() {
     reg.close().await.unwrap();
 }
 
-/// Issue #13 item 3: 50 garbage keys of 8 KiB each, scanned again and again, and
+/// 50 garbage keys of 8 KiB each, scanned again and again, and
 /// 1 MiB garbage messages are a few short lines (each key was a whole line per scan,
 /// each message a whole line). A current-thread runtime, so the watch task logs into
 /// the capture.

@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 5: a single Redis (as Seata uses it) on a
+//! A single Redis (as Seata uses it) on a
 //! test-network host of its own, blackholed for ten seconds (an nftables drop inside
 //! its namespace: no FIN, no RST; Redis itself runs on and expires keys).
 //!

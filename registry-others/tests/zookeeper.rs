@@ -447,9 +447,9 @@ async fn a_connect_string_with_a_dead_server_fails_over() {
     panic!("20 connects never tried the dead servers of {cs}");
 }
 
-/// Issue #13 item 4: with credentials our cluster path and nodes are creator-all +
+/// With credentials our cluster path and nodes are creator-all +
 /// world-read: a client without them reads the members but can neither delete nor
-/// overwrite them (it could delete them before: the ACLs were open to anyone).
+/// overwrite them (with open ACLs anyone could).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_credentials_strangers_cannot_delete_our_nodes() {
     init_logs();
@@ -497,7 +497,7 @@ async fn with_credentials_strangers_cannot_delete_our_nodes() {
     reg.close().await.unwrap();
 }
 
-/// Issue #13 item 4: a node at our path that another session owns (a Java TC
+/// A node at our path that another session owns (a Java TC
 /// registered on the same address) is not deleted by our unregister or close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_another_session_owns_is_not_deleted() {
@@ -540,7 +540,7 @@ async fn a_node_another_session_owns_is_not_deleted() {
     }
 }
 
-/// Issue #13 item 4: registering where another session's node sits (a Java TC on the
+/// Registering where another session's node sits (a Java TC on the
 /// same address, or the process we replaced) never deletes it: the register waits for
 /// the owner's session to go, then creates ours; a live owner makes it an error.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue "Faults a real network throws", item 4: a ZooKeeper ensemble of three (Debian's
+//! A ZooKeeper ensemble of three (Debian's
 //! zookeeper, `QuorumPeerMain`), each server on its own test host (a network
 //! namespace), the client given all three servers in `registry.zk.serverAddr`. A host
 //! is cut by an nftables drop rule inside its namespace: no FIN, no RST.

@@ -1,4 +1,4 @@
-//! The client's per-call work outside the socket (issue 22, performance), each part
+//! The client's per-call work outside the socket, each part
 //! alone and in sequence:
 //!
 //! - `pick`: the balancer's pick with its in-flight guard and the payload read, on a

@@ -44,7 +44,7 @@ fn instance(addr: std::net::SocketAddr) -> Instance {
 }
 
 /// Fault 2 at the client: the endpoint whose peer stopped reading leaves the alive set
-/// (before: it stayed, and every call routed there timed out).
+/// (kept, every call routed there would time out).
 #[tokio::test]
 async fn an_endpoint_that_stops_reading_leaves_the_alive_set() {
     let (deaf, _t) = deaf_listener().await;

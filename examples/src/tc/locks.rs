@@ -142,9 +142,9 @@ mod tests {
         assert_eq!(l.len(), 0);
     }
 
-    /// The clean-up after a conflict used to run while the conflicting row's entry
-    /// still held its shard's lock: a row taken earlier in the same shard deadlocked
-    /// the TC (seen in a full run; hashing decides the shards, so it came and went).
+    /// The clean-up after a conflict runs once the conflicting row's entry has dropped
+    /// its shard's lock: run under it, a row taken earlier in the same shard would
+    /// deadlock the TC (hashing decides the shards, so only some runs would show it).
     /// With 200 rows taken before the conflict, some share its shard every time.
     #[test]
     fn a_conflict_after_many_rows_cleans_up_without_deadlocking() {

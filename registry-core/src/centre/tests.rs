@@ -277,7 +277,7 @@ async fn a_watch_by_group_moves_with_the_mapping() {
     }
 }
 
-/// Issue #22 item 3: a group other than `txServiceGroup` is read from the centre when
+/// A group other than `txServiceGroup` is read from the centre when
 /// asked (its mapping single key, then the mapped cluster's grouplist), followed from
 /// then on, and a Discovery asks for it by itself.
 #[tokio::test]
@@ -326,7 +326,7 @@ async fn an_asked_group_is_read_from_the_centre_and_followed() {
     assert_eq!(d.cluster_for("g2").unwrap(), "b");
 }
 
-/// Issue #22 item 3: with a centre, the files are followed too, and an edit rebuilds
+/// With a centre, the files are followed too, and an edit rebuilds
 /// from every source: the centre's entries stay on top of the edited file, the
 /// environment on top of both; a broken edit keeps the last configuration and says why.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue #13: secrets in warnings, odd environments and durations (items 2, 5, 6).
+//! Secrets in warnings, odd environments and durations (items 2, 5, 6).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

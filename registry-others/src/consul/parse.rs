@@ -244,7 +244,7 @@ mod tests {
         assert!(parse_health("c", b"not json").is_err());
     }
 
-    /// Issue 13 item 3: every malformed entry was logged, whole (a 100 kB ID made a
+    /// Every malformed entry was logged, whole (a 100 kB ID made a
     /// 100 kB line, per entry, per query). Now: truncated, one line per cluster per
     /// period.
     #[test]
@@ -286,7 +286,7 @@ mod tests {
         Instance::new(host, port).ok()
     }
 
-    /// Issue 13 item 6: arbitrary JSON-ish bodies never panic the decoder, and exactly
+    /// Arbitrary JSON-ish bodies never panic the decoder, and exactly
     /// the well-formed entries become members, with their address.
     #[test]
     fn health_decoding_never_panics_and_keeps_only_well_formed_entries() {

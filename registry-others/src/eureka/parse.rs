@@ -416,7 +416,7 @@ mod tests {
         assert!(m.members("default").is_empty());
     }
 
-    /// Issue 13 item 3: every malformed instance was logged whole, per fetch. Now:
+    /// Every malformed instance was logged whole, per fetch. Now:
     /// truncated, one line per cluster per period.
     #[test]
     fn malformed_instance_logs_are_truncated_and_rate_limited() {
@@ -466,7 +466,7 @@ mod tests {
         k
     }
 
-    /// Issue 13 item 6: arbitrary full and delta documents never panic the decoder;
+    /// Arbitrary full and delta documents never panic the decoder;
     /// members are exactly the well-formed UP instances the mirror holds.
     #[test]
     fn full_and_delta_documents_never_panic_and_keep_only_well_formed_members() {

@@ -169,7 +169,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Issue #13 item 6: any key bytes are classified without a panic, as
+        /// Any key bytes are classified without a panic, as
         /// specified: not UTF-8 is bad; outside the prefix, or with `_` after it, is
         /// another cluster's; else a member exactly when the rest is an address.
         #[test]
@@ -197,7 +197,7 @@ mod tests {
             }
         }
 
-        /// Issue #13 item 6: any payload is parsed without a panic; a message is
+        /// Any payload is parsed without a panic; a message is
         /// recognised exactly for `<address>-register` / `<address>-unregister`.
         #[test]
         fn any_payload_is_parsed_as_specified(

@@ -75,7 +75,7 @@ mod tests {
         assert_eq!(shown, vec!["10.0.0.1:80", "[2000::1]:81"]);
     }
 
-    /// Issue #13 item 3: 50 long garbage names are one short line (each was a line of
+    /// 50 long garbage names are one short line (each was a line of
     /// its own, whole).
     #[test]
     fn malformed_children_log_short_rate_limited_lines() {
@@ -91,7 +91,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Issue #13 item 6: any child name is parsed without a panic; it is a member
+        /// Any child name is parsed without a panic; it is a member
         /// exactly when it parses as an address, and then is that address.
         #[test]
         fn any_child_name_is_parsed_as_specified(

@@ -192,7 +192,7 @@ pub(super) async fn session_loop(inner: Arc<Inner>) {
 mod tests {
     use super::*;
 
-    /// Issue #13 item 5: a session timeout near `Duration::MAX` is an error naming the
+    /// A session timeout near `Duration::MAX` is an error naming the
     /// server, not an overflow panic in `session_timeout + connect_timeout`.
     #[tokio::test]
     async fn huge_timeouts_do_not_overflow() {

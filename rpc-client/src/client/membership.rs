@@ -329,7 +329,7 @@ mod tests {
     use super::*;
     use crate::RpcClient;
 
-    /// Issue 13 item 3: a registry listing 1,000 members made the client open 1,000
+    /// A registry listing 1,000 members made the client open 1,000
     /// connections (no default cap); the warning about it comes once per change.
     #[tokio::test]
     async fn a_huge_listing_connects_to_at_most_the_default_cap() {

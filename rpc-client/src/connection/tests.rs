@@ -72,9 +72,10 @@ async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// Fault 1: each reader used to await its own write queue (for PONGs and answers). With
-/// both peers pushing and small queues, both queues filled with requests, both readers
-/// waited on their writers, both writers on the other side's reader: deadlock.
+/// Fault 1: a reader never awaits its own write queue (for PONGs and answers). If it
+/// did, with both peers pushing and small queues, both queues would fill with
+/// requests, both readers wait on their writers, both writers on the other side's
+/// reader: deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_peers_pushing_100k_requests_at_each_other_with_small_queues_complete() {
     let small = TransportOptions {

@@ -73,7 +73,9 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
             xid.starts_with(&format!("127.0.0.1:{victim_port}:")),
             "{xid}"
         );
-        rm.branch_register(&xid, BranchType::AT, "db-a", None, None)
+        // TCC: its commit waits for phase two (an AT commit is answered at once and
+        // committed in the background, as Seata's TC does).
+        rm.branch_register(&xid, BranchType::TCC, "db-a", None, None)
             .await
             .unwrap();
         let c = client.clone();

@@ -26,7 +26,7 @@
 //! Any other answer (a registration, a merged result, an undecodable body, another
 //! codec) is a success: the caller reads it and reports what is wrong with it.
 //!
-//! The probe ([`Classify::probe`](crate::Classify::probe)) is a GlobalStatus of an XID
+//! The probe ([`Classify::probe`]) is a GlobalStatus of an XID
 //! no TC made: Seata reads its store for it (`SessionHolder.findGlobalSession`), so a
 //! TC whose store failed answers `FailedStore`, and a healthy one `Finished`.
 

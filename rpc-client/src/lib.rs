@@ -128,6 +128,7 @@ pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use settings::{RmConfig, TmConfig, TransportConfig};
+pub use subset::ApertureCoordinate;
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 

@@ -103,6 +103,9 @@ pub struct TransportConfig {
     /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
     /// default cap (64).
     pub max_connected_members: Option<usize>,
+    /// `transport.apertureCoordinate` (meshline): `<index>/<count>`, this client's place
+    /// among the clients of the cluster, for the deterministic aperture subset.
+    pub aperture_coordinate: Option<crate::ApertureCoordinate>,
     /// The `transport.*` keys this crate does not know, one message each (by name and
     /// origin, never the value; also logged).
     pub warnings: Vec<String>,
@@ -133,6 +136,7 @@ impl Default for TransportConfig {
             eject_after_failures: None,
             ejection_time: None,
             max_connected_members: None,
+            aperture_coordinate: None,
             warnings: Vec::new(),
         }
     }
@@ -250,6 +254,7 @@ impl TransportConfig {
             eject_after_failures: r.optional_number("ejectAfterFailures")?,
             ejection_time: positive(&r, "ejectionTime")?,
             max_connected_members: r.optional_number("maxConnectedMembers")?,
+            aperture_coordinate: r.parse("apertureCoordinate", |v| v.parse())?,
             warnings: Vec::new(),
         };
         // Seata's other `enable*` switches are its own.

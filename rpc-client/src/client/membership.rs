@@ -203,15 +203,21 @@ impl Inner {
                             listed = instances.len(),
                             cap = k,
                             "the registry lists more members than the client connects to; \
-                             using a stable random subset (raise transport.maxConnectedMembers \
+                             using a subset (stable random, or the deterministic aperture with \
+                             transport.apertureCoordinate; raise transport.maxConnectedMembers \
                              if this is intended)"
                         );
                     }
                 } else {
                     st.over_cap_warned = None;
                 }
-                let current: HashSet<InstanceKey> = st.endpoints.keys().cloned().collect();
-                crate::subset::choose(&current, instances, k)
+                match self.options.aperture {
+                    Some(c) => crate::subset::aperture(instances, k, c),
+                    None => {
+                        let current: HashSet<InstanceKey> = st.endpoints.keys().cloned().collect();
+                        crate::subset::choose(&current, instances, k)
+                    }
+                }
             }
             None => instances.to_vec(),
         };
@@ -386,6 +392,47 @@ mod tests {
             ClientOptions::from_config(&config).unwrap().subset_size,
             None
         );
+    }
+
+    /// `transport.apertureCoordinate` makes the subset the deterministic aperture: the
+    /// client numbered 1 of 4, connecting to 3 of 12 members, takes the arc that starts
+    /// a quarter of the way round the identity-ordered ring, every time.
+    #[tokio::test]
+    async fn an_aperture_coordinate_picks_its_arc_of_the_ring() {
+        let mut config = meshline_registry_core::Config::default();
+        config.set("transport.maxConnectedMembers", "3").unwrap();
+        config.set("transport.apertureCoordinate", "1/4").unwrap();
+        let o = ClientOptions::from_config(&config).unwrap();
+        assert_eq!(o.aperture, crate::ApertureCoordinate::new(1, 4));
+        config.set("transport.apertureCoordinate", "4/4").unwrap();
+        let e = ClientOptions::from_config(&config).unwrap_err();
+        assert!(e.to_string().contains("apertureCoordinate"), "{e}");
+
+        let hub = WatchHub::new("t", EmptyProtection::Apply);
+        let members: Vec<Instance> = (0..12u16)
+            .map(|i| Instance::new("127.0.0.1", 21000 + i).unwrap())
+            .collect();
+        hub.publish("c", members.clone());
+        let client = RpcClient::builder()
+            .watch(hub.subscribe("c"), "c")
+            .load_balance_name("RandomLoadBalance")
+            .options(o)
+            .configure(|o| {
+                o.backoff_initial = Duration::from_secs(30);
+                o.backoff_max = Duration::from_secs(30);
+            })
+            .build()
+            .await
+            .unwrap();
+        let inner = client.handle.inner.clone();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut ports: Vec<u16> = inner.state().endpoints.keys().map(|k| k.port).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, [21003, 21004, 21005]);
+        client.shutdown(Duration::from_secs(1)).await;
     }
 
     /// Fault 8: an old endpoint task (its endpoint removed and added again) wrote its

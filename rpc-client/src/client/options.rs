@@ -8,6 +8,7 @@ use meshline_registry_core::{Config, RegistryError};
 
 use crate::TransportConfig;
 use crate::outcome::Classifier;
+use crate::subset::ApertureCoordinate;
 use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to
@@ -92,6 +93,12 @@ pub struct ClientOptions {
     /// lists more members than the cap, the client logs a warning (once per change of
     /// the listed count, not once per snapshot).
     pub subset_size: Option<usize>,
+    /// Where this client stands among the clients of the cluster
+    /// (`transport.apertureCoordinate = "<index>/<count>"`): with it, the subset is
+    /// Finagle's deterministic aperture, which gives every server the same number of
+    /// clients within one; without it (the default), a stable random subset. See
+    /// [`ApertureCoordinate`].
+    pub aperture: Option<ApertureCoordinate>,
 }
 
 impl Default for ClientOptions {
@@ -115,6 +122,7 @@ impl Default for ClientOptions {
             stable_after: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
             subset_size: Some(DEFAULT_MAX_CONNECTED_MEMBERS),
+            aperture: None,
         }
     }
 }
@@ -167,6 +175,9 @@ impl ClientOptions {
         }
         if let Some(k) = t.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
+        }
+        if let Some(c) = t.aperture_coordinate {
+            self.aperture = Some(c);
         }
         self.transport.apply_transport(t);
     }

@@ -106,6 +106,20 @@ async fn rm(w: &World, app: &str, resource: &str, handler: Rm) -> ResourceManage
     rm
 }
 
+/// A transaction holding the AT row `row` of `jdbc:stock` through `stock`.
+async fn holding(
+    w: &World,
+    stock: &ResourceManager,
+    row: &str,
+) -> meshline::rpc::tm::GlobalTransaction {
+    let holder = w.tm.begin("holder", Duration::from_secs(30)).await.unwrap();
+    stock
+        .branch_register(holder.xid(), BranchType::AT, "jdbc:stock", Some(row), None)
+        .await
+        .unwrap();
+    holder
+}
+
 /// Sends `msg` on `client` routed by `xid` and decodes the answer: the TC's own words,
 /// result code included, before the TM reads them.
 async fn raw(client: &RpcClient, xid: &str, msg: SeataMessage) -> SeataMessage {
@@ -319,17 +333,7 @@ async fn xa_read_only_branches_are_skipped_and_xaer_nota_ends_after_its_time() {
 async fn a_lock_query_for_tcc_or_xa_is_lockable() {
     let w = world(seata_options()).await;
     let stock = rm(&w, "stock", "jdbc:stock", Rm::default()).await;
-    let holder = w.tm.begin("holder", Duration::from_secs(30)).await.unwrap();
-    stock
-        .branch_register(
-            holder.xid(),
-            BranchType::AT,
-            "jdbc:stock",
-            Some("t:1"),
-            None,
-        )
-        .await
-        .unwrap();
+    let holder = holding(&w, &stock, "t:1").await;
     let other = w.tm.begin("other", Duration::from_secs(30)).await.unwrap();
     let q = |t| stock.lock_query(t, "jdbc:stock", other.xid(), "t:1");
     assert!(!q(BranchType::AT).await.unwrap());
@@ -458,17 +462,7 @@ async fn a_row_held_by_a_rolling_back_transaction_fails_fast() {
         ..Rm::default()
     };
     let stock = rm(&w, "stock", "jdbc:stock", slow).await;
-    let holder = w.tm.begin("holder", Duration::from_secs(30)).await.unwrap();
-    stock
-        .branch_register(
-            holder.xid(),
-            BranchType::AT,
-            "jdbc:stock",
-            Some("t:1"),
-            None,
-        )
-        .await
-        .unwrap();
+    let holder = holding(&w, &stock, "t:1").await;
     let other = w.tm.begin("other", Duration::from_secs(30)).await.unwrap();
     let register =
         || stock.branch_register(other.xid(), BranchType::AT, "jdbc:stock", Some("t:1"), None);

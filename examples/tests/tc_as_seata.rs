@@ -333,7 +333,7 @@ async fn xa_read_only_branches_are_skipped_and_xaer_nota_ends_after_its_time() {
 async fn a_lock_query_for_tcc_or_xa_is_lockable() {
     let w = world(seata_options()).await;
     let stock = rm(&w, "stock", "jdbc:stock", Rm::default()).await;
-    let holder = holding(&w, &stock, "t:1").await;
+    let _holder = holding(&w, &stock, "t:1").await;
     let other = w.tm.begin("other", Duration::from_secs(30)).await.unwrap();
     let q = |t| stock.lock_query(t, "jdbc:stock", other.xid(), "t:1");
     assert!(!q(BranchType::AT).await.unwrap());

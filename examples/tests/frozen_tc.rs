@@ -94,7 +94,10 @@ async fn a_frozen_tc_leaves_once_and_returns_only_when_it_answers() {
 
     for (who, s) in &seen {
         let s = s.lock().unwrap().clone();
-        println!("{who}: {s:?} (resumed at {resumed:?})");
+        meshline_testkit::figures::report(
+            "frozen_tc",
+            &format!("{who}: left/rejoined at {s:?} (SIGCONT at {resumed:?})"),
+        );
         let while_frozen: Vec<_> = s.iter().filter(|(t, _)| *t < resumed).collect();
         assert_eq!(
             while_frozen.iter().filter(|(_, p)| !p).count(),

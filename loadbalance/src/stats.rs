@@ -383,7 +383,7 @@ impl EndpointStats {
     /// failed. Decayed as usual, a failure's price would keep it from the latency-led
     /// picks for a minute after it works again, and with no picks nothing would correct
     /// it sooner. A caller passes what it expects of the endpoint now (the rpc-client:
-    /// its cheapest peer's estimate, so the endpoint takes a share at once without
+    /// its costliest peer's estimate, so the endpoint takes a share at once without
     /// drawing every pick before its first answer); its next slower answer replaces it
     /// at once (peak-sensitivity), faster ones blend in.
     pub fn restart_estimate(&self, latency: Duration) {

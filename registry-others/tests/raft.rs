@@ -258,15 +258,17 @@ fn with_login(validity: Duration, hold: Duration) -> RaftDouble {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_renewed_and_a_refused_token_logs_in_again() {
     init_logs();
-    // Tokens live 1.5 s; watches are held 300 ms, so the client calls often.
-    let d = with_login(Duration::from_millis(1500), Duration::from_millis(300));
+    // Tokens live 3 s; watches are held 300 ms, so the client calls often. The renewal
+    // comes at nine tenths of the lifetime: 300 ms before expiry, a margin a loaded
+    // 2-core machine keeps.
+    let d = with_login(Duration::from_millis(3000), Duration::from_millis(300));
     d.set_members("default", &TX, Some(0));
     let cfg = config_with(
         &d.server_addr(),
         &[
             ("registry.raft.username", USER),
             ("registry.raft.password", SECRET),
-            ("registry.raft.tokenValidityInMilliseconds", "1500"),
+            ("registry.raft.tokenValidityInMilliseconds", "3000"),
         ],
     );
     let reg = RaftRegistry::connect(&cfg).await.unwrap();

@@ -109,6 +109,10 @@ pub struct TransportConfig {
     /// The `transport.*` keys this crate does not know, one message each (by name and
     /// origin, never the value; also logged).
     pub warnings: Vec<String>,
+    /// Seata `transport.*` keys present that meshline accepts without acting on them
+    /// (its server's pools, Netty's threads...), one message each naming the key;
+    /// logged once when a client is configured.
+    pub inert: Vec<String>,
 }
 
 impl Default for TransportConfig {
@@ -137,6 +141,7 @@ impl Default for TransportConfig {
             ejection_time: None,
             max_connected_members: None,
             aperture_coordinate: None,
+            inert: Vec::new(),
             warnings: Vec::new(),
         }
     }
@@ -256,6 +261,16 @@ impl TransportConfig {
             max_connected_members: r.optional_number("maxConnectedMembers")?,
             aperture_coordinate: r.parse("apertureCoordinate", |v| v.parse())?,
             warnings: Vec::new(),
+            inert: part
+                .keys()
+                .filter(|k| {
+                    let seg = k.split('.').nth(1).unwrap_or("");
+                    SEATA_TRANSPORT_OTHERS.iter().any(|o| o.eq_ignore_ascii_case(seg))
+                })
+                .map(|k| {
+                    format!("{k}: accepted, no effect in meshline (a setting of Seata's server or of Netty)")
+                })
+                .collect(),
         };
         // Seata's other `enable*` switches are its own.
         let others: Vec<String> = part
@@ -554,6 +569,27 @@ mod tests {
 
     /// Seata's transport keys for its other parts are quiet; a key nobody knows is
     /// reported by name, never by value, with the nearest key this crate reads.
+    /// Seata's server and Netty keys in a client's file are accepted without effect,
+    /// and named so (a stock client file.conf carries several).
+    #[test]
+    fn seata_transport_keys_without_effect_are_named() {
+        let t = TransportConfig::from_config(&cfg(
+            "transport.type=TCP\ntransport.threadFactory.bossThreadPrefix=NettyBoss\n\
+             transport.heartbeat=true\n",
+        ))
+        .unwrap();
+        assert_eq!(t.inert.len(), 2, "{:?}", t.inert);
+        assert!(
+            t.inert
+                .iter()
+                .any(|m| m
+                    .starts_with("transport.threadFactory.bossThreadPrefix: accepted, no effect")),
+            "{:?}",
+            t.inert
+        );
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+    }
+
     #[test]
     fn unknown_transport_keys_are_reported_by_name_only() {
         let t = TransportConfig::from_config(&cfg(

@@ -183,9 +183,12 @@ impl HttpDouble {
     pub(crate) fn restart(&mut self) -> Result<()> {
         self.stop();
         // The port was ours a moment ago; SO_REUSEADDR (set by std on Unix) lets us
-        // rebind at once. Retry briefly in case the old socket is still closing.
+        // rebind at once. Retry for a while: the old socket may still be closing, and
+        // on a busy machine another test's outgoing connection can hold the port as its
+        // ephemeral source port for a moment (listeners bound to port 0 and client
+        // sockets share one range).
         let mut last = None;
-        for _ in 0..50 {
+        for _ in 0..250 {
             match bind(self.name, self.addr.port()) {
                 Ok(l) => return self.run(l),
                 Err(e) => last = Some(e),

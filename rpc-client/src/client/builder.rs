@@ -100,11 +100,17 @@ impl RpcClientBuilder {
     /// carry are kept; for the keys it carries, the later call wins. An invalid value
     /// is reported by [`build`](Self::build), naming the key.
     pub fn config(mut self, config: &Config) -> Self {
-        self.config_error = self
-            .options
-            .apply_config(config)
-            .err()
-            .map(|e| e.to_string());
+        self.config_error = match crate::TransportConfig::from_config(config) {
+            Ok(t) => {
+                self.options.apply_transport(&t);
+                // Once, as the client is configured: the Seata keys it does not act on.
+                for inert in &t.inert {
+                    tracing::info!("{inert}");
+                }
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
         let lb = meshline_loadbalance::LoadBalanceConfig::from_config(config)
             .map_err(|e| e.to_string())
             .and_then(|c| meshline_loadbalance::from_config(&c).map_err(|e| e.to_string()));

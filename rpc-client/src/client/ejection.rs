@@ -248,9 +248,11 @@ impl Inner {
     }
 
     /// The latency estimate of `key`, priced while it failed, starts again at its
-    /// cheapest peer's estimate (`rtt`, what its PING took, when no peer has one): it
-    /// takes its share of the latency-led picks at once, neither starved by the old
-    /// price nor flooded before its first answer, and its own answers take over.
+    /// costliest peer's estimate (`rtt`, what its PING took, when no peer has one): it
+    /// takes a share of the latency-led picks at once instead of being starved by the
+    /// old price, and its own answers take over. Not the cheapest peer's: then it would
+    /// win every draw until its first answers came back, draw every caller's call at
+    /// once, and the queueing of that burst would price it out again for seconds.
     fn restart_price(&self, key: &InstanceKey, rtt: Duration) {
         let snapshot = self.balancer.snapshot();
         let peers = snapshot
@@ -258,7 +260,7 @@ impl Inner {
             .iter()
             .filter(|e| e.key() != key)
             .filter_map(|e| e.stats().latency_estimate())
-            .min();
+            .max();
         if let Some(endpoint) = snapshot.endpoint(key) {
             endpoint.stats().restart_estimate(peers.unwrap_or(rtt));
         }

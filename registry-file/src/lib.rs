@@ -72,7 +72,7 @@ struct Inner {
     /// cluster -> grouplist text, from the last good configuration.
     grouplists: Mutex<BTreeMap<String, String>>,
     /// cluster -> where its grouplist came from (for `meshline doctor`).
-    origins: Mutex<BTreeMap<String, String>>,
+    origins: Mutex<BTreeMap<String, source::Origin>>,
     /// `registry.file.name`'s grouplists behind a configuration centre's.
     fallback: Option<source::Fallback>,
     /// The file shown as followed, if any.
@@ -136,7 +136,7 @@ impl FileRegistry {
                 origins: Mutex::new(
                     grouplists
                         .keys()
-                        .map(|c| (c.clone(), "the grouplists given in code".to_string()))
+                        .map(|c| (c.clone(), source::Origin::Code))
                         .collect(),
                 ),
                 grouplists: Mutex::new(grouplists),
@@ -254,16 +254,9 @@ impl Inner {
             return true;
         }
         let origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
-        match origins.get(cluster) {
-            None => true,
-            Some(o) => {
-                o == source::BUILT_IN
-                    || self
-                        .fallback
-                        .as_ref()
-                        .is_some_and(|f| *o == f.path.display().to_string())
-            }
-        }
+        origins
+            .get(cluster)
+            .is_none_or(source::Origin::yields_to_the_centre)
     }
 
     /// Applies the grouplists of `config` (a configuration the registry follows), with
@@ -360,7 +353,7 @@ impl RegistryService for FileRegistry {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(cluster)
-            .cloned()
+            .map(ToString::to_string)
     }
 
     async fn nearby(&self, cluster: &str) -> Result<Vec<Nearby>, RegistryError> {

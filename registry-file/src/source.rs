@@ -50,8 +50,38 @@ pub(crate) struct Start {
     pub(crate) fallback: Option<Fallback>,
 }
 
-/// The origin shown for a grouplist no source gave (Seata's `default -> 127.0.0.1:8091`).
-pub(crate) const BUILT_IN: &str = "the built-in default";
+/// Where a cluster's grouplist came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A source of the configuration (a file, the environment, the centre), named as
+    /// its provenance names it.
+    Config(String),
+    /// `registry.file.name`, behind a configuration centre.
+    NamedFile(PathBuf),
+    /// No source: the configuration's built-in default (Seata's
+    /// `default -> 127.0.0.1:8091`).
+    BuiltIn,
+    /// Given in code ([`FileRegistry::from_grouplists`](crate::FileRegistry::from_grouplists)).
+    Code,
+}
+
+impl Origin {
+    /// Whether a configuration centre, when there is one, comes before it.
+    pub(crate) fn yields_to_the_centre(&self) -> bool {
+        matches!(self, Origin::NamedFile(_) | Origin::BuiltIn)
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Config(o) => f.write_str(o),
+            Origin::NamedFile(p) => write!(f, "{}", p.display()),
+            Origin::BuiltIn => f.write_str("the built-in default"),
+            Origin::Code => f.write_str("the grouplists given in code"),
+        }
+    }
+}
 
 /// The grouplists of `registry.file.name`, when a configuration centre comes first.
 pub(crate) struct Fallback {
@@ -67,7 +97,7 @@ pub(crate) struct Fallback {
 pub(crate) fn layered(
     config: &Config,
     fallback: Option<&Fallback>,
-) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+) -> (BTreeMap<String, String>, BTreeMap<String, Origin>) {
     let mut lists = BTreeMap::new();
     let mut origins = BTreeMap::new();
     let origin_in_config = |cluster: &str| {
@@ -79,21 +109,21 @@ pub(crate) fn layered(
     for (cluster, text) in &config.service.grouplist {
         if let Some(origin) = origin_in_config(cluster) {
             lists.insert(cluster.clone(), text.clone());
-            origins.insert(cluster.clone(), origin);
+            origins.insert(cluster.clone(), Origin::Config(origin));
         }
     }
     if let Some(f) = fallback {
         for (cluster, text) in &f.grouplists {
             if !lists.contains_key(cluster) {
                 lists.insert(cluster.clone(), text.clone());
-                origins.insert(cluster.clone(), f.path.display().to_string());
+                origins.insert(cluster.clone(), Origin::NamedFile(f.path.clone()));
             }
         }
     }
     for (cluster, text) in &config.service.grouplist {
         if !lists.contains_key(cluster) {
             lists.insert(cluster.clone(), text.clone());
-            origins.insert(cluster.clone(), BUILT_IN.to_string());
+            origins.insert(cluster.clone(), Origin::BuiltIn);
         }
     }
     (lists, origins)

@@ -89,7 +89,9 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut sock = common::answer_first_ping(sock).await;
+                let Some(mut sock) = common::answer_first_ping(sock).await else {
+                    return;
+                };
                 let mut buf = [0u8; 1024];
                 while let Ok(n) = sock.read(&mut buf).await {
                     if n == 0 {

@@ -31,8 +31,9 @@ async fn deaf_listener() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) 
         while let Ok((sock, _)) = listener.accept().await {
             let keep = keep.clone();
             tokio::spawn(async move {
-                let sock = common::answer_first_ping(sock).await;
-                keep.lock().unwrap().push(sock);
+                if let Some(sock) = common::answer_first_ping(sock).await {
+                    keep.lock().unwrap().push(sock);
+                }
             });
         }
     });

@@ -20,7 +20,9 @@ async fn mute_peer() -> std::net::SocketAddr {
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut sock = common::answer_first_ping(sock).await;
+                let Some(mut sock) = common::answer_first_ping(sock).await else {
+                    return;
+                };
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = sock.read(&mut buf).await {
                     if n == 0 {

@@ -37,26 +37,28 @@ struct Target<'a> {
 }
 
 impl Inner {
-    /// Sends one phase-two request and reads the RM's answer.
+    /// Sends one phase-two request and reads the RM's answer: its status, or why it
+    /// could not be sent or got no answer (an [`Outcome::Unsent`]). A request that
+    /// cannot be encoded is answered for the RM as failed for good.
     async fn send_phase_two(
         &self,
         s: &Session,
         to: Target<'_>,
         req: BranchEndRequest,
         commit: bool,
-    ) -> Result<BranchStatus, Outcome> {
+    ) -> Result<BranchStatus, String> {
         if self.crashed() {
-            return Err(Outcome::Unsent("the TC crashed".into()));
+            return Err("the TC crashed".into());
         }
         let Some(conn) =
             self.channels
                 .find(to.resource, to.application_id, to.peer, to.branch_type)
         else {
             // Seata's words (AbstractNettyRemotingServer.sendSyncRequest).
-            return Err(Outcome::Unsent(format!(
+            return Err(format!(
                 "rm client is not connected. dbkey:{},clientId:{}",
                 to.resource, to.application_id
-            )));
+            ));
         };
         let msg = if commit {
             SeataMessage::BranchCommit(req)
@@ -65,21 +67,18 @@ impl Inner {
         };
         let payload = match Payload::seata(&msg) {
             Ok(p) => p,
-            Err(e) => return Err(Outcome::Failed(failed_status(commit, &e.to_string()))),
+            Err(e) => return Ok(failed_status(commit, &e.to_string())),
         };
         self.stats.phase_two_sent.fetch_add(1, Ordering::Relaxed);
         let answer = conn
             .call(payload, self.options.phase_two_timeout)
             .await
-            .map_err(|e| Outcome::Unsent(format!("{} at {}: {e}", msg.name(), conn.peer())))?;
+            .map_err(|e| format!("{} at {}: {e}", msg.name(), conn.peer()))?;
         match answer.decode_seata_limited(self.options.max_frame_len) {
             Ok(SeataMessage::BranchCommitResponse(r)) if commit => Ok(r.branch_status),
             Ok(SeataMessage::BranchRollbackResponse(r)) if !commit => Ok(r.branch_status),
-            Ok(other) => Err(Outcome::Unsent(format!("the RM answered {}", other.name()))),
-            Err(e) => Err(Outcome::Unsent(format!(
-                "unreadable answer from the RM of {}: {e}",
-                s.xid
-            ))),
+            Ok(other) => Err(format!("the RM answered {}", other.name())),
+            Err(e) => Err(format!("unreadable answer from the RM of {}: {e}", s.xid)),
         }
     }
 
@@ -100,7 +99,7 @@ impl Inner {
         };
         let status = match self.send_phase_two(s, to, req, commit).await {
             Ok(status) => status,
-            Err(o) => return o,
+            Err(why) => return Outcome::Unsent(why),
         };
         use BranchStatus::*;
         match (commit, status) {
@@ -129,7 +128,7 @@ impl Inner {
         s: &Session,
         commit: bool,
         status: GlobalStatus,
-    ) -> Result<BranchStatus, Outcome> {
+    ) -> Result<BranchStatus, String> {
         let resource = s.saga_resource();
         let to = Target {
             resource: &resource,
@@ -243,10 +242,8 @@ impl Inner {
             Ok(PhaseTwoRollbackFailedRetryable) => (GlobalStatus::RollbackRetrying, None),
             Ok(PhaseOneFailed) => (GlobalStatus::Finished, None),
             Ok(PhaseTwoCommitFailedUnretryable) => (GlobalStatus::CommitFailed, None),
-            Ok(_) | Err(Outcome::Retry(_)) => (GlobalStatus::CommitRetrying, None),
-            Err(Outcome::Failed(_)) => (GlobalStatus::CommitFailed, None),
-            Err(Outcome::Unsent(why)) => (GlobalStatus::RollbackRetrying, Some(why)),
-            Err(Outcome::Done) => (GlobalStatus::CommitRetrying, None),
+            Ok(_) => (GlobalStatus::CommitRetrying, None),
+            Err(why) => (GlobalStatus::RollbackRetrying, Some(why)),
         };
         self.settle_saga(s, status);
         (status, unsent.filter(|_| !retrying))
@@ -280,9 +277,9 @@ impl Inner {
         };
         let (status, unsent) = match self.drive_saga(s, false, asked).await {
             Ok(PhaseTwoRollbacked) => (done, None),
-            Ok(PhaseTwoRollbackFailedUnretryable) | Err(Outcome::Failed(_)) => (failed, None),
-            Ok(_) | Err(Outcome::Retry(_) | Outcome::Done) => (retry, None),
-            Err(Outcome::Unsent(why)) => (retry, Some(why)),
+            Ok(PhaseTwoRollbackFailedUnretryable) => (failed, None),
+            Ok(_) => (retry, None),
+            Err(why) => (retry, Some(why)),
         };
         self.settle_saga(s, status);
         (status, unsent.filter(|_| !retrying))

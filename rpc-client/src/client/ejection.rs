@@ -79,10 +79,6 @@ impl Inner {
     /// An ejected endpoint is left to the ejection's own probe; a success on a call, or
     /// the connection's end, ends the recheck.
     async fn recheck(self: Arc<Self>, entry: AliveEndpoint, mut time: Duration) {
-        let timeout = self
-            .options
-            .probe
-            .map_or(Duration::from_secs(1), |p| p.after + p.timeout);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(time) => {}
@@ -96,18 +92,15 @@ impl Inner {
             if entry.failures_in_a_row() == 0 || !in_the_picks {
                 return;
             }
-            let rtt = match entry.connection.ping(timeout).await {
-                Ok(rtt) => rtt,
-                Err(_) => return, // the connection's own liveness deals with it
-            };
-            match self.works(&entry.connection, timeout).await {
-                Ok(()) => {
+            match self.answers_well(&entry.connection).await {
+                Ok(rtt) => {
                     entry.succeeded();
                     self.restart_price(entry.instance.key(), rtt);
                     tracing::info!(endpoint = %entry.instance, ?rtt, "endpoint that answered with the server's failure works again");
                     return;
                 }
                 Err(Unanswered::ServerFailure) => time = time.saturating_mul(2).min(MAX_EJECTION),
+                // The connection's own liveness deals with a silent peer.
                 Err(Unanswered::Ping(_)) => return,
             }
         }
@@ -163,15 +156,7 @@ impl Inner {
                 _ => return,
             }
         };
-        let timeout = self
-            .options
-            .probe
-            .map_or(Duration::from_secs(1), |p| p.after + p.timeout);
-        let answered = match conn.ping(timeout).await {
-            Ok(rtt) => self.works(&conn, timeout).await.map(|()| rtt),
-            Err(e) => Err(Unanswered::Ping(e.to_string())),
-        };
-        match answered {
+        match self.answers_well(&conn).await {
             Err(Unanswered::ServerFailure) => {
                 // Alive, but still failing: out for the next, longer, ejection.
                 let Some(time) = self.extend_ejection(&key, generation) else {
@@ -204,6 +189,21 @@ impl Inner {
                 ));
             }
         }
+    }
+
+    /// Whether the endpoint on `conn` works again: a PING answered, then the probe
+    /// request ([`works`](Self::works)); `Ok` is the PING's round trip. Each waits the
+    /// probe window (1 s without a probe).
+    async fn answers_well(&self, conn: &Connection) -> Result<Duration, Unanswered> {
+        let timeout = self
+            .options
+            .probe
+            .map_or(Duration::from_secs(1), |p| p.after + p.timeout);
+        let rtt = conn
+            .ping(timeout)
+            .await
+            .map_err(|e| Unanswered::Ping(e.to_string()))?;
+        self.works(conn, timeout).await.map(|()| rtt)
     }
 
     /// Whether the endpoint can work again, as far as the protocol can tell: the

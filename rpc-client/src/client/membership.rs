@@ -335,8 +335,17 @@ mod tests {
     use super::*;
     use crate::RpcClient;
 
-    /// A registry listing 1,000 members made the client open 1,000
-    /// connections (no default cap); the warning about it comes once per change.
+    /// Waits (up to 5 s) until the client follows some endpoints: its membership
+    /// applied the first snapshot (state with no event to wait on).
+    async fn until_following(inner: &Inner) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A registry listing 1,000 members gets at most the default cap of connections;
+    /// the warning about it comes once per change.
     #[tokio::test]
     async fn a_huge_listing_connects_to_at_most_the_default_cap() {
         let hub = WatchHub::new("t", EmptyProtection::Apply);
@@ -357,10 +366,7 @@ mod tests {
         let cap = crate::DEFAULT_MAX_CONNECTED_MEMBERS;
         assert_eq!(client.options().subset_size, Some(cap));
         let inner = client.handle.inner.clone();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_following(&inner).await;
         let n = inner.state().endpoints.len();
         assert_eq!(n, cap, "connected to {n} of 1000 members");
         assert_eq!(inner.state().over_cap_warned, Some(1000));
@@ -425,10 +431,7 @@ mod tests {
             .await
             .unwrap();
         let inner = client.handle.inner.clone();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_following(&inner).await;
         let mut ports: Vec<u16> = inner.state().endpoints.keys().map(|k| k.port).collect();
         ports.sort_unstable();
         assert_eq!(ports, [21003, 21004, 21005]);

@@ -140,17 +140,18 @@ pub fn alive_ports(client: &RpcClient) -> Vec<u16> {
 
 /// Answers the first PING a new connection sends (a client puts an endpoint without a
 /// handshake in its alive set only once it has answered something), then hands the
-/// socket back for the test's peer to misbehave on. Bytes that came after the PING are
-/// dropped.
-pub async fn answer_first_ping(sock: tokio::net::TcpStream) -> tokio::net::TcpStream {
+/// socket back for the test's peer to misbehave on; `None` when the connection ended
+/// before its PING was answered (the client gave up on it: nothing left to misbehave
+/// on). Bytes that came after the PING are dropped.
+pub async fn answer_first_ping(sock: tokio::net::TcpStream) -> Option<tokio::net::TcpStream> {
     use futures_util::{SinkExt, StreamExt};
     use meshline_rpc_client::{Frame, FrameCodec, MessageType};
     let mut framed = tokio_util::codec::Framed::new(sock, FrameCodec::default());
-    while let Some(Ok(f)) = framed.next().await {
+    loop {
+        let f = framed.next().await?.ok()?;
         if f.msg_type == MessageType::HeartbeatRequest {
-            let _ = framed.send(Frame::pong_for(&f)).await;
-            break;
+            framed.send(Frame::pong_for(&f)).await.ok()?;
+            return Some(framed.into_inner());
         }
     }
-    framed.into_inner()
 }

@@ -397,6 +397,8 @@ pub(crate) fn tcp_exchange_at(
                     break;
                 }
             }
+            // A read with a timeout set is never restarted after a signal.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if buf.is_empty() => return Err(format!("read from {addr}: {e}")),
             Err(_) => break,
         }

@@ -11,7 +11,13 @@ fn exchange(port: u16, req: &[u8]) -> std::io::Result<String> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.write_all(req)?;
     let mut buf = vec![0u8; 8192];
-    let n = s.read(&mut buf)?;
+    // A read with a timeout set is never restarted after a signal: read again.
+    let n = loop {
+        match s.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r?,
+        }
+    };
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 

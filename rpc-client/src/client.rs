@@ -5,23 +5,20 @@
 //!
 //! - `options`: [`ClientOptions`] and [`CallOptions`] (routing is a
 //!   `meshline_loadbalance::PickRequest`).
-//! - `membership`: a **membership follower** reads the group's [`Watch`](meshline_registry_core::Watch) (full
-//!   snapshots). For each new endpoint it starts an endpoint task; for each removed one
-//!   it asks the task to drain (no new calls, in-flight ones finish, then close). With
-//!   [`ClientOptions::subset_size`] (default [`DEFAULT_MAX_CONNECTED_MEMBERS`], 64) only a
-//!   stable random subset of `k` endpoints is connected (see the `subset` module), and a
-//!   registry listing more members than that is logged once per change.
-//! - `endpoint`: an **endpoint task** connects, runs the [`Handshake`](crate::Handshake) on the new
-//!   connection (without one, waits for a PING's answer: a frozen process's kernel
-//!   still accepts connections), and only then puts the endpoint in the **alive set**. When the
-//!   connection dies it leaves the alive set at once and the task reconnects with
-//!   jittered exponential backoff; a refused handshake is logged and retried the same
-//!   way.
-//! - `alive`: the **alive set** is the [`Balancer`]'s membership itself: each
-//!   endpoint carries its connection ([`AliveEndpoint`], the balancer's payload), every
-//!   change reaches the balancer as edits (`Balancer::apply`), and an [`AliveSet`] is a
-//!   view of one balancer snapshot. A pick hands back the connection to send on:
-//!   nothing is looked up after it. Readers never lock.
+//! - `membership`: everything that decides whether an endpoint takes calls, in one
+//!   folder. A **membership follower** reads the group's
+//!   [`Watch`](meshline_registry_core::Watch) (full snapshots); each new endpoint gets
+//!   an **endpoint task** that connects, runs the [`Handshake`](crate::Handshake)
+//!   (without one, waits for a PING's answer: a frozen process's kernel still accepts
+//!   connections), reports to the membership, and reconnects with jittered backoff when
+//!   the connection dies; a removed endpoint drains. With
+//!   [`ClientOptions::subset_size`] (default [`DEFAULT_MAX_CONNECTED_MEMBERS`], 64) only
+//!   a subset of `k` endpoints is connected. The **alive set** is the [`Balancer`]'s
+//!   membership itself: each endpoint carries its connection ([`AliveEndpoint`], the
+//!   balancer's payload), every change reaches the balancer as edits, and an
+//!   [`AliveSet`] is a view of one balancer snapshot. A pick hands back the connection
+//!   to send on; readers never lock. Ejection (failure accrual) lives there too. Its
+//!   module doc draws the path from the registry to the connections.
 //! - `metrics`: counters, in [`RpcClient::stats`] and the `metrics` facade.
 //! - `builder`: [`RpcClientBuilder`].
 //! - `direct`: sends that bypass the balancer (one named endpoint, every endpoint).
@@ -52,11 +49,8 @@
 //! `meshline_rpc_maybe_delivered_total`, `meshline_rpc_overloaded_total`; gauge
 //! `meshline_rpc_alive_endpoints`.
 
-mod alive;
 mod builder;
 mod direct;
-mod ejection;
-mod endpoint;
 mod gate;
 mod membership;
 mod metrics;
@@ -71,10 +65,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-pub use alive::{
+pub use builder::RpcClientBuilder;
+pub use membership::alive::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, EndpointState, EndpointStatus,
 };
-pub use builder::RpcClientBuilder;
+pub use membership::subset::ApertureCoordinate;
 pub use metrics::ClientStats;
 pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
 
@@ -83,19 +78,25 @@ use crate::connection::{SendFailure, SendKind};
 use crate::error::RpcError;
 use crate::outcome::Outcome;
 use crate::payload::Payload;
-use alive::alive_of;
-use membership::Inner;
+use gate::{CallGate, CallGuard};
+use membership::Membership;
+use membership::alive::alive_of;
 use metrics::Counter;
 
 struct Handle {
-    inner: Arc<Inner>,
+    members: Arc<Membership>,
+    /// Calls in flight and the closing flag (see `gate`).
+    gate: CallGate,
+    /// Kept for the client's lifetime: some registries stop following their source when
+    /// the last handle to them is dropped.
+    _discovery: Option<meshline_registry_core::Discovery>,
     follower: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
         // Last client handle gone: stop every background task and close connections.
-        self.inner.shutdown.cancel();
+        self.members.shutdown.cancel();
     }
 }
 
@@ -145,8 +146,8 @@ pub struct RpcClient {
 impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcClient")
-            .field("target", &self.handle.inner.target)
-            .field("alive", &self.handle.inner.balancer.snapshot().len())
+            .field("target", &self.handle.members.target)
+            .field("alive", &self.handle.members.balancer.snapshot().len())
             .finish()
     }
 }
@@ -157,8 +158,13 @@ impl RpcClient {
         RpcClientBuilder::new()
     }
 
-    fn inner(&self) -> &Inner {
-        &self.handle.inner
+    fn inner(&self) -> &Membership {
+        &self.handle.members
+    }
+
+    /// Starts a call, unless the client is closing.
+    fn begin(&self) -> Result<CallGuard<'_>, RpcError> {
+        self.handle.gate.enter().ok_or(RpcError::Shutdown)
     }
 
     /// What the client follows (tx-service-group or watch name).
@@ -259,7 +265,7 @@ impl RpcClient {
         opts: CallOptions<'_>,
         wait: bool,
     ) -> Result<Response, RpcError> {
-        let _guard = self.inner().begin()?;
+        let _guard = self.begin()?;
         let span = tracing::debug_span!("rpc_call", target = %self.target(), xid = opts.pick_request().xid_str());
         let (endpoint, frame) = self
             .balanced(payload, &opts, SendKind::Request, wait)
@@ -298,7 +304,7 @@ impl RpcClient {
         opts: CallOptions<'_>,
         wait: bool,
     ) -> Result<Arc<Instance>, RpcError> {
-        let _guard = self.inner().begin()?;
+        let _guard = self.begin()?;
         let span = tracing::debug_span!("rpc_oneway", target = %self.target(), xid = opts.pick_request().xid_str());
         self.balanced(payload, &opts, SendKind::Oneway, wait)
             .instrument(span)
@@ -336,7 +342,7 @@ impl RpcClient {
                 // answering is ejected from the picks after a few (see `ejection`).
                 if let Some(last) = &progress.last {
                     last.stats().record_failure();
-                    self.handle.inner.call_failed(alive_of(last));
+                    self.handle.members.call_failed(alive_of(last));
                 }
                 Err(RpcError::Timeout {
                     after: timeout,
@@ -428,7 +434,7 @@ impl RpcClient {
                     picked.failure();
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
-                    self.handle.inner.call_failed(entry);
+                    self.handle.members.call_failed(entry);
                     inner.count(Counter::MaybeDelivered);
                     let err = entry.connection.failure_error(e);
                     picked.failure();
@@ -477,7 +483,7 @@ impl RpcClient {
     /// failure as a failure in a row (toward ejection) priced as a slow answer
     /// ([`ClientOptions::failure_cost`]). The caller gets the answer either way.
     fn book_answer(&self, guard: InFlightGuard, answer: Option<&Payload>, elapsed: Duration) {
-        let inner = &self.handle.inner;
+        let inner = &self.handle.members;
         let entry = alive_of(guard.endpoint());
         let outcome = match (&inner.options.classifier, answer) {
             (Some(c), Some(frame)) => c.classify(frame),
@@ -514,10 +520,11 @@ impl RpcClient {
     /// and stops following the registry. When it returns, no task of this client runs.
     pub async fn shutdown(&self, deadline: Duration) {
         let inner = self.inner();
-        inner.gate.close();
-        if !inner.gate.wait_idle(crate::deadline_after(deadline)).await {
+        let gate = &self.handle.gate;
+        gate.close();
+        if !gate.wait_idle(crate::deadline_after(deadline)).await {
             tracing::warn!(
-                in_flight = inner.gate.in_flight(),
+                in_flight = gate.in_flight(),
                 "shutdown deadline passed with calls in flight; closing anyway"
             );
         }

@@ -106,11 +106,11 @@ pub mod rm;
 pub(crate) mod role_builder;
 pub mod server;
 mod settings;
-mod subset;
 pub mod tm;
 pub mod transport;
 mod tx_error;
 
+pub use client::ApertureCoordinate;
 pub use client::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, CallOptions, ClientOptions, ClientStats,
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
@@ -128,7 +128,6 @@ pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use settings::{RmConfig, TmConfig, TransportConfig};
-pub use subset::ApertureCoordinate;
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 

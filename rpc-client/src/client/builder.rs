@@ -1,17 +1,13 @@
 //! [`RpcClientBuilder`]: where the endpoints come from, how to pick among them, what
 //! to run on each new connection, and the options.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use meshline_loadbalance::{Balancer, LoadBalance};
 use meshline_registry_core::{Config, Discovery, Watch};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::alive::AliveSet;
-use super::membership::{Inner, State, follow};
+use super::membership::{Membership, follow};
 use super::options::ClientOptions;
 use super::{Handle, RpcClient};
 use crate::connection::InboundHandler;
@@ -182,29 +178,22 @@ impl RpcClientBuilder {
         if options.classifier.is_none() {
             options.classifier = self.handshake.as_ref().and_then(|h| h.classifier());
         }
-        let balancer = Balancer::with_payload(lb);
-        let (alive_tx, _) = watch::channel(Arc::new(AliveSet::new(balancer.snapshot())));
-        let inner = Arc::new(Inner {
-            target: target.clone(),
-            counters: Default::default(),
-            _discovery: discovery,
-            balancer,
-            alive_tx,
-            state: Mutex::new(State::default()),
-            handshake: self.handshake,
-            inbound: self.inbound,
-            gate: Default::default(),
-            shutdown: CancellationToken::new(),
-            next_generation: AtomicU64::new(1),
+        let members = Arc::new(Membership::new(
+            target.clone(),
             options,
-        });
+            Balancer::with_payload(lb),
+            self.handshake,
+            self.inbound,
+        ));
         let follower = tokio::spawn(
-            follow(inner.clone(), watch)
+            follow(members.clone(), watch)
                 .instrument(tracing::info_span!("membership", target = %target)),
         );
         Ok(RpcClient {
             handle: Arc::new(Handle {
-                inner,
+                members,
+                gate: Default::default(),
+                _discovery: discovery,
                 follower: Mutex::new(Some(follower)),
             }),
         })

@@ -8,7 +8,7 @@ use meshline_loadbalance::InFlightGuard;
 use meshline_registry_core::{Instance, InstanceKey};
 use tracing::Instrument;
 
-use super::alive::alive_of;
+use super::membership::alive::alive_of;
 use super::metrics::Counter;
 use super::{Response, RpcClient};
 use crate::codec::Frame;
@@ -62,7 +62,7 @@ impl RpcClient {
         kind: SendKind,
     ) -> Result<(Arc<Instance>, Option<Frame>), RpcError> {
         let inner = self.inner();
-        let _call = inner.begin()?;
+        let _call = self.begin()?;
         let timeout = timeout.unwrap_or(inner.options.request_timeout);
         // One lookup: the alive endpoint carries its stats and its connection.
         let Some(member) = inner.balancer.endpoint(endpoint) else {
@@ -144,7 +144,7 @@ impl RpcClient {
         kind: SendKind,
     ) -> Vec<(Arc<Instance>, Result<Option<Frame>, RpcError>)> {
         let inner = self.inner();
-        let Ok(_call) = inner.begin() else {
+        let Ok(_call) = self.begin() else {
             return Vec::new();
         };
         let timeout = timeout.unwrap_or(inner.options.request_timeout);

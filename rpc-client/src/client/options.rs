@@ -6,9 +6,9 @@ use std::time::Duration;
 use meshline_loadbalance::PickRequest;
 use meshline_registry_core::{Config, RegistryError};
 
+use super::membership::subset::ApertureCoordinate;
 use crate::TransportConfig;
 use crate::outcome::Classifier;
-use crate::subset::ApertureCoordinate;
 use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to

@@ -10,16 +10,91 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Backoff, Instance};
+use meshline_registry_core::{Backoff, Instance, InstanceKey};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::alive::EndpointState;
-use super::membership::Inner;
-use super::metrics::Counter;
-use crate::connection::Connection;
+use crate::client::options::ClientOptions;
+use crate::codec::CODEC_SEATA;
+use crate::connection::{ConnConfig, Connection, InboundHandler};
+use crate::handshake::Handshake;
 use crate::transport::CloseReason;
+
+/// What an endpoint task tells the membership, in the order it happens.
+pub(crate) enum Report<'a> {
+    /// Connecting (or handshaking), for the first time or again.
+    Connecting,
+    /// Connected and answered (its handshake, or a PING): it joins the alive set.
+    /// `again` when the task was connected before.
+    Connected { conn: &'a Connection, again: bool },
+    /// The connection is out of use (lost, draining, or the client shut down): it
+    /// leaves the alive set, and the endpoint is in `state` now.
+    Lost {
+        conn: &'a Connection,
+        state: EndpointState,
+    },
+    /// A connect or a handshake failed (`Down` or `Refused`); retried with backoff.
+    Failed(EndpointState),
+}
+
+/// Where an endpoint task's reports go. The task knows nothing else of the
+/// membership: the membership owns the slots and the alive set, and a report is how a
+/// task's news reaches them.
+pub(crate) trait Reports: Send + Sync + 'static {
+    /// Applies a report of the task of `generation` for `key`. False when that task no
+    /// longer owns the endpoint (it left the registry, or was listed again under a
+    /// newer task): the task stops.
+    fn report(&self, key: &InstanceKey, generation: u64, report: Report<'_>) -> bool;
+}
+
+/// How every endpoint task connects: the client's connection settings, its handshake
+/// and inbound handler, and the client's shutdown.
+pub(crate) struct Connector {
+    connect_timeout: Duration,
+    handshake_timeout: Duration,
+    heartbeat: bool,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+    stable_after: Duration,
+    drain_timeout: Duration,
+    conn: ConnConfig,
+    handshake: Option<Arc<dyn Handshake>>,
+    inbound: Option<Arc<dyn InboundHandler>>,
+    shutdown: CancellationToken,
+}
+
+impl Connector {
+    pub fn new(
+        o: &ClientOptions,
+        handshake: Option<Arc<dyn Handshake>>,
+        inbound: Option<Arc<dyn InboundHandler>>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Connector {
+            connect_timeout: o.connect_timeout,
+            handshake_timeout: o.handshake_timeout,
+            heartbeat: o.heartbeat,
+            backoff_initial: o.backoff_initial,
+            backoff_max: o.backoff_max,
+            stable_after: o.stable_after,
+            drain_timeout: o.drain_timeout,
+            conn: ConnConfig {
+                transport: o.transport.clone(),
+                write_idle: o.heartbeat.then_some(o.write_idle),
+                read_idle: o.heartbeat.then_some(o.read_idle),
+                heartbeat_codec: CODEC_SEATA,
+                probe: o.probe,
+                on_close: None,
+            },
+            handshake,
+            inbound,
+            shutdown,
+        }
+    }
+}
 
 /// Waits until the endpoint is told to stop (`false`) or the sender is gone.
 async fn stopped(cmd: &mut watch::Receiver<bool>) {
@@ -30,45 +105,38 @@ async fn stopped(cmd: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn connect_once(inner: &Inner, instance: &Instance) -> Result<TcpStream, String> {
+async fn connect_once(c: &Connector, instance: &Instance) -> Result<TcpStream, String> {
     let connect = TcpStream::connect((instance.host(), instance.port()));
-    match tokio::time::timeout(inner.options.connect_timeout, connect).await {
+    match tokio::time::timeout(c.connect_timeout, connect).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(format!("connect failed: {e}")),
-        Err(_) => Err(format!(
-            "connect timed out after {:?}",
-            inner.options.connect_timeout
-        )),
+        Err(_) => Err(format!("connect timed out after {:?}", c.connect_timeout)),
     }
 }
 
 /// How long the handshake may take: the client's setting, or the handshake's own longer
 /// timeout plus a second, so the handshake reports its own (more precise) error first.
-fn handshake_deadline(inner: &Inner) -> Duration {
-    let client = inner.options.handshake_timeout;
-    match inner.handshake.as_ref().and_then(|h| h.timeout()) {
+fn handshake_deadline(c: &Connector) -> Duration {
+    let client = c.handshake_timeout;
+    match c.handshake.as_ref().and_then(|h| h.timeout()) {
         Some(own) if own >= client => own.saturating_add(Duration::from_secs(1)),
         _ => client,
     }
 }
 
 async fn connect_and_handshake(
-    inner: &Inner,
+    c: &Connector,
     instance: &Instance,
     label: &str,
 ) -> Result<(Connection, JoinHandle<CloseReason>), EndpointState> {
-    let stream = connect_once(inner, instance)
+    let stream = connect_once(c, instance)
         .await
         .map_err(EndpointState::Down)?;
-    let (conn, task) = Connection::start(
-        stream,
-        inner.conn_config(),
-        label.to_string(),
-        inner.inbound.clone(),
-    )
-    .map_err(|e| EndpointState::Down(format!("socket setup failed: {e}")))?;
-    if let Some(h) = &inner.handshake {
-        let deadline = handshake_deadline(inner);
+    let (conn, task) =
+        Connection::start(stream, c.conn.clone(), label.to_string(), c.inbound.clone())
+            .map_err(|e| EndpointState::Down(format!("socket setup failed: {e}")))?;
+    if let Some(h) = &c.handshake {
+        let deadline = handshake_deadline(c);
         let r = tokio::time::timeout(deadline, h.handshake(&conn))
             .await
             .unwrap_or_else(|_| Err(format!("handshake timed out after {deadline:?}")));
@@ -77,11 +145,11 @@ async fn connect_and_handshake(
             let _ = task.await;
             return Err(EndpointState::Refused(reason));
         }
-    } else if inner.options.heartbeat {
+    } else if c.heartbeat {
         // Alive means answered: a kernel accepts connections for a process that is
         // frozen (SIGSTOP, a long pause), so a connect proves nothing. Without a
         // handshake, a PING answered is the first answer.
-        let deadline = inner.options.handshake_timeout;
+        let deadline = c.handshake_timeout;
         if let Err(e) = conn.ping(deadline).await {
             let reason = format!("connected, but no answer to a PING: {e}");
             conn.close_with(reason.clone());
@@ -92,38 +160,40 @@ async fn connect_and_handshake(
     Ok((conn, task))
 }
 
+/// One endpoint's life, from its first connect until it is told to stop (drained) or
+/// the client shuts down; every change goes to `reports`.
 pub(crate) async fn endpoint_task(
-    inner: Arc<Inner>,
+    c: Arc<Connector>,
+    reports: Arc<dyn Reports>,
     instance: Arc<Instance>,
     generation: u64,
     mut cmd: watch::Receiver<bool>,
 ) {
     let key = instance.key().clone();
+    let report = |r: Report<'_>| reports.report(&key, generation, r);
     let label = instance.to_string();
-    let mut backoff = Backoff::new(inner.options.backoff_initial, inner.options.backoff_max);
+    let mut backoff = Backoff::new(c.backoff_initial, c.backoff_max);
     let mut connected_before = false;
     loop {
-        if !*cmd.borrow() || inner.shutdown.is_cancelled() {
+        if !*cmd.borrow() || c.shutdown.is_cancelled() {
             break;
         }
-        inner.set_state(&key, generation, EndpointState::Connecting);
+        report(Report::Connecting);
         let attempt = tokio::select! {
-            a = connect_and_handshake(&inner, &instance, &label) => Some(a),
+            a = connect_and_handshake(&c, &instance, &label) => Some(a),
             _ = stopped(&mut cmd) => None,
-            _ = inner.shutdown.cancelled() => None,
+            _ = c.shutdown.cancelled() => None,
         };
         let Some(attempt) = attempt else { break };
         match attempt {
             Ok((conn, mut task)) => {
-                inner.count(Counter::Connects);
                 if connected_before {
-                    inner.count(Counter::Reconnects);
                     tracing::info!(peer = %conn.peer(), "reconnected");
                 } else {
                     tracing::info!(peer = %conn.peer(), "connected");
                 }
-                connected_before = true;
-                if !inner.mark_alive(&key, generation, &conn) {
+                let again = std::mem::replace(&mut connected_before, true);
+                if !report(Report::Connected { conn: &conn, again }) {
                     // Removed from the registry while we were connecting.
                     conn.close_with("endpoint removed from the registry");
                     let _ = task.await;
@@ -136,31 +206,27 @@ pub(crate) async fn endpoint_task(
                             .map(|r| r.to_string())
                             .unwrap_or_else(|e| format!("connection task failed: {e}"));
                         tracing::warn!(%reason, "connection lost; leaving the alive set");
-                        inner.mark_dead(&key, generation, &conn, EndpointState::Down(reason));
-                        if up_since.elapsed() >= inner.options.stable_after {
+                        report(Report::Lost { conn: &conn, state: EndpointState::Down(reason) });
+                        if up_since.elapsed() >= c.stable_after {
                             backoff.reset();
                         }
                     }
                     _ = stopped(&mut cmd) => {
-                        inner.mark_dead(&key, generation, &conn, EndpointState::Draining);
+                        report(Report::Lost { conn: &conn, state: EndpointState::Draining });
                         tokio::select! {
-                            _ = conn.drain(inner.options.drain_timeout) => {
+                            _ = conn.drain(c.drain_timeout) => {
                                 tracing::info!("drained and closed");
                             }
-                            _ = inner.shutdown.cancelled() => {
+                            _ = c.shutdown.cancelled() => {
                                 conn.close_with("client shut down while draining");
                             }
                         }
                         let _ = task.await;
                         break;
                     }
-                    _ = inner.shutdown.cancelled() => {
-                        inner.mark_dead(
-                            &key,
-                            generation,
-                            &conn,
-                            EndpointState::Down("client shut down".into()),
-                        );
+                    _ = c.shutdown.cancelled() => {
+                        let state = EndpointState::Down("client shut down".into());
+                        report(Report::Lost { conn: &conn, state });
                         conn.close_with("client shut down");
                         let _ = task.await;
                         break;
@@ -170,23 +236,21 @@ pub(crate) async fn endpoint_task(
             Err(state) => {
                 match &state {
                     EndpointState::Refused(reason) => {
-                        inner.count(Counter::HandshakeFailures);
                         tracing::warn!(%reason, "handshake refused; endpoint not used");
                     }
                     EndpointState::Down(reason) => {
-                        inner.count(Counter::ConnectFailures);
                         tracing::debug!(%reason, attempt = backoff.attempts(), "connect failed");
                     }
                     _ => {}
                 }
-                inner.set_state(&key, generation, state);
+                report(Report::Failed(state));
             }
         }
         let delay = backoff.next_delay();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = stopped(&mut cmd) => break,
-            _ = inner.shutdown.cancelled() => break,
+            _ = c.shutdown.cancelled() => break,
         }
     }
 }

@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 use meshline_loadbalance::Edit;
 use meshline_registry_core::InstanceKey;
 
+use super::Membership;
 use super::alive::{AliveEndpoint, EndpointState};
-use super::membership::Inner;
-use super::metrics::Counter;
+use super::state::Ejected;
+use crate::client::metrics::Counter;
 use crate::connection::Connection;
 use crate::outcome::Outcome;
 
@@ -36,13 +37,7 @@ const MAX_EJECTION: Duration = Duration::from_secs(30);
 /// An ejection within this long of the endpoint's return counts as "in a row".
 const IN_A_ROW: Duration = Duration::from_secs(60);
 
-/// An endpoint out of the picks.
-pub(crate) struct Ejected {
-    pub entry: AliveEndpoint,
-    pub generation: u64,
-}
-
-impl Inner {
+impl Membership {
     /// A call on `entry` failed: counted on its connection's failures in a row (kept
     /// while it is ejected, so a call picked before an ejection still counts, and its
     /// return needs a success to clear), and the endpoint is ejected when that reaches
@@ -173,7 +168,7 @@ impl Inner {
                 if e.generation != generation || e.entry.connection.is_closed() {
                     return;
                 }
-                if let Some(slot) = Inner::slot_mut(&mut st, &key, generation) {
+                if let Some(slot) = st.slot_mut(&key, generation) {
                     slot.state = EndpointState::Alive;
                     slot.returned_at = Some(Instant::now());
                 }
@@ -236,7 +231,7 @@ impl Inner {
             Some(e) if e.generation == generation => {}
             _ => return None,
         }
-        let slot = Inner::slot_mut(&mut st, key, generation)?;
+        let slot = st.slot_mut(key, generation)?;
         slot.ejections += 1;
         let time = self.ejection_time(slot.ejections);
         slot.state = EndpointState::Ejected(format!(

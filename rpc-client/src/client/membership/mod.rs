@@ -1,87 +1,105 @@
-//! The client's shared core: which endpoints it follows (from the registry's
-//! snapshots), which are alive, and the gate that counts calls for shutdown.
+//! Membership: which endpoints the client follows, which are alive (in the picks),
+//! and each endpoint's life. Everything that decides whether an endpoint takes calls
+//! lives here, under one lock; the rest of the client only picks and books outcomes.
 //!
-//! Every endpoint the registry lists gets a slot with its own task (see `endpoint`).
+//! ```text
+//!  registry Watch ──snapshot──▶ follow ─▶ Membership::apply ── subset ──▶ slots
+//!                                             │ (diff against the slots, once)
+//!                                             ├─ new slot ──spawn──▶ endpoint task
+//!                                             └─ gone slot ──drain─▶ endpoint task
+//!  endpoint task ──Report──▶ Membership::report ──Edit──▶ Balancer (the alive set)
+//!  a call's failure ─────────▶ ejection ──────────Edit──▶ Balancer
+//!  Balancer ──pick──▶ the call's connection
+//! ```
+//!
+//! - `state`: the slots (one per endpoint followed, with its task and generation), the
+//!   ejected endpoints and the draining tasks.
+//! - `subset`: which of a large listing the client connects to.
+//! - `endpoint`: one endpoint's task (connect, handshake or PING, reconnect with
+//!   backoff, drain). It reports what happens ([`Report`]) and knows nothing else of
+//!   the membership.
+//! - `alive`: the alive set, which *is* the balancer's membership: each balancer
+//!   endpoint carries its [`AliveEndpoint`] (connection and failure count) as payload,
+//!   so nothing keeps a second index of the alive endpoints and a pick hands back the
+//!   connection to send on.
+//! - `ejection`: failure accrual and the return of an ejected endpoint.
+//!
 //! A slot has a generation number: when an endpoint leaves and comes back, the old
 //! task (still draining) and the new one share the key but not the generation, and the
 //! old task's reports never touch the new slot.
-//!
-//! One membership path: each registry snapshot is diffed once, against the slots.
-//! What that diff and the endpoint tasks learn reaches the balancer as [`Edit`]s
-//! ("this endpoint connected, here is its connection", "that one dropped"): the
-//! balancer's membership *is* the alive set, each endpoint carrying its
-//! [`AliveEndpoint`] as payload, so nothing else keeps a second index of the alive
-//! endpoints and a pick hands back the connection to send on.
 
-use std::collections::{BTreeMap, HashSet};
+pub(crate) mod alive;
+mod ejection;
+mod endpoint;
+mod state;
+pub(crate) mod subset;
+
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use meshline_loadbalance::{Balancer, Edit};
-use meshline_registry_core::{Discovery, Instance, InstanceKey, Watch};
+use meshline_registry_core::{Instance, InstanceKey, Watch};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::alive::{AliveEndpoint, AliveSet, EndpointState};
-use super::gate::{CallGate, CallGuard};
 use super::metrics::{Counter, Counters};
 use super::options::ClientOptions;
-use crate::codec::CODEC_SEATA;
-use crate::connection::{ConnConfig, Connection, InboundHandler};
-use crate::error::RpcError;
+use crate::connection::{Connection, InboundHandler};
 use crate::handshake::Handshake;
+use alive::{AliveEndpoint, AliveSet, EndpointState};
+use endpoint::{Connector, Report, Reports};
+use state::{Slot, State};
 
-#[derive(Default)]
-pub(crate) struct State {
-    pub endpoints: BTreeMap<InstanceKey, Slot>,
-    /// Connected endpoints out of the picks after failures (see `ejection`).
-    pub ejected: BTreeMap<InstanceKey, super::ejection::Ejected>,
-    /// Tasks of endpoints the registry removed, still draining; `shutdown` waits for
-    /// them.
-    pub draining: Vec<JoinHandle<()>>,
-    /// The member count last warned about for being over the subset cap (`None` while
-    /// the registry lists no more than the cap): one warning per change, not per
-    /// snapshot.
-    pub over_cap_warned: Option<usize>,
-}
-
-pub(crate) struct Slot {
-    pub instance: Arc<Instance>,
-    pub state: EndpointState,
-    pub connects: u64,
-    pub generation: u64,
-    pub cmd: watch::Sender<bool>,
-    pub task: Option<JoinHandle<()>>,
-    /// Ejections in a row, and when it last came back (see `ejection`).
-    pub ejections: u32,
-    pub returned_at: Option<std::time::Instant>,
-}
-
-pub(crate) struct Inner {
+/// The membership of one client: the slots, the alive set (its balancer) and what
+/// ejection and the endpoint tasks need.
+pub(crate) struct Membership {
     pub target: String,
     pub counters: Counters,
-    /// Kept for the client's lifetime: some registries stop following their source when
-    /// the last handle to them is dropped.
-    pub _discovery: Option<Discovery>,
     pub options: ClientOptions,
     /// The alive set: every connected, handshaken endpoint, carrying its
     /// [`AliveEndpoint`]. Changed only with the state lock held (so changes are
     /// applied in order, and a reader holding the lock sees the current set).
     pub balancer: Balancer<AliveEndpoint>,
-    /// The alive set as last published (see [`Inner::publish_alive`]).
+    /// The alive set as last published (see [`Membership::publish_alive`]).
     pub alive_tx: watch::Sender<Arc<AliveSet>>,
-    pub state: Mutex<State>,
-    pub handshake: Option<Arc<dyn Handshake>>,
-    pub inbound: Option<Arc<dyn InboundHandler>>,
-    /// Calls in flight and the closing flag (see `gate`).
-    pub gate: CallGate,
+    state: Mutex<State>,
+    /// How the endpoint tasks connect.
+    connector: Arc<Connector>,
     pub shutdown: CancellationToken,
-    pub next_generation: AtomicU64,
+    next_generation: AtomicU64,
 }
 
-impl Inner {
+impl Membership {
+    pub fn new(
+        target: String,
+        options: ClientOptions,
+        balancer: Balancer<AliveEndpoint>,
+        handshake: Option<Arc<dyn Handshake>>,
+        inbound: Option<Arc<dyn InboundHandler>>,
+    ) -> Self {
+        let (alive_tx, _) = watch::channel(Arc::new(AliveSet::new(balancer.snapshot())));
+        let shutdown = CancellationToken::new();
+        let connector = Arc::new(Connector::new(
+            &options,
+            handshake,
+            inbound,
+            shutdown.clone(),
+        ));
+        Membership {
+            target,
+            counters: Counters::default(),
+            options,
+            balancer,
+            alive_tx,
+            state: Mutex::new(State::default()),
+            connector,
+            shutdown,
+            next_generation: AtomicU64::new(1),
+        }
+    }
+
     pub fn count(&self, c: Counter) {
         self.counters.count(c, &self.target);
     }
@@ -90,31 +108,10 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a call, unless the client is closing.
-    pub fn begin(&self) -> Result<CallGuard<'_>, RpcError> {
-        self.gate.enter().ok_or(RpcError::Shutdown)
-    }
-
-    pub fn conn_config(&self) -> ConnConfig {
-        let o = &self.options;
-        ConnConfig {
-            transport: o.transport.clone(),
-            write_idle: o.heartbeat.then_some(o.write_idle),
-            read_idle: o.heartbeat.then_some(o.read_idle),
-            heartbeat_codec: CODEC_SEATA,
-            probe: o.probe,
-            on_close: None,
-        }
-    }
-
     /// Applies `edits` to the alive set (the balancer) and publishes the result to
     /// readers. Takes the locked state (unused otherwise) as proof that the state lock
     /// is held, so changes are applied in order and agree with the slots.
-    pub(super) fn publish_alive(
-        &self,
-        _st: &State,
-        edits: impl IntoIterator<Item = Edit<AliveEndpoint>>,
-    ) {
+    fn publish_alive(&self, _st: &State, edits: impl IntoIterator<Item = Edit<AliveEndpoint>>) {
         self.balancer.apply(edits);
         let set = Arc::new(AliveSet::new(self.balancer.snapshot()));
         metrics::gauge!("meshline_rpc_alive_endpoints", "target" => self.target.clone())
@@ -123,32 +120,22 @@ impl Inner {
     }
 
     /// The alive set now (read it with the state lock held for a consistent view).
-    pub(super) fn alive_now(&self) -> AliveSet {
+    fn alive_now(&self) -> AliveSet {
         AliveSet::new(self.balancer.snapshot())
     }
 
-    /// The slot for `key` if it is still generation `generation`.
-    pub(super) fn slot_mut<'a>(
-        st: &'a mut State,
-        key: &InstanceKey,
-        generation: u64,
-    ) -> Option<&'a mut Slot> {
-        st.endpoints
-            .get_mut(key)
-            .filter(|s| s.generation == generation)
-    }
-
-    pub fn set_state(&self, key: &InstanceKey, generation: u64, state: EndpointState) {
-        if let Some(s) = Self::slot_mut(&mut self.state(), key, generation) {
+    /// Records `state` on the slot of `key` if it is still generation `generation`.
+    fn set_state(&self, key: &InstanceKey, generation: u64, state: EndpointState) {
+        if let Some(s) = self.state().slot_mut(key, generation) {
             s.state = state;
         }
     }
 
     /// Puts the connection in the alive set; false when the slot is gone (or is a newer
     /// generation's).
-    pub fn mark_alive(&self, key: &InstanceKey, generation: u64, conn: &Connection) -> bool {
+    fn mark_alive(&self, key: &InstanceKey, generation: u64, conn: &Connection) -> bool {
         let mut st = self.state();
-        let Some(slot) = Self::slot_mut(&mut st, key, generation) else {
+        let Some(slot) = st.slot_mut(key, generation) else {
             return false;
         };
         slot.state = EndpointState::Alive;
@@ -164,7 +151,7 @@ impl Inner {
 
     /// Takes the connection out of the alive set (if it is the one there) and records
     /// `state` on the slot (if it is still this generation's).
-    pub fn mark_dead(
+    fn mark_dead(
         &self,
         key: &InstanceKey,
         generation: u64,
@@ -172,7 +159,7 @@ impl Inner {
         state: EndpointState,
     ) {
         let mut st = self.state();
-        if let Some(s) = Self::slot_mut(&mut st, key, generation) {
+        if let Some(s) = st.slot_mut(key, generation) {
             s.state = state;
         }
         if st
@@ -212,10 +199,10 @@ impl Inner {
                     st.over_cap_warned = None;
                 }
                 match self.options.aperture {
-                    Some(c) => crate::subset::aperture(instances, k, c),
+                    Some(c) => subset::aperture(instances, k, c),
                     None => {
                         let current: HashSet<InstanceKey> = st.endpoints.keys().cloned().collect();
-                        crate::subset::choose(&current, instances, k)
+                        subset::choose(&current, instances, k)
                     }
                 }
             }
@@ -270,9 +257,11 @@ impl Inner {
                     let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
                     let span =
                         tracing::info_span!("endpoint", target = %self.target, endpoint = %key);
+                    let reports: Arc<dyn Reports> = self.clone();
                     let task = tokio::spawn(
-                        super::endpoint::endpoint_task(
-                            self.clone(),
+                        endpoint::endpoint_task(
+                            self.connector.clone(),
+                            reports,
                             instance.clone(),
                             generation,
                             cmd_rx,
@@ -301,9 +290,33 @@ impl Inner {
     }
 }
 
+impl Reports for Membership {
+    fn report(&self, key: &InstanceKey, generation: u64, report: Report<'_>) -> bool {
+        match report {
+            Report::Connecting => self.set_state(key, generation, EndpointState::Connecting),
+            Report::Connected { conn, again } => {
+                self.count(Counter::Connects);
+                if again {
+                    self.count(Counter::Reconnects);
+                }
+                return self.mark_alive(key, generation, conn);
+            }
+            Report::Lost { conn, state } => self.mark_dead(key, generation, conn, state),
+            Report::Failed(state) => {
+                match state {
+                    EndpointState::Refused(_) => self.count(Counter::HandshakeFailures),
+                    _ => self.count(Counter::ConnectFailures),
+                }
+                self.set_state(key, generation, state);
+            }
+        }
+        true
+    }
+}
+
 /// Follows the registry: applies every snapshot until the watch ends or the client
 /// shuts down.
-pub(crate) async fn follow(inner: Arc<Inner>, mut watch: Watch) {
+pub(crate) async fn follow(inner: Arc<Membership>, mut watch: Watch) {
     loop {
         let next = tokio::select! {
             n = watch.next() => n,
@@ -337,7 +350,7 @@ mod tests {
 
     /// Waits (up to 5 s) until the client follows some endpoints: its membership
     /// applied the first snapshot (state with no event to wait on).
-    async fn until_following(inner: &Inner) {
+    async fn until_following(inner: &Membership) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -365,7 +378,7 @@ mod tests {
             .unwrap();
         let cap = crate::DEFAULT_MAX_CONNECTED_MEMBERS;
         assert_eq!(client.options().subset_size, Some(cap));
-        let inner = client.handle.inner.clone();
+        let inner = client.handle.members.clone();
         until_following(&inner).await;
         let n = inner.state().endpoints.len();
         assert_eq!(n, cap, "connected to {n} of 1000 members");
@@ -430,7 +443,7 @@ mod tests {
             .build()
             .await
             .unwrap();
-        let inner = client.handle.inner.clone();
+        let inner = client.handle.members.clone();
         until_following(&inner).await;
         let mut ports: Vec<u16> = inner.state().endpoints.keys().map(|k| k.port).collect();
         ports.sort_unstable();
@@ -455,11 +468,11 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let inner = client.handle.inner.clone();
+        let inner = client.handle.members.clone();
         // Port 1: nothing listens, so the slot settles in Down.
         let inst = Instance::new("127.0.0.1", 1).unwrap();
         let key = inst.key().clone();
-        let generation = |inner: &Inner| inner.state().endpoints[&key].generation;
+        let generation = |inner: &Membership| inner.state().endpoints[&key].generation;
         inner.apply(std::slice::from_ref(&inst));
         let old = generation(&inner);
         inner.apply(&[]);

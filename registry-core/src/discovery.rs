@@ -167,7 +167,7 @@ fn follow_mapping(
     // Health before lists, here and below: a watcher that sees a list sees the health
     // that came with it (as `WatchScope::publish_read`).
     mirror_health(&hub, &group, &inner.health());
-    hub.publish(&group, inner.current().instances().to_vec());
+    hub.forward(&group, inner.current().instances());
     // Snapshots and health are awaited on two clones of one watch (each wait needs the
     // watch mutably).
     let mut health = inner.clone();
@@ -179,7 +179,7 @@ fn follow_mapping(
                 next = inner.next() => match next {
                     Ok(s) => {
                         mirror_health(&hub, &group, &inner.health());
-                        hub.publish(&group, s.instances().to_vec());
+                        hub.forward(&group, s.instances());
                     }
                     Err(_) => break,
                 },
@@ -205,7 +205,7 @@ fn follow_mapping(
                                 inner = w;
                                 cluster = c;
                                 mirror_health(&hub, &group, &inner.health());
-                                hub.publish(&group, inner.current().instances().to_vec());
+                                hub.forward(&group, inner.current().instances());
                             }
                             Err(e) => tracing::warn!(
                                 group = %group, to = %c, error = %e,

@@ -19,6 +19,8 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use meshline_registry_core::InstanceKey;
+
 use super::ring::{identity_hash, point_hash};
 use crate::picker::Members;
 
@@ -127,6 +129,67 @@ pub(crate) struct PagedRing {
     planned: usize,
 }
 
+/// The node tables of an updated ring (see [`PagedRing::renumber`]).
+struct Renumbered {
+    index_of: Vec<u32>,
+    bases: Vec<u64>,
+    counts: Vec<u64>,
+    node_of: Vec<u32>,
+    /// Nodes of the endpoints that joined.
+    joined: Vec<u32>,
+    /// Per node number of the old ring: gone.
+    removed: Vec<bool>,
+}
+
+/// One page after the change: `old`'s points with `moves` (this page's, sorted by
+/// hash) applied. Between the hashes that change, the page is copied as it is; at each
+/// such hash, the old points that stay and the arrivals are merged in identity order.
+fn merge_page<'a>(
+    old: &[u64],
+    moves: &[(u32, u64, bool)],
+    removed: &[bool],
+    key: impl Fn(u64) -> &'a InstanceKey,
+) -> Vec<u64> {
+    let mut points = Vec::with_capacity(old.len() + moves.len());
+    let mut pos = 0;
+    let mut e = 0;
+    while e < moves.len() {
+        let h = moves[e].1 >> 32;
+        let below = pos + old[pos..].partition_point(|&p| p >> 32 < h);
+        points.extend_from_slice(&old[pos..below]);
+        let at_h = below + old[below..].partition_point(|&p| p >> 32 == h);
+        let e_end = e + moves[e..].iter().take_while(|m| m.1 >> 32 == h).count();
+        let mut staying = old[below..at_h]
+            .iter()
+            .copied()
+            .filter(|&p| !removed[p as u32 as usize])
+            .peekable();
+        let mut arriving = moves[e..e_end]
+            .iter()
+            .filter(|m| m.2)
+            .map(|m| m.1)
+            .peekable();
+        loop {
+            let take_staying = match (staying.peek(), arriving.peek()) {
+                (Some(&s), Some(&a)) => key(s) <= key(a),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if take_staying {
+                staying.next()
+            } else {
+                arriving.next()
+            };
+            points.extend(next);
+        }
+        pos = at_h;
+        e = e_end;
+    }
+    points.extend_from_slice(&old[pos..]);
+    points
+}
+
 impl PagedRing {
     /// This ring updated for a membership change, or `None` when the change is not one
     /// a few pages can absorb (then build afresh): `from[i]` is new endpoint `i`'s index
@@ -149,7 +212,50 @@ impl PagedRing {
         if n_left > n / 8 + 16 || n_joined > n / 8 + 16 {
             return None;
         }
-        // Removed nodes, and their numbers for reuse (lowest first).
+        let r = self.renumber(members, from, left, counts, n_joined)?;
+        let len = r.counts.iter().sum::<u64>() as usize;
+        if len == 0 || len > self.planned * 2 || len < self.planned / 2 {
+            return None;
+        }
+        let key = |point: u64| members.endpoints[r.index_of[point as u32 as usize] as usize].key();
+        let moves = self.moves(&r, key);
+        let mut pages: Vec<Page> = self.pages.to_vec();
+        let mut k = 0;
+        while k < moves.len() {
+            let page = moves[k].0 as usize;
+            let end = k + moves[k..]
+                .iter()
+                .take_while(|m| m.0 as usize == page)
+                .count();
+            let points = merge_page(self.pages[page].points(), &moves[k..end], &r.removed, key);
+            pages[page] = Page::indexed(points.into_boxed_slice(), self.lut_shift);
+            k = end;
+        }
+        Some(PagedRing {
+            pages: pages.into_boxed_slice(),
+            page_shift: self.page_shift,
+            lut_shift: self.lut_shift,
+            index_of: r.index_of.into_boxed_slice(),
+            node_of: r.node_of.into_boxed_slice(),
+            bases: r.bases.into_boxed_slice(),
+            counts: r.counts.into_boxed_slice(),
+            len,
+            planned: self.planned,
+        })
+    }
+
+    /// The node tables after the change: gone nodes freed, joining endpoints given the
+    /// freed numbers (lowest first) or new ones, unchanged endpoints kept on theirs.
+    /// `None` when an unchanged endpoint's number of points changed (the weights' gcd
+    /// or the ring's scale moved: build afresh).
+    fn renumber(
+        &self,
+        members: &Members,
+        from: impl Fn(usize) -> Option<usize>,
+        left: impl ExactSizeIterator<Item = usize>,
+        counts: &[u64],
+        n_joined: usize,
+    ) -> Option<Renumbered> {
         let mut removed = vec![false; self.index_of.len()];
         let mut free: Vec<u32> = left
             .map(|j| {
@@ -171,10 +277,10 @@ impl PagedRing {
             index_of[node as usize] = FREE;
             node_counts[node as usize] = 0;
         }
-        let mut node_of = Vec::with_capacity(n);
+        let mut node_of = Vec::with_capacity(counts.len());
         let mut joined: Vec<u32> = Vec::new();
         let mut text = String::new();
-        for (i, &count) in counts.iter().enumerate().take(n) {
+        for (i, &count) in counts.iter().enumerate() {
             let node = match from(i) {
                 Some(j) => {
                     // An unchanged endpoint keeps its points only if it keeps their
@@ -204,13 +310,26 @@ impl PagedRing {
             index_of[node as usize] = i as u32;
             node_of.push(node);
         }
-        let len = node_counts.iter().sum::<u64>() as usize;
-        if len == 0 || len > self.planned * 2 || len < self.planned / 2 {
-            return None;
-        }
-        // Every point that goes or comes, by page: `(page, point, comes)`.
+        Some(Renumbered {
+            index_of,
+            bases,
+            counts: node_counts,
+            node_of,
+            joined,
+            removed,
+        })
+    }
+
+    /// Every point that goes or comes, as `(page, point, comes)`, sorted by page, then
+    /// hash, departures before arrivals, arrivals of one hash by identity (`key` gives a
+    /// point's identity in the new membership).
+    fn moves<'a>(
+        &self,
+        r: &Renumbered,
+        key: impl Fn(u64) -> &'a InstanceKey,
+    ) -> Vec<(u32, u64, bool)> {
         let mut moves: Vec<(u32, u64, bool)> = Vec::new();
-        for (node, &gone) in removed.iter().enumerate() {
+        for (node, &gone) in r.removed.iter().enumerate() {
             if gone {
                 for p in 0..self.counts[node] {
                     let h = point_hash(self.bases[node], p);
@@ -222,9 +341,9 @@ impl PagedRing {
                 }
             }
         }
-        for &node in &joined {
-            for p in 0..node_counts[node as usize] {
-                let h = point_hash(bases[node as usize], p);
+        for &node in &r.joined {
+            for p in 0..r.counts[node as usize] {
+                let h = point_hash(r.bases[node as usize], p);
                 moves.push((
                     h >> self.page_shift,
                     u64::from(h) << 32 | u64::from(node),
@@ -232,7 +351,6 @@ impl PagedRing {
                 ));
             }
         }
-        let key = |point: u64| members.endpoints[index_of[point as u32 as usize] as usize].key();
         // By page, then arrivals in ring order (hash, then identity).
         moves.sort_unstable_by(|a, b| {
             (a.0, a.1 >> 32)
@@ -242,69 +360,7 @@ impl PagedRing {
                     _ => a.2.cmp(&b.2),
                 })
         });
-        let mut pages: Vec<Page> = self.pages.to_vec();
-        let mut k = 0;
-        while k < moves.len() {
-            let page = moves[k].0 as usize;
-            let end = k + moves[k..]
-                .iter()
-                .take_while(|m| m.0 as usize == page)
-                .count();
-            let old = self.pages[page].points();
-            let mut points = Vec::with_capacity(old.len() + (end - k));
-            // Between the hashes that change, the page is copied as it is; at each
-            // such hash, the old points that stay and the arrivals are merged in
-            // identity order.
-            let mut pos = 0;
-            let mut e = k;
-            while e < end {
-                let h = moves[e].1 >> 32;
-                let below = pos + old[pos..].partition_point(|&p| p >> 32 < h);
-                points.extend_from_slice(&old[pos..below]);
-                let at_h = below + old[below..].partition_point(|&p| p >> 32 == h);
-                let e_end = e + moves[e..end].iter().take_while(|m| m.1 >> 32 == h).count();
-                let mut staying = old[below..at_h]
-                    .iter()
-                    .copied()
-                    .filter(|&p| !removed[p as u32 as usize])
-                    .peekable();
-                let mut arriving = moves[e..e_end]
-                    .iter()
-                    .filter(|m| m.2)
-                    .map(|m| m.1)
-                    .peekable();
-                loop {
-                    let take_staying = match (staying.peek(), arriving.peek()) {
-                        (Some(&s), Some(&a)) => key(s) <= key(a),
-                        (Some(_), None) => true,
-                        (None, Some(_)) => false,
-                        (None, None) => break,
-                    };
-                    let next = if take_staying {
-                        staying.next()
-                    } else {
-                        arriving.next()
-                    };
-                    points.extend(next);
-                }
-                pos = at_h;
-                e = e_end;
-            }
-            points.extend_from_slice(&old[pos..]);
-            pages[page] = Page::indexed(points.into_boxed_slice(), self.lut_shift);
-            k = end;
-        }
-        Some(PagedRing {
-            pages: pages.into_boxed_slice(),
-            page_shift: self.page_shift,
-            lut_shift: self.lut_shift,
-            index_of: index_of.into_boxed_slice(),
-            node_of: node_of.into_boxed_slice(),
-            bases: bases.into_boxed_slice(),
-            counts: node_counts.into_boxed_slice(),
-            len,
-            planned: self.planned,
-        })
+        moves
     }
 
     /// The page and offset of the first point at or after the key hash `h`, wrapping

@@ -1,0 +1,309 @@
+//! [`EtcdCluster`]: an etcd cluster of real members, each on loopback ports or on a
+//! test-network host of its own.
+
+use super::*;
+
+/// Several etcd members forming one cluster (three by default): on loopback
+/// ([`start`](Self::start)), or each member on its own test host, a network namespace
+/// ([`start_on_hosts`](Self::start_on_hosts)), where a member can be
+/// [`cut`](Self::cut) off (blackholed: no FIN, no RST) and [`restore`](Self::restore)d.
+///
+/// Find the leader with [`leader`](Self::leader), kill it with
+/// [`kill_leader`](Self::kill_leader), bring a member back with
+/// [`restart_member`](Self::restart_member).
+pub struct EtcdCluster {
+    // Field order is drop order: the members stop before their hosts go.
+    members: Vec<ServerProcess>,
+    client_addrs: Vec<SocketAddr>,
+    /// One per member when started on hosts; empty on loopback.
+    hosts: Vec<crate::net::Host>,
+    /// Members currently cut off (not asked by [`leader`](Self::leader)).
+    cut: Vec<bool>,
+    _dir: TempDir,
+}
+
+impl std::fmt::Debug for EtcdCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdCluster")
+            .field("endpoints", &self.endpoints())
+            .field("members", &self.members)
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+/// The etcd client and peer ports inside a test host (each host has its own ports).
+const HOST_CLIENT_PORT: u16 = 2379;
+const HOST_PEER_PORT: u16 = 2380;
+
+impl EtcdCluster {
+    /// Starts a 3-member cluster and waits until every member reports a healthy
+    /// cluster (a leader elected).
+    pub fn start() -> Result<EtcdCluster> {
+        EtcdCluster::start_with(3)
+    }
+
+    /// Starts an `n`-member cluster (1..=7).
+    pub fn start_with(n: usize) -> Result<EtcdCluster> {
+        check_size(n)?;
+        require_binary("etcd", INSTALL)?;
+        let mut last_err = None;
+        for _ in 0..crate::PORT_ATTEMPTS {
+            let ports = free_ports(2 * n)?;
+            let addrs: Vec<(SocketAddr, SocketAddr)> = (0..n)
+                .map(|i| (local(ports[2 * i]), local(ports[2 * i + 1])))
+                .collect();
+            match EtcdCluster::launch(addrs, Vec::new())? {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
+    }
+
+    /// Starts an `n`-member cluster (1..=7) with each member on a test host of its own
+    /// ([`crate::net::Host`], a network namespace; the hosts reach each other through
+    /// the test's namespace, see [`Host::forward`](crate::net::Host::forward)), serving
+    /// clients at `http://<host address>:2379`. Needs what the test network needs (see
+    /// [`crate::net::skip_reason`]). The hosts are removed when the cluster drops.
+    pub fn start_on_hosts(n: usize) -> Result<EtcdCluster> {
+        check_size(n)?;
+        require_binary("etcd", INSTALL)?;
+        let mut hosts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let host = crate::net::Host::new().map_err(Error::Other)?;
+            host.forward().map_err(Error::Other)?;
+            hosts.push(host);
+        }
+        let addrs = hosts
+            .iter()
+            .map(|h| {
+                (
+                    SocketAddr::new(h.ip(), HOST_CLIENT_PORT),
+                    SocketAddr::new(h.ip(), HOST_PEER_PORT),
+                )
+            })
+            .collect();
+        EtcdCluster::launch(addrs, hosts)?
+    }
+
+    /// Starts one member per `(client, peer)` address pair, inside `hosts[i]` when
+    /// given. The outer error is final; the inner one is worth another attempt on
+    /// other ports (a member exited, e.g. its port was taken).
+    fn launch(
+        addrs: Vec<(SocketAddr, SocketAddr)>,
+        hosts: Vec<crate::net::Host>,
+    ) -> Result<Result<EtcdCluster>> {
+        let n = addrs.len();
+        let dir = tempfile::Builder::new()
+            .prefix("meshline-etcd-cluster-")
+            .tempdir()
+            .map_err(io_err("create a temp dir for the etcd cluster"))?;
+        let initial: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://{peer}"))
+            .collect();
+        let initial = initial.join(",");
+        let token = format!("meshline-cluster-{}", addrs[0].0);
+        let mut members = Vec::with_capacity(n);
+        for (i, (client, peer)) in addrs.iter().enumerate() {
+            let mdir = dir.path().join(format!("m{i}"));
+            std::fs::create_dir_all(&mdir).map_err(io_err(format!("create {}", mdir.display())))?;
+            let mut args = member_args(
+                &format!("m{i}"),
+                &mdir.join("data"),
+                *client,
+                *peer,
+                &initial,
+                &token,
+            );
+            let program = match hosts.get(i) {
+                // `ip netns exec` execs etcd in the namespace: the child is etcd.
+                Some(host) => {
+                    let mut wrapped: Vec<OsString> = vec![
+                        "netns".into(),
+                        "exec".into(),
+                        host.name().into(),
+                        "etcd".into(),
+                    ];
+                    wrapped.append(&mut args);
+                    args = wrapped;
+                    "ip"
+                }
+                None => "etcd",
+            };
+            members.push(ServerProcess::new(
+                format!("etcd member m{i}"),
+                mdir,
+                program,
+                args,
+                health_probe(*client),
+            ));
+        }
+        let mut cluster = EtcdCluster {
+            members,
+            client_addrs: addrs.iter().map(|(c, _)| *c).collect(),
+            hosts,
+            cut: vec![false; n],
+            _dir: dir,
+        };
+        // All members must run before any can elect a leader.
+        for m in &mut cluster.members {
+            m.spawn()?;
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for m in &mut cluster.members {
+            if let Err(e) = m.wait_ready(deadline) {
+                let any_exited = cluster.members.iter_mut().any(|m| m.exited());
+                if any_exited && cluster.hosts.is_empty() {
+                    return Ok(Err(e));
+                }
+                return Err(e);
+            }
+        }
+        Ok(Ok(cluster))
+    }
+
+    /// Every member's client URL (`http://<address>:<port>`), in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.client_addrs
+            .iter()
+            .map(|a| format!("http://{a}"))
+            .collect()
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false (a cluster has at least one member).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Member `i`'s process.
+    pub fn member(&mut self, i: usize) -> &mut ServerProcess {
+        &mut self.members[i]
+    }
+
+    /// Member `i`'s test host, when the cluster was started on hosts.
+    pub fn host(&self, i: usize) -> Option<&crate::net::Host> {
+        self.hosts.get(i)
+    }
+
+    /// Blackholes member `i`'s host ([`Host::cut`](crate::net::Host::cut)): its
+    /// clients and its peers see it fall silent, without FIN or RST. Only for a
+    /// cluster started with [`start_on_hosts`](Self::start_on_hosts).
+    pub fn cut(&mut self, i: usize) -> Result<()> {
+        let host = self.hosts.get(i).ok_or_else(|| {
+            Error::Other("only a cluster started on hosts can cut a member".into())
+        })?;
+        host.cut().map_err(Error::Other)?;
+        self.cut[i] = true;
+        Ok(())
+    }
+
+    /// Ends a [`cut`](Self::cut) of member `i` and waits until it answers as healthy
+    /// again (caught up with a leader).
+    pub fn restore(&mut self, i: usize) -> Result<()> {
+        let host = self.hosts.get(i).ok_or_else(|| {
+            Error::Other("only a cluster started on hosts can cut a member".into())
+        })?;
+        host.restore().map_err(Error::Other)?;
+        self.cut[i] = false;
+        self.members[i].wait_ready(Instant::now() + READY_TIMEOUT)
+    }
+
+    /// Member `i`'s Prometheus metrics (`GET /metrics` on its client address).
+    pub fn metrics(&self, i: usize) -> Result<String> {
+        http_limited(self.client_addrs[i], "GET", "/metrics", "", 16 << 20).map_err(Error::Other)
+    }
+
+    /// How many streams or calls of etcd's gRPC method `method` (`Watch`,
+    /// `LeaseKeepAlive`, `Range`...) member `i` has open now: started minus handled
+    /// (`grpc_server_started_total - grpc_server_handled_total`). Tells which member a
+    /// client's watch or lease keep-alive stream is on.
+    pub fn open_streams(&self, i: usize, method: &str) -> Result<u64> {
+        let text = self.metrics(i)?;
+        let m = format!("grpc_method=\"{method}\"");
+        let labels = [m.as_str(), "grpc_service=\"etcdserverpb."];
+        let started = sum_counter(&text, "grpc_server_started_total", &labels);
+        let handled = sum_counter(&text, "grpc_server_handled_total", &labels);
+        Ok((started - handled).max(0.0) as u64)
+    }
+
+    /// How many calls or streams of `method` member `i` has started (see
+    /// [`Etcd::grpc_started`]).
+    pub fn grpc_started(&self, i: usize, method: &str) -> Result<u64> {
+        let text = self.metrics(i)?;
+        let m = format!("grpc_method=\"{method}\"");
+        let n = sum_counter(
+            &text,
+            "grpc_server_started_total",
+            &[m.as_str(), "grpc_service=\"etcdserverpb."],
+        );
+        Ok(n as u64)
+    }
+
+    /// The index of the current leader, asking the running members that are not cut
+    /// off; waits (up to [`READY_TIMEOUT`]) while an election is in progress.
+    pub fn leader(&mut self) -> Result<usize> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last = String::from("no member answered");
+        loop {
+            let mut ids: Vec<Option<String>> = vec![None; self.members.len()];
+            let mut leader_id = None;
+            for (i, addr) in self.client_addrs.iter().enumerate() {
+                if !self.members[i].is_running() || self.members[i].is_paused() || self.cut[i] {
+                    continue;
+                }
+                match member_status(*addr) {
+                    Ok((member, leader)) => {
+                        ids[i] = Some(member);
+                        leader_id = Some(leader);
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            if let Some(leader) = leader_id
+                && let Some(i) = ids.iter().position(|m| m.as_deref() == Some(&leader))
+            {
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Other(format!(
+                    "no etcd leader found within {READY_TIMEOUT:?}: {last}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `SIGKILL`s the current leader and returns its index.
+    pub fn kill_leader(&mut self) -> Result<usize> {
+        let i = self.leader()?;
+        self.members[i].kill();
+        Ok(i)
+    }
+
+    /// `SIGKILL`s member `i`.
+    pub fn kill_member(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    /// Starts member `i` again on its ports and data dir; waits until it is healthy.
+    pub fn restart_member(&mut self, i: usize) -> Result<()> {
+        self.members[i].restart()
+    }
+}
+
+fn check_size(n: usize) -> Result<()> {
+    if !(1..=7).contains(&n) {
+        return Err(Error::Other(format!(
+            "an etcd test cluster has 1..=7 members, not {n}"
+        )));
+    }
+    Ok(())
+}

@@ -111,13 +111,21 @@ pub(super) async fn register(
     }
 }
 
-/// Validates the registration `obj` and puts the service and its checks in the
-/// catalog.
-fn do_register(
-    shared: &Shared,
-    obj: &Map<String, Value>,
-    replace: Option<&str>,
-) -> Result<(), String> {
+/// A service registration, as given and validated.
+struct Registration {
+    name: String,
+    id: String,
+    tags: Vec<String>,
+    address: String,
+    port: i64,
+    meta: Map<String, Value>,
+    weights: (i64, i64),
+    checks: Vec<CheckDef>,
+    enable_tag_override: bool,
+}
+
+/// Decodes and validates the registration `obj` with Consul's error texts.
+fn parse_registration(obj: &Map<String, Value>) -> Result<Registration, String> {
     let name = str_field(obj, "Name")?.unwrap_or_default();
     if name.is_empty() {
         return Err("Missing service name".into());
@@ -160,84 +168,127 @@ fn do_register(
             (p, wa)
         }
     };
-    let mut defs = Vec::new();
+    let mut checks = Vec::new();
     if let Some(c) = field(obj, "Check") {
-        defs.push(parse_check(c)?);
+        checks.push(parse_check(c)?);
     }
     match field(obj, "Checks") {
         None => {}
         Some(Value::Array(a)) => {
             for c in a {
-                defs.push(parse_check(c)?);
+                checks.push(parse_check(c)?);
             }
         }
         Some(_) => return Err("Checks must be an array".into()),
     }
+    Ok(Registration {
+        name,
+        id,
+        tags,
+        address,
+        port,
+        meta,
+        weights,
+        checks,
+        enable_tag_override: field(obj, "EnableTagOverride")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
+}
+
+/// A check's ID: as given, or Consul's default (`service:<id>`, with `:<i>` counted
+/// from 1 when the service has several checks).
+fn check_id(given: Option<String>, id: &str, i: usize, n: usize) -> String {
+    given.unwrap_or_else(|| {
+        if n == 1 {
+            format!("service:{id}")
+        } else {
+            format!("service:{id}:{}", i + 1)
+        }
+    })
+}
+
+/// The check `d`, with ID `cid`, of service `id` (named `name`) as it enters the
+/// catalog at raft index `index`: a re-registered check keeps its status, output and
+/// create index unless given anew.
+fn catalog_check(
+    d: CheckDef,
+    cid: String,
+    (id, name): (&str, &str),
+    existing: Option<Check>,
+    now: Instant,
+    index: u64,
+) -> Check {
+    let status = d
+        .status
+        .or(existing.as_ref().map(|c| c.status))
+        .unwrap_or(Status::Critical);
+    let kind = match d.kind {
+        CheckDefKind::Ttl(ttl) => CheckKind::Ttl {
+            ttl,
+            deadline: now + ttl,
+        },
+        CheckDefKind::Tcp {
+            target,
+            interval,
+            timeout,
+        } => CheckKind::Tcp {
+            target,
+            interval,
+            timeout,
+            next_run: now,
+            running: false,
+        },
+    };
+    Check {
+        name: d.name.unwrap_or_else(|| format!("Service '{name}' check")),
+        id: cid,
+        service_id: id.to_string(),
+        status,
+        output: existing
+            .as_ref()
+            .map(|c| c.output.clone())
+            .unwrap_or_default(),
+        notes: d.notes,
+        kind,
+        deregister_after: d.deregister_after,
+        critical_since: (status == Status::Critical).then_some(now),
+        create_index: existing.map(|c| c.create_index).unwrap_or(index),
+        modify_index: index,
+    }
+}
+
+/// Validates the registration `obj` and puts the service and its checks in the
+/// catalog.
+fn do_register(
+    shared: &Shared,
+    obj: &Map<String, Value>,
+    replace: Option<&str>,
+) -> Result<(), String> {
+    let r = parse_registration(obj)?;
     let replace = match replace {
         None => false,
         Some("") => true,
         Some(s) => go_parse_bool(s).unwrap_or(false),
     };
-
     let mut db = shared.lock();
     let now = Instant::now();
+    let id = r.id;
     let old_name = db.services.get(&id).map(|s| s.name.clone());
     let create_index = db
         .services
         .get(&id)
         .map(|s| s.create_index)
         .unwrap_or(db.index + 1);
-    let n_defs = defs.len();
-    let mut new_ids = Vec::new();
+    let n = r.checks.len();
     let mut new_checks = Vec::new();
-    for (i, d) in defs.into_iter().enumerate() {
-        let cid = d.id.unwrap_or_else(|| {
-            if n_defs == 1 {
-                format!("service:{id}")
-            } else {
-                format!("service:{id}:{}", i + 1)
-            }
-        });
+    for (i, mut d) in r.checks.into_iter().enumerate() {
+        let cid = check_id(d.id.take(), &id, i, n);
         let existing = db.checks.get(&cid).cloned();
-        let status = d
-            .status
-            .or(existing.as_ref().map(|c| c.status))
-            .unwrap_or(Status::Critical);
-        let kind = match d.kind {
-            CheckDefKind::Ttl(ttl) => CheckKind::Ttl {
-                ttl,
-                deadline: now + ttl,
-            },
-            CheckDefKind::Tcp {
-                target,
-                interval,
-                timeout,
-            } => CheckKind::Tcp {
-                target,
-                interval,
-                timeout,
-                next_run: now,
-                running: false,
-            },
-        };
-        new_ids.push(cid.clone());
-        new_checks.push(Check {
-            name: d.name.unwrap_or_else(|| format!("Service '{name}' check")),
-            id: cid,
-            service_id: id.clone(),
-            status,
-            output: existing
-                .as_ref()
-                .map(|c| c.output.clone())
-                .unwrap_or_default(),
-            notes: d.notes,
-            kind,
-            deregister_after: d.deregister_after,
-            critical_since: (status == Status::Critical).then_some(now),
-            create_index: existing.map(|c| c.create_index).unwrap_or(db.index + 1),
-            modify_index: db.index + 1,
-        });
+        let index = db.index + 1;
+        new_checks.push(catalog_check(d, cid, (&id, &r.name), existing, now, index));
     }
+    let new_ids: Vec<String> = new_checks.iter().map(|c| c.id.clone()).collect();
     if replace {
         db.checks
             .retain(|cid, c| c.service_id != id || new_ids.contains(cid));
@@ -250,20 +301,18 @@ fn do_register(
         id.clone(),
         Svc {
             id: id.clone(),
-            name: name.clone(),
-            tags,
-            address,
-            port,
-            meta,
-            weights,
-            enable_tag_override: field(obj, "EnableTagOverride")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            name: r.name.clone(),
+            tags: r.tags,
+            address: r.address,
+            port: r.port,
+            meta: r.meta,
+            weights: r.weights,
+            enable_tag_override: r.enable_tag_override,
             create_index,
             modify_index,
         },
     );
-    let mut names = vec![name.as_str()];
+    let mut names = vec![r.name.as_str()];
     if let Some(o) = old_name.as_deref() {
         names.push(o);
     }

@@ -15,14 +15,16 @@
 //! cargo run --release -p meshline-examples --bin gateway-bench -- --secs 5
 //! ```
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
 use hdrhistogram::Histogram;
 use meshline::RegistryService;
-use meshline::rpc::{CallOptions, Payload, RpcClient};
+use meshline::rpc::{CallOptions, Connection, Payload, RpcClient};
 use meshline_examples::client::GatewayClient;
 use meshline_examples::game_backend::{GameBackend, modules};
 use meshline_examples::gateway::admission::TokenMinter;
@@ -125,12 +127,36 @@ where
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let args = Args::parse();
-    if let Some(players) = args.fanout {
-        return fanout(players).await;
-    }
+/// Gateway settings for a bench: on loopback, one module, no rate limits or login
+/// queue (the clients share one address and send flat out; every login at once).
+fn bench_settings(
+    route: ModuleRoute,
+) -> Result<GatewaySettings, Box<dyn std::error::Error + Send + Sync>> {
+    let mut settings = GatewaySettings {
+        listen: "127.0.0.1:0".parse()?,
+        secret: "bench".into(),
+        register_cluster: None,
+        limits: LimitSettings::off(),
+        queue: QueueSettings::off(),
+        ..GatewaySettings::default()
+    };
+    settings.modules.insert(route.id, route);
+    Ok(settings)
+}
+
+/// The lobby measured both ways: its backends, the gateway in front of them, the
+/// gateway's clients and the direct `RpcClient`.
+struct Lobby {
+    /// Kept running until the bench ends.
+    _backends: Vec<GameBackend>,
+    gw: Gateway,
+    clients: Vec<Arc<GatewayClient>>,
+    direct: RpcClient,
+}
+
+/// Starts `--backends` lobby backends and the gateway, connects as many clients as the
+/// largest sweep level (or `--clients`), and the direct client.
+async fn start_lobby(args: &Args) -> Result<Lobby, Box<dyn std::error::Error + Send + Sync>> {
     let registry = Arc::new(MemoryRegistry::default());
     let mut backends = Vec::new();
     for i in 0..args.backends {
@@ -145,26 +171,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .await?,
         );
     }
-    let mut settings = GatewaySettings {
-        listen: "127.0.0.1:0".parse()?,
-        secret: "bench".into(),
-        register_cluster: None,
-        // The clients share one address and send flat out; every login at once.
-        limits: LimitSettings::off(),
-        queue: QueueSettings::off(),
-        ..GatewaySettings::default()
-    };
-    settings.modules.insert(
-        modules::LOBBY,
-        ModuleRoute {
-            id: modules::LOBBY,
-            name: "lobby".into(),
-            cluster: "lobby".into(),
-            kind: ModuleKind::Stateless,
-            choice: "RoundRobinLoadBalance".into(),
-            key: RouteKey::None,
-        },
-    );
+    let settings = bench_settings(ModuleRoute {
+        id: modules::LOBBY,
+        name: "lobby".into(),
+        cluster: "lobby".into(),
+        kind: ModuleKind::Stateless,
+        choice: "RoundRobinLoadBalance".into(),
+        key: RouteKey::None,
+    })?;
     let gw = Gateway::start(settings, registry.clone()).await?;
     gw.backend("lobby")
         .expect("lobby cluster")
@@ -196,60 +210,77 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     direct
         .wait_alive(args.backends, Duration::from_secs(5))
         .await?;
-    let deadline = |secs| Instant::now() + Duration::from_secs(secs);
-    if !args.sweep.is_empty() {
-        let mut csv = String::from("path,concurrency,msgs_per_s,p50_us,p99_us,cpu_us_per_msg\n");
-        println!(
-            "gateway-bench sweep: {} backends, {} s per point, 2 runtime workers\n",
-            args.backends, args.secs
-        );
-        println!("| in flight | path    |   msgs/s   |  p50 us  |  p99 us  | CPU us/msg |");
-        println!("|----------:|---------|------------|----------|----------|------------|");
-        // Warm-up.
-        let until = deadline(1);
-        let _ = measure(connections, 1, |i| {
+    Ok(Lobby {
+        _backends: backends,
+        gw,
+        clients,
+        direct,
+    })
+}
+
+/// The instant `secs` seconds from now.
+fn deadline(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+/// The load sweep: at each level, one gateway and one direct measurement, printed as a
+/// table and written as CSV to `--csv`.
+async fn sweep(args: &Args, lobby: &Lobby) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (clients, direct) = (&lobby.clients, &lobby.direct);
+    let mut csv = String::from("path,concurrency,msgs_per_s,p50_us,p99_us,cpu_us_per_msg\n");
+    println!(
+        "gateway-bench sweep: {} backends, {} s per point, 2 runtime workers\n",
+        args.backends, args.secs
+    );
+    println!("| in flight | path    |   msgs/s   |  p50 us  |  p99 us  | CPU us/msg |");
+    println!("|----------:|---------|------------|----------|----------|------------|");
+    // Warm-up.
+    let until = deadline(1);
+    let _ = measure(clients.len(), 1, |i| {
+        let c = clients[i].clone();
+        async move { gateway_loop(c, until).await }
+    })
+    .await;
+    for &level in &args.sweep {
+        let until = deadline(args.secs);
+        let via = measure(level, args.secs, |i| {
             let c = clients[i].clone();
             async move { gateway_loop(c, until).await }
         })
         .await;
-        for &level in &args.sweep {
-            let until = deadline(args.secs);
-            let via = measure(level, args.secs, |i| {
-                let c = clients[i].clone();
-                async move { gateway_loop(c, until).await }
-            })
-            .await;
-            let until = deadline(args.secs);
-            let dir = measure(level, args.secs, |i| {
-                let d = direct.clone();
-                async move { direct_loop(d, i, until).await }
-            })
-            .await;
-            for (name, r) in [("gateway", &via), ("direct", &dir)] {
-                println!(
-                    "| {level:>9} | {name:<7} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
-                    r.calls as f64 / r.secs,
-                    r.hist.value_at_quantile(0.5),
-                    r.hist.value_at_quantile(0.99),
-                    r.cpu_per_msg()
-                );
-                csv.push_str(&format!(
-                    "{name},{level},{:.0},{},{},{:.1}\n",
-                    r.calls as f64 / r.secs,
-                    r.hist.value_at_quantile(0.5),
-                    r.hist.value_at_quantile(0.99),
-                    r.cpu_per_msg()
-                ));
-            }
+        let until = deadline(args.secs);
+        let dir = measure(level, args.secs, |i| {
+            let d = direct.clone();
+            async move { direct_loop(d, i, until).await }
+        })
+        .await;
+        for (name, r) in [("gateway", &via), ("direct", &dir)] {
+            println!(
+                "| {level:>9} | {name:<7} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
+                r.calls as f64 / r.secs,
+                r.hist.value_at_quantile(0.5),
+                r.hist.value_at_quantile(0.99),
+                r.cpu_per_msg()
+            );
+            csv.push_str(&format!(
+                "{name},{level},{:.0},{},{},{:.1}\n",
+                r.calls as f64 / r.secs,
+                r.hist.value_at_quantile(0.5),
+                r.hist.value_at_quantile(0.99),
+                r.cpu_per_msg()
+            ));
         }
-        if let Some(path) = &args.csv {
-            std::fs::write(path, csv)?;
-        }
-        direct.shutdown(Duration::from_secs(1)).await;
-        gw.shutdown().await;
-        return Ok(());
     }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, csv)?;
+    }
+    Ok(())
+}
 
+/// One comparison: `--clients` x `--inflight` callers through the gateway, then as many
+/// direct (unless `--only-gateway`), and what the gateway added.
+async fn compare(args: &Args, lobby: &Lobby) {
+    let (clients, direct) = (&lobby.clients, &lobby.direct);
     // Warm-up, then through the gateway.
     let until = deadline(1);
     let _ = measure(args.clients * args.inflight, 1, |i| {
@@ -265,8 +296,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     .await;
     if args.only_gateway {
         println!("{}", via.row("client -> gateway -> backend"));
-        gw.shutdown().await;
-        return Ok(());
+        return;
     }
     let until = deadline(args.secs);
     let dir = measure(args.clients * args.inflight, args.secs, |i| {
@@ -290,8 +320,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         via.cpu_per_msg(),
         dir.cpu_per_msg()
     );
-    direct.shutdown(Duration::from_secs(1)).await;
-    gw.shutdown().await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args = Args::parse();
+    if let Some(players) = args.fanout {
+        return fanout(players).await;
+    }
+    let lobby = start_lobby(&args).await?;
+    if !args.sweep.is_empty() {
+        sweep(&args, &lobby).await?;
+        lobby.direct.shutdown(Duration::from_secs(1)).await;
+    } else {
+        compare(&args, &lobby).await;
+        if !args.only_gateway {
+            lobby.direct.shutdown(Duration::from_secs(1)).await;
+        }
+    }
+    lobby.gw.shutdown().await;
     Ok(())
 }
 
@@ -329,27 +376,18 @@ async fn direct_loop(d: RpcClient, i: usize, until: Instant) -> Histogram<u64> {
     h
 }
 
-/// Backend bytes out per room update with `players` in one room on one gateway: the
-/// backend's connection to the gateway goes through a byte-counting proxy, and the same
-/// room update is sent as one `bcast` (what the game backend does) and as one `send` per
-/// player; every player must receive every update either way.
-async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const UPDATES: u64 = 50;
-    // The backend registers in its own registry; the gateway's names the proxy.
-    let private = Arc::new(MemoryRegistry::default());
-    let backend = GameBackend::start(
-        "be-room",
-        "127.0.0.1:0".parse()?,
-        private,
-        &["room"],
-        Duration::from_secs(3600),
-    )
-    .await?;
+/// Room updates sent per measurement.
+const UPDATES: u64 = 50;
+
+/// A byte-counting proxy to `target`: returns its address and the count of bytes it
+/// carried from `target` back (the backend's bytes out to the gateway).
+async fn counting_proxy(
+    target: SocketAddr,
+) -> Result<(SocketAddr, Arc<AtomicU64>), Box<dyn std::error::Error + Send + Sync>> {
     let to_gateway = Arc::new(AtomicU64::new(0));
     let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let proxy_addr = proxy.local_addr()?;
-    let (target, counter) = (backend.local_addr(), to_gateway.clone());
+    let counter = to_gateway.clone();
     tokio::spawn(async move {
         while let Ok((gw_side, _)) = proxy.accept().await {
             let Ok(be_side) = tokio::net::TcpStream::connect(target).await else {
@@ -371,6 +409,15 @@ async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send +
             });
         }
     });
+    Ok((proxy_addr, to_gateway))
+}
+
+/// A gateway whose room cluster is the proxy at `proxy_addr`, and `players` clients
+/// on it, every one joined to the room `arena`.
+async fn room_players(
+    proxy_addr: SocketAddr,
+    players: usize,
+) -> Result<(Gateway, Vec<Arc<GatewayClient>>), Box<dyn std::error::Error + Send + Sync>> {
     let registry = Arc::new(MemoryRegistry::default());
     registry
         .register(
@@ -378,25 +425,14 @@ async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send +
             &meshline::Instance::new(&proxy_addr.ip().to_string(), proxy_addr.port())?,
         )
         .await?;
-    let mut settings = GatewaySettings {
-        listen: "127.0.0.1:0".parse()?,
-        secret: "bench".into(),
-        register_cluster: None,
-        limits: LimitSettings::off(),
-        queue: QueueSettings::off(),
-        ..GatewaySettings::default()
-    };
-    settings.modules.insert(
-        modules::ROOM,
-        ModuleRoute {
-            id: modules::ROOM,
-            name: "room".into(),
-            cluster: "room".into(),
-            kind: ModuleKind::Keyed,
-            choice: "RoundRobinLoadBalance".into(),
-            key: RouteKey::Word,
-        },
-    );
+    let settings = bench_settings(ModuleRoute {
+        id: modules::ROOM,
+        name: "room".into(),
+        cluster: "room".into(),
+        kind: ModuleKind::Keyed,
+        choice: "RoundRobinLoadBalance".into(),
+        key: RouteKey::Word,
+    })?;
     let gw = Gateway::start(settings, registry.clone()).await?;
     gw.backend("room")
         .expect("room cluster")
@@ -414,63 +450,87 @@ async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send +
             .await?;
         clients.push(Arc::new(c));
     }
-    let conn = backend
-        .gateway_connections()
-        .into_iter()
-        .next()
-        .ok_or("no gateway connection at the backend")?;
+    Ok((gw, clients))
+}
+
+/// The room update number `n`.
+fn update(n: u64) -> Bytes {
+    Bytes::from(format!("arena snapshot {n:08}"))
+}
+
+/// One fan-out measurement's result.
+struct FanoutRow {
+    /// One `send` per player (else one `bcast`).
+    per_player: bool,
+    /// Backend bytes out per update.
+    per_update: f64,
+    /// Updates the players received, all told.
+    delivered: u64,
+}
+
+/// Sends `UPDATES` room updates from the backend's connection `conn`, as one `bcast`
+/// each or one `send` per player, and counts the bytes `to_gateway` and the updates the
+/// players received.
+async fn fanout_round(
+    conn: &Connection,
+    clients: &[Arc<GatewayClient>],
+    to_gateway: &AtomicU64,
+    per_player: bool,
+) -> Result<FanoutRow, Box<dyn std::error::Error + Send + Sync>> {
     let sids: Vec<String> = clients.iter().map(|c| c.welcome.session.clone()).collect();
-    let update = |n: u64| Bytes::from(format!("arena snapshot {n:08}"));
-    let mut rows = Vec::new();
-    for per_player in [false, true] {
-        // Every player counts the updates it receives.
-        let receivers: Vec<_> = clients
-            .iter()
-            .map(|c| {
-                let c = c.clone();
-                tokio::spawn(async move {
-                    let mut got = 0;
-                    while got < UPDATES && c.next_push(Duration::from_secs(10)).await.is_some() {
-                        got += 1;
-                    }
-                    got
-                })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let before = to_gateway.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for n in 0..UPDATES {
-            if per_player {
-                for sid in &sids {
-                    conn.send_oneway(
-                        command("send", update(n))
-                            .with_head(wire::TO, sid.clone())
-                            .with_head(wire::MODULE, modules::ROOM.to_string())
-                            .with_head(wire::OPCODE, "9"),
-                    )
-                    .await?;
+    // Every player counts the updates it receives.
+    let receivers: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut got = 0;
+                while got < UPDATES && c.next_push(Duration::from_secs(10)).await.is_some() {
+                    got += 1;
                 }
-            } else {
+                got
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = to_gateway.load(Ordering::Relaxed);
+    for n in 0..UPDATES {
+        if per_player {
+            for sid in &sids {
                 conn.send_oneway(
-                    command("bcast", update(n))
-                        .with_head(wire::GROUP, "room:arena")
+                    command("send", update(n))
+                        .with_head(wire::TO, sid.clone())
                         .with_head(wire::MODULE, modules::ROOM.to_string())
                         .with_head(wire::OPCODE, "9"),
                 )
                 .await?;
             }
-            // Room updates come at a tick, not back to back: no client queue overflows.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        } else {
+            conn.send_oneway(
+                command("bcast", update(n))
+                    .with_head(wire::GROUP, "room:arena")
+                    .with_head(wire::MODULE, modules::ROOM.to_string())
+                    .with_head(wire::OPCODE, "9"),
+            )
+            .await?;
         }
-        let mut delivered = 0;
-        for r in receivers {
-            delivered += r.await.unwrap_or(0);
-        }
-        let took = t0.elapsed();
-        let bytes = to_gateway.load(Ordering::Relaxed) - before;
-        rows.push((per_player, bytes as f64 / UPDATES as f64, delivered, took));
+        // Room updates come at a tick, not back to back: no client queue overflows.
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let mut delivered = 0;
+    for r in receivers {
+        delivered += r.await.unwrap_or(0);
+    }
+    let bytes = to_gateway.load(Ordering::Relaxed) - before;
+    Ok(FanoutRow {
+        per_player,
+        per_update: bytes as f64 / UPDATES as f64,
+        delivered,
+    })
+}
+
+/// The fan-out table, and the saving of `bcast`.
+fn print_fanout(players: usize, rows: &[FanoutRow]) {
     println!(
         "gateway-bench fan-out: {players} players in one room on one gateway, {UPDATES} updates of {} body bytes\n",
         update(0).len()
@@ -481,24 +541,53 @@ async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send +
     println!(
         "|----------------------------|---------------------------:|----------------:|--------------:|"
     );
-    for (per_player, per_update, delivered, _) in &rows {
+    for r in rows {
         println!(
             "| {:<26} | {:>26.0} | {:>15} | {:>6} / {:<6} |",
-            if *per_player {
+            if r.per_player {
                 "one send per player"
             } else {
                 "one bcast (gateway copies)"
             },
-            per_update,
-            if *per_player { players } else { 1 },
-            delivered,
+            r.per_update,
+            if r.per_player { players } else { 1 },
+            r.delivered,
             players as u64 * UPDATES
         );
     }
     println!(
         "\nsaving: {:.1}x fewer backend bytes per room update with bcast",
-        rows[1].1 / rows[0].1
+        rows[1].per_update / rows[0].per_update
     );
+}
+
+/// Backend bytes out per room update with `players` in one room on one gateway: the
+/// backend's connection to the gateway goes through a byte-counting proxy, and the same
+/// room update is sent as one `bcast` (what the game backend does) and as one `send` per
+/// player; every player must receive every update either way.
+async fn fanout(players: usize) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // The backend registers in its own registry; the gateway's names the proxy.
+    let private = Arc::new(MemoryRegistry::default());
+    let backend = GameBackend::start(
+        "be-room",
+        "127.0.0.1:0".parse()?,
+        private,
+        &["room"],
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let (proxy_addr, to_gateway) = counting_proxy(backend.local_addr()).await?;
+    let (gw, clients) = room_players(proxy_addr, players).await?;
+    let conn = backend
+        .gateway_connections()
+        .into_iter()
+        .next()
+        .ok_or("no gateway connection at the backend")?;
+    let mut rows = Vec::new();
+    for per_player in [false, true] {
+        rows.push(fanout_round(&conn, &clients, &to_gateway, per_player).await?);
+    }
+    print_fanout(players, &rows);
     gw.shutdown().await;
     backend.stop(Duration::from_millis(200)).await;
     Ok(())

@@ -71,6 +71,7 @@ use tokio::sync::Semaphore;
 
 pub use allow::{AllowList, Cidr, CidrError, canonical, ip_key};
 use bounded::{DirectLimit, KeyedLimit};
+pub(crate) use message::AbuseMeter;
 pub use settings::{LimitSettings, OpcodeKey, Rate};
 
 /// Connections being told why they were refused at once, at most; past that a refused

@@ -18,10 +18,10 @@ use super::commands::command;
 use super::core::{GatewayStats, Shared};
 use super::forward::{forward, push};
 use super::kick::Kick;
-use super::limits::Limited;
+use super::limits::{AbuseMeter, Limited};
 use super::outbound::Outbound;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, ProtocolError, op};
-use super::queue::{self, Turn};
+use super::queue::{self, Online, Turn};
 use super::session::{DuplicateLogin, Link, Login, Session};
 use super::settings::ModuleKind;
 use super::transport::{self, ClientReader, ClientWriter, Incoming};
@@ -230,29 +230,8 @@ async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
 async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
     // Connections still authenticating have their own cap, apart from players.
     let permit = shared.unauthenticated.clone().try_acquire_owned();
-    // A WebSocket handshake is part of authenticating: bounded by the auth deadline (the
-    // first frame then has its own). A WebSocket client over the cap is refused after
-    // its handshake: AUTH_FAIL needs a message to travel in.
-    let (mut reader, mut wr) = match conn
-        .open(
-            shared.settings.max_frame,
-            shared.settings.auth_max_frame,
-            shared.settings.auth_deadline,
-            &shared.settings.id,
-        )
-        .await
-    {
-        Ok(x) => x,
-        Err(e) => {
-            if e.kind() == std::io::ErrorKind::TimedOut {
-                shared
-                    .stats
-                    .handshake_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            tracing::debug!(%peer, error = %e, "client transport not set up");
-            return;
-        }
+    let Some((mut reader, wr)) = open_transport(&shared, conn, peer).await else {
+        return;
     };
     let Ok(permit) = permit else {
         refuse(wr, Refusal::Busy, &shared.stats).await;
@@ -268,66 +247,17 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         }
     };
     drop(permit);
-    // A new login waits its turn in the login queue; a resume was online already and
-    // bypasses it (see `queue`). Held until the connection ends: counted online.
-    let (_online, session, resumed_after) = match claim {
-        Claim::Resumed(s, last) => (shared.queue.bypass(), s, Some(last)),
-        Claim::Login(account) => {
-            match queue::wait_turn(&shared.queue, &mut reader, &mut wr, &shared.stop).await {
-                Turn::Admitted(online) => {
-                    match shared
-                        .sessions
-                        .login(account, shared.settings.duplicate_login)
-                    {
-                        Ok(Login { session, replaced }) => {
-                            if let Some(l) = replaced.and_then(|old| old.link()) {
-                                l.outbound.kick(
-                                    Kick::DuplicateLogin,
-                                    "the account logged in again; this session has ended",
-                                );
-                            }
-                            (online, session, None)
-                        }
-                        Err(r) => {
-                            refuse(wr, r, &shared.stats).await;
-                            return;
-                        }
-                    }
-                }
-                Turn::Full(text) => {
-                    tracing::debug!(%peer, %account, "login queue full; refused");
-                    refuse_saying(wr, Refusal::Busy, &text, &shared.stats).await;
-                    return;
-                }
-                Turn::Left => {
-                    tracing::debug!(%peer, %account, "left the login queue");
-                    return;
-                }
-            }
-        }
+    let Some((admitted, wr)) = enter(&shared, claim, &mut reader, wr, peer).await else {
+        return;
     };
+    // `_online` is held until the connection ends: counted online.
+    let Admitted {
+        _online,
+        session,
+        resumed_after,
+    } = admitted;
     shared.stats.admitted.fetch_add(1, Ordering::Relaxed);
-    let link = Arc::new(Link {
-        outbound: Arc::new(Outbound::new(
-            shared.settings.send_queue_soft,
-            shared.settings.send_queue_hard,
-        )),
-        addr: peer,
-        addr_text: peer.to_string(),
-    });
-    let ok = format!("{} {} {}", session.id, session.secret(), shared.settings.id);
-    let welcome = ClientFrame::new(
-        GATEWAY_MODULE,
-        op::AUTH_OK,
-        u32::from(resumed_after.is_some()),
-        Bytes::from(ok),
-    )
-    .with_flags(protocol::RELIABLE);
-    if let Some(old) = session.attach(link.clone(), welcome, resumed_after) {
-        old.outbound
-            .kick(Kick::Takeover, "session resumed on another connection");
-    }
-    tracing::debug!(%peer, session = %session.id, account = %session.account, resumed = resumed_after.is_some(), "client admitted");
+    let link = attach(&shared, &session, resumed_after, peer);
     let writer = tokio::spawn(write_client(link.outbound.clone(), wr));
     // Bounded per-client concurrency: at the cap we stop reading, and TCP pushes back.
     // The forwards are driven here, in the connection's task (no task spawned per
@@ -360,53 +290,18 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         let frame = match next {
             None => break,
             Some(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "bad client frame; closing");
-                close = transport::close_code(&e);
-                match e {
-                    // The socket failed: nobody to tell.
-                    ProtocolError::Io(_) => link.outbound.close(format!("i/o error: {e}")),
-                    ProtocolError::TooLong { .. } => {
-                        link.outbound.kick(Kick::Oversize, &e.to_string())
-                    }
-                    _ => link.outbound.kick(Kick::BadFrame, &e.to_string()),
-                }
+                close = bad_frame(&link, peer, e);
                 break;
             }
             Some(Ok(f)) => f,
         };
-        if frame.module == GATEWAY_MODULE {
-            if frame.opcode == op::PING {
-                link.outbound.push(
-                    ClientFrame::new(GATEWAY_MODULE, op::PING, frame.seq, Bytes::new())
-                        .with_flags(protocol::REPLY),
-                );
-            }
-            continue;
-        }
-        if let Err(limited) =
-            shared
-                .limits
-                .check_message(&session.account, frame.module, frame.opcode)
-        {
-            push(
-                &shared,
-                &link.outbound,
-                ClientFrame::new(
-                    frame.module,
-                    frame.opcode,
-                    frame.seq,
-                    Bytes::from(format!("rate limited: {limited}")),
-                )
-                .with_flags(protocol::REPLY | protocol::RELIABLE | protocol::ERROR),
-            );
-            if abuse.refused() {
-                tracing::info!(%peer, account = %session.account, %limited, "disconnected: over its rate limits");
-                link.outbound
-                    .kick(Kick::Abuse, "rate limited: sustained abuse");
-                close = CloseCode::Policy;
+        match screen(&ctx, &frame, &mut abuse, peer) {
+            Screened::Forward => {}
+            Screened::Skip => continue,
+            Screened::Close(code) => {
+                close = code;
                 break;
             }
-            continue;
         }
         // Drawn here, in the client's order: held messages are replayed in it.
         let ticket = shared.protect.ticket();
@@ -427,6 +322,209 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         let reason = link.outbound.closed_reason().unwrap_or_default();
         wr.close(close, &reason).await;
     }
+}
+
+/// Sets up the client's transport (a WebSocket handshake included); `None` when it
+/// could not be, the failure counted when it was too slow.
+async fn open_transport(
+    shared: &Shared,
+    conn: Incoming,
+    peer: SocketAddr,
+) -> Option<(ClientReader, ClientWriter)> {
+    // A WebSocket handshake is part of authenticating: bounded by the auth deadline (the
+    // first frame then has its own). A WebSocket client over the cap is refused after
+    // its handshake: AUTH_FAIL needs a message to travel in.
+    match conn
+        .open(
+            shared.settings.max_frame,
+            shared.settings.auth_max_frame,
+            shared.settings.auth_deadline,
+            &shared.settings.id,
+        )
+        .await
+    {
+        Ok(x) => Some(x),
+        Err(e) => {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                shared
+                    .stats
+                    .handshake_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::debug!(%peer, error = %e, "client transport not set up");
+            None
+        }
+    }
+}
+
+/// An admitted client's session, and its place among those online.
+struct Admitted {
+    /// Counts the client online until dropped, when the connection ends.
+    _online: Online,
+    session: Arc<Session>,
+    /// For a resume: the last push number the client says it received.
+    resumed_after: Option<u32>,
+}
+
+/// From a claim to a session: a new login waits its turn in the login queue and logs
+/// in (kicking a session it replaces); a resume was online already and bypasses it
+/// (see `queue`). `None` when the client was refused or left; the writer comes back
+/// otherwise.
+async fn enter(
+    shared: &Shared,
+    claim: Claim,
+    reader: &mut ClientReader,
+    mut wr: ClientWriter,
+    peer: SocketAddr,
+) -> Option<(Admitted, ClientWriter)> {
+    let account = match claim {
+        Claim::Resumed(session, last) => {
+            let admitted = Admitted {
+                _online: shared.queue.bypass(),
+                session,
+                resumed_after: Some(last),
+            };
+            return Some((admitted, wr));
+        }
+        Claim::Login(account) => account,
+    };
+    let online = match queue::wait_turn(&shared.queue, reader, &mut wr, &shared.stop).await {
+        Turn::Admitted(online) => online,
+        Turn::Full(text) => {
+            tracing::debug!(%peer, %account, "login queue full; refused");
+            refuse_saying(wr, Refusal::Busy, &text, &shared.stats).await;
+            return None;
+        }
+        Turn::Left => {
+            tracing::debug!(%peer, %account, "left the login queue");
+            return None;
+        }
+    };
+    match shared
+        .sessions
+        .login(account, shared.settings.duplicate_login)
+    {
+        Ok(Login { session, replaced }) => {
+            if let Some(l) = replaced.and_then(|old| old.link()) {
+                l.outbound.kick(
+                    Kick::DuplicateLogin,
+                    "the account logged in again; this session has ended",
+                );
+            }
+            let admitted = Admitted {
+                _online: online,
+                session,
+                resumed_after: None,
+            };
+            Some((admitted, wr))
+        }
+        Err(r) => {
+            refuse(wr, r, &shared.stats).await;
+            None
+        }
+    }
+}
+
+/// The client's link, attached to its session with the welcome (AUTH_OK); a link the
+/// session had on another connection is kicked.
+fn attach(
+    shared: &Shared,
+    session: &Session,
+    resumed_after: Option<u32>,
+    peer: SocketAddr,
+) -> Arc<Link> {
+    let link = Arc::new(Link {
+        outbound: Arc::new(Outbound::new(
+            shared.settings.send_queue_soft,
+            shared.settings.send_queue_hard,
+        )),
+        addr: peer,
+        addr_text: peer.to_string(),
+    });
+    let ok = format!("{} {} {}", session.id, session.secret(), shared.settings.id);
+    let welcome = ClientFrame::new(
+        GATEWAY_MODULE,
+        op::AUTH_OK,
+        u32::from(resumed_after.is_some()),
+        Bytes::from(ok),
+    )
+    .with_flags(protocol::RELIABLE);
+    if let Some(old) = session.attach(link.clone(), welcome, resumed_after) {
+        old.outbound
+            .kick(Kick::Takeover, "session resumed on another connection");
+    }
+    tracing::debug!(%peer, session = %session.id, account = %session.account, resumed = resumed_after.is_some(), "client admitted");
+    link
+}
+
+/// A frame that could not be read: the client is told why where it can be (kicked),
+/// and the WebSocket close code for it is returned.
+fn bad_frame(link: &Link, peer: SocketAddr, e: ProtocolError) -> CloseCode {
+    tracing::debug!(%peer, error = %e, "bad client frame; closing");
+    let close = transport::close_code(&e);
+    match e {
+        // The socket failed: nobody to tell.
+        ProtocolError::Io(_) => link.outbound.close(format!("i/o error: {e}")),
+        ProtocolError::TooLong { .. } => link.outbound.kick(Kick::Oversize, &e.to_string()),
+        _ => link.outbound.kick(Kick::BadFrame, &e.to_string()),
+    }
+    close
+}
+
+/// What the read loop does with a client's frame.
+enum Screened {
+    /// Forward it to its backend.
+    Forward,
+    /// Nothing more (answered here, or refused): read the next.
+    Skip,
+    /// Stop reading; the connection closes with this WebSocket close code.
+    Close(CloseCode),
+}
+
+/// The gateway's own frames (PING answered, the rest ignored) and the message rate
+/// limits, before a frame is forwarded: a refused message is answered with the limit,
+/// and a client over its rate limits for too long is kicked.
+fn screen(
+    ctx: &Forwarding,
+    frame: &ClientFrame,
+    abuse: &mut AbuseMeter,
+    peer: SocketAddr,
+) -> Screened {
+    let (shared, link) = (&ctx.shared, &ctx.link);
+    if frame.module == GATEWAY_MODULE {
+        if frame.opcode == op::PING {
+            link.outbound.push(
+                ClientFrame::new(GATEWAY_MODULE, op::PING, frame.seq, Bytes::new())
+                    .with_flags(protocol::REPLY),
+            );
+        }
+        return Screened::Skip;
+    }
+    let Err(limited) =
+        shared
+            .limits
+            .check_message(&ctx.session.account, frame.module, frame.opcode)
+    else {
+        return Screened::Forward;
+    };
+    push(
+        shared,
+        &link.outbound,
+        ClientFrame::new(
+            frame.module,
+            frame.opcode,
+            frame.seq,
+            Bytes::from(format!("rate limited: {limited}")),
+        )
+        .with_flags(protocol::REPLY | protocol::RELIABLE | protocol::ERROR),
+    );
+    if abuse.refused() {
+        tracing::info!(%peer, account = %ctx.session.account, %limited, "disconnected: over its rate limits");
+        link.outbound
+            .kick(Kick::Abuse, "rate limited: sustained abuse");
+        return Screened::Close(CloseCode::Policy);
+    }
+    Screened::Skip
 }
 
 /// Requests forwarded at once per connection: at the cap the connection is not read.

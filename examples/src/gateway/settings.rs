@@ -74,11 +74,11 @@
 //! shedding of [`protect`](super::protect), with every key and default in
 //! [`ProtectSettings`].
 
+mod read;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
-
-use meshline::Config;
 
 use super::limits::LimitSettings;
 use super::protect::settings::ProtectSettings;
@@ -292,196 +292,7 @@ pub(crate) fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
     meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
 }
 
-fn bytes(key: &str, v: &str) -> Result<usize, SettingsError> {
-    meshline::core::config::parse_bytes(v).map_err(|e| err(key, e))
-}
-
-/// An optional address: empty means none.
-fn optional_addr(key: &str, v: &str) -> Result<Option<SocketAddr>, SettingsError> {
-    if v.is_empty() {
-        return Ok(None);
-    }
-    v.parse().map(Some).map_err(|e| {
-        err(
-            key,
-            format!("{e} (an address like 127.0.0.1:7001, or empty)"),
-        )
-    })
-}
-
 impl GatewaySettings {
-    /// Reads `config`'s `gateway` section over the defaults. Unknown keys are errors
-    /// (a typo in a gateway setting should not pass silently).
-    pub fn from_config(config: &Config) -> Result<GatewaySettings, SettingsError> {
-        let mut s = GatewaySettings::default();
-        let part = config.part("gateway");
-        let mut modules: BTreeMap<u16, BTreeMap<&str, &str>> = BTreeMap::new();
-        for (k, v) in part.entries() {
-            match k {
-                "id" => s.id = v.to_string(),
-                "listen" => s.listen = v.parse().map_err(|e| err(k, format!("{e}")))?,
-                "wslisten" => s.ws_listen = optional_addr(k, v)?,
-                "adminlisten" => s.admin_listen = optional_addr(k, v)?,
-                "secret" => s.secret = v.to_string(),
-                "authdeadline" => s.auth_deadline = duration(k, v)?,
-                "maxunauthenticated" => {
-                    s.max_unauthenticated = v.parse().map_err(|e| err(k, format!("{e}")))?
-                }
-                "maxframe" => s.max_frame = bytes(k, v)?,
-                "authmaxframe" => s.auth_max_frame = bytes(k, v)?,
-                "pushbufferbytes" => s.push_buffer.bytes = bytes(k, v)?,
-                "pushbufferage" => s.push_buffer.age = duration(k, v)?,
-                "duplicatelogin" => {
-                    use super::session::DuplicateLogin as D;
-                    s.duplicate_login = match v.to_ascii_lowercase().replace('_', "-").as_str() {
-                        "kick-old" | "kickold" => D::KickOld,
-                        "refuse-new" | "refusenew" => D::RefuseNew,
-                        "allow" => D::Allow,
-                        _ => return Err(err(k, "kick-old, refuse-new or allow")),
-                    }
-                }
-                "sendqueuesoft" => s.send_queue_soft = bytes(k, v)?,
-                "sendqueuehard" => s.send_queue_hard = bytes(k, v)?,
-                "backendtimeout" => s.backend_timeout = duration(k, v)?,
-                "appversion" => s.app_version = (!v.is_empty()).then(|| v.to_string()),
-                "registercluster" => s.register_cluster = (!v.is_empty()).then(|| v.to_string()),
-                "resumewindow" => s.resume_window = duration(k, v)?,
-                "clientkeepalive" => s.client_keepalive = duration(k, v)?,
-                "sessionstore" => {
-                    s.session_store = match v.to_ascii_lowercase().as_str() {
-                        "memory" => SessionStoreKind::Memory,
-                        "redis" => SessionStoreKind::Redis,
-                        _ => return Err(err(k, "memory or redis")),
-                    }
-                }
-                "redisurl" => s.redis_url = v.to_string(),
-                "redistimeout" => s.redis_timeout = duration(k, v)?,
-                d if d.starts_with("drain.") => s.drain.set(k, &d["drain.".len()..], v)?,
-                _ if k.starts_with("limits.") => s
-                    .limits
-                    .set(&k["limits.".len()..], v)
-                    .map_err(|e| err(k, e))?,
-                _ if k.starts_with("queue.") => s
-                    .queue
-                    .set(&k["queue.".len()..], v)
-                    .map_err(|e| err(k, e))?,
-                other if other.starts_with("protect.") => {
-                    let field = other.split_once('.').map_or("", |(_, f)| f);
-                    s.protect.set(field, v).map_err(|e| err(k, e))?
-                }
-                other => match other
-                    .strip_prefix("modules.")
-                    .and_then(|r| r.split_once('.'))
-                {
-                    Some((id, field)) => {
-                        let id: u16 = id
-                            .parse()
-                            .map_err(|_| err(k, "module ids are numbers 1..=65535"))?;
-                        if id == 0 {
-                            return Err(err(k, "module 0 is the gateway itself"));
-                        }
-                        modules.entry(id).or_default().insert(field, v);
-                    }
-                    None => return Err(err(k, "unknown gateway setting")),
-                },
-            }
-        }
-        for (id, fields) in modules {
-            let key = |f: &str| format!("modules.{id}.{f}");
-            let mut route = ModuleRoute {
-                id,
-                name: format!("module-{id}"),
-                cluster: String::new(),
-                kind: ModuleKind::Stateless,
-                choice: "RoundRobinLoadBalance".into(),
-                key: RouteKey::None,
-            };
-            for (f, v) in fields {
-                match f {
-                    "name" => route.name = v.to_string(),
-                    "cluster" => route.cluster = v.to_string(),
-                    "choice" => route.choice = v.to_string(),
-                    "kind" => {
-                        route.kind = match v.to_ascii_lowercase().as_str() {
-                            "stateless" => ModuleKind::Stateless,
-                            "static" => ModuleKind::Static,
-                            "dynamic" => ModuleKind::Dynamic,
-                            "keyed" => ModuleKind::Keyed,
-                            _ => {
-                                return Err(err(&key(f), "stateless, static, dynamic or keyed"));
-                            }
-                        }
-                    }
-                    "key" => {
-                        route.key = match v.to_ascii_lowercase().as_str() {
-                            "" | "none" => RouteKey::None,
-                            "account" => RouteKey::Account,
-                            "role" => RouteKey::Role,
-                            "source" => RouteKey::Source,
-                            "word" => RouteKey::Word,
-                            p => match p.strip_prefix("prefix:").map(str::parse::<usize>) {
-                                Some(Ok(n)) if n > 0 => RouteKey::Prefix(n),
-                                _ => {
-                                    return Err(err(
-                                        &key(f),
-                                        "account, role, source, word or prefix:N",
-                                    ));
-                                }
-                            },
-                        }
-                    }
-                    _ => {
-                        if !s
-                            .protect
-                            .set_module(id, f, v)
-                            .map_err(|e| err(&key(f), e))?
-                        {
-                            return Err(err(&key(f), "unknown module setting"));
-                        }
-                    }
-                }
-            }
-            if route.cluster.is_empty() {
-                return Err(err(&key("cluster"), "every module needs a cluster"));
-            }
-            if route.kind == ModuleKind::Keyed {
-                match route.key {
-                    RouteKey::None => route.key = RouteKey::Word,
-                    RouteKey::Word | RouteKey::Prefix(_) => {}
-                    _ => {
-                        return Err(err(
-                            &key("key"),
-                            "a keyed module's key comes from the payload: word or prefix:N",
-                        ));
-                    }
-                }
-            }
-            meshline::loadbalance::by_name(&route.choice)
-                .map_err(|e| err(&key("choice"), e.to_string()))?;
-            s.modules.insert(id, route);
-        }
-        if s.secret.is_empty() {
-            return Err(err("secret", "a token secret is required"));
-        }
-        if s.resume_window.is_zero() {
-            return Err(err("resume-window", "must be more than zero"));
-        }
-        if s.auth_max_frame < super::protocol::HEADER_AFTER_LEN {
-            return Err(err("auth-max-frame", "at least the 9-byte header"));
-        }
-        if s.session_store == SessionStoreKind::Redis {
-            // Checks the URL's form only (nothing is connected here); the error never
-            // repeats the URL, which may hold a password.
-            redis::Client::open(s.redis_url.as_str()).map_err(|e| {
-                err(
-                    "redis-url",
-                    format!("not a redis:// URL ({})", e.category()),
-                )
-            })?;
-        }
-        Ok(s)
-    }
-
     /// The distinct clusters the modules use.
     pub fn clusters(&self) -> Vec<String> {
         let mut v: Vec<String> = self.modules.values().map(|m| m.cluster.clone()).collect();
@@ -494,7 +305,7 @@ impl GatewaySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshline::Format;
+    use meshline::{Config, Format};
 
     #[test]
     fn reads_the_gateway_section() {

@@ -25,12 +25,13 @@
 //! row at half the best closed-loop rate, where latency counts from each transaction's
 //! scheduled start.
 
+mod rows;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use hdrhistogram::Histogram;
 use meshline::rpc::message::{
     BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, GlobalStatus,
 };
@@ -39,6 +40,7 @@ use meshline::rpc::tm::TransactionManager;
 use meshline::rpc::{CallOptions, InboundRequest, Payload, RpcClient, Server, ServerConfig};
 use meshline::{EmptyProtection, Instance, WatchHub};
 use meshline_examples::tc::{Coordinator, TcOptions};
+use rows::{closed_loop, open_loop, print_header, print_row};
 use tokio::runtime::Runtime;
 
 /// Global transactions per second through the in-memory TC, against the echo rate of
@@ -89,167 +91,6 @@ impl BranchHandler for Committer {
     async fn branch_rollback(&self, _: BranchRollbackRequest) -> Result<BranchStatus, String> {
         Ok(BranchStatus::PhaseTwoRollbacked)
     }
-}
-
-struct Row {
-    name: String,
-    in_flight: String,
-    done: u64,
-    errors: u64,
-    secs: f64,
-    hist: Histogram<u64>,
-}
-
-impl Row {
-    fn rate(&self) -> f64 {
-        self.done as f64 / self.secs
-    }
-    fn p(&self, q: f64) -> f64 {
-        self.hist.value_at_quantile(q) as f64 / 1e6
-    }
-}
-
-fn hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("histogram")
-}
-
-/// `n` closed loops of `op` for `secs` after a warm-up.
-async fn closed_loop<F, Fut>(name: &str, n: usize, secs: f64, op: F) -> Row
-where
-    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
-{
-    let warm = Duration::from_millis(300);
-    let measure = Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let shared = Arc::new(std::sync::Mutex::new((hist(), 0u64, 0u64, None::<String>)));
-    let mut tasks = Vec::new();
-    for t in 0..n as u64 {
-        let op = op.clone();
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut i = t;
-            loop {
-                let t0 = Instant::now();
-                if t0 >= start + warm + measure {
-                    break;
-                }
-                let r = op(i).await;
-                i += n as u64;
-                let t1 = Instant::now();
-                if t0 >= start + warm && t1 <= start + warm + measure {
-                    let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    match r {
-                        Ok(()) => {
-                            g.1 += 1;
-                            let _ = g.0.record((t1 - t0).as_nanos().max(1) as u64);
-                        }
-                        Err(e) => {
-                            g.2 += 1;
-                            g.3.get_or_insert(e);
-                        }
-                    }
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("bench task");
-    }
-    let (h, done, errors, first) = std::mem::replace(
-        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
-        (hist(), 0, 0, None),
-    );
-    if let Some(e) = first {
-        eprintln!("{name}: first error: {e}");
-    }
-    Row {
-        name: name.to_string(),
-        in_flight: n.to_string(),
-        done,
-        errors,
-        secs,
-        hist: h,
-    }
-}
-
-/// Open loop: transaction `i` starts at `start + i / rate`, from 256 workers; latency
-/// counts from that scheduled start.
-async fn open_loop<F, Fut>(name: &str, rate: f64, secs: f64, op: F) -> Row
-where
-    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
-{
-    let workers = 256u64;
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let total = (rate * secs) as u64;
-    let start = Instant::now() + Duration::from_millis(50);
-    let shared = Arc::new(std::sync::Mutex::new((hist(), 0u64, 0u64)));
-    let mut tasks = Vec::new();
-    for w in 0..workers {
-        let op = op.clone();
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut i = w;
-            while i < total {
-                let due = start + interval.mul_f64(i as f64);
-                if due > Instant::now() {
-                    tokio::time::sleep_until(due.into()).await;
-                }
-                let r = op(i).await;
-                let done = Instant::now();
-                let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-                match r {
-                    Ok(()) => {
-                        g.1 += 1;
-                        let _ = g
-                            .0
-                            .record(done.saturating_duration_since(due).as_nanos().max(1) as u64);
-                    }
-                    Err(_) => g.2 += 1,
-                }
-                i += workers;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("open-loop task");
-    }
-    let (h, done, errors) = std::mem::replace(
-        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
-        (hist(), 0, 0),
-    );
-    Row {
-        name: name.to_string(),
-        in_flight: "open".into(),
-        done,
-        errors,
-        secs: start.elapsed().as_secs_f64(),
-        hist: h,
-    }
-}
-
-fn print_header() {
-    println!(
-        "| {:<40} | {:>9} | {:>10} | {:>8} | {:>8} | {:>6} |",
-        "row", "in flight", "per s", "p50 ms", "p99 ms", "errors"
-    );
-    println!(
-        "|{:-<42}|{:->11}|{:->12}|{:->10}|{:->10}|{:->8}|",
-        "", "", "", "", "", ""
-    );
-}
-
-fn print_row(r: &Row) {
-    println!(
-        "| {:<40} | {:>9} | {:>10.0} | {:>8.3} | {:>8.3} | {:>6} |",
-        r.name,
-        r.in_flight,
-        r.rate(),
-        r.p(0.50),
-        r.p(0.99),
-        r.errors
-    );
 }
 
 fn runtime(name: &str) -> Runtime {
@@ -401,15 +242,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let args = Args::parse();
-    meshline_examples::init_logging("error");
-    let servers = runtime("servers");
-    let clients = runtime("clients");
-    print_header();
+/// The ceiling's echo server and its client, same layout as the transactions.
+struct Echo {
+    server: Server,
+    client: RpcClient,
+    /// Outlives the client's watch.
+    _hub: Arc<WatchHub>,
+}
 
-    // The ceiling: echo calls through one connection, same layout.
-    let echo = servers.block_on(async {
+/// Starts the echo server on `servers` and its client on `clients`.
+fn echo(servers: &Runtime, clients: &Runtime) -> Echo {
+    let server = servers.block_on(async {
         Server::bind(
             "127.0.0.1:0".parse().expect("addr"),
             |req: InboundRequest| std::future::ready(Some(req.payload)),
@@ -417,10 +260,10 @@ fn main() {
         .await
         .expect("bind echo")
     });
-    let echo_hub = hub_of(echo.local_addr());
-    let echo_client = clients.block_on(async {
+    let hub = hub_of(server.local_addr());
+    let client = clients.block_on(async {
         let c = RpcClient::builder()
-            .watch(echo_hub.subscribe("c"), "c")
+            .watch(hub.subscribe("c"), "c")
             .load_balance_name("XID")
             .configure(|o| o.transport.request_queue_bytes = 64 << 20)
             .build()
@@ -431,20 +274,16 @@ fn main() {
             .expect("echo alive");
         c
     });
-    let body = bytes::Bytes::from(vec![7u8; 64]);
-    let echo_op = {
-        let c = echo_client.clone();
-        move |_| {
-            let c = c.clone();
-            let body = body.clone();
-            async move {
-                c.call(Payload::new(body), CallOptions::new())
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }
-        }
-    };
+    Echo {
+        server,
+        client,
+        _hub: hub,
+    }
+}
+
+/// The setups asked for, as (RM batching, TM batching, TC answers with
+/// BatchResultMessages).
+fn combos(args: &Args) -> Vec<(bool, bool, bool)> {
     let modes: Vec<bool> = match args.batch.as_str() {
         "on" => vec![true],
         "off" => vec![false],
@@ -473,11 +312,28 @@ fn main() {
             }
         }
     }
-    let setups: Vec<Setup> = combos
-        .into_iter()
-        .map(|c| setup(&servers, &clients, &args, c))
-        .collect();
+    combos
+}
 
+/// One setup's medians over the rounds at one concurrency.
+struct Summary {
+    label: String,
+    in_flight: usize,
+    rate: f64,
+    /// The echo rate (`None` with `--only-transactions`).
+    echo: Option<f64>,
+    /// `rate / (echo / 7)`, and every round's.
+    ratio: Option<(f64, Vec<f64>)>,
+    p99: f64,
+}
+
+/// Every concurrency's rounds: in each, the echo row and every setup's row, printed as
+/// they come; the medians per setup and concurrency are returned.
+fn measure<E, Fut>(clients: &Runtime, args: &Args, setups: &[Setup], echo_op: E) -> Vec<Summary>
+where
+    E: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
     // Rows interleaved, round after round: the machine's load drifts, and a ratio is
     // only fair between rows measured side by side.
     let mut summary = Vec::new();
@@ -511,17 +367,23 @@ fn main() {
             }
         }
         for (i, s) in setups.iter().enumerate() {
-            summary.push((
-                s.label.clone(),
-                n,
-                median(tx_rates[i].clone()),
-                (!echo_rates.is_empty()).then(|| median(echo_rates.clone())),
-                (!ratios[i].is_empty()).then(|| (median(ratios[i].clone()), ratios[i].clone())),
-                median(p99s[i].clone()),
-            ));
+            summary.push(Summary {
+                label: s.label.clone(),
+                in_flight: n,
+                rate: median(tx_rates[i].clone()),
+                echo: (!echo_rates.is_empty()).then(|| median(echo_rates.clone())),
+                ratio: (!ratios[i].is_empty())
+                    .then(|| (median(ratios[i].clone()), ratios[i].clone())),
+                p99: median(p99s[i].clone()),
+            });
         }
     }
-    for s in &setups {
+    summary
+}
+
+/// What the TC of each batching setup served and answered with.
+fn print_tc_stats(setups: &[Setup]) {
+    for s in setups {
         if s.batch {
             let st = s.tc.stats();
             println!(
@@ -533,27 +395,38 @@ fn main() {
             );
         }
     }
-    let best = summary.iter().map(|r| r.2).fold(0.0f64, f64::max);
-    if !args.only_transactions {
-        let s = &setups[0];
-        let rate = best / 2.0;
-        let row = clients.block_on(open_loop(
-            &format!("{}, open loop at {rate:.0}/s", s.label),
-            rate,
-            args.secs.max(2.0),
-            tx_op(s),
-        ));
-        print_row(&row);
-        println!(
-            "  open loop at half the best rate: transaction p99 {:.2} ms, p90 {:.2} ms",
-            row.p(0.99),
-            row.p(0.90)
-        );
-    }
+}
 
+/// The open-loop row: the first setup at half the `best` closed-loop rate.
+fn open_loop_row(clients: &Runtime, args: &Args, s: &Setup, best: f64) {
+    let rate = best / 2.0;
+    let row = clients.block_on(open_loop(
+        &format!("{}, open loop at {rate:.0}/s", s.label),
+        rate,
+        args.secs.max(2.0),
+        tx_op(s),
+    ));
+    print_row(&row);
+    println!(
+        "  open loop at half the best rate: transaction p99 {:.2} ms, p90 {:.2} ms",
+        row.p(0.99),
+        row.p(0.90)
+    );
+}
+
+/// The medians, and whether each setup met the target (0.70 of the echo rate / 7).
+fn print_summary(rounds: usize, summary: &[Summary]) {
     println!();
-    println!("medians of {} rounds:", args.rounds);
-    for (label, n, rate, echo, ratio, p99) in &summary {
+    println!("medians of {rounds} rounds:");
+    for s in summary {
+        let Summary {
+            label,
+            in_flight: n,
+            rate,
+            echo,
+            ratio,
+            p99,
+        } = s;
         match (echo, ratio) {
             (Some(e), Some((r, all))) => println!(
                 "{label} at {n} in flight: {rate:.0}/s, p99 {p99:.2} ms; echo {e:.0}/s; rate / (echo / 7) = {r:.2} (rounds: {}); target 0.70: {}",
@@ -566,12 +439,49 @@ fn main() {
             _ => println!("{label} at {n} in flight: {rate:.0}/s, p99 {p99:.2} ms"),
         }
     }
+}
+
+fn main() {
+    let args = Args::parse();
+    meshline_examples::init_logging("error");
+    let servers = runtime("servers");
+    let clients = runtime("clients");
+    print_header();
+
+    // The ceiling: echo calls through one connection, same layout.
+    let echo = echo(&servers, &clients);
+    let body = bytes::Bytes::from(vec![7u8; 64]);
+    let echo_op = {
+        let c = echo.client.clone();
+        move |_| {
+            let c = c.clone();
+            let body = body.clone();
+            async move {
+                c.call(Payload::new(body), CallOptions::new())
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    };
+    let setups: Vec<Setup> = combos(&args)
+        .into_iter()
+        .map(|c| setup(&servers, &clients, &args, c))
+        .collect();
+
+    let summary = measure(&clients, &args, &setups, echo_op);
+    print_tc_stats(&setups);
+    let best = summary.iter().map(|r| r.rate).fold(0.0f64, f64::max);
+    if !args.only_transactions {
+        open_loop_row(&clients, &args, &setups[0], best);
+    }
+    print_summary(args.rounds, &summary);
     for c in setups
         .iter()
         .flat_map(|s| [s.tm.client(), s.a.client(), s.b.client()])
     {
         clients.block_on(c.shutdown(Duration::from_secs(1)));
     }
-    drop(echo_client);
-    drop(echo);
+    drop(echo.client);
+    drop(echo.server);
 }

@@ -24,7 +24,9 @@
 //!    branches never told. The exit code says whether everything checked out and no
 //!    transaction on a live TC failed.
 
-use std::collections::{BTreeMap, HashSet};
+mod report;
+
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -190,10 +192,26 @@ struct Tc {
     tc: Coordinator,
 }
 
-async fn run() -> Result<bool, String> {
-    println!(
-        "meshline demo: 3 in-memory TCs, a TM and two RMs (stock: AT, account: TCC), file registry, XID routing\n"
-    );
+/// The TM and the two RMs, with what each RM was asked in phase two.
+struct Clients {
+    tm: TransactionManager,
+    stock: ResourceManager,
+    account: ResourceManager,
+    seen_stock: Arc<Seen>,
+    seen_account: Arc<Seen>,
+}
+
+/// What the run under load left behind, for the report.
+struct Load {
+    records: Vec<Record>,
+    /// Transactions open on the victim when it was killed.
+    victim_open: usize,
+    /// How long after the kill the victim left the TM's alive set (`None`: not within 2 s).
+    left: Option<Duration>,
+}
+
+/// Starts the `TCS` in-memory coordinators on free loopback ports, announcing each.
+async fn start_tcs() -> Result<Vec<Tc>, String> {
     let mut tcs = Vec::new();
     for i in 1..=TCS {
         let (server, tc) = Coordinator::serve(
@@ -218,18 +236,13 @@ async fn run() -> Result<bool, String> {
             tc,
         });
     }
-    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
-    let file = dir.path().join("registry.properties");
-    let all: Vec<&str> = tcs.iter().map(|t| t.addr.as_str()).collect();
-    write_registry_file(&file, &all)
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    println!(
-        "  registry file {}:\n    service.default.grouplist={}",
-        file.display(),
-        all.join(";")
-    );
+    Ok(tcs)
+}
 
-    let config = Config::load(Some(&file)).map_err(|e| e.to_string())?;
+/// Builds the TM and both RMs from the registry `file`, the way an application would,
+/// and waits until each has registered with every TC.
+async fn connect(file: &Path) -> Result<Clients, String> {
+    let config = Config::load(Some(file)).map_err(|e| e.to_string())?;
     let group = config.tx_service_group.clone();
     let discovery = || async {
         meshline::registry::discovery_from_config(&config)
@@ -271,14 +284,63 @@ async fn run() -> Result<bool, String> {
         "  TM and both RMs registered with all {TCS} TCs (RegisterTM / RegisterRM identified=1), balancer {}\n",
         tm.client().balancer().load_balance().name()
     );
+    Ok(Clients {
+        tm,
+        stock,
+        account,
+        seen_stock,
+        seen_account,
+    })
+}
 
-    let next = Arc::new(AtomicU64::new(0));
+/// Phases 1 and 2: `WORKERS` workers run transactions for `PHASE`, then the victim is
+/// killed under load and they run until `PHASE` after the kill.
+async fn run_load(clients: &Clients, victim: &Tc) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
     let records: Arc<Mutex<Vec<Record>>> = Arc::default();
+    let workers = spawn_workers(clients, &stop, &killed, &records);
+    println!("  phase 1: {WORKERS} workers running transactions for {PHASE:?}");
+    tokio::time::sleep(PHASE).await;
+    println!(
+        "  phase 2: killing {} ({}) under load",
+        victim.name, victim.addr
+    );
+    let victim_open = victim.tc.open_sessions();
+    killed.store(true, Ordering::Relaxed);
+    let kill_time = Instant::now();
+    victim.tc.crash();
+    victim.server.kill();
+    let left = left_alive_set(&clients.tm, &victim.addr, kill_time).await;
+    tokio::time::sleep(PHASE.saturating_sub(kill_time.elapsed())).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    let records = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
+    Load {
+        records,
+        victim_open,
+        left,
+    }
+}
+
+/// The workers: each runs one transaction after another until `stop`, recording each
+/// (and whether it began after the kill).
+fn spawn_workers(
+    clients: &Clients,
+    stop: &Arc<AtomicBool>,
+    killed: &Arc<AtomicBool>,
+    records: &Arc<Mutex<Vec<Record>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let next = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let (tm, stock, account) = (tm.clone(), stock.clone(), account.clone());
+        let (tm, stock, account) = (
+            clients.tm.clone(),
+            clients.stock.clone(),
+            clients.account.clone(),
+        );
         let (next, stop, killed, records) =
             (next.clone(), stop.clone(), killed.clone(), records.clone());
         workers.push(tokio::spawn(async move {
@@ -298,39 +360,34 @@ async fn run() -> Result<bool, String> {
             }
         }));
     }
-    println!("  phase 1: {WORKERS} workers running transactions for {PHASE:?}");
-    tokio::time::sleep(PHASE).await;
-    let victim = &tcs[VICTIM];
-    println!(
-        "  phase 2: killing {} ({}) under load",
-        victim.name, victim.addr
-    );
-    let victim_open = victim.tc.open_sessions();
-    killed.store(true, Ordering::Relaxed);
-    let kill_time = Instant::now();
-    victim.tc.crash();
-    victim.server.kill();
-    let mut left = None;
+    workers
+}
+
+/// How long after `kill_time` the TC at `addr` left the TM's alive set, watched for 2 s
+/// (`None`: still there then).
+async fn left_alive_set(
+    tm: &TransactionManager,
+    addr: &str,
+    kill_time: Instant,
+) -> Option<Duration> {
     while kill_time.elapsed() < Duration::from_secs(2) {
         if !tm
             .client()
             .alive()
             .endpoints()
             .iter()
-            .any(|e| e.instance.to_string() == victim.addr)
+            .any(|e| e.instance.to_string() == addr)
         {
-            left = Some(kill_time.elapsed());
-            break;
+            return Some(kill_time.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    tokio::time::sleep(PHASE.saturating_sub(kill_time.elapsed())).await;
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        let _ = w.await;
-    }
+    None
+}
 
-    let records = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
+/// Waits (3 s at most) until the stock RM has seen the commit of every transaction the
+/// TM saw committed on a live TC.
+async fn settle(records: &[Record], victim: &Tc, seen_stock: &Seen) {
     // Stock's branches are AT: a commit is answered at once and their BranchCommit comes
     // from the TC's background loop (every 200 ms here), as Seata's TC does it. Give the
     // live TCs' loops the time to finish before the RMs' view is read.
@@ -352,206 +409,34 @@ async fn run() -> Result<bool, String> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let commits_stock = seen_stock
-        .commits
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let commits_account = seen_account
-        .commits
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let rollbacks_stock = seen_stock
-        .rollbacks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let rollbacks_account = seen_account
-        .rollbacks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+}
 
-    // Per TC: committed, rolled back, failed, as the TM saw them.
-    let mut per_tc: BTreeMap<String, [u64; 3]> = BTreeMap::new();
-    // The dead TC's failed transactions: what the TM was told, and what the RMs saw.
-    let mut victim_told: BTreeMap<String, u64> = BTreeMap::new();
-    let mut victim_truth: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut live_failures = Vec::new();
-    let mut inconsistent = Vec::new();
-    let mut at_cleanup_lost = 0u64;
-    for r in &records {
-        let tc = r.tc.clone().unwrap_or_else(|| "?".into());
-        let row = per_tc.entry(tc.clone()).or_default();
-        let xid = r.xid.as_deref().unwrap_or("");
-        match &r.outcome {
-            Outcome::Committed => {
-                row[0] += 1;
-                if !commits_account.contains(xid) {
-                    inconsistent.push(format!("{xid}: committed, but not at the account RM"));
-                } else if !commits_stock.contains(xid) {
-                    if tc == victim.addr {
-                        // AT: its data was committed in phase one; phase two only
-                        // deletes the undo log, and the dead TC's loop never sent it.
-                        at_cleanup_lost += 1;
-                    } else {
-                        inconsistent.push(format!("{xid}: committed, but not at the stock RM"));
-                    }
-                }
-            }
-            Outcome::RolledBack => {
-                row[1] += 1;
-                if commits_stock.contains(xid) || commits_account.contains(xid) {
-                    inconsistent.push(format!("{xid}: rolled back, but committed at an RM"));
-                }
-            }
-            Outcome::Failed(step, e) => {
-                row[2] += 1;
-                if tc == victim.addr {
-                    let told = if e.contains("may have been delivered") {
-                        "written, then the TC died (\"may have been delivered\")"
-                    } else if e.contains("no longer knows")
-                        || e.contains("GlobalTransactionNotExist")
-                        || e.contains("Finished")
-                    {
-                        "another TC does not know it (its TC is gone)"
-                    } else {
-                        "other error"
-                    };
-                    *victim_told.entry(format!("{step}: {told}")).or_default() += 1;
-                    let (cs, ca) = (commits_stock.contains(xid), commits_account.contains(xid));
-                    let (rs, ra) = (
-                        rollbacks_stock.contains(xid),
-                        rollbacks_account.contains(xid),
-                    );
-                    let truth = match (r.xid.is_some(), cs, ca, rs, ra) {
-                        (false, ..) => "never began (no XID came back)",
-                        (true, true, true, _, _) => {
-                            "committed at both RMs (phase two ran before the TC died)"
-                        }
-                        (true, _, _, true, true) => "rolled back at both RMs",
-                        (true, false, false, false, false) => {
-                            "no phase two at either RM: lost with the TC (not durable), branches left waiting"
-                        }
-                        // The TC died between its two phase-two requests: the half a
-                        // durable TC would finish on restart.
-                        _ => "phase two at one RM only (the TC died in between)",
-                    };
-                    *victim_truth.entry(truth).or_default() += 1;
-                } else {
-                    live_failures.push(format!(
-                        "{} ({tc}) {step}: {e}",
-                        r.xid.as_deref().unwrap_or("no xid")
-                    ));
-                }
-            }
-        }
-    }
-    let after = records.iter().filter(|r| r.after_kill).count();
-    let after_ok = records
-        .iter()
-        .filter(|r| r.after_kill && !matches!(r.outcome, Outcome::Failed(..)))
-        .count();
+async fn run() -> Result<bool, String> {
+    println!(
+        "meshline demo: 3 in-memory TCs, a TM and two RMs (stock: AT, account: TCC), file registry, XID routing\n"
+    );
+    let tcs = start_tcs().await?;
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
+    let file = dir.path().join("registry.properties");
+    let all: Vec<&str> = tcs.iter().map(|t| t.addr.as_str()).collect();
+    write_registry_file(&file, &all)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    println!(
+        "  registry file {}:\n    service.default.grouplist={}",
+        file.display(),
+        all.join(";")
+    );
+    let clients = connect(&file).await?;
 
-    println!();
-    println!(
-        "  {:<6} {:<22} {:>10} {:>12} {:>8}",
-        "TC", "address", "committed", "rolled back", "failed"
-    );
-    println!("  {}", "-".repeat(62));
-    for t in &tcs {
-        let row = per_tc.get(&t.addr).copied().unwrap_or_default();
-        let name = if t.addr == victim.addr {
-            format!("{} \u{2020}", t.name)
-        } else {
-            t.name.clone()
-        };
-        println!(
-            "  {:<6} {:<22} {:>10} {:>12} {:>8}",
-            name, t.addr, row[0], row[1], row[2]
-        );
-    }
-    if let Some(row) = per_tc.get("?") {
-        println!(
-            "  {:<6} {:<22} {:>10} {:>12} {:>8}",
-            "?", "(begin got no XID)", row[0], row[1], row[2]
-        );
-    }
-    println!(
-        "  \u{2020} killed {:.1} s into the run",
-        PHASE.as_secs_f64()
-    );
-    println!();
-    println!(
-        "  phase two seen at the RMs: stock {} commits, {} rollbacks; account {} commits, {} rollbacks",
-        commits_stock.len(),
-        rollbacks_stock.len(),
-        commits_account.len(),
-        rollbacks_account.len()
-    );
-    println!(
-        "  every transaction the TM saw committed was committed at both RMs, and none it saw rolled back was committed: {}",
-        if inconsistent.is_empty() {
-            "yes".to_string()
-        } else {
-            format!("NO ({})", inconsistent.len())
-        }
-    );
-    for i in inconsistent.iter().take(5) {
-        println!("    {i}");
-    }
-    if at_cleanup_lost > 0 {
-        println!(
-            "  {at_cleanup_lost} committed on {} whose AT branch (stock) never got its BranchCommit: \
-             the TC answered Committed at once and died before its background loop sent it; \
-             the data was committed in phase one, only the undo log is left to clean",
-            victim.name
-        );
-    }
-    println!(
-        "  {} had {victim_open} transactions open when it died. Its transactions that did not end as asked:",
-        victim.name
-    );
-    if victim_told.is_empty() {
-        println!("    none");
-    }
-    println!("    what the TM was told:");
-    for (what, n) in &victim_told {
-        println!("      {n:>5}  {what}");
-    }
-    println!("    what they became (what the RMs saw):");
-    for (what, n) in &victim_truth {
-        println!("      {n:>5}  {what}");
-    }
-    println!(
-        "  transactions begun after the kill: {after}, of which {after_ok} committed or rolled back as asked"
-    );
-    match left {
-        Some(d) => println!(
-            "  {} left the clients' alive set {:.1} ms after the kill",
-            victim.name,
-            d.as_secs_f64() * 1e3
-        ),
-        None => println!(
-            "  {} was still in the alive set 2 s after the kill",
-            victim.name
-        ),
-    }
-    let live_ok = live_failures.is_empty();
-    let ok = live_ok
-        && inconsistent.is_empty()
-        && left.is_some()
-        && per_tc.values().map(|r| r[0]).sum::<u64>() > 0;
-    println!(
-        "  transactions on live TCs that failed: {}  => {}",
-        live_failures.len(),
-        if ok { "OK" } else { "FAILED" }
-    );
-    for f in live_failures.iter().take(5) {
-        println!("    {f}");
-    }
-    for c in [tm.client(), stock.client(), account.client()] {
+    let victim = &tcs[VICTIM];
+    let load = run_load(&clients, victim).await;
+    settle(&load.records, victim, &clients.seen_stock).await;
+    let ok = report::report(&tcs, victim, &load, &clients);
+    for c in [
+        clients.tm.client(),
+        clients.stock.client(),
+        clients.account.client(),
+    ] {
         c.shutdown(Duration::from_secs(2)).await;
     }
     for t in tcs {

@@ -15,9 +15,15 @@ if grep -rnE '//.*\b[Ii]ssue ?#?[0-9]+' --include='*.rs' \
   exit 1
 fi
 
+echo "== file and function sizes"
+python3 scripts/check-sizes.py
+
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
 cargo clippy -p meshline-registry-nacos --all-targets --features tls -- -D warnings
+
+echo "== every backend feature builds alone, without a warning"
+python3 scripts/check-features.py
 
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --features "$FEATURES" --no-deps --quiet

@@ -26,12 +26,14 @@ pub fn centre_keys() -> Vec<String> {
 /// messages (by name, never by value; each also logged), or the first invalid value,
 /// naming its key and where it came from.
 pub fn read_all(config: &Config) -> Result<Vec<String>, RegistryError> {
-    let mut warnings = crate::loadbalance::LoadBalanceConfig::from_config(config)?.warnings;
+    let warnings = crate::loadbalance::LoadBalanceConfig::from_config(config)?.warnings;
     #[cfg(feature = "rpc")]
-    {
+    let warnings = {
+        let mut warnings = warnings;
         warnings.extend(crate::rpc::TransportConfig::from_config(config)?.warnings);
         warnings.extend(crate::rpc::TmConfig::from_config(config)?.warnings);
-    }
+        warnings
+    };
     Ok(warnings)
 }
 

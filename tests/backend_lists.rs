@@ -119,6 +119,41 @@ fn the_cli_forwards_each_entrys_features() {
     }
 }
 
+/// The CLI's `all-tls` (what `scripts/test.sh` builds the CLI with) turns on every
+/// entry's TLS feature the facade's `all-tls` does.
+#[test]
+fn the_clis_all_tls_names_every_tls_feature() {
+    let f = features("cli/Cargo.toml");
+    for t in REGISTRY_TYPES {
+        if let Some(tls_feature) = t.tls_feature.filter(|&f| f != "nacos-tls") {
+            assert!(
+                f["all-tls"].contains(&tls_feature.to_string()),
+                "cli/Cargo.toml: `all-tls` lacks `{tls_feature}`"
+            );
+        }
+    }
+}
+
+/// Every backend that takes registrations over the network has its end-to-end test in
+/// `cli/tests/backends.rs` (register, look up, unregister on a signal), compiled with
+/// its feature.
+#[test]
+fn the_cli_tests_register_with_every_writable_network_backend() {
+    let tests = read("cli/tests/backends.rs");
+    for t in REGISTRY_TYPES
+        .iter()
+        .filter(|t| !t.read_only && t.feature != "file")
+    {
+        let header = format!("#[cfg(feature = \"{}\")]\n#[test]\nfn ", t.feature);
+        assert!(
+            tests.contains(&header),
+            "cli/tests/backends.rs has no test under `{}` for `{}`",
+            t.feature,
+            t.seata_name
+        );
+    }
+}
+
 #[test]
 fn the_backends_crate_has_a_feature_for_each_of_its_entries() {
     let f = features("registry-others/Cargo.toml");

@@ -74,7 +74,12 @@
 //! fails when one of steps 3 to 5 is missing or disagrees with the table (a feature
 //! without an entry, an entry without its feature, `all`, `all-tls`, the CLI's
 //! forwarding or the README row), and `src/registry.rs`'s own test when an entry's
-//! constructor is compiled under another feature than the one it names.
+//! constructor is compiled under another feature than the one it names; the same test
+//! file holds the CLI's `all-tls` to every TLS feature and `cli/tests/backends.rs` to
+//! an end-to-end test for every writable network backend. `scripts/check-features.py`
+//! (part of the lint) builds the backends' crate with each feature alone and the facade
+//! with each backend alone, so a `cfg(any(feature = ...))` list inside the crate (such
+//! as `registry-others/src/tls.rs`'s) that misses the new feature fails the run.
 //!
 //! A program can also add a type at run time without any of these:
 //! `meshline::registry::register_custom(name, constructor)` and then

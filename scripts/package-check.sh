@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The crates as crates.io would serve them (issue 25 item 5):
+# The crates as crates.io would serve them:
 #   1. `cargo package -p <each publishable crate>`: every crate but the `publish = false`
 #      ones (the testkit and the examples), in dependency order (cargo serves the ones
 #      already packaged to the next from a local registry; path dependencies are

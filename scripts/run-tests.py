@@ -41,6 +41,7 @@ from pathlib import Path
 SHARED_PACKAGES = {
     "meshline",
     "meshline-cli",
+    "meshline-config",
     "meshline-registry-core",
     "meshline-registry-etcd",
     "meshline-registry-file",

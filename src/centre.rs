@@ -45,7 +45,7 @@ pub fn resolve_centre(kind: &str) -> Result<CentreKind, RegistryError> {
         return Ok(CentreKind::File);
     }
     if let Some(refused) = unsupported_kind(kind) {
-        return Err(refused);
+        return Err(refused.into());
     }
     let n = kind.trim().to_ascii_lowercase();
     REGISTRY_TYPES
@@ -84,7 +84,7 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
     let (ty, centre) = match resolve_centre(&base.centre.kind)? {
         CentreKind::File => {
             let loader = with_file_centre(loader, &base)?;
-            return LiveConfig::files(loader);
+            return Ok(LiveConfig::files(loader)?);
         }
         CentreKind::Server(ty, centre) => (ty, centre),
     };
@@ -105,7 +105,7 @@ pub async fn live_config(loader: ConfigLoader) -> Result<LiveConfig, RegistryErr
     )?;
     spec.keys = crate::parts::centre_keys();
     let centre = connect(&base).await?;
-    LiveConfig::start(loader, centre, spec).await
+    Ok(LiveConfig::start(loader, centre, spec).await?)
 }
 
 /// The registry the live configuration names, in a [`Discovery`] whose group ->

@@ -25,7 +25,10 @@ impl MemoryRegistry {
         let prefix = r.text("prefix", "")?;
         r.finish();
         Ok(MemoryRegistry {
-            life: Lifecycle::new("memory", config.registry.empty_policy()),
+            life: Lifecycle::new(
+                "memory",
+                meshline::core::EmptyProtection::of(&config.registry),
+            ),
             members: Arc::default(),
             prefix,
         })

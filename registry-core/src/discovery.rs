@@ -233,6 +233,8 @@ fn mirror_health(hub: &WatchHub, group: &str, health: &Health) {
 }
 
 #[cfg(test)]
+mod centre_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::HubRegistry;

@@ -133,6 +133,23 @@ pub enum RegistryError {
     },
 }
 
+/// A configuration error is this crate's `Config` error, and a config centre's own
+/// error (a backend's [`RegistryError`] that travelled through `meshline-config` boxed)
+/// comes back as it was.
+impl From<meshline_config::ConfigError> for RegistryError {
+    fn from(e: meshline_config::ConfigError) -> Self {
+        match e {
+            meshline_config::ConfigError::Invalid(text) => RegistryError::Config(text),
+            meshline_config::ConfigError::Centre(source) => {
+                match source.downcast::<RegistryError>() {
+                    Ok(own) => *own,
+                    Err(other) => RegistryError::Config(other.to_string()),
+                }
+            }
+        }
+    }
+}
+
 /// Writes an error and every cause in its source chain, `: `-separated. A cause whose
 /// text is already part of what was written (libraries that repeat their source in
 /// their own message) is left out.

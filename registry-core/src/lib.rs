@@ -11,9 +11,11 @@
 //!   de-duplication, empty-list protection and registry health (connected, or stale
 //!   since when). Backends publish into a hub; users read a `Watch`.
 //! - [`Discovery`]: Seata's indirection `tx-service-group -> vgroupMapping -> cluster`.
-//! - [`Config`]: one configuration type loaded from YAML / TOML / JSON, Seata's flat
-//!   `.properties` keys, seata-go's `seata:` YAML and environment variables.
-//! - [`Backoff`]: the jittered exponential backoff every reconnect loop uses.
+//! - [`Config`], [`config`] and [`centre`]: the configuration (files, environment, a
+//!   live config centre), which lives in the `meshline-config` crate and is
+//!   re-exported here, so a backend names one crate for both.
+//! - [`Backoff`]: the jittered exponential backoff every reconnect loop uses (also
+//!   from `meshline-config`, whose centre follower is its lowest user).
 //! - [`Lifecycle`]: open/closed/abandoned, shared watches that end with their last
 //!   [`Watch`], close-once and drop-time clean-up: the life every backend shares.
 //!
@@ -87,9 +89,6 @@
 
 #![warn(missing_docs)]
 
-mod backoff;
-pub mod centre;
-pub mod config;
 mod discovery;
 mod error;
 mod identity_order;
@@ -104,13 +103,16 @@ mod test_support;
 pub mod tls;
 mod watch;
 
-pub use backoff::Backoff;
-pub use config::Config;
 pub use discovery::Discovery;
 pub use error::RegistryError;
 pub use identity_order::identity_order;
 pub use instance::{Instance, InstanceKey};
 pub use lifecycle::{Lifecycle, Registrations, WatchScope};
+/// The configuration: `meshline-config`, re-exported whole.
+pub use meshline_config as config;
+/// The config centre: `meshline_config::centre`, re-exported.
+pub use meshline_config::centre;
+pub use meshline_config::{Backoff, Config};
 pub use nearby::Nearby;
 pub use registry::RegistryService;
 pub use watch::{EmptyProtection, Health, PublishOutcome, Snapshot, Watch, WatchHub};

@@ -94,6 +94,17 @@ pub enum EmptyProtection {
     Apply,
 }
 
+impl EmptyProtection {
+    /// The policy `registry.emptyProtection` asks for (on by default, as Seata's).
+    pub fn of(registry: &crate::config::RegistryConfig) -> EmptyProtection {
+        if registry.empty_protection {
+            EmptyProtection::Protect
+        } else {
+            EmptyProtection::Apply
+        }
+    }
+}
+
 /// What [`WatchHub::publish`] did with a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishOutcome {

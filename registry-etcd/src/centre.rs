@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::Client;
 use meshline_registry_core::centre::ConfigCentre;
+use meshline_registry_core::config::ConfigError;
 use meshline_registry_core::{Config, RegistryError};
 use tokio::sync::mpsc;
 
@@ -63,121 +64,131 @@ impl ConfigCentre for EtcdCentre {
         self.servers.clone()
     }
 
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        let resp = timed(&self.servers, "get config", OP_TIMEOUT, || {
-            let mut kv = self.client.kv_client();
-            let key = name.to_string();
-            async move { kv.get(key, None).await }
-        })
-        .await?;
-        match resp.kvs().first() {
-            None => Ok(None),
-            Some(kv) => match std::str::from_utf8(kv.value()) {
-                Ok(text) => Ok(Some(text.to_string())),
-                Err(_) => {
-                    tracing::warn!(
-                        centre = KIND,
-                        key = name,
-                        "config value is not UTF-8; treated as absent"
-                    );
-                    Ok(None)
-                }
-            },
-        }
-    }
-
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
-        let (tx, rx) = mpsc::channel(1);
-        let mut streams = Vec::with_capacity(names.len());
-        for name in &names {
-            let stream = timed(&self.servers, "watch config", OP_TIMEOUT, || {
-                let mut w = self.client.watch_client();
-                let key = name.clone();
-                async move { w.watch(key, None).await }
+    async fn get(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<Option<String>, RegistryError> = async {
+            let resp = timed(&self.servers, "get config", OP_TIMEOUT, || {
+                let mut kv = self.client.kv_client();
+                let key = name.to_string();
+                async move { kv.get(key, None).await }
             })
             .await?;
-            streams.push(stream);
-        }
-        // etcd creates a watch at the revision current when it processes the request:
-        // wait for each creation, so that every change after the notification below is
-        // delivered.
-        for stream in &mut streams {
-            match tokio::time::timeout(OP_TIMEOUT, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.created() && !resp.canceled() => {}
-                Ok(Ok(Some(resp))) => {
-                    return Err(RegistryError::unavailable(
-                        KIND,
-                        &self.servers,
-                        format!(
-                            "watch config: not created (canceled: {}, reason `{}`)",
-                            resp.canceled(),
-                            resp.cancel_reason()
-                        ),
-                    ));
-                }
-                Ok(Ok(None)) => {
-                    return Err(RegistryError::unavailable(
-                        KIND,
-                        &self.servers,
-                        "watch config: the stream ended before the watch was created",
-                    ));
-                }
-                Ok(Err(e)) => {
-                    return Err(crate::timed::backend_err(&self.servers, "watch config", e));
-                }
-                Err(_) => {
-                    return Err(RegistryError::timeout(
-                        KIND,
-                        &self.servers,
-                        "watch config",
-                        OP_TIMEOUT,
-                    ));
-                }
+            match resp.kvs().first() {
+                None => Ok(None),
+                Some(kv) => match std::str::from_utf8(kv.value()) {
+                    Ok(text) => Ok(Some(text.to_string())),
+                    Err(_) => {
+                        tracing::warn!(
+                            centre = KIND,
+                            key = name,
+                            "config value is not UTF-8; treated as absent"
+                        );
+                        Ok(None)
+                    }
+                },
             }
         }
-        // One broken watch stops them all, so that the channel closes and the follower
-        // re-reads and follows every key again.
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stop = std::sync::Arc::new(stop);
-        for stream in streams {
-            let tx = tx.clone();
-            let stop = stop.clone();
-            let mut stopped = stopped.clone();
-            let (mut requests, mut stream) = stream.split();
-            // Progress requests keep data coming from a live member, so the HTTP/2
-            // keep-alive pings only a silent one (see `lib.rs`).
-            let mut beat = tokio::time::interval(self.heartbeat);
-            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tokio::spawn(async move {
-                loop {
-                    let msg = tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = stopped.changed() => return,
-                        _ = beat.tick() => {
-                            if requests.request_progress().await.is_err() {
+        .await;
+        r.map_err(ConfigError::centre)
+    }
+
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<mpsc::Receiver<()>, RegistryError> = async {
+            let (tx, rx) = mpsc::channel(1);
+            let mut streams = Vec::with_capacity(names.len());
+            for name in &names {
+                let stream = timed(&self.servers, "watch config", OP_TIMEOUT, || {
+                    let mut w = self.client.watch_client();
+                    let key = name.clone();
+                    async move { w.watch(key, None).await }
+                })
+                .await?;
+                streams.push(stream);
+            }
+            // etcd creates a watch at the revision current when it processes the request:
+            // wait for each creation, so that every change after the notification below is
+            // delivered.
+            for stream in &mut streams {
+                match tokio::time::timeout(OP_TIMEOUT, stream.message()).await {
+                    Ok(Ok(Some(resp))) if resp.created() && !resp.canceled() => {}
+                    Ok(Ok(Some(resp))) => {
+                        return Err(RegistryError::unavailable(
+                            KIND,
+                            &self.servers,
+                            format!(
+                                "watch config: not created (canceled: {}, reason `{}`)",
+                                resp.canceled(),
+                                resp.cancel_reason()
+                            ),
+                        ));
+                    }
+                    Ok(Ok(None)) => {
+                        return Err(RegistryError::unavailable(
+                            KIND,
+                            &self.servers,
+                            "watch config: the stream ended before the watch was created",
+                        ));
+                    }
+                    Ok(Err(e)) => {
+                        return Err(crate::timed::backend_err(&self.servers, "watch config", e));
+                    }
+                    Err(_) => {
+                        return Err(RegistryError::timeout(
+                            KIND,
+                            &self.servers,
+                            "watch config",
+                            OP_TIMEOUT,
+                        ));
+                    }
+                }
+            }
+            // One broken watch stops them all, so that the channel closes and the follower
+            // re-reads and follows every key again.
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let stop = std::sync::Arc::new(stop);
+            for stream in streams {
+                let tx = tx.clone();
+                let stop = stop.clone();
+                let mut stopped = stopped.clone();
+                let (mut requests, mut stream) = stream.split();
+                // Progress requests keep data coming from a live member, so the HTTP/2
+                // keep-alive pings only a silent one (see `lib.rs`).
+                let mut beat = tokio::time::interval(self.heartbeat);
+                beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tokio::spawn(async move {
+                    loop {
+                        let msg = tokio::select! {
+                            _ = tx.closed() => return,
+                            _ = stopped.changed() => return,
+                            _ = beat.tick() => {
+                                if requests.request_progress().await.is_err() {
+                                    stop.send_replace(true);
+                                    return;
+                                }
+                                continue;
+                            }
+                            m = stream.message() => m,
+                        };
+                        match msg {
+                            Ok(Some(resp)) if resp.canceled() => return,
+                            Ok(Some(resp)) if resp.events().is_empty() => {}
+                            Ok(Some(_)) => {
+                                let _ = tx.try_send(());
+                            }
+                            // The stream broke: stop the others too; dropping every `tx`
+                            // tells the follower to re-read and follow again.
+                            Ok(None) | Err(_) => {
                                 stop.send_replace(true);
                                 return;
                             }
-                            continue;
-                        }
-                        m = stream.message() => m,
-                    };
-                    match msg {
-                        Ok(Some(resp)) if resp.canceled() => return,
-                        Ok(Some(resp)) if resp.events().is_empty() => {}
-                        Ok(Some(_)) => {
-                            let _ = tx.try_send(());
-                        }
-                        // The stream broke: stop the others too; dropping every `tx`
-                        // tells the follower to re-read and follow again.
-                        Ok(None) | Err(_) => {
-                            stop.send_replace(true);
-                            return;
                         }
                     }
-                }
-            });
+                });
+            }
+            Ok(rx)
         }
-        Ok(rx)
+        .await;
+        r.map_err(ConfigError::centre)
     }
 }

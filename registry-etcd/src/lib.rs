@@ -215,7 +215,7 @@ impl EtcdRegistry {
         let ttl = c.ttl.max(Duration::from_secs(1));
         let op_timeout = (ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
         let (client, servers) = connect_client(&c, op_timeout).await?;
-        let policy = config.registry.empty_policy();
+        let policy = meshline_registry_core::EmptyProtection::of(&config.registry);
         let inner = Arc::new(Inner {
             client,
             servers,

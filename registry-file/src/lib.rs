@@ -109,7 +109,7 @@ impl FileRegistry {
     /// wrong servers without a word.
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let start = source::start(config)?;
-        let policy = config.registry.empty_policy();
+        let policy = meshline_registry_core::EmptyProtection::of(&config.registry);
         let (grouplists, origins) = source::layered(&start.config, start.fallback.as_ref());
         Ok(FileRegistry {
             inner: Arc::new(Inner {

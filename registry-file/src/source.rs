@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use meshline_registry_core::centre::LiveConfig;
-use meshline_registry_core::config::{ConfigLoader, ConfigSource};
+use meshline_registry_core::config::{ConfigError, ConfigLoader, ConfigSource};
 use meshline_registry_core::{Config, RegistryError};
 
 use crate::settings::FileSettings;
@@ -194,9 +194,9 @@ pub(crate) fn start(config: &Config) -> Result<Start, RegistryError> {
     })
 }
 
-fn named(path: &Path, e: RegistryError) -> RegistryError {
+fn named(path: &Path, e: ConfigError) -> RegistryError {
     let cause = match e {
-        RegistryError::Config(m) => m,
+        ConfigError::Invalid(m) => m,
         other => other.to_string(),
     };
     RegistryError::Config(format!("registry.file.name `{}`: {cause}", path.display()))

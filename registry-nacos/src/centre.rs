@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use meshline_registry_core::centre::ConfigCentre;
+use meshline_registry_core::config::ConfigError;
 use meshline_registry_core::{Config, RegistryError};
 use nacos_sdk::api::config::{
     ConfigChangeListener, ConfigResponse, ConfigService, ConfigServiceBuilder,
@@ -108,52 +109,62 @@ impl ConfigCentre for NacosCentre {
         format!("{} group `{}`", self.server, self.group)
     }
 
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        let read = tokio::time::timeout(
-            crate::REQUEST_TIMEOUT,
-            self.config.get_config(name.to_string(), self.group.clone()),
-        )
-        .await
-        .map_err(|_| {
-            RegistryError::timeout(KIND, &self.server, "get config", crate::REQUEST_TIMEOUT)
-        })?;
-        match read {
-            Ok(resp) if resp.content().trim().is_empty() => Ok(None),
-            Ok(resp) => Ok(Some(resp.content().clone())),
-            Err(nacos_sdk::api::error::Error::ConfigNotFound(_)) => Ok(None),
-            Err(e) => Err(crate::nacos_err(
-                &self.server,
-                &format!("get config `{name}`"),
-                e,
-            )),
+    async fn get(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<Option<String>, RegistryError> = async {
+            let read = tokio::time::timeout(
+                crate::REQUEST_TIMEOUT,
+                self.config.get_config(name.to_string(), self.group.clone()),
+            )
+            .await
+            .map_err(|_| {
+                RegistryError::timeout(KIND, &self.server, "get config", crate::REQUEST_TIMEOUT)
+            })?;
+            match read {
+                Ok(resp) if resp.content().trim().is_empty() => Ok(None),
+                Ok(resp) => Ok(Some(resp.content().clone())),
+                Err(nacos_sdk::api::error::Error::ConfigNotFound(_)) => Ok(None),
+                Err(e) => Err(crate::nacos_err(
+                    &self.server,
+                    &format!("get config `{name}`"),
+                    e,
+                )),
+            }
         }
+        .await;
+        r.map_err(ConfigError::centre)
     }
 
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
-        let (tx, rx) = mpsc::channel(1);
-        let listener: Arc<dyn ConfigChangeListener> = Arc::new(Notifier { tx: tx.clone() });
-        for name in &names {
-            timed(
-                &self.server,
-                "listen config",
-                self.config
-                    .add_listener(name.clone(), self.group.clone(), listener.clone()),
-            )
-            .await?;
-        }
-        // The listeners go when the follower's receiver is dropped.
-        let (config, group) = (self.config.clone(), self.group.clone());
-        tokio::spawn(async move {
-            tx.closed().await;
-            for name in names {
-                if let Err(e) = config
-                    .remove_listener(name.clone(), group.clone(), listener.clone())
-                    .await
-                {
-                    tracing::debug!(centre = KIND, data_id = name, error = %e, "cannot remove a config listener");
-                }
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<mpsc::Receiver<()>, RegistryError> = async {
+            let (tx, rx) = mpsc::channel(1);
+            let listener: Arc<dyn ConfigChangeListener> = Arc::new(Notifier { tx: tx.clone() });
+            for name in &names {
+                timed(
+                    &self.server,
+                    "listen config",
+                    self.config
+                        .add_listener(name.clone(), self.group.clone(), listener.clone()),
+                )
+                .await?;
             }
-        });
-        Ok(rx)
+            // The listeners go when the follower's receiver is dropped.
+            let (config, group) = (self.config.clone(), self.group.clone());
+            tokio::spawn(async move {
+                tx.closed().await;
+                for name in names {
+                    if let Err(e) = config
+                        .remove_listener(name.clone(), group.clone(), listener.clone())
+                        .await
+                    {
+                        tracing::debug!(centre = KIND, data_id = name, error = %e, "cannot remove a config listener");
+                    }
+                }
+            });
+            Ok(rx)
+        }
+        .await;
+        r.map_err(ConfigError::centre)
     }
 }

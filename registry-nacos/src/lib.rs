@@ -295,7 +295,7 @@ impl NacosRegistry {
     }
 
     fn new(naming: NamingClient, server: String, n: &NacosSettings, config: &Config) -> Self {
-        let policy = config.registry.empty_policy();
+        let policy = meshline_registry_core::EmptyProtection::of(&config.registry);
         NacosRegistry {
             inner: Arc::new(Inner {
                 naming,

@@ -4,7 +4,7 @@ use meshline_registry_core::{Config, EmptyProtection};
 
 /// The empty-list policy configured by `registry.empty-protection`.
 pub(crate) fn empty_policy(config: &Config) -> EmptyProtection {
-    config.registry.empty_policy()
+    meshline_registry_core::EmptyProtection::of(&config.registry)
 }
 
 /// Splits a `host:port[,host:port...]` list (`;` accepted too), trimming blanks.

@@ -153,14 +153,15 @@ const MS: Duration = Duration::from_millis(1);
 
 /// A duration that must not be zero.
 fn positive(r: &SectionReader<'_>, key: &str) -> Result<Option<Duration>, RegistryError> {
-    r.parse(key, |v| {
+    let d = r.parse(key, |v| {
         let d = meshline_registry_core::config::parse_duration_with_unit(v)?;
         if d.is_zero() {
             Err("must be more than zero".into())
         } else {
             Ok(d)
         }
-    })
+    })?;
+    Ok(d)
 }
 
 /// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose

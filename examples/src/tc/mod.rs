@@ -142,10 +142,11 @@ pub const BATCH_SEND_RESPONSE_KEY: &str = "transport.enableTcServerBatchSendResp
 /// `transport.enableTcServerBatchSendResponse` (`true` when absent, this TC's default);
 /// an invalid value is an error naming the key.
 pub fn batch_send_response(config: &meshline::Config) -> Result<bool, meshline::RegistryError> {
-    config
+    let on = config
         .part("transport")
         .reader()
-        .boolean("enableTcServerBatchSendResponse", true)
+        .boolean("enableTcServerBatchSendResponse", true)?;
+    Ok(on)
 }
 
 impl Default for TcOptions {

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use meshline_registry_core::centre::ConfigCentre;
+use meshline_registry_core::config::ConfigError;
 use meshline_registry_core::{Config, RegistryError};
 use reqwest::{Method, StatusCode};
 use tokio::sync::mpsc;
@@ -121,76 +122,86 @@ impl ConfigCentre for ConsulCentre {
         self.agent.server().to_string()
     }
 
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        self.agent
-            .kv_get(name, None)
-            .await
-            .map(|r| r.value)
-            .map_err(|e| {
-                RegistryError::unavailable(
-                    KIND,
-                    self.agent.server(),
-                    format!("get config `{name}`: {e}"),
-                )
-            })
+    async fn get(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<Option<String>, RegistryError> = async {
+            self.agent
+                .kv_get(name, None)
+                .await
+                .map(|r| r.value)
+                .map_err(|e| {
+                    RegistryError::unavailable(
+                        KIND,
+                        self.agent.server(),
+                        format!("get config `{name}`: {e}"),
+                    )
+                })
+        }
+        .await;
+        r.map_err(ConfigError::centre)
     }
 
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
-        let (tx, rx) = mpsc::channel(1);
-        // The first index of each key is read here: a failure reaches the caller, and a
-        // change made after this call is past that index.
-        let mut first = Vec::with_capacity(names.len());
-        for name in names {
-            let read = self.agent.kv_get(&name, None).await.map_err(|e| {
-                RegistryError::unavailable(
-                    KIND,
-                    self.agent.server(),
-                    format!("watch config `{name}`: {e}"),
-                )
-            })?;
-            first.push((name, read.index));
-        }
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stop = Arc::new(stop);
-        for (name, index) in first {
-            let (agent, tx, stop, mut stopped) = (
-                self.agent.clone(),
-                tx.clone(),
-                stop.clone(),
-                stopped.clone(),
-            );
-            tokio::spawn(async move {
-                let mut index = index;
-                loop {
-                    let started = Instant::now();
-                    let block = (index > 0).then_some(index);
-                    let res = tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = stopped.changed() => return,
-                        r = agent.kv_get(&name, block) => r,
-                    };
-                    match res {
-                        Ok(read) => {
-                            let prev = index;
-                            index = next_index(prev, read.index);
-                            if read.index != prev {
-                                let _ = tx.try_send(());
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<mpsc::Receiver<()>, RegistryError> = async {
+            let (tx, rx) = mpsc::channel(1);
+            // The first index of each key is read here: a failure reaches the caller, and a
+            // change made after this call is past that index.
+            let mut first = Vec::with_capacity(names.len());
+            for name in names {
+                let read = self.agent.kv_get(&name, None).await.map_err(|e| {
+                    RegistryError::unavailable(
+                        KIND,
+                        self.agent.server(),
+                        format!("watch config `{name}`: {e}"),
+                    )
+                })?;
+                first.push((name, read.index));
+            }
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let stop = Arc::new(stop);
+            for (name, index) in first {
+                let (agent, tx, stop, mut stopped) = (
+                    self.agent.clone(),
+                    tx.clone(),
+                    stop.clone(),
+                    stopped.clone(),
+                );
+                tokio::spawn(async move {
+                    let mut index = index;
+                    loop {
+                        let started = Instant::now();
+                        let block = (index > 0).then_some(index);
+                        let res = tokio::select! {
+                            _ = tx.closed() => return,
+                            _ = stopped.changed() => return,
+                            r = agent.kv_get(&name, block) => r,
+                        };
+                        match res {
+                            Ok(read) => {
+                                let prev = index;
+                                index = next_index(prev, read.index);
+                                if read.index != prev {
+                                    let _ = tx.try_send(());
+                                }
+                                // A query that came back at once without a newer index.
+                                if read.index <= prev && started.elapsed() < Duration::from_millis(50) {
+                                    tokio::time::sleep(Duration::from_millis(50)).await;
+                                }
                             }
-                            // A query that came back at once without a newer index.
-                            if read.index <= prev && started.elapsed() < Duration::from_millis(50) {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            Err(e) => {
+                                tracing::debug!(centre = KIND, key = name, error = %e, "config blocking query failed");
+                                stop.send_replace(true);
+                                return;
                             }
-                        }
-                        Err(e) => {
-                            tracing::debug!(centre = KIND, key = name, error = %e, "config blocking query failed");
-                            stop.send_replace(true);
-                            return;
                         }
                     }
-                }
-            });
+                });
+            }
+            Ok(rx)
         }
-        Ok(rx)
+        .await;
+        r.map_err(ConfigError::centre)
     }
 }
 

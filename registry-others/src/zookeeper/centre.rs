@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshline_registry_core::centre::ConfigCentre;
+use meshline_registry_core::config::ConfigError;
 use meshline_registry_core::{Config, RegistryError};
 use tokio::sync::{Mutex, mpsc};
 use zookeeper_client as zk;
@@ -118,85 +119,95 @@ impl ConfigCentre for ZkCentre {
         self.settings.connect_string.clone()
     }
 
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        let path = node_path(name);
-        let client = self.client().await?;
-        let read = tokio::time::timeout(OP_TIMEOUT, client.get_data(&path))
-            .await
-            .map_err(|_| {
-                RegistryError::timeout(
-                    KIND,
-                    &self.settings.connect_string,
-                    "get config",
-                    OP_TIMEOUT,
-                )
-            })?;
-        match read {
-            Ok((data, _)) if data.is_empty() => Ok(None),
-            Ok((data, _)) => match String::from_utf8(data) {
-                Ok(text) => Ok(Some(text)),
-                Err(_) => {
-                    tracing::warn!(
-                        centre = KIND,
-                        path,
-                        "config node data is not UTF-8; treated as absent"
-                    );
-                    Ok(None)
-                }
-            },
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(self.err(&format!("get config {path}"), e)),
+    async fn get(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<Option<String>, RegistryError> = async {
+            let path = node_path(name);
+            let client = self.client().await?;
+            let read = tokio::time::timeout(OP_TIMEOUT, client.get_data(&path))
+                .await
+                .map_err(|_| {
+                    RegistryError::timeout(
+                        KIND,
+                        &self.settings.connect_string,
+                        "get config",
+                        OP_TIMEOUT,
+                    )
+                })?;
+            match read {
+                Ok((data, _)) if data.is_empty() => Ok(None),
+                Ok((data, _)) => match String::from_utf8(data) {
+                    Ok(text) => Ok(Some(text)),
+                    Err(_) => {
+                        tracing::warn!(
+                            centre = KIND,
+                            path,
+                            "config node data is not UTF-8; treated as absent"
+                        );
+                        Ok(None)
+                    }
+                },
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(self.err(&format!("get config {path}"), e)),
+            }
         }
+        .await;
+        r.map_err(ConfigError::centre)
     }
 
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
-        let client = self.client().await?;
-        let (tx, rx) = mpsc::channel(1);
-        // The first watch of each node is armed here, so that a failure reaches the
-        // caller and no change after this call is missed.
-        let mut armed = Vec::with_capacity(names.len());
-        for name in &names {
-            let path = node_path(name);
-            let watcher = arm(&client, &path)
-                .await
-                .map_err(|e| self.err(&format!("watch config {path}"), e))?;
-            armed.push((path, watcher));
-        }
-        // A session that ended stops every follower, so that the channel closes and the
-        // caller follows again (on a new session).
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stop = Arc::new(stop);
-        for (path, watcher) in armed {
-            let (tx, stop, mut stopped, client) =
-                (tx.clone(), stop.clone(), stopped.clone(), client.clone());
-            tokio::spawn(async move {
-                let mut watcher = watcher;
-                loop {
-                    let ev = tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = stopped.changed() => return,
-                        ev = watcher.changed() => ev,
-                    };
-                    if ev.session_state.is_terminated() {
-                        tracing::debug!(centre = KIND, path, state = ?ev.session_state, "config watch ended with the session");
-                        stop.send_replace(true);
-                        return;
-                    }
-                    // Re-armed before the notification: the read it triggers comes
-                    // after the new watch, so no change falls between the two.
-                    watcher = match arm(&client, &path).await {
-                        Ok(w) => w,
-                        Err(e) => {
-                            tracing::debug!(centre = KIND, path, error = %e, "cannot re-arm a config watch");
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, ConfigError> {
+        // The backend's own error travels whole (RegistryError converts it back).
+        let r: Result<mpsc::Receiver<()>, RegistryError> = async {
+            let client = self.client().await?;
+            let (tx, rx) = mpsc::channel(1);
+            // The first watch of each node is armed here, so that a failure reaches the
+            // caller and no change after this call is missed.
+            let mut armed = Vec::with_capacity(names.len());
+            for name in &names {
+                let path = node_path(name);
+                let watcher = arm(&client, &path)
+                    .await
+                    .map_err(|e| self.err(&format!("watch config {path}"), e))?;
+                armed.push((path, watcher));
+            }
+            // A session that ended stops every follower, so that the channel closes and the
+            // caller follows again (on a new session).
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let stop = Arc::new(stop);
+            for (path, watcher) in armed {
+                let (tx, stop, mut stopped, client) =
+                    (tx.clone(), stop.clone(), stopped.clone(), client.clone());
+                tokio::spawn(async move {
+                    let mut watcher = watcher;
+                    loop {
+                        let ev = tokio::select! {
+                            _ = tx.closed() => return,
+                            _ = stopped.changed() => return,
+                            ev = watcher.changed() => ev,
+                        };
+                        if ev.session_state.is_terminated() {
+                            tracing::debug!(centre = KIND, path, state = ?ev.session_state, "config watch ended with the session");
                             stop.send_replace(true);
                             return;
                         }
-                    };
-                    let _ = tx.try_send(());
-                }
-            });
+                        // Re-armed before the notification: the read it triggers comes
+                        // after the new watch, so no change falls between the two.
+                        watcher = match arm(&client, &path).await {
+                            Ok(w) => w,
+                            Err(e) => {
+                                tracing::debug!(centre = KIND, path, error = %e, "cannot re-arm a config watch");
+                                stop.send_replace(true);
+                                return;
+                            }
+                        };
+                        let _ = tx.try_send(());
+                    }
+                });
+            }
+            Ok(rx)
         }
-        Ok(rx)
+        .await;
+        r.map_err(ConfigError::centre)
     }
 }
 

@@ -6,7 +6,7 @@
 use super::loader::Entry;
 use super::values::{nonempty, parse_bool, split_list};
 use super::{Config, SEATA_CLIENT_PARTS, SEATA_PART_ROOTS, Section};
-use crate::RegistryError;
+use crate::ConfigError;
 
 /// Structural segment normalisation: lower-case, `-` and `_` removed.
 pub(super) fn norm(s: &str) -> String {
@@ -29,7 +29,7 @@ pub(super) fn apply_all(
     state: &mut RouteState,
     entries: Vec<Entry>,
     origin: &str,
-) -> Result<(), RegistryError> {
+) -> Result<(), ConfigError> {
     cfg.provenance.record_source(origin, entries.len());
     for (path, value) in entries {
         let shown = path.join(".");
@@ -52,7 +52,7 @@ pub(super) fn apply_all(
                 ))
             }
             Err(reason) => {
-                return Err(RegistryError::Config(format!(
+                return Err(ConfigError::Invalid(format!(
                     "{origin}: key `{shown}` has invalid value `{value}`: {reason}"
                 )));
             }

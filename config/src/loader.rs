@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::router::RouteState;
 use super::{Config, Format, apply_all};
-use crate::RegistryError;
+use crate::ConfigError;
 
 #[derive(Clone)]
 enum Source {
@@ -104,7 +104,7 @@ impl ConfigLoader {
     /// environment, so that loading this loader (or a clone) again reads no file: what
     /// a configuration centre does on every change, and a first pass that only learns
     /// where to look next. A file that cannot be read is an error here.
-    pub fn read_now(self) -> Result<ConfigLoader, RegistryError> {
+    pub fn read_now(self) -> Result<ConfigLoader, ConfigError> {
         let sources = self
             .sources
             .into_iter()
@@ -135,7 +135,7 @@ impl ConfigLoader {
     /// Reads and parses the file at `path` again (every source naming it), keeping the
     /// other sources as they are. A file that cannot be read or parsed is an error, and
     /// the loader is unchanged.
-    pub fn reread(&mut self, path: &std::path::Path) -> Result<(), RegistryError> {
+    pub fn reread(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
         let entries = read_file(path)?;
         for s in &mut self.sources {
             if let Source::File(p) | Source::Read(p, _) = s
@@ -149,7 +149,7 @@ impl ConfigLoader {
 
     /// Reads every source and builds the config; each of its [`Config::warnings`] is
     /// also logged.
-    pub fn load(self) -> Result<Config, RegistryError> {
+    pub fn load(self) -> Result<Config, ConfigError> {
         let cfg = self.load_with_centre(None)?;
         log_warnings(&cfg, None);
         Ok(cfg)
@@ -157,7 +157,7 @@ impl ConfigLoader {
 
     /// [`load`](Self::load) without logging the warnings: for a caller that reads the
     /// sources once to learn where to look next (`config.type`), then loads again.
-    pub fn load_quietly(self) -> Result<Config, RegistryError> {
+    pub fn load_quietly(self) -> Result<Config, ConfigError> {
         self.load_with_centre(None)
     }
 
@@ -169,7 +169,7 @@ impl ConfigLoader {
     pub(crate) fn load_with_centre(
         self,
         centre: Option<(&[Entry], &str)>,
-    ) -> Result<Config, RegistryError> {
+    ) -> Result<Config, ConfigError> {
         let mut cfg = Config {
             source: super::ConfigSource::loader(self.clone()),
             ..Config::default()
@@ -197,7 +197,7 @@ impl ConfigLoader {
                     cfg.path = Some(path);
                 }
                 Source::Text(text, format) => {
-                    let entries = parse_text(&text, format).map_err(RegistryError::Config)?;
+                    let entries = parse_text(&text, format).map_err(ConfigError::Invalid)?;
                     apply_all(&mut cfg, &mut state, entries, "config text")?;
                 }
                 Source::Env(vars) => {
@@ -233,17 +233,17 @@ pub(crate) fn log_warnings(cfg: &Config, before: Option<&Config>) {
 }
 
 /// Reads and parses the file at `path` by its extension's format.
-fn read_file(path: &std::path::Path) -> Result<Vec<Entry>, RegistryError> {
+fn read_file(path: &std::path::Path) -> Result<Vec<Entry>, ConfigError> {
     let format = Format::from_path(path)?;
     let text = std::fs::read_to_string(path).map_err(|e| {
-        RegistryError::Config(format!("cannot read config file {}: {e}", path.display()))
+        ConfigError::Invalid(format!("cannot read config file {}: {e}", path.display()))
     })?;
     match format {
         // Includes are relative to the file, as Typesafe Config does.
         Format::Hocon => super::hocon::parse(&text, path.parent()),
         _ => parse_text(&text, format),
     }
-    .map_err(|e| RegistryError::Config(format!("{}: {e}", path.display())))
+    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))
 }
 
 pub(crate) type Entry = (Vec<String>, String);

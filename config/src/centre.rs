@@ -21,7 +21,7 @@
 //! the centre are skipped, with a debug log.
 //!
 //! [`CentreSpec`] is that recipe; [`LiveConfig`] applies it. The centre's entries sit
-//! between the files and the environment ([`crate::config::ConfigLoader`]): a centre
+//! between the files and the environment ([`crate::ConfigLoader`]): a centre
 //! key wins over the same key in a file; `MESHLINE_*` variables and explicit overrides
 //! win over both.
 //!
@@ -34,8 +34,8 @@
 //! the configuration's own `txServiceGroup` does not lead to is read when asked
 //! ([`LiveConfig::ask_group`], [`LiveConfig::ask_cluster`]: the CLI's group argument, a
 //! second group in code, a cluster the file registry is asked for) and followed from
-//! then on. A [`crate::Discovery`] built on it
-//! ([`Discovery::with_live_config`](crate::Discovery::with_live_config)) asks for the
+//! then on. A `meshline_registry_core::Discovery` built on it
+//! (`Discovery::with_live_config`) asks for the
 //! groups it is given and moves its watches to the new cluster when
 //! `service.vgroupMapping.<group>` changes. A centre that cannot be read after start
 //! keeps the last good configuration (with a warning) and is retried with backoff; a
@@ -47,12 +47,14 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::config::{ConfigLoader, Entry, Format, parse_text};
-use crate::{Config, RegistryError};
+use crate::{Config, ConfigError};
+use crate::{ConfigLoader, Entry, Format, parse_text};
 
 mod live;
+mod memory;
 pub(crate) use live::LiveShared;
 pub use live::{FILE_POLL, LiveConfig, REFRESH_EVERY};
+pub use memory::MemoryCentre;
 
 /// A configuration centre client: reads one entry by its name, and reports changes.
 ///
@@ -69,7 +71,7 @@ pub trait ConfigCentre: Send + Sync + 'static {
     fn location(&self) -> String;
 
     /// The text stored under `name`; `None` when there is no such entry.
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError>;
+    async fn get(&self, name: &str) -> Result<Option<String>, ConfigError>;
 
     /// Follows `names`: a message on the returned channel every time one of them may
     /// have changed (spurious messages are harmless: the caller re-reads and compares).
@@ -78,7 +80,7 @@ pub trait ConfigCentre: Send + Sync + 'static {
     /// its read and the follow). Following stops when the receiver is dropped; a broken
     /// watch closes the channel, and the caller reads and follows again. A centre that cannot push changes
     /// returns a channel that never fires; [`LiveConfig`] also re-reads periodically.
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError>;
+    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, ConfigError>;
 }
 
 /// What to read from a centre: the blob's name and format, and which single keys to
@@ -100,13 +102,13 @@ pub struct CentreSpec {
 pub const UNSUPPORTED_KINDS: &[&str] = &["apollo", "springCloudConfig", "custom"];
 
 /// The refusal of one of [`UNSUPPORTED_KINDS`], or `None` for any other value.
-pub fn unsupported_kind(kind: &str) -> Option<RegistryError> {
+pub fn unsupported_kind(kind: &str) -> Option<ConfigError> {
     let k = kind.trim().to_ascii_lowercase().replace(['-', '_'], "");
     UNSUPPORTED_KINDS
         .iter()
         .any(|u| u.to_ascii_lowercase() == k)
         .then(|| {
-            RegistryError::Config(format!(
+            ConfigError::Invalid(format!(
                 "config.type=`{}` is not supported by meshline: use file or a centre this \
                  build knows (`meshline types` lists them), or keep the keys in the file",
                 kind.trim()
@@ -136,7 +138,7 @@ impl CentreSpec {
         names: &[&str],
         blob_key: &str,
         default_blob: &str,
-    ) -> Result<CentreSpec, RegistryError> {
+    ) -> Result<CentreSpec, ConfigError> {
         let (key, default) = (blob_key, default_blob);
         let section = config.centre.section(names);
         let blob = section
@@ -146,7 +148,7 @@ impl CentreSpec {
             .to_string();
         let format = match &config.centre.data_type {
             Some(t) => format_named(t).ok_or_else(|| {
-                RegistryError::Config(format!(
+                ConfigError::Invalid(format!(
                     "config.dataType=`{t}`: expected properties, yaml, json or toml"
                 ))
             })?,
@@ -216,11 +218,11 @@ async fn read_centre(
     spec: &CentreSpec,
     loader: &ConfigLoader,
     wanted: &Wanted,
-) -> Result<(Config, Read), RegistryError> {
+) -> Result<(Config, Read), ConfigError> {
     let blob = centre.get(&spec.blob).await?;
     let mut entries: Vec<Entry> = match &blob {
         Some(text) => parse_text(text, spec.format).map_err(|e| {
-            RegistryError::Config(format!(
+            ConfigError::Invalid(format!(
                 "{} config centre at {}: `{}`: {e}",
                 centre.kind(),
                 centre.location(),
@@ -292,10 +294,7 @@ fn same_key(a: &[String], b: &[String]) -> bool {
 ///
 /// Returns the loader with that file added (before the environment), or the loader
 /// unchanged when there is nothing to add.
-pub fn with_file_centre(
-    loader: ConfigLoader,
-    base: &Config,
-) -> Result<ConfigLoader, RegistryError> {
+pub fn with_file_centre(loader: ConfigLoader, base: &Config) -> Result<ConfigLoader, ConfigError> {
     let section = base.centre.section(&["file"]);
     let explicit = section.get("name").filter(|n| !n.is_empty());
     let name = explicit.unwrap_or("file.conf");
@@ -310,7 +309,7 @@ pub fn with_file_centre(
     }
     match std::fs::metadata(&path) {
         Ok(_) => Ok(loader.file_before_env(path)),
-        Err(e) if explicit.is_some() => Err(RegistryError::Config(format!(
+        Err(e) if explicit.is_some() => Err(ConfigError::Invalid(format!(
             "config.file.name=`{name}`: cannot read {}: {e}",
             path.display()
         ))),

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::values::parse_seata_duration;
 use super::{norm, parse_duration_with_unit};
-use crate::RegistryError;
+use crate::ConfigError;
 
 /// The raw keys of one part of the configuration: `registry.<type>.*` of one registry
 /// type, `config.<type>.*` of one centre, or a part another crate owns
@@ -214,15 +214,15 @@ impl SectionReader<'_> {
         Some(e)
     }
 
-    fn invalid(e: &SectionEntry, reason: &str) -> RegistryError {
-        RegistryError::Config(format!(
+    fn invalid(e: &SectionEntry, reason: &str) -> ConfigError {
+        ConfigError::Invalid(format!(
             "{}: key `{}` has invalid value `{}`: {reason}",
             e.origin, e.shown, e.value
         ))
     }
 
     /// Text that must not be empty when given; `default` when absent.
-    pub fn text(&self, key: &str, default: &str) -> Result<String, RegistryError> {
+    pub fn text(&self, key: &str, default: &str) -> Result<String, ConfigError> {
         match self.entry(key) {
             Some(e) if e.value.is_empty() => Err(Self::invalid(e, "must not be empty")),
             Some(e) => Ok(e.value.clone()),
@@ -254,7 +254,7 @@ impl SectionReader<'_> {
         key: &str,
         bare_unit: Duration,
         default: Duration,
-    ) -> Result<Duration, RegistryError> {
+    ) -> Result<Duration, ConfigError> {
         match self.entry(key) {
             Some(e) => parse_seata_duration(&e.value, bare_unit).map_err(|r| Self::invalid(e, &r)),
             None => Ok(default),
@@ -265,7 +265,7 @@ impl SectionReader<'_> {
     /// must carry its unit (`10s`, `500ms`); a bare number is refused with a message
     /// asking for one, since it would be ambiguous (Seata's keys count milliseconds,
     /// TTLs are usually thought of in seconds). `default` when absent.
-    pub fn duration(&self, key: &str, default: Duration) -> Result<Duration, RegistryError> {
+    pub fn duration(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
         match self.entry(key) {
             Some(e) => parse_duration_with_unit(&e.value).map_err(|r| Self::invalid(e, &r)),
             None => Ok(default),
@@ -273,7 +273,7 @@ impl SectionReader<'_> {
     }
 
     /// A number of type `T` (in range for it); `default` when absent.
-    pub fn number<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, RegistryError> {
+    pub fn number<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, ConfigError> {
         Ok(self.optional_number(key)?.unwrap_or(default))
     }
 
@@ -281,7 +281,7 @@ impl SectionReader<'_> {
     pub fn optional_number<T: std::str::FromStr>(
         &self,
         key: &str,
-    ) -> Result<Option<T>, RegistryError> {
+    ) -> Result<Option<T>, ConfigError> {
         match self.entry(key) {
             Some(e) => e.value.parse().map(Some).map_err(|_| {
                 Self::invalid(
@@ -302,7 +302,7 @@ impl SectionReader<'_> {
         &self,
         key: &str,
         parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, RegistryError> {
+    ) -> Result<Option<T>, ConfigError> {
         match self.entry(key) {
             Some(e) => parse(&e.value).map(Some).map_err(|r| Self::invalid(e, &r)),
             None => Ok(None),
@@ -310,14 +310,14 @@ impl SectionReader<'_> {
     }
 
     /// `true`/`false` (also `yes`/`no`, `on`/`off`, `1`/`0`); `default` when absent.
-    pub fn boolean(&self, key: &str, default: bool) -> Result<bool, RegistryError> {
+    pub fn boolean(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
         Ok(self
             .parse(key, super::values::parse_bool)?
             .unwrap_or(default))
     }
 
     /// A byte size (`8MiB`, `65536`; see [`parse_bytes`](super::parse_bytes)).
-    pub fn bytes(&self, key: &str) -> Result<Option<usize>, RegistryError> {
+    pub fn bytes(&self, key: &str) -> Result<Option<usize>, ConfigError> {
         self.parse(key, super::parse_bytes)
     }
 

@@ -1,54 +1,8 @@
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::config::Format;
-use crate::test_support::HubRegistry;
-use crate::{Discovery, Instance, WatchHub};
-
-/// A centre held in memory: entries by name, and followers told of every `put`.
-#[derive(Default)]
-struct MemCentre {
-    entries: Mutex<BTreeMap<String, String>>,
-    followers: Mutex<Vec<(Vec<String>, mpsc::Sender<()>)>>,
-    fail: std::sync::atomic::AtomicBool,
-}
-
-impl MemCentre {
-    fn put(&self, name: &str, value: &str) {
-        self.entries
-            .lock()
-            .unwrap()
-            .insert(name.to_string(), value.to_string());
-        for (names, tx) in self.followers.lock().unwrap().iter() {
-            if names.iter().any(|n| n == name) {
-                let _ = tx.try_send(());
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl ConfigCentre for MemCentre {
-    fn kind(&self) -> &'static str {
-        "nacos"
-    }
-    fn location(&self) -> String {
-        "memory".into()
-    }
-    async fn get(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(RegistryError::Config("centre down".into()));
-        }
-        Ok(self.entries.lock().unwrap().get(name).cloned())
-    }
-    async fn follow(&self, names: Vec<String>) -> Result<mpsc::Receiver<()>, RegistryError> {
-        let (tx, rx) = mpsc::channel(8);
-        self.followers.lock().unwrap().push((names, tx));
-        Ok(rx)
-    }
-}
+use crate::Format;
 
 /// Nacos's blob, and the single keys another crate asks for (the facade passes the
 /// balancer's: `meshline_loadbalance::CENTRE_KEYS`).
@@ -119,7 +73,7 @@ fn seatas_unsupported_kinds_are_named() {
 
 #[tokio::test]
 async fn blob_then_single_keys_then_precedence() {
-    let centre = Arc::new(MemCentre::default());
+    let centre = Arc::new(MemoryCentre::new("nacos"));
     // The blob has the balancer and a registry key (ignored: Seata reads registry.*
     // from its file only); the mapping is a single key, and so is the grouplist of
     // the cluster that mapping names.
@@ -155,15 +109,15 @@ async fn blob_then_single_keys_then_precedence() {
 
 #[tokio::test]
 async fn first_read_failure_is_an_error_later_ones_keep_the_last() {
-    let centre = Arc::new(MemCentre::default());
-    centre.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let centre = Arc::new(MemoryCentre::new("nacos"));
+    centre.set_failing(true);
     let err = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("centre down"), "{err}");
 
-    let centre = Arc::new(MemCentre::default());
+    let centre = Arc::new(MemoryCentre::new("nacos"));
     centre.put(
         "seata.properties",
         "service.vgroupMapping.default_tx_group=a",
@@ -172,7 +126,7 @@ async fn first_read_failure_is_an_error_later_ones_keep_the_last() {
         .await
         .unwrap();
     let mut rx = live.subscribe();
-    centre.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    centre.set_failing(true);
     centre.put(
         "seata.properties",
         "service.vgroupMapping.default_tx_group=b",
@@ -187,9 +141,7 @@ async fn first_read_failure_is_an_error_later_ones_keep_the_last() {
         "a"
     );
     // Back: the retry (backoff from 200 ms) reads the new value.
-    centre
-        .fail
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    centre.set_failing(false);
     tokio::time::timeout(Duration::from_secs(3), rx.changed())
         .await
         .expect("re-read after the centre came back")
@@ -202,7 +154,7 @@ async fn first_read_failure_is_an_error_later_ones_keep_the_last() {
 
 #[tokio::test]
 async fn a_bad_blob_is_an_error_naming_the_centre() {
-    let centre = Arc::new(MemCentre::default());
+    let centre = Arc::new(MemoryCentre::new("nacos"));
     centre.put("seata.yaml", "service: [unclosed");
     let cfg = Config::from_text("config.nacos.dataId=seata.yaml", Format::Properties).unwrap();
     let spec = CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap();
@@ -216,116 +168,6 @@ async fn a_bad_blob_is_an_error_naming_the_centre() {
     );
 }
 
-fn inst(s: &str) -> Instance {
-    Instance::parse(s).unwrap()
-}
-
-#[tokio::test]
-async fn a_watch_by_group_moves_with_the_mapping() {
-    let hub = Arc::new(WatchHub::new("hub", crate::EmptyProtection::Protect));
-    hub.publish("a", vec![inst("10.0.0.1:8091")]);
-    hub.publish("b", vec![inst("10.0.0.2:8091"), inst("10.0.0.3:8091")]);
-    let registry = Arc::new(HubRegistry(hub.clone()));
-    let centre = Arc::new(MemCentre::default());
-    centre.put("service.vgroupMapping.default_tx_group", "a");
-    let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
-        .await
-        .unwrap();
-    let d = Discovery::with_live_config(registry, &live);
-    let mut w = d.watch("default_tx_group").await.unwrap();
-    assert_eq!(w.next().await.unwrap().len(), 1);
-    // A member change in the current cluster is forwarded.
-    hub.publish("a", vec![inst("10.0.0.1:8091"), inst("10.0.0.9:8091")]);
-    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(s.len(), 2);
-    // The mapping moves: the watch now lists cluster b.
-    centre.put("service.vgroupMapping.default_tx_group", "b");
-    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
-        .await
-        .expect("moved within 2 s")
-        .unwrap();
-    let got: Vec<String> = s.instances().iter().map(|i| i.to_string()).collect();
-    assert_eq!(got, vec!["10.0.0.2:8091", "10.0.0.3:8091"]);
-    assert_eq!(d.cluster_for("default_tx_group").unwrap(), "b");
-    // And follows b's changes, not a's.
-    hub.publish("a", vec![inst("10.0.0.7:8091")]);
-    hub.publish("b", vec![inst("10.0.0.3:8091")]);
-    let s = tokio::time::timeout(Duration::from_secs(2), w.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(s.instances()[0].to_string(), "10.0.0.3:8091");
-    // Health is mirrored.
-    hub.mark_stale("b", "lost it");
-    let h = tokio::time::timeout(Duration::from_secs(2), w.health_changed())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(!h.is_connected());
-    // Dropping the watch ends the forwarding task: the registry's watch on b goes.
-    drop(w);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while hub.watcher_count("b") > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "forwarder did not end"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// A group other than `txServiceGroup` is read from the centre when
-/// asked (its mapping single key, then the mapped cluster's grouplist), followed from
-/// then on, and a Discovery asks for it by itself.
-#[tokio::test]
-async fn an_asked_group_is_read_from_the_centre_and_followed() {
-    let centre = Arc::new(MemCentre::default());
-    centre.put("service.vgroupMapping.g1", "c1");
-    centre.put("service.c1.grouplist", "10.0.0.1:8091");
-    centre.put("service.c2.grouplist", "10.0.0.2:8091");
-    let live = LiveConfig::start(ConfigLoader::new(), centre.clone(), nacos_spec())
-        .await
-        .unwrap();
-    // Not read before it is asked: only the configuration's own group is.
-    assert!(!live.current().service.vgroup_mapping.contains_key("g1"));
-    live.ask_group("g1").await;
-    let cfg = live.current();
-    assert_eq!(cfg.service.vgroup_mapping["g1"], "c1");
-    assert_eq!(cfg.grouplist("c1").unwrap(), vec!["10.0.0.1:8091"]);
-    // Followed: a change of the mapping reaches the live configuration.
-    let mut rx = live.subscribe();
-    centre.put("service.vgroupMapping.g1", "c2");
-    let cfg = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            rx.changed().await.unwrap();
-            let cfg = rx.borrow_and_update().clone();
-            if cfg.service.vgroup_mapping["g1"] == "c2" {
-                return cfg;
-            }
-        }
-    })
-    .await
-    .expect("the asked group's new mapping within 2 s");
-    assert_eq!(cfg.grouplist("c2").unwrap(), vec!["10.0.0.2:8091"]);
-    // A cluster asked by name.
-    centre.put("service.c3.grouplist", "10.0.0.3:8091");
-    live.ask_cluster("c3").await;
-    assert_eq!(
-        live.current().grouplist("c3").unwrap(),
-        vec!["10.0.0.3:8091"]
-    );
-    // A Discovery asks for the group it is given.
-    centre.put("service.vgroupMapping.g2", "b");
-    let hub = Arc::new(WatchHub::new("hub", crate::EmptyProtection::Protect));
-    hub.publish("b", vec![inst("10.0.0.5:8091")]);
-    let d = Discovery::with_live_config(Arc::new(HubRegistry(hub)), &live);
-    assert_eq!(d.lookup("g2").await.unwrap(), vec![inst("10.0.0.5:8091")]);
-    assert_eq!(d.cluster_for("g2").unwrap(), "b");
-}
-
 /// With a centre, the files are followed too, and an edit rebuilds
 /// from every source: the centre's entries stay on top of the edited file, the
 /// environment on top of both; a broken edit keeps the last configuration and says why.
@@ -334,7 +176,7 @@ async fn files_are_followed_beside_the_centre() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("client.properties");
     std::fs::write(&path, "service.f.grouplist=10.0.0.1:1\n").unwrap();
-    let centre = Arc::new(MemCentre::default());
+    let centre = Arc::new(MemoryCentre::new("nacos"));
     centre.put("service.vgroupMapping.default_tx_group", "c");
     centre.put("service.c.grouplist", "10.0.0.9:1");
     let loader = ConfigLoader::new()

@@ -1,5 +1,12 @@
-//! One configuration type for every backend, loaded from the files Seata users already
-//! have.
+//! One configuration type for every part of meshline, loaded from the files Seata
+//! users already have, and the config centre that keeps it live.
+//!
+//! This crate is the configuration only: sources (files, the environment, overrides, a
+//! centre), formats (YAML, TOML, JSON, properties, HOCON), Seata's key tables and the
+//! readers each part uses for its own keys. It depends on no other meshline crate:
+//! `meshline-registry-core` (the discovery vocabulary) builds on it and re-exports it
+//! as `meshline_registry_core::config` (and `centre`), so either path names the same
+//! items.
 //!
 //! # Sources and precedence
 //!
@@ -99,8 +106,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::RegistryError;
-
+mod backoff;
+pub mod centre;
+mod error;
 mod hocon;
 mod loader;
 mod provenance;
@@ -109,6 +117,8 @@ mod section;
 mod source;
 mod suggest;
 mod values;
+pub use backoff::Backoff;
+pub use error::ConfigError;
 pub use loader::ConfigLoader;
 pub(crate) use loader::{Entry, log_warnings, parse_text};
 pub use provenance::{Provenance, SourceRead};
@@ -136,7 +146,7 @@ pub enum Format {
 
 impl Format {
     /// The format a file name's extension implies.
-    pub fn from_path(path: &Path) -> Result<Format, RegistryError> {
+    pub fn from_path(path: &Path) -> Result<Format, ConfigError> {
         let ext = path
             .extension()
             .and_then(|e| e.to_str())
@@ -148,7 +158,7 @@ impl Format {
             "json" => Ok(Format::Json),
             "properties" => Ok(Format::Properties),
             "conf" | "hocon" => Ok(Format::Hocon),
-            _ => Err(RegistryError::Config(format!(
+            _ => Err(ConfigError::Invalid(format!(
                 "{}: unknown config file extension `{ext}`; use .yaml, .yml, .toml, .json, .properties or .conf",
                 path.display()
             ))),
@@ -235,15 +245,6 @@ impl RegistryConfig {
     pub fn section_mut(&mut self, name: &str) -> &mut Section {
         section::named_mut(&mut self.sections, name)
     }
-
-    /// The empty-list policy `registry.empty-protection` asks for.
-    pub fn empty_policy(&self) -> crate::EmptyProtection {
-        if self.empty_protection {
-            crate::EmptyProtection::Protect
-        } else {
-            crate::EmptyProtection::Apply
-        }
-    }
 }
 
 /// `config.*`: Seata's configuration centre, where `service.vgroupMapping.*`,
@@ -327,7 +328,7 @@ impl Config {
     /// `consul`) needs a client: this reads files and the environment only, and says
     /// so in [`Config::warnings`]; `meshline::centre::live_config` reads and follows
     /// the centre (the CLI and the example programs use it).
-    pub fn load(path: Option<&Path>) -> Result<Config, RegistryError> {
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut l = ConfigLoader::new();
         if let Some(p) = path {
             l = l.file(p);
@@ -368,7 +369,7 @@ impl Config {
     ///
     /// The key is recorded in [`Config::source`], so a re-reader (the file registry
     /// following its sources) applies it again on top of what it reads.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RegistryError> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let path = key.split('.').map(str::to_string).collect();
         let mut state = router::RouteState::default();
         apply_all(
@@ -388,7 +389,7 @@ impl Config {
     }
 
     /// Defaults, then `text` in `format` (no environment).
-    pub fn from_text(text: &str, format: Format) -> Result<Config, RegistryError> {
+    pub fn from_text(text: &str, format: Format) -> Result<Config, ConfigError> {
         ConfigLoader::new().text(text, format).load()
     }
 

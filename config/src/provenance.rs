@@ -81,7 +81,7 @@ fn normalise(key: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{ConfigLoader, Format};
+    use crate::{ConfigLoader, Format};
 
     #[test]
     fn sources_in_order_and_the_last_origin_of_each_key() {

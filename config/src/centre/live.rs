@@ -8,8 +8,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{CentreSpec, ConfigCentre, Wanted, read_centre};
-use crate::config::{ConfigLoader, ConfigSource, log_warnings};
-use crate::{Backoff, Config, RegistryError};
+use crate::{Backoff, Config, ConfigError};
+use crate::{ConfigLoader, ConfigSource, log_warnings};
 
 /// How often a followed centre is re-read even without a change notification: the net
 /// under a lost notification (a watch that broke between two events).
@@ -121,7 +121,7 @@ impl LiveConfig {
     ///
     /// Fails when a file cannot be read or parsed now. Must be called within a Tokio
     /// runtime (it starts the follow task).
-    pub fn files(loader: ConfigLoader) -> Result<LiveConfig, RegistryError> {
+    pub fn files(loader: ConfigLoader) -> Result<LiveConfig, ConfigError> {
         let loader = loader.read_now()?;
         let config = loader.clone().load()?;
         let files = loader.files();
@@ -145,7 +145,7 @@ impl LiveConfig {
         loader: ConfigLoader,
         centre: Arc<dyn ConfigCentre>,
         spec: CentreSpec,
-    ) -> Result<LiveConfig, RegistryError> {
+    ) -> Result<LiveConfig, ConfigError> {
         // Files are read once here; every rebuild uses what was read, until one changes.
         let loader = loader.read_now()?;
         let (cfg, read) = read_centre(&*centre, &spec, &loader, &Wanted::default()).await?;

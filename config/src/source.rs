@@ -72,7 +72,7 @@ impl ConfigSource {
     }
 
     /// The live configuration that published this configuration, while it is still
-    /// held somewhere (a [`LiveConfig`] clone, a [`crate::Discovery`] built on it).
+    /// held somewhere (a [`LiveConfig`] clone, a `meshline_registry_core::Discovery` built on it).
     pub fn live_config(&self) -> Option<LiveConfig> {
         match &self.origin {
             Origin::Live(w, _) => w.upgrade().map(LiveConfig::from_shared),

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use hocon::{HoconValue, ParseOptions, ScalarType};
 
-use super::loader::Entry;
+use super::keys::Entry;
 
 /// Parses HOCON `text`; relative `include`s are resolved against `base_dir` (the
 /// folder of the file the text came from) when given.

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::keys::Entry;
 use super::router::RouteState;
 use super::{Config, Format, apply_all};
 use crate::ConfigError;
@@ -245,8 +246,6 @@ fn read_file(path: &std::path::Path) -> Result<Vec<Entry>, ConfigError> {
     }
     .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))
 }
-
-pub(crate) type Entry = (Vec<String>, String);
 
 /// Parses a whole text into flat `(path, value)` entries.
 pub(crate) fn parse_text(text: &str, format: Format) -> Result<Vec<Entry>, String> {

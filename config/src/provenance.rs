@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::router::norm;
+use super::keys::norm;
 
 /// One source a load read, in the order read.
 #[derive(Debug, Clone, PartialEq, Eq)]

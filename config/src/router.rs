@@ -3,18 +3,10 @@
 //! ([`Config::part`]), or is reported unknown. Seata keys for other parts of Seata are
 //! accepted silently.
 
-use super::loader::Entry;
+use super::keys::{Entry, norm};
 use super::values::{nonempty, parse_bool, split_list};
 use super::{Config, SEATA_CLIENT_PARTS, SEATA_PART_ROOTS, Section};
 use crate::ConfigError;
-
-/// Structural segment normalisation: lower-case, `-` and `_` removed.
-pub(super) fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| *c != '-' && *c != '_')
-        .flat_map(char::to_lowercase)
-        .collect()
-}
 
 /// What the router knows across the sources of one load.
 #[derive(Default)]

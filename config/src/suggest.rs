@@ -6,7 +6,7 @@
 //! pair of letters or one letter too many is a near miss; anything farther is no
 //! suggestion rather than a wrong one.
 
-use super::router::norm;
+use super::keys::norm;
 
 /// The nearest of `candidates` to `key`, when it is near: at most one edit for short
 /// keys, at most a quarter of the key's length for long ones. Candidates keep their

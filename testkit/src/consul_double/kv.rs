@@ -14,7 +14,6 @@
 //! - `?cas=0` writes only a missing key, `?cas=N` only a key whose `ModifyIndex` is `N`;
 //!   a refused write answers `false`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -29,35 +28,11 @@ use super::blocking::BlockingQuery;
 use super::state::{Db, Shared};
 use crate::http_double::query_get;
 
+pub(super) mod store;
+use store::KvEntry;
+
 /// Consul's limit on one value (`kv_max_value_size`, default 512 KiB).
 const MAX_VALUE: usize = 512 * 1024;
-
-/// One stored key.
-#[derive(Debug, Clone)]
-pub(super) struct KvEntry {
-    value: Vec<u8>,
-    flags: u64,
-    create_index: u64,
-    modify_index: u64,
-}
-
-/// The keys and the KV table's index.
-#[derive(Debug, Default)]
-pub(super) struct KvStore {
-    entries: BTreeMap<String, KvEntry>,
-    /// The index of the last write to the table (deletes included).
-    table_index: u64,
-}
-
-impl KvStore {
-    /// The index a read of `key` answers with.
-    fn index_of(&self, key: &str) -> u64 {
-        match self.entries.get(key) {
-            Some(e) => e.modify_index,
-            None => self.table_index.max(1),
-        }
-    }
-}
 
 /// Query parameters the double does not implement: a 400 naming them, never a
 /// silently different answer.

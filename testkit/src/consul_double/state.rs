@@ -93,7 +93,7 @@ pub(super) struct Db {
     pub(super) services: BTreeMap<String, Svc>,
     pub(super) checks: BTreeMap<String, Check>,
     /// The KV store (`/v1/kv/*`).
-    pub(super) kv: super::kv::KvStore,
+    pub(super) kv: super::kv::store::KvStore,
 }
 
 /// What every handler and the ticker share: the settings, the catalog and the

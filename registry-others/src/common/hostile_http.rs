@@ -1,0 +1,99 @@
+//! The HTTP backends' shared body cap and error texts, against a hostile server.
+
+use std::time::Duration;
+
+use meshline_registry_core::config::ConfigLoader;
+use meshline_registry_core::{Instance, RegistryService};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "Http-Secret-4d2e";
+
+/// Answers every GET with an endless chunked body (`endless`) or `[]`, and every
+/// other request with a 500 carrying a 1 MiB body.
+async fn hostile(endless: bool) -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let get = buf[..n].starts_with(b"GET");
+                if get && endless {
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").await;
+                    let chunk = format!("10000\r\n{}\r\n", "[".repeat(0x10000));
+                    while s.write_all(chunk.as_bytes()).await.is_ok() {}
+                } else if get {
+                    let body = "{\"applications\":{\"application\":[]}}";
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes()).await;
+                } else {
+                    let body = "E".repeat(1 << 20);
+                    let _ = s.write_all(format!("HTTP/1.1 500 Internal Server Error\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes()).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn config(kind: &str, key: &str, addr: &str) -> meshline_registry_core::Config {
+    ConfigLoader::new()
+        .set("registry.type", kind)
+        .set(format!("registry.{kind}.{key}"), addr)
+        .set(format!("registry.{kind}.maxBodyBytes"), "1MiB")
+        .load()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_endless_body_stops_at_the_cap() {
+    let addr = hostile(true).await;
+    let consul = tokio::time::timeout(
+        Duration::from_secs(20),
+        crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr)),
+    )
+    .await
+    .expect("reading stops at the cap");
+    let e = consul.unwrap_err().to_string();
+    assert!(e.contains("maxBodyBytes"), "{e}");
+    let url = format!("http://meshline:{SECRET}@{addr}/eureka");
+    let eureka = tokio::time::timeout(
+        Duration::from_secs(20),
+        crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url)),
+    )
+    .await
+    .expect("reading stops at the cap");
+    let e = eureka.unwrap_err().to_string();
+    assert!(e.contains("maxBodyBytes"), "{e}");
+    assert!(!e.contains(SECRET), "the password is in the error: {e}");
+}
+
+#[tokio::test]
+async fn error_bodies_are_truncated_and_urls_redacted() {
+    let addr = hostile(false).await;
+    let url = format!("http://meshline:{SECRET}@{addr}/eureka");
+    let eureka = crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url))
+        .await
+        .unwrap();
+    let e = eureka
+        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+    assert!(e.contains("500"), "{e}");
+    assert!(!e.contains(SECRET), "the password is in the error: {e}");
+    assert!(!format!("{eureka:?}").contains(SECRET));
+    let consul = crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr))
+        .await
+        .unwrap();
+    let e = consul
+        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+}

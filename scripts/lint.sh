@@ -14,6 +14,13 @@ if grep -rnE '//.*\b[Ii]ssue ?#?[0-9]+' --include='*.rs' \
   echo "scripts/lint.sh: the comments above cite issue numbers; say the reason instead" >&2
   exit 1
 fi
+# Nor a numbered fault of some review ("Fault 8: the backoff was reset..."): a test's
+# doc says what it holds now.
+if grep -rnE '//.*\bFault [0-9]+:' --include='*.rs' \
+     --exclude-dir=target --exclude-dir=.git . ; then
+  echo "scripts/lint.sh: the comments above number a fault; say what the test holds instead" >&2
+  exit 1
+fi
 
 echo "== file and function sizes"
 python3 scripts/check-sizes.py

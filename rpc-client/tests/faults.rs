@@ -162,8 +162,8 @@ async fn a_full_queue_goes_elsewhere_or_is_overloaded() {
     assert_eq!(client.stats().timeouts, 0);
 }
 
-/// Fault 8: the backoff was reset on every successful connect, so a server that
-/// accepts and drops at once was hit every 50-100 ms forever.
+/// The backoff starts again only after a connection stayed up: a server that accepts
+/// and drops at once is retried with growing delays, not every 50-100 ms forever.
 #[tokio::test]
 async fn a_server_that_accepts_and_drops_is_retried_with_growing_delays() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -195,8 +195,8 @@ async fn a_server_that_accepts_and_drops_is_retried_with_growing_delays() {
     );
 }
 
-/// Fault 8: the client's `handshake_timeout` (10 s) capped a handshake's own longer
-/// timeout (Seata RegisterTM: 30 s).
+/// A handshake's own longer timeout (Seata RegisterTM: 30 s) is not capped by the
+/// client's `handshake_timeout` (10 s).
 #[tokio::test]
 async fn a_handshake_gets_its_own_longer_timeout() {
     let handler = |req: InboundRequest| async move {
@@ -223,7 +223,7 @@ async fn a_handshake_gets_its_own_longer_timeout() {
     assert_eq!(client.stats().handshake_failures, 0);
 }
 
-/// Fault 8: drains of removed endpoints went on after `shutdown` returned.
+/// When `shutdown` returns, the drains of removed endpoints have ended too.
 #[tokio::test]
 async fn shutdown_ends_drains_of_removed_endpoints() {
     let s = start("s", Mode::Echo).await;
@@ -259,7 +259,7 @@ async fn shutdown_ends_drains_of_removed_endpoints() {
     assert!(slow.await.unwrap().is_err());
 }
 
-/// Fault 8: `Instant::now() + Duration::MAX` panicked in shutdown.
+/// A shutdown deadline of `Duration::MAX` waits without overflowing `Instant`.
 #[tokio::test]
 async fn shutdown_with_no_deadline_does_not_panic() {
     let s = start("s", Mode::Echo).await;
@@ -278,7 +278,7 @@ async fn shutdown_with_no_deadline_does_not_panic() {
     assert!(matches!(e, RpcError::Shutdown), "{e}");
 }
 
-/// Fault 8: `.config()` silently reset options set earlier on the builder.
+/// `.config()` keeps the options set earlier on the builder (it does not reset them).
 #[tokio::test]
 async fn config_keeps_options_set_before_it() {
     let mut cfg = Config::default();

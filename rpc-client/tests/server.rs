@@ -173,7 +173,7 @@ async fn ids_state_and_close_notifications() {
     assert_eq!(server.connection_count(), 0);
 }
 
-/// Fault 8: dropping a `Server` left it accepting and serving.
+/// Dropping a `Server` stops it accepting and serving.
 #[tokio::test]
 async fn a_dropped_server_stops() {
     let s = start("s", Mode::Echo).await;

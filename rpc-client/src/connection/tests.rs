@@ -72,10 +72,9 @@ async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// Fault 1: a reader never awaits its own write queue (for PONGs and answers). If it
-/// did, with both peers pushing and small queues, both queues would fill with
-/// requests, both readers wait on their writers, both writers on the other side's
-/// reader: deadlock.
+/// A reader never awaits its own write queue (for PONGs and answers): were it to, with
+/// both peers pushing and small queues, both queues would fill with requests, both
+/// readers wait on their writers, both writers on the other side's reader: deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_peers_pushing_100k_requests_at_each_other_with_small_queues_complete() {
     let small = TransportOptions {
@@ -186,7 +185,8 @@ async fn two_peers_pushing_large_frames_at_each_other_with_small_queues_complete
     assert!(!a.is_closed() && !b.is_closed());
 }
 
-/// Fault 2: a peer that never reads left the writer in `write_all` forever.
+/// A peer that never reads cannot hold the writer in `write_all` forever: the write
+/// timeout closes the connection.
 #[tokio::test]
 async fn a_peer_that_stops_reading_is_cut_by_the_write_deadline() {
     let t = TransportOptions {
@@ -217,8 +217,9 @@ async fn a_peer_that_stops_reading_is_cut_by_the_write_deadline() {
     assert!(err.to_string().contains("write stalled"), "{err}");
 }
 
-/// Fault 3: one-way senders whose bytes were in a write that was aborted were dropped,
-/// so the caller heard "not written" and `RpcClient` sent the message again elsewhere.
+/// One-way senders whose bytes were in a write that was aborted hear "may have been
+/// delivered", not "not written": `RpcClient` must not send the message again
+/// elsewhere.
 #[tokio::test]
 async fn a_oneway_send_in_an_aborted_write_is_maybe_delivered() {
     let t = TransportOptions {
@@ -249,8 +250,8 @@ async fn a_oneway_send_in_an_aborted_write_is_maybe_delivered() {
     );
 }
 
-/// Fault 4: a call that waited for queue room until its deadline got `Timeout` ("may
-/// have been delivered") though it was never queued.
+/// A call that waited for queue room until its deadline, and so was never queued, gets
+/// `Overloaded` (not written), not `Timeout` ("may have been delivered").
 #[tokio::test]
 async fn a_full_queue_is_overloaded_not_a_timeout() {
     let t = TransportOptions {
@@ -298,7 +299,8 @@ async fn a_full_queue_is_overloaded_not_a_timeout() {
     assert!(e.to_string().contains("write queue is full"), "{e}");
 }
 
-/// Fault 5: every slow inbound handler got its own task, without limit.
+/// Slow inbound handlers run under a bound: they do not get a task each without
+/// limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_inbound_handlers_are_capped_per_connection() {
     let running = Arc::new(AtomicUsize::new(0));
@@ -340,7 +342,7 @@ async fn slow_inbound_handlers_are_capped_per_connection() {
     assert_eq!(peak, 4, "the cap should be reached with 100 queued");
 }
 
-/// Fault 7: queues were bounded in frames (1,024 frames of 8 MiB = 8 GiB).
+/// Queues are bounded in bytes, not frames (1,024 frames of 8 MiB would be 8 GiB).
 #[tokio::test]
 async fn the_request_queue_is_bounded_in_bytes() {
     let t = TransportOptions {
@@ -434,8 +436,8 @@ fn a_write_batch_is_bounded_in_bytes_and_frames() {
     assert_eq!(b.requests.len(), BATCH_FRAMES);
 }
 
-/// Fault 8: a caller giving up between the writer's "still waiting?" check and its
-/// insert left an entry in the pending table forever.
+/// A caller giving up between the writer's "still waiting?" check and its insert
+/// leaves no entry in the pending table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_give_up_leave_no_pending_entry() {
     let never: Arc<dyn InboundHandler> =
@@ -469,8 +471,8 @@ async fn callers_that_give_up_leave_no_pending_entry() {
     );
 }
 
-/// Fault 8: a request id that wrapped onto a request still pending replaced its entry;
-/// the first caller then lost its answer.
+/// A request id that wraps onto a request still pending does not replace its entry:
+/// the first caller keeps its answer.
 #[tokio::test]
 async fn a_wrapped_request_id_never_replaces_a_pending_one() {
     let (client, _server) = pair(

@@ -451,8 +451,8 @@ mod tests {
         client.shutdown(Duration::from_secs(1)).await;
     }
 
-    /// Fault 8: an old endpoint task (its endpoint removed and added again) wrote its
-    /// state into the new slot for the same key.
+    /// An old endpoint task (its endpoint removed and added again) never writes its state
+    /// into the new slot for the same key: the generation tells them apart.
     #[tokio::test]
     async fn an_old_generation_never_touches_a_new_slot() {
         let hub = WatchHub::new("t", EmptyProtection::Apply);

@@ -69,6 +69,7 @@ pub use builder::RpcClientBuilder;
 pub use membership::alive::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, EndpointState, EndpointStatus,
 };
+pub use membership::outlier::OutlierDetection;
 pub use membership::subset::ApertureCoordinate;
 pub use metrics::ClientStats;
 pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
@@ -90,7 +91,9 @@ struct Handle {
     /// Kept for the client's lifetime: some registries stop following their source when
     /// the last handle to them is dropped.
     _discovery: Option<meshline_registry_core::Discovery>,
-    follower: Mutex<Option<JoinHandle<()>>>,
+    /// The membership's tasks (the registry follower, the rate judge): `shutdown`
+    /// waits for them.
+    background: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Handle {
@@ -529,14 +532,15 @@ impl RpcClient {
             );
         }
         inner.shutdown.cancel();
-        let follower = self
-            .handle
-            .follower
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(f) = follower {
-            let _ = f.await;
+        let background = std::mem::take(
+            &mut *self
+                .handle
+                .background
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for task in background {
+            let _ = task.await;
         }
         let tasks: Vec<JoinHandle<()>> = {
             let mut st = inner.state();

@@ -110,12 +110,12 @@ pub mod tm;
 pub mod transport;
 mod tx_error;
 
-pub use client::ApertureCoordinate;
 pub use client::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, CallOptions, ClientOptions, ClientStats,
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
     RpcClientBuilder,
 };
+pub use client::{ApertureCoordinate, OutlierDetection};
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, HeadMapWriter, MessageType};
 pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};
@@ -127,7 +127,7 @@ pub use outcome::{Classifier, Classify, Outcome};
 pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
-pub use settings::{RmConfig, TmConfig, TransportConfig};
+pub use settings::{OutlierConfig, RmConfig, TmConfig, TransportConfig};
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;
 

@@ -17,8 +17,10 @@ use meshline_registry_core::{Config, RegistryError};
 
 use crate::Compressor;
 
+mod outlier;
 mod rm;
 mod tm;
+pub use outlier::OutlierConfig;
 pub use rm::RmConfig;
 pub use tm::TmConfig;
 
@@ -101,6 +103,9 @@ pub struct TransportConfig {
     /// `transport.ejectionTime` (meshline, unit required): the first ejection's length.
     /// `None`: default (1 s).
     pub ejection_time: Option<Duration>,
+    /// The outlier-detection keys (meshline): `transport.outlierInterval`,
+    /// `successRateStdevFactor`, `failurePercentageThreshold`, `maxEjectionPercent`...
+    pub outlier: OutlierConfig,
     /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
     /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
     /// default cap (64).
@@ -141,6 +146,7 @@ impl Default for TransportConfig {
             probe_timeout: None,
             eject_after_failures: None,
             ejection_time: None,
+            outlier: OutlierConfig::default(),
             max_connected_members: None,
             aperture_coordinate: None,
             inert: Vec::new(),
@@ -152,7 +158,10 @@ impl Default for TransportConfig {
 const MS: Duration = Duration::from_millis(1);
 
 /// A duration that must not be zero.
-fn positive(r: &SectionReader<'_>, key: &str) -> Result<Option<Duration>, RegistryError> {
+pub(super) fn positive(
+    r: &SectionReader<'_>,
+    key: &str,
+) -> Result<Option<Duration>, RegistryError> {
     let d = r.parse(key, |v| {
         let d = meshline_registry_core::config::parse_duration_with_unit(v)?;
         if d.is_zero() {
@@ -261,6 +270,7 @@ impl TransportConfig {
             probe_timeout: positive(&r, "probeTimeout")?,
             eject_after_failures: r.optional_number("ejectAfterFailures")?,
             ejection_time: positive(&r, "ejectionTime")?,
+            outlier: OutlierConfig::read(&r)?,
             max_connected_members: r.optional_number("maxConnectedMembers")?,
             aperture_coordinate: r.parse("apertureCoordinate", |v| v.parse())?,
             warnings: Vec::new(),

@@ -185,16 +185,19 @@ impl RpcClientBuilder {
             self.handshake,
             self.inbound,
         ));
-        let follower = tokio::spawn(
-            follow(members.clone(), watch)
-                .instrument(tracing::info_span!("membership", target = %target)),
-        );
+        let span = tracing::info_span!("membership", target = %target);
+        let mut background = vec![tokio::spawn(
+            follow(members.clone(), watch).instrument(span.clone()),
+        )];
+        if members.options.outlier.judges_rates() {
+            background.push(tokio::spawn(members.clone().judge_rates().instrument(span)));
+        }
         Ok(RpcClient {
             handle: Arc::new(Handle {
                 members,
                 gate: Default::default(),
                 _discovery: discovery,
-                follower: Mutex::new(Some(follower)),
+                background: Mutex::new(background),
             }),
         })
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use meshline_loadbalance::PickRequest;
 use meshline_registry_core::{Config, RegistryError};
 
+use super::membership::outlier::OutlierDetection;
 use super::membership::subset::ApertureCoordinate;
 use crate::TransportConfig;
 use crate::outcome::Classifier;
@@ -53,12 +54,19 @@ pub struct ClientOptions {
     /// out, whose connection failed after they were written, or that were answered with
     /// the server's failure ([`classifier`](Self::classifier)) (failure accrual, as
     /// Finagle, linkerd and Envoy do; `transport.ejectAfterFailures`, 5; 0: never).
-    /// At most half the alive endpoints are ejected at once, and never the last.
+    /// At most [`OutlierDetection::max_ejection_percent`] of the endpoints are ejected
+    /// at once, and never the last alive.
     pub eject_after_failures: u32,
     /// How long the first ejection lasts (`transport.ejectionTime`, 1 s); each one in a
-    /// row doubles it, up to 30 s. Then a PING decides: answered, the endpoint returns
-    /// (one more failure ejects it again); unanswered, its connection is closed.
+    /// row doubles it, up to [`OutlierDetection::max_ejection_time`] (30 s). Then a PING
+    /// decides: answered, the endpoint returns (one more failure ejects it again);
+    /// unanswered, its connection is closed.
     pub ejection_time: Duration,
+    /// The rate rules of outlier detection (success rate, failure percentage; both off
+    /// by default), and the limits every ejection keeps: at most
+    /// [`OutlierDetection::max_ejection_percent`] of the endpoints out at once (50 %),
+    /// ejections no longer than [`OutlierDetection::max_ejection_time`].
+    pub outlier: OutlierDetection,
     /// How answers are read: success, the caller's failure, or the server's failure
     /// (see [`Outcome`](crate::Outcome)). `None` (the default): the handshake's
     /// ([`Handshake::classifier`](crate::Handshake::classifier); Seata's for a
@@ -113,6 +121,7 @@ impl Default for ClientOptions {
             probe: Some(Probe::default()),
             eject_after_failures: 5,
             ejection_time: Duration::from_secs(1),
+            outlier: OutlierDetection::default(),
             classifier: None,
             failure_cost: Duration::from_secs(1),
             transport: TransportOptions::default(),
@@ -173,6 +182,7 @@ impl ClientOptions {
         if let Some(v) = t.ejection_time {
             self.ejection_time = v;
         }
+        t.outlier.apply(&mut self.outlier);
         if let Some(k) = t.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
         }

@@ -16,8 +16,10 @@
 //! the next, longer, ejection; unanswered, the connection is closed and the endpoint
 //! reconnects like any other.
 //!
-//! At most half the endpoints are ejected at once, and never the last one alive: when
-//! everything fails, ejecting everything would only turn errors into "no endpoint".
+//! At most [`OutlierDetection::max_ejection_percent`](crate::OutlierDetection::max_ejection_percent)
+//! of the endpoints (half, by default) are ejected at once, and never the last one
+//! alive: when everything fails, ejecting everything would only turn errors into "no
+//! endpoint". The `outlier` module ejects by rate through the same door.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,8 +34,6 @@ use crate::client::metrics::Counter;
 use crate::connection::Connection;
 use crate::outcome::Outcome;
 
-/// Longest ejection.
-const MAX_EJECTION: Duration = Duration::from_secs(30);
 /// An ejection within this long of the endpoint's return counts as "in a row".
 const IN_A_ROW: Duration = Duration::from_secs(60);
 
@@ -47,7 +47,8 @@ impl Membership {
         let in_a_row = entry.failed();
         let limit = self.options.eject_after_failures;
         if limit > 0 && in_a_row >= limit {
-            self.eject(entry.instance.key(), &entry.connection, in_a_row);
+            let why = format!("{in_a_row} failed calls in a row");
+            self.eject(entry.instance.key(), &entry.connection, &why);
         }
         in_a_row
     }
@@ -94,7 +95,11 @@ impl Membership {
                     tracing::info!(endpoint = %entry.instance, ?rtt, "endpoint that answered with the server's failure works again");
                     return;
                 }
-                Err(Unanswered::ServerFailure) => time = time.saturating_mul(2).min(MAX_EJECTION),
+                Err(Unanswered::ServerFailure) => {
+                    time = time
+                        .saturating_mul(2)
+                        .min(self.options.outlier.max_ejection_time)
+                }
                 // The connection's own liveness deals with a silent peer.
                 Err(Unanswered::Ping(_)) => return,
             }
@@ -102,8 +107,9 @@ impl Membership {
     }
 
     /// Takes `key` out of the picks, if it is alive on `connection` (not gone, not
-    /// ejected already, not reconnected since the failing call was picked).
-    fn eject(self: &Arc<Self>, key: &InstanceKey, connection: &Connection, in_a_row: u32) {
+    /// ejected already, not reconnected since the failing call was picked) and the cap
+    /// allows; `why` says what it did.
+    pub(super) fn eject(self: &Arc<Self>, key: &InstanceKey, connection: &Connection, why: &str) {
         let (generation, time, conn) = {
             let mut st = self.state();
             let alive = self.alive_now();
@@ -114,9 +120,12 @@ impl Membership {
             else {
                 return; // gone, ejected already, or on a newer connection
             };
-            let total = alive.len() + st.ejected.len();
-            if alive.len() <= 1 || (st.ejected.len() + 1) * 2 > total {
-                tracing::debug!(endpoint = %key, in_a_row, "failing, but not ejected: too few endpoints would be left");
+            if !self
+                .options
+                .outlier
+                .may_eject(st.ejected.len(), alive.len())
+            {
+                tracing::debug!(endpoint = %key, why, "failing, but not ejected: too few endpoints would be left");
                 return;
             }
             let Some(slot) = st.endpoints.get_mut(key) else {
@@ -128,7 +137,7 @@ impl Membership {
             };
             let time = self.ejection_time(slot.ejections);
             slot.state = EndpointState::Ejected(format!(
-                "{in_a_row} failed calls in a row; a PING decides in {time:?} whether it returns"
+                "{why}; a PING decides in {time:?} whether it returns"
             ));
             let generation = slot.generation;
             let conn = entry.connection.clone();
@@ -138,7 +147,7 @@ impl Membership {
             (generation, time, conn)
         };
         self.count(Counter::Ejections);
-        tracing::warn!(endpoint = %key, in_a_row, ?time, "endpoint ejected from the picks after failed calls");
+        tracing::warn!(endpoint = %key, why, ?time, "endpoint ejected from the picks");
         self.schedule_probe(key.clone(), generation, time, conn);
     }
 
@@ -262,13 +271,14 @@ impl Membership {
     }
 
     /// How long the `n`-th ejection in a row lasts: the first ejection time doubled
-    /// for each one before it, at most [`MAX_EJECTION`].
+    /// for each one before it, at most the longest ejection
+    /// ([`OutlierDetection::max_ejection_time`](crate::OutlierDetection::max_ejection_time)).
     fn ejection_time(&self, n: u32) -> Duration {
         let factor = 1u32 << n.saturating_sub(1).min(16);
         self.options
             .ejection_time
             .saturating_mul(factor)
-            .min(MAX_EJECTION)
+            .min(self.options.outlier.max_ejection_time)
     }
 
     /// After `time`, asks whether the ejected endpoint may return (`probe_ejected`),

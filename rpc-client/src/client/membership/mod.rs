@@ -9,6 +9,7 @@
 //!                                             └─ gone slot ──drain─▶ endpoint task
 //!  endpoint task ──Report──▶ Membership::report ──Edit──▶ Balancer (the alive set)
 //!  a call's failure ─────────▶ ejection ──────────Edit──▶ Balancer
+//!  every interval: the rates ─▶ outlier ─▶ ejection
 //!  Balancer ──pick──▶ the call's connection
 //! ```
 //!
@@ -23,6 +24,8 @@
 //!   so nothing keeps a second index of the alive endpoints and a pick hands back the
 //!   connection to send on.
 //! - `ejection`: failure accrual and the return of an ejected endpoint.
+//! - `outlier`: the rate rules (success rate, failure percentage) judged every
+//!   interval, ejecting through `ejection`.
 //!
 //! A slot has a generation number: when an endpoint leaves and comes back, the old
 //! task (still draining) and the new one share the key but not the generation, and the
@@ -31,6 +34,7 @@
 pub(crate) mod alive;
 mod ejection;
 mod endpoint;
+pub(crate) mod outlier;
 mod state;
 pub(crate) mod subset;
 

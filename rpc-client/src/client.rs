@@ -49,6 +49,7 @@
 //! `meshline_rpc_maybe_delivered_total`, `meshline_rpc_overloaded_total`; gauge
 //! `meshline_rpc_alive_endpoints`.
 
+mod budget;
 mod builder;
 mod direct;
 mod gate;
@@ -65,6 +66,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+pub use budget::RetryBudget;
 pub use builder::RpcClientBuilder;
 pub use membership::alive::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, EndpointState, EndpointStatus,
@@ -88,6 +90,8 @@ struct Handle {
     members: Arc<Membership>,
     /// Calls in flight and the closing flag (see `gate`).
     gate: CallGate,
+    /// How many retries the calls may still send (see `budget`).
+    retries: budget::Retries,
     /// Kept for the client's lifetime: some registries stop following their source when
     /// the last handle to them is dropped.
     _discovery: Option<meshline_registry_core::Discovery>,
@@ -202,6 +206,18 @@ impl RpcClient {
                 connects: s.connects,
             })
             .collect()
+    }
+
+    /// Takes one retry from the client's retry budget (see [`RetryBudget`]): `true`
+    /// when a caller that retries on its own (the TM's commit and rollback) may send
+    /// again, `false` when the budget is spent. Counted in
+    /// [`ClientStats::retries_refused`] when refused.
+    pub fn withdraw_retry(&self) -> bool {
+        let granted = self.handle.retries.withdraw();
+        if !granted {
+            self.inner().count(Counter::RetriesRefused);
+        }
+        granted
     }
 
     /// Totals of connects, reconnects, retries, timeouts... since the client started.
@@ -394,6 +410,7 @@ impl RpcClient {
         let mut last_failure: Option<String> = None;
         let mut full: Option<Endpoint> = None;
         let mut attempts = 0u32;
+        self.handle.retries.deposit();
         while attempts < inner.options.max_attempts.max(1) {
             let picked = match &excluded {
                 None => inner.balancer.pick(&route),
@@ -430,11 +447,19 @@ impl RpcClient {
                     picked.into_guard().cancel();
                 }
                 Err(SendFailure::NotWritten(reason)) => {
-                    inner.count(Counter::Retries);
-                    tracing::debug!(endpoint = %entry.instance, %reason, "not written; trying another endpoint");
+                    let last = format!("{}: {reason}", entry.instance);
                     exclude(endpoint.key());
-                    last_failure = Some(format!("{}: {reason}", entry.instance));
+                    let refused =
+                        attempts < inner.options.max_attempts && !self.handle.retries.withdraw();
                     picked.failure();
+                    if refused {
+                        inner.count(Counter::RetriesRefused);
+                        tracing::debug!(%last, "not written; the retry budget is spent");
+                        return Err(RpcError::RetryBudgetExhausted { attempts, last });
+                    }
+                    inner.count(Counter::Retries);
+                    tracing::debug!(%last, "not written; trying another endpoint");
+                    last_failure = Some(last);
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
                     self.handle.members.call_failed(entry);

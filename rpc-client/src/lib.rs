@@ -115,7 +115,7 @@ pub use client::{
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
     RpcClientBuilder,
 };
-pub use client::{ApertureCoordinate, OutlierDetection};
+pub use client::{ApertureCoordinate, OutlierDetection, RetryBudget};
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, HeadMapWriter, MessageType};
 pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};

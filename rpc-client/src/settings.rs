@@ -106,6 +106,15 @@ pub struct TransportConfig {
     /// The outlier-detection keys (meshline): `transport.outlierInterval`,
     /// `successRateStdevFactor`, `failurePercentageThreshold`, `maxEjectionPercent`...
     pub outlier: OutlierConfig,
+    /// `transport.retryBudgetPercent` (meshline): retries allowed per call made, in
+    /// percent, 0 to 1000. `None`: default (20).
+    pub retry_budget_percent: Option<f32>,
+    /// `transport.retryBudgetMinPerSecond` (meshline): retries allowed per second
+    /// whatever the calls. `None`: default (10).
+    pub retry_budget_min_per_second: Option<u32>,
+    /// `transport.retryBudgetTtl` (meshline, unit required, 1 s to 60 s): how long a call
+    /// counts toward the budget. `None`: default (10 s).
+    pub retry_budget_ttl: Option<Duration>,
     /// `transport.maxConnectedMembers` (meshline): connect to at most this many members
     /// of a cluster (a stable random subset); `0` connects to every member. `None`: the
     /// default cap (64).
@@ -147,6 +156,9 @@ impl Default for TransportConfig {
             eject_after_failures: None,
             ejection_time: None,
             outlier: OutlierConfig::default(),
+            retry_budget_percent: None,
+            retry_budget_min_per_second: None,
+            retry_budget_ttl: None,
             max_connected_members: None,
             aperture_coordinate: None,
             inert: Vec::new(),
@@ -271,6 +283,19 @@ impl TransportConfig {
             eject_after_failures: r.optional_number("ejectAfterFailures")?,
             ejection_time: positive(&r, "ejectionTime")?,
             outlier: OutlierConfig::read(&r)?,
+            retry_budget_percent: r.parse("retryBudgetPercent", |v| match v.trim().parse::<f32>() {
+                Ok(p) if (0.0..=1000.0).contains(&p) => Ok(p),
+                _ => Err("expected a percentage from 0 to 1000".into()),
+            })?,
+            retry_budget_min_per_second: r.optional_number("retryBudgetMinPerSecond")?,
+            retry_budget_ttl: r.parse("retryBudgetTtl", |v| {
+                let d = meshline_registry_core::config::parse_duration_with_unit(v)?;
+                if (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&d) {
+                    Ok(d)
+                } else {
+                    Err("must be from 1s to 60s".into())
+                }
+            })?,
             max_connected_members: r.optional_number("maxConnectedMembers")?,
             aperture_coordinate: r.parse("apertureCoordinate", |v| v.parse())?,
             warnings: Vec::new(),

@@ -306,6 +306,10 @@ impl TransactionManager {
             match self.global_end_answer(op, xid, &msg).await {
                 Ok(answered) => break answered,
                 Err(e @ TransactionError::Rpc { .. }) if attempt < attempts => {
+                    if !self.client.withdraw_retry() {
+                        tracing::warn!(%xid, attempt, error = %e, "{op}: no answer, and the retry budget is spent; not sent again");
+                        return Err(e);
+                    }
                     tracing::warn!(%xid, attempt, attempts, error = %e, "{op}: no answer; trying again");
                 }
                 Err(e) => return Err(e),

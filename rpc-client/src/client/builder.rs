@@ -192,10 +192,12 @@ impl RpcClientBuilder {
         if members.options.outlier.judges_rates() {
             background.push(tokio::spawn(members.clone().judge_rates().instrument(span)));
         }
+        let retries = super::budget::Retries::new(&members.options.retry_budget);
         Ok(RpcClient {
             handle: Arc::new(Handle {
                 members,
                 gate: Default::default(),
+                retries,
                 _discovery: discovery,
                 background: Mutex::new(background),
             }),

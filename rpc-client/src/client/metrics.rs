@@ -27,6 +27,8 @@ pub struct ClientStats {
     pub ejections: u64,
     /// Calls answered with the server's failure ([`Outcome::ServerFailure`](crate::Outcome::ServerFailure)).
     pub server_failures: u64,
+    /// Retries the retry budget refused (see [`RetryBudget`](crate::RetryBudget)).
+    pub retries_refused: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -41,10 +43,11 @@ pub(crate) enum Counter {
     Overloaded,
     Ejections,
     ServerFailures,
+    RetriesRefused,
 }
 
 impl Counter {
-    const ALL: usize = 10;
+    const ALL: usize = 11;
 
     fn metric(self) -> &'static str {
         match self {
@@ -58,6 +61,7 @@ impl Counter {
             Counter::Overloaded => "meshline_rpc_overloaded_total",
             Counter::Ejections => "meshline_rpc_ejections_total",
             Counter::ServerFailures => "meshline_rpc_server_failures_total",
+            Counter::RetriesRefused => "meshline_rpc_retries_refused_total",
         }
     }
 }
@@ -85,6 +89,7 @@ impl Counters {
             overloaded: g(Counter::Overloaded),
             ejections: g(Counter::Ejections),
             server_failures: g(Counter::ServerFailures),
+            retries_refused: g(Counter::RetriesRefused),
         }
     }
 }

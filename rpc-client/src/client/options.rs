@@ -6,6 +6,7 @@ use std::time::Duration;
 use meshline_loadbalance::PickRequest;
 use meshline_registry_core::{Config, RegistryError};
 
+use super::budget::RetryBudget;
 use super::membership::outlier::OutlierDetection;
 use super::membership::subset::ApertureCoordinate;
 use crate::TransportConfig;
@@ -81,6 +82,10 @@ pub struct ClientOptions {
     pub transport: TransportOptions,
     /// Attempts per call when endpoints fail before the request is written.
     pub max_attempts: u32,
+    /// How many retries the calls may send, as a share of the calls (20 %, plus 10 a
+    /// second): the attempts after the first, and the TM's commits and rollbacks sent
+    /// again, each take one. See [`RetryBudget`].
+    pub retry_budget: RetryBudget,
     /// First reconnect delay.
     pub backoff_initial: Duration,
     /// Longest reconnect delay.
@@ -126,6 +131,7 @@ impl Default for ClientOptions {
             failure_cost: Duration::from_secs(1),
             transport: TransportOptions::default(),
             max_attempts: 3,
+            retry_budget: RetryBudget::default(),
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             stable_after: Duration::from_secs(5),
@@ -183,6 +189,15 @@ impl ClientOptions {
             self.ejection_time = v;
         }
         t.outlier.apply(&mut self.outlier);
+        if let Some(v) = t.retry_budget_percent {
+            self.retry_budget.percent = v;
+        }
+        if let Some(v) = t.retry_budget_min_per_second {
+            self.retry_budget.min_per_second = v;
+        }
+        if let Some(v) = t.retry_budget_ttl {
+            self.retry_budget.ttl = v;
+        }
         if let Some(k) = t.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
         }

@@ -12,7 +12,9 @@
 //!   inserted under the lock, removed under the lock by the reader when the answer
 //!   comes, sent and received). The connection's own map is private: this is the same
 //!   structure with the same operations, not the connection's code;
-//! - `together`: the three in one iteration.
+//! - `budget`: the retry budget's deposit every balanced call makes (tower's
+//!   `TpsBudget`, as the client holds it: a lock and a clock reading);
+//! - `together`: the four in one iteration.
 //!
 //! ```text
 //! cargo bench -p meshline-rpc-client --bench call_overhead -- --warm-up-time 1 --measurement-time 3
@@ -29,6 +31,7 @@ use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
 use meshline_registry_core::Instance;
 use meshline_rpc_client::{Frame, HeadMap, MessageType};
 use tokio::sync::oneshot;
+use tower::retry::budget::{Budget, TpsBudget};
 
 const MAX_FRAME: usize = 8 << 20;
 
@@ -97,9 +100,14 @@ fn bench(c: &mut Criterion) {
             black_box(pending_round(&pending, id, answer.clone()))
         })
     });
+    let budget = TpsBudget::new(std::time::Duration::from_secs(10), 10, 0.2);
+    group.bench_function("budget", |bench| {
+        bench.iter(|| black_box(&budget).deposit())
+    });
     group.bench_function("together", |bench| {
         bench.iter(|| {
             id = id.wrapping_add(1);
+            black_box(&budget).deposit();
             let picked = b.pick(black_box(&req)).unwrap();
             black_box(picked.payload());
             if buf.len() > 60 << 10 {

@@ -352,6 +352,19 @@ mod tests {
     use super::*;
     use crate::RpcClient;
 
+    /// `f`'s first `Some` within 5 s, polled every 10 ms: the membership's state has no
+    /// event to wait on.
+    async fn until<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
+            if let Some(v) = f() {
+                return Some(v);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
     /// Waits (up to 5 s) until the client follows some endpoints: its membership
     /// applied the first snapshot (state with no event to wait on).
     async fn until_following(inner: &Membership) {
@@ -471,24 +484,28 @@ mod tests {
             .build()
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
         let inner = client.handle.members.clone();
-        // Port 1: nothing listens, so the slot settles in Down.
+        // Port 1: nothing listens, so the slot settles in Down. Listed, unlisted and
+        // listed again through the registry, each step awaited in the slots.
         let inst = Instance::new("127.0.0.1", 1).unwrap();
         let key = inst.key().clone();
-        let generation = |inner: &Membership| inner.state().endpoints[&key].generation;
-        inner.apply(std::slice::from_ref(&inst));
-        let old = generation(&inner);
-        inner.apply(&[]);
-        inner.apply(std::slice::from_ref(&inst));
-        let new = generation(&inner);
+        let generation =
+            |inner: &Membership| inner.state().endpoints.get(&key).map(|s| s.generation);
+        hub.publish("c", vec![inst.clone()]);
+        let old = until(|| generation(&inner)).await.expect("listed");
+        hub.publish("c", vec![]);
+        until(|| generation(&inner).is_none().then_some(()))
+            .await
+            .expect("unlisted");
+        hub.publish("c", vec![inst.clone()]);
+        let new = until(|| generation(&inner)).await.expect("listed again");
         assert_ne!(old, new);
-        // Let the new task fail its connect and sleep its (30 s) backoff.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(matches!(
-            inner.state().endpoints[&key].state,
-            EndpointState::Down(_)
-        ));
+        // The new task fails its connect and sleeps its (30 s) backoff.
+        until(|| {
+            matches!(inner.state().endpoints[&key].state, EndpointState::Down(_)).then_some(())
+        })
+        .await
+        .expect("the new task's connect to a closed port never failed");
         inner.set_state(
             &key,
             old,

@@ -118,11 +118,27 @@ async fn wrong_first_frames_are_refused_for_what_they_are_not_as_token_errors() 
     )
     .await;
     assert!(text.starts_with("8 "), "{text}");
+    // Connections that close before a byte (a port check, a client that gave up) are
+    // counted apart: not refusals, not bad frames.
+    for _ in 0..3 {
+        drop(TcpStream::connect(addr).await.unwrap());
+    }
     let stats = w.gateway.stats();
+    let closed = || {
+        stats
+            .closed_before_frame
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while closed() < 3 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(closed(), 3);
     assert_eq!(stats.refused_for(Refusal::TooLarge), 1);
     assert_eq!(stats.refused_for(Refusal::BadFrame), 1);
     assert_eq!(stats.refused_for(Refusal::Malformed), 1);
     assert_eq!(stats.refused_for(Refusal::BadResume), 1);
+    assert_eq!(stats.refused.load(std::sync::atomic::Ordering::Relaxed), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,6 +53,9 @@ pub struct GatewayStats {
     /// WebSocket connections cut because their handshake did not finish within the auth
     /// deadline (no frame can carry a refusal before it does).
     pub handshake_timeouts: AtomicU64,
+    /// Connections that closed before sending a frame (a port scan, a health check, a
+    /// client that gave up): nothing to refuse, and not a bad frame.
+    pub closed_before_frame: AtomicU64,
     /// Refusals by reason, indexed by code - 1.
     refused_by: [AtomicU64; Refusal::ALL.len()],
 }

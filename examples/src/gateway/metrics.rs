@@ -71,6 +71,8 @@ pub mod names {
     pub const KEYS_MOVED: &str = "gateway_keys_moved_total";
     /// Counter: WebSocket connections cut in their handshake by the auth deadline.
     pub const HANDSHAKE_TIMEOUTS: &str = "gateway_handshake_timeouts_total";
+    /// Counter: connections that closed before sending a frame (not refusals).
+    pub const CLOSED_BEFORE_FRAME: &str = "gateway_closed_before_frame_total";
     /// Counter: client messages forwarded to backends.
     pub const FORWARDED: &str = "gateway_forwarded_total";
     /// Counter: frames pushed to clients by backends (after fan-out).
@@ -188,6 +190,10 @@ fn describe() {
         HANDSHAKE_TIMEOUTS,
         "WebSocket connections cut in their handshake by the auth deadline."
     );
+    counter!(
+        CLOSED_BEFORE_FRAME,
+        "Connections that closed before sending a frame (not refusals)."
+    );
     counter!(FORWARDED, "Client messages forwarded to backends.");
     counter!(
         PUSHED,
@@ -294,6 +300,7 @@ fn refresh(shared: &Shared) {
         (names::ADMITTED, &stats.admitted),
         (names::REBOUND, &stats.rebound),
         (names::HANDSHAKE_TIMEOUTS, &stats.handshake_timeouts),
+        (names::CLOSED_BEFORE_FRAME, &stats.closed_before_frame),
         (names::FORWARDED, &stats.forwarded),
         (names::PUSHED, &stats.pushed),
         (names::FANOUTS, &stats.fanouts),

@@ -144,12 +144,13 @@ fn resume_request(text: &str) -> Option<(&str, &str, u32)> {
     parts.next().is_none().then_some((id, secret, last))
 }
 
-/// Admission: the first frame, within the deadline, must be AUTH or RESUME.
-async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim, Refusal> {
+/// Admission: the first frame, within the deadline, must be AUTH or RESUME. `Ok(None)`:
+/// the connection closed before sending anything (nobody to refuse).
+async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Option<Claim>, Refusal> {
     let first = tokio::time::timeout(shared.settings.auth_deadline, reader.next()).await;
     let frame = match first {
         Err(_) => return Err(Refusal::Late),
-        Ok(None) => return Err(Refusal::BadFrame),
+        Ok(None) => return Ok(None),
         Ok(Some(Err(e))) => return Err(refusal_of(&e)),
         Ok(Some(Ok(f))) => f,
     };
@@ -165,7 +166,7 @@ async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim,
             {
                 return Err(Refusal::AlreadyOnline);
             }
-            Ok(Claim::Login(admitted.account))
+            Ok(Some(Claim::Login(admitted.account)))
         }
         op::RESUME => {
             let text = std::str::from_utf8(&frame.payload).map_err(|_| Refusal::BadResume)?;
@@ -173,7 +174,7 @@ async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Claim,
             // From memory, or from the shared store whichever gateway held it.
             let s = shared.sessions.resume(id, secret).await?;
             tokio::spawn(rebind(shared.clone(), s.clone()));
-            Ok(Claim::Resumed(s, last))
+            Ok(Some(Claim::Resumed(s, last)))
         }
         _ => Err(Refusal::NotAuth),
     }
@@ -238,7 +239,15 @@ async fn serve_client(shared: Arc<Shared>, conn: Incoming, peer: SocketAddr) {
         return;
     };
     let claim = match admit(&shared, &mut reader).await {
-        Ok(x) => x,
+        Ok(Some(x)) => x,
+        Ok(None) => {
+            shared
+                .stats
+                .closed_before_frame
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "connection closed before its first frame");
+            return;
+        }
         Err(r) => {
             drop(permit);
             tracing::debug!(%peer, reason = %r, "client refused");

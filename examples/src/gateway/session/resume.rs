@@ -30,11 +30,17 @@ impl Sessions {
         let presented = secret_sha256(secret);
         if !self.store.is_shared() {
             let s = self.get(id).ok_or(Refusal::BadResume)?;
-            return if same(s.secret_sha256.as_bytes(), presented.as_bytes()) {
-                Ok(s)
-            } else {
-                Err(Refusal::BadResume)
-            };
+            if !same(s.secret_sha256.as_bytes(), presented.as_bytes()) {
+                return Err(Refusal::BadResume);
+            }
+            // The window is the rule, not the expiry timer that enforces it between
+            // resumes: a session detached longer ago is over, whenever the timer runs.
+            let expired = s.m().detached_at.is_some_and(|t| t.elapsed() > self.window);
+            if expired {
+                self.forget(id);
+                return Err(Refusal::BadResume);
+            }
+            return Ok(s);
         }
         let record = match self.store.load(id).await {
             Ok(Some(r)) => r,
@@ -142,6 +148,26 @@ mod tests {
             sessions.pending_writes(),
             0,
             "the memory store writes nothing"
+        );
+    }
+
+    /// A session detached longer than the resume window is refused (and forgotten),
+    /// though no expiry timer has run since; one detached within it resumes.
+    #[tokio::test]
+    async fn a_resume_past_the_window_is_refused_whatever_the_timer() {
+        let window = std::time::Duration::from_secs(4);
+        let sessions = Sessions::new(Arc::new(super::super::store::MemoryStore), window);
+        let s = sessions.create("alice".into());
+        s.m().detached_at = Some(Instant::now() - window / 2);
+        assert!(sessions.resume(&s.id, s.secret()).await.is_ok());
+        s.m().detached_at = Some(Instant::now() - window - std::time::Duration::from_secs(1));
+        assert_eq!(
+            sessions.resume(&s.id, s.secret()).await.unwrap_err(),
+            Refusal::BadResume
+        );
+        assert!(
+            sessions.get(&s.id).is_none(),
+            "the expired session is forgotten"
         );
     }
 }

@@ -191,6 +191,14 @@ async fn dynamic_bind_routes_to_the_bound_backend() {
         let who = p.request(modules::BIND, 2, Bytes::new()).await.unwrap();
         assert_eq!(String::from_utf8_lossy(&who), id);
     }
+    // An opcode the module does not have is an error, as in every module (the
+    // protocol doc's rule), not the backend's id.
+    match p.request(modules::BIND, 9, Bytes::new()).await {
+        Err(ClientError::Reply(text)) => {
+            assert!(text.starts_with("unknown module 4 opcode 9"), "{text}")
+        }
+        other => panic!("expected an ERROR reply, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

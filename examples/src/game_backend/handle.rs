@@ -364,18 +364,20 @@ fn inventory(r: &Request<'_>) -> Option<Payload> {
     }
 }
 
-/// Module 4, dynamic binding: opcode 1 binds the session's module 4 here, opcode 3
-/// unbinds, anything else answers this backend's id.
+/// Module 4, dynamic binding: opcode 1 binds the session's module 4 here, opcode 2
+/// answers this backend's id, opcode 3 unbinds; any other is unknown, as in every
+/// module.
 fn bind(r: &Request<'_>) -> Option<Payload> {
     match r.opcode {
         1 => {
             r.bind_command("bind");
             answer(format!("bound to {}", r.state.id))
         }
+        2 => answer(r.state.id.clone()),
         3 => {
             r.bind_command("unbind");
             answer("unbound")
         }
-        _ => answer(r.state.id.clone()),
+        _ => r.unknown(),
     }
 }

@@ -23,6 +23,7 @@
 //! - `builder`: [`RpcClientBuilder`].
 //! - `direct`: sends that bypass the balancer (one named endpoint, every endpoint).
 //! - `gate`: the call gate that lets `shutdown` wait for calls in flight.
+//! - `budget`: the retry budget ([`RetryBudget`]).
 //! - this file: the calls.
 //!
 //! # Calls and failures
@@ -30,8 +31,9 @@
 //! [`RpcClient::call`] picks an endpoint (XID / key / hash / source / zone routing
 //! through [`CallOptions`]), queues, and waits up to the timeout. A request that was
 //! **not written** when its connection failed is retried on another endpoint (up to
-//! [`ClientOptions::max_attempts`], excluding the ones that failed); a request that
-//! **was written** fails with [`RpcError::MaybeDelivered`]. A connection whose write
+//! [`ClientOptions::max_attempts`], excluding the ones that failed, while the client's
+//! retry budget ([`RetryBudget`]) allows; spent, [`RpcError::RetryBudgetExhausted`]); a
+//! request that **was written** fails with [`RpcError::MaybeDelivered`]. A connection whose write
 //! queue is **full** is skipped for another endpoint with room; when every candidate is
 //! full, `call` waits for room on the first within the timeout and `try_call` fails at
 //! once, both with [`RpcError::Overloaded`] (not written). Timeouts and cancelled calls
@@ -46,7 +48,9 @@
 //! `meshline_rpc_connects_total`, `meshline_rpc_reconnects_total`,
 //! `meshline_rpc_connect_failures_total`, `meshline_rpc_handshake_failures_total`,
 //! `meshline_rpc_timeouts_total`, `meshline_rpc_retries_total`,
-//! `meshline_rpc_maybe_delivered_total`, `meshline_rpc_overloaded_total`; gauge
+//! `meshline_rpc_retries_refused_total` (the retry budget's refusals),
+//! `meshline_rpc_maybe_delivered_total`, `meshline_rpc_overloaded_total`,
+//! `meshline_rpc_ejections_total`, `meshline_rpc_server_failures_total`; gauge
 //! `meshline_rpc_alive_endpoints`.
 
 mod budget;

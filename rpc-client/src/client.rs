@@ -31,9 +31,9 @@
 //! [`RpcClient::call`] picks an endpoint (XID / key / hash / source / zone routing
 //! through [`CallOptions`]), queues, and waits up to the timeout. A request that was
 //! **not written** when its connection failed is retried on another endpoint (up to
-//! [`ClientOptions::max_attempts`], excluding the ones that failed, while the client's
-//! retry budget ([`RetryBudget`]) allows; spent, [`RpcError::RetryBudgetExhausted`]); a
-//! request that **was written** fails with [`RpcError::MaybeDelivered`]. A connection whose write
+//! [`ClientOptions::max_attempts`], excluding the ones that failed: failover, which the
+//! retry budget ([`RetryBudget`]) does not count, since the request reached no server);
+//! a request that **was written** fails with [`RpcError::MaybeDelivered`]. A connection whose write
 //! queue is **full** is skipped for another endpoint with room; when every candidate is
 //! full, `call` waits for room on the first within the timeout and `try_call` fails at
 //! once, both with [`RpcError::Overloaded`] (not written). Timeouts and cancelled calls
@@ -213,9 +213,9 @@ impl RpcClient {
     }
 
     /// Takes one retry from the client's retry budget (see [`RetryBudget`]): `true`
-    /// when a caller that retries on its own (the TM's commit and rollback) may send
-    /// again, `false` when the budget is spent. Counted in
-    /// [`ClientStats::retries_refused`] when refused.
+    /// when a caller that sends a request again on its own (the TM's commit and
+    /// rollback after no answer) may do so, `false` when the budget is spent. Counted
+    /// in [`ClientStats::retries_refused`] when refused.
     pub fn withdraw_retry(&self) -> bool {
         let granted = self.handle.retries.withdraw();
         if !granted {
@@ -451,19 +451,15 @@ impl RpcClient {
                     picked.into_guard().cancel();
                 }
                 Err(SendFailure::NotWritten(reason)) => {
-                    let last = format!("{}: {reason}", entry.instance);
-                    exclude(endpoint.key());
-                    let refused =
-                        attempts < inner.options.max_attempts && !self.handle.retries.withdraw();
-                    picked.failure();
-                    if refused {
-                        inner.count(Counter::RetriesRefused);
-                        tracing::debug!(%last, "not written; the retry budget is spent");
-                        return Err(RpcError::RetryBudgetExhausted { attempts, last });
-                    }
+                    // Failover, not a retry: the request never left this client, so
+                    // sending it elsewhere adds nothing to any server's load (a
+                    // connection pool re-queues such a request the same way); the
+                    // retry budget is for requests sent again.
                     inner.count(Counter::Retries);
-                    tracing::debug!(%last, "not written; trying another endpoint");
-                    last_failure = Some(last);
+                    tracing::debug!(endpoint = %entry.instance, %reason, "not written; trying another endpoint");
+                    exclude(endpoint.key());
+                    last_failure = Some(format!("{}: {reason}", entry.instance));
+                    picked.failure();
                 }
                 Err(e @ SendFailure::MaybeDelivered(_)) => {
                     self.handle.members.call_failed(entry);

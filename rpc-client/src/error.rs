@@ -109,19 +109,6 @@ pub enum RpcError {
         last: String,
     },
 
-    /// The request was not written, and the client's retry budget had no retry left to
-    /// send it elsewhere (or, for a TM's commit or rollback, to send it again): the
-    /// cluster is failing more calls than the budget allows retries for.
-    #[error(
-        "not sent again after {attempts} attempt(s): the retry budget is spent (last failure: {last}); see transport.retryBudgetPercent"
-    )]
-    RetryBudgetExhausted {
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: String,
-    },
-
     /// The client is shutting down and takes no new calls.
     #[error("the rpc client is shut down; create a new one")]
     Shutdown,
@@ -155,7 +142,6 @@ impl RpcError {
             RpcError::NotWritten { .. }
                 | RpcError::Overloaded { .. }
                 | RpcError::RetriesExhausted { .. }
-                | RpcError::RetryBudgetExhausted { .. }
                 | RpcError::NoEndpoint { .. }
                 | RpcError::Shutdown
                 | RpcError::Frame(_)

@@ -1,14 +1,20 @@
-//! The retry budget: how many calls may be sent again, as a share of the calls made.
+//! The retry budget: how many requests may be sent again, as a share of the calls made.
 //!
 //! Retries multiply load exactly when a cluster can least take it: when every server is
-//! struggling, a client that retries each failure up to its attempt limit sends up to
-//! that many times its traffic. A budget caps retries at a ratio of the calls made over
-//! a window, plus a small floor per second for quiet clients (tower's `TpsBudget`,
-//! linkerd's and Finagle's retry budget; Envoy's `retry_budget`). Every balanced call
-//! deposits; a request not written that would go to another endpoint, and a TM's commit
-//! or rollback sent again after no answer, withdraw. With the budget spent the call
-//! fails with what it met ([`RpcError::RetryBudgetExhausted`](crate::RpcError::RetryBudgetExhausted)),
-//! still known not delivered where it was not written.
+//! struggling, a client that sends each unanswered request again up to its attempt limit
+//! sends up to that many times its traffic. A budget caps those at a ratio of the calls
+//! made over a window, plus a small floor per second for quiet clients (tower's
+//! `TpsBudget`, linkerd's and Finagle's retry budget; Envoy's `retry_budget`). Every
+//! balanced call deposits; a request sent again after no answer (the TM's commit and
+//! rollback, and any caller through [`RpcClient::withdraw_retry`](crate::RpcClient::withdraw_retry))
+//! withdraws. With the budget spent the caller keeps the failure it met.
+//!
+//! A request that was **not written** is not counted: it never left this client, so
+//! sending it to another endpoint adds nothing to any server's load. It is failover, as
+//! a connection pool re-queues a request its dead connection never sent (Envoy's pool
+//! does not count that as a retry either), and `max_attempts` bounds it per call. Taking
+//! it from the budget would fail exactly the calls a dead TC left queued (hundreds at
+//! once, when it dies under load) while a live TC could answer every one of them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

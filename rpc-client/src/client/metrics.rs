@@ -27,7 +27,8 @@ pub struct ClientStats {
     pub ejections: u64,
     /// Calls answered with the server's failure ([`Outcome::ServerFailure`](crate::Outcome::ServerFailure)).
     pub server_failures: u64,
-    /// Retries the retry budget refused (see [`RetryBudget`](crate::RetryBudget)).
+    /// Requests not sent again because the retry budget was spent (see
+    /// [`RetryBudget`](crate::RetryBudget)).
     pub retries_refused: u64,
 }
 

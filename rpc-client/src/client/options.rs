@@ -82,9 +82,10 @@ pub struct ClientOptions {
     pub transport: TransportOptions,
     /// Attempts per call when endpoints fail before the request is written.
     pub max_attempts: u32,
-    /// How many retries the calls may send, as a share of the calls (20 %, plus 10 a
-    /// second): the attempts after the first, and the TM's commits and rollbacks sent
-    /// again, each take one. See [`RetryBudget`].
+    /// How many requests may be sent again, as a share of the calls (20 %, plus 10 a
+    /// second): the TM's commits and rollbacks sent again after no answer each take
+    /// one. A request not written that goes to another endpoint takes none (it reached
+    /// no server). See [`RetryBudget`].
     pub retry_budget: RetryBudget,
     /// First reconnect delay.
     pub backoff_initial: Duration,

@@ -240,7 +240,11 @@ fn redis_unreachable() {
 #[cfg(feature = "nacos")]
 #[test]
 fn nacos_unreachable() {
-    unreachable_server_is_reported("nacos", &closed_server(), Duration::from_secs(20));
+    // The client talks gRPC at the given port + 1000: that one must be closed too, or
+    // an rnacos another test started there answers the lookup.
+    let port = meshline_testkit::closed_port_with(&[1000]).expect("a closed port pair");
+    let server = format!("127.0.0.1:{port}");
+    unreachable_server_is_reported("nacos", &server, Duration::from_secs(20));
 }
 
 #[cfg(feature = "consul")]

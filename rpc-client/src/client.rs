@@ -523,7 +523,14 @@ impl RpcClient {
             inner.server_failed(entry);
             guard.failure_costing(elapsed.max(inner.options.failure_cost));
         } else {
-            entry.succeeded();
+            if entry.succeeded() {
+                // The first success after a row of failures: a call picked before the
+                // recheck or the ejection's probe found the endpoint working again. Its
+                // estimate, priced up by the failures, starts again as the recheck
+                // would start it; a fast answer blended into that price would keep it
+                // priced out for seconds.
+                inner.restart_price(entry.instance.key(), elapsed);
+            }
             guard.success(elapsed);
         }
     }

@@ -159,12 +159,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// connection before it is returned, and another process could only take it in the
 /// meantime by chance.
 pub fn closed_port() -> Result<u16> {
+    closed_port_with(&[])
+}
+
+/// [`closed_port`] whose ports at each of `offsets` above it refuse too: for clients
+/// that derive a second port from the one they are given (a Nacos 2 client talks gRPC
+/// at the HTTP port + 1000), so that neither reaches a server another test started.
+pub fn closed_port_with(offsets: &[u16]) -> Result<u16> {
+    let refuses = |port: u16| {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        matches!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    };
     for _ in 0..PORT_ATTEMPTS {
         let port = process::free_ports(1)?[0];
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok(port),
-            _ => continue,
+        let derived = offsets.iter().map(|&o| port.checked_add(o));
+        if refuses(port) && derived.clone().all(|p| p.is_some_and(refuses)) {
+            return Ok(port);
         }
     }
     Err(Error::Other(

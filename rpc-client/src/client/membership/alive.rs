@@ -48,12 +48,15 @@ impl AliveEndpoint {
         }
     }
 
-    /// A call succeeded: the failures in a row are over.
+    /// A call succeeded: the failures in a row are over. True when this success ended
+    /// a row (there were failures before it).
     #[inline]
-    pub(crate) fn succeeded(&self) {
+    pub(crate) fn succeeded(&self) -> bool {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
+            return true;
         }
+        false
     }
 
     /// Failed calls in a row on this connection, now.

@@ -90,7 +90,7 @@ impl Membership {
             }
             match self.answers_well(&entry.connection).await {
                 Ok(rtt) => {
-                    entry.succeeded();
+                    let _ = entry.succeeded();
                     self.restart_price(entry.instance.key(), rtt);
                     tracing::info!(endpoint = %entry.instance, ?rtt, "endpoint that answered with the server's failure works again");
                     return;
@@ -257,7 +257,7 @@ impl Membership {
     /// old price, and its own answers take over. Not the cheapest peer's: then it would
     /// win every draw until its first answers came back, draw every caller's call at
     /// once, and the queueing of that burst would price it out again for seconds.
-    fn restart_price(&self, key: &InstanceKey, rtt: Duration) {
+    pub(crate) fn restart_price(&self, key: &InstanceKey, rtt: Duration) {
         let snapshot = self.balancer.snapshot();
         let peers = snapshot
             .endpoints()

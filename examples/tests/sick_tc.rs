@@ -298,12 +298,10 @@ async fn run(lb: &str, slow_peers: bool) {
         share * 100.0,
         SICK_SHARE_MAX * 100.0
     );
-    if !first_failure.is_finite() {
-        // P2C never sent it a begin while its store failed (it had priced it out
-        // before, on a slow early answer; at most a commit routed by XID to a
-        // transaction it began earlier met the failure): no begin failed, nothing was
-        // ejected, and when P2C picks it again is P2C's own pricing, not this
-        // client's recovery.
+    if stats.server_failures == 0 {
+        // P2C never picked it while its store failed (it had priced it out before,
+        // on a slow early answer): nothing was taken from it, and when P2C uses it
+        // again is P2C's own decay.
         assert!(lb.contains("P2C"), "{lb}: never sent the sick TC a begin");
         tm.client().shutdown(Duration::from_secs(1)).await;
         return;

@@ -129,10 +129,12 @@ async fn wrong_first_frames_are_refused_for_what_they_are_not_as_token_errors() 
             .closed_before_frame
             .load(std::sync::atomic::Ordering::Relaxed)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while closed() < 3 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(
+        "three closed connections counted",
+        Duration::from_secs(3),
+        || closed() >= 3,
+    )
+    .await;
     assert_eq!(closed(), 3);
     assert_eq!(stats.refused_for(Refusal::TooLarge), 1);
     assert_eq!(stats.refused_for(Refusal::BadFrame), 1);

@@ -21,25 +21,6 @@ use tokio::net::TcpListener;
 
 const SEC: Duration = Duration::from_secs(1);
 
-/// A listener that answers each connection's first PING, then never reads again (but
-/// keeps the sockets open).
-async fn deaf_listener() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let keep = Arc::new(std::sync::Mutex::new(Vec::new()));
-        while let Ok((sock, _)) = listener.accept().await {
-            let keep = keep.clone();
-            tokio::spawn(async move {
-                if let Some(sock) = common::answer_first_ping(sock).await {
-                    keep.lock().unwrap().push(sock);
-                }
-            });
-        }
-    });
-    (addr, task)
-}
-
 fn instance(addr: std::net::SocketAddr) -> Instance {
     Instance::new("127.0.0.1", addr.port()).unwrap()
 }

@@ -15,27 +15,8 @@ use meshline_rpc_client::tm::{TmOptions, TransactionManager};
 use meshline_rpc_client::{
     CallOptions, ClientOptions, Payload, RetryBudget, RpcClient, RpcError, TransactionError,
 };
-use tokio::net::TcpListener;
 
 const SEC: Duration = Duration::from_secs(1);
-
-/// A listener that answers each connection's first PING, then never reads again.
-async fn deaf_listener() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let keep = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        while let Ok((sock, _)) = listener.accept().await {
-            let keep = keep.clone();
-            tokio::spawn(async move {
-                if let Some(sock) = answer_first_ping(sock).await {
-                    keep.lock().unwrap().push(sock);
-                }
-            });
-        }
-    });
-    addr
-}
 
 fn budget(percent: f32, min_per_second: u32) -> RetryBudget {
     RetryBudget {
@@ -52,7 +33,7 @@ fn budget(percent: f32, min_per_second: u32) -> RetryBudget {
 async fn call_not_written_first(
     retry_budget: RetryBudget,
 ) -> (Result<String, RpcError>, RpcClient, usize) {
-    let deaf = deaf_listener().await;
+    let (deaf, _deaf_task) = deaf_listener().await;
     let good = start("good", Mode::Echo).await;
     let hub = hub();
     let deaf_instance = meshline_registry_core::Instance::new("127.0.0.1", deaf.port()).unwrap();
@@ -98,7 +79,12 @@ async fn call_not_written_first(
     hub.publish("c", vec![deaf_instance, good.instance()]);
     client.wait_alive(2, SEC).await.unwrap();
     let got = call.await.unwrap();
-    let _ = stuck.await;
+    // The big send was in the write the deadline cut: it may have been delivered.
+    let big = stuck.await.unwrap();
+    assert!(
+        matches!(big, Err(RpcError::MaybeDelivered { .. })),
+        "the stalled send: {big:?}"
+    );
     let seen = good.requests.load(std::sync::atomic::Ordering::SeqCst);
     (got, client, seen)
 }

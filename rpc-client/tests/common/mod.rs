@@ -155,3 +155,22 @@ pub async fn answer_first_ping(sock: tokio::net::TcpStream) -> Option<tokio::net
         }
     }
 }
+
+/// A listener that answers each connection's first PING, then never reads again (but
+/// keeps the sockets open): a peer whose writes stall.
+pub async fn deaf_listener() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let keep = Arc::new(std::sync::Mutex::new(Vec::new()));
+        while let Ok((sock, _)) = listener.accept().await {
+            let keep = keep.clone();
+            tokio::spawn(async move {
+                if let Some(sock) = answer_first_ping(sock).await {
+                    keep.lock().unwrap().push(sock);
+                }
+            });
+        }
+    });
+    (addr, task)
+}

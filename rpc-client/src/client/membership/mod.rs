@@ -368,10 +368,7 @@ mod tests {
     /// Waits (up to 5 s) until the client follows some endpoints: its membership
     /// applied the first snapshot (state with no event to wait on).
     async fn until_following(inner: &Membership) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while inner.state().endpoints.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(|| (!inner.state().endpoints.is_empty()).then_some(())).await;
     }
 
     /// A registry listing 1,000 members gets at most the default cap of connections;

@@ -42,6 +42,7 @@ SHARED_PACKAGES = {
     "meshline",
     "meshline-cli",
     "meshline-config",
+    "meshline-instance",
     "meshline-registry-core",
     "meshline-registry-etcd",
     "meshline-registry-file",

@@ -37,7 +37,13 @@ pub mod registry;
 #[cfg(feature = "tower")]
 pub mod tower;
 
-pub use meshline_loadbalance as loadbalance;
+/// The load balancers (`meshline-loadbalance`), with the configuration's reader of
+/// their Seata keys (`client.loadBalance.*`, from `meshline-config`): the balancer crate
+/// takes plain values, and this path keeps both under one name.
+pub mod loadbalance {
+    pub use meshline_loadbalance::*;
+    pub use meshline_registry_core::config::balancer::{CENTRE_KEYS, LoadBalanceConfig};
+}
 #[cfg(feature = "rpc")]
 pub use meshline_rpc_client as rpc;
 

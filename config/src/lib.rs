@@ -66,8 +66,9 @@
 //!   ([`RegistryConfig::section`], [`CentreConfig::section`]);
 //! - `transport.*`, `getty.*` and Seata's `client.*` namespaces ([`SEATA_PART_ROOTS`],
 //!   [`SEATA_CLIENT_PARTS`]): the rpc-client (`transport.*`, `client.tm.*`), the
-//!   balancers (`client.loadBalance.*`, seata-go's `getty.load-balance-type`), the raft
-//!   registry (`client.metadataMaxAgeMs`), read with [`Config::part`];
+//!   balancers (`client.loadBalance.*`, seata-go's `getty.load-balance-type`, read in
+//!   this crate's [`balancer`] module so the balancer crate needs no configuration), the
+//!   raft registry (`client.metadataMaxAgeMs`), read with [`Config::part`];
 //! - an application's own root (`gateway.*` for the example game gateway): declared on
 //!   the loader with [`ConfigLoader::part_root`] and read with [`Config::part`] too.
 //!
@@ -107,6 +108,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod backoff;
+pub mod balancer;
 pub mod centre;
 mod error;
 mod hocon;

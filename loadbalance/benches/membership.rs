@@ -18,8 +18,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshline_instance::Instance;
 use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
-use meshline_registry_core::Instance;
 
 const KEYS: usize = 1024;
 

@@ -6,11 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshline_instance::Instance;
 use meshline_loadbalance::{
     Balancer, ConsistentHashLoadBalance, Endpoint, InFlightGuard, LoadBalance, PickRequest, Picker,
     StatsRegistry, by_name,
 };
-use meshline_registry_core::Instance;
 use pingora_ketama::{Bucket, Continuum};
 
 const SIZES: [usize; 4] = [3, 10, 100, 1000];

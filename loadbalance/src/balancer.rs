@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use meshline_registry_core::{Instance, InstanceKey};
+use meshline_instance::{Instance, InstanceKey};
 
 use crate::change::{JOINED, MembershipChange};
 use crate::current::Current;
@@ -30,12 +30,11 @@ use crate::{
 ///   it for an endpoint and returns it with an [`InFlightGuard`] and its payload
 ///   ([`Picked::payload`]).
 ///
-/// An update in identity order (as every registry [`meshline_registry_core::Snapshot`]
-/// is) is merged against the previous membership, and edits are placed by the
-/// snapshot's key index: unchanged endpoints are carried over as they are, only new
-/// identities touch the stats registry, and the algorithm gets the difference
-/// ([`LoadBalance::rebuild`]), so one member joining a cluster of 10 000 does not cost
-/// a rebuild of everything.
+/// An update in identity order (as every registry snapshot is) is merged against the
+/// previous membership, and edits are placed by the snapshot's key index: unchanged
+/// endpoints are carried over as they are, only new identities touch the stats
+/// registry, and the algorithm gets the difference ([`LoadBalance::rebuild`]), so one
+/// member joining a cluster of 10 000 does not cost a rebuild of everything.
 ///
 /// Membership changes are applied one at a time (an internal lock orders concurrent
 /// ones); picks never wait for them.

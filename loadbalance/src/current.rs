@@ -144,7 +144,7 @@ mod tests {
     /// A snapshot of `n` endpoints.
     fn snapshot(n: usize) -> Arc<Snapshot> {
         let instances: Vec<_> = (1..=n)
-            .map(|i| meshline_registry_core::Instance::parse(&format!("10.0.0.{i}:8091")).unwrap())
+            .map(|i| meshline_instance::Instance::parse(&format!("10.0.0.{i}:8091")).unwrap())
             .collect();
         let b = crate::Balancer::new(crate::by_name("RandomLoadBalance").unwrap());
         b.update(&instances);

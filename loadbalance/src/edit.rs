@@ -6,7 +6,7 @@
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
-use meshline_registry_core::{Instance, InstanceKey};
+use meshline_instance::{Instance, InstanceKey};
 
 use crate::change::JOINED;
 use crate::{Endpoint, Snapshot, StatsRegistry};
@@ -63,7 +63,7 @@ pub(crate) fn resolve<T: Any + Send + Sync>(
     // The last edit of each identity wins: in identity order (a stable sort keeps the
     // edits of one identity in their order), each run of one identity is reduced to
     // its last. Positions are sorted, and each edit moved once, when it is used.
-    let order = meshline_registry_core::identity_order(edits.len(), |i| edits[i].key());
+    let order = meshline_instance::identity_order(edits.len(), |i| edits[i].key());
     let mut runs_last: Vec<usize> = Vec::with_capacity(order.len());
     for (k, &i) in order.iter().enumerate() {
         if order

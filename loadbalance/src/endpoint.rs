@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use meshline_registry_core::{Instance, InstanceKey};
+use meshline_instance::{Instance, InstanceKey};
 
 use crate::{EndpointStats, InFlightGuard};
 

@@ -35,8 +35,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LoadBalanceConfig;
-
 use crate::{
     AffinityHashLoadBalance, BoundedLoadLoadBalance, ConsistentHashLoadBalance, FillLoadBalance,
     HashMode, JumpHashLoadBalance, LeastActiveLoadBalance, LoadBalance, LoadBalanceError,
@@ -82,14 +80,20 @@ pub fn by_name(name: &str) -> Result<Arc<dyn LoadBalance>, LoadBalanceError> {
     by_name_with(name, &LoadBalanceOptions::default())
 }
 
-/// The algorithm Seata's `client.loadBalance.*` keys select; `virtualNodes` sizes the
-/// Java-compatible ring.
-pub fn from_config(config: &LoadBalanceConfig) -> Result<Arc<dyn LoadBalance>, LoadBalanceError> {
+/// The algorithm Seata's `client.loadBalance.*` keys select: `kind` is
+/// `client.loadBalance.type`, `virtual_nodes` is `client.loadBalance.virtualNodes`
+/// (sizes the Java-compatible ring; 0 counts as 1). The keys themselves are read by the
+/// configuration crate (`meshline_config::balancer::LoadBalanceConfig`): this crate
+/// takes their values and depends on no configuration.
+pub fn from_seata_keys(
+    kind: &str,
+    virtual_nodes: u32,
+) -> Result<Arc<dyn LoadBalance>, LoadBalanceError> {
     let options = LoadBalanceOptions {
-        java_virtual_nodes: config.virtual_nodes.max(1),
+        java_virtual_nodes: virtual_nodes.max(1),
         ..LoadBalanceOptions::default()
     };
-    by_name_with(&config.kind, &options)
+    by_name_with(kind, &options)
 }
 
 /// The algorithm called `name`, with `options`.
@@ -359,13 +363,8 @@ mod tests {
 
     #[test]
     fn from_seata_config() {
-        let cfg = LoadBalanceConfig {
-            kind: "ConsistentHashJava".into(),
-            virtual_nodes: 20,
-            ..LoadBalanceConfig::default()
-        };
         assert_eq!(
-            from_config(&cfg).unwrap().name(),
+            from_seata_keys("ConsistentHashJava", 20).unwrap().name(),
             "ConsistentHashLoadBalance"
         );
     }

@@ -8,7 +8,7 @@
 //! same 32 bits it stores, so an index can be carried over to the next membership
 //! ([`KeyIndex::carry`]) from its slots alone, without reading an endpoint.
 
-use meshline_registry_core::InstanceKey;
+use meshline_instance::InstanceKey;
 
 use crate::Endpoint;
 use crate::endpoint::hash_key;
@@ -127,7 +127,7 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     #[test]
     fn finds_every_member_and_nothing_else() {

@@ -31,7 +31,7 @@
 //! behind" a separate set. A caller that already knows what changed (an endpoint
 //! connected, another dropped) applies [`Edit`]s ([`Balancer::apply`]) instead of
 //! handing over the whole list to be diffed again; a caller with whole lists (a
-//! registry [`Watch`](meshline_registry_core::Watch)'s snapshots) uses
+//! registry `Watch`'s snapshots, from meshline-registry-core) uses
 //! [`Balancer::update`], which merges each against the previous one.
 //!
 //! ## Usage
@@ -39,7 +39,7 @@
 //! ```
 //! use std::time::Duration;
 //! use meshline_loadbalance::{by_name, Balancer, PickRequest};
-//! use meshline_registry_core::Instance;
+//! use meshline_instance::Instance;
 //!
 //! // `client.loadBalance.type`: any Seata name, case-insensitive, or an alias.
 //! let balancer = Balancer::new(by_name("XID").unwrap());
@@ -105,7 +105,6 @@ mod parallel;
 mod picked;
 mod picker;
 mod request;
-mod settings;
 mod snapshot;
 pub mod stats;
 
@@ -130,10 +129,9 @@ pub use change::MembershipChange;
 pub use edit::Edit;
 pub use endpoint::Endpoint;
 pub use error::LoadBalanceError;
-pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_config};
+pub use factory::{LoadBalanceOptions, by_name, by_name_with, from_seata_keys};
 pub use picked::{InFlightGuard, Picked};
 pub use picker::{LoadBalance, Picker};
 pub use request::{Exclusions, PickRequest};
-pub use settings::{CENTRE_KEYS, LoadBalanceConfig};
 pub use snapshot::Snapshot;
 pub use stats::{EndpointStats, StatsRegistry};

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use meshline_registry_core::InstanceKey;
+use meshline_instance::InstanceKey;
 
 use crate::Endpoint;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use meshline_registry_core::InstanceKey;
+use meshline_instance::InstanceKey;
 
 use crate::index::KeyIndex;
 use crate::picker::EmptyPicker;

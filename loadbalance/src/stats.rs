@@ -5,7 +5,7 @@
 //! membership change: a request that is in flight when the registry pushes a new list
 //! must still be counted, and must decrement the *same* counter when it completes. So
 //! stats are not owned by a picker: they live in a [`StatsRegistry`] keyed by endpoint
-//! identity ([`InstanceKey`](meshline_registry_core::InstanceKey)) and each [`crate::Endpoint`] holds an `Arc` to its entry.
+//! identity ([`InstanceKey`](meshline_instance::InstanceKey)) and each [`crate::Endpoint`] holds an `Arc` to its entry.
 //!
 //! The registry holds weak references: an identity that left the membership and has no
 //! request in flight is forgotten on the next update; one that comes back while an old

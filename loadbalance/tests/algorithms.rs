@@ -6,11 +6,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshline_instance::{Instance, InstanceKey};
 use meshline_loadbalance::{
     AffinityHashLoadBalance, Balancer, FillLoadBalance, InFlightGuard, LoadWeightedLoadBalance,
     P2cLoadBalance, PickRequest, XidLoadBalance, ZoneAwareLoadBalance, by_name,
 };
-use meshline_registry_core::{Instance, InstanceKey};
 
 fn inst(i: usize) -> Instance {
     Instance::parse(&format!("10.0.0.{i}:8091")).unwrap()

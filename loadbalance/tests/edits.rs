@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use meshline_instance::{Instance, InstanceKey};
 use meshline_loadbalance::{Balancer, ConsistentHashLoadBalance, Edit, PickRequest, by_name, hash};
-use meshline_registry_core::{Instance, InstanceKey};
 use proptest::prelude::*;
 
 fn instance(i: u32, weight: u32) -> Instance {

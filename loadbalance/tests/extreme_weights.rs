@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use meshline_instance::{Instance, InstanceKey};
 use meshline_loadbalance::{Balancer, PickRequest, by_name};
-use meshline_registry_core::{Instance, InstanceKey};
 
 /// Every name of the factory's name table, read from the "unknown load balancer"
 /// message (built from that table), so a balancer added later is covered too.

@@ -1,11 +1,11 @@
 //! Seata-Java compatibility of the ConsistentHash ring (docs/seata-compat.md §3.1):
 //! a Rust client must send an XID to the TC a Java client would pick.
 
+use meshline_instance::Instance;
 use meshline_loadbalance::hash::java_hash;
 use meshline_loadbalance::{
     Balancer, ConsistentHashLoadBalance, LoadBalanceOptions, PickRequest, by_name, by_name_with,
 };
-use meshline_registry_core::Instance;
 use std::sync::Arc;
 
 fn tcs(ports: &[u16]) -> Vec<Instance> {
@@ -155,7 +155,8 @@ fn ports_for(lb: Arc<dyn meshline_loadbalance::LoadBalance>, keys: &[String]) ->
 /// routes them, and `virtualNodes` sizes the ring.
 #[test]
 fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
-    use meshline_registry_core::config::{Config, Format};
+    use meshline_config::balancer::LoadBalanceConfig;
+    use meshline_config::{Config, Format};
     let load = |vnodes: u32| {
         let text = format!(
             "client.loadBalance.type=ConsistentHashLoadBalance\n\
@@ -163,11 +164,16 @@ fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
         );
         let c = Config::from_text(&text, Format::Properties).unwrap();
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        meshline_loadbalance::from_config(
-            &meshline_loadbalance::LoadBalanceConfig::from_config(&c).unwrap(),
-        )
-        .unwrap()
+        {
+            let keys = LoadBalanceConfig::from_config(&c).unwrap();
+            meshline_loadbalance::from_seata_keys(&keys.kind, keys.virtual_nodes).unwrap()
+        }
     };
+    // The configuration's default for the key is the ring's own default.
+    assert_eq!(
+        LoadBalanceConfig::default().virtual_nodes,
+        meshline_loadbalance::SEATA_DEFAULT_VIRTUAL_NODES
+    );
     let vectors: Vec<String> = JAVA_VECTORS.iter().map(|s| s.to_string()).collect();
     assert_eq!(ports_for(load(10), &vectors), vec![8093, 8093, 8093]);
     // The same name in Seata's HOCON file.conf and Spring YAML shapes.
@@ -182,10 +188,10 @@ fn seata_config_consistent_hash_is_the_java_ring_honouring_virtual_nodes() {
         ),
     ] {
         let c = Config::from_text(text, format).unwrap();
-        let lb = meshline_loadbalance::from_config(
-            &meshline_loadbalance::LoadBalanceConfig::from_config(&c).unwrap(),
-        )
-        .unwrap();
+        let lb = {
+            let keys = LoadBalanceConfig::from_config(&c).unwrap();
+            meshline_loadbalance::from_seata_keys(&keys.kind, keys.virtual_nodes).unwrap()
+        };
         assert_eq!(
             ports_for(lb, &vectors),
             vec![8093, 8093, 8093],

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use meshline_instance::Instance;
 use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
-use meshline_registry_core::Instance;
 
 struct Counting;
 

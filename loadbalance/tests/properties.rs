@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
+use meshline_instance::{Instance, InstanceKey};
 use meshline_loadbalance::{
     Balancer, BoundedLoadLoadBalance, ConsistentHashLoadBalance, InFlightGuard,
     JumpHashLoadBalance, LeastActiveLoadBalance, LoadBalance, PickRequest, Picked,
     RandomLoadBalance, RoundRobinLoadBalance, XidLoadBalance, bounded_cap, by_name,
 };
-use meshline_registry_core::{Instance, InstanceKey};
 use proptest::prelude::*;
 
 fn instance(i: usize) -> Instance {

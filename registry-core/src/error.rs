@@ -171,6 +171,16 @@ impl fmt::Display for Causes<'_> {
     }
 }
 
+/// An address that did not parse is the registry's [`RegistryError::InvalidAddress`].
+impl From<meshline_instance::AddressError> for RegistryError {
+    fn from(e: meshline_instance::AddressError) -> Self {
+        RegistryError::InvalidAddress {
+            text: e.text,
+            reason: e.reason,
+        }
+    }
+}
+
 impl RegistryError {
     /// Shorthand for [`RegistryError::InvalidAddress`].
     pub fn invalid_address(text: impl Into<String>, reason: impl Into<String>) -> Self {

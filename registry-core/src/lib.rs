@@ -4,7 +4,8 @@
 //!
 //! - [`Instance`]: one server a registry knows about (`host:port`, weight, zone,
 //!   metadata), with parsing of every address form Seata writes (`ip:port`,
-//!   `[v6]:port`, Java's unbracketed `v6:port`).
+//!   `[v6]:port`, Java's unbracketed `v6:port`); it lives in the `meshline-instance`
+//!   crate (the load balancer's only tie to discovery) and is re-exported here.
 //! - [`RegistryService`]: the trait each backend (file, etcd, ZooKeeper, Redis, Nacos,
 //!   Consul, Eureka) implements: register / unregister / lookup / watch / close.
 //! - [`Watch`] and [`WatchHub`]: full-snapshot membership watches with revision numbers,
@@ -91,8 +92,6 @@
 
 mod discovery;
 mod error;
-mod identity_order;
-mod instance;
 pub mod lifecycle;
 mod nearby;
 pub mod probe;
@@ -105,14 +104,13 @@ mod watch;
 
 pub use discovery::Discovery;
 pub use error::RegistryError;
-pub use identity_order::identity_order;
-pub use instance::{Instance, InstanceKey};
 pub use lifecycle::{Lifecycle, Registrations, WatchScope};
 /// The configuration: `meshline-config`, re-exported whole.
 pub use meshline_config as config;
 /// The config centre: `meshline_config::centre`, re-exported.
 pub use meshline_config::centre;
 pub use meshline_config::{Backoff, Config};
+pub use meshline_instance::{AddressError, Instance, InstanceKey, identity_order, sorted_unique};
 pub use nearby::Nearby;
 pub use registry::RegistryService;
 pub use watch::{EmptyProtection, Health, PublishOutcome, Snapshot, Watch, WatchHub};

@@ -185,7 +185,7 @@ impl WatchHub {
     pub fn publish(&self, cluster: &str, instances: Vec<Instance>) -> PublishOutcome {
         // Sorted, de-duplicated (first of each identity kept) and moved into the shared
         // slice the snapshot holds, ordered through integer ranks (see `sorted_unique`).
-        let (instances, dropped) = crate::instance::sorted_unique(instances);
+        let (instances, dropped) = crate::sorted_unique(instances);
         if dropped > 0 {
             tracing::warn!(
                 registry = self.kind,

@@ -5,7 +5,7 @@ use super::*;
 use crate::Format;
 
 /// Nacos's blob, and the single keys another crate asks for (the facade passes the
-/// balancer's: `meshline_loadbalance::CENTRE_KEYS`).
+/// balancer's: `crate::balancer::CENTRE_KEYS`).
 fn nacos_spec() -> CentreSpec {
     let cfg = Config::from_text("config.type=nacos", Format::Properties).unwrap();
     let mut spec = CentreSpec::from_config(&cfg, &["nacos"], "dataId", "seata.properties").unwrap();

@@ -335,7 +335,7 @@ impl Picker for JavaRingPicker {
 mod tests {
     use super::*;
     use crate::Balancer;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     fn paged<T: std::any::Any + Send + Sync>(b: &Balancer<T>) -> Arc<dyn Picker> {
         b.snapshot().picker().clone()

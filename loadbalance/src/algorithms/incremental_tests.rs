@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use meshline_registry_core::Instance;
+use meshline_instance::Instance;
 use proptest::prelude::*;
 
 use crate::hash::mix64;

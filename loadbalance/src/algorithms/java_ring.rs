@@ -42,7 +42,7 @@ fn points_per_endpoint(n: usize, virtual_nodes: u32) -> (u32, bool) {
 /// Writes Java's `InetSocketAddress.toString()` of `ep` into `text`: by hand for an
 /// IPv4 literal (`/` host `:` port; an address Rust parses as IPv4 is already in
 /// Java's dotted form, since leading zeros are refused), else
-/// [`Instance::java_inet_socket_string`](meshline_registry_core::Instance::java_inet_socket_string).
+/// [`Instance::java_inet_socket_string`](meshline_instance::Instance::java_inet_socket_string).
 /// Formatting through the machinery cost as much as a fifth of a 10 000-endpoint
 /// build.
 fn java_base(ep: &crate::Endpoint, text: &mut Vec<u8>) {
@@ -319,7 +319,7 @@ fn sort_stable(points: Vec<(u64, u32)>) -> Vec<(u64, u32)> {
 mod tests {
     use super::*;
     use crate::Endpoint;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     /// The previous build: every point's text formatted, a comparison sort by (hash,
     /// put order), the last put of each hash kept.

@@ -19,7 +19,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use meshline_registry_core::InstanceKey;
+use meshline_instance::InstanceKey;
 
 use super::ring::{identity_hash, point_hash};
 use crate::picker::Members;

@@ -75,7 +75,7 @@ pub(crate) fn point_count(weight: u32, per_weight: u64, scale: f64) -> u64 {
 }
 
 /// XXH3 of each endpoint's identity text (`host:port`, `[v6]:port`: the
-/// [`InstanceKey`](meshline_registry_core::InstanceKey) `Display`), the base its ring
+/// [`InstanceKey`](meshline_instance::InstanceKey) `Display`), the base its ring
 /// points derive from.
 pub(crate) fn identity_hashes(endpoints: &[Endpoint]) -> Vec<u64> {
     let mut text = String::with_capacity(64);
@@ -87,7 +87,7 @@ pub(crate) fn identity_hashes(endpoints: &[Endpoint]) -> Vec<u64> {
 
 /// XXH3 of `key`'s `Display` text, written into `text` by hand (the formatting
 /// machinery costs more than the hash on a 10 000-endpoint build).
-pub(crate) fn identity_hash(key: &meshline_registry_core::InstanceKey, text: &mut String) -> u64 {
+pub(crate) fn identity_hash(key: &meshline_instance::InstanceKey, text: &mut String) -> u64 {
     text.clear();
     let v6 = key.host.contains(':');
     if v6 {
@@ -250,7 +250,7 @@ impl Ring {
 mod tests {
     use super::*;
     use crate::Endpoint;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     fn members(n: usize) -> Members {
         let eps: Vec<Endpoint> = (0..n)
@@ -304,7 +304,7 @@ mod tests {
 mod tie_tests {
     use super::*;
     use crate::Endpoint;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     /// Points with one 32-bit hash are ordered by endpoint identity, whatever the list
     /// order: endpoints given the same base collide on every point.

@@ -256,7 +256,7 @@ impl Picker for RoundRobinPicker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
     use proptest::prelude::*;
 
     /// nginx's smooth weighted round robin simulated endpoint by endpoint, O(cycle × n):

@@ -68,7 +68,7 @@ impl LoadBalance for XidFirstLoadBalance {
 #[cfg(test)]
 mod tests {
     use crate::{Balancer, PickRequest, by_name};
-    use meshline_registry_core::Instance;
+    use meshline_instance::Instance;
 
     fn cluster() -> Vec<Instance> {
         (1..=3)

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use meshline_registry_core::{Instance, InstanceKey};
+use meshline_instance::{Instance, InstanceKey};
 
 use super::{Counting, EndpointStats, LoadGroup, clock};
 use crate::Endpoint;

@@ -2,7 +2,7 @@
 //! and freed identities hand their board slots back.
 
 use super::*;
-use meshline_registry_core::Instance;
+use meshline_instance::Instance;
 
 #[test]
 fn same_identity_keeps_its_stats_across_updates() {

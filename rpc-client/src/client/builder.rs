@@ -107,9 +107,12 @@ impl RpcClientBuilder {
             }
             Err(e) => Some(e.to_string()),
         };
-        let lb = meshline_loadbalance::LoadBalanceConfig::from_config(config)
+        let lb = meshline_registry_core::config::balancer::LoadBalanceConfig::from_config(config)
             .map_err(|e| e.to_string())
-            .and_then(|c| meshline_loadbalance::from_config(&c).map_err(|e| e.to_string()));
+            .and_then(|c| {
+                meshline_loadbalance::from_seata_keys(&c.kind, c.virtual_nodes)
+                    .map_err(|e| e.to_string())
+            });
         match lb {
             Ok(lb) => {
                 self.load_balance = Some(lb);

@@ -1,6 +1,6 @@
 use super::*;
 use crate::{InFlightGuard, StatsRegistry};
-use meshline_registry_core::Instance;
+use meshline_instance::Instance;
 
 /// The scan widths this CPU has (said on stderr, so a run without AVX2 or AVX-512
 /// shows that it did not test them).

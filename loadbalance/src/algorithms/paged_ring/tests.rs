@@ -2,7 +2,7 @@ use super::*;
 use crate::Endpoint;
 use crate::algorithms::ring::{Ring, point_counts};
 use crate::hash::mix64;
-use meshline_registry_core::Instance;
+use meshline_instance::Instance;
 use proptest::prelude::*;
 
 fn instance(i: u32, weight: u32) -> Instance {

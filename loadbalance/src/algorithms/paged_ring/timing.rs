@@ -1,7 +1,7 @@
 use super::*;
 use crate::Endpoint;
 use crate::algorithms::ring::{Ring, point_counts};
-use meshline_registry_core::Instance;
+use meshline_instance::Instance;
 
 /// `MESHLINE_RING_TIMING=paged|flat cargo test --release -p meshline-loadbalance --lib
 /// ring_build_timing -- --ignored` under `perf stat -e task-clock`: CPU time of 20

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use meshline_loadbalance::{Balancer, ConsistentHashLoadBalance, PickRequest, by_name, hash};
-use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
+use meshline::loadbalance::{Balancer, ConsistentHashLoadBalance, PickRequest, by_name, hash};
+use meshline::{EmptyProtection, Instance, WatchHub};
 use proptest::prelude::*;
 
 /// Hosts of every shape: IPv4 of every length (so 8-byte prefixes tie), IPv6, DNS

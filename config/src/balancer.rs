@@ -13,10 +13,17 @@
 //! a fixed 10 and is not reproduced). seata-go's other `getty.*` keys are accepted
 //! without a warning and have no effect.
 //!
-//! These keys are this crate's: registry-core keeps them raw
-//! ([`Config::part`](meshline_registry_core::Config::part)) and knows nothing of them.
+//! They are read here, with the configuration, and not in `meshline-loadbalance`: the
+//! balancer crate depends on no configuration at all and takes what these keys select
+//! as plain values (`meshline_loadbalance::from_seata_keys(kind, virtual_nodes)`);
+//! whoever builds a balancer from a configuration (the rpc-client, the facade, the
+//! CLI) reads [`LoadBalanceConfig`] and passes them on.
 
-use meshline_registry_core::{Config, RegistryError};
+use crate::{Config, ConfigError};
+
+/// Seata's default for `client.loadBalance.virtualNodes`: points per server on its
+/// consistent-hash ring.
+pub const SEATA_DEFAULT_VIRTUAL_NODES: u32 = 10;
 
 /// The keys a Seata client looks up one by one in a configuration centre when its
 /// blob lacks them (Seata's `getConfig` of each): what the `meshline` facade adds to
@@ -40,7 +47,7 @@ impl Default for LoadBalanceConfig {
     fn default() -> Self {
         LoadBalanceConfig {
             kind: "XID".into(),
-            virtual_nodes: crate::SEATA_DEFAULT_VIRTUAL_NODES,
+            virtual_nodes: SEATA_DEFAULT_VIRTUAL_NODES,
             warnings: Vec::new(),
         }
     }
@@ -49,7 +56,7 @@ impl Default for LoadBalanceConfig {
 impl LoadBalanceConfig {
     /// The balancer keys of `config`, validated; the keys of `client.loadBalance.*` this
     /// crate does not know are reported (logged, by name) as unknown.
-    pub fn from_config(config: &Config) -> Result<LoadBalanceConfig, RegistryError> {
+    pub fn from_config(config: &Config) -> Result<LoadBalanceConfig, ConfigError> {
         let d = LoadBalanceConfig::default();
         let part = config.part("client.loadBalance");
         let r = part.reader();
@@ -89,8 +96,7 @@ fn nonempty(v: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use meshline_registry_core::config::ConfigLoader;
-    use meshline_registry_core::config::Format;
+    use crate::{ConfigLoader, Format};
 
     use super::*;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::RegistryError;
+use crate::AddressError;
 
 /// The identity of an instance: its normalised host and port.
 ///
@@ -67,19 +67,15 @@ impl Instance {
     /// An instance at `host:port` with weight 1, no zone and no metadata.
     ///
     /// `host` may be an IPv4/IPv6 address (brackets allowed) or a DNS name.
-    pub fn new(host: &str, port: u16) -> Result<Self, RegistryError> {
+    pub fn new(host: &str, port: u16) -> Result<Self, AddressError> {
         Instance::build(host, port, &format!("{host}:{port}"))
     }
 
-    fn build(host: &str, port: u16, text: &str) -> Result<Self, RegistryError> {
+    fn build(host: &str, port: u16, text: &str) -> Result<Self, AddressError> {
         if port == 0 {
-            return Err(RegistryError::invalid_address(
-                text,
-                "port 0 is not a usable port",
-            ));
+            return Err(AddressError::new(text, "port 0 is not a usable port"));
         }
-        let host =
-            normalise_host(host).map_err(|reason| RegistryError::invalid_address(text, reason))?;
+        let host = normalise_host(host).map_err(|reason| AddressError::new(text, reason))?;
         Ok(Instance {
             key: InstanceKey {
                 host: host.into(),
@@ -93,7 +89,7 @@ impl Instance {
 
     /// Parses `ip:port`, `[v6]:port`, Java's unbracketed `v6:port` (split at the last
     /// `:`) or `dns-name:port`. Surrounding white space is ignored.
-    pub fn parse(text: &str) -> Result<Self, RegistryError> {
+    pub fn parse(text: &str) -> Result<Self, AddressError> {
         let (host, port) = split_host_port(text)?;
         Instance::build(host, port, text)
     }
@@ -191,7 +187,7 @@ impl fmt::Display for Instance {
 }
 
 impl FromStr for Instance {
-    type Err = RegistryError;
+    type Err = AddressError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Instance::parse(s)
     }
@@ -200,7 +196,7 @@ impl FromStr for Instance {
 /// An instance at a socket address (weight 1). `TryFrom`, not `From`: port 0 is a
 /// valid `SocketAddr` but not a usable instance, and is refused like everywhere else.
 impl TryFrom<std::net::SocketAddr> for Instance {
-    type Error = RegistryError;
+    type Error = AddressError;
     fn try_from(addr: std::net::SocketAddr) -> Result<Self, Self::Error> {
         Instance::new(&addr.ip().to_string(), addr.port())
     }
@@ -213,7 +209,7 @@ impl TryFrom<std::net::SocketAddr> for Instance {
 /// The same result as a stable `sort_by` on the key and a `dedup_by` on the key, at a
 /// fraction of the cost for large lists (a registry snapshot of 10 000 members): the
 /// order comes from [`crate::identity_order`] (integer ranks, radix-sorted).
-pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize) {
+pub fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize) {
     let n = instances.len();
     let order = crate::identity_order(n, |i| &instances[i].key);
     // Keep the first of each identity; the rest are dropped below.
@@ -255,41 +251,38 @@ pub(crate) fn sorted_unique(instances: Vec<Instance>) -> (Arc<[Instance]>, usize
 
 /// Splits `text` into host and port following Seata's rules (brackets optional, last
 /// `:` separates the port). The host is returned raw (not yet validated).
-pub(crate) fn split_host_port(text: &str) -> Result<(&str, u16), RegistryError> {
+fn split_host_port(text: &str) -> Result<(&str, u16), AddressError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err(RegistryError::invalid_address(text, "empty address"));
+        return Err(AddressError::new(text, "empty address"));
     }
     let (host, port_text) = if let Some(rest) = t.strip_prefix('[') {
         let close = rest
             .find(']')
-            .ok_or_else(|| RegistryError::invalid_address(text, "`[` without a closing `]`"))?;
+            .ok_or_else(|| AddressError::new(text, "`[` without a closing `]`"))?;
         let host = &rest[..close];
         let after = &rest[close + 1..];
         let port = after
             .strip_prefix(':')
-            .ok_or_else(|| RegistryError::invalid_address(text, "expected `:port` after `]`"))?;
+            .ok_or_else(|| AddressError::new(text, "expected `:port` after `]`"))?;
         (host, port)
     } else {
         let colon = t
             .rfind(':')
-            .ok_or_else(|| RegistryError::invalid_address(text, "missing `:port`"))?;
+            .ok_or_else(|| AddressError::new(text, "missing `:port`"))?;
         (&t[..colon], &t[colon + 1..])
     };
     if host.is_empty() {
-        return Err(RegistryError::invalid_address(text, "empty host"));
+        return Err(AddressError::new(text, "empty host"));
     }
     let port: u16 = port_text.parse().map_err(|_| {
-        RegistryError::invalid_address(
+        AddressError::new(
             text,
             format!("port `{port_text}` is not a number in 1..=65535"),
         )
     })?;
     if port == 0 {
-        return Err(RegistryError::invalid_address(
-            text,
-            "port 0 is not a usable port",
-        ));
+        return Err(AddressError::new(text, "port 0 is not a usable port"));
     }
     Ok((host, port))
 }

@@ -13,12 +13,12 @@
 #                             TLS feature uses reqwest's native-tls for its HTTP login)
 #   (the other TLS tests need nothing new: Debian's redis-server and etcd serve TLS, and
 #    their certificates are generated at test time by rcgen)
-#   chromium                : headless browser for examples/tests/browser.rs (the
+#   chromium                : headless browser for examples/gateway/tests/browser.rs (the
 #                             gateway's WebSocket page as a real browser client)
 #   iproute2 nftables       : test networks (meshline_testkit::net): hosts in their own
 #                             network namespaces, links blackholed by an nftables rule
-#   python3                 : the gateway's second client (examples/clients/python, run
-#                             by examples/tests/gateway_python.rs; standard library only)
+#   python3                 : the gateway's second client (examples/gateway/clients/python, run
+#                             by examples/gateway/tests/gateway_python.rs; standard library only)
 set -euo pipefail
 
 SUDO=""

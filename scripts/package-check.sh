@@ -20,7 +20,7 @@
 # crates are path patches (checked by their sources, never stale), so it shares the
 # workspace's target: the crates.io dependencies it has in common are not rebuilt.
 # Run from anywhere; scripts/test.sh runs it. TC_SERVER: a built `tc-server` binary to
-# use (default: built here from meshline-examples).
+# use (default: built here from meshline-example-tc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -38,11 +38,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Publishable: every member whose manifest does not say `publish = false`. The two
+# Publishable: every member whose manifest does not say `publish = false`. The
 # test-only crates must stay out (the testkit starts servers; the examples are programs).
 publishable=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print("\n".join(sorted(p["name"] for p in json.load(sys.stdin)["packages"] if p["publish"] != [])))')
-for name in meshline-testkit meshline-examples; do
+for name in meshline-testkit meshline-example-support meshline-example-tc meshline-example-gateway; do
   if grep -qx "$name" <<<"$publishable"; then
     echo "package-check: $name is test-only and must say publish = false" >&2
     exit 1
@@ -172,7 +172,7 @@ if ! grep -qx "$work/crates/meshline-$version/Cargo.toml" <<<"$manifests" ||
 fi
 
 if [ -z "${TC_SERVER:-}" ]; then
-  cargo build --quiet -p meshline-examples --bin tc-server
+  cargo build --quiet -p meshline-example-tc --bin tc-server
   TC_SERVER="$target/debug/tc-server"
 fi
 mkfifo "$work/tc.out"

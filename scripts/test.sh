@@ -67,25 +67,25 @@ trap leftovers EXIT
 # below. TLS of every other backend is in (`all-tls`), so its tests run against real
 # TLS servers.
 FEATURES="meshline/all-tls,meshline/rpc,meshline/tower,meshline-cli/all-tls"
-FEATURES+=",meshline-examples/all-registries,meshline-examples/etcd"
+FEATURES+=",meshline-example-tc/all-registries,meshline-example-tc/etcd,meshline-example-gateway/all-registries"
 
 step "the README's run command needs only a Rust toolchain (no protoc)"
-# `cargo run --release -p meshline-examples --bin demo` is a newcomer's first command: its
+# `cargo run --release -p meshline-example-tc --bin demo` is a newcomer's first command: its
 # default features must not pull etcd-client, whose build script runs protoc
 # (prost-build: $PROTOC, else `protoc` from PATH). Checked before anything is installed,
 # with protoc hidden both ways, in a target dir of its own so every build script of the
 # demo's graph has run there without protoc (a package added to the graph runs its
 # build script here for the first time).
-demo_graph=$(cargo tree -p meshline-examples -e normal,build --prefix none)
+demo_graph=$(cargo tree -p meshline-example-tc -e normal,build --prefix none)
 if grep -E '^(etcd-client|prost-build|tonic-prost-build) ' <<<"$demo_graph"; then
-  echo "meshline-examples' default features pull a crate that needs protoc (above)" >&2
+  echo "meshline-example-tc's default features pull a crate that needs protoc (above)" >&2
   exit 1
 fi
 noprotoc=$(mktemp -d)
 printf '#!/bin/sh\necho "protoc is hidden by scripts/test.sh" >&2\nexit 127\n' >"$noprotoc/protoc"
 chmod +x "$noprotoc/protoc"
 PATH="$noprotoc:$PATH" PROTOC=/nonexistent/protoc CARGO_TARGET_DIR=target/no-protoc \
-  cargo check --quiet -p meshline-examples --bin demo
+  cargo check --quiet -p meshline-example-tc --bin demo
 rm -rf "$noprotoc"
 
 step "install test dependencies"

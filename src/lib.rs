@@ -13,7 +13,7 @@
 //! The load balancers are always here ([`loadbalance`]); the rpc-client ([`rpc`]) is the
 //! default feature `rpc`. Runnable programs built on this crate (a quickstart with two
 //! servers, the crash demo, `tc-server`, `tm-client`) are in the workspace's
-//! `meshline-examples` crate: `cargo run -p meshline-examples --bin quickstart`.
+//! `meshline-example-tc` crate: `cargo run -p meshline-example-tc --bin quickstart`.
 //!
 //! Feature `tower` adds `meshline::tower`: a registry watch as a tower `Discover`, so
 //! tower and tonic balancers follow a cluster (it lives here rather than in the core so

@@ -69,7 +69,7 @@ pub struct TransportConfig {
     /// `transport.maxMergeSendMills` (ms when bare): how long a batching client holds
     /// requests back to merge more. Default 0: merge what is queued when the connection
     /// writes, without waiting (Seata's Java client waits a fixed 1 ms; meshline measured
-    /// that wait halving transaction throughput, examples/BENCHMARKS.md).
+    /// that wait halving transaction throughput, examples/tc/BENCHMARKS.md).
     pub max_merge_send_mills: Duration,
     /// `transport.maxFrameLength` (meshline): largest RPC frame, in bytes (`8MiB`,
     /// `65536`). `None`: the default (8 MiB, as Seata).

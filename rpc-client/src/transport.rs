@@ -124,7 +124,7 @@ pub struct BatchOptions {
     /// writer runs (requests pile up while the previous write is under way, so a busy
     /// connection merges many and an idle one delays none). Seata's Java client waits a
     /// fixed 1 ms before every merged send; at 256 transactions in flight that wait
-    /// measured at about half the throughput of zero (examples/BENCHMARKS.md). With a
+    /// measured at about half the throughput of zero (examples/tc/BENCHMARKS.md). With a
     /// wait set, the writer waits only while other requests of the connection are in
     /// flight; a lone request is never delayed.
     pub max_wait: Duration,

@@ -1,0 +1,58 @@
+//! A second client, in another language, written from docs/gateway-protocol.md alone:
+//! examples/gateway/clients/python/gateway_client.py plays its scenario (a refusal, auth, chat,
+//! a keyed room, a resume with the missed pushes replayed, ping, a duplicate-login kick)
+//! against a gateway in front of two game backends, and must pass every step.
+//!
+//! Needs `python3` (3.8 or newer; standard library only). Without it the test fails:
+//! scripts/install-test-deps.sh installs it.
+mod gateway_world;
+
+use std::process::Stdio;
+
+use gateway_world::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_written_from_the_document_passes_its_scenario() {
+    let w = world(2, |_| {}).await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/clients/python/gateway_client.py"
+    );
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let child = tokio::process::Command::new(&python)
+        .arg(script)
+        .args(["--host", "127.0.0.1", "--port"])
+        .arg(w.gateway.local_addr().port().to_string())
+        .args(["--secret", SECRET, "--scenario"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{python} does not run ({e}): run scripts/install-test-deps.sh")
+        });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the scenario ends within 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    for step in [
+        "refusal", "auth", "chat", "room", "resume", "ping", "kick", "all",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!("ok {step}"))),
+            "no `ok {step}` in:\n{stdout}\n{stderr}"
+        );
+    }
+    // What the gateway saw agrees: one forged refusal, one duplicate-login kick (the old
+    // session ended: two sessions live, alice's new one and bob's).
+    assert_eq!(w.gateway.stats().refused_for(Refusal::Forged), 1);
+    assert_eq!(w.gateway.sessions(), 2);
+}

@@ -1,0 +1,233 @@
+//! A small transaction world for the TM / RM / TC tests: in-process coordinators on
+//! free loopback ports, an in-memory registry listing them, TMs and RMs built the way
+//! an application builds them, and RM handlers that record what phase two asked.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use meshline::rpc::message::{BranchCommitRequest, BranchRollbackRequest, BranchStatus};
+use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
+use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::{Server, ServerConfig};
+use meshline::{EmptyProtection, Instance, WatchHub};
+use meshline_example_tc::{Coordinator, TcOptions};
+use tokio::sync::Notify;
+
+pub const GROUP: &str = "my_tx_group";
+
+/// One TC: its server and its coordinator.
+pub struct Tc {
+    pub server: Server,
+    pub tc: Coordinator,
+}
+
+impl Tc {
+    /// What a crash does: the coordinator stops (no answer, no phase two, nothing
+    /// retried) and every socket closes at once.
+    pub fn crash(&self) {
+        self.tc.crash();
+        self.server.kill();
+    }
+
+    pub fn instance(&self) -> Instance {
+        Instance::new("127.0.0.1", self.server.local_addr().port()).unwrap()
+    }
+}
+
+/// Quick housekeeping and phase-two timeouts, so retries and timeouts show within a
+/// test's patience; AT commits answered once phase two is done (`at_commit_sync`), so
+/// a test of phase two's mechanics reads its results when the commit returns. The
+/// asynchronous AT commit that Seata's TC does (and this TC by default) is tested on
+/// its own (tc_as_seata.rs).
+pub fn quick_options() -> TcOptions {
+    TcOptions {
+        period: Duration::from_millis(50),
+        phase_two_timeout: Duration::from_secs(2),
+        at_commit_sync: true,
+        ..TcOptions::default()
+    }
+}
+
+/// [`quick_options`] with Seata's asynchronous AT commit.
+pub fn seata_options() -> TcOptions {
+    TcOptions {
+        at_commit_sync: false,
+        ..quick_options()
+    }
+}
+
+pub async fn start_tc(options: TcOptions, config: ServerConfig) -> Tc {
+    let (server, tc) = Coordinator::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1".parse().unwrap(),
+        options,
+        config,
+    )
+    .await
+    .unwrap();
+    Tc { server, tc }
+}
+
+/// `n` TCs listed in the hub's cluster `c`.
+pub async fn world(n: usize) -> (Arc<WatchHub>, Vec<Tc>) {
+    let hub = Arc::new(WatchHub::new("test", EmptyProtection::Apply));
+    let mut tcs = Vec::new();
+    for _ in 0..n {
+        tcs.push(start_tc(quick_options(), ServerConfig::default()).await);
+    }
+    publish(&hub, &tcs);
+    (hub, tcs)
+}
+
+pub fn publish(hub: &WatchHub, tcs: &[Tc]) {
+    hub.publish("c", tcs.iter().map(Tc::instance).collect());
+}
+
+fn quick(o: &mut meshline::rpc::ClientOptions) {
+    o.backoff_initial = Duration::from_millis(20);
+    o.backoff_max = Duration::from_millis(200);
+    o.connect_timeout = Duration::from_millis(500);
+    o.request_timeout = Duration::from_secs(5);
+}
+
+pub async fn tm(hub: &WatchHub, n_alive: usize) -> TransactionManager {
+    let tm = TransactionManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(GROUP)
+        .application_id("order-service")
+        .load_balance_name("XID")
+        .configure(quick)
+        .build()
+        .await
+        .unwrap();
+    tm.client()
+        .wait_alive(n_alive, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tm
+}
+
+/// What an RM's handler was asked, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Commit(String, i64),
+    Rollback(String, i64),
+}
+
+/// Records phase two; answers `status` (or fails `fail_first` times first); waits
+/// `delay` before answering.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub calls: Arc<Mutex<Vec<Call>>>,
+    pub changed: Arc<Notify>,
+    pub delay: Option<Duration>,
+    pub fail_first: Arc<Mutex<u32>>,
+}
+
+impl Recorder {
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Waits until the handler was called `n` times (an event, not a sleep), up to
+    /// `limit`.
+    pub async fn wait_calls(&self, n: usize, limit: Duration) -> Vec<Call> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.changed.notified();
+            let calls = self.calls();
+            if calls.len() >= n {
+                return calls;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "{} phase-two calls after {limit:?}, wanted {n}: {calls:?}",
+                    self.calls().len()
+                );
+            }
+        }
+    }
+
+    fn record(&self, c: Call) -> bool {
+        self.calls.lock().unwrap().push(c);
+        self.changed.notify_waiters();
+        let mut f = self.fail_first.lock().unwrap();
+        if *f > 0 {
+            *f -= 1;
+            false
+        } else {
+            true
+        }
+    }
+}
+
+#[async_trait]
+impl BranchHandler for Recorder {
+    async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        if self.record(Call::Commit(r.xid, r.branch_id)) {
+            Ok(BranchStatus::PhaseTwoCommitted)
+        } else {
+            Err("database unavailable".into())
+        }
+    }
+
+    async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        if self.record(Call::Rollback(r.xid, r.branch_id)) {
+            Ok(BranchStatus::PhaseTwoRollbacked)
+        } else {
+            Err("database unavailable".into())
+        }
+    }
+}
+
+/// An RM of `app` serving `resource`, batching as asked.
+pub async fn rm(
+    hub: &WatchHub,
+    app: &str,
+    resource: &str,
+    handler: Recorder,
+    batch: bool,
+    n_alive: usize,
+) -> ResourceManager {
+    let rm = ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(GROUP)
+        .application_id(app)
+        .resource(resource)
+        .handler(handler)
+        .load_balance_name("XID")
+        .configure(|o| {
+            quick(o);
+            if !batch {
+                o.transport.batch = None;
+            }
+        })
+        .build()
+        .await
+        .unwrap();
+    rm.client()
+        .wait_alive(n_alive, Duration::from_secs(5))
+        .await
+        .unwrap();
+    rm
+}
+
+/// Waits until `f` holds (polling, for state that has no event), up to `limit`.
+pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    f()
+}

@@ -57,9 +57,11 @@ mod budget;
 mod builder;
 mod direct;
 mod gate;
+mod limits;
 mod membership;
 mod metrics;
 mod options;
+mod shutdown;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -96,6 +98,8 @@ struct Handle {
     gate: CallGate,
     /// How many retries the calls may still send (see `budget`).
     retries: budget::Retries,
+    /// The client-wide cap on calls in flight and the breaker (see `limits`).
+    limits: limits::ClientLimits,
     /// Kept for the client's lifetime: some registries stop following their source when
     /// the last handle to them is dropped.
     _discovery: Option<meshline_registry_core::Discovery>,
@@ -229,6 +233,12 @@ impl RpcClient {
         self.inner().counters.stats()
     }
 
+    /// Where the client's circuit breaker stands (`None`: it has none; see
+    /// [`CallLimits::breaker`](crate::limits::CallLimits::breaker)).
+    pub fn circuit(&self) -> Option<crate::limits::BreakerState> {
+        self.handle.limits.breaker_state()
+    }
+
     /// The balancer (for its endpoints' stats: in-flight, latency, failures). Its
     /// members are the alive endpoints, each carrying its [`AliveEndpoint`].
     pub fn balancer(&self) -> &Balancer<AliveEndpoint> {
@@ -289,11 +299,17 @@ impl RpcClient {
         wait: bool,
     ) -> Result<Response, RpcError> {
         let _guard = self.begin()?;
+        let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_call", target = %self.target(), xid = opts.pick_request().xid_str());
-        let (endpoint, frame) = self
+        let result = self
             .balanced(payload, &opts, SendKind::Request, wait)
             .instrument(span)
-            .await?;
+            .await;
+        if pass.judges() {
+            let answer = result.as_ref().ok().and_then(|(_, f)| f.as_ref());
+            pass.finish(&result, answer);
+        }
+        let (endpoint, frame) = result?;
         Ok(Response {
             endpoint,
             payload: frame.unwrap_or_else(|| Payload::new(bytes::Bytes::new())),
@@ -328,11 +344,16 @@ impl RpcClient {
         wait: bool,
     ) -> Result<Arc<Instance>, RpcError> {
         let _guard = self.begin()?;
+        let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_oneway", target = %self.target(), xid = opts.pick_request().xid_str());
-        self.balanced(payload, &opts, SendKind::Oneway, wait)
+        let result = self
+            .balanced(payload, &opts, SendKind::Oneway, wait)
             .instrument(span)
-            .await
-            .map(|(endpoint, _)| endpoint)
+            .await;
+        if pass.judges() {
+            pass.finish(&result, None);
+        }
+        result.map(|(endpoint, _)| endpoint)
     }
 
     /// Runs the attempt loop under the call's timeout.
@@ -413,6 +434,7 @@ impl RpcClient {
         let mut excluded: Option<Vec<InstanceKey>> = None;
         let mut last_failure: Option<String> = None;
         let mut full: Option<Endpoint> = None;
+        let mut at_cap: Option<usize> = None;
         let mut attempts = 0u32;
         self.handle.retries.deposit();
         while attempts < inner.options.max_attempts.max(1) {
@@ -423,7 +445,6 @@ impl RpcClient {
             let Some(picked) = picked else {
                 break;
             };
-            attempts += 1;
             let mut exclude = |key: &InstanceKey| {
                 excluded
                     .get_or_insert_with(|| self.caller_exclusions(route.exclusions()))
@@ -432,6 +453,17 @@ impl RpcClient {
             // What the pick returns is sendable: the endpoint carries its connection.
             let endpoint = picked.endpoint();
             let entry = picked.payload();
+            // An endpoint at its cap is skipped, as a full one is, without an attempt.
+            let _slot = match limits::enter_endpoint(entry) {
+                Ok(slot) => slot,
+                Err(cap) => {
+                    exclude(endpoint.key());
+                    at_cap = Some(cap);
+                    picked.into_guard().cancel();
+                    continue;
+                }
+            };
+            attempts += 1;
             let start = Instant::now();
             match Self::send_on(endpoint, payload.clone(), kind, false, progress).await {
                 Ok(f) => {
@@ -477,6 +509,9 @@ impl RpcClient {
             if !wait {
                 return Err(entry.connection.overloaded(None));
             }
+            let Ok(_slot) = limits::enter_endpoint(entry) else {
+                return Err(entry.connection.overloaded(None));
+            };
             // Counted in flight on it again, as the picks were (least-active and P2C
             // see the wait).
             let guard = endpoint.begin();
@@ -498,9 +533,10 @@ impl RpcClient {
                 }
             };
         }
-        match last_failure {
-            Some(last) => Err(RpcError::RetriesExhausted { attempts, last }),
-            None => Err(RpcError::NoEndpoint {
+        match (last_failure, at_cap) {
+            (Some(last), _) => Err(RpcError::RetriesExhausted { attempts, last }),
+            (None, Some(cap)) => Err(limits::endpoints_at_cap(inner, cap)),
+            (None, None) => Err(RpcError::NoEndpoint {
                 target: inner.target.clone(),
             }),
         }
@@ -547,45 +583,6 @@ impl RpcClient {
                     .filter_map(|&i| eps.get(i).map(|e| e.key().clone()))
                     .collect()
             }
-        }
-    }
-
-    /// Stops taking calls, waits up to `deadline` for calls in flight, then closes
-    /// every connection (endpoints still draining after a registry removal included)
-    /// and stops following the registry. When it returns, no task of this client runs.
-    pub async fn shutdown(&self, deadline: Duration) {
-        let inner = self.inner();
-        let gate = &self.handle.gate;
-        gate.close();
-        if !gate.wait_idle(crate::deadline_after(deadline)).await {
-            tracing::warn!(
-                in_flight = gate.in_flight(),
-                "shutdown deadline passed with calls in flight; closing anyway"
-            );
-        }
-        inner.shutdown.cancel();
-        let background = std::mem::take(
-            &mut *self
-                .handle
-                .background
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        for task in background {
-            let _ = task.await;
-        }
-        let tasks: Vec<JoinHandle<()>> = {
-            let mut st = inner.state();
-            let mut v: Vec<JoinHandle<()>> = st
-                .endpoints
-                .values_mut()
-                .filter_map(|s| s.task.take())
-                .collect();
-            v.append(&mut st.draining);
-            v
-        };
-        for t in tasks {
-            let _ = t.await;
         }
     }
 }

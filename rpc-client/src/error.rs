@@ -91,6 +91,32 @@ pub enum RpcError {
         waited: Option<Duration>,
     },
 
+    /// The request was not sent: the client, or every endpoint it could go to, had its
+    /// limit of calls in flight (see [`CallLimits`](crate::limits::CallLimits)).
+    /// Nothing was delivered.
+    #[error(
+        "request to `{target}` was not sent: {scope} has {limit} calls in flight already (its limit); it was not delivered"
+    )]
+    LimitReached {
+        /// The group, cluster or watch the client follows.
+        target: String,
+        /// Which limit refused it.
+        scope: crate::limits::LimitScope,
+        /// That limit.
+        limit: usize,
+    },
+
+    /// The request was not sent: the client's circuit breaker is open (most of its
+    /// recent calls failed; see [`Breaker`](crate::limits::Breaker)), or half-open with
+    /// its probes out. Nothing was delivered; calls pass again after the cool-down.
+    #[error(
+        "request to `{target}` was not sent: the circuit is open (too many recent calls failed); it was not delivered"
+    )]
+    CircuitOpen {
+        /// The group, cluster or watch the client follows.
+        target: String,
+    },
+
     /// No response within the call's timeout. The request may have been delivered.
     #[error("no response within {after:?}{}; the request may have been delivered", endpoint.as_ref().map(|e| format!(" from {e}")).unwrap_or_default())]
     Timeout {
@@ -141,6 +167,8 @@ impl RpcError {
             self,
             RpcError::NotWritten { .. }
                 | RpcError::Overloaded { .. }
+                | RpcError::LimitReached { .. }
+                | RpcError::CircuitOpen { .. }
                 | RpcError::RetriesExhausted { .. }
                 | RpcError::NoEndpoint { .. }
                 | RpcError::Shutdown

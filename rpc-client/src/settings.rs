@@ -17,9 +17,11 @@ use meshline_registry_core::{Config, RegistryError};
 
 use crate::Compressor;
 
+mod limits;
 mod outlier;
 mod rm;
 mod tm;
+pub use limits::LimitsConfig;
 pub use outlier::OutlierConfig;
 pub use rm::RmConfig;
 pub use tm::TmConfig;
@@ -106,6 +108,9 @@ pub struct TransportConfig {
     /// The outlier-detection keys (meshline): `transport.outlierInterval`,
     /// `successRateStdevFactor`, `failurePercentageThreshold`, `maxEjectionPercent`...
     pub outlier: OutlierConfig,
+    /// The call-limit keys (meshline): `transport.maxInFlight`,
+    /// `transport.maxInFlightPerEndpoint`, `transport.breaker` and `transport.breaker*`.
+    pub limits: LimitsConfig,
     /// `transport.retryBudgetPercent` (meshline): retries allowed per call made, in
     /// percent, 0 to 1000. `None`: default (20).
     pub retry_budget_percent: Option<f32>,
@@ -156,6 +161,7 @@ impl Default for TransportConfig {
             eject_after_failures: None,
             ejection_time: None,
             outlier: OutlierConfig::default(),
+            limits: LimitsConfig::default(),
             retry_budget_percent: None,
             retry_budget_min_per_second: None,
             retry_budget_ttl: None,
@@ -283,6 +289,7 @@ impl TransportConfig {
             eject_after_failures: r.optional_number("ejectAfterFailures")?,
             ejection_time: positive(&r, "ejectionTime")?,
             outlier: OutlierConfig::read(&r)?,
+            limits: LimitsConfig::read(&r)?,
             retry_budget_percent: r.parse("retryBudgetPercent", |v| match v.trim().parse::<f32>() {
                 Ok(p) if (0.0..=1000.0).contains(&p) => Ok(p),
                 _ => Err("expected a percentage from 0 to 1000".into()),

@@ -9,9 +9,9 @@ use std::sync::atomic::AtomicBool;
 
 use futures_util::future::join_all;
 use gateway_world::*;
+use meshline::rpc::limits::BreakerState;
 use meshline::rpc::{InboundRequest, Payload, Server};
 use meshline::{Instance, RegistryService};
-use meshline_example_gateway::gateway::protect::breaker::BreakerState;
 use meshline_example_gateway::gateway::protect::settings::{BreakerSettings, ModuleProtect};
 use meshline_example_gateway::gateway::protocol::{self, ClientCodec};
 use tokio::time::Instant;

@@ -196,11 +196,13 @@ impl RpcClientBuilder {
             background.push(tokio::spawn(members.clone().judge_rates().instrument(span)));
         }
         let retries = super::budget::Retries::new(&members.options.retry_budget);
+        let limits = super::limits::ClientLimits::new(&members.options.limits);
         Ok(RpcClient {
             handle: Arc::new(Handle {
                 members,
                 gate: Default::default(),
                 retries,
+                limits,
                 _discovery: discovery,
                 background: Mutex::new(background),
             }),

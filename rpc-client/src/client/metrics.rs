@@ -30,6 +30,11 @@ pub struct ClientStats {
     /// Requests not sent again because the retry budget was spent (see
     /// [`RetryBudget`](crate::RetryBudget)).
     pub retries_refused: u64,
+    /// Calls refused because the client or every candidate endpoint had its limit of
+    /// calls in flight (see [`CallLimits`](crate::limits::CallLimits)).
+    pub limit_refused: u64,
+    /// Calls refused because the client's circuit breaker was open.
+    pub circuit_refused: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -45,10 +50,12 @@ pub(crate) enum Counter {
     Ejections,
     ServerFailures,
     RetriesRefused,
+    LimitRefused,
+    CircuitRefused,
 }
 
 impl Counter {
-    const ALL: usize = 11;
+    const ALL: usize = 13;
 
     fn metric(self) -> &'static str {
         match self {
@@ -63,6 +70,8 @@ impl Counter {
             Counter::Ejections => "meshline_rpc_ejections_total",
             Counter::ServerFailures => "meshline_rpc_server_failures_total",
             Counter::RetriesRefused => "meshline_rpc_retries_refused_total",
+            Counter::LimitRefused => "meshline_rpc_limit_refused_total",
+            Counter::CircuitRefused => "meshline_rpc_circuit_refused_total",
         }
     }
 }
@@ -91,6 +100,8 @@ impl Counters {
             ejections: g(Counter::Ejections),
             server_failures: g(Counter::ServerFailures),
             retries_refused: g(Counter::RetriesRefused),
+            limit_refused: g(Counter::LimitRefused),
+            circuit_refused: g(Counter::CircuitRefused),
         }
     }
 }

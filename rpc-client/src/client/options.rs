@@ -10,6 +10,7 @@ use super::budget::RetryBudget;
 use super::membership::outlier::OutlierDetection;
 use super::membership::subset::ApertureCoordinate;
 use crate::TransportConfig;
+use crate::limits::CallLimits;
 use crate::outcome::Classifier;
 use crate::transport::{Probe, TransportOptions};
 
@@ -113,6 +114,9 @@ pub struct ClientOptions {
     /// clients within one; without it (the default), a stable random subset. See
     /// [`ApertureCoordinate`].
     pub aperture: Option<ApertureCoordinate>,
+    /// Caps on calls in flight (for the client, for each endpoint) and a circuit
+    /// breaker; all off by default (see [`CallLimits`]).
+    pub limits: CallLimits,
 }
 
 impl Default for ClientOptions {
@@ -139,6 +143,7 @@ impl Default for ClientOptions {
             drain_timeout: Duration::from_secs(30),
             subset_size: Some(DEFAULT_MAX_CONNECTED_MEMBERS),
             aperture: None,
+            limits: CallLimits::default(),
         }
     }
 }
@@ -190,6 +195,7 @@ impl ClientOptions {
             self.ejection_time = v;
         }
         t.outlier.apply(&mut self.outlier);
+        t.limits.apply(&mut self.limits);
         if let Some(v) = t.retry_budget_percent {
             self.retry_budget.percent = v;
         }

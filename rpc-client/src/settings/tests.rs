@@ -168,6 +168,67 @@ fn transport_limits_refuse_bad_values() {
     }
 }
 
+/// The call-limit keys: caps (`0`: none), the breaker turned on by `transport.breaker`
+/// with its settings, and bad values refused naming the key.
+#[test]
+fn call_limit_keys() {
+    use crate::limits::{BreakerSettings, CallLimits};
+    let apply = |text: &str| {
+        let t = TransportConfig::from_config(&cfg(text)).unwrap();
+        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
+        let mut l = CallLimits::default();
+        t.limits.apply(&mut l);
+        l
+    };
+    assert_eq!(apply(""), CallLimits::default());
+    let l = apply("transport.maxInFlight=100\ntransport.maxInFlightPerEndpoint=8\n");
+    assert_eq!(
+        (l.max_in_flight, l.max_in_flight_per_endpoint),
+        (Some(100), Some(8))
+    );
+    assert_eq!(l.breaker, None, "the breaker is off unless asked for");
+    let l = apply("transport.maxInFlight=0\ntransport.breakerProbes=9\n");
+    assert_eq!((l.max_in_flight, l.breaker), (None, None));
+    let l = apply(
+        "transport.breaker=true\ntransport.breakerWindow=30s\ntransport.breakerMinRequests=50\n\
+         transport.breakerFailureRatio=0.25\ntransport.breakerCoolDown=2s\ntransport.breakerProbes=1\n",
+    );
+    assert_eq!(
+        l.breaker,
+        Some(BreakerSettings {
+            window: Duration::from_secs(30),
+            min_requests: 50,
+            failure_ratio: 0.25,
+            cool_down: Duration::from_secs(2),
+            probes: 1,
+        })
+    );
+    assert_eq!(
+        apply("transport.breaker=on\n").breaker,
+        Some(BreakerSettings::default())
+    );
+    for (text, want) in [
+        ("transport.maxInFlight=-1", "transport.maxInFlight"),
+        ("transport.breaker=maybe", "true or false"),
+        (
+            "transport.breakerFailureRatio=0",
+            "more than 0 and at most 1",
+        ),
+        (
+            "transport.breakerFailureRatio=1.5",
+            "more than 0 and at most 1",
+        ),
+        ("transport.breakerProbes=0", "at least 1"),
+        ("transport.breakerCoolDown=5", "has no unit"),
+        ("transport.breakerWindow=0s", "must be more than zero"),
+    ] {
+        let e = TransportConfig::from_config(&cfg(text))
+            .expect_err(text)
+            .to_string();
+        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+    }
+}
+
 /// Seata's transport keys for its other parts are quiet; a key nobody knows is
 /// reported by name, never by value, with the nearest key this crate reads.
 /// Seata's server and Netty keys in a client's file are accepted without effect,

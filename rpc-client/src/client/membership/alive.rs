@@ -13,6 +13,7 @@ use meshline_loadbalance::{Endpoint, Snapshot};
 use meshline_registry_core::{Instance, InstanceKey};
 
 use crate::connection::Connection;
+use crate::limits::ConcurrencyLimit;
 
 /// One endpoint of the alive set: connected and handshaken. It is the payload of the
 /// client's balancer endpoint (`Balancer<AliveEndpoint>`): what a pick returns to send
@@ -27,14 +28,22 @@ pub struct AliveEndpoint {
     /// kept while the endpoint is ejected, so one more failure after its return
     /// ejects it again.
     pub(crate) failures: Arc<AtomicU32>,
+    /// This connection's cap on calls in flight
+    /// ([`CallLimits::max_in_flight_per_endpoint`](crate::limits::CallLimits::max_in_flight_per_endpoint)).
+    pub(crate) limit: Option<Arc<ConcurrencyLimit>>,
 }
 
 impl AliveEndpoint {
-    pub(crate) fn new(instance: Arc<Instance>, connection: Connection) -> Self {
+    pub(crate) fn new(
+        instance: Arc<Instance>,
+        connection: Connection,
+        limit: Option<Arc<ConcurrencyLimit>>,
+    ) -> Self {
         AliveEndpoint {
             instance,
             connection,
             failures: Arc::default(),
+            limit,
         }
     }
 
@@ -45,6 +54,7 @@ impl AliveEndpoint {
             instance,
             connection: self.connection.clone(),
             failures: self.failures.clone(),
+            limit: self.limit.clone(),
         }
     }
 

@@ -147,7 +147,11 @@ impl Membership {
         let instance = slot.instance.clone();
         let joined = Edit::Insert(
             (*instance).clone(),
-            AliveEndpoint::new(instance, conn.clone()),
+            AliveEndpoint::new(
+                instance,
+                conn.clone(),
+                crate::client::limits::endpoint_limit(&self.options.limits),
+            ),
         );
         self.publish_alive(&st, [joined]);
         true

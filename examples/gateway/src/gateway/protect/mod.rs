@@ -3,7 +3,7 @@
 //!
 //! In order, for every forwarded message:
 //!
-//! 1. **Bulkhead** ([`bulkhead`]): the module's requests in flight are capped
+//! 1. **Bulkhead** (a [`ConcurrencyLimit`] per module): the module's requests in flight are capped
 //!    (`modules.N.max-in-flight`, default `protect.max-in-flight`), so a storm on one
 //!    module (a login flood, a slow backend) cannot starve another (the shop). Over the
 //!    cap: `busy: <module> at capacity`, at once.
@@ -13,9 +13,9 @@
 //!    half-open (its few probes are kept for the requests that matter). Other opcodes
 //!    still go through. (Backends that are disabled or report a load over 90 also get
 //!    no new static bindings: that is routing's business, see `core`.)
-//! 3. **Circuit breaker** ([`breaker`], one per cluster): open, it answers
-//!    `busy: <cluster> circuit open` without calling a backend; see the state machine
-//!    there and the settings in [`settings`].
+//! 3. **Circuit breaker** (the rpc-client's [`Breaker`], one per cluster): open, it
+//!    answers `busy: <cluster> circuit open` without calling a backend; see the state
+//!    machine there and the settings in [`settings`].
 //! 4. **Hold and replay** ([`hold`]): while the cluster has no alive endpoint (a backend
 //!    restarting or being released), the request is held, at most `protect.hold-max`
 //!    per cluster and each for at most `protect.hold-for`, and sent in arrival order as
@@ -53,13 +53,10 @@
 //!   `busy: <cluster> unavailable` (the hold's time ran out, or it was full);
 //! - `gateway_shed_total{module}`: requests answered `busy: shed`.
 
-pub mod breaker;
-pub mod bulkhead;
 pub mod hold;
 pub mod outcome;
 pub mod overload;
 pub mod settings;
-pub mod window;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -68,14 +65,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use meshline::InstanceKey;
+use meshline::rpc::limits::{Admission, Breaker, BreakerState, ConcurrencyLimit, Permit};
 use meshline::rpc::{Payload, RpcClient};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::route::RouteError;
 use super::settings::{GatewaySettings, ModuleRoute};
-use breaker::{Admission, Breaker, BreakerState};
-use bulkhead::{Bulkhead, Permit};
 use hold::{Hold, after_first_poll};
 use outcome::{Failure, may_resend};
 use overload::Loads;
@@ -184,7 +180,7 @@ impl ClusterGuard {
 #[derive(Debug)]
 pub struct ModuleGuard {
     name: String,
-    bulkhead: Bulkhead,
+    bulkhead: ConcurrencyLimit,
     shed: Vec<u16>,
     replay: bool,
     shed_total: AtomicU64,
@@ -262,7 +258,7 @@ impl Protection {
             .map(|route| {
                 let guard = ModuleGuard {
                     name: route.name.clone(),
-                    bulkhead: Bulkhead::new(p.max_in_flight(route.id)),
+                    bulkhead: ConcurrencyLimit::new(p.max_in_flight(route.id)),
                     shed: p.shed(route.id).to_vec(),
                     replay: p.replay(route),
                     shed_total: AtomicU64::new(0),
@@ -346,7 +342,7 @@ impl Protection {
         if let Some(to) = transition {
             cluster.changed(to);
         }
-        let admission = admitted.map_err(|()| Busy::CircuitOpen(cluster.name.clone()))?;
+        let admission = admitted.ok_or_else(|| Busy::CircuitOpen(cluster.name.clone()))?;
         Ok(Pass {
             cluster,
             module,

@@ -24,32 +24,8 @@ use std::time::Duration;
 
 use crate::gateway::settings::{ModuleKind, ModuleRoute};
 
-/// The circuit breaker's settings (`protect.breaker-*`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BreakerSettings {
-    /// The sliding window outcomes are counted over.
-    pub window: Duration,
-    /// Outcomes the window must hold before the breaker may open.
-    pub min_requests: u32,
-    /// The failed share of the window (0 < r <= 1) that opens the breaker.
-    pub failure_ratio: f64,
-    /// How long the breaker stays open before letting probes through.
-    pub cool_down: Duration,
-    /// Probes let through when half-open; when all succeed the breaker closes.
-    pub probes: u32,
-}
-
-impl Default for BreakerSettings {
-    fn default() -> Self {
-        BreakerSettings {
-            window: Duration::from_secs(10),
-            min_requests: 20,
-            failure_ratio: 0.5,
-            cool_down: Duration::from_secs(5),
-            probes: 3,
-        }
-    }
-}
+/// The circuit breaker's settings (`protect.breaker-*`): the rpc-client's.
+pub use meshline::rpc::limits::BreakerSettings;
 
 /// One module's own protection settings (`modules.N.*`); unset fields take the
 /// gateway-wide default.

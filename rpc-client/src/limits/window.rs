@@ -18,7 +18,7 @@ struct Bucket {
 
 /// Successes and failures over a sliding window.
 #[derive(Debug)]
-pub struct Window {
+pub(crate) struct Window {
     epoch: Instant,
     bucket: Duration,
     buckets: [Bucket; BUCKETS],
@@ -26,7 +26,7 @@ pub struct Window {
 
 impl Window {
     /// An empty window of `width` (at least 10 ms).
-    pub fn new(width: Duration, now: Instant) -> Window {
+    pub(crate) fn new(width: Duration, now: Instant) -> Window {
         let width = width.max(Duration::from_millis(10));
         Window {
             epoch: now,
@@ -41,7 +41,7 @@ impl Window {
     }
 
     /// Counts one outcome at `now`.
-    pub fn record(&mut self, now: Instant, failed: bool) {
+    pub(crate) fn record(&mut self, now: Instant, failed: bool) {
         let i = self.index(now);
         let b = &mut self.buckets[(i % BUCKETS as u64) as usize];
         if b.index != i {
@@ -58,7 +58,7 @@ impl Window {
     }
 
     /// `(successes, failures)` in the window ending at `now`.
-    pub fn totals(&self, now: Instant) -> (u32, u32) {
+    pub(crate) fn totals(&self, now: Instant) -> (u32, u32) {
         let i = self.index(now);
         let oldest = i.saturating_sub(BUCKETS as u64 - 1);
         self.buckets
@@ -70,7 +70,7 @@ impl Window {
     }
 
     /// Forgets every outcome.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.buckets = [Bucket::default(); BUCKETS];
     }
 }

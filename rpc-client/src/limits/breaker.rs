@@ -1,10 +1,11 @@
-//! One backend cluster's circuit breaker: closed, open, half-open.
+//! A circuit breaker: closed, open, half-open.
 //!
 //! - **Closed**: every request passes; outcomes are counted over a sliding window
-//!   ([`Window`]). When the window holds at least `min-requests` outcomes and the
-//!   failed share reaches `failure-ratio`, the breaker **opens**.
-//! - **Open**: requests are refused at once (the gateway answers
-//!   `busy: <cluster> circuit open` without calling a backend) for `cool-down`.
+//!   (ten buckets). When the window holds at least `min_requests` outcomes and the
+//!   failed share reaches `failure_ratio`, the breaker **opens**.
+//! - **Open**: requests are refused at once (a client answers
+//!   [`RpcError::CircuitOpen`](crate::RpcError::CircuitOpen), the example gateway
+//!   `busy: <cluster> circuit open`, without calling a server) for `cool_down`.
 //! - **Half-open**: the first `probes` requests after the cool-down pass as probes,
 //!   others are still refused. When every probe succeeds the breaker **closes** (with
 //!   an empty window); the first probe that fails opens it again for another cool-down.
@@ -14,15 +15,55 @@
 //! counts only for the half-open round that let it through, so a slow request from an
 //! earlier state never decides a later one.
 //!
-//! What is a failure is the caller's call (see [`super`]); the breaker only counts.
-//! Time is tokio's [`Instant`], so tests can run it on paused time.
+//! What is a failure is the caller's call; the breaker only counts. An
+//! [`RpcClient`](crate::RpcClient) with a breaker ([`CallLimits::breaker`]) counts a
+//! call failed when it timed out, its connection failed after it was written, no
+//! endpoint could take it, or the server answered with its own failure (the client's
+//! [`Classifier`](crate::Classifier)); an answer that is the caller's own failure is a
+//! success here, as the server is working. Time is tokio's [`Instant`], so tests run it
+//! on paused time.
+//!
+//! [`CallLimits::breaker`]: super::CallLimits::breaker
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::settings::BreakerSettings;
 use super::window::Window;
+
+/// A circuit breaker's settings. The defaults are Resilience4j's and Polly's order of
+/// magnitude: a 10 s window, at least 20 outcomes in it, half of them failed to open,
+/// 5 s open, 3 probes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    /// The sliding window outcomes are counted over (`breakerWindow`, 10 s).
+    pub window: Duration,
+    /// Outcomes the window must hold before the breaker may open
+    /// (`breakerMinRequests`, 20).
+    pub min_requests: u32,
+    /// The failed share of the window (0 < r <= 1) that opens the breaker
+    /// (`breakerFailureRatio`, 0.5).
+    pub failure_ratio: f64,
+    /// How long the breaker stays open before letting probes through
+    /// (`breakerCoolDown`, 5 s).
+    pub cool_down: Duration,
+    /// Probes let through when half-open; when all succeed the breaker closes
+    /// (`breakerProbes`, 3).
+    pub probes: u32,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            window: Duration::from_secs(10),
+            min_requests: 20,
+            failure_ratio: 0.5,
+            cool_down: Duration::from_secs(5),
+            probes: 3,
+        }
+    }
+}
 
 /// Where a breaker stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +77,7 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    /// The value of the `gateway_breaker_state` gauge: 0 closed, 1 open, 2 half-open.
+    /// The state as a gauge value: 0 closed, 1 open, 2 half-open.
     pub fn gauge(self) -> f64 {
         match self {
             BreakerState::Closed => 0.0,
@@ -111,15 +152,20 @@ impl Breaker {
         }
     }
 
-    /// Lets a request through (with how) or refuses it (`Err`), and the state change
+    /// The settings it was made with.
+    pub fn settings(&self) -> &BreakerSettings {
+        &self.settings
+    }
+
+    /// Lets a request through (with how) or refuses it (`None`), and the state change
     /// this caused.
-    pub fn admit(&self) -> (Result<Admission, ()>, Transition) {
+    pub fn admit(&self) -> (Option<Admission>, Transition) {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let probes = self.settings.probes;
         match &mut inner.phase {
-            Phase::Closed => (Ok(Admission::Normal), None),
-            Phase::Open { until } if Instant::now() < *until => (Err(()), None),
+            Phase::Closed => (Some(Admission::Normal), None),
+            Phase::Open { until } if Instant::now() < *until => (None, None),
             Phase::Open { .. } => {
                 inner.round += 1;
                 inner.phase = Phase::HalfOpen {
@@ -127,14 +173,17 @@ impl Breaker {
                     succeeded: 0,
                 };
                 let round = inner.round;
-                (Ok(Admission::Probe { round }), Some(BreakerState::HalfOpen))
+                (
+                    Some(Admission::Probe { round }),
+                    Some(BreakerState::HalfOpen),
+                )
             }
             Phase::HalfOpen { admitted, .. } if *admitted < probes => {
                 *admitted += 1;
                 let round = inner.round;
-                (Ok(Admission::Probe { round }), None)
+                (Some(Admission::Probe { round }), None)
             }
-            Phase::HalfOpen { .. } => (Err(()), None),
+            Phase::HalfOpen { .. } => (None, None),
         }
     }
 
@@ -201,7 +250,7 @@ mod tests {
 
     fn normal(b: &Breaker, failed: bool) -> Transition {
         let (a, _) = b.admit();
-        assert_eq!(a, Ok(Admission::Normal));
+        assert_eq!(a, Some(Admission::Normal));
         b.record(Admission::Normal, failed)
     }
 
@@ -216,7 +265,7 @@ mod tests {
         // The fourth: 4 of 4 failed.
         assert_eq!(normal(&b, true), Some(BreakerState::Open));
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.admit(), (Err(()), None));
+        assert_eq!(b.admit(), (None, None));
     }
 
     #[tokio::test(start_paused = true)]
@@ -254,7 +303,7 @@ mod tests {
         let b = breaker();
         trip(&b);
         tokio::time::advance(Duration::from_millis(4_900)).await;
-        assert_eq!(b.admit().0, Err(()));
+        assert_eq!(b.admit().0, None);
         tokio::time::advance(Duration::from_millis(200)).await;
         assert_eq!(b.state(), BreakerState::HalfOpen);
         let (p1, t) = b.admit();
@@ -263,7 +312,7 @@ mod tests {
         let (p1, p2) = (p1.unwrap(), p2.unwrap());
         assert!(matches!(p1, Admission::Probe { .. }));
         // Two probes out: the third request is refused.
-        assert_eq!(b.admit().0, Err(()));
+        assert_eq!(b.admit().0, None);
         assert_eq!(b.record(p1, false), None);
         assert_eq!(b.record(p2, false), Some(BreakerState::Closed));
         assert_eq!(b.state(), BreakerState::Closed);
@@ -281,12 +330,12 @@ mod tests {
         let (p1, _) = b.admit();
         let (p2, _) = b.admit();
         assert_eq!(b.record(p1.unwrap(), true), Some(BreakerState::Open));
-        assert_eq!(b.admit().0, Err(()));
+        assert_eq!(b.admit().0, None);
         // The other probe of that round answers late: it decides nothing.
         assert_eq!(b.record(p2.unwrap(), false), None);
         assert_eq!(b.state(), BreakerState::Open);
         tokio::time::advance(Duration::from_millis(4_900)).await;
-        assert_eq!(b.admit().0, Err(()));
+        assert_eq!(b.admit().0, None);
         tokio::time::advance(Duration::from_millis(100)).await;
         let (p3, t) = b.admit();
         assert_eq!(t, Some(BreakerState::HalfOpen));

@@ -62,6 +62,7 @@ mod membership;
 mod metrics;
 mod options;
 mod shutdown;
+mod slow_start;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,6 +82,7 @@ pub use membership::outlier::OutlierDetection;
 pub use membership::subset::ApertureCoordinate;
 pub use metrics::ClientStats;
 pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
+pub use slow_start::SlowStart;
 
 use crate::codec::Frame;
 use crate::connection::{SendFailure, SendKind};
@@ -438,11 +440,7 @@ impl RpcClient {
         let mut attempts = 0u32;
         self.handle.retries.deposit();
         while attempts < inner.options.max_attempts.max(1) {
-            let picked = match &excluded {
-                None => inner.balancer.pick(&route),
-                Some(keys) => inner.balancer.pick(&route.excluding(keys)),
-            };
-            let Some(picked) = picked else {
+            let Some(picked) = self.pick(&route, excluded.as_deref()) else {
                 break;
             };
             let mut exclude = |key: &InstanceKey| {

@@ -20,10 +20,12 @@ use crate::Compressor;
 mod limits;
 mod outlier;
 mod rm;
+mod slow_start;
 mod tm;
 pub use limits::LimitsConfig;
 pub use outlier::OutlierConfig;
 pub use rm::RmConfig;
+pub use slow_start::SlowStartConfig;
 pub use tm::TmConfig;
 
 /// Seata's `transport.*` keys for its other parts (server pools, thread factory, its
@@ -111,6 +113,9 @@ pub struct TransportConfig {
     /// The call-limit keys (meshline): `transport.maxInFlight`,
     /// `transport.maxInFlightPerEndpoint`, `transport.breaker` and `transport.breaker*`.
     pub limits: LimitsConfig,
+    /// The slow-start keys (meshline): `transport.slowStartWindow`,
+    /// `transport.slowStartAggression`, `transport.slowStartMinWeightPercent`.
+    pub slow_start: SlowStartConfig,
     /// `transport.retryBudgetPercent` (meshline): retries allowed per call made, in
     /// percent, 0 to 1000. `None`: default (20).
     pub retry_budget_percent: Option<f32>,
@@ -162,6 +167,7 @@ impl Default for TransportConfig {
             ejection_time: None,
             outlier: OutlierConfig::default(),
             limits: LimitsConfig::default(),
+            slow_start: SlowStartConfig::default(),
             retry_budget_percent: None,
             retry_budget_min_per_second: None,
             retry_budget_ttl: None,
@@ -290,6 +296,7 @@ impl TransportConfig {
             ejection_time: positive(&r, "ejectionTime")?,
             outlier: OutlierConfig::read(&r)?,
             limits: LimitsConfig::read(&r)?,
+            slow_start: SlowStartConfig::read(&r)?,
             retry_budget_percent: r.parse("retryBudgetPercent", |v| match v.trim().parse::<f32>() {
                 Ok(p) if (0.0..=1000.0).contains(&p) => Ok(p),
                 _ => Err("expected a percentage from 0 to 1000".into()),

@@ -9,6 +9,7 @@ use meshline_registry_core::{Config, RegistryError};
 use super::budget::RetryBudget;
 use super::membership::outlier::OutlierDetection;
 use super::membership::subset::ApertureCoordinate;
+use super::slow_start::SlowStart;
 use crate::TransportConfig;
 use crate::limits::CallLimits;
 use crate::outcome::Classifier;
@@ -117,6 +118,10 @@ pub struct ClientOptions {
     /// Caps on calls in flight (for the client, for each endpoint) and a circuit
     /// breaker; all off by default (see [`CallLimits`]).
     pub limits: CallLimits,
+    /// Slow start: a connection that just joined takes a share of the calls that
+    /// ramps up over a window (`transport.slowStartWindow`); `None` (the default): its
+    /// full share at once. See [`SlowStart`].
+    pub slow_start: Option<SlowStart>,
 }
 
 impl Default for ClientOptions {
@@ -144,6 +149,7 @@ impl Default for ClientOptions {
             subset_size: Some(DEFAULT_MAX_CONNECTED_MEMBERS),
             aperture: None,
             limits: CallLimits::default(),
+            slow_start: None,
         }
     }
 }
@@ -196,6 +202,7 @@ impl ClientOptions {
         }
         t.outlier.apply(&mut self.outlier);
         t.limits.apply(&mut self.limits);
+        t.slow_start.apply(&mut self.slow_start);
         if let Some(v) = t.retry_budget_percent {
             self.retry_budget.percent = v;
         }

@@ -229,6 +229,48 @@ fn call_limit_keys() {
     }
 }
 
+/// The slow-start keys: a window turns it on with Envoy's defaults, `0s` turns it off,
+/// the ramp's shape without a window changes nothing, bad values name the key.
+#[test]
+fn slow_start_keys() {
+    use crate::SlowStart;
+    let apply = |text: &str| {
+        let t = TransportConfig::from_config(&cfg(text)).unwrap();
+        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
+        let mut s = None;
+        t.slow_start.apply(&mut s);
+        s
+    };
+    assert_eq!(apply(""), None);
+    assert_eq!(apply("transport.slowStartAggression=2\n"), None);
+    assert_eq!(
+        apply("transport.slowStartWindow=30s\n"),
+        Some(SlowStart::over(Duration::from_secs(30)))
+    );
+    assert_eq!(
+        apply(
+            "transport.slowStartWindow=10s\ntransport.slowStartAggression=1.5\n\
+             transport.slowStartMinWeightPercent=25\n"
+        ),
+        Some(SlowStart {
+            window: Duration::from_secs(10),
+            aggression: 1.5,
+            min_weight_percent: 25,
+        })
+    );
+    assert_eq!(apply("transport.slowStartWindow=0s\n"), None);
+    for (text, want) in [
+        ("transport.slowStartWindow=30", "has no unit"),
+        ("transport.slowStartAggression=0", "more than 0"),
+        ("transport.slowStartMinWeightPercent=101", "from 0 to 100"),
+    ] {
+        let e = TransportConfig::from_config(&cfg(text))
+            .expect_err(text)
+            .to_string();
+        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+    }
+}
+
 /// Seata's transport keys for its other parts are quiet; a key nobody knows is
 /// reported by name, never by value, with the nearest key this crate reads.
 /// Seata's server and Netty keys in a client's file are accepted without effect,

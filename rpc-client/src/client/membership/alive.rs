@@ -31,6 +31,9 @@ pub struct AliveEndpoint {
     /// This connection's cap on calls in flight
     /// ([`CallLimits::max_in_flight_per_endpoint`](crate::limits::CallLimits::max_in_flight_per_endpoint)).
     pub(crate) limit: Option<Arc<ConcurrencyLimit>>,
+    /// When this connection's slow-start ramp began (`None`: it takes its full share;
+    /// see `Membership::ramp_from`).
+    pub(crate) ramp_from: Option<tokio::time::Instant>,
 }
 
 impl AliveEndpoint {
@@ -38,12 +41,14 @@ impl AliveEndpoint {
         instance: Arc<Instance>,
         connection: Connection,
         limit: Option<Arc<ConcurrencyLimit>>,
+        ramp_from: Option<tokio::time::Instant>,
     ) -> Self {
         AliveEndpoint {
             instance,
             connection,
             failures: Arc::default(),
             limit,
+            ramp_from,
         }
     }
 
@@ -55,6 +60,7 @@ impl AliveEndpoint {
             connection: self.connection.clone(),
             failures: self.failures.clone(),
             limit: self.limit.clone(),
+            ramp_from: self.ramp_from,
         }
     }
 

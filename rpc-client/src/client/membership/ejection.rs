@@ -143,7 +143,7 @@ impl Membership {
             let conn = entry.connection.clone();
             st.ejected
                 .insert(key.clone(), Ejected { entry, generation });
-            self.publish_alive(&st, [Edit::Remove(key.clone())]);
+            self.publish_alive(&mut st, [Edit::Remove(key.clone())]);
             (generation, time, conn)
         };
         self.count(Counter::Ejections);
@@ -182,7 +182,7 @@ impl Membership {
                     slot.returned_at = Some(Instant::now());
                 }
                 let back = Edit::Insert((*e.entry.instance).clone(), e.entry);
-                self.publish_alive(&st, [back]);
+                self.publish_alive(&mut st, [back]);
                 self.restart_price(&key, rtt);
                 tracing::info!(endpoint = %key, ?rtt, "ejected endpoint answered a PING; back in the picks");
             }

@@ -113,14 +113,33 @@ impl Membership {
     }
 
     /// Applies `edits` to the alive set (the balancer) and publishes the result to
-    /// readers. Takes the locked state (unused otherwise) as proof that the state lock
-    /// is held, so changes are applied in order and agree with the slots.
-    fn publish_alive(&self, _st: &State, edits: impl IntoIterator<Item = Edit<AliveEndpoint>>) {
+    /// readers. Takes the locked state as proof that the state lock is held, so changes
+    /// are applied in order and agree with the slots; it also keeps the state's
+    /// `warm_since` (slow start's reference).
+    fn publish_alive(&self, st: &mut State, edits: impl IntoIterator<Item = Edit<AliveEndpoint>>) {
         self.balancer.apply(edits);
         let set = Arc::new(AliveSet::new(self.balancer.snapshot()));
+        if set.is_empty() {
+            st.warm_since = None;
+        } else if st.warm_since.is_none() {
+            st.warm_since = Some(tokio::time::Instant::now());
+        }
         metrics::gauge!("meshline_rpc_alive_endpoints", "target" => self.target.clone())
             .set(set.len() as f64);
         self.alive_tx.send_replace(set);
+    }
+
+    /// When a connection joining now starts its slow-start ramp: now, when the client
+    /// has slow start and its alive set has not been empty for at least the window;
+    /// otherwise it takes its full share at once. So the connections of a client that
+    /// is starting, or of a whole cluster coming back together, do not ramp (there is
+    /// no warm endpoint to take their share), and one joining a warm cluster does.
+    fn ramp_from(&self, st: &State) -> Option<tokio::time::Instant> {
+        let window = self.options.slow_start.as_ref()?.window;
+        let now = tokio::time::Instant::now();
+        st.warm_since
+            .filter(|w| now.duration_since(*w) >= window)
+            .map(|_| now)
     }
 
     /// The alive set now (read it with the state lock held for a consistent view).
@@ -145,15 +164,17 @@ impl Membership {
         slot.state = EndpointState::Alive;
         slot.connects += 1;
         let instance = slot.instance.clone();
+        let ramp_from = self.ramp_from(&st);
         let joined = Edit::Insert(
             (*instance).clone(),
             AliveEndpoint::new(
                 instance,
                 conn.clone(),
                 crate::client::limits::endpoint_limit(&self.options.limits),
+                ramp_from,
             ),
         );
-        self.publish_alive(&st, [joined]);
+        self.publish_alive(&mut st, [joined]);
         true
     }
 
@@ -182,7 +203,7 @@ impl Membership {
             .get(key)
             .is_some_and(|e| e.connection.ptr_eq(conn));
         if same {
-            self.publish_alive(&st, [Edit::Remove(key.clone())]);
+            self.publish_alive(&mut st, [Edit::Remove(key.clone())]);
         }
     }
 
@@ -293,7 +314,7 @@ impl Membership {
             }
         }
         if !edits.is_empty() {
-            self.publish_alive(&st, edits);
+            self.publish_alive(&mut st, edits);
         }
     }
 }

@@ -23,6 +23,9 @@ pub(crate) struct State {
     /// the registry lists no more than the cap): one warning per change, not per
     /// snapshot.
     pub over_cap_warned: Option<usize>,
+    /// Since when the alive set has not been empty (`None` while it is): a connection
+    /// joining a set warm for a slow-start window ramps.
+    pub warm_since: Option<tokio::time::Instant>,
 }
 
 /// One endpoint the registry lists (and the subset keeps): its task and what the task

@@ -57,6 +57,7 @@ mod budget;
 mod builder;
 mod direct;
 mod gate;
+mod hedge;
 mod limits;
 mod membership;
 mod metrics;
@@ -64,7 +65,7 @@ mod options;
 mod shutdown;
 mod slow_start;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use meshline_loadbalance::{Balancer, Endpoint, Exclusions, InFlightGuard};
@@ -75,6 +76,7 @@ use tracing::Instrument;
 
 pub use budget::RetryBudget;
 pub use builder::RpcClientBuilder;
+pub use hedge::Hedging;
 pub use membership::alive::{
     AliveEndpoint, AliveEndpoints, AliveIter, AliveSet, EndpointState, EndpointStatus,
 };
@@ -102,6 +104,8 @@ struct Handle {
     retries: budget::Retries,
     /// The client-wide cap on calls in flight and the breaker (see `limits`).
     limits: limits::ClientLimits,
+    /// Hedging of idempotent calls, when the client hedges (see `hedge`).
+    hedger: Option<hedge::Hedger>,
     /// Kept for the client's lifetime: some registries stop following their source when
     /// the last handle to them is dropped.
     _discovery: Option<meshline_registry_core::Discovery>,
@@ -304,7 +308,7 @@ impl RpcClient {
         let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_call", target = %self.target(), xid = opts.pick_request().xid_str());
         let result = self
-            .balanced(payload, &opts, SendKind::Request, wait)
+            .maybe_hedged(payload, &opts, wait)
             .instrument(span)
             .await;
         if pass.judges() {
@@ -349,7 +353,7 @@ impl RpcClient {
         let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_oneway", target = %self.target(), xid = opts.pick_request().xid_str());
         let result = self
-            .balanced(payload, &opts, SendKind::Oneway, wait)
+            .balanced(payload, &opts, SendKind::Oneway, wait, None)
             .instrument(span)
             .await;
         if pass.judges() {
@@ -365,13 +369,14 @@ impl RpcClient {
         opts: &CallOptions<'_>,
         kind: SendKind,
         wait: bool,
+        first_pick: Option<&OnceLock<InstanceKey>>,
     ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
         let inner = self.inner();
         crate::payload::check(&payload, inner.options.transport.max_frame_len)?;
         let timeout = opts.timeout().unwrap_or(inner.options.request_timeout);
         let mut progress = Progress::default();
         let started = Instant::now();
-        let fut = self.attempts(payload, opts, &mut progress, kind, wait);
+        let fut = self.attempts(payload, opts, &mut progress, kind, wait, first_pick);
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
             Err(_) if !progress.queued && progress.last.is_some() => {
@@ -428,6 +433,7 @@ impl RpcClient {
         progress: &mut Progress,
         kind: SendKind,
         wait: bool,
+        first_pick: Option<&OnceLock<InstanceKey>>,
     ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
         let inner = self.inner();
         let route = *opts.pick_request();
@@ -462,6 +468,10 @@ impl RpcClient {
                 }
             };
             attempts += 1;
+            if let Some(tap) = first_pick {
+                // For a hedge: the endpoint its second request should avoid.
+                let _ = tap.set(endpoint.key().clone());
+            }
             let start = Instant::now();
             match Self::send_on(endpoint, payload.clone(), kind, false, progress).await {
                 Ok(f) => {

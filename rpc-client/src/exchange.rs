@@ -31,6 +31,9 @@ pub(crate) async fn exchange(
     let payload =
         Payload::seata(msg).map_err(|source| TransactionError::Encode { operation, source })?;
     let mut opts = CallOptions::xid(route);
+    if is_read(msg) {
+        opts = opts.idempotent();
+    }
     if let Some(t) = timeout {
         opts = opts.with_timeout(t);
     }
@@ -89,5 +92,42 @@ impl Answer {
                 status,
             ))
         }
+    }
+}
+
+/// Whether `msg` only reads the TC's state, so a hedging client may send it twice:
+/// GlobalStatus and GlobalLockQuery. Every other request changes something.
+fn is_read(msg: &SeataMessage) -> bool {
+    matches!(
+        msg,
+        SeataMessage::GlobalStatus(_) | SeataMessage::GlobalLockQuery(_)
+    )
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+    use crate::message::{BranchRegisterRequest, GlobalBeginRequest, GlobalEndRequest};
+
+    #[test]
+    fn only_status_and_lock_queries_are_reads() {
+        assert!(is_read(&SeataMessage::GlobalStatus(GlobalEndRequest::new(
+            "x"
+        ))));
+        assert!(is_read(&SeataMessage::GlobalLockQuery(
+            BranchRegisterRequest::default()
+        )));
+        assert!(!is_read(&SeataMessage::GlobalCommit(
+            GlobalEndRequest::new("x")
+        )));
+        assert!(!is_read(&SeataMessage::GlobalRollback(
+            GlobalEndRequest::new("x")
+        )));
+        assert!(!is_read(&SeataMessage::GlobalBegin(
+            GlobalBeginRequest::default()
+        )));
+        assert!(!is_read(&SeataMessage::BranchRegister(
+            BranchRegisterRequest::default()
+        )));
     }
 }

@@ -116,7 +116,7 @@ pub use client::{
     DEFAULT_MAX_CONNECTED_MEMBERS, EndpointState, EndpointStatus, Response, RpcClient,
     RpcClientBuilder,
 };
-pub use client::{ApertureCoordinate, OutlierDetection, RetryBudget, SlowStart};
+pub use client::{ApertureCoordinate, Hedging, OutlierDetection, RetryBudget, SlowStart};
 pub use codec::{Frame, FrameCodec, FrameError, HeadMap, HeadMapWriter, MessageType};
 pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};
@@ -130,7 +130,7 @@ pub use payload::Payload;
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use settings::{
-    LimitsConfig, OutlierConfig, RmConfig, SlowStartConfig, TmConfig, TransportConfig,
+    HedgeConfig, LimitsConfig, OutlierConfig, RmConfig, SlowStartConfig, TmConfig, TransportConfig,
 };
 pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
 pub use tx_error::TransactionError;

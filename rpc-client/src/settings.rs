@@ -17,11 +17,13 @@ use meshline_registry_core::{Config, RegistryError};
 
 use crate::Compressor;
 
+mod hedge;
 mod limits;
 mod outlier;
 mod rm;
 mod slow_start;
 mod tm;
+pub use hedge::HedgeConfig;
 pub use limits::LimitsConfig;
 pub use outlier::OutlierConfig;
 pub use rm::RmConfig;
@@ -116,6 +118,8 @@ pub struct TransportConfig {
     /// The slow-start keys (meshline): `transport.slowStartWindow`,
     /// `transport.slowStartAggression`, `transport.slowStartMinWeightPercent`.
     pub slow_start: SlowStartConfig,
+    /// The hedging keys (meshline): `transport.hedge`, `transport.hedgePercentile`.
+    pub hedge: HedgeConfig,
     /// `transport.retryBudgetPercent` (meshline): retries allowed per call made, in
     /// percent, 0 to 1000. `None`: default (20).
     pub retry_budget_percent: Option<f32>,
@@ -168,6 +172,7 @@ impl Default for TransportConfig {
             outlier: OutlierConfig::default(),
             limits: LimitsConfig::default(),
             slow_start: SlowStartConfig::default(),
+            hedge: HedgeConfig::default(),
             retry_budget_percent: None,
             retry_budget_min_per_second: None,
             retry_budget_ttl: None,
@@ -297,6 +302,7 @@ impl TransportConfig {
             outlier: OutlierConfig::read(&r)?,
             limits: LimitsConfig::read(&r)?,
             slow_start: SlowStartConfig::read(&r)?,
+            hedge: HedgeConfig::read(&r)?,
             retry_budget_percent: r.parse("retryBudgetPercent", |v| match v.trim().parse::<f32>() {
                 Ok(p) if (0.0..=1000.0).contains(&p) => Ok(p),
                 _ => Err("expected a percentage from 0 to 1000".into()),

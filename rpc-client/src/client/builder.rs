@@ -197,12 +197,18 @@ impl RpcClientBuilder {
         }
         let retries = super::budget::Retries::new(&members.options.retry_budget);
         let limits = super::limits::ClientLimits::new(&members.options.limits);
+        let hedger = members
+            .options
+            .hedging
+            .as_ref()
+            .map(super::hedge::Hedger::new);
         Ok(RpcClient {
             handle: Arc::new(Handle {
                 members,
                 gate: Default::default(),
                 retries,
                 limits,
+                hedger,
                 _discovery: discovery,
                 background: Mutex::new(background),
             }),

@@ -35,6 +35,10 @@ pub struct ClientStats {
     pub limit_refused: u64,
     /// Calls refused because the client's circuit breaker was open.
     pub circuit_refused: u64,
+    /// Second requests sent by hedging ([`Hedging`](crate::Hedging)).
+    pub hedges: u64,
+    /// Calls answered by their hedge.
+    pub hedges_won: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -52,10 +56,12 @@ pub(crate) enum Counter {
     RetriesRefused,
     LimitRefused,
     CircuitRefused,
+    Hedges,
+    HedgesWon,
 }
 
 impl Counter {
-    const ALL: usize = 13;
+    const ALL: usize = 15;
 
     fn metric(self) -> &'static str {
         match self {
@@ -72,6 +78,8 @@ impl Counter {
             Counter::RetriesRefused => "meshline_rpc_retries_refused_total",
             Counter::LimitRefused => "meshline_rpc_limit_refused_total",
             Counter::CircuitRefused => "meshline_rpc_circuit_refused_total",
+            Counter::Hedges => "meshline_rpc_hedges_total",
+            Counter::HedgesWon => "meshline_rpc_hedges_won_total",
         }
     }
 }
@@ -102,6 +110,8 @@ impl Counters {
             retries_refused: g(Counter::RetriesRefused),
             limit_refused: g(Counter::LimitRefused),
             circuit_refused: g(Counter::CircuitRefused),
+            hedges: g(Counter::Hedges),
+            hedges_won: g(Counter::HedgesWon),
         }
     }
 }

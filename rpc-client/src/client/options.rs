@@ -7,6 +7,7 @@ use meshline_loadbalance::PickRequest;
 use meshline_registry_core::{Config, RegistryError};
 
 use super::budget::RetryBudget;
+use super::hedge::Hedging;
 use super::membership::outlier::OutlierDetection;
 use super::membership::subset::ApertureCoordinate;
 use super::slow_start::SlowStart;
@@ -122,6 +123,10 @@ pub struct ClientOptions {
     /// ramps up over a window (`transport.slowStartWindow`); `None` (the default): its
     /// full share at once. See [`SlowStart`].
     pub slow_start: Option<SlowStart>,
+    /// Hedging: a call marked idempotent ([`CallOptions::idempotent`]) is sent again to
+    /// another endpoint after the recent latency percentile (`transport.hedge=true`,
+    /// `transport.hedgePercentile`); `None` (the default): never. See [`Hedging`].
+    pub hedging: Option<Hedging>,
 }
 
 impl Default for ClientOptions {
@@ -150,6 +155,7 @@ impl Default for ClientOptions {
             aperture: None,
             limits: CallLimits::default(),
             slow_start: None,
+            hedging: None,
         }
     }
 }
@@ -203,6 +209,7 @@ impl ClientOptions {
         t.outlier.apply(&mut self.outlier);
         t.limits.apply(&mut self.limits);
         t.slow_start.apply(&mut self.slow_start);
+        t.hedge.apply(&mut self.hedging);
         if let Some(v) = t.retry_budget_percent {
             self.retry_budget.percent = v;
         }
@@ -246,6 +253,7 @@ impl ClientOptions {
 pub struct CallOptions<'a> {
     route: PickRequest<'a>,
     timeout: Option<Duration>,
+    idempotent: bool,
 }
 
 impl<'a> CallOptions<'a> {
@@ -264,6 +272,7 @@ impl<'a> CallOptions<'a> {
         CallOptions {
             route,
             timeout: None,
+            idempotent: false,
         }
     }
 
@@ -271,6 +280,19 @@ impl<'a> CallOptions<'a> {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Marks the call safe to receive twice (a read): a client that hedges
+    /// ([`ClientOptions::hedging`]) may send it again to another endpoint when the
+    /// first is slow. Never mark a write.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    /// Whether the call is marked idempotent.
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent
     }
 
     /// The routing facts.

@@ -271,6 +271,35 @@ fn slow_start_keys() {
     }
 }
 
+/// The hedging keys: off unless `transport.hedge=true`; the percentile shapes hedging
+/// that is on; bad values name the key.
+#[test]
+fn hedge_keys() {
+    use crate::Hedging;
+    let apply = |text: &str| {
+        let t = TransportConfig::from_config(&cfg(text)).unwrap();
+        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
+        let mut h = None;
+        t.hedge.apply(&mut h);
+        h
+    };
+    assert_eq!(apply(""), None);
+    assert_eq!(apply("transport.hedgePercentile=99\n"), None);
+    assert_eq!(apply("transport.hedge=true\n"), Some(Hedging::default()));
+    let h = apply("transport.hedge=true\ntransport.hedgePercentile=99.5\n").unwrap();
+    assert_eq!(h.percentile, 99.5);
+    for (text, want) in [
+        ("transport.hedge=sometimes", "true or false"),
+        ("transport.hedgePercentile=100", "less than 100"),
+        ("transport.hedgePercentile=0", "more than 0"),
+    ] {
+        let e = TransportConfig::from_config(&cfg(text))
+            .expect_err(text)
+            .to_string();
+        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+    }
+}
+
 /// Seata's transport keys for its other parts are quiet; a key nobody knows is
 /// reported by name, never by value, with the nearest key this crate reads.
 /// Seata's server and Netty keys in a client's file are accepted without effect,

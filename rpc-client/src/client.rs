@@ -307,10 +307,20 @@ impl RpcClient {
         let _guard = self.begin()?;
         let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_call", target = %self.target(), xid = opts.pick_request().xid_str());
-        let result = self
-            .maybe_hedged(payload, &opts, wait)
-            .instrument(span)
-            .await;
+        let result = match self.handle.hedger.as_ref() {
+            Some(hedger) if opts.is_idempotent() => {
+                // Boxed: the hedged path holds two requests' futures, and inline they
+                // would grow every call's future (which callers allocate per call).
+                Box::pin(self.hedged(hedger, payload, &opts, wait))
+                    .instrument(span)
+                    .await
+            }
+            _ => {
+                self.balanced(payload, &opts, SendKind::Request, wait, None)
+                    .instrument(span)
+                    .await
+            }
+        };
         if pass.judges() {
             let answer = result.as_ref().ok().and_then(|(_, f)| f.as_ref());
             pass.finish(&result, answer);

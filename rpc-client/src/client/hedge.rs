@@ -83,18 +83,14 @@ enum First {
 }
 
 impl RpcClient {
-    /// A request call, hedged when it is idempotent and the client hedges (module docs).
-    pub(super) async fn maybe_hedged(
+    /// An idempotent request call of a hedging client (module docs).
+    pub(super) async fn hedged(
         &self,
+        hedger: &Hedger,
         payload: Payload,
         opts: &CallOptions<'_>,
         wait: bool,
     ) -> Sent {
-        let Some(hedger) = self.handle.hedger.as_ref().filter(|_| opts.is_idempotent()) else {
-            return self
-                .balanced(payload, opts, SendKind::Request, wait, None)
-                .await;
-        };
         let started = tokio::time::Instant::now();
         let first_pick = OnceLock::new();
         let delay = hedger

@@ -53,6 +53,7 @@
 //! `meshline_rpc_ejections_total`, `meshline_rpc_server_failures_total`; gauge
 //! `meshline_rpc_alive_endpoints`.
 
+mod answer;
 mod budget;
 mod builder;
 mod direct;
@@ -68,7 +69,7 @@ mod slow_start;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use meshline_loadbalance::{Balancer, Endpoint, Exclusions, InFlightGuard};
+use meshline_loadbalance::{Balancer, Endpoint, Exclusions};
 use meshline_registry_core::{Instance, InstanceKey};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -89,7 +90,6 @@ pub use slow_start::SlowStart;
 use crate::codec::Frame;
 use crate::connection::{SendFailure, SendKind};
 use crate::error::RpcError;
-use crate::outcome::Outcome;
 use crate::payload::Payload;
 use gate::{CallGate, CallGuard};
 use membership::Membership;
@@ -557,35 +557,6 @@ impl RpcClient {
             (None, None) => Err(RpcError::NoEndpoint {
                 target: inner.target.clone(),
             }),
-        }
-    }
-
-    /// Books an answered call on its endpoint by what the answer says (see
-    /// [`Outcome`]): a success or the caller's failure as a success; the server's
-    /// failure as a failure in a row (toward ejection) priced as a slow answer
-    /// ([`ClientOptions::failure_cost`]). The caller gets the answer either way.
-    fn book_answer(&self, guard: InFlightGuard, answer: Option<&Payload>, elapsed: Duration) {
-        let inner = &self.handle.members;
-        let entry = alive_of(guard.endpoint());
-        let outcome = match (&inner.options.classifier, answer) {
-            (Some(c), Some(frame)) => c.classify(frame),
-            _ => Outcome::Success,
-        };
-        if outcome == Outcome::ServerFailure {
-            inner.count(Counter::ServerFailures);
-            tracing::debug!(endpoint = %entry.instance, "answered with the server's failure");
-            inner.server_failed(entry);
-            guard.failure_costing(elapsed.max(inner.options.failure_cost));
-        } else {
-            if entry.succeeded() {
-                // The first success after a row of failures: a call picked before the
-                // recheck or the ejection's probe found the endpoint working again. Its
-                // estimate, priced up by the failures, starts again as the recheck
-                // would start it; a fast answer blended into that price would keep it
-                // priced out for seconds.
-                inner.restart_price(entry.instance.key(), elapsed);
-            }
-            guard.success(elapsed);
         }
     }
 

@@ -99,6 +99,16 @@ impl Classifier {
     }
 }
 
+/// The outcome of a call's `answer` by a client's `classifier`: without either (no
+/// classifier, or a one-way send), a success.
+#[inline]
+pub(crate) fn outcome_of(classifier: Option<&Classifier>, answer: Option<&Payload>) -> Outcome {
+    match (classifier, answer) {
+        (Some(c), Some(a)) => c.classify(a),
+        _ => Outcome::Success,
+    }
+}
+
 impl std::fmt::Debug for Classifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Classifier")

@@ -354,11 +354,20 @@ impl TransportConfig {
     }
 }
 
-fn parse_bool(v: &str) -> Result<bool, String> {
+/// `true`/`yes`/`on`/`1` or `false`/`no`/`off`/`0`, any case.
+pub(super) fn parse_bool(v: &str) -> Result<bool, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" => Ok(false),
         _ => Err("expected true or false".into()),
+    }
+}
+
+/// A whole percentage, 0 to 100.
+pub(super) fn percent(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(p) if p <= 100 => Ok(p),
+        _ => Err("expected a whole percentage from 0 to 100".into()),
     }
 }
 

@@ -7,7 +7,7 @@ use meshline_loadbalance::InFlightGuard;
 use super::RpcClient;
 use super::membership::alive::alive_of;
 use super::metrics::Counter;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, outcome_of};
 use crate::payload::Payload;
 
 impl RpcClient {
@@ -23,10 +23,7 @@ impl RpcClient {
     ) {
         let inner = &self.handle.members;
         let entry = alive_of(guard.endpoint());
-        let outcome = match (&inner.options.classifier, answer) {
-            (Some(c), Some(frame)) => c.classify(frame),
-            _ => Outcome::Success,
-        };
+        let outcome = outcome_of(inner.options.classifier.as_ref(), answer);
         if outcome == Outcome::ServerFailure {
             inner.count(Counter::ServerFailures);
             tracing::debug!(endpoint = %entry.instance, "answered with the server's failure");

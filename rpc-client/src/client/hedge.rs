@@ -31,7 +31,7 @@ use super::metrics::Counter;
 use super::{CallOptions, RpcClient};
 use crate::connection::SendKind;
 use crate::error::RpcError;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, outcome_of};
 use crate::payload::Payload;
 use latency::Latencies;
 
@@ -174,9 +174,6 @@ impl RpcClient {
     /// Whether an answer is a success by the client's classifier (every answer is,
     /// without one).
     fn reads_as_success(&self, answer: Option<&Payload>) -> bool {
-        match (&self.inner().options.classifier, answer) {
-            (Some(c), Some(a)) => c.classify(a) == Outcome::Success,
-            _ => true,
-        }
+        outcome_of(self.inner().options.classifier.as_ref(), answer) == Outcome::Success
     }
 }

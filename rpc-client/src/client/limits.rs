@@ -11,7 +11,7 @@ use crate::error::RpcError;
 use crate::limits::{
     Admission, Breaker, BreakerState, CallLimits, ConcurrencyLimit, LimitScope, OwnedPermit, Permit,
 };
-use crate::outcome::{Classifier, Outcome};
+use crate::outcome::{Classifier, Outcome, outcome_of};
 use crate::payload::Payload;
 
 /// The client-wide limits of [`CallLimits`], as the calls pass them.
@@ -118,10 +118,7 @@ fn failed<T>(
     classifier: Option<&Classifier>,
 ) -> bool {
     match result {
-        Ok(_) => match (classifier, answer) {
-            (Some(c), Some(a)) => c.classify(a) == Outcome::ServerFailure,
-            _ => false,
-        },
+        Ok(_) => outcome_of(classifier, answer) == Outcome::ServerFailure,
         Err(e) => matches!(
             e,
             RpcError::Timeout { .. }

@@ -21,20 +21,12 @@ fn percentile(v: &str) -> Result<f64, String> {
     }
 }
 
-fn on_off(v: &str) -> Result<bool, String> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err("expected true or false".into()),
-    }
-}
-
 impl HedgeConfig {
     /// Reads the keys from the `transport` section; an invalid value is an error naming
     /// its key.
     pub(super) fn read(r: &SectionReader<'_>) -> Result<HedgeConfig, RegistryError> {
         Ok(HedgeConfig {
-            hedge: r.parse("hedge", on_off)?,
+            hedge: r.parse("hedge", super::parse_bool)?,
             percentile: r.parse("hedgePercentile", percentile)?,
         })
     }

@@ -44,14 +44,6 @@ fn ratio(v: &str) -> Result<f64, String> {
     }
 }
 
-fn on_off(v: &str) -> Result<bool, String> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err("expected true or false".into()),
-    }
-}
-
 impl LimitsConfig {
     /// Reads the keys from the `transport` section; an invalid value is an error naming
     /// its key.
@@ -59,7 +51,7 @@ impl LimitsConfig {
         Ok(LimitsConfig {
             max_in_flight: r.optional_number("maxInFlight")?,
             max_in_flight_per_endpoint: r.optional_number("maxInFlightPerEndpoint")?,
-            breaker: r.parse("breaker", on_off)?,
+            breaker: r.parse("breaker", super::parse_bool)?,
             breaker_window: super::positive(r, "breakerWindow")?,
             breaker_min_requests: r.parse("breakerMinRequests", at_least_one)?,
             breaker_failure_ratio: r.parse("breakerFailureRatio", ratio)?,

@@ -32,13 +32,6 @@ pub struct OutlierConfig {
     pub max_ejection_time: Option<Duration>,
 }
 
-fn percent(v: &str) -> Result<u32, String> {
-    match v.trim().parse::<u32>() {
-        Ok(p) if p <= 100 => Ok(p),
-        _ => Err("expected a whole percentage from 0 to 100".into()),
-    }
-}
-
 fn factor(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
         Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
@@ -56,11 +49,11 @@ impl OutlierConfig {
             success_rate_stdev_factor: r.parse("successRateStdevFactor", factor)?,
             success_rate_minimum_hosts: r.optional_number("successRateMinimumHosts")?,
             success_rate_request_volume: r.optional_number("successRateRequestVolume")?,
-            failure_percentage_threshold: r.parse("failurePercentageThreshold", percent)?,
+            failure_percentage_threshold: r.parse("failurePercentageThreshold", super::percent)?,
             failure_percentage_minimum_hosts: r.optional_number("failurePercentageMinimumHosts")?,
             failure_percentage_request_volume: r
                 .optional_number("failurePercentageRequestVolume")?,
-            max_ejection_percent: r.parse("maxEjectionPercent", percent)?,
+            max_ejection_percent: r.parse("maxEjectionPercent", super::percent)?,
             max_ejection_time: super::positive(r, "maxEjectionTime")?,
         })
     }

@@ -26,13 +26,6 @@ fn aggression(v: &str) -> Result<f64, String> {
     }
 }
 
-fn percent(v: &str) -> Result<u32, String> {
-    match v.trim().parse::<u32>() {
-        Ok(p) if p <= 100 => Ok(p),
-        _ => Err("expected a whole percentage from 0 to 100".into()),
-    }
-}
-
 impl SlowStartConfig {
     /// Reads the keys from the `transport` section; an invalid value is an error naming
     /// its key.
@@ -43,7 +36,7 @@ impl SlowStartConfig {
                 meshline_registry_core::config::parse_duration_with_unit,
             )?,
             aggression: r.parse("slowStartAggression", aggression)?,
-            min_weight_percent: r.parse("slowStartMinWeightPercent", percent)?,
+            min_weight_percent: r.parse("slowStartMinWeightPercent", super::percent)?,
         })
     }
 

@@ -99,15 +99,16 @@ impl Latencies {
     pub fn percentile(&self, percentile: f64, min_samples: u64) -> Option<Duration> {
         self.rotate();
         let last = &self.counts[1 - self.current.load(Ordering::Acquire) as usize];
-        let counts: Vec<u64> = last.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
+        // The last period is closed: read twice (sum, then walk) without a copy; only a
+        // recording racing a rotation can still land in it.
+        let total: u64 = last.iter().map(|c| c.load(Ordering::Relaxed)).sum();
         if total < min_samples.max(1) {
             return None;
         }
         let rank = ((percentile / 100.0) * total as f64).ceil().max(1.0) as u64;
         let mut seen = 0;
-        for (b, n) in counts.iter().enumerate() {
-            seen += n;
+        for (b, n) in last.iter().enumerate() {
+            seen += n.load(Ordering::Relaxed);
             if seen >= rank {
                 return Some(upper_of(b));
             }

@@ -37,9 +37,16 @@ async fn joined(
     publish(&hub, &servers[..2]);
     let client = builder(&hub, lb).options(o).build().await.unwrap();
     client.wait_alive(2, SEC).await.unwrap();
-    // The cluster warms: a newcomer ramps only once the alive set has been up for a
-    // window (nothing else tells when that is).
-    tokio::time::sleep(warm).await;
+    // The cluster warms under load: a newcomer ramps only once the alive set has been
+    // up for a window. A starting client's two servers take their halves meanwhile.
+    if !warm.is_zero() {
+        let served = drive(&client, servers, Instant::now() + warm).await;
+        let total = (served[0] + served[1]) as f64;
+        assert!(
+            served[..2].iter().all(|&n| n as f64 > 0.4 * total),
+            "a starting client's servers served {served:?}"
+        );
+    }
     publish(&hub, &servers[..]);
     let port = servers[2].addr().port();
     until(SEC, || alive_ports(&client).contains(&port))
@@ -50,11 +57,18 @@ async fn joined(
 
 /// The share of the calls `servers[2]` served while eight callers called for `span`.
 async fn share_of_third(client: &RpcClient, servers: &[&TestServer; 3], span: Duration) -> f64 {
+    let served = drive(client, servers, Instant::now() + span).await;
+    let total: usize = served.iter().sum();
+    assert!(total > 200, "only {total} calls in {span:?}");
+    served[2] as f64 / total as f64
+}
+
+/// Eight callers call until `until`; the calls each server served meanwhile.
+async fn drive(client: &RpcClient, servers: &[&TestServer; 3], until: Instant) -> Vec<usize> {
     let before: Vec<usize> = servers
         .iter()
         .map(|s| s.requests.load(Ordering::SeqCst))
         .collect();
-    let until = Instant::now() + span;
     let callers: Vec<_> = (0..8)
         .map(|_| {
             let c = client.clone();
@@ -70,14 +84,11 @@ async fn share_of_third(client: &RpcClient, servers: &[&TestServer; 3], span: Du
     for c in callers {
         c.await.unwrap();
     }
-    let served: Vec<usize> = servers
+    servers
         .iter()
         .zip(&before)
         .map(|(s, b)| s.requests.load(Ordering::SeqCst) - b)
-        .collect();
-    let total: usize = served.iter().sum();
-    assert!(total > 200, "only {total} calls in {span:?}");
-    served[2] as f64 / total as f64
+        .collect()
 }
 
 async fn ramps_under(lb: &str, early_max: f64, late_min: f64) {
@@ -90,7 +101,12 @@ async fn ramps_under(lb: &str, early_max: f64, late_min: f64) {
     let (client, _hub, joined_at) = joined(lb, options(WINDOW_KEYS), &servers, WINDOW).await;
     // The first 300 ms of a 1 s window: a factor of 0.1 to 0.3.
     let early = share_of_third(&client, &servers, Duration::from_millis(300)).await;
-    tokio::time::sleep_until(joined_at + WINDOW + Duration::from_millis(100)).await;
+    drive(
+        &client,
+        &servers,
+        joined_at + WINDOW + Duration::from_millis(100),
+    )
+    .await;
     let late = share_of_third(&client, &servers, Duration::from_millis(300)).await;
     println!(
         "{lb}: the newcomer's share {:.1} % in its first 0.3 s, {:.1} % after the window",

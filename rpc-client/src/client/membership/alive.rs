@@ -66,13 +66,15 @@ impl AliveEndpoint {
 
     /// A call succeeded: the failures in a row are over. True when this success ended
     /// a row (there were failures before it).
+    ///
+    /// Read first (no write on the common path, a success with no row), then ended with
+    /// one swap: a failure counted between a read and a store would be wiped out
+    /// unseen, and its recheck would find no row to recheck. Acquire: a success that
+    /// ends a row sees everything the failures did before they were counted (their
+    /// price, which the caller then restarts).
     #[inline]
     pub(crate) fn succeeded(&self) -> bool {
-        if self.failures.load(Ordering::Relaxed) != 0 {
-            self.failures.store(0, Ordering::Relaxed);
-            return true;
-        }
-        false
+        self.failures.load(Ordering::Relaxed) != 0 && self.failures.swap(0, Ordering::AcqRel) != 0
     }
 
     /// Failed calls in a row on this connection, now.
@@ -82,7 +84,7 @@ impl AliveEndpoint {
 
     /// A call failed: the failures in a row, this one included.
     pub(crate) fn failed(&self) -> u32 {
-        self.failures.fetch_add(1, Ordering::Relaxed) + 1
+        self.failures.fetch_add(1, Ordering::AcqRel) + 1
     }
 }
 

@@ -52,6 +52,16 @@ pub trait LoadBalance: Send + Sync + 'static {
     fn reads_in_flight(&self) -> bool {
         true
     }
+
+    /// Whether a request's XID decides where it goes when the XID names an endpoint
+    /// (`XID`, and `xid:<name>`): then the transaction's calls belong to the TC that
+    /// began it, and a caller must not send such a call elsewhere on its own (a hedge,
+    /// a retry on another endpoint), since in Seata's file and raft modes only that TC
+    /// holds the session, and another answers as if it had ended. Default: `false`. An
+    /// algorithm that wraps another should forward its answer.
+    fn routes_by_xid(&self) -> bool {
+        false
+    }
 }
 
 /// The per-request half: chooses one endpoint of the slice it was built from.

@@ -308,7 +308,7 @@ impl RpcClient {
         let pass = self.handle.limits.admit(self.inner())?;
         let span = tracing::debug_span!("rpc_call", target = %self.target(), xid = opts.pick_request().xid_str());
         let result = match self.handle.hedger.as_ref() {
-            Some(hedger) if opts.is_idempotent() => {
+            Some(hedger) if self.may_hedge(&opts) => {
                 // Boxed: the hedged path holds two requests' futures, and inline they
                 // would grow every call's future (which callers allocate per call).
                 Box::pin(self.hedged(hedger, payload, &opts, wait))

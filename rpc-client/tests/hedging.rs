@@ -1,8 +1,10 @@
 //! Hedging on real connections: an idempotent call to a server that stalls is sent
 //! again to another after the recent latency percentile, and the other's answer wins;
 //! a call not marked idempotent waits for the stalled server; a hedge's answer that is
-//! not a success (a TC that does not share the store: "no such transaction") never
-//! beats the first server's; a spent retry budget sends no hedge.
+//! not a success never beats the first server's; a spent retry budget sends no hedge;
+//! a read routed by its XID is never hedged to another TC (Seata's TC answers a
+//! GlobalStatus of a transaction it does not hold with success, `Finished`: in file
+//! mode a hedge to another TC would be answered fast, wrongly, and win).
 
 mod common;
 
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
+use meshline_loadbalance::PickRequest;
 use meshline_rpc_client::message::register_reply;
 use meshline_rpc_client::{
     CallOptions, Classifier, ClientOptions, Hedging, InboundRequest, Outcome, Payload, RpcClient,
@@ -60,12 +63,15 @@ struct World {
     a: TestServer,
     b: TestServer,
     a_delay: Arc<AtomicU64>,
+    /// A hash key the client's ring sends to `a`.
+    key_of_a: Vec<u8>,
     client: RpcClient,
     _hub: Arc<meshline_registry_core::WatchHub>,
 }
 
-/// Servers `a` and `b`, a client under the XID balancer hedging with a 1 s period, and
-/// a full period of fast idempotent calls to `a` behind it.
+/// Servers `a` and `b`, a client routing by XID and else by a hash ring
+/// (`xid:ConsistentHash`), hedging with a 1 s period, and a full period of fast
+/// idempotent calls to `a` (by a key the ring sends there) behind it.
 async fn world(adjust: impl FnOnce(&mut ClientOptions)) -> World {
     let a_delay = Arc::new(AtomicU64::new(0));
     let a = server("a", a_delay.clone()).await;
@@ -80,12 +86,28 @@ async fn world(adjust: impl FnOnce(&mut ClientOptions)) -> World {
         ..ClientOptions::default()
     };
     adjust(&mut o);
-    let client = builder(&hub, "XID").options(o).build().await.unwrap();
+    let client = builder(&hub, "xid:ConsistentHash")
+        .options(o)
+        .build()
+        .await
+        .unwrap();
     client.wait_alive(2, SEC).await.unwrap();
+    let mut key_of_a = None;
+    for i in 0..64u32 {
+        let key = format!("key-{i}").into_bytes();
+        let opts = CallOptions::route(PickRequest::default().with_key(&key));
+        let r = client.call(Payload::new(&b"x"[..]), opts).await.unwrap();
+        if r.endpoint.port() == a.addr().port() {
+            key_of_a = Some(key);
+            break;
+        }
+    }
+    let key_of_a = key_of_a.expect("a key the ring sends to a");
     let w = World {
         a,
         b,
         a_delay,
+        key_of_a,
         client,
         _hub: hub,
     };
@@ -104,10 +126,9 @@ impl World {
         format!("127.0.0.1:{}:2612341069705662465", self.a.addr().port())
     }
 
-    /// A call routed to `a` by XID; its answering server and how long it took.
+    /// A call routed to `a` by its hash key; its answering server and how long it took.
     async fn call_a(&self, idempotent: bool) -> (u16, Duration) {
-        let xid = self.xid_of_a();
-        let mut opts = CallOptions::xid(&xid);
+        let mut opts = CallOptions::route(PickRequest::default().with_key(&self.key_of_a));
         if idempotent {
             opts = opts.idempotent();
         }
@@ -208,5 +229,32 @@ async fn a_spent_retry_budget_sends_no_hedge() {
     let s = w.client.stats();
     assert_eq!(s.hedges, 0, "the budget never allowed one");
     assert_eq!(s.retries_refused - before.retries_refused, 1, "{s:?}");
+    w.client.shutdown(SEC).await;
+}
+
+#[tokio::test]
+async fn a_read_routed_by_its_xid_is_never_hedged_to_another_tc() {
+    // `b` answers everything with success, as Seata's TC answers a GlobalStatus of a
+    // transaction it does not hold (`Finished`).
+    let w = world(|_| {}).await;
+    w.stall_a();
+    let before = w.client.stats();
+    let b_before = w.b.requests.load(Ordering::SeqCst);
+    let xid = w.xid_of_a();
+    let started = Instant::now();
+    let r = w
+        .client
+        .call(Payload::new(&b"x"[..]), CallOptions::xid(&xid).idempotent())
+        .await
+        .expect("answered");
+    let took = started.elapsed();
+    assert_eq!(r.endpoint.port(), w.a.addr().port(), "the TC the XID names");
+    assert!(took >= STALL, "{took:?}");
+    assert_eq!(
+        w.b.requests.load(Ordering::SeqCst),
+        b_before,
+        "no hedge was sent to another TC"
+    );
+    assert_eq!(w.client.stats().hedges, before.hedges);
     w.client.shutdown(SEC).await;
 }

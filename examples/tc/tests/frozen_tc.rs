@@ -19,15 +19,6 @@ use meshline::{EmptyProtection, WatchHub};
 const FROZEN: Duration = Duration::from_secs(6);
 const BACK_WITHIN: Duration = Duration::from_secs(1);
 
-fn signal(tc: &TcProcess, sig: &str) {
-    let pid = tc.child.as_ref().expect("running").id().to_string();
-    let out = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .output()
-        .expect("kill(1)");
-    assert!(out.status.success(), "kill {sig} {pid}: {out:?}");
-}
-
 /// Every change of `port`'s presence in `client`'s alive set: (when, present).
 fn follow(client: &RpcClient, port: u16, base: Instant) -> Arc<Mutex<Vec<(Duration, bool)>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -82,10 +73,10 @@ async fn a_frozen_tc_leaves_once_and_returns_only_when_it_answers() {
         ("no handshake", follow(&plain, port, base)),
     ];
 
-    signal(&frozen, "-STOP");
+    frozen.signal("-STOP");
     tokio::time::sleep(FROZEN).await;
     let resumed = base.elapsed();
-    signal(&frozen, "-CONT");
+    frozen.signal("-CONT");
     let back = common::until(BACK_WITHIN + Duration::from_secs(2), || {
         seen.iter()
             .all(|(_, s)| s.lock().unwrap().last().is_some_and(|(_, p)| *p))

@@ -80,6 +80,10 @@ impl LoadBalance for XidLoadBalance {
         "XID"
     }
 
+    fn routes_by_xid(&self) -> bool {
+        true
+    }
+
     /// Picks by the XID's address (else at random), never by load.
     fn reads_in_flight(&self) -> bool {
         false

@@ -39,6 +39,10 @@ impl LoadBalance for XidFirstLoadBalance {
         &self.name
     }
 
+    fn routes_by_xid(&self) -> bool {
+        true
+    }
+
     fn reads_group_in_flight(&self) -> bool {
         self.inner.reads_group_in_flight()
     }

@@ -61,6 +61,10 @@ impl LoadBalance for ZoneAwareLoadBalance {
         &self.name
     }
 
+    fn routes_by_xid(&self) -> bool {
+        self.inner.routes_by_xid()
+    }
+
     fn reads_group_in_flight(&self) -> bool {
         self.inner.reads_group_in_flight()
     }

@@ -19,6 +19,15 @@
 //!   mode) answering "no such transaction" to a GlobalStatus it was not the home of
 //!   never beats the home TC's answer. The first request's answer is taken as it is;
 //!   when it fails without an answer, the hedge's result is the call's.
+//! - **Never away from the TC an XID names**: under a balancer that routes by XID
+//!   (`XID`, `xid:<name>`; [`LoadBalance::routes_by_xid`]), a call carrying an XID is
+//!   not hedged. Seata's TC answers a GlobalStatus of a transaction it does not hold
+//!   with success (`Finished`, `DefaultCore.getStatus`), so in file or raft mode a
+//!   hedge to another TC would be answered at once, wrongly, and win; choosing XID
+//!   routing is saying the transaction's calls belong to its TC. Under a balancer that
+//!   ignores XIDs any TC was going to answer (a shared store), and the read is hedged.
+//!
+//! [`LoadBalance::routes_by_xid`]: meshline_loadbalance::LoadBalance::routes_by_xid
 
 mod latency;
 
@@ -83,6 +92,15 @@ enum First {
 }
 
 impl RpcClient {
+    /// Whether a call may be hedged (module docs): marked idempotent, and not bound by
+    /// its XID to one TC.
+    #[inline]
+    pub(super) fn may_hedge(&self, opts: &CallOptions<'_>) -> bool {
+        opts.is_idempotent()
+            && !(opts.pick_request().xid_str().is_some()
+                && self.inner().balancer.load_balance().routes_by_xid())
+    }
+
     /// An idempotent request call of a hedging client (module docs).
     pub(super) async fn hedged(
         &self,

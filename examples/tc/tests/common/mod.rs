@@ -57,6 +57,16 @@ impl TcProcess {
         Instance::new("127.0.0.1", self.addr.port()).unwrap()
     }
 
+    /// Sends it `sig` (`-STOP`, `-CONT`...) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let out = Command::new("kill")
+            .args([sig, &pid])
+            .output()
+            .expect("kill(1)");
+        assert!(out.status.success(), "kill {sig} {pid}: {out:?}");
+    }
+
     /// SIGKILL: no chance to close anything gracefully.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

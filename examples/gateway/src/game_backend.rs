@@ -32,7 +32,8 @@
 //! another gateway or the same one), the gateway sends `rebind` (see
 //! [`wire`]) on its own connection: the member's room snapshots
 //! go through that connection from then on, and the session is joined to the room's
-//! group there again.
+//! group there again. When a session ends, the gateway sends `ended`: the session
+//! leaves every room here at once, and its bag is dropped.
 //!
 //! Every request is logged (`trace` level) with its trace id, and an error answer names
 //! it, so a client's complaint can be found in the backend's log.
@@ -93,6 +94,8 @@ struct State {
     requests: AtomicU64,
     fanout_sends: AtomicU64,
     rebinds: AtomicU64,
+    /// Sessions the gateways said ended.
+    ended: AtomicU64,
 }
 
 /// A running game backend.
@@ -162,6 +165,7 @@ impl GameBackend {
             requests: AtomicU64::new(0),
             fanout_sends: AtomicU64::new(0),
             rebinds: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
         });
         let s2 = state.clone();
         let s3 = state.clone();
@@ -248,6 +252,11 @@ impl GameBackend {
     /// `rebind` commands received (sessions resumed on some gateway).
     pub fn rebinds(&self) -> u64 {
         self.state.rebinds.load(Ordering::Relaxed)
+    }
+
+    /// Sessions the gateways said ended (`ended` commands' sessions).
+    pub fn ended(&self) -> u64 {
+        self.state.ended.load(Ordering::Relaxed)
     }
 
     /// Fan-out sends made (one per gateway per broadcast).

@@ -240,3 +240,58 @@ async fn a_room_whose_home_changes_is_dropped_by_its_old_backend() {
     assert_eq!(told, moved);
     w.backends.push(newcomer);
 }
+
+/// How many members room `room` has on the backends (every copy summed: there is one).
+fn members_of(w: &World, room: &str) -> usize {
+    w.backends
+        .iter()
+        .flat_map(|be| be.rooms())
+        .filter(|(r, _, _)| r == room)
+        .map(|(_, _, n)| n)
+        .sum()
+}
+
+/// A session that ends leaves its rooms at once, however it ends: replaced by a new
+/// login of its account (`duplicate-login: kick-old`), or detached past the resume
+/// window (the expiry timer). The backend hears it from the gateway (`cmd=ended`);
+/// before, a room kept every member it ever had until they sent a leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_ends_leaves_its_rooms_at_once() {
+    let window = Duration::from_millis(500);
+    let w = world(2, |s| s.resume_window = window).await;
+    let room = "hall".to_string();
+    let stay = w.player("stay").await;
+    let replaced = w.player("twice").await;
+    let leaving = w.player("gone").await;
+    for p in [&stay, &replaced, &leaving] {
+        p.request(modules::ROOM, 1, room.clone()).await.unwrap();
+    }
+    assert_eq!(members_of(&w, &room), 3);
+    let ended_before: u64 = w.backends.iter().map(|b| b.ended()).sum();
+
+    // The account logs in again: its first session ends, and leaves the room.
+    let _again = w.player("twice").await;
+    until(
+        "the replaced session left the room",
+        Duration::from_secs(1),
+        || members_of(&w, &room) == 2,
+    )
+    .await;
+
+    // A client gone for good: its session ends when the window is over.
+    let gone = leaving.welcome.session.clone();
+    drop(leaving);
+    w.detached(&gone).await;
+    until(
+        "the expired session left the room",
+        window + Duration::from_secs(2),
+        || members_of(&w, &room) == 1,
+    )
+    .await;
+    let state = stay.request(modules::ROOM, 2, room.clone()).await.unwrap();
+    let state = String::from_utf8_lossy(&state);
+    assert!(state.contains(" 1 members on "), "{state}");
+    // Each backend of the room cluster heard of both (and the other clusters' none).
+    let ended: u64 = w.backends.iter().map(|b| b.ended()).sum::<u64>() - ended_before;
+    assert!(ended >= 2, "{ended} sessions reported ended");
+}

@@ -1,5 +1,5 @@
 //! What a game backend does with each message a gateway sends: the gateway's commands
-//! (`rebind`, `moved`, `dropkey`), and the client requests of each module.
+//! (`rebind`, `moved`, `dropkey`, `ended`), and the client requests of each module.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -126,8 +126,8 @@ impl Request<'_> {
     }
 }
 
-/// A gateway command (`cmd` set in the head: `rebind`, `moved`, `dropkey`): never
-/// answered.
+/// A gateway command (`cmd` set in the head: `rebind`, `moved`, `dropkey`, `ended`):
+/// never answered.
 fn on_command(state: &State, req: &InboundRequest, cmd: &str) {
     let head = &req.payload.head;
     match cmd {
@@ -144,6 +144,22 @@ fn on_command(state: &State, req: &InboundRequest, cmd: &str) {
             if let Some(key) = head.get(wire::KEY) {
                 let members: Vec<&str> = wire::list(head.get(wire::TO)).collect();
                 moved_here(state, &conn, key, &members);
+            }
+        }
+        "ended" => {
+            let ended: HashSet<&str> = wire::list(head.get(wire::TO)).collect();
+            state.ended.fetch_add(ended.len() as u64, Ordering::Relaxed);
+            for room in state
+                .rooms
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values_mut()
+            {
+                room.members.retain(|sid, _| !ended.contains(sid.as_str()));
+            }
+            let mut bags = state.bags.lock().unwrap_or_else(|p| p.into_inner());
+            for sid in &ended {
+                bags.remove(*sid);
             }
         }
         "dropkey" => {

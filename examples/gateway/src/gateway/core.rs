@@ -239,6 +239,8 @@ impl Gateway {
         // connected sessions' TTLs refreshed.
         let s3 = shared.clone();
         tokio::spawn(async move { s3.sessions.maintain(&s3.stop).await });
+        // Ended sessions, told to the backends that may keep state for them.
+        tokio::spawn(super::backend_news::announce_ended(shared.clone()));
         // The login queue's admitting task; the limiters forget refilled keys each second.
         tokio::spawn(shared.queue.clone().run(shared.stop.clone()));
         let s4 = shared.clone();

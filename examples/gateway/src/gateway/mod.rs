@@ -38,6 +38,7 @@
 
 pub mod admin;
 pub mod admission;
+mod backend_news;
 mod commands;
 mod core;
 pub mod drain;

@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::admission::Refusal;
-use super::commands::command;
+use super::backend_news;
 use super::core::{GatewayStats, Shared};
 use super::forward::{forward, push};
 use super::kick::Kick;
@@ -23,9 +23,7 @@ use super::outbound::Outbound;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, ProtocolError, op};
 use super::queue::{self, Online, Turn};
 use super::session::{DuplicateLogin, Link, Login, Session};
-use super::settings::ModuleKind;
 use super::transport::{self, ClientReader, ClientWriter, Incoming};
-use super::wire;
 
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
@@ -173,56 +171,10 @@ async fn admit(shared: &Arc<Shared>, reader: &mut ClientReader) -> Result<Option
             let (id, secret, last) = resume_request(text).ok_or(Refusal::BadResume)?;
             // From memory, or from the shared store whichever gateway held it.
             let s = shared.sessions.resume(id, secret).await?;
-            tokio::spawn(rebind(shared.clone(), s.clone()));
+            tokio::spawn(backend_news::rebind(shared.clone(), s.clone()));
             Ok(Some(Claim::Resumed(s, last)))
         }
         _ => Err(Refusal::NotAuth),
-    }
-}
-
-/// Tells the backends that may hold state for a resumed session that the session is on
-/// this gateway now (`cmd=rebind`, see [`wire`]): every backend it is bound to, and
-/// every alive backend of a keyed module's cluster (rooms keep members). Their pushes
-/// and fan-out for it go through this gateway's connection, which carries the command.
-async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
-    let cmd = || {
-        command("rebind", Bytes::new())
-            .with_head(wire::SESSION, session.id.clone())
-            .with_head(wire::GATEWAY, shared.settings.id.clone())
-    };
-    let mut keyed: Vec<&str> = shared
-        .settings
-        .modules
-        .values()
-        .filter(|m| m.kind == ModuleKind::Keyed)
-        .map(|m| m.cluster.as_str())
-        .collect();
-    keyed.sort_unstable();
-    keyed.dedup();
-    for cluster in keyed {
-        if let Some(client) = shared.backends().get(cluster) {
-            for (backend, r) in client.send_oneway_to_all(cmd(), None).await {
-                if let Err(e) = r {
-                    tracing::debug!(session = %session.id, %cluster, backend = %backend, error = %e, "rebind not sent");
-                }
-            }
-        }
-    }
-    for (slot, backend) in session.bindings() {
-        // Static slots are clusters; dynamic ones `m:<module>`, served by its cluster.
-        let cluster = match slot.strip_prefix("m:") {
-            Some(m) => match m.parse().ok().and_then(|m| shared.settings.modules.get(&m)) {
-                Some(route) => route.cluster.clone(),
-                None => continue,
-            },
-            None => slot.clone(),
-        };
-        let Some(client) = shared.backends().get(&cluster) else {
-            continue;
-        };
-        if let Err(e) = client.send_oneway_to(&backend, cmd(), None).await {
-            tracing::debug!(session = %session.id, %slot, %backend, error = %e, "rebind not sent");
-        }
     }
 }
 

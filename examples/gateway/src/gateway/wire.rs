@@ -24,6 +24,11 @@
 //!   backend starts the key afresh with them (see [`keys`](super::keys)).
 //! - `dropkey`: key [`KEY`] of keyed module [`MODULE`] now lives on another backend: the
 //!   receiving backend drops what it holds for it (stops its room's pushes).
+//! - `ended`: the sessions in [`TO`] ended (removed, kicked for good, replaced by a new
+//!   login of their account, or detached past the resume window; not taken over by
+//!   another gateway, where they go on): the receiving backend drops what it keeps for
+//!   them (a room's members). Sent to every backend they were bound to and to every
+//!   alive backend of the keyed modules' clusters, as `rebind` is.
 //!
 //! **Backend -> gateway** (one-way requests on the same connection): [`CMD`] names the
 //! command and the other keys its arguments:

@@ -41,9 +41,11 @@
 //! `state`; the [`Sessions`] table in `table`; logins and the duplicate-login policy in
 //! `login`; resumes in `resume`; fan-out groups in `groups`; the background upkeep
 //! ([`Sessions::maintain`]: expiry, writing marked changes, TTL refresh) in `upkeep`;
-//! the push buffer in [`pushes`]; the stores in `store` and `redis_store`.
+//! the push buffer in [`pushes`]; the stores in `store` and `redis_store`; the sessions
+//! that ended, for the backends to hear of, in `ended` ([`Ended`]).
 
 mod dirty;
+mod ended;
 mod groups;
 mod login;
 pub mod pushes;
@@ -54,6 +56,7 @@ mod store;
 mod table;
 mod upkeep;
 
+pub use ended::Ended;
 pub use login::{DuplicateLogin, Login};
 pub use redis_store::{KEY_PREFIX, RedisStore};
 pub use state::{Link, Session};

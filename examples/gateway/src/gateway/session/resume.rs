@@ -37,7 +37,9 @@ impl Sessions {
             // resumes: a session detached longer ago is over, whenever the timer runs.
             let expired = s.m().detached_at.is_some_and(|t| t.elapsed() > self.window);
             if expired {
-                self.forget(id);
+                if let Some(s) = self.forget(id) {
+                    self.ended.push(s);
+                }
                 return Err(Refusal::BadResume);
             }
             return Ok(s);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::dirty::{Change, Dirty, WarnLimiter};
+use super::ended::Ended;
 use super::pushes::PushLimits;
 use super::redis_store::RedisStore;
 use super::state::Session;
@@ -26,6 +27,8 @@ pub struct Sessions {
     pub(super) window: Duration,
     pub(super) warn: WarnLimiter,
     pub(super) limits: PushLimits,
+    /// Sessions that ended, for the backends to hear of.
+    pub(super) ended: Ended,
 }
 
 impl Default for Sessions {
@@ -47,6 +50,7 @@ impl Sessions {
             window,
             warn: WarnLimiter::default(),
             limits: PushLimits::default(),
+            ended: Ended::default(),
         }
     }
 
@@ -76,6 +80,11 @@ impl Sessions {
         &*self.store
     }
 
+    /// The sessions that ended and are not yet announced to the backends.
+    pub fn ended(&self) -> &Ended {
+        &self.ended
+    }
+
     /// How long a detached session can be resumed.
     pub fn window(&self) -> Duration {
         self.window
@@ -100,6 +109,7 @@ impl Sessions {
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
         let s = self.forget(id)?;
         self.mark(id, Change::Delete);
+        self.ended.push(s.clone());
         Some(s)
     }
 
@@ -151,7 +161,9 @@ impl Sessions {
             .map(|s| s.id.clone())
             .collect();
         for id in &expired {
-            self.forget(id);
+            if let Some(s) = self.forget(id) {
+                self.ended.push(s);
+            }
         }
         expired.len()
     }

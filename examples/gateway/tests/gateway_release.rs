@@ -514,3 +514,55 @@ async fn shedding_drops_the_sheddable_opcode_and_passes_the_other() {
     report_load(&w, &w.backends[1], 40).await;
     assert_eq!(ok_text(p.request(modules::LOBBY, 2, &b"e"[..]).await), "e");
 }
+
+/// A request as a backend saw it: its trace id, and its re-send mark.
+type Attempt = (String, Option<String>);
+
+/// A stateless request written to a backend whose connection then dies is sent again
+/// (at least once, on purpose): the re-send carries the first attempt's trace id and
+/// `rs=1`, so a backend that must apply it once can tell it is the same request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
+    let w = world(0, |_| {}).await;
+    // A lobby backend that drops its connection on the first request it reads (written,
+    // never answered) and echoes every one after; it records each request's trace id
+    // and re-send mark.
+    let seen: Arc<Mutex<Vec<Attempt>>> = Arc::default();
+    let dropped_one = Arc::new(AtomicBool::new(false));
+    let (s2, d2) = (seen.clone(), dropped_one.clone());
+    let server = Server::builder(move |req: InboundRequest| {
+        let head = &req.payload.head;
+        s2.lock().unwrap().push((
+            head.get(wire::TRACE).unwrap_or_default().to_string(),
+            head.get(wire::RESENT).map(str::to_string),
+        ));
+        if !d2.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            req.connection.close_with("dying mid-request");
+            return std::future::ready(None);
+        }
+        std::future::ready(Some(Payload::new(req.payload.body.clone())))
+    })
+    .bind("127.0.0.1:0".parse().unwrap())
+    .await
+    .unwrap();
+    let addr = server.local_addr();
+    let inst = Instance::new(&addr.ip().to_string(), addr.port()).unwrap();
+    w.registry.register("lobby", &inst).await.unwrap();
+    w.gateway
+        .backend("lobby")
+        .unwrap()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let p = w.player("twice").await;
+    let answer = p.request(modules::LOBBY, 2, &b"hello"[..]).await.unwrap();
+    assert_eq!(&answer[..], b"hello", "answered once, by the re-send");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0].1, None, "the first attempt is not marked: {seen:?}");
+    assert_eq!(seen[1].1.as_deref(), Some("1"), "the re-send is: {seen:?}");
+    assert_eq!(seen[0].0, seen[1].0, "one trace id for both: {seen:?}");
+    assert_eq!(seen[0].0.len(), 16, "{seen:?}");
+    let lobby = w.gateway.protection().cluster("lobby").unwrap();
+    assert_eq!(lobby.resent_total(), 1);
+}

@@ -73,13 +73,29 @@ pub(super) async fn forward(
     shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     let _timer = shared.metrics.time(frame.module);
     let rebound = AtomicBool::new(false);
-    let ctx = RouteContext {
-        refused: &refused,
-        keys: &shared.keys,
-        rebound: &rebound,
-    };
+    // One trace id for the message, whatever its attempts: a backend that sees it twice
+    // (a re-send after an attempt that may have reached a backend, `rs=1`) knows the
+    // request is the same one (see `wire::RESENT`).
+    let mut trace = [0; 16];
+    let trace = route::trace_id_into(&mut trace);
+    let maybe_delivered = AtomicBool::new(false);
     // One call per attempt (held while the cluster has no endpoint, then sent).
-    let attempt = || route::route(route, client, &frame, &who, ctx);
+    let attempt = || async {
+        let ctx = RouteContext {
+            refused: &refused,
+            keys: &shared.keys,
+            rebound: &rebound,
+            trace,
+            resent: maybe_delivered.load(Ordering::Relaxed),
+        };
+        let r = route::route(route, client, &frame, &who, ctx).await;
+        if let Err(RouteError::Rpc(e)) = &r
+            && !e.is_not_delivered()
+        {
+            maybe_delivered.store(true, Ordering::Relaxed);
+        }
+        r
+    };
     let result = shared.protect.forward(pass, client, attempt).await;
     if rebound.load(Ordering::Relaxed) {
         shared.stats.rebound.fetch_add(1, Ordering::Relaxed);

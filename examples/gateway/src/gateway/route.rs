@@ -28,13 +28,20 @@ pub struct Identity<'a> {
 
 /// The RPC payload for a client frame: the body untouched, the head map written by the
 /// gateway only.
-pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
+/// `trace` is the message's trace id, the same for every attempt; `resent` says an
+/// earlier attempt may have reached a backend ([`wire::RESENT`]).
+pub fn forward_payload(
+    frame: &ClientFrame,
+    who: &Identity<'_>,
+    trace: &str,
+    resent: bool,
+) -> Payload {
     let mut payload = Payload::new(frame.payload.clone());
-    // Two allocations for the ten entries (the entries, and one buffer for every
-    // value); the keys are constants (not copied), numbers and the trace id are written
-    // on the stack, role and user state read under one lock without copies.
-    let (mut module, mut opcode, mut seq, mut trace) = ([0; 10], [0; 10], [0; 10], [0; 16]);
-    let mut head = HeadMap::writer(10, 128);
+    // Two allocations for the entries (the entries, and one buffer for every value);
+    // the keys are constants (not copied), numbers are written on the stack, role and
+    // user state read under one lock without copies.
+    let (mut module, mut opcode, mut seq) = ([0; 10], [0; 10], [0; 10]);
+    let mut head = HeadMap::writer(11, 128);
     head.entry(wire::MODULE, decimal(frame.module.into(), &mut module))
         .entry(wire::OPCODE, decimal(frame.opcode.into(), &mut opcode))
         .entry(wire::SEQ, decimal(frame.seq, &mut seq))
@@ -45,7 +52,10 @@ pub fn forward_payload(frame: &ClientFrame, who: &Identity<'_>) -> Payload {
     who.session.with_role_and_state(|role, state| {
         head.entry(wire::ROLE, role).entry(wire::STATE, state);
     });
-    head.entry(wire::TRACE, trace_id_into(&mut trace));
+    head.entry(wire::TRACE, trace);
+    if resent {
+        head.entry(wire::RESENT, "1");
+    }
     payload.head = head.finish();
     payload
 }
@@ -73,7 +83,7 @@ pub fn trace_id() -> String {
 }
 
 /// A new trace id written into `out` (no allocation).
-fn trace_id_into(out: &mut [u8; 16]) -> &str {
+pub(super) fn trace_id_into(out: &mut [u8; 16]) -> &str {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let x = fastrand::u64(..);
     for (i, d) in out.iter_mut().enumerate() {
@@ -116,6 +126,11 @@ pub struct RouteContext<'a> {
     /// Set when the session's binding for this module was released because its
     /// backend is gone (the caller sends `REBOUND`).
     pub rebound: &'a AtomicBool,
+    /// The message's trace id, kept by every attempt.
+    pub trace: &'a str,
+    /// An earlier attempt may have reached a backend: this one is marked
+    /// [`wire::RESENT`].
+    pub resent: bool,
 }
 
 fn no_endpoint(route: &ModuleRoute) -> RouteError {
@@ -153,7 +168,11 @@ pub async fn route(
             }
         };
         let r = client
-            .call_to(&home, forward_payload(frame, who), None)
+            .call_to(
+                &home,
+                forward_payload(frame, who, ctx.trace, ctx.resent),
+                None,
+            )
             .await?;
         ctx.keys.routed(route.id, key, &home);
         return Ok(r.payload);
@@ -166,7 +185,11 @@ pub async fn route(
         if alive.get(&bound).is_some() {
             drop(alive);
             return Ok(client
-                .call_to(&bound, forward_payload(frame, who), None)
+                .call_to(
+                    &bound,
+                    forward_payload(frame, who, ctx.trace, ctx.resent),
+                    None,
+                )
                 .await?
                 .payload);
         }
@@ -179,7 +202,7 @@ pub async fn route(
         who.session.unbind(slot);
         ctx.rebound.store(true, Ordering::Relaxed);
     }
-    let payload = forward_payload(frame, who);
+    let payload = forward_payload(frame, who, ctx.trace, ctx.resent);
     // Only the key a route balances by is read (stateless unkeyed routes, the common
     // case, read none: no copy, no session lock).
     let role: String;

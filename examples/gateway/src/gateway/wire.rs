@@ -7,7 +7,9 @@
 //! identity the gateway stamps, which a client cannot forge (clients send no head map
 //! at all; every key below is written by the gateway):
 //! [`MODULE`], [`OPCODE`], [`SEQ`], [`ACCOUNT`], [`SESSION`], [`GATEWAY`], [`ADDR`],
-//! [`ROLE`], [`STATE`], and [`TRACE`] (a trace id unique to this one message). An answer
+//! [`ROLE`], [`STATE`], [`TRACE`] (a trace id unique to this one message, the same on
+//! each attempt to deliver it), and [`RESENT`] on an attempt after one that may have
+//! reached a backend. An answer
 //! with [`ERROR`] set is sent to the client as an error reply; an answer with
 //! [`NO_REPLY`] is not sent.
 //!
@@ -69,10 +71,20 @@ pub const ROLE: &str = "role";
 /// The session's user state.
 pub const STATE: &str = "state";
 /// The message's trace id: 16 lowercase hex digits (64 random bits), a new one for every
-/// client message the gateway forwards (a resent message is a new message). Backends log
-/// it with whatever the message causes, so one message can be followed from the
-/// gateway's logs through every backend it reached.
+/// client message the gateway forwards (a message the client sends again is a new
+/// message), the same on every attempt the gateway makes to deliver it. Backends log it
+/// with whatever the message causes, so one message can be followed from the gateway's
+/// logs through every backend it reached; and it is the message's idempotency key (see
+/// [`RESENT`]).
 pub const TRACE: &str = "tr";
+/// Set (`1`) on a request the gateway sends again after an attempt that may have reached
+/// a backend (written to a connection that died before the answer): the modules with
+/// `replay` (by default the stateless ones) are at-least-once. A backend whose effect
+/// must happen once keeps the [`TRACE`] ids it applied where every backend of the
+/// cluster can see them, for as long as a re-send can come (the hold, `hold-for`), and
+/// answers a repeat without applying it again. A module with `replay: false` is
+/// at-most-once instead: the client is told the request may have been processed.
+pub const RESENT: &str = "rs";
 /// In an answer: the request failed; the body is the error text.
 pub const ERROR: &str = "err";
 /// In an answer: send nothing to the client.

@@ -20,8 +20,12 @@
 //!   instant is chance.
 //! - XID calls reach the TC they name: 100 %.
 //!
-//! The p99 comparison is printed and put on record (docs/resilience.md), not bounded
-//! (see there for why).
+//! - meshline's p99 is at most [`P99_RATIO_MAX`] of tower's. Each scenario runs
+//!   [`ROUNDS`] times with each stack, in turn, and each stack's best round is compared:
+//!   on a shared 2-core machine one run in a few is slowed by something else (its
+//!   throughput halves with it), whichever stack it falls on; the best of two rounds
+//!   compares the stacks, not the machine's moments. The bounds above hold in every
+//!   round.
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them); elsewhere it is
 //! skipped with the reason printed (under CI=true it fails instead).
@@ -52,6 +56,10 @@ use stacks::{Kind, Stack};
 const WARM: Duration = Duration::from_millis(1500);
 /// The window measured, from the fault.
 const MEASURE: Duration = Duration::from_secs(4);
+/// Each scenario runs this many times with each stack, in turn.
+const ROUNDS: usize = 2;
+/// meshline's p99 at most this share of tower's (each stack's best round).
+const P99_RATIO_MAX: f64 = 0.8;
 
 async fn run(scenario: Scenario, kind: Kind) -> Row {
     let mut cluster = Cluster::start(scenario);
@@ -117,36 +125,53 @@ async fn compare(scenario: Scenario) {
         return; // why was printed (and under CI=true it fails instead)
     }
     let _turn = ONE_AT_A_TIME.lock().await;
-    let ours = run(scenario, Kind::Meshline).await;
-    let theirs = run(scenario, Kind::Tower).await;
-    let ratio = ours.p99.as_secs_f64() / theirs.p99.as_secs_f64().max(1e-6);
-    let report = format!(
-        "{}\n{}\n{:<42} p99 meshline/tower {ratio:.2}",
-        line(scenario, Kind::Meshline, &ours),
-        line(scenario, Kind::Tower, &theirs),
-        ""
-    );
-    meshline_testkit::figures::report("scoreboard", &report);
     let name = scenario.name();
-    assert!(
-        ours.calls >= 1000,
-        "{name}: meshline made only {} calls\n{report}",
-        ours.calls
-    );
     let (clients, callers) = scenario.clients();
-    assert!(
-        ours.harmed <= theirs.harmed + clients * callers,
-        "{name}: meshline harmed {} calls, tower {}\n{report}",
-        ours.harmed,
-        theirs.harmed
-    );
-    if let Some(a) = ours.affinity {
-        assert!(
-            a == 1.0,
-            "{name}: meshline's XID calls reached the TC they name {:.2} % of the time\n{report}",
-            a * 100.0
+    let mut report = Vec::new();
+    let (mut best_ours, mut best_theirs) = (Duration::MAX, Duration::MAX);
+    for round in 1..=ROUNDS {
+        let ours = run(scenario, Kind::Meshline).await;
+        let theirs = run(scenario, Kind::Tower).await;
+        best_ours = best_ours.min(ours.p99);
+        best_theirs = best_theirs.min(theirs.p99);
+        let lines = format!(
+            "{}\n{}",
+            line(scenario, Kind::Meshline, &ours),
+            line(scenario, Kind::Tower, &theirs)
         );
+        report.push(lines.clone());
+        assert!(
+            ours.calls >= 1000,
+            "{name}, round {round}: meshline made only {} calls\n{lines}",
+            ours.calls
+        );
+        assert!(
+            ours.harmed <= theirs.harmed + clients * callers,
+            "{name}, round {round}: meshline harmed {} calls, tower {}\n{lines}",
+            ours.harmed,
+            theirs.harmed
+        );
+        if let Some(a) = ours.affinity {
+            assert!(
+                a == 1.0,
+                "{name}, round {round}: meshline's XID calls reached the TC they name \
+                 {:.2} % of the time\n{lines}",
+                a * 100.0
+            );
+        }
     }
+    let ratio = best_ours.as_secs_f64() / best_theirs.as_secs_f64().max(1e-6);
+    report.push(format!(
+        "{name:<42} best p99: meshline {:.2} ms, tower {:.2} ms, ratio {ratio:.2}",
+        best_ours.as_secs_f64() * 1000.0,
+        best_theirs.as_secs_f64() * 1000.0
+    ));
+    let report = report.join("\n");
+    meshline_testkit::figures::report("scoreboard", &report);
+    assert!(
+        ratio <= P99_RATIO_MAX,
+        "{name}: meshline's best p99 is {ratio:.2} of tower's (at most {P99_RATIO_MAX})\n{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,3 +219,76 @@ async fn every_forwarded_message_reaches_the_backend_with_its_own_trace_id() {
     // Both backends got some (round robin), each message with its own id.
     assert!(w.backends.iter().all(|b| b.requests() > 0));
 }
+
+/// `GET /status.json`: the gateway's counters and its own last minutes, a sample a
+/// second (the status page draws its charts from it, so a page opened late shows the
+/// minutes before it was opened).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_json_holds_the_gateways_recent_history_for_any_reader() {
+    let w = world(2, |s| {
+        s.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let admin = w.gateway.admin_addr().unwrap();
+    let p = w.player("history").await;
+    let started = tokio::time::Instant::now();
+    let mut sent = 0u64;
+    // Requests for a little over two samples; nothing reads the page meanwhile.
+    while started.elapsed() < Duration::from_millis(2500) {
+        p.request(modules::LOBBY, 1, &b"x"[..]).await.unwrap();
+        sent += 1;
+    }
+    let (status, body) = get(admin, "GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["gateway"], "gw-a", "{v}");
+    assert_eq!(v["sessions"], 1, "{v}");
+    assert!(v["forwarded"].as_u64().unwrap() >= sent, "{v}");
+    assert_eq!(v["refused"]["forged"], 0, "{v}");
+    let history = v["history"].as_array().expect("history");
+    assert!(history.len() >= 2, "a sample a second: {v}");
+    let busy: Vec<&serde_json::Value> = history
+        .iter()
+        .filter(|s| s["msgs"].as_f64().unwrap_or(0.0) > 0.0)
+        .collect();
+    assert!(!busy.is_empty(), "{v}");
+    for s in &busy {
+        let p99 = s["p99_ms"].as_f64().expect("a p99 where messages went");
+        assert!(p99 > 0.0 && p99 < 1000.0, "{s}");
+    }
+    assert_eq!(history.last().unwrap()["sessions"], 1, "{v}");
+    let times: Vec<u64> = history.iter().map(|s| s["t"].as_u64().unwrap()).collect();
+    assert!(times.windows(2).all(|t| t[1] > t[0]), "{times:?}");
+}
+
+/// Every endpoint docs/gateway-protocol.md's admin table lists answers as it says: the
+/// table is the operator's reference, so it is run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_endpoint_the_protocol_doc_lists_answers() {
+    const DOC: &str = include_str!("../../../docs/gateway-protocol.md");
+    let rows: Vec<(String, String)> = DOC
+        .split("<!-- table: admin -->")
+        .nth(1)
+        .expect("the admin table")
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].to_string(), cells[2].trim_matches('`').to_string())
+        })
+        .collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let w = world(1, with_admin("gw-admin-doc")).await;
+    let admin = w.gateway.admin_addr().unwrap();
+    for (method, path) in &rows {
+        let (status, body) = get(admin, &format!("{method} {path} HTTP/1.1\r\n\r\n")).await;
+        let want = if method == "POST" {
+            "HTTP/1.1 202 Accepted"
+        } else {
+            "HTTP/1.1 200 OK"
+        };
+        assert_eq!(status, want, "{method} {path}: {body}");
+    }
+}

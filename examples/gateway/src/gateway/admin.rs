@@ -1,6 +1,7 @@
 //! The admin HTTP port (`gateway.admin-listen`): serves the browser client page,
 //! `GET /gateway.html` (examples/gateway/static/gateway.html, compiled in), and the metrics
-//! ([`metrics`](super::metrics)): `GET /metrics` (Prometheus text) and `GET /status`.
+//! ([`metrics`](super::metrics)): `GET /metrics` (Prometheus text), `GET /status` and
+//! `GET /status.json` (the gateway's recent [`history`](super::history)).
 //! `POST /drain` asks the gateway to drain (see [`drain`](super::drain)). Nothing on
 //! this port is authenticated: bind it to loopback or an operator network, never to the
 //! public one.
@@ -115,7 +116,7 @@ fn route(head: &[u8]) -> Vec<u8> {
         ("GET" | "HEAD", _) => respond(
             "404 Not Found",
             "text/plain",
-            "try /gateway.html, /status or /metrics\n",
+            "try /gateway.html, /status, /status.json or /metrics\n",
         ),
         _ => respond("405 Method Not Allowed", "text/plain", "GET only\n"),
     }

@@ -105,6 +105,8 @@ pub(crate) struct Shared {
     /// The login queue.
     pub queue: Arc<LoginQueue>,
     pub metrics: GatewayMetrics,
+    /// The last five minutes, a sample a second (the status page's charts).
+    pub history: super::history::History,
     /// Where keyed modules' keys live.
     pub keys: KeyHomes,
 }
@@ -170,6 +172,7 @@ impl Gateway {
             limits: Limits::new(&settings.limits),
             queue: LoginQueue::new(settings.queue.clone()),
             metrics: GatewayMetrics::new(&settings),
+            history: Default::default(),
             keys: KeyHomes::new(&settings),
             settings: settings.clone(),
         });
@@ -241,6 +244,8 @@ impl Gateway {
         tokio::spawn(async move { s3.sessions.maintain(&s3.stop).await });
         // Ended sessions, told to the backends that may keep state for them.
         tokio::spawn(super::backend_news::announce_ended(shared.clone()));
+        // The history the status page draws: a sample a second.
+        tokio::spawn(super::history::sample_until_stopped(shared.clone()));
         // The login queue's admitting task; the limiters forget refilled keys each second.
         tokio::spawn(shared.queue.clone().run(shared.stop.clone()));
         let s4 = shared.clone();

@@ -242,6 +242,8 @@ fn describe() {
 /// recording).
 pub(crate) struct GatewayMetrics {
     requests: HashMap<u16, Histogram>,
+    /// Every module's latencies together, for the gateway's own history.
+    pub(crate) latencies: super::history::Latencies,
 }
 
 impl GatewayMetrics {
@@ -257,13 +259,17 @@ impl GatewayMetrics {
                 (m.id, h)
             })
             .collect();
-        GatewayMetrics { requests }
+        GatewayMetrics {
+            requests,
+            latencies: Default::default(),
+        }
     }
 
     /// Times one message of `module` until the returned guard is dropped.
     pub(crate) fn time(&self, module: u16) -> RequestTimer<'_> {
         RequestTimer {
             histogram: self.requests.get(&module),
+            latencies: &self.latencies,
             started: Instant::now(),
         }
     }
@@ -273,14 +279,17 @@ impl GatewayMetrics {
 /// (whichever way the forwarding ends).
 pub(crate) struct RequestTimer<'a> {
     histogram: Option<&'a Histogram>,
+    latencies: &'a super::history::Latencies,
     started: Instant,
 }
 
 impl Drop for RequestTimer<'_> {
     fn drop(&mut self) {
+        let took = self.started.elapsed();
         if let Some(h) = self.histogram {
-            h.record(self.started.elapsed().as_secs_f64());
+            h.record(took.as_secs_f64());
         }
+        self.latencies.record(took);
     }
 }
 
@@ -382,6 +391,7 @@ impl Pages {
         }
         let response = match path {
             "/status" => super::admin::respond("200 OK", "text/html; charset=utf-8", STATUS_HTML),
+            "/status.json" => self.status_json(),
             "/metrics" => self.metrics(),
             _ => return None,
         };
@@ -390,6 +400,35 @@ impl Pages {
         } else {
             response
         })
+    }
+
+    /// `GET /status.json`: the gateway's id, its counters now, and its last five
+    /// minutes ([`history`](super::history)).
+    fn status_json(&self) -> Vec<u8> {
+        let Some(shared) = self.shared.upgrade() else {
+            return super::admin::respond(
+                "503 Service Unavailable",
+                "text/plain",
+                "gateway stopped\n",
+            );
+        };
+        let stats = &shared.stats;
+        let refused: serde_json::Map<String, serde_json::Value> = Refusal::ALL
+            .iter()
+            .map(|r| (r.name().to_ascii_lowercase(), stats.refused_for(*r).into()))
+            .collect();
+        let body = serde_json::json!({
+            "gateway": shared.settings.id,
+            "draining": shared.drain.is_draining(),
+            "sessions": shared.sessions.len(),
+            "admitted": stats.admitted.load(Ordering::Relaxed),
+            "forwarded": stats.forwarded.load(Ordering::Relaxed),
+            "pushed": stats.pushed.load(Ordering::Relaxed),
+            "refused": refused,
+            "history_every_ms": super::history::EVERY.as_millis() as u64,
+            "history": shared.history.samples(),
+        });
+        super::admin::respond("200 OK", "application/json", &body.to_string())
     }
 
     fn metrics(&self) -> Vec<u8> {

@@ -43,6 +43,7 @@ mod commands;
 mod core;
 pub mod drain;
 mod forward;
+pub mod history;
 pub mod keys;
 pub mod kick;
 pub mod limits;

@@ -12,12 +12,13 @@ mod gateway_world;
 use std::process::Stdio;
 
 use gateway_world::*;
+use meshline_example_gateway::gateway::session::DuplicateLogin;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_written_from_the_document_passes_its_scenario() {
     let w = world(2, |_| {}).await;
     for run in 1..=2 {
-        scenario(&w, run).await;
+        scenario(&w, run, "kick-old").await;
     }
     // What the gateway saw agrees: one forged refusal a run, and duplicate-login kicks
     // (each login of an account ends its session before: two sessions live, alice's
@@ -26,8 +27,24 @@ async fn the_python_client_written_from_the_document_passes_its_scenario() {
     assert_eq!(w.gateway.sessions(), 2);
 }
 
-/// The Python client's scenario against `w`'s gateway, every step passed.
-async fn scenario(w: &World, run: u32) {
+/// The same on a gateway whose `duplicate-login` is `refuse-new`: the second login of a
+/// live session's account is refused (ALREADY_ONLINE), so each run logs in accounts of
+/// its own; twice, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_passes_its_scenario_on_a_refuse_new_gateway() {
+    let w = world(2, |s| s.duplicate_login = DuplicateLogin::RefuseNew).await;
+    for run in 1..=2 {
+        scenario(&w, run, "refuse-new").await;
+    }
+    assert_eq!(w.gateway.stats().refused_for(Refusal::Forged), 2);
+    assert_eq!(w.gateway.stats().refused_for(Refusal::AlreadyOnline), 2);
+    // Every run's alice and bob live on (detached within the window).
+    assert_eq!(w.gateway.sessions(), 4);
+}
+
+/// The Python client's scenario against `w`'s gateway, expecting its `duplicate-login`
+/// `policy`, every step passed.
+async fn scenario(w: &World, run: u32, policy: &str) {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/clients/python/gateway_client.py"
@@ -37,7 +54,13 @@ async fn scenario(w: &World, run: u32) {
         .arg(script)
         .args(["--host", "127.0.0.1", "--port"])
         .arg(w.gateway.local_addr().port().to_string())
-        .args(["--secret", SECRET, "--scenario"])
+        .args([
+            "--secret",
+            SECRET,
+            "--scenario",
+            "--duplicate-login",
+            policy,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

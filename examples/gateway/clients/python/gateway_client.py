@@ -218,10 +218,18 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def scenario(host, port, secret):
+def scenario(host, port, secret, duplicate_login="kick-old"):
+    # Under refuse-new an account whose session lives (an earlier run's, detached
+    # within the resume window) cannot log in again: each run has accounts and a room
+    # of its own. Under kick-old the names stay, and each login ends the account's
+    # session from the run before, room membership included (section 9).
+    refuse_new = duplicate_login == "refuse-new"
+    tag = f"-{os.urandom(4).hex()}" if refuse_new else ""
+    room_name = f"py-room{tag}".encode()
+
     def login(account):
         c = Client(host, port)
-        c.auth(mint_token(secret, account))
+        c.auth(mint_token(secret, account + tag))
         return c
 
     # Refusal: a token signed with another secret (section 6, code 2).
@@ -237,23 +245,24 @@ def scenario(host, port, secret):
     alice, bob = login("alice"), login("bob")
     check(len(alice.welcome["session"]) == 32 and not alice.welcome["resumed"], alice.welcome)
     who = alice.request(LOBBY, 1).decode()
-    check(who.startswith("alice@"), who)
+    check(who.startswith(f"alice{tag}@"), who)
     print(f"ok auth {who}", flush=True)
 
     # Chat: a reliable push to everyone, numbered 1 for each session.
     check(alice.request(CHAT, 1, b"hello") == b"sent", "chat answer")
     for c in (alice, bob):
         f = c.push_of(CHAT, 2)
-        check(f is not None and f.text() == "alice: hello", f)
+        check(f is not None and f.text() == f"alice{tag}: hello", f)
         check(f.flags & RELIABLE and f.seq == 1, f)
     print("ok chat", flush=True)
 
     # Room (keyed): both members on one backend, one copy of its snapshots.
-    joined = [c.request(ROOM, 1, b"py-room").decode() for c in (alice, bob)]
+    joined = [c.request(ROOM, 1, room_name).decode() for c in (alice, bob)]
     homes = {j.rsplit(" ", 1)[1] for j in joined}
-    check(len(homes) == 1 and joined[0].startswith("joined py-room on "), joined)
-    state = alice.request(ROOM, 2, b"py-room").decode()
-    check(state.startswith("py-room ") and state.endswith(f"2 members on {homes.pop()}"), state)
+    name = room_name.decode()
+    check(len(homes) == 1 and joined[0].startswith(f"joined {name} on "), joined)
+    state = alice.request(ROOM, 2, room_name).decode()
+    check(state.startswith(f"{name} ") and state.endswith(f"2 members on {homes.pop()}"), state)
     for c in (alice, bob):
         seen = []
         while len(seen) < 3:
@@ -261,7 +270,7 @@ def scenario(host, port, secret):
             check(f is not None, "room snapshots")
             check(f.seq == 0 and not f.flags & RELIABLE, f)  # unreliable: not numbered
             room, word, n = f.text().split(" ")
-            check(room == "py-room" and word == "snapshot", f)
+            check(room == name and word == "snapshot", f)
             seen.append(int(n))
         check(seen == sorted(set(seen)), f"one copy, in order: {seen}")
     print("ok room", flush=True)
@@ -282,14 +291,26 @@ def scenario(host, port, secret):
         f = alice.push_of(CHAT, 2)
         check(f is not None, f"replayed chats: {replay}")
         replay.append((f.seq, f.text()))
-    check(replay == [(2, "bob: one"), (3, "bob: two")], replay)
-    check(alice.request(LOBBY, 1).decode().startswith("alice@"), "served after resume")
+    check(replay == [(2, f"bob{tag}: one"), (3, f"bob{tag}: two")], replay)
+    check(alice.request(LOBBY, 1).decode().startswith(f"alice{tag}@"), "served after resume")
     print("ok resume", flush=True)
 
     # Ping (section 4).
     pong = alice.ping(77)
     check(pong.seq == 77 and pong.flags & REPLY, pong)
     print("ok ping", flush=True)
+
+    if refuse_new:
+        # Section 6: a second login of a live session's account is refused with
+        # ALREADY_ONLINE (13); the session and its connection go on.
+        try:
+            login("alice")
+            raise AssertionError("a second login was admitted under refuse-new")
+        except Refused as e:
+            check(e.code == 13, e)
+        check(alice.ping(78).seq == 78, "the first session goes on")
+        print("ok kick (refused: already online)", flush=True)
+        return
 
     # Kick (section 7): alice logs in again elsewhere; the old connection gets KICK 4
     # as its last frame, and its session has ended.
@@ -304,7 +325,7 @@ def scenario(host, port, secret):
         raise AssertionError("an ended session was resumed")
     except Refused as e:
         check(e.code == 8, e)
-    check(again.request(LOBBY, 1).decode().startswith("alice@"), "the new session works")
+    check(again.request(LOBBY, 1).decode().startswith(f"alice{tag}@"), "the new session works")
     print("ok kick", flush=True)
 
 
@@ -314,6 +335,8 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--secret", required=True)
     p.add_argument("--scenario", action="store_true", help="play the scenario and check it")
+    p.add_argument("--duplicate-login", default="kick-old", choices=["kick-old", "refuse-new"],
+                   help="the gateway's duplicate-login policy the scenario expects")
     args = p.parse_args()
     if not args.scenario:
         c = Client(args.host, args.port)
@@ -321,7 +344,7 @@ def main():
         print(c.request(LOBBY, 1).decode())
         return 0
     try:
-        scenario(args.host, args.port, args.secret)
+        scenario(args.host, args.port, args.secret, args.duplicate_login)
     except Exception as e:  # noqa: BLE001 - any failure is the scenario's verdict
         print(f"FAILED: {type(e).__name__}: {e}", flush=True)
         return 1

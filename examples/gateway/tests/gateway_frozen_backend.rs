@@ -150,13 +150,25 @@ async fn a_frozen_backend_moves_its_rooms_once_and_stalls_the_lobby_only_at_firs
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The freeze comes once the lobby is seen working: a hundred calls answered.
+    until(
+        "lobby calls before the freeze",
+        Duration::from_secs(5),
+        || calls.lock().unwrap().len() >= 100,
+    )
+    .await;
     let frozen_at = start.elapsed();
     frozen.signal("-STOP");
     tokio::time::sleep(FROZEN).await;
     let thawed_at = start.elapsed();
     frozen.signal("-CONT");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Thawed, it answers again and is taken back.
+    w.gateway
+        .backend("lobby")
+        .unwrap()
+        .wait_alive(2, Duration::from_secs(5))
+        .await
+        .expect("the thawed backend is back in the lobby's alive set");
     stop.store(true, Ordering::Relaxed);
     for r in readers {
         r.await.unwrap();

@@ -452,18 +452,13 @@ async fn held_requests_are_replayed_in_the_order_they_came() {
     // once, so it runs on the connection's reader, in arrival order).
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
-    let server = Server::builder(move |req: InboundRequest| {
+    let _server = lobby_backend(&w, move |req: InboundRequest| {
         s2.lock()
             .unwrap()
             .push(String::from_utf8_lossy(&req.payload.body).into_owned());
         std::future::ready(Some(Payload::new(req.payload.body.clone())))
     })
-    .bind("127.0.0.1:0".parse().unwrap())
-    .await
-    .unwrap();
-    let addr = server.local_addr();
-    let inst = Instance::new(&addr.ip().to_string(), addr.port()).unwrap();
-    w.registry.register("lobby", &inst).await.unwrap();
+    .await;
     let mut answered = Vec::new();
     for _ in 0..30 {
         let f = tokio::time::timeout(Duration::from_secs(5), frames.next())
@@ -515,6 +510,18 @@ async fn shedding_drops_the_sheddable_opcode_and_passes_the_other() {
     assert_eq!(ok_text(p.request(modules::LOBBY, 2, &b"e"[..]).await), "e");
 }
 
+/// A lobby backend of the test's own (`handler` answers), registered under `lobby`.
+async fn lobby_backend(w: &World, handler: impl meshline::rpc::InboundHandler) -> Server {
+    let server = Server::builder(handler)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let inst = Instance::new(&addr.ip().to_string(), addr.port()).unwrap();
+    w.registry.register("lobby", &inst).await.unwrap();
+    server
+}
+
 /// A request as a backend saw it: its trace id, and its re-send mark.
 type Attempt = (String, Option<String>);
 
@@ -530,7 +537,7 @@ async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
     let seen: Arc<Mutex<Vec<Attempt>>> = Arc::default();
     let dropped_one = Arc::new(AtomicBool::new(false));
     let (s2, d2) = (seen.clone(), dropped_one.clone());
-    let server = Server::builder(move |req: InboundRequest| {
+    let _server = lobby_backend(&w, move |req: InboundRequest| {
         let head = &req.payload.head;
         s2.lock().unwrap().push((
             head.get(wire::TRACE).unwrap_or_default().to_string(),
@@ -542,12 +549,7 @@ async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
         }
         std::future::ready(Some(Payload::new(req.payload.body.clone())))
     })
-    .bind("127.0.0.1:0".parse().unwrap())
-    .await
-    .unwrap();
-    let addr = server.local_addr();
-    let inst = Instance::new(&addr.ip().to_string(), addr.port()).unwrap();
-    w.registry.register("lobby", &inst).await.unwrap();
+    .await;
     w.gateway
         .backend("lobby")
         .unwrap()

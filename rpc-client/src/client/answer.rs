@@ -37,13 +37,14 @@ impl RpcClient {
             tracing::debug!(endpoint = %entry.instance, "answered with the server's failure");
             inner.server_failed(entry);
         } else {
-            if alive_of(guard.endpoint()).succeeded() {
+            let entry = alive_of(guard.endpoint());
+            if entry.succeeded() {
                 // The first success after a row of failures: a call picked before the
                 // recheck or the ejection's probe found the endpoint working again. Its
                 // estimate, priced up by the failures, starts again as the recheck
                 // would start it; a fast answer blended into that price would keep it
                 // priced out for seconds.
-                inner.restart_price(alive_of(guard.endpoint()).instance.key(), elapsed);
+                inner.restart_price(entry.instance.key(), elapsed);
             }
             guard.success(elapsed);
         }

@@ -85,12 +85,12 @@ pub(super) async fn rebind(shared: Arc<Shared>, session: Arc<Session>) {
 /// Tells the backends, as sessions end, that they ended: each backend drops what it
 /// keeps for them (a room its member). Runs until the gateway stops.
 pub(super) async fn announce_ended(shared: Arc<Shared>) {
+    let keyed = keyed_clusters(&shared);
     loop {
         let ended = tokio::select! {
             e = shared.sessions.ended().next() => e,
             _ = shared.stop.cancelled() => return,
         };
-        let keyed = keyed_clusters(&shared);
         // Every keyed cluster's backends hear of every ended session; a bound backend
         // of the sessions bound to it (one command per backend and batch).
         let mut everyone: Vec<&str> = Vec::new();

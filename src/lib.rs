@@ -46,6 +46,11 @@ pub mod loadbalance {
 }
 #[cfg(feature = "rpc")]
 pub use meshline_rpc_client as rpc;
+/// The transaction current in the task, Seata's propagation modes and hooks
+/// (`meshline::tx::current()`, `TransactionManager::transactional`): the same module as
+/// `meshline::rpc::tx`, at the top for the code that uses it most.
+#[cfg(feature = "rpc")]
+pub use meshline_rpc_client::tx;
 
 pub use meshline_registry_core as core;
 pub use meshline_registry_core::config::{ConfigLoader, Format};

@@ -109,6 +109,7 @@ pub mod server;
 mod settings;
 pub mod tm;
 pub mod transport;
+pub mod tx;
 mod tx_error;
 
 pub use client::{

@@ -417,9 +417,24 @@ impl GlobalTransaction {
     /// Commits it. Past its timeout it is rolled back instead and the error says so
     /// (`TransactionTimeout`), as Seata's TM does: the TC is rolling it back anyway.
     pub async fn commit(&self) -> Result<GlobalStatus, TransactionError> {
-        if self.begun.elapsed() > self.timeout {
-            let status = self.tm.rollback(&self.xid).await?;
-            return Err(TransactionError::Outcome {
+        if self.past_timeout() {
+            return Err(self.rollback_timed_out().await);
+        }
+        self.tm.commit(&self.xid).await
+    }
+
+    /// Whether it has outlived its timeout (measured here, from the begin): the TC
+    /// rolls it back, and a commit would be refused.
+    pub fn past_timeout(&self) -> bool {
+        self.begun.elapsed() > self.timeout
+    }
+
+    /// The commit of a transaction past its timeout: rolled back instead, and the
+    /// error that says so (`TransactionTimeout`, with the status the rollback got), or
+    /// the rollback's own error.
+    pub(crate) async fn rollback_timed_out(&self) -> TransactionError {
+        match self.tm.rollback(&self.xid).await {
+            Ok(status) => TransactionError::Outcome {
                 operation: "global commit",
                 xid: self.xid.clone(),
                 endpoint: "this TM".into(),
@@ -429,9 +444,9 @@ impl GlobalTransaction {
                     "the transaction outlived its {:?} timeout before commit; rolled back instead",
                     self.timeout
                 ),
-            });
+            },
+            Err(e) => e,
         }
-        self.tm.commit(&self.xid).await
     }
 
     /// Rolls it back.

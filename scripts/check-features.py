@@ -36,7 +36,7 @@ def main():
               if not check("meshline-registry-others", f)]
     # The facade's backends: every feature but the aggregates and the non-backends.
     backends = [f for f in features("Cargo.toml")
-                if f not in ("rpc", "tower", "all", "all-tls") and not f.endswith("-tls")]
+                if f not in ("rpc", "tower", "tx-http", "all", "all-tls") and not f.endswith("-tls")]
     failed += [f"meshline --features {b}" for b in backends if not check("meshline", b)]
     for f in failed:
         print(f"scripts/check-features.py: does not build alone without warnings: {f}",

@@ -66,7 +66,7 @@ trap leftovers EXIT
 # server (rnacos) serves plain connections only. That feature is checked on its own
 # below. TLS of every other backend is in (`all-tls`), so its tests run against real
 # TLS servers.
-FEATURES="meshline/all-tls,meshline/rpc,meshline/tower,meshline-cli/all-tls"
+FEATURES="meshline/all-tls,meshline/rpc,meshline/tower,meshline/tx-http,meshline-cli/all-tls"
 FEATURES+=",meshline-example-tc/all-registries,meshline-example-tc/etcd,meshline-example-gateway/all-registries"
 
 step "the README's run command needs only a Rust toolchain (no protoc)"

@@ -28,12 +28,18 @@
 //! it, a cancelled request) is rolled back from a task of its own. A block that joined
 //! ends nothing: its error goes up to the one that began the transaction.
 //!
+//! Across services (feature `http`, `meshline`'s `tx-http`): `http` has the tower
+//! layers that put the current XID on outgoing HTTP and gRPC requests and run incoming
+//! ones inside the transaction they carry, with Seata's header names.
+//!
 //! Task-locals are not inherited: a task spawned inside a transaction is outside it
 //! unless it runs in [`Current::scope`].
 
 mod context;
 mod error;
 mod hooks;
+#[cfg(feature = "http")]
+pub mod http;
 mod propagation;
 mod run;
 

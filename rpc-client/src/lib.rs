@@ -107,6 +107,7 @@ pub mod rm;
 pub(crate) mod role_builder;
 pub mod server;
 mod settings;
+pub mod tcc;
 pub mod tm;
 pub mod transport;
 pub mod tx;

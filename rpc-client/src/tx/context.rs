@@ -29,8 +29,10 @@ pub(crate) struct Frame {
     pub xid: String,
     pub branch_type: Option<BranchType>,
     pub role: Role,
-    /// Hooks registered inside the block that began it (see `register_hook`).
-    pub hooks: Mutex<Vec<Arc<dyn TransactionHook>>>,
+    /// Hooks registered inside the block that began it (see `register_hook`), shared
+    /// by every frame of the transaction (a TCC try binds its branch type in a frame
+    /// of its own).
+    pub hooks: Arc<Mutex<Vec<Arc<dyn TransactionHook>>>>,
 }
 
 impl std::fmt::Debug for Frame {
@@ -54,7 +56,7 @@ impl Frame {
             xid,
             branch_type,
             role,
-            hooks: Mutex::new(hooks),
+            hooks: Arc::new(Mutex::new(hooks)),
         })
     }
 
@@ -143,6 +145,22 @@ pub async fn with_xid<F: Future>(xid: &str, branch_type: Option<BranchType>, fut
 /// duration and current again after (Seata's `suspend` / `resume`).
 pub async fn without<F: Future>(fut: F) -> F::Output {
     CURRENT.scope(None, fut).await
+}
+
+/// Runs `fut` with the current transaction's branch type set to `branch_type`
+/// (Seata's `RootContext.bindBranchType` around a TCC try); with no transaction
+/// current, as is.
+pub(crate) async fn with_branch_type<F: Future>(branch_type: BranchType, fut: F) -> F::Output {
+    let Some(c) = current() else {
+        return fut.await;
+    };
+    let frame = Arc::new(Frame {
+        xid: c.frame.xid.clone(),
+        branch_type: Some(branch_type),
+        role: c.frame.role,
+        hooks: c.frame.hooks.clone(),
+    });
+    CURRENT.scope(Some(frame), fut).await
 }
 
 /// Runs `fut` with `frame` current (a new transaction, or none).

@@ -50,3 +50,5 @@ pub use error::{Ended, TxError};
 pub use hooks::TransactionHook;
 pub use propagation::Propagation;
 pub use run::Transactional;
+
+pub(crate) use context::with_branch_type as context_with_branch_type;

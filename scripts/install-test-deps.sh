@@ -17,6 +17,9 @@
 #                             gateway's WebSocket page as a real browser client)
 #   iproute2 nftables       : test networks (meshline_testkit::net): hosts in their own
 #                             network namespaces, links blackholed by an nftables rule
+#   postgresql mariadb-server : real databases for the TCC fence (tcc-fence/tests/fence.rs;
+#                             testkit starts a throwaway server of each in a temp dir; the
+#                             packages' own services are not used)
 #   python3                 : the gateway's second client (examples/gateway/clients/python, run
 #                             by examples/gateway/tests/gateway_python.rs; standard library only)
 set -euo pipefail
@@ -37,6 +40,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-test-deps: installing ${need[*]}"

@@ -67,7 +67,7 @@ trap leftovers EXIT
 # below. TLS of every other backend is in (`all-tls`), so its tests run against real
 # TLS servers.
 FEATURES="meshline/all-tls,meshline/rpc,meshline/tower,meshline/tx-http,meshline-cli/all-tls"
-FEATURES+=",meshline-example-tc/all-registries,meshline-example-tc/etcd,meshline-example-gateway/all-registries"
+FEATURES+=",meshline-example-tc/all-registries,meshline-example-tc/etcd,meshline-example-tc/tcc-example,meshline-example-gateway/all-registries"
 
 step "the README's run command needs only a Rust toolchain (no protoc)"
 # `cargo run --release -p meshline-example-tc --bin demo` is a newcomer's first command: its

@@ -1,6 +1,8 @@
 //! [`TccFence`]: Seata's `TCCFenceHandler` rules over one table, each phase's fence row
 //! and the work in one local transaction.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +11,12 @@ use sqlx::{Pool, Transaction};
 
 use crate::store::{FenceDb, Statements};
 use crate::{FenceError, FenceStatus};
+
+/// A phase's work: given the local transaction (which also holds the fence row), a
+/// boxed future of its result. The shape of sqlx's own `Connection::transaction`: the
+/// future borrows the transaction and is `Send`, so a fenced phase can run in a
+/// spawned task or an `async_trait` method.
+pub type Work<'t, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 't>>;
 
 /// Seata's default table (`DEFAULT_COMMON_FENCE_LOG_TABLE_NAME`).
 pub const DEFAULT_TABLE: &str = "tcc_fence_log";
@@ -129,7 +137,7 @@ impl<DB: FenceDb> TccFence<DB> {
     pub async fn prepare<T, E>(
         &self,
         ctx: &BusinessActionContext,
-        work: impl AsyncFnOnce(&mut Transaction<'static, DB>) -> Result<T, E>,
+        work: impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t, T, E>,
     ) -> Result<T, FenceError<E>> {
         let (xid, branch) = (ctx.xid(), ctx.branch_id());
         let mut tx = self.pool.begin().await?;
@@ -163,7 +171,7 @@ impl<DB: FenceDb> TccFence<DB> {
     pub async fn commit<T, E>(
         &self,
         ctx: &BusinessActionContext,
-        work: impl AsyncFnOnce(&mut Transaction<'static, DB>) -> Result<T, E>,
+        work: impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t, T, E>,
     ) -> Result<Fenced<T>, FenceError<E>> {
         self.phase_two(ctx, FenceStatus::Committed, work).await
     }
@@ -173,7 +181,7 @@ impl<DB: FenceDb> TccFence<DB> {
     pub async fn rollback<T, E>(
         &self,
         ctx: &BusinessActionContext,
-        work: impl AsyncFnOnce(&mut Transaction<'static, DB>) -> Result<T, E>,
+        work: impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t, T, E>,
     ) -> Result<Fenced<T>, FenceError<E>> {
         self.phase_two(ctx, FenceStatus::Rollbacked, work).await
     }
@@ -182,7 +190,7 @@ impl<DB: FenceDb> TccFence<DB> {
         &self,
         ctx: &BusinessActionContext,
         to: FenceStatus,
-        work: impl AsyncFnOnce(&mut Transaction<'static, DB>) -> Result<T, E>,
+        work: impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t, T, E>,
     ) -> Result<Fenced<T>, FenceError<E>> {
         let (xid, branch) = (ctx.xid(), ctx.branch_id());
         let mut tx = self.pool.begin().await?;

@@ -12,7 +12,8 @@
 //!   reserved that no one will ever release.
 //!
 //! Each phase's fence row and the business work are one local transaction: the work
-//! is an async closure over the `sqlx::Transaction`, and a failed work takes the row
+//! is a closure over the `sqlx::Transaction` returning a boxed future (sqlx's own
+//! `Connection::transaction` shape), and a failed work takes the row
 //! change back with it. Seata Java's services with the same table and the same
 //! branches see the same rows.
 //!
@@ -24,18 +25,22 @@
 //! fence.create_table().await?;
 //! // In the try (ctx from `ResourceManager::tcc_prepare`):
 //! fence
-//!     .prepare(&ctx, async |tx| {
-//!         sqlx::query("UPDATE account SET frozen = frozen + 5 WHERE id = 'alice'")
-//!             .execute(&mut **tx)
-//!             .await
+//!     .prepare(&ctx, |tx| {
+//!         Box::pin(async move {
+//!             sqlx::query("UPDATE account SET frozen = frozen + 5 WHERE id = 'alice'")
+//!                 .execute(&mut **tx)
+//!                 .await
+//!         })
 //!     })
 //!     .await?;
 //! // In the action's cancel:
 //! let done = fence
-//!     .rollback(&ctx, async |tx| {
-//!         sqlx::query("UPDATE account SET frozen = frozen - 5 WHERE id = 'alice'")
-//!             .execute(&mut **tx)
-//!             .await
+//!     .rollback(&ctx, |tx| {
+//!         Box::pin(async move {
+//!             sqlx::query("UPDATE account SET frozen = frozen - 5 WHERE id = 'alice'")
+//!                 .execute(&mut **tx)
+//!                 .await
+//!         })
 //!     })
 //!     .await?;
 //! assert!(matches!(done, Fenced::Ran(_) | Fenced::AlreadyDone | Fenced::EmptyRollback));
@@ -55,6 +60,6 @@ mod status;
 mod store;
 
 pub use error::FenceError;
-pub use fence::{DEFAULT_CLEAN_PERIOD, DEFAULT_TABLE, Fenced, InvalidTable, TccFence};
+pub use fence::{DEFAULT_CLEAN_PERIOD, DEFAULT_TABLE, Fenced, InvalidTable, TccFence, Work};
 pub use status::FenceStatus;
 pub use store::FenceDb;

@@ -67,9 +67,9 @@ macro_rules! scenarios {
         async fn a_confirm_sent_twice_takes_the_money_once(pool: Pool<Db>) {
             let fence = setup(&pool).await;
             let c = ctx(1);
-            fence.prepare(&c, async |tx| run(tx, TRY).await).await.unwrap();
-            assert!(matches!(fence.commit(&c, async |tx| run(tx, CONFIRM).await).await, Ok(Fenced::Ran(()))));
-            assert!(matches!(fence.commit(&c, async |tx| run(tx, CONFIRM).await).await, Ok(Fenced::AlreadyDone)));
+            fence.prepare(&c, |tx| Box::pin(run(tx, TRY))).await.unwrap();
+            assert!(matches!(fence.commit(&c, |tx| Box::pin(run(tx, CONFIRM))).await, Ok(Fenced::Ran(()))));
+            assert!(matches!(fence.commit(&c, |tx| Box::pin(run(tx, CONFIRM))).await, Ok(Fenced::AlreadyDone)));
             assert_eq!(money(&pool).await, (95, 0), "with the fence");
             assert_eq!(fence.status(c.xid(), 1).await.unwrap(), Some(FenceStatus::Committed));
             // Without it, the second confirm takes 5 that is not frozen.
@@ -86,13 +86,13 @@ macro_rules! scenarios {
         async fn a_cancel_with_no_try_gives_nothing_back(pool: Pool<Db>) {
             let fence = setup(&pool).await;
             let c = ctx(2);
-            let r = fence.rollback(&c, async |tx| run(tx, CANCEL).await).await;
+            let r = fence.rollback(&c, |tx| Box::pin(run(tx, CANCEL))).await;
             assert!(matches!(r, Ok(Fenced::EmptyRollback)), "{r:?}");
-            assert!(matches!(fence.rollback(&c, async |tx| run(tx, CANCEL).await).await, Ok(Fenced::AlreadyDone)));
+            assert!(matches!(fence.rollback(&c, |tx| Box::pin(run(tx, CANCEL))).await, Ok(Fenced::AlreadyDone)));
             assert_eq!(money(&pool).await, (100, 0), "with the fence");
             assert_eq!(fence.status(c.xid(), 2).await.unwrap(), Some(FenceStatus::Suspended));
             // A confirm of a branch with no try is refused.
-            let r = fence.commit(&ctx(9), async |tx| run(tx, CONFIRM).await).await;
+            let r = fence.commit(&ctx(9), |tx| Box::pin(run(tx, CONFIRM))).await;
             assert!(matches!(r, Err(FenceError::NoTry { branch_id: 9, .. })), "{r:?}");
             let fence = setup(&pool).await;
             drop(fence);
@@ -121,10 +121,10 @@ macro_rules! scenarios {
             let fence = setup(&pool).await;
             let c = ctx(3);
             // The cancel overtook the try (network delay): an empty rollback...
-            let r = fence.rollback(&c, async |tx| all(tx, &GUARDED_CANCEL).await).await;
+            let r = fence.rollback(&c, |tx| Box::pin(all(tx, &GUARDED_CANCEL))).await;
             assert!(matches!(r, Ok(Fenced::EmptyRollback)), "{r:?}");
             // ... then the try arrives: refused, nothing frozen.
-            let r = fence.prepare(&c, async |tx| all(tx, &GUARDED_TRY).await).await;
+            let r = fence.prepare(&c, |tx| Box::pin(all(tx, &GUARDED_TRY))).await;
             assert!(matches!(r, Err(FenceError::Suspended { branch_id: 3, .. })), "{r:?}");
             assert_eq!(money(&pool).await, (100, 0), "with the fence");
             // Without it, the hand-written guard handles the empty cancel, and the late
@@ -143,10 +143,10 @@ macro_rules! scenarios {
         ) {
             let fence = setup(&pool).await;
             let c = ctx(4);
-            fence.prepare(&c, async |tx| run(tx, TRY).await).await.unwrap();
+            fence.prepare(&c, |tx| Box::pin(run(tx, TRY))).await.unwrap();
             let (a, b) = tokio::join!(
-                fence.commit(&c, async |tx| run(tx, CONFIRM).await),
-                fence.commit(&c, async |tx| run(tx, CONFIRM).await)
+                fence.commit(&c, |tx| Box::pin(run(tx, CONFIRM))),
+                fence.commit(&c, |tx| Box::pin(run(tx, CONFIRM)))
             );
             let ran = [&a, &b].iter().filter(|r| matches!(r, Ok(Fenced::Ran(())))).count();
             assert_eq!(ran, 1, "exactly one ran: {a:?} {b:?}");
@@ -154,20 +154,22 @@ macro_rules! scenarios {
             // A cancel whose work fails: its row change is rolled back with it, and the
             // TC's retry finds the branch still tried.
             let c = ctx(5);
-            fence.prepare(&c, async |tx| run(tx, TRY).await).await.unwrap();
+            fence.prepare(&c, |tx| Box::pin(run(tx, TRY))).await.unwrap();
             let r = fence
-                .rollback(&c, async |tx| {
-                    run(tx, CANCEL).await?;
-                    run(tx, "UPDATE no_such_table SET x = 1").await
+                .rollback(&c, |tx| {
+                    Box::pin(async move {
+                        run(tx, CANCEL).await?;
+                        run(tx, "UPDATE no_such_table SET x = 1").await
+                    })
                 })
                 .await;
             assert!(matches!(r, Err(FenceError::Work(_))), "{r:?}");
             assert_eq!(fence.status(c.xid(), 5).await.unwrap(), Some(FenceStatus::Tried));
             assert_eq!(money(&pool).await, (90, 5), "the failed cancel changed nothing");
-            assert!(matches!(fence.rollback(&c, async |tx| run(tx, CANCEL).await).await, Ok(Fenced::Ran(()))));
+            assert!(matches!(fence.rollback(&c, |tx| Box::pin(run(tx, CANCEL))).await, Ok(Fenced::Ran(()))));
             assert_eq!(money(&pool).await, (95, 0));
             // A confirm after that cancel does not apply.
-            let r = fence.commit(&c, async |tx| run(tx, CONFIRM).await).await;
+            let r = fence.commit(&c, |tx| Box::pin(run(tx, CONFIRM))).await;
             assert!(matches!(r, Err(FenceError::Unexpected { status: FenceStatus::Rollbacked, .. })), "{r:?}");
         }
 
@@ -175,14 +177,14 @@ macro_rules! scenarios {
             let fence = setup(&pool).await;
             for (branch, end) in [(10, Some(true)), (11, Some(false)), (12, None), (13, Some(true))] {
                 let c = ctx(branch);
-                fence.prepare(&c, async |tx| run(tx, TRY).await).await.unwrap();
+                fence.prepare(&c, |tx| Box::pin(run(tx, TRY))).await.unwrap();
                 match end {
-                    Some(true) => { fence.commit(&c, async |_| Ok::<_, sqlx::Error>(())).await.unwrap(); }
-                    Some(false) => { fence.rollback(&c, async |_| Ok::<_, sqlx::Error>(())).await.unwrap(); }
+                    Some(true) => { fence.commit(&c, |_| Box::pin(async { Ok::<_, sqlx::Error>(()) })).await.unwrap(); }
+                    Some(false) => { fence.rollback(&c, |_| Box::pin(async { Ok::<_, sqlx::Error>(()) })).await.unwrap(); }
                     None => {}
                 }
             }
-            let empty = fence.rollback(&ctx(14), async |_| Ok::<_, sqlx::Error>(())).await.unwrap();
+            let empty = fence.rollback(&ctx(14), |_| Box::pin(async { Ok::<_, sqlx::Error>(()) })).await.unwrap();
             assert_eq!(empty, Fenced::EmptyRollback);
             assert_eq!(fence.clean(Duration::from_secs(3600)).await.unwrap(), 0, "nothing old yet");
             // Age every row but branch 13's by two hours.

@@ -48,6 +48,7 @@ SHARED_PACKAGES = {
     "meshline-registry-file",
     "meshline-registry-nacos",
     "meshline-registry-others",
+    "meshline-tcc-fence",
     "meshline-testkit",
 }
 # A test source naming one of these measures a fault on a test network (a cut link, a

@@ -47,6 +47,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A crate of its own, beside the rpc-client's `tcc` module: sqlx and a database driver
+//! are heavy, and only a service that runs TCC actions on a database needs them.
+//!
 //! Databases, each a feature: `sqlite` (the default, bundled: nothing to install),
 //! `postgres` and `mysql` (MySQL and MariaDB), with Seata's DDL
 //! (`script/client/tcc/db/*.sql`; SQLite has none in Seata, the same columns here).

@@ -236,6 +236,45 @@ mod sqlite {
     }
 }
 
+/// The cleaner task deletes an aged, ended row within a period or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleaner_task_cleans_every_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(2)
+        .connect(&format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("c.db").display()
+        ))
+        .await
+        .unwrap();
+    let fence = TccFence::new(pool.clone());
+    fence.create_table().await.unwrap();
+    let c = ctx(1);
+    fence
+        .prepare(&c, |_| Box::pin(async { Ok::<_, sqlx::Error>(()) }))
+        .await
+        .unwrap();
+    fence
+        .commit(&c, |_| Box::pin(async { Ok::<_, sqlx::Error>(()) }))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tcc_fence_log SET gmt_modified = '2000-01-01 00:00:00.000'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let cleaner = fence.spawn_cleaner(Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fence.status(c.xid(), 1).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cleaner did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cleaner.abort();
+}
+
 mod postgres {
     use super::*;
 

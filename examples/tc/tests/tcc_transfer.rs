@@ -336,9 +336,10 @@ async fn money_is_never_created_or_lost() {
     table.push(("a confirm sent twice", settled(&banks).await));
     assert_eq!(table.last().unwrap().1, [88, 10, 2]);
 
-    // 4. bank-c is slow: the TM gives up on it and rolls back; the cancel reaches
-    //    bank-c before its try does (an empty rollback), and the late try is refused.
-    banks[2].restart(&["--try-delay-ms", "1500"]);
+    // 4. bank-c is slow (its try's work waits 3 s after the branch is registered): the
+    //    TM gives up on it after 1 s and rolls back; the cancel reaches bank-c before
+    //    its try does (an empty rollback), and the late try is refused.
+    banks[2].restart(&["--try-delay-ms", "3000"]);
     let e = transfer(&tm, &banks, "bob", 5, Duration::from_millis(300))
         .await
         .unwrap_err();

@@ -322,43 +322,72 @@ async fn supports_joins_one_and_begins_none() {
     assert_eq!(w.stat(|s| &s.begun), 1);
 }
 
+/// A block that records that it ran, and returns the XID it saw.
+fn marked(
+    ran: &Arc<Mutex<Vec<&'static str>>>,
+    name: &'static str,
+) -> impl FnOnce(
+    Option<tx::Current>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<String>, ()>> + Send>,
+> {
+    let ran = ran.clone();
+    move |tx| {
+        Box::pin(async move {
+            ran.lock().unwrap().push(name);
+            Ok(tx.map(|c| c.xid().to_string()))
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn never_refuses_a_current_transaction_and_mandatory_refuses_its_absence() {
+async fn never_runs_alone_and_refuses_a_current_transaction() {
     let w = &world1().await;
     let never = w.tm.transactional("n").propagation(Propagation::Never);
-    let mandatory = w.tm.transactional("m").propagation(Propagation::Mandatory);
     let ran = Arc::new(Mutex::new(Vec::new()));
-    let mark = |name: &'static str| {
-        let ran = ran.clone();
-        move |tx: Option<tx::Current>| async move {
-            ran.lock().unwrap().push(name);
-            Ok::<_, ()>(tx.map(|c| c.xid().to_string()))
-        }
-    };
-    assert_eq!(never.run(mark("never alone")).await.unwrap(), None);
-    let r = mandatory.run(mark("mandatory alone")).await;
-    assert!(matches!(r, Err(TxError::NoTransaction)), "{r:?}");
-    let (outer, in_never, in_mandatory) =
+    assert_eq!(never.run(marked(&ran, "alone")).await.unwrap(), None);
+    let (outer, inside) =
         w.tm.transactional("place-order")
             .run(|outer| async {
                 let outer = outer.unwrap().xid().to_string();
-                let a = never.run(mark("never inside")).await;
-                let b = mandatory.run(mark("mandatory inside")).await;
-                Ok::<_, ()>((outer, a, b))
+                Ok::<_, ()>((outer, never.run(marked(&ran, "inside")).await))
             })
             .await
             .unwrap();
-    match in_never {
+    match inside {
         Err(TxError::Existing { xid }) => assert_eq!(xid, outer),
         other => panic!("NEVER inside a transaction: {other:?}"),
     }
-    assert_eq!(in_mandatory.unwrap(), Some(outer));
     assert_eq!(
         *ran.lock().unwrap(),
-        ["never alone", "mandatory inside"],
-        "a refused block does not run"
+        ["alone"],
+        "the refused block did not run"
     );
-    assert_eq!(w.stat(|s| &s.begun), 1, "NEVER and MANDATORY begin nothing");
+    assert_eq!(w.stat(|s| &s.begun), 1, "NEVER begins nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mandatory_joins_a_current_transaction_and_refuses_its_absence() {
+    let w = &world1().await;
+    let mandatory = w.tm.transactional("m").propagation(Propagation::Mandatory);
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r = mandatory.run(marked(&ran, "alone")).await;
+    assert!(matches!(r, Err(TxError::NoTransaction)), "{r:?}");
+    let (outer, inside) =
+        w.tm.transactional("place-order")
+            .run(|outer| async {
+                let outer = outer.unwrap().xid().to_string();
+                Ok::<_, ()>((outer, mandatory.run(marked(&ran, "inside")).await))
+            })
+            .await
+            .unwrap();
+    assert_eq!(inside.unwrap(), Some(outer), "joined");
+    assert_eq!(
+        *ran.lock().unwrap(),
+        ["inside"],
+        "the refused block did not run"
+    );
+    assert_eq!(w.stat(|s| &s.begun), 1, "MANDATORY begins nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,9 @@ step() {
 TESTSH_RUN_ID="$$.$(date +%s%N)"
 export TESTSH_RUN_ID
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/meshline-test-run.XXXXXX")
+# Traversable (not listable) by other users: the PostgreSQL server a test starts runs
+# as the `postgres` user (it refuses root) and must reach its data dir under here.
+chmod 0711 "$run_tmp"
 export TMPDIR="$run_tmp"
 leftovers() {
   local status=$? pid d cmd

@@ -92,6 +92,29 @@ fn as_server_user(
     }
 }
 
+/// Every directory above `dir` must let other users through (`o+x`): the server runs
+/// as `postgres`. A private `TMPDIR` (mode 0700) is the usual culprit; said plainly
+/// rather than as initdb's "Permission denied".
+fn reachable_by_others(dir: &Path) -> Result<()> {
+    for a in dir.ancestors().skip(1) {
+        let mode = std::fs::metadata(a)
+            .map_err(io_err(format!("stat {}", a.display())))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(Error::Other(format!(
+                "{} (mode {:o}) is not traversable by other users; the PostgreSQL server \
+                 runs as `postgres` and cannot reach its data under it: `chmod o+x {}` \
+                 or point TMPDIR elsewhere",
+                a.display(),
+                mode & 0o777,
+                a.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Postgres {
     /// Creates a cluster (`initdb`) and starts it; waits until it accepts a login.
     pub fn start() -> Result<Postgres> {
@@ -104,6 +127,9 @@ impl Postgres {
         // The server's user must reach its data and socket directory.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .map_err(io_err("open the postgres temp dir"))?;
+        if user.is_some() {
+            reachable_by_others(dir.path())?;
+        }
         let data = dir.path().join("data");
         std::fs::create_dir(&data).map_err(io_err("create the postgres data dir"))?;
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700))

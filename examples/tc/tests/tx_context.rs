@@ -322,15 +322,15 @@ async fn supports_joins_one_and_begins_none() {
     assert_eq!(w.stat(|s| &s.begun), 1);
 }
 
+/// A block's future, boxed (so one helper makes blocks for every test).
+type Block =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<String>, ()>> + Send>>;
+
 /// A block that records that it ran, and returns the XID it saw.
 fn marked(
     ran: &Arc<Mutex<Vec<&'static str>>>,
     name: &'static str,
-) -> impl FnOnce(
-    Option<tx::Current>,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Option<String>, ()>> + Send>,
-> {
+) -> impl FnOnce(Option<tx::Current>) -> Block {
     let ran = ran.clone();
     move |tx| {
         Box::pin(async move {

@@ -100,7 +100,7 @@ mod tests {
     }
 
     /// Key orders Java 17's `HashMap` gives for the same puts (a TCC action context
-    /// with no parameters, and with twenty: three resizes on the way).
+    /// with no parameters, with five, and with twenty: three resizes on the way).
     #[test]
     fn iteration_order_is_javas() {
         let keys = |m: &JavaHashMap<()>| m.iter().map(|(k, _)| k.to_string()).collect::<Vec<_>>();
@@ -127,6 +127,27 @@ mod tests {
                 "host-name",
                 "actionName"
             ]
+        );
+        let mut five = JavaHashMap::with_capacity(8);
+        for k in [
+            "from",
+            "to",
+            "amount",
+            "currency",
+            "orderId",
+            "action-start-time",
+            "sys::prepare",
+        ] {
+            five.put(k, ());
+        }
+        for k in keys(&business) {
+            five.put(&k, ());
+        }
+        five.put("host-name", ());
+        assert_eq!(
+            keys(&five).join(" "),
+            "amount action-start-time useTCCFence sys::prepare orderId sys::rollback sys::commit \
+             from currency to host-name actionName"
         );
         let mut big = JavaHashMap::with_capacity(8);
         for i in 0..20 {

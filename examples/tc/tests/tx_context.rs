@@ -485,7 +485,7 @@ async fn a_panic_inside_the_block_rolls_back_and_goes_on_unwinding() {
     let (w2, events2, xid2) = (w.clone(), events.clone(), xid.clone());
     let task = tokio::spawn(async move {
         let w = w2;
-        let _: Result<(), TxError<()>> =
+        let r: Result<(), TxError<()>> =
             w.tm.transactional("place-order")
                 .hook(events2)
                 .run(|tx| async {
@@ -494,6 +494,7 @@ async fn a_panic_inside_the_block_rolls_back_and_goes_on_unwinding() {
                     panic!("bug in the business code");
                 })
                 .await;
+        unreachable!("the block panicked, so run must not return: {r:?}");
     });
     let e = task.await.unwrap_err();
     assert!(e.is_panic(), "the panic goes on: {e:?}");
@@ -557,8 +558,15 @@ async fn a_block_that_outlives_its_timeout_is_rolled_back_instead_of_committed()
             .timeout(Duration::from_millis(300))
             .hook(events.clone())
             .run(|_| async {
+                let started = std::time::Instant::now();
                 w.branch().await;
-                tokio::time::sleep(Duration::from_millis(400)).await;
+                // Until the TC has timed it out and the 300 ms have passed here too (the
+                // block began after the TM's begin: past it here, past it for the TM).
+                let outlived = until(Duration::from_secs(10), || {
+                    w.stat(|s| &s.timed_out) == 1 && started.elapsed() > Duration::from_millis(300)
+                })
+                .await;
+                assert!(outlived, "the TC never timed the transaction out");
                 Ok(())
             })
             .await;

@@ -188,6 +188,9 @@ mod tests {
         assert!(read(Some("[1]")).unwrap_err().contains("not a JSON object"));
         let typed = "{\"@class\":\"java.util.HashMap\",\"actionContext\":{\"@class\":\"java.util.HashMap\",\"amount\":5}}";
         assert_eq!(read(Some(typed)).unwrap().len(), 1);
-        assert!(ActionParams::new().decimal("x", "1,5").is_err());
+        assert_eq!(
+            ActionParams::new().decimal("x", "1,5").unwrap_err(),
+            "\"1,5\" is not a decimal number"
+        );
     }
 }

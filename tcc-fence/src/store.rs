@@ -188,9 +188,16 @@ fn common(
     (insert, update, status, clean)
 }
 
-/// An index name for `table` (a schema-qualified name loses its dot).
-fn index(table: &str, what: &str) -> String {
-    format!("idx_{}_{what}", table.replace('.', "_"))
+/// The two indexes of Seata's scripts (`gmt_modified`, `status`), named per table (a
+/// schema-qualified name loses its dot) and created only if missing.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn indexes(table: &str) -> [String; 2] {
+    ["gmt_modified", "status"].map(|column| {
+        format!(
+            "CREATE INDEX IF NOT EXISTS idx_{}_{column} ON {table} ({column})",
+            table.replace('.', "_")
+        )
+    })
 }
 
 #[cfg(feature = "sqlite")]
@@ -207,22 +214,15 @@ fn sqlite(table: &str) -> Statements {
     Statements {
         // Seata ships no SQLite script: its columns, in SQLite's types (times as ISO
         // text, which sorts as time).
-        create: vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
+        create: vec![format!(
+            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
                  branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
                  status TINYINT NOT NULL, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL, \
                  PRIMARY KEY (xid, branch_id))"
-            ),
-            format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {table} (gmt_modified)",
-                index(table, "gmt_modified")
-            ),
-            format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {table} (status)",
-                index(table, "status")
-            ),
-        ],
+        )]
+        .into_iter()
+        .chain(indexes(table))
+        .collect(),
         insert,
         update,
         status,
@@ -244,24 +244,17 @@ fn postgres(table: &str) -> Statements {
     Statements {
         // Seata's script/client/tcc/db/postgresql.sql (indexes named per table, and
         // created only if missing, so the DDL can run at every start).
-        create: vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
+        create: vec![format!(
+            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
                  branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
                  status SMALLINT NOT NULL, gmt_create TIMESTAMP(3) NOT NULL, \
                  gmt_modified TIMESTAMP(3) NOT NULL, \
                  CONSTRAINT {} PRIMARY KEY (xid, branch_id))",
-                format!("pk_{}", table.replace('.', "_"))
-            ),
-            format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {table} (gmt_modified)",
-                index(table, "gmt_modified")
-            ),
-            format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {table} (status)",
-                index(table, "status")
-            ),
-        ],
+            format!("pk_{}", table.replace('.', "_"))
+        )]
+        .into_iter()
+        .chain(indexes(table))
+        .collect(),
         insert,
         update,
         status,

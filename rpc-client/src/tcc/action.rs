@@ -69,6 +69,31 @@ pub trait TccAction: Send + Sync + 'static {
     async fn rollback(&self, ctx: &BusinessActionContext) -> Result<(), String>;
 }
 
+/// A shared action (`Arc<MyAction>`) acts as the action does, so the service that runs
+/// its tries can keep a reference to the one the RM dispatches to.
+#[async_trait::async_trait]
+impl<T: TccAction + ?Sized> TccAction for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn method_names(&self) -> MethodNames {
+        (**self).method_names()
+    }
+
+    fn use_fence(&self) -> bool {
+        (**self).use_fence()
+    }
+
+    async fn commit(&self, ctx: &BusinessActionContext) -> Result<(), String> {
+        (**self).commit(ctx).await
+    }
+
+    async fn rollback(&self, ctx: &BusinessActionContext) -> Result<(), String> {
+        (**self).rollback(ctx).await
+    }
+}
+
 /// The RM's phase-two handler for TCC actions: give it to the RM builder
 /// (`.handler(actions.clone())`, with `.resource(name)` for each of
 /// [`names`](Self::names)). A branch of an action this RM does not have is answered

@@ -89,7 +89,7 @@ impl ResourceManager {
             action = action.name(),
             "TCC branch registered; running the try"
         );
-        tx::context_with_branch_type(BranchType::TCC, try_(ctx.clone()))
+        tx::context::with_branch_type(BranchType::TCC, try_(ctx.clone()))
             .await
             .map_err(|error| TccError::Try { error, ctx })
     }

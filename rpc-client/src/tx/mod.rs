@@ -35,7 +35,7 @@
 //! Task-locals are not inherited: a task spawned inside a transaction is outside it
 //! unless it runs in [`Current::scope`].
 
-mod context;
+pub(crate) mod context;
 mod error;
 mod hooks;
 #[cfg(feature = "http")]
@@ -50,5 +50,3 @@ pub use error::{Ended, TxError};
 pub use hooks::TransactionHook;
 pub use propagation::Propagation;
 pub use run::Transactional;
-
-pub(crate) use context::with_branch_type as context_with_branch_type;

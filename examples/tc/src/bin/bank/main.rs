@@ -123,7 +123,7 @@ async fn run(args: Args) -> Result<(), String> {
         .discovery(discovery, config.tx_service_group.clone())
         .application_id(&args.name)
         .resource(&action)
-        .handler(TccActions::new().with(ArcAction(ledger.clone())))
+        .handler(TccActions::new().with(ledger.clone()))
         .build()
         .await
         .map_err(|e| e.to_string())?;
@@ -142,31 +142,6 @@ async fn run(args: Args) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     meshline_example_support::wait_for_stop().await;
     Ok(())
-}
-
-/// The ledger, shared with the service, as the RM's action.
-struct ArcAction(Arc<Ledger>);
-
-#[meshline::rpc::rm::async_trait]
-impl meshline::rpc::tcc::TccAction for ArcAction {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn use_fence(&self) -> bool {
-        self.0.use_fence()
-    }
-
-    async fn commit(&self, ctx: &meshline::rpc::tcc::BusinessActionContext) -> Result<(), String> {
-        self.0.commit(ctx).await
-    }
-
-    async fn rollback(
-        &self,
-        ctx: &meshline::rpc::tcc::BusinessActionContext,
-    ) -> Result<(), String> {
-        self.0.rollback(ctx).await
-    }
 }
 
 #[tokio::main]

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 
 use gateway_world::*;
 use meshline::RegistryService;
+use meshline_testkit::net::{FaultProxy, Faults};
 use meshline_example_gateway::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource};
 
 /// Sessions in the Redis at `url`.
@@ -120,6 +121,64 @@ async fn drain_under_load_ends_with_every_client_resumed_elsewhere() {
     assert_eq!(forwarded, total);
     let at_backends: u64 = w.backends.iter().map(|b| b.requests()).sum();
     assert_eq!(at_backends, total);
+    b.shutdown().await;
+    w.gateway.shutdown().await;
+}
+
+/// The advice waits for the store: with A's Redis cut (a proxy that passes nothing), a
+/// client that has just logged in on A is not told to move before A has written its
+/// session, so once the cut ends B resumes that same session (a client advised at once
+/// finds it unknown on B and gets a new one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advice_waits_until_the_session_is_in_the_store() {
+    let redis = Redis::start().unwrap();
+    let proxy = FaultProxy::start(redis.addr().parse().unwrap()).unwrap();
+    let via_proxy = format!("redis://{}/", proxy.addr());
+    let w = world(1, |s| {
+        use_redis(s, &via_proxy);
+        s.drain.deadline = Duration::from_secs(15);
+    })
+    .await;
+    let b = w.another_gateway("gw-b", |s| use_redis(s, &redis.url())).await;
+    let a_addr = w.gateway.local_addr();
+    proxy.set(Faults {
+        blackhole: true,
+        ..Faults::default()
+    });
+    let minter = TokenMinter::new(SECRET);
+    let tokens: TokenSource = Arc::new(move || minter.mint("p0", Duration::from_secs(60)));
+    let gateways = Gateways::registry(w.registry.clone(), "gateway");
+    let c = RoamingClient::connect(a_addr, gateways, tokens, RoamOptions::default())
+        .await
+        .unwrap();
+    let first = c.current().welcome.clone();
+    assert_eq!(first.gateway, "gw-a");
+    let failures = w.gateway.session_store_failures();
+    let script = async {
+        until_async("A left the registry", Duration::from_secs(5), async || {
+            !registered(&w).await.contains(&a_addr)
+        })
+        .await;
+        until("a failed write on A", Duration::from_secs(5), || {
+            w.gateway.session_store_failures() > failures
+        })
+        .await;
+        assert_eq!(
+            (c.moves(), c.current().welcome.gateway.as_str()),
+            (0, "gw-a"),
+            "advised before its session was in the store"
+        );
+        proxy.set(Faults::default());
+        until("the client moved", Duration::from_secs(10), || c.moves() == 1).await;
+    };
+    let (report, ()) = tokio::join!(w.gateway.drain(), script);
+    assert!(report.in_time && report.flushed, "{report:?}");
+    assert_eq!(report.advised, 1, "{report:?}");
+    let now = c.current().welcome.clone();
+    assert_eq!(now.gateway, "gw-b");
+    assert_eq!(now.session, first.session, "B did not find the session");
+    let r = c.request(modules::LOBBY, 2, "after the move").await.unwrap();
+    assert_eq!(&r[..], b"after the move");
     b.shutdown().await;
     w.gateway.shutdown().await;
 }

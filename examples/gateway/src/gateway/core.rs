@@ -303,6 +303,12 @@ impl Gateway {
         self.shared.sessions.len()
     }
 
+    /// Session store operations that failed so far (writes are retried; a resume that
+    /// could not ask the store was refused).
+    pub fn session_store_failures(&self) -> u64 {
+        self.shared.sessions.store_failures()
+    }
+
     /// Session `id`, if this gateway holds it.
     pub fn session(&self, id: &str) -> Option<Arc<Session>> {
         self.shared.sessions.get(id)

@@ -10,14 +10,19 @@
 //!    refused by the kernel, not accepted and dropped);
 //! 3. every connected client gets a **`RECONNECT` advice** frame (module 0, op 8,
 //!    payload `drain.reason`; reliable). A client admitted while the drain runs (it was
-//!    accepted just before) is advised too. The connection keeps serving: requests
-//!    already sent are answered here, and the client leaves at a quiet moment of its
-//!    own, resuming its session on another gateway (see `crate::roaming`);
+//!    accepted just before) is advised too. With a shared session store the advice
+//!    waits until the sessions' changes are written (a store that cannot be written
+//!    holds it, up to the deadline): an advised client resumes elsewhere at once, and
+//!    the other gateway finds its session only in the store. The connection keeps
+//!    serving: requests already sent are answered here, and the client leaves at a
+//!    quiet moment of its own, resuming its session on another gateway (see
+//!    `crate::roaming`);
 //! 4. the drain **waits** until at most `drain.threshold` clients are connected, or
 //!    until `drain.deadline` has passed since it started;
 //! 5. clients still connected are **closed**: a `KICK` frame (code 5, `DRAIN`) with
-//!    the reason, then the connection ends (WebSocket close code 1001, "going away"). Their sessions are kept
-//!    (detached), so with the Redis session store they can still resume elsewhere;
+//!    the reason, then the connection ends (WebSocket close code 1001, "going away").
+//!    Their sessions are kept (detached), so with the Redis session store they can
+//!    still resume elsewhere;
 //! 6. sessions are **flushed** to the store, so another gateway resumes them with their
 //!    last bindings, groups and user state.
 //!
@@ -259,17 +264,27 @@ pub(crate) async fn run(
     let deadline = tokio::time::Instant::now() + settings.deadline;
     let mut advised: HashMap<String, Weak<Link>> = HashMap::new();
     let mut count = 0;
+    let mut held_for_store = false;
     let in_time = loop {
         let now = connected(shared);
-        for (id, link) in &now {
-            let known = advised
-                .get(id)
-                .is_some_and(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, link)));
-            if !known {
+        let new: Vec<_> = now
+            .iter()
+            .filter(|(id, link)| {
+                !advised
+                    .get(id)
+                    .is_some_and(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, link)))
+            })
+            .collect();
+        // An advised client resumes elsewhere at once, and another gateway finds its
+        // session only in the store: the advice waits until the session is written.
+        if !new.is_empty() && shared.sessions.flush().await {
+            for (id, link) in new {
                 link.outbound.push(advice(&settings.reason));
                 advised.insert(id.clone(), Arc::downgrade(link));
                 count += 1;
             }
+        } else if !new.is_empty() {
+            held_for_store = true;
         }
         if now.len() <= settings.threshold {
             break true;
@@ -282,6 +297,9 @@ pub(crate) async fn run(
             _ = shared.stop.cancelled() => break false,
         }
     };
+    if held_for_store {
+        tracing::warn!("draining: advice was held while the session store could not be written");
+    }
     // 5. Close the rest (above the threshold: the deadline passed).
     let mut closed = 0;
     if !in_time {

@@ -73,6 +73,8 @@ pub mod names {
     pub const HANDSHAKE_TIMEOUTS: &str = "gateway_handshake_timeouts_total";
     /// Counter: connections that closed before sending a frame (not refusals).
     pub const CLOSED_BEFORE_FRAME: &str = "gateway_closed_before_frame_total";
+    /// Counter: session store operations that failed (writes are retried).
+    pub const SESSION_STORE_FAILURES: &str = "gateway_session_store_failures_total";
     /// Counter: client messages forwarded to backends.
     pub const FORWARDED: &str = "gateway_forwarded_total";
     /// Counter: frames pushed to clients by backends (after fan-out).
@@ -194,6 +196,10 @@ fn describe() {
         CLOSED_BEFORE_FRAME,
         "Connections that closed before sending a frame (not refusals)."
     );
+    counter!(
+        SESSION_STORE_FAILURES,
+        "Session store operations that failed (writes are retried)."
+    );
     counter!(FORWARDED, "Client messages forwarded to backends.");
     counter!(
         PUSHED,
@@ -305,6 +311,8 @@ fn refresh(shared: &Shared) {
     }
     metrics::counter!(names::KEYS_MOVED, "gateway" => gw.clone())
         .absolute(shared.keys.moved_total());
+    metrics::counter!(names::SESSION_STORE_FAILURES, "gateway" => gw.clone())
+        .absolute(shared.sessions.store_failures());
     for (name, value) in [
         (names::ADMITTED, &stats.admitted),
         (names::REBOUND, &stats.rebound),

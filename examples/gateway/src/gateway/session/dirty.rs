@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -18,6 +19,10 @@ pub(super) enum Change {
 pub(super) struct Dirty {
     pub ids: Mutex<HashMap<String, Change>>,
     pub wake: Notify,
+    /// Held by a flush while it writes: a flush that returns `true` has seen every
+    /// change marked before it began written, including those another flush had taken
+    /// and was still writing.
+    pub flushing: tokio::sync::Mutex<()>,
 }
 
 impl Dirty {
@@ -50,16 +55,24 @@ impl Dirty {
     }
 }
 
-/// Logs a store failure at warn at most every ten seconds, counting the rest.
+/// Logs a store failure at warn at most every ten seconds, counting the rest (and all
+/// of them, for [`failures`](Self::failures)).
 #[derive(Debug, Default)]
 pub(super) struct WarnLimiter {
     state: Mutex<(Option<Instant>, u64)>,
+    failures: AtomicU64,
 }
 
 impl WarnLimiter {
     const EVERY: Duration = Duration::from_secs(10);
 
+    /// Store operations that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
     pub fn warn(&self, what: &str, error: &dyn std::fmt::Display) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
         let suppressed = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if st.0.is_some_and(|t| t.elapsed() < Self::EVERY) {

@@ -29,11 +29,19 @@ impl Sessions {
         self.dirty.as_ref().map_or(0, |d| d.len())
     }
 
+    /// Session store operations that failed so far (writes are retried; a resume
+    /// that could not ask the store was refused).
+    pub fn store_failures(&self) -> u64 {
+        self.warn.failures()
+    }
+
     /// Writes marked changes now; false when the store failed (they stay marked).
+    /// When it returns true, every change marked before the call is in the store.
     pub async fn flush(&self) -> bool {
         let Some(dirty) = &self.dirty else {
             return true;
         };
+        let _one_at_a_time = dirty.flushing.lock().await;
         let mut changes = dirty.take().into_iter();
         while let Some((id, change)) = changes.next() {
             let result = match change {

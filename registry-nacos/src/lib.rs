@@ -112,7 +112,8 @@ use meshline_registry_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::grpc::client::{Listener, NamingClient};
+use crate::grpc::client::NamingClient;
+use crate::grpc::shared::Listener;
 use crate::grpc::wire::ServiceInfo;
 pub use crate::grpc::{
     Error as NacosError, HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, ServiceInstance,

@@ -51,6 +51,14 @@ pub struct CallLimits {
     pub breaker: Option<BreakerSettings>,
 }
 
+impl CallLimits {
+    /// The per-endpoint cap a new connection starts with (`None`: no cap).
+    pub(crate) fn endpoint_limit(&self) -> Option<std::sync::Arc<ConcurrencyLimit>> {
+        self.max_in_flight_per_endpoint
+            .map(|cap| std::sync::Arc::new(ConcurrencyLimit::new(cap)))
+    }
+}
+
 /// Which limit refused a call ([`RpcError::LimitReached`](crate::RpcError::LimitReached)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitScope {

@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 
 use gateway_world::*;
 use meshline::RegistryService;
-use meshline_testkit::net::{FaultProxy, Faults};
 use meshline_example_gateway::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource};
+use meshline_testkit::net::{FaultProxy, Faults};
 
 /// Sessions in the Redis at `url`.
 fn use_redis(s: &mut GatewaySettings, url: &str) {
@@ -139,7 +139,9 @@ async fn the_advice_waits_until_the_session_is_in_the_store() {
         s.drain.deadline = Duration::from_secs(15);
     })
     .await;
-    let b = w.another_gateway("gw-b", |s| use_redis(s, &redis.url())).await;
+    let b = w
+        .another_gateway("gw-b", |s| use_redis(s, &redis.url()))
+        .await;
     let a_addr = w.gateway.local_addr();
     proxy.set(Faults {
         blackhole: true,
@@ -169,7 +171,10 @@ async fn the_advice_waits_until_the_session_is_in_the_store() {
             "advised before its session was in the store"
         );
         proxy.set(Faults::default());
-        until("the client moved", Duration::from_secs(10), || c.moves() == 1).await;
+        until("the client moved", Duration::from_secs(10), || {
+            c.moves() == 1
+        })
+        .await;
     };
     let (report, ()) = tokio::join!(w.gateway.drain(), script);
     assert!(report.in_time && report.flushed, "{report:?}");
@@ -177,7 +182,10 @@ async fn the_advice_waits_until_the_session_is_in_the_store() {
     let now = c.current().welcome.clone();
     assert_eq!(now.gateway, "gw-b");
     assert_eq!(now.session, first.session, "B did not find the session");
-    let r = c.request(modules::LOBBY, 2, "after the move").await.unwrap();
+    let r = c
+        .request(modules::LOBBY, 2, "after the move")
+        .await
+        .unwrap();
     assert_eq!(&r[..], b"after the move");
     b.shutdown().await;
     w.gateway.shutdown().await;

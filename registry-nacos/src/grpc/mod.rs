@@ -1,7 +1,8 @@
 //! Our own Nacos 2 naming client over gRPC (see [`client`] for why it is not
 //! nacos-sdk's): [`proto`] the two protobuf messages, [`wire`] the JSON bodies,
 //! [`auth`] login and signatures, [`server`] one server of the list, [`conn`] one
-//! connection, [`client`] the client's calls and what it redoes, `verify` the check
+//! connection, [`client`] the client's calls, `shared` what the client and its supervisor share
+//! (the connection's state, what is redone), `verify` the check
 //! that the server still lists what the client registered, and `supervisor` the task
 //! that keeps one connection live and moves it when it dies.
 
@@ -10,11 +11,12 @@ pub(crate) mod client;
 pub(crate) mod conn;
 pub(crate) mod proto;
 pub(crate) mod server;
+pub(crate) mod shared;
 mod supervisor;
 mod verify;
 pub(crate) mod wire;
 
-pub use client::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
+pub use supervisor::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES};
 pub use verify::VERIFY_PERIOD;
 pub use wire::ServiceInstance;
 

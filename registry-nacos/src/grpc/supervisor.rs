@@ -5,10 +5,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{Shared, State};
+use super::VERIFY_PERIOD;
 use super::conn::{Conn, OPEN_TIMEOUT, PushFn, Setup};
 use super::server::Server;
-use super::{HEALTH_PERIOD, HEALTH_TIMEOUT, HEALTH_TRIES, VERIFY_PERIOD};
+use super::shared::{Shared, State};
+
+/// How often a live connection is checked.
+pub const HEALTH_PERIOD: Duration = Duration::from_secs(2);
+/// How long one health check may go unanswered.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How many health checks in a row may go unanswered before the connection is left
+/// (the next is sent as soon as one times out). A server silent from just after a
+/// check is so left `HEALTH_PERIOD + HEALTH_TRIES x HEALTH_TIMEOUT` (5 s) later at
+/// most; one that stalls for less than 3 s (a GC pause) is kept.
+pub const HEALTH_TRIES: u32 = 2;
 
 /// The longest wait between two rounds of failed connects.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);

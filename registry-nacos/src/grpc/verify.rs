@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
-use super::client::{Registered, Shared, parse_info, same};
 use super::conn::Conn;
+use super::shared::{Registered, Shared, parse_info, same};
 use super::wire::ServiceInstance;
 use super::{Error, lock};
 

@@ -2,8 +2,6 @@
 //! breaker a call passes before it is sent, the per-endpoint cap an attempt passes
 //! before it uses an endpoint, and what a call's result tells the breaker.
 
-use std::sync::Arc;
-
 use super::membership::Membership;
 use super::membership::alive::AliveEndpoint;
 use super::metrics::Counter;
@@ -166,13 +164,6 @@ pub(crate) fn endpoints_at_cap(members: &Membership, cap: usize) -> RpcError {
         scope: LimitScope::Endpoint,
         limit: cap,
     }
-}
-
-/// The per-endpoint limit a new connection starts with.
-pub(crate) fn endpoint_limit(limits: &CallLimits) -> Option<Arc<ConcurrencyLimit>> {
-    limits
-        .max_in_flight_per_endpoint
-        .map(|cap| Arc::new(ConcurrencyLimit::new(cap)))
 }
 
 #[cfg(test)]

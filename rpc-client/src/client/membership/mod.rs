@@ -170,7 +170,7 @@ impl Membership {
             AliveEndpoint::new(
                 instance,
                 conn.clone(),
-                crate::client::limits::endpoint_limit(&self.options.limits),
+                self.options.limits.endpoint_limit(),
                 ramp_from,
             ),
         );

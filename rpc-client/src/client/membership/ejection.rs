@@ -22,10 +22,11 @@
 //! endpoint". The `outlier` module ejects by rate through the same door.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meshline_loadbalance::Edit;
 use meshline_registry_core::InstanceKey;
+use tokio::time::Instant;
 
 use super::Membership;
 use super::alive::{AliveEndpoint, EndpointState};

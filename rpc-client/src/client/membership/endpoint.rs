@@ -8,7 +8,7 @@
 //! with growing delays rather than every 50–100 ms forever.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meshline_registry_core::{Backoff, Instance, InstanceKey};
 use tokio::net::TcpStream;
@@ -199,7 +199,8 @@ pub(crate) async fn endpoint_task(
                     let _ = task.await;
                     break;
                 }
-                let up_since = Instant::now();
+                // Tokio's clock, as the backoff's sleeps are: one clock for both.
+                let up_since = tokio::time::Instant::now();
                 tokio::select! {
                     reason = &mut task => {
                         let reason = reason
@@ -252,5 +253,141 @@ pub(crate) async fn endpoint_task(
             _ = stopped(&mut cmd) => break,
             _ = c.shutdown.cancelled() => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The task's schedule in tokio's paused time, where every delay is exact: the
+    //! connects and drops are real loopback sockets (ready at once), the waits virtual.
+    //! `rpc-client/tests/client.rs` keeps the real-time test against a restarted server.
+
+    use std::sync::Mutex;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// What the task reported, when (tokio's clock).
+    #[derive(Default)]
+    struct Log(Mutex<Vec<(Instant, &'static str)>>);
+
+    impl Reports for Log {
+        fn report(&self, _: &InstanceKey, _: u64, r: Report<'_>) -> bool {
+            let kind = match r {
+                Report::Connecting => "connecting",
+                Report::Connected { .. } => "connected",
+                Report::Lost { .. } => "lost",
+                Report::Failed(_) => "failed",
+            };
+            self.0.lock().unwrap().push((Instant::now(), kind));
+            true
+        }
+    }
+
+    impl Log {
+        /// The waits between each report of `after` and the next `connecting`.
+        fn waits_after(&self, after: &str) -> Vec<Duration> {
+            let log = self.0.lock().unwrap();
+            log.windows(2)
+                .filter(|w| w[0].1 == after && w[1].1 == "connecting")
+                .map(|w| w[1].0 - w[0].0)
+                .collect()
+        }
+
+        fn kinds(&self) -> Vec<&'static str> {
+            self.0.lock().unwrap().iter().map(|(_, k)| *k).collect()
+        }
+    }
+
+    /// Backoff 50 ms doubling to 400 ms, connections counted stable after 1 s, no
+    /// heartbeat (its idle timers would be the only other clock in play).
+    fn connector(shutdown: &CancellationToken) -> Arc<Connector> {
+        let o = ClientOptions {
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(400),
+            stable_after: Duration::from_secs(1),
+            heartbeat: false,
+            ..ClientOptions::default()
+        };
+        Arc::new(Connector::new(&o, None, None, shutdown.clone()))
+    }
+
+    /// Runs the task against `addr` for `for_` of virtual time, then shuts it down.
+    async fn run(addr: std::net::SocketAddr, for_: Duration) -> Arc<Log> {
+        let shutdown = CancellationToken::new();
+        let log = Arc::new(Log::default());
+        let instance = Arc::new(Instance::new("127.0.0.1", addr.port()).unwrap());
+        let (_cmd, rx) = watch::channel(true);
+        let task = tokio::spawn(endpoint_task(
+            connector(&shutdown),
+            log.clone(),
+            instance,
+            1,
+            rx,
+        ));
+        tokio::time::sleep(for_).await;
+        shutdown.cancel();
+        task.await.unwrap();
+        log
+    }
+
+    /// Wait `n` after a failure is drawn from `[d/2, d]`, `d` = 50 ms doubling to 400.
+    fn assert_schedule(waits: &[Duration], first: u32) {
+        for (i, w) in waits.iter().enumerate() {
+            let d = Duration::from_millis(400)
+                .min(Duration::from_millis(50) * 2u32.pow(first + i as u32));
+            assert!(
+                *w >= d / 2 && *w <= d,
+                "wait {i}: {w:?}, not in [{:?}, {d:?}]",
+                d / 2
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_port_is_retried_on_the_doubling_jittered_schedule() {
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let log = run(closed, Duration::from_secs(3)).await;
+        let waits = log.waits_after("failed");
+        // 25-50, 50-100, 100-200, 200-400, then 200-400 ms each: at least 9 in 3 s.
+        assert!(waits.len() >= 9, "{waits:?}");
+        assert_schedule(&waits, 0);
+        // The connects fail at once (refused), not by their timeout.
+        let log = log.0.lock().unwrap();
+        for w in log.windows(2).filter(|w| w[0].1 == "connecting") {
+            assert_eq!((w[1].1, w[1].0 - w[0].0), ("failed", Duration::ZERO));
+        }
+    }
+
+    /// A server that accepts and drops every connection is retried with growing waits;
+    /// a connection that stayed up for `stable_after` starts the schedule again.
+    #[tokio::test(start_paused = true)]
+    async fn only_a_connection_that_stayed_up_resets_the_backoff() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            for n in 0.. {
+                let (s, _) = listener.accept().await.unwrap();
+                // The fourth connection lives 1.1 s (past stable_after); the others
+                // end at once.
+                if n == 3 {
+                    tokio::time::sleep(Duration::from_millis(1100)).await;
+                }
+                drop(s);
+            }
+        });
+        let log = run(addr, Duration::from_secs(3)).await;
+        let kinds = log.kinds();
+        assert!(kinds.iter().all(|k| *k != "failed"), "{kinds:?}");
+        let waits = log.waits_after("lost");
+        assert!(waits.len() >= 6, "{waits:?}");
+        // Three quick drops: 50, 100, 200 ms nominal.
+        assert_schedule(&waits[..3], 0);
+        // The fourth lived 1.1 s: back to 50 ms, and growing again from there.
+        assert_schedule(&waits[3..], 0);
     }
 }

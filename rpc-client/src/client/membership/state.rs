@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use meshline_registry_core::{Instance, InstanceKey};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::alive::{AliveEndpoint, EndpointState};
 

@@ -1,0 +1,124 @@
+//! The ejection schedule in tokio's paused time, where every duration is exact: an
+//! endpoint whose answers keep failing is out of the picks for the ejection time,
+//! doubled for each ejection in a row up to the longest, and back at once when a PING
+//! is answered; an ejection more than a minute after its return starts the row again.
+//! The servers and connections are real loopback ones (ready at once); only the waits
+//! are virtual. `silent_peers.rs` and `outlier_detection.rs` keep the real-time tests.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use meshline_rpc_client::{
+    CallOptions, Classifier, ClientOptions, EndpointState, Outcome, Payload, RpcClient,
+};
+use tokio::time::Instant;
+
+/// One step of virtual time between two looks at the endpoint's state.
+const STEP: Duration = Duration::from_millis(1);
+
+fn state_of(client: &RpcClient, port: u16) -> EndpointState {
+    client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.instance.port() == port)
+        .map(|e| e.state)
+        .expect("followed")
+}
+
+fn ejected(client: &RpcClient, port: u16) -> bool {
+    matches!(state_of(client, port), EndpointState::Ejected(_))
+}
+
+/// Calls until `port` is ejected (every call is answered: a failing answer is one the
+/// classifier reads); returns when it was.
+async fn call_until_ejected(client: &RpcClient, port: u16) -> Instant {
+    for _ in 0..1000 {
+        client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .expect("every call is answered");
+        if ejected(client, port) {
+            return Instant::now();
+        }
+    }
+    panic!("not ejected after 1000 calls: {:?}", state_of(client, port));
+}
+
+/// How long `port` stays ejected from `since`, looked at every [`STEP`].
+async fn ejected_for(client: &RpcClient, port: u16, since: Instant) -> Duration {
+    while ejected(client, port) {
+        assert!(since.elapsed() < Duration::from_secs(60), "never back");
+        tokio::time::sleep(STEP).await;
+    }
+    assert_eq!(state_of(client, port), EndpointState::Alive);
+    since.elapsed()
+}
+
+/// Within a step of `want` (the look that saw it back came at most a step later).
+fn about(got: Duration, want: Duration) -> bool {
+    got >= want && got <= want + STEP * 2
+}
+
+#[tokio::test(start_paused = true)]
+async fn ejections_in_a_row_double_up_to_the_longest_and_a_late_one_starts_again() {
+    let (a, b) = (start("a", Mode::Echo).await, start("b", Mode::Echo).await);
+    let hub = hub();
+    publish(&hub, &[&a, &b]);
+    let port = b.addr().port();
+    // b's answers fail while `sick`.
+    let sick = Arc::new(AtomicBool::new(true));
+    let s = sick.clone();
+    let classifier = Classifier::new(move |answer: &Payload| {
+        if s.load(Ordering::SeqCst) && answer.head.get("server") == Some("b") {
+            Outcome::ServerFailure
+        } else {
+            Outcome::Success
+        }
+    });
+    let mut o = ClientOptions {
+        eject_after_failures: 3,
+        ejection_time: Duration::from_secs(1),
+        // No idle timers: the only clocks are the ejection's.
+        heartbeat: false,
+        classifier: Some(classifier),
+        ..ClientOptions::default()
+    };
+    o.outlier.max_ejection_time = Duration::from_secs(4);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .options(o)
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(2, Duration::from_secs(1)).await.unwrap();
+
+    // Still failing on its return, each ejection follows the last: 1, 2, 4, 4 s.
+    for want in [1, 2, 4, 4].map(Duration::from_secs) {
+        let since = call_until_ejected(&client, port).await;
+        let out = ejected_for(&client, port, since).await;
+        assert!(about(out, want), "ejected for {out:?}, want {want:?}");
+    }
+    // Healed: its answers clear the row of failures.
+    sick.store(false, Ordering::SeqCst);
+    for _ in 0..10 {
+        client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&client, port), EndpointState::Alive);
+    // Failing again more than a minute after it came back: a new row, 1 s.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    sick.store(true, Ordering::SeqCst);
+    let since = call_until_ejected(&client, port).await;
+    let out = ejected_for(&client, port, since).await;
+    assert!(about(out, Duration::from_secs(1)), "ejected for {out:?}");
+    // Within the minute: in the same row, 2 s.
+    let since = call_until_ejected(&client, port).await;
+    let out = ejected_for(&client, port, since).await;
+    assert!(about(out, Duration::from_secs(2)), "ejected for {out:?}");
+    client.shutdown(Duration::from_secs(1)).await;
+}

@@ -171,11 +171,14 @@ fn follow_mapping(
     // Snapshots and health are awaited on two clones of one watch (each wait needs the
     // watch mutably).
     let mut health = inner.clone();
+    // A read asked for on this watch is asked of the cluster followed now.
+    let asks = hub.refresher(&group);
     tokio::spawn(async move {
         let mut config_open = true;
         loop {
             tokio::select! {
                 _ = hub.watchers_gone(&group) => break,
+                _ = asks.requested() => inner.refresher().request(),
                 next = inner.next() => match next {
                     Ok(s) => {
                         mirror_health(&hub, &group, &inner.health());

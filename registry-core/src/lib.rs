@@ -113,4 +113,4 @@ pub use meshline_config::{Backoff, Config};
 pub use meshline_instance::{AddressError, Instance, InstanceKey, identity_order, sorted_unique};
 pub use nearby::Nearby;
 pub use registry::RegistryService;
-pub use watch::{EmptyProtection, Health, PublishOutcome, Snapshot, Watch, WatchHub};
+pub use watch::{EmptyProtection, Health, PublishOutcome, Refresher, Snapshot, Watch, WatchHub};

@@ -336,6 +336,12 @@ impl WatchScope {
         &self.life
     }
 
+    /// Where this cluster's watchers ask for a read now ([`Watch::refresher`](crate::Watch::refresher)):
+    /// a follow task whose registry is polled waits on it beside its poll.
+    pub fn refresher(&self) -> crate::Refresher {
+        self.life.hub().refresher(&self.cluster)
+    }
+
     /// Resolves when the task must stop (client closed, or no watch left).
     pub async fn stopped(&self) {
         self.token.cancelled().await

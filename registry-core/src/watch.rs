@@ -10,7 +10,10 @@
 //! [`Watch`] is also a `futures::Stream` of the same snapshots (see `watch/stream.rs`),
 //! ending when the registry is closed.
 
+mod refresh;
 mod stream;
+
+pub use refresh::Refresher;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -119,6 +122,7 @@ pub enum PublishOutcome {
 struct Channel {
     snapshot: watch::Sender<Snapshot>,
     health: watch::Sender<Health>,
+    refresh: Refresher,
 }
 
 impl Channel {
@@ -126,6 +130,7 @@ impl Channel {
         Channel {
             snapshot: watch::Sender::new(Snapshot::new(Vec::new(), 0)),
             health: watch::Sender::new(Health::Connected),
+            refresh: Refresher::default(),
         }
     }
 }
@@ -253,9 +258,16 @@ impl WatchHub {
             kind: self.kind,
             snapshot: ch.snapshot.subscribe(),
             health: ch.health.subscribe(),
+            refresh: ch.refresh.clone(),
             delivered_first: false,
             changed: stream::Changed::default(),
         }
+    }
+
+    /// Where the watchers of `cluster` ask for a read now ([`Watch::refresher`]): the
+    /// backend's follow task waits on it.
+    pub fn refresher(&self, cluster: &str) -> Refresher {
+        self.channel(cluster).refresh.clone()
     }
 
     /// Resolves once no [`Watch`] on `cluster` is left (at once when there is none or
@@ -405,6 +417,7 @@ pub struct Watch {
     kind: &'static str,
     snapshot: watch::Receiver<Snapshot>,
     health: watch::Receiver<Health>,
+    refresh: Refresher,
     delivered_first: bool,
     /// The wait for the next change while the watch is polled as a stream.
     changed: stream::Changed,
@@ -418,6 +431,7 @@ impl Clone for Watch {
             kind: self.kind,
             snapshot: self.snapshot.clone(),
             health: self.health.clone(),
+            refresh: self.refresh.clone(),
             delivered_first: self.delivered_first,
             changed: stream::Changed::default(),
         }
@@ -468,6 +482,12 @@ impl Watch {
             .await
             .map_err(|_| RegistryError::Closed { kind: self.kind })?;
         Ok(self.health.borrow_and_update().clone())
+    }
+
+    /// Asks the registry to read this cluster again now, for a client that learned
+    /// from a server that its list is out of date (see [`Refresher`]).
+    pub fn refresher(&self) -> Refresher {
+        self.refresh.clone()
     }
 
     /// The registry type this watch comes from.

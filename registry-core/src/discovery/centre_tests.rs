@@ -63,6 +63,11 @@ async fn a_watch_by_group_moves_with_the_mapping() {
         .unwrap()
         .unwrap();
     assert_eq!(s.instances()[0].to_string(), "10.0.0.3:8091");
+    // A read asked for on the watch is asked of the cluster followed now.
+    w.refresher().request();
+    tokio::time::timeout(Duration::from_secs(2), hub.refresher("b").requested())
+        .await
+        .expect("the ask reached the registry's watch of b");
     // Health is mirrored.
     hub.mark_stale("b", "lost it");
     let h = tokio::time::timeout(Duration::from_secs(2), w.health_changed())

@@ -16,6 +16,7 @@ pub(super) const PULL_PERIOD: Duration = Duration::from_secs(30);
 /// Follows `scope`'s vGroup from `term` until the scope stops.
 pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) {
     let vgroup = scope.cluster().to_string();
+    let asks = scope.refresher();
     let mut backoff = Backoff::default();
     let mut last_pull = Instant::now();
     let mut healthy = true;
@@ -29,6 +30,8 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
             tokio::select! {
                 _ = scope.stopped() => return,
                 r = inner.watch_once(&vgroup, term) => r,
+                // A client learned from a TC that the list is out of date.
+                _ = asks.requested() => Ok(true),
             }
         };
         let result = match changed {

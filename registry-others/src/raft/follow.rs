@@ -1,4 +1,5 @@
-//! Following one raft group: the watch long poll, a forced read every
+//! Following one raft group: the watch long poll, a read at once when a client asks
+//! (see [`Refresher`](meshline_registry_core::Refresher)), a forced read every
 //! `metadataMaxAgeMs`, and recovery (stale, backoff, next TC) when no TC answers, as
 //! `RaftRegistryServiceImpl.startQueryMetadata` does.
 
@@ -13,6 +14,7 @@ use super::client::CallError;
 /// Follows `scope`'s raft group from `term` until the scope stops.
 pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) {
     let group = scope.cluster().to_string();
+    let asks = scope.refresher();
     let mut backoff = Backoff::default();
     let mut last_read = Instant::now();
     let mut healthy = true;
@@ -27,6 +29,9 @@ pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) 
             tokio::select! {
                 _ = scope.stopped() => return,
                 r = inner.watch(&group, term) => r,
+                // A client learned from a TC that the list is out of date (a
+                // follower answered `NotRaftLeader`).
+                _ = asks.requested() => Ok(true),
             }
         };
         let result = match changed {

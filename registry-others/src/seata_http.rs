@@ -1,6 +1,6 @@
 //! What the two Seata-server backends (`raft`, `seata`/namingserver) share: a list of
 //! HTTP servers tried in turn (the one that answered last first), one call with a
-//! capped body, and the reading of Seata's `Node` JSON
+//! capped body, the console login ([`Login`]), and the reading of Seata's `Node` JSON
 //! (`common/src/main/java/org/apache/seata/common/metadata/Node.java`) into an
 //! [`Instance`].
 
@@ -13,6 +13,10 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::common::{error_chain, read_capped, split_addrs};
+
+mod login;
+
+pub(crate) use login::{Login, LoginError};
 
 /// An HTTP server list, `host:port` or `http(s)://host:port` each, tried in turn.
 #[derive(Debug)]

@@ -233,3 +233,102 @@ async fn unreachable_namingservers_fail_connect() {
         .to_string();
     assert!(e.contains(&port.to_string()) && e.contains("health"), "{e}");
 }
+
+const USER: &str = "seata";
+const SECRET: &str = "Naming-Secret-7e21";
+
+fn with_login() -> NamingserverDouble {
+    NamingserverDouble::start(NamingserverDoubleOptions {
+        heartbeat_threshold: THRESHOLD,
+        check_period: CHECK,
+        credentials: Some((USER.into(), SECRET.into())),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Seata 2.4+'s namingserver login: without credentials every call but the health
+/// check is refused with an error naming the keys; a wrong password fails `connect`
+/// naming them, never showing it; with the right ones every call carries the token,
+/// and a token the server no longer takes is renewed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_guards_every_call_and_a_wrong_password_names_the_keys() {
+    init_logs();
+    const WRONG: &str = "Wrong-Secret-4f0a";
+    let d = with_login();
+    let login = |pass: &str| {
+        config_with(
+            &d.server_addr(),
+            &[
+                ("registry.seata.username", USER),
+                ("registry.seata.password", pass),
+            ],
+        )
+    };
+    let none = connect(&config_with(&d.server_addr(), &[])).await;
+    let e = none.lookup("g").await.unwrap_err().to_string();
+    assert!(
+        e.contains("HTTP 401") && e.contains("registry.seata.username and registry.seata.password"),
+        "{e}"
+    );
+    let wrong = login(WRONG);
+    let e = try_connect(&wrong).await.unwrap_err().to_string();
+    assert!(
+        e.contains("refused") && e.contains(USER) && e.contains("registry.seata.password"),
+        "{e}"
+    );
+    let settings = format!("{:?}", NamingserverSettings::from_config(&wrong).unwrap());
+    for shown in [&e, &settings] {
+        assert!(!shown.contains(WRONG), "the password is shown: {shown}");
+    }
+
+    let reg = connect(&login(SECRET)).await;
+    assert_eq!(d.logins(), 1, "one login at connect");
+    let tc = inst("127.0.0.1:18091");
+    reg.register("g", &tc).await.unwrap();
+    let mut w = reg.watch("g").await.unwrap();
+    assert_eq!(addrs(&w.next().await.unwrap()), ["127.0.0.1:18091"]);
+    let refused = d.refused();
+    // The server forgets its tokens: the next call is refused once, logs in again and
+    // goes through.
+    d.expire_tokens();
+    let other = inst("127.0.0.1:18092");
+    reg.register("g", &other).await.unwrap();
+    let got = wait_for(&mut w, WAIT, "both TCs", |s| s.len() == 2).await;
+    assert_eq!(addrs(&got), ["127.0.0.1:18091", "127.0.0.1:18092"]);
+    assert!(d.refused() > refused, "the expired token was never refused");
+    assert!(d.logins() >= 2, "no new login after the 401");
+    reg.close().await.unwrap();
+}
+
+/// A TC of a Seata raft cluster registers with its role and the raft term: a client
+/// lists the leader of the current term only, and the new leader after a change
+/// (`handleMetadata`); a cluster of `MEMBER`s lists every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_cluster_lists_its_leader_of_the_term() {
+    init_logs();
+    let d = double();
+    let tc = |port: u16, role: &str, term: i64| {
+        serde_json::json!({
+            "control": {"host": "127.0.0.1", "port": port - 1000},
+            "transaction": {"host": "127.0.0.1", "port": port},
+            "role": role, "term": term, "weight": 1.0, "healthy": true,
+            "metadata": {"cluster-type": "raft", "vGroup": {"g": "u"}},
+        })
+    };
+    for (port, role) in [(19091, "LEADER"), (19092, "FOLLOWER"), (19093, "LEARNER")] {
+        assert!(d.register_raw("public", "raft", "u", tc(port, role, 5)));
+    }
+    let reg = connect(&config_with(&d.server_addr(), &[])).await;
+    let mut w = reg.watch("g").await.unwrap();
+    assert_eq!(addrs(&w.next().await.unwrap()), ["127.0.0.1:19091"]);
+    // A new leader in term 6: it and the old one re-register with their new roles.
+    assert!(d.register_raw("public", "raft", "u", tc(19092, "LEADER", 6)));
+    assert!(d.register_raw("public", "raft", "u", tc(19091, "FOLLOWER", 6)));
+    let got = wait_for(&mut w, WAIT, "the new leader", |s| {
+        addrs(s) == ["127.0.0.1:19092"]
+    })
+    .await;
+    assert_eq!(addrs(&got), ["127.0.0.1:19092"]);
+    reg.close().await.unwrap();
+}

@@ -44,6 +44,7 @@
 
 mod configs;
 pub mod conformance;
+mod console_auth;
 mod consul_double;
 pub mod convergence;
 mod etcd;

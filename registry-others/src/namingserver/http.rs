@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::{Inner, KIND};
-use crate::seata_http::send;
+use crate::seata_http::{LoginError, send};
 
 /// Timeout of register / unregister / discovery / health calls (Seata's: 3,000 ms).
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -46,12 +46,34 @@ impl Inner {
     {
         let mut failures = Vec::new();
         for base in self.read_order() {
-            match send(make(&base), timeout, self.max_body).await {
+            let sent = self
+                .login
+                .send(&self.http, &base, what, timeout, self.max_body, &make)
+                .await;
+            match sent {
                 Ok(r) => {
                     self.servers.answered(&base);
                     return Ok(r);
                 }
-                Err(e) => failures.push(format!("{base}: {what}: {e}")),
+                Err(LoginError::Refused(m)) => return Err(m),
+                Err(LoginError::Unreachable(m) | LoginError::Answer(m)) => failures.push(m),
+            }
+        }
+        Err(failures.join("; "))
+    }
+
+    /// Logs in on the namingservers in turn until one takes the credentials.
+    pub(super) async fn log_in(&self) -> Result<(), String> {
+        let mut failures = Vec::new();
+        for base in self.read_order() {
+            match self
+                .login
+                .token(&self.http, &base, true, self.max_body)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(LoginError::Refused(m)) => return Err(m),
+                Err(LoginError::Unreachable(m) | LoginError::Answer(m)) => failures.push(m),
             }
         }
         Err(failures.join("; "))
@@ -112,19 +134,24 @@ impl Inner {
         unit: &str,
         body: &Value,
     ) -> Result<(), String> {
-        let req = self
-            .http
-            .post(format!("{base}/naming/v1/{op}"))
-            .query(&[
-                ("namespace", self.namespace.as_str()),
-                ("clusterName", cluster),
-                ("unit", unit),
-            ])
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string());
-        let r = send(req, REQUEST_TIMEOUT, self.max_body)
+        let make = |base: &str| {
+            self.http
+                .post(format!("{base}/naming/v1/{op}"))
+                .query(&[
+                    ("namespace", self.namespace.as_str()),
+                    ("clusterName", cluster),
+                    ("unit", unit),
+                ])
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+        };
+        let r = self
+            .login
+            .send(&self.http, base, op, REQUEST_TIMEOUT, self.max_body, &make)
             .await
-            .map_err(|e| format!("{base}: {op}: {e}"))?;
+            .map_err(|e| match e {
+                LoginError::Refused(m) | LoginError::Unreachable(m) | LoginError::Answer(m) => m,
+            })?;
         // NamingController answers HTTP 200 with a `Result` whose `code` is "500"
         // when the namingserver failed.
         let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
@@ -146,8 +173,23 @@ impl Inner {
     }
 }
 
+/// Whether a client sends transactions to `node`, as Seata's client decides
+/// (`NamingserverRegistryServiceImpl.handleMetadata`): a `MEMBER` (a TC of a cluster
+/// whose sessions are in a shared store: any one serves), or the `LEADER` of a raft
+/// cluster at the vGroup's `term` or later (only the leader serves; a leader of an
+/// older term has been replaced). `FOLLOWER`s and `LEARNER`s never: they answer
+/// `NotRaftLeader`. A node without a role is a `MEMBER`, Seata's default.
+fn serves(node: &Value, term: i64) -> bool {
+    match node.get("role").and_then(Value::as_str).unwrap_or("MEMBER") {
+        "MEMBER" => true,
+        "LEADER" => node.get("term").and_then(Value::as_i64).unwrap_or(0) >= term,
+        _ => false,
+    }
+}
+
 /// Parses a `MetaResponse` (`common/.../namingserver/MetaResponse.java`):
-/// `{clusterList:[{clusterName, unitData:[{unitName, namingInstanceList:[Node]}]}], term}`.
+/// `{clusterList:[{clusterName, unitData:[{unitName, namingInstanceList:[Node]}]}], term}`,
+/// keeping the nodes that serve (see [`serves`]).
 pub(super) fn parse_discovery(vgroup: &str, body: &[u8]) -> Result<Discovered, String> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| format!("discovery of `{vgroup}` is not JSON: {e}"))?;
@@ -166,7 +208,10 @@ pub(super) fn parse_discovery(vgroup: &str, body: &[u8]) -> Result<Discovered, S
         for u in units.into_iter().flatten() {
             let nodes = u.get("namingInstanceList").and_then(Value::as_array);
             let nodes = nodes.map(Vec::as_slice).unwrap_or_default();
-            for (i, _) in crate::seata_http::nodes_of(KIND, vgroup, nodes) {
+            for (i, node) in crate::seata_http::nodes_of(KIND, vgroup, nodes) {
+                if !serves(&node, term) {
+                    continue;
+                }
                 if !members.iter().any(|m| m.key() == i.key()) {
                     members.push(i);
                 }
@@ -194,5 +239,32 @@ mod tests {
         assert!(empty.members.is_empty());
         assert!(parse_discovery("g", b"oops").is_err());
         assert!(parse_discovery("g", br#"{"clusterList":3}"#).is_err());
+    }
+
+    /// A raft cluster lists its leader of the current term only; members always.
+    #[test]
+    fn raft_clusters_list_the_leader_of_the_term() {
+        let node = |port: u16, role: &str, term: i64| {
+            format!(
+                r#"{{"transaction":{{"host":"10.0.0.1","port":{port}}},"role":"{role}","term":{term}}}"#
+            )
+        };
+        let body = format!(
+            r#"{{"clusterList":[{{"clusterName":"r","clusterType":"raft","unitData":[
+            {{"unitName":"u","namingInstanceList":[{},{},{},{}]}}]}},
+            {{"clusterName":"d","unitData":[{{"unitName":"v","namingInstanceList":[{}]}}]}}],"term":7}}"#,
+            node(1, "FOLLOWER", 7),
+            node(2, "LEADER", 7),
+            node(3, "LEADER", 6),
+            node(4, "LEARNER", 7),
+            node(5, "MEMBER", 1),
+        );
+        let d = parse_discovery("g", body.as_bytes()).unwrap();
+        let ports: Vec<u16> = d.members.iter().map(|i| i.port()).collect();
+        assert_eq!(
+            ports,
+            [2, 5],
+            "the old term's leader, followers and learners are left out"
+        );
     }
 }

@@ -46,11 +46,21 @@
 //!   and resume with a fresh discovery once a namingserver answers.
 //! - **Terms per vGroup**: each followed vGroup keeps the term of its own last
 //!   discovery (Seata's client keeps one for all).
+//! - **Raft clusters** (Seata 2.4+): a discovery lists the `MEMBER`s and the `LEADER`
+//!   of the vGroup's current term, never a `FOLLOWER` or a `LEARNER` (Seata's
+//!   `handleMetadata`): only the leader of a raft cluster serves transactions. A leader
+//!   change moves the vGroup's term, which answers the watches at once.
+//! - **Login** (Seata 2.4+) when `username` and `password` are set: at connect (a wrong
+//!   password is an error naming the keys), then before a call once the token is at
+//!   90 % of `tokenValidityInMilliseconds`, and at once when a namingserver refuses it
+//!   (HTTP 401/403; the call is repeated once). The token goes on every call but the
+//!   health check, as `Authorization`.
 //!
 //! # Settings
 //!
 //! `registry.seata.server-addr` (comma list; default `127.0.0.1:8081`), `namespace`
-//! (`public`), `cluster` (Seata's TC key, accepted), `maxBodyBytes`, `tls.*` (cargo
+//! (`public`), `cluster` (Seata's TC key, accepted), `username`, `password`,
+//! `tokenValidityInMilliseconds`, `maxBodyBytes`, `tls.*` (cargo
 //! feature `namingserver-tls`), and `registry.empty-protection`. The heartbeat period
 //! is Seata's 5 s; see [`NamingserverSettings::heartbeat_period`].
 
@@ -65,7 +75,7 @@ use meshline_registry_core::{
 use serde_json::{Map, Value, json};
 
 use crate::common::empty_policy;
-use crate::seata_http::Servers;
+use crate::seata_http::{Login, Servers};
 
 mod follow;
 mod http;
@@ -91,6 +101,7 @@ impl std::fmt::Debug for NamingserverRegistry {
             .field("servers", &self.inner.servers.shown())
             .field("namespace", &self.inner.namespace)
             .field("heartbeat", &self.inner.heartbeat)
+            .field("login", &self.inner.login)
             .finish()
     }
 }
@@ -116,6 +127,8 @@ struct Inner {
     /// Sent as `clientAddr` of watches (the namingserver lists watchers by it).
     client_addr: String,
     max_body: usize,
+    /// The console login (`username`/`password`), when configured.
+    login: Login,
     regs: Registrations<Reg>,
     life: Lifecycle,
 }
@@ -269,6 +282,12 @@ impl NamingserverRegistry {
                 .collect(),
             client_addr: "meshline".into(),
             max_body: s.max_body_bytes,
+            login: Login::new(
+                s.username.clone(),
+                s.password.clone(),
+                s.token_validity,
+                "registry.seata",
+            ),
             regs: Registrations::new(),
             life: Lifecycle::new(KIND, empty_policy(config)),
         });
@@ -279,6 +298,12 @@ impl NamingserverRegistry {
                 inner.servers.shown(),
                 "connect: no namingserver answered GET /naming/v1/health",
             ));
+        }
+        // A wrong password fails here, not at the first lookup.
+        if inner.login.configured() {
+            inner.log_in().await.map_err(|m| {
+                RegistryError::unavailable(KIND, inner.servers.shown(), format!("connect: {m}"))
+            })?;
         }
         tokio::spawn(keeper::keeper(inner.clone()));
         Ok(NamingserverRegistry { inner })

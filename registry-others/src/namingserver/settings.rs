@@ -9,7 +9,7 @@ use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The namingserver registry's settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct NamingserverSettings {
     /// `server-addr` (`serverAddr`): the namingservers, comma-separated `host:port`
     /// (or `http(s)://`). Default `127.0.0.1:8081`.
@@ -23,6 +23,14 @@ pub struct NamingserverSettings {
     /// health checked, this often: Seata's `heartbeat-period` (`heartbeatPeriod`),
     /// milliseconds when bare, default 5,000 ms.
     pub heartbeat_period: Duration,
+    /// `username`: the console user of the token login (Seata 2.4+); no login when it
+    /// or the password is blank (as Seata).
+    pub username: Option<String>,
+    /// `password`. Never printed.
+    pub password: Option<String>,
+    /// `tokenValidityInMilliseconds` (a bare number is milliseconds): the token's
+    /// lifetime. Default 1,740,000 ms (29 min, Seata's); renewed at 90 % of it.
+    pub token_validity: Duration,
     /// `maxBodyBytes` (meshline): the largest answer read. Default 16 MiB.
     pub max_body_bytes: usize,
     /// `tls.*` (see [`meshline_registry_core::tls`]).
@@ -31,11 +39,29 @@ pub struct NamingserverSettings {
     pub warnings: Vec<String>,
 }
 
+/// The password is never printed.
+impl std::fmt::Debug for NamingserverSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamingserverSettings")
+            .field("server_addr", &self.server_addr)
+            .field("namespace", &self.namespace)
+            .field("cluster", &self.cluster)
+            .field("heartbeat_period", &self.heartbeat_period)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("token_validity", &self.token_validity)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
 impl NamingserverSettings {
     /// Reads `registry.seata.*` (and the alias section `registry.namingserver.*`).
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let section = config.registry.section(&["namingserver", "seata"]);
         let r = section.reader();
+        let blank_none = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
         let settings = NamingserverSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8081")?,
             namespace: r.text("namespace", "public")?,
@@ -45,10 +71,23 @@ impl NamingserverSettings {
                 Duration::from_millis(1),
                 Duration::from_millis(5000),
             )?,
+            username: blank_none(r.optional("username")),
+            password: blank_none(r.optional("password")),
+            token_validity: r.seata_duration(
+                "tokenValidityInMilliseconds",
+                Duration::from_millis(1),
+                Duration::from_millis(1_740_000),
+            )?,
             max_body_bytes: crate::common::max_body_bytes(&r, "seata")?,
             tls: TlsSettings::read(&r, "seata")?,
             warnings: Vec::new(),
         };
+        if settings.token_validity < Duration::from_secs(1) {
+            return Err(RegistryError::Config(format!(
+                "registry.seata.tokenValidityInMilliseconds {:?} is under 1 s",
+                settings.token_validity
+            )));
+        }
         Ok(NamingserverSettings {
             warnings: r.finish(),
             ..settings

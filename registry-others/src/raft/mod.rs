@@ -65,7 +65,7 @@ use async_trait::async_trait;
 use meshline_registry_core::{Config, Instance, Lifecycle, RegistryError, RegistryService, Watch};
 
 use crate::common::empty_policy;
-use crate::seata_http::Servers;
+use crate::seata_http::{Login, Servers};
 
 mod client;
 mod follow;
@@ -73,8 +73,6 @@ mod metadata;
 mod settings;
 
 pub use settings::RaftSettings;
-
-use client::Token;
 
 const KIND: &str = "raft";
 
@@ -91,8 +89,7 @@ impl std::fmt::Debug for RaftRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RaftRegistry")
             .field("servers", &self.inner.servers.shown())
-            .field("username", &self.inner.username)
-            .field("login", &self.inner.password.is_some())
+            .field("login", &self.inner.login)
             .finish()
     }
 }
@@ -104,10 +101,7 @@ struct Inner {
     learned: Mutex<Vec<String>>,
     http: reqwest::Client,
     tls: bool,
-    username: Option<String>,
-    password: Option<String>,
-    token_validity: Duration,
-    token: Mutex<Token>,
+    login: Login,
     metadata_max_age: Duration,
     max_body: usize,
     life: Lifecycle,
@@ -132,10 +126,12 @@ impl RaftRegistry {
             learned: Mutex::new(Vec::new()),
             http,
             tls,
-            username: s.username.clone(),
-            password: s.password.clone(),
-            token_validity: s.token_validity,
-            token: Mutex::new(Token::default()),
+            login: Login::new(
+                s.username.clone(),
+                s.password.clone(),
+                s.token_validity,
+                "registry.raft",
+            ),
             metadata_max_age: s.metadata_max_age,
             max_body: s.max_body_bytes,
             life: Lifecycle::new(KIND, empty_policy(config)),

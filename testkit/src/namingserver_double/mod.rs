@@ -21,6 +21,9 @@
 //! - `GET /naming/v1/discovery?vGroup=&namespace=` answers `MetaResponse`.
 //! - `POST /naming/v1/watch?clientTerm=&vGroup=&timeout=`: see [`routes`].
 //! - `GET /naming/v1/health`.
+//! - `POST /api/v1/auth/login` (Seata 2.4+'s console login, see `console_auth`): with
+//!   [`NamingserverDoubleOptions::credentials`] set, every endpoint but the health check
+//!   wants the token it issues (HTTP 401 otherwise).
 //! - Eviction: every [`NamingserverDoubleOptions::check_period`] (Seata: 60 s), nodes
 //!   not heard from within [`NamingserverDoubleOptions::heartbeat_threshold`] (Seata:
 //!   90 s) are removed and their vGroups announced with term -1.
@@ -42,6 +45,7 @@ use axum::routing::{get, post};
 use serde_json::Value;
 
 use crate::Result;
+use crate::console_auth::ConsoleAuth;
 use crate::http_double::{Built, HttpDouble, lock};
 use state::State;
 
@@ -54,6 +58,11 @@ pub struct NamingserverDoubleOptions {
     pub heartbeat_threshold: Duration,
     /// How often eviction runs (Seata: 60 s).
     pub check_period: Duration,
+    /// Console user and password (Seata 2.4+); `None`: no login wanted. With them,
+    /// every endpoint but the health check wants a token.
+    pub credentials: Option<(String, String)>,
+    /// Lifetime of an issued token (Seata's namingserver: 30 min).
+    pub token_validity: Duration,
 }
 
 impl Default for NamingserverDoubleOptions {
@@ -62,6 +71,8 @@ impl Default for NamingserverDoubleOptions {
             port: 0,
             heartbeat_threshold: Duration::from_secs(90),
             check_period: Duration::from_secs(60),
+            credentials: None,
+            token_validity: Duration::from_millis(1_800_000),
         }
     }
 }
@@ -70,6 +81,7 @@ impl Default for NamingserverDoubleOptions {
 pub struct NamingserverDouble {
     server: HttpDouble,
     state: Arc<Mutex<Arc<State>>>,
+    auth: Arc<ConsoleAuth>,
 }
 
 impl std::fmt::Debug for NamingserverDouble {
@@ -81,16 +93,21 @@ impl std::fmt::Debug for NamingserverDouble {
 impl NamingserverDouble {
     /// Starts the double on `127.0.0.1:<opts.port>`.
     pub fn start(opts: NamingserverDoubleOptions) -> Result<Self> {
-        let slot = Arc::new(Mutex::new(Arc::new(State::new())));
-        let s = slot.clone();
+        let auth = Arc::new(ConsoleAuth::new(
+            opts.credentials.clone(),
+            opts.token_validity,
+        ));
+        let slot = Arc::new(Mutex::new(Arc::new(State::new(auth.clone()))));
+        let (s, a) = (slot.clone(), auth.clone());
         let server = HttpDouble::start("namingserver", opts.port, move || {
-            let fresh = Arc::new(State::new());
+            let fresh = Arc::new(State::new(a.clone()));
             *lock(&s) = fresh.clone();
             build(fresh, opts.clone())
         })?;
         Ok(NamingserverDouble {
             server,
             state: slot,
+            auth,
         })
     }
 
@@ -101,6 +118,21 @@ impl NamingserverDouble {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
+    }
+
+    /// How many logins succeeded so far.
+    pub fn logins(&self) -> usize {
+        self.auth.logins()
+    }
+
+    /// How many calls were refused with HTTP 401 so far.
+    pub fn refused(&self) -> usize {
+        self.auth.refused()
+    }
+
+    /// Invalidates every issued token: the next call with one gets HTTP 401.
+    pub fn expire_tokens(&self) {
+        self.auth.expire();
     }
 
     /// `host:port`, as `registry.seata.server-addr` wants it.
@@ -172,6 +204,7 @@ fn build(state: Arc<State>, opts: NamingserverDoubleOptions) -> Built {
         .route("/naming/v1/discovery", get(routes::discovery))
         .route("/naming/v1/watch", post(routes::watch))
         .route("/naming/v1/health", get(routes::health))
+        .route("/api/v1/auth/login", post(routes::login))
         .fallback(routes::not_found)
         .with_state(state.clone());
     let background = async move {

@@ -3,12 +3,13 @@
 //! the last heartbeat of each transaction address; each vGroup's last change term.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::console_auth::ConsoleAuth;
 use crate::http_double::lock;
 
 /// A transaction or control endpoint.
@@ -64,11 +65,14 @@ pub(crate) struct Data {
 pub(crate) struct State {
     pub data: Mutex<Data>,
     pub changes: watch::Sender<u64>,
+    /// The console login (kept across restarts: the JWT secret is configured).
+    pub auth: Arc<ConsoleAuth>,
 }
 
 impl State {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(auth: Arc<ConsoleAuth>) -> Self {
         State {
+            auth,
             data: Mutex::new(Data::default()),
             changes: watch::channel(0).0,
         }

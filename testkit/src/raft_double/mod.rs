@@ -217,17 +217,17 @@ impl RaftDouble {
 
     /// Invalidates every issued token: the next call with one gets HTTP 401.
     pub fn expire_tokens(&self) {
-        self.state.expire_tokens();
+        self.state.auth.expire();
     }
 
     /// How many logins succeeded so far.
     pub fn logins(&self) -> usize {
-        *crate::http_double::lock(&self.state.logins)
+        self.state.auth.logins()
     }
 
     /// How many calls were refused with HTTP 401 so far.
     pub fn refused(&self) -> usize {
-        *crate::http_double::lock(&self.state.refused)
+        self.state.auth.refused()
     }
 
     /// Stops TC `i`: its connections (held watches too) close.

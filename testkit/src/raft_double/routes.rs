@@ -8,70 +8,19 @@ use std::time::Duration;
 use axum::Form;
 use axum::body::Bytes;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::state::State;
+use crate::console_auth::{json_response, unauthorized};
 use crate::http_double::query_get;
 
 type Shared = AxState<Arc<State>>;
 
-fn json_response(status: StatusCode, v: Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
-
-/// Spring Security's answer to a missing or bad token (`sendError(401)`).
-fn unauthorized() -> Response {
-    json_response(
-        StatusCode::UNAUTHORIZED,
-        json!({"status": 401, "error": "Unauthorized", "message": "Unauthorized"}),
-    )
-}
-
-fn authorized(s: &State, headers: &HeaderMap) -> bool {
-    let ok = s.opts.credentials.is_none()
-        || s.token_ok(
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok()),
-        );
-    if !ok {
-        *crate::http_double::lock(&s.refused) += 1;
-    }
-    ok
-}
-
 /// `POST /api/v1/auth/login` with `{"username","password"}`.
 pub(crate) async fn login(AxState(s): Shared, body: Bytes) -> Response {
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let user = v.get("username").and_then(Value::as_str);
-    let pass = v.get("password").and_then(Value::as_str);
-    let ok = match &s.opts.credentials {
-        Some((u, p)) => user == Some(u.as_str()) && pass == Some(p.as_str()),
-        None => true,
-    };
-    if ok {
-        let token = format!("Bearer {}", s.issue_token());
-        let mut r = json_response(
-            StatusCode::OK,
-            json!({"code": "200", "message": "success", "data": token, "success": true}),
-        );
-        if let Ok(h) = token.parse() {
-            r.headers_mut().insert(header::AUTHORIZATION, h);
-        }
-        r
-    } else {
-        json_response(
-            StatusCode::OK,
-            json!({"code": "401", "message": "Login failed", "data": null, "success": false}),
-        )
-    }
+    s.auth.login(&body)
 }
 
 /// `GET /metadata/v1/cluster?group=`: a blank group is the TC's own
@@ -81,7 +30,7 @@ pub(crate) async fn cluster(
     headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    if !authorized(&s, &headers) {
+    if !s.auth.authorized(&headers) {
         return unauthorized();
     }
     let group = query_get(&q, "group")
@@ -100,7 +49,7 @@ pub(crate) async fn watch(
     Query(q): Query<Vec<(String, String)>>,
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
-    if !authorized(&s, &headers) {
+    if !s.auth.authorized(&headers) {
         return unauthorized();
     }
     let mut pairs = q;

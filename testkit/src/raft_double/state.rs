@@ -1,15 +1,15 @@
-//! The raft double's state: raft groups (nodes, roles, term), the console users'
-//! tokens, and the change signal the watches wait on. Shared by every node's HTTP
+//! The raft double's state: raft groups (nodes, roles, term), the console login, and the change signal the watches wait on. Shared by every node's HTTP
 //! server and kept across their restarts (a TC keeps its raft log).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::RaftDoubleOptions;
+use crate::console_auth::ConsoleAuth;
 use crate::http_double::lock;
 
 /// A node of a group, as the test set it.
@@ -33,11 +33,8 @@ pub(crate) struct Group {
 pub(crate) struct State {
     pub opts: RaftDoubleOptions,
     pub groups: Mutex<BTreeMap<String, Group>>,
-    /// Token -> when it expires.
-    pub tokens: Mutex<HashMap<String, Instant>>,
-    pub logins: Mutex<usize>,
-    /// Calls refused with HTTP 401 (no, expired or unknown token).
-    pub refused: Mutex<usize>,
+    /// The console login and its tokens.
+    pub auth: ConsoleAuth,
     /// Bumped on every group change; watches wait on it.
     pub changes: watch::Sender<u64>,
 }
@@ -45,11 +42,9 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new(opts: RaftDoubleOptions) -> Self {
         State {
+            auth: ConsoleAuth::new(opts.credentials.clone(), opts.token_validity),
             opts,
             groups: Mutex::new(BTreeMap::new()),
-            tokens: Mutex::new(HashMap::new()),
-            logins: Mutex::new(0),
-            refused: Mutex::new(0),
             changes: watch::channel(0).0,
         }
     }
@@ -106,34 +101,6 @@ impl State {
             .collect();
         nodes.extend(g.garbage.iter().cloned());
         json!({"nodes": nodes, "storeMode": self.opts.store_mode, "term": g.term})
-    }
-
-    /// Issues a token valid for `token_validity`.
-    pub(crate) fn issue_token(&self) -> String {
-        let token = format!(
-            "eyJhbGciOiJIUzI1NiJ9.{:016x}.{:016x}",
-            fastrand::u64(..),
-            fastrand::u64(..)
-        );
-        let until = Instant::now() + self.opts.token_validity;
-        lock(&self.tokens).insert(token.clone(), until);
-        *lock(&self.logins) += 1;
-        token
-    }
-
-    /// True when `header` is `Bearer <a token we issued that has not expired>`.
-    pub(crate) fn token_ok(&self, header: Option<&str>) -> bool {
-        let Some(t) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
-            return false;
-        };
-        lock(&self.tokens)
-            .get(t)
-            .is_some_and(|until| Instant::now() < *until)
-    }
-
-    /// Makes every issued token invalid (as a server restarted with a new secret).
-    pub(crate) fn expire_tokens(&self) {
-        lock(&self.tokens).clear();
     }
 
     /// How long a watch is held when the request names no `timeout`.

@@ -24,6 +24,8 @@
 //! - `direct`: sends that bypass the balancer (one named endpoint, every endpoint).
 //! - `gate`: the call gate that lets `shutdown` wait for calls in flight.
 //! - `budget`: the retry budget ([`RetryBudget`]).
+//! - `attempts`: a balanced call's attempt loop (pick, send, fail over, send again
+//!   where the registry points after a misdirected answer).
 //! - this file: the calls.
 //!
 //! # Calls and failures
@@ -37,7 +39,11 @@
 //! queue is **full** is skipped for another endpoint with room; when every candidate is
 //! full, `call` waits for room on the first within the timeout and `try_call` fails at
 //! once, both with [`RpcError::Overloaded`] (not written). Timeouts and cancelled calls
-//! release their in-flight count (the balancer's guard drops with the call).
+//! release their in-flight count (the balancer's guard drops with the call). An answer
+//! saying **another server serves** the request ([`Outcome::Misdirected`](crate::Outcome::Misdirected):
+//! a Seata raft follower's `NotRaftLeader`, which applied nothing) sets the endpoint
+//! aside, asks the registry to read the cluster again, and sends the request where it
+//! points next; while that leaves no endpoint, calls wait for one within their timeout.
 //! [`RpcClient::shutdown`] stops new calls and waits for in-flight ones up to a
 //! deadline.
 //!
@@ -50,10 +56,12 @@
 //! `meshline_rpc_timeouts_total`, `meshline_rpc_retries_total`,
 //! `meshline_rpc_retries_refused_total` (the retry budget's refusals),
 //! `meshline_rpc_maybe_delivered_total`, `meshline_rpc_overloaded_total`,
-//! `meshline_rpc_ejections_total`, `meshline_rpc_server_failures_total`; gauge
+//! `meshline_rpc_ejections_total`, `meshline_rpc_server_failures_total`,
+//! `meshline_rpc_misdirected_total`; gauge
 //! `meshline_rpc_alive_endpoints`.
 
 mod answer;
+mod attempts;
 mod budget;
 mod builder;
 mod direct;
@@ -66,11 +74,11 @@ mod options;
 mod shutdown;
 mod slow_start;
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use meshline_loadbalance::{Balancer, Endpoint, Exclusions};
-use meshline_registry_core::{Instance, InstanceKey};
+use meshline_loadbalance::Balancer;
+use meshline_registry_core::Instance;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -87,13 +95,11 @@ pub use metrics::ClientStats;
 pub use options::{CallOptions, ClientOptions, DEFAULT_MAX_CONNECTED_MEMBERS};
 pub use slow_start::SlowStart;
 
-use crate::codec::Frame;
-use crate::connection::{SendFailure, SendKind};
+use crate::connection::SendKind;
 use crate::error::RpcError;
 use crate::payload::Payload;
 use gate::{CallGate, CallGuard};
 use membership::Membership;
-use membership::alive::alive_of;
 use metrics::Counter;
 
 struct Handle {
@@ -128,16 +134,6 @@ pub struct Response {
     pub endpoint: Arc<Instance>,
     /// The response's head map and body.
     pub payload: Payload,
-}
-
-/// What an attempt loop learned, kept outside the future so a timeout can read it.
-#[derive(Default)]
-struct Progress {
-    /// The endpoint last tried (its stats and connection, to book a timeout on).
-    last: Option<Endpoint>,
-    /// The current attempt's frame is in a queue (a timeout now means "may have been
-    /// delivered", not "overloaded").
-    queued: bool,
 }
 
 /// A client of one server group: long connections to every endpoint, calls spread
@@ -370,208 +366,5 @@ impl RpcClient {
             pass.finish(&result, None);
         }
         result.map(|(endpoint, _)| endpoint)
-    }
-
-    /// Runs the attempt loop under the call's timeout.
-    async fn balanced(
-        &self,
-        payload: Payload,
-        opts: &CallOptions<'_>,
-        kind: SendKind,
-        wait: bool,
-        first_pick: Option<&OnceLock<InstanceKey>>,
-    ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
-        let inner = self.inner();
-        crate::payload::check(&payload, inner.options.transport.max_frame_len)?;
-        let timeout = opts.timeout().unwrap_or(inner.options.request_timeout);
-        let mut progress = Progress::default();
-        let started = Instant::now();
-        let fut = self.attempts(payload, opts, &mut progress, kind, wait, first_pick);
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(r) => r,
-            Err(_) if !progress.queued && progress.last.is_some() => {
-                inner.count(Counter::Overloaded);
-                Err(RpcError::Overloaded {
-                    endpoint: progress.last.map(|e| e.to_string()).unwrap_or_default(),
-                    queued_bytes: 0,
-                    waited: Some(started.elapsed()),
-                })
-            }
-            Err(_) => {
-                inner.count(Counter::Timeouts);
-                // A call that timed out counts against its endpoint: a TC that stops
-                // answering is ejected from the picks after a few (see `ejection`).
-                if let Some(last) = &progress.last {
-                    last.stats().record_failure();
-                    self.handle.members.call_failed(alive_of(last));
-                }
-                Err(RpcError::Timeout {
-                    after: timeout,
-                    endpoint: progress.last.map(|e| e.to_string()),
-                })
-            }
-        }
-    }
-
-    /// Sends on `endpoint`'s connection: queue (waiting for room if `wait`), then wait
-    /// for the outcome.
-    async fn send_on(
-        endpoint: &Endpoint,
-        payload: Payload,
-        kind: SendKind,
-        wait: bool,
-        progress: &mut Progress,
-    ) -> Result<Option<Frame>, SendFailure> {
-        progress.queued = false;
-        progress.last = Some(endpoint.clone());
-        let connection = &alive_of(endpoint).connection;
-        let e = if wait {
-            // Boxed: waiting for room is rare, and inline its state would grow every
-            // call's future (which callers driving many calls allocate per call).
-            Box::pin(connection.enqueue(payload, kind, true)).await?
-        } else {
-            connection.try_enqueue(payload, kind)?
-        };
-        progress.queued = true;
-        e.outcome().await
-    }
-
-    async fn attempts(
-        &self,
-        payload: Payload,
-        opts: &CallOptions<'_>,
-        progress: &mut Progress,
-        kind: SendKind,
-        wait: bool,
-        first_pick: Option<&OnceLock<InstanceKey>>,
-    ) -> Result<(Arc<Instance>, Option<Payload>), RpcError> {
-        let inner = self.inner();
-        let route = *opts.pick_request();
-        // Filled on the first retry: the caller's exclusions (as keys) plus every
-        // endpoint that failed or was full during this call.
-        let mut excluded: Option<Vec<InstanceKey>> = None;
-        let mut last_failure: Option<String> = None;
-        let mut full: Option<Endpoint> = None;
-        let mut at_cap: Option<usize> = None;
-        let mut attempts = 0u32;
-        self.handle.retries.deposit();
-        while attempts < inner.options.max_attempts.max(1) {
-            let Some(picked) = self.pick(&route, excluded.as_deref()) else {
-                break;
-            };
-            let mut exclude = |key: &InstanceKey| {
-                excluded
-                    .get_or_insert_with(|| self.caller_exclusions(route.exclusions()))
-                    .push(key.clone());
-            };
-            // What the pick returns is sendable: the endpoint carries its connection.
-            let endpoint = picked.endpoint();
-            let entry = picked.payload();
-            // An endpoint at its cap is skipped, as a full one is, without an attempt.
-            let _slot = match limits::enter_endpoint(entry) {
-                Ok(slot) => slot,
-                Err(cap) => {
-                    exclude(endpoint.key());
-                    at_cap = Some(cap);
-                    picked.into_guard().cancel();
-                    continue;
-                }
-            };
-            attempts += 1;
-            if let Some(tap) = first_pick {
-                // For a hedge: the endpoint its second request should avoid.
-                let _ = tap.set(endpoint.key().clone());
-            }
-            let start = Instant::now();
-            match Self::send_on(endpoint, payload.clone(), kind, false, progress).await {
-                Ok(f) => {
-                    let instance = entry.instance.clone();
-                    let answer = f.map(Payload::from_frame);
-                    self.book_answer(picked.into_guard(), answer.as_ref(), start.elapsed());
-                    return Ok((instance, answer));
-                }
-                Err(SendFailure::Full) => {
-                    inner.count(Counter::Overloaded);
-                    tracing::debug!(endpoint = %entry.instance, "write queue full; trying another endpoint");
-                    exclude(endpoint.key());
-                    last_failure = Some(format!("{}: write queue full", entry.instance));
-                    if full.is_none() {
-                        full = Some(endpoint.clone());
-                    }
-                    picked.into_guard().cancel();
-                }
-                Err(SendFailure::NotWritten(reason)) => {
-                    // Failover, not a retry: the request never left this client, so
-                    // sending it elsewhere adds nothing to any server's load (a
-                    // connection pool re-queues such a request the same way); the
-                    // retry budget is for requests sent again.
-                    inner.count(Counter::Retries);
-                    tracing::debug!(endpoint = %entry.instance, %reason, "not written; trying another endpoint");
-                    exclude(endpoint.key());
-                    last_failure = Some(format!("{}: {reason}", entry.instance));
-                    picked.failure();
-                }
-                Err(e @ SendFailure::MaybeDelivered(_)) => {
-                    self.handle.members.call_failed(entry);
-                    inner.count(Counter::MaybeDelivered);
-                    let err = entry.connection.failure_error(e);
-                    picked.failure();
-                    return Err(err);
-                }
-            }
-        }
-        if let Some(endpoint) = full {
-            // Every candidate was full. `call` waits for room on the first one (within
-            // the call's timeout); `try_call` says so now.
-            let entry = alive_of(&endpoint);
-            if !wait {
-                return Err(entry.connection.overloaded(None));
-            }
-            let Ok(_slot) = limits::enter_endpoint(entry) else {
-                return Err(entry.connection.overloaded(None));
-            };
-            // Counted in flight on it again, as the picks were (least-active and P2C
-            // see the wait).
-            let guard = endpoint.begin();
-            let start = Instant::now();
-            // Boxed, as the wait in `send_on`: a rare path kept out of every call's future.
-            let waited = Box::pin(Self::send_on(&endpoint, payload, kind, true, progress)).await;
-            return match waited {
-                Ok(f) => {
-                    let answer = f.map(Payload::from_frame);
-                    self.book_answer(guard, answer.as_ref(), start.elapsed());
-                    Ok((entry.instance.clone(), answer))
-                }
-                Err(e) => {
-                    guard.failure();
-                    if matches!(e, SendFailure::MaybeDelivered(_)) {
-                        inner.count(Counter::MaybeDelivered);
-                    }
-                    Err(entry.connection.failure_error(e))
-                }
-            };
-        }
-        match (last_failure, at_cap) {
-            (Some(last), _) => Err(RpcError::RetriesExhausted { attempts, last }),
-            (None, Some(cap)) => Err(limits::endpoints_at_cap(inner, cap)),
-            (None, None) => Err(RpcError::NoEndpoint {
-                target: inner.target.clone(),
-            }),
-        }
-    }
-
-    /// The caller's own exclusions as keys (indices are resolved against the current
-    /// picker's endpoint list), to which a retry adds the endpoints that failed.
-    fn caller_exclusions(&self, given: Exclusions<'_>) -> Vec<InstanceKey> {
-        match given {
-            Exclusions::None => Vec::new(),
-            Exclusions::Keys(k) => k.to_vec(),
-            Exclusions::Indices(ix) => {
-                let eps = self.inner().balancer.endpoints();
-                ix.iter()
-                    .filter_map(|&i| eps.get(i).map(|e| e.key().clone()))
-                    .collect()
-            }
-        }
     }
 }

@@ -1,16 +1,17 @@
 //! What an answered call says about the server that answered it.
 //!
-//! Every call ends in one of five ways:
+//! Every call ends in one of six ways:
 //!
 //! | outcome | who decides | what the endpoint's stats record |
 //! |---|---|---|
 //! | success | [`Classify`] ([`Outcome::Success`]) | a success and its latency |
 //! | the caller's own failure | [`Classify`] ([`Outcome::CallerFailure`]) | a success and its latency: the server answered and is healthy (a lock conflict, an unknown transaction) |
 //! | the server's failure | [`Classify`] ([`Outcome::ServerFailure`]) | a failure, priced as an answer taking [`ClientOptions::failure_cost`](crate::ClientOptions::failure_cost), and one more failure in a row toward ejection |
+//! | sent to the wrong server | [`Classify`] ([`Outcome::Misdirected`]) | nothing: the endpoint is set aside at once, the registry asked to read the cluster again, and the call sent again where it now points (the request was not applied) |
 //! | transport failure | the client (the connection died) | a failure in a row; retried elsewhere when not written |
 //! | timeout | the client | a failure in a row |
 //!
-//! The first three are read from the answer, and only the protocol knows how: a
+//! The first four are read from the answer, and only the protocol knows how: a
 //! [`Classify`] does it. A client takes its classifier from
 //! [`ClientOptions::classifier`](crate::ClientOptions::classifier), else from its
 //! [`Handshake`](crate::Handshake) (a [`SeataRegistration`](crate::SeataRegistration)
@@ -36,10 +37,18 @@ pub enum Outcome {
     /// caller's (a lock conflict, an unknown or finished transaction, bad input). Counts
     /// as a success for the server's health and cost.
     CallerFailure,
-    /// The server answered that it cannot work (its store, its own I/O, not the raft
-    /// leader). Counts against it: toward ejection, and as a slow answer in the
-    /// load-aware balancers' cost.
+    /// The server answered that it cannot work (its store, its own I/O). Counts
+    /// against it: toward ejection, and as a slow answer in the load-aware balancers'
+    /// cost.
     ServerFailure,
+    /// The server did not serve the request and says another one does (a Seata raft
+    /// follower answers `NotRaftLeader`: only the leader serves, and the follower
+    /// applied nothing). The client's listing is out of date: the endpoint is set
+    /// aside without waiting for failures to add up (and whatever the ejection cap),
+    /// the registry is asked to read the cluster again at once, and the call is sent
+    /// again on another endpoint, waiting within its timeout for the registry to name
+    /// one. Healthy otherwise: nothing is counted against it.
+    Misdirected,
 }
 
 /// Reads an answer's [`Outcome`]. Called on every answer of a client that has one, on

@@ -91,6 +91,10 @@ impl Inner {
     fn store_failing(&self) -> bool {
         self.store_failing.load(Ordering::Relaxed)
     }
+
+    fn raft_follower(&self) -> bool {
+        self.raft_follower.load(Ordering::Relaxed)
+    }
 }
 
 use channels::Channels;
@@ -202,6 +206,10 @@ impl Default for TcOptions {
 pub struct TcStats {
     /// Registrations answered.
     pub registrations: AtomicU64,
+    /// Transaction requests answered `NotRaftLeader` (see [`Coordinator::raft_follower`]).
+    pub not_leader: AtomicU64,
+    /// UnregisterRM requests served (an RM leaving in order).
+    pub unregistered: AtomicU64,
     /// Global transactions begun.
     pub begun: AtomicU64,
     /// Committed (every branch).
@@ -234,6 +242,9 @@ pub(crate) struct Inner {
     /// Set by [`Coordinator::fail_store`]: every transaction request is answered
     /// `FailedStore`.
     store_failing: AtomicBool,
+    /// Set by [`Coordinator::raft_follower`]: every transaction request is answered
+    /// `NotRaftLeader`.
+    raft_follower: AtomicBool,
     options: TcOptions,
     sessions: Sessions,
     locks: LockTable,
@@ -266,6 +277,7 @@ impl Coordinator {
         let inner = Arc::new(Inner {
             crashed: AtomicBool::new(false),
             store_failing: AtomicBool::new(false),
+            raft_follower: AtomicBool::new(false),
             ids: IdWorker::new(worker),
             sessions: Sessions::default(),
             locks: LockTable::default(),
@@ -347,6 +359,15 @@ impl Coordinator {
     /// and useless: what a balancer must learn to avoid.
     pub fn fail_store(&self, failing: bool) {
         self.inner.store_failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// What a Seata TC of a raft cluster does while it is not the leader
+    /// (`RaftCoordinator.exceptionHandleTemplate`): registrations and PINGs are
+    /// answered as ever, and every transaction request at once with `Failed` /
+    /// `NotRaftLeader`, applying nothing. Its sessions stay (a raft cluster replicates
+    /// them; here they are this TC's own).
+    pub fn raft_follower(&self, follower: bool) {
+        self.inner.raft_follower.store(follower, Ordering::SeqCst);
     }
 
     /// What it did so far.

@@ -15,15 +15,27 @@ impl RpcClient {
     /// [`Outcome`]): a success or the caller's failure as a success; the server's
     /// failure as a failure in a row (toward ejection) priced as a slow answer
     /// ([`ClientOptions::failure_cost`]). The caller gets the answer either way.
+    ///
+    /// An answer saying another server serves the request ([`Outcome::Misdirected`])
+    /// sets the endpoint aside; the outcome tells the caller to send the call again.
     pub(super) fn book_answer(
         &self,
         guard: InFlightGuard,
         answer: Option<&Payload>,
         elapsed: Duration,
-    ) {
+    ) -> Outcome {
         let inner = &self.handle.members;
         let outcome = outcome_of(inner.options.classifier.as_ref(), answer);
-        if outcome == Outcome::ServerFailure {
+        if outcome == Outcome::Misdirected {
+            let entry = alive_of(guard.endpoint());
+            tracing::info!(endpoint = %entry.instance, "answered that another server serves; set aside, the registry read again");
+            inner.set_aside(
+                entry,
+                "answered that another server serves (not the raft leader)",
+            );
+            // Not the server's failure, and no answer worth pricing.
+            guard.cancel();
+        } else if outcome == Outcome::ServerFailure {
             inner.count(Counter::ServerFailures);
             // Priced first, counted in the row after. A success booked at the same
             // time on another call (one the server answered before it failed) ends
@@ -48,6 +60,7 @@ impl RpcClient {
             }
             guard.success(elapsed);
         }
+        outcome
     }
 }
 

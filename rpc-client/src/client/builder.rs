@@ -187,6 +187,7 @@ impl RpcClientBuilder {
             Balancer::with_payload(lb),
             self.handshake,
             self.inbound,
+            watch.refresher(),
         ));
         let span = tracing::info_span!("membership", target = %target);
         let mut background = vec![tokio::spawn(

@@ -39,6 +39,10 @@ pub struct ClientStats {
     pub hedges: u64,
     /// Calls answered by their hedge.
     pub hedges_won: u64,
+    /// Answers saying the request belongs to another server
+    /// ([`Outcome::Misdirected`](crate::Outcome::Misdirected): a raft follower's
+    /// `NotRaftLeader`); each set its endpoint aside and sent the call again.
+    pub misdirected: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -58,10 +62,11 @@ pub(crate) enum Counter {
     CircuitRefused,
     Hedges,
     HedgesWon,
+    Misdirected,
 }
 
 impl Counter {
-    const ALL: usize = 15;
+    const ALL: usize = 16;
 
     fn metric(self) -> &'static str {
         match self {
@@ -80,6 +85,7 @@ impl Counter {
             Counter::CircuitRefused => "meshline_rpc_circuit_refused_total",
             Counter::Hedges => "meshline_rpc_hedges_total",
             Counter::HedgesWon => "meshline_rpc_hedges_won_total",
+            Counter::Misdirected => "meshline_rpc_misdirected_total",
         }
     }
 }
@@ -112,6 +118,7 @@ impl Counters {
             circuit_refused: g(Counter::CircuitRefused),
             hedges: g(Counter::Hedges),
             hedges_won: g(Counter::HedgesWon),
+            misdirected: g(Counter::Misdirected),
         }
     }
 }

@@ -12,7 +12,7 @@
 //! | `FailedStore` | server | the TC's session store failed (`AbstractTCInboundHandler` wraps every `StoreException` in it) |
 //! | `FailedWriteSession` | server | the session could not be written (`AbstractSessionManager`, raft's `RaftTaskUtil`) |
 //! | `FailedLockGlobalTransaction` | server | the TC could not take its own session lock in time (`GlobalSession.lock`): it is stalled |
-//! | `NotRaftLeader` | server | a raft follower: only the leader serves; the next request belongs elsewhere |
+//! | `NotRaftLeader` | misdirected | a raft follower: only the leader serves and the follower applied nothing; the request is sent again to the leader the registry names next |
 //! | `BeginFailed` | server | a begin the TC could not carry out; nothing of the caller's can cause it |
 //! | `IO` | server | the TC's own I/O failed (Seata's clients use the code for their RPC timeouts, which never reach the wire) |
 //! | `Unknown`, on a GlobalBegin | server | a `RuntimeException` inside begin (`onException` leaves the code `Unknown`): the TC's own failure, since a begin carries nothing the caller can get wrong |
@@ -46,12 +46,10 @@ pub const PROBE_XID: &str = "0.0.0.0:0:0";
 pub fn failed_outcome(response_type: i16, exception: TransactionExceptionCode) -> Outcome {
     use TransactionExceptionCode::*;
     match exception {
-        FailedStore
-        | FailedWriteSession
-        | FailedLockGlobalTransaction
-        | NotRaftLeader
-        | BeginFailed
-        | Io => Outcome::ServerFailure,
+        NotRaftLeader => Outcome::Misdirected,
+        FailedStore | FailedWriteSession | FailedLockGlobalTransaction | BeginFailed | Io => {
+            Outcome::ServerFailure
+        }
         Unknown if response_type == GLOBAL_BEGIN_RESULT => Outcome::ServerFailure,
         Unknown
         | LockKeyConflict
@@ -168,12 +166,7 @@ mod tests {
             outcome_of(&begin(TransactionResult::success())),
             Outcome::Success
         );
-        for e in [
-            E::FailedStore,
-            E::FailedWriteSession,
-            E::NotRaftLeader,
-            E::Unknown,
-        ] {
+        for e in [E::FailedStore, E::FailedWriteSession, E::Unknown] {
             assert_eq!(
                 outcome_of(&begin(TransactionResult::failed(e, "store down"))),
                 Outcome::ServerFailure,
@@ -186,6 +179,18 @@ mod tests {
                 branch_id: 0,
             })
         };
+        // A raft follower applied nothing: the request belongs to the leader.
+        assert_eq!(
+            outcome_of(&begin(TransactionResult::failed(
+                E::NotRaftLeader,
+                "follower"
+            ))),
+            Outcome::Misdirected
+        );
+        assert_eq!(
+            outcome_of(&register(E::NotRaftLeader)),
+            Outcome::Misdirected
+        );
         assert_eq!(
             outcome_of(&register(E::LockKeyConflict)),
             Outcome::CallerFailure
@@ -227,7 +232,6 @@ mod tests {
                 "FailedLockGlobalTransaction",
                 "FailedWriteSession",
                 "FailedStore",
-                "NotRaftLeader"
             ]
         );
     }

@@ -27,6 +27,18 @@ impl Inner {
         client: &Client,
         msg: SeataMessage,
     ) -> SeataMessage {
+        if self.raft_follower() {
+            let code = msg.type_code();
+            if let Some(answer) = failed_answer(
+                code,
+                Some(Exc::NotRaftLeader),
+                "TransactionException[ The current TC is not a leader node, interrupt processing !]"
+                    .to_string(),
+            ) {
+                self.stats.not_leader.fetch_add(1, Ordering::Relaxed);
+                return answer;
+            }
+        }
         if self.store_failing() {
             // As Seata's `AbstractTCInboundHandler` answers a `StoreException`: every
             // request touches the session store (a GlobalStatus reads it).

@@ -38,6 +38,12 @@ use crate::outcome::Outcome;
 /// An ejection within this long of the endpoint's return counts as "in a row".
 const IN_A_ROW: Duration = Duration::from_secs(60);
 
+/// How long after a misdirected answer emptied the alive set new calls wait for the
+/// registry to name a server, rather than failing at once: a raft cluster elects its
+/// new leader within seconds (Seata's default election timeout is 1 s); a cluster that
+/// names nobody for longer is down, and calls fail fast again.
+const REDIRECT_HOLD: Duration = Duration::from_secs(10);
+
 impl Membership {
     /// A call on `entry` failed: counted on its connection's failures in a row (kept
     /// while it is ejected, so a call picked before an ejection still counts, and its
@@ -111,6 +117,38 @@ impl Membership {
     /// ejected already, not reconnected since the failing call was picked) and the cap
     /// allows; `why` says what it did.
     pub(super) fn eject(self: &Arc<Self>, key: &InstanceKey, connection: &Connection, why: &str) {
+        self.take_out(key, connection, why, false);
+    }
+
+    /// `entry` answered that another server serves its requests
+    /// ([`Outcome::Misdirected`]): out of the picks at once, whatever the ejection cap
+    /// (sending to it is useless even when it is the last one listed), for an
+    /// ejection time like any ejection, and the registry is asked to read the cluster
+    /// again now: it names the server that does serve.
+    pub fn set_aside(self: &Arc<Self>, entry: &AliveEndpoint, why: &str) {
+        self.count(Counter::Misdirected);
+        self.refresher.request();
+        self.take_out(entry.instance.key(), &entry.connection, why, true);
+    }
+
+    /// While an answer that said another server serves has left the alive set empty,
+    /// for at most [`REDIRECT_HOLD`]: a call that finds no endpoint then waits (within
+    /// its timeout) for the registry to name one, rather than failing at once.
+    pub fn awaits_redirect(&self) -> bool {
+        self.state()
+            .redirected_at
+            .is_some_and(|t| t.elapsed() < REDIRECT_HOLD)
+    }
+
+    /// Takes `key` out of the picks (see [`eject`](Self::eject)); `misdirected`: set
+    /// aside ([`set_aside`](Self::set_aside)), whatever the cap.
+    fn take_out(
+        self: &Arc<Self>,
+        key: &InstanceKey,
+        connection: &Connection,
+        why: &str,
+        misdirected: bool,
+    ) {
         let (generation, time, conn) = {
             let mut st = self.state();
             let alive = self.alive_now();
@@ -121,10 +159,11 @@ impl Membership {
             else {
                 return; // gone, ejected already, or on a newer connection
             };
-            if !self
-                .options
-                .outlier
-                .may_eject(st.ejected.len(), alive.len())
+            if !misdirected
+                && !self
+                    .options
+                    .outlier
+                    .may_eject(st.ejected.len(), alive.len())
             {
                 tracing::debug!(endpoint = %key, why, "failing, but not ejected: too few endpoints would be left");
                 return;
@@ -144,6 +183,10 @@ impl Membership {
             let conn = entry.connection.clone();
             st.ejected
                 .insert(key.clone(), Ejected { entry, generation });
+            if misdirected {
+                // Cleared by the publish below when another endpoint is left.
+                st.redirected_at = Some(Instant::now());
+            }
             self.publish_alive(&mut st, [Edit::Remove(key.clone())]);
             (generation, time, conn)
         };
@@ -228,7 +271,8 @@ impl Membership {
             .await
             .map_err(|e| Unanswered::Ping(format!("probe request: {e}")))?;
         match classifier.classify(&answer) {
-            Outcome::ServerFailure => Err(Unanswered::ServerFailure),
+            // A server that says another one serves (a raft follower) stays out too.
+            Outcome::ServerFailure | Outcome::Misdirected => Err(Unanswered::ServerFailure),
             Outcome::Success | Outcome::CallerFailure => Ok(()),
         }
     }

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use meshline_loadbalance::{Balancer, Edit};
-use meshline_registry_core::{Instance, InstanceKey, Watch};
+use meshline_registry_core::{Instance, InstanceKey, Refresher, Watch};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -73,6 +73,8 @@ pub(crate) struct Membership {
     connector: Arc<Connector>,
     pub shutdown: CancellationToken,
     next_generation: AtomicU64,
+    /// Asks the registry to read the cluster again now (see [`Membership::set_aside`]).
+    pub(super) refresher: Refresher,
 }
 
 impl Membership {
@@ -82,6 +84,7 @@ impl Membership {
         balancer: Balancer<AliveEndpoint>,
         handshake: Option<Arc<dyn Handshake>>,
         inbound: Option<Arc<dyn InboundHandler>>,
+        refresher: Refresher,
     ) -> Self {
         let (alive_tx, _) = watch::channel(Arc::new(AliveSet::new(balancer.snapshot())));
         let shutdown = CancellationToken::new();
@@ -101,6 +104,7 @@ impl Membership {
             connector,
             shutdown,
             next_generation: AtomicU64::new(1),
+            refresher,
         }
     }
 
@@ -119,6 +123,9 @@ impl Membership {
     fn publish_alive(&self, st: &mut State, edits: impl IntoIterator<Item = Edit<AliveEndpoint>>) {
         self.balancer.apply(edits);
         let set = Arc::new(AliveSet::new(self.balancer.snapshot()));
+        if !set.is_empty() {
+            st.redirected_at = None;
+        }
         if set.is_empty() {
             st.warm_since = None;
         } else if st.warm_since.is_none() {

@@ -26,6 +26,10 @@ pub(crate) struct State {
     /// Since when the alive set has not been empty (`None` while it is): a connection
     /// joining a set warm for a slow-start window ramps.
     pub warm_since: Option<tokio::time::Instant>,
+    /// When an answer said another server serves and left the alive set empty (`None`
+    /// once the set has an endpoint again): new calls wait for the registry to name
+    /// one instead of failing at once (see [`Membership::awaits_redirect`](super::Membership::awaits_redirect)).
+    pub redirected_at: Option<Instant>,
 }
 
 /// One endpoint the registry lists (and the subset keeps): its task and what the task

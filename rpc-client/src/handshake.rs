@@ -61,6 +61,35 @@ pub struct SeataRegistration {
     timeout: Duration,
 }
 
+/// The version a TC gave when it accepted a registration, kept on the connection
+/// ([`Connection::state`]): it says which requests the TC knows (Seata's RM keeps it per
+/// server for the same reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcVersion(pub String);
+
+impl TcVersion {
+    /// The version as Seata compares them (`Version.convertVersion`): up to four
+    /// dot-separated numbers, each part's `-suffix` dropped, missing parts 0. `None`
+    /// when a part is not a number.
+    pub fn number(&self) -> Option<u64> {
+        let mut n = 0u64;
+        let mut parts = self.0.trim().split('.');
+        for _ in 0..4 {
+            let part = parts.next().unwrap_or("0");
+            let digits = part.split('-').next().unwrap_or("");
+            let v: u64 = digits.parse().ok()?;
+            n = n.checked_mul(100)?.checked_add(v.min(99))?;
+        }
+        Some(n)
+    }
+
+    /// True when this version is `major.minor.patch` or later.
+    pub fn at_least(&self, major: u64, minor: u64, patch: u64) -> bool {
+        let wanted = ((major * 100 + minor) * 100 + patch) * 100;
+        self.number().is_some_and(|n| n >= wanted)
+    }
+}
+
 impl SeataRegistration {
     /// Register as a TM (Java's timeout: 30 s).
     pub fn tm(request: RegisterTmRequest) -> Self {
@@ -105,6 +134,9 @@ impl SeataRegistration {
         };
         if got.identified {
             tracing::debug!(role = want, server_version = ?got.version, "registered with TC");
+            if let Some(v) = &got.version {
+                conn.set_state(TcVersion(v.clone()));
+            }
             Ok(())
         } else {
             Err(format!(

@@ -123,7 +123,7 @@ pub use codec::{Frame, FrameCodec, FrameError, HeadMap, HeadMapWriter, MessageTy
 pub use compress::Compressor;
 pub use connection::{Connection, ConnectionId};
 pub use error::RpcError;
-pub use handshake::{Handshake, SeataRegistration};
+pub use handshake::{Handshake, SeataRegistration, TcVersion};
 pub use inbound::{BoxFuture, InboundHandler, InboundRequest};
 pub use limits::{Breaker, BreakerSettings, CallLimits, ConcurrencyLimit, LimitScope};
 pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataMessage};

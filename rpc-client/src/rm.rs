@@ -334,4 +334,53 @@ impl ResourceManager {
         }
         told
     }
+
+    /// Tells every TC this RM is connected to that it leaves: a one-way UnregisterRM
+    /// naming every resource, as Seata's RM does on shutdown (`RmNettyRemotingClient.destroy`),
+    /// so the TC stops counting on it for phase two at once rather than when the
+    /// connection ends. Only TCs from 2.7.0 know the message (a 2.6 TC cannot decode
+    /// it): an older one, or one whose version is unknown, is skipped. Returns how many
+    /// TCs were told.
+    pub async fn unregister(&self) -> usize {
+        let resources = self
+            .registration
+            .resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join(",");
+        if resources.is_empty() {
+            return 0;
+        }
+        let msg = SeataMessage::UnregisterRm(RegisterRmRequest {
+            resource_ids: Some(resources),
+            ..self.registration.template.clone()
+        });
+        let Ok(payload) = Payload::seata(&msg) else {
+            tracing::warn!("the resource ids are too long to unregister");
+            return 0;
+        };
+        let mut told = 0;
+        for e in self.client.alive().endpoints() {
+            let version = e.connection.state::<crate::TcVersion>();
+            if !version.as_ref().is_some_and(|v| v.at_least(2, 7, 0)) {
+                tracing::debug!(tc = %e.instance, version = ?version.map(|v| v.0.clone()), "the TC does not know UnregisterRM; not sent");
+                continue;
+            }
+            match e.connection.send_oneway(payload.clone()).await {
+                Ok(()) => told += 1,
+                Err(err) => {
+                    tracing::debug!(tc = %e.instance, error = %err, "could not unregister from a TC")
+                }
+            }
+        }
+        told
+    }
+
+    /// The RM's orderly end: [`unregister`](Self::unregister) from the TCs that know
+    /// how, then the client's [`shutdown`](RpcClient::shutdown) (calls in flight
+    /// finish, up to `deadline`, and the connections close).
+    pub async fn shutdown(&self, deadline: std::time::Duration) {
+        self.unregister().await;
+        self.client.shutdown(deadline).await;
+    }
 }

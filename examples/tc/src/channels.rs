@@ -79,6 +79,28 @@ impl Channels {
         });
     }
 
+    /// `conn` no longer serves `resources` (an UnregisterRM); returns how many of them
+    /// it served.
+    pub fn remove_rm<'a>(
+        &self,
+        conn: &Connection,
+        resources: impl Iterator<Item = &'a str>,
+    ) -> usize {
+        let mut m = self.map();
+        let mut removed = 0;
+        for r in resources {
+            if let Some(list) = m.get_mut(r) {
+                let before = list.len();
+                list.retain(|c| c.conn.id() != conn.id());
+                removed += before - list.len();
+                if list.is_empty() {
+                    m.remove(r);
+                }
+            }
+        }
+        removed
+    }
+
     /// The connection to send a branch's phase two on: the RM that registered it
     /// (`application_id` at `peer`), else one of that application on the same host,
     /// else one of that application anywhere, else (AT only, whose phase two any

@@ -121,6 +121,17 @@ impl Inner {
                     Some(resources),
                 )
             }
+            // As Seata's `UnregRmProcessor`: the connection stays open, and is answered
+            // (though the RM sends it one-way).
+            SeataMessage::UnregisterRm(r) => {
+                let removed = self.channels.remove_rm(&conn, r.resources());
+                self.stats.unregistered.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(peer = %conn.peer(), resources = ?r.resource_ids, removed, "RM unregistered");
+                SeataMessage::UnregisterRmResponse(meshline::rpc::RegisterResponse {
+                    identified: r.resources().next().is_some(),
+                    version: Some(self.options.version.clone()),
+                })
+            }
             SeataMessage::Merged(m) => {
                 let Some(client) = conn.state::<Client>() else {
                     return self.refuse(&conn, "a merged request before registration".into());

@@ -128,6 +128,10 @@ pub mod type_code {
     pub const REG_RM: i16 = 103;
     /// RegisterRMResponse.
     pub const REG_RM_RESULT: i16 = 104;
+    /// UnregisterRMRequest (servers from 2.7.0).
+    pub const UNREG_RM: i16 = 105;
+    /// UnregisterRMResponse.
+    pub const UNREG_RM_RESULT: i16 = 106;
     /// UndoLogDeleteRequest.
     pub const RM_DELETE_UNDOLOG: i16 = 111;
     /// HeartbeatMessage (implied by frame types 3/4; never in a body).
@@ -166,6 +170,8 @@ pub fn type_name(code: i16) -> &'static str {
         REG_CLT_RESULT => "RegisterTMResponse",
         REG_RM => "RegisterRMRequest",
         REG_RM_RESULT => "RegisterRMResponse",
+        UNREG_RM => "UnregisterRMRequest",
+        UNREG_RM_RESULT => "UnregisterRMResponse",
         RM_DELETE_UNDOLOG => "UndoLogDeleteRequest",
         HEARTBEAT => "HeartbeatMessage",
         BATCH_RESULT => "BatchResultMessage",
@@ -250,6 +256,12 @@ pub enum SeataMessage {
     RegisterRm(RegisterRmRequest),
     /// 104.
     RegisterRmResponse(RegisterResponse),
+    /// 105: an RM leaving (its resources, comma-joined; the layout of a RegisterRM),
+    /// sent one-way on its orderly shutdown to servers from 2.7.0.
+    UnregisterRm(RegisterRmRequest),
+    /// 106: `identified` true when the resources were removed. The old identify layout
+    /// (no result code) in every protocol version.
+    UnregisterRmResponse(RegisterResponse),
     /// 111: TC -> RM, one-way, delete old undo logs.
     UndoLogDelete(UndoLogDeleteRequest),
     /// 121: results of merged requests, by request id.
@@ -391,6 +403,8 @@ impl SeataMessage {
             SeataMessage::RegisterTmResponse(_) => REG_CLT_RESULT,
             SeataMessage::RegisterRm(_) => REG_RM,
             SeataMessage::RegisterRmResponse(_) => REG_RM_RESULT,
+            SeataMessage::UnregisterRm(_) => UNREG_RM,
+            SeataMessage::UnregisterRmResponse(_) => UNREG_RM_RESULT,
             SeataMessage::UndoLogDelete(_) => RM_DELETE_UNDOLOG,
             SeataMessage::BatchResult(_) => BATCH_RESULT,
         }
@@ -460,10 +474,10 @@ impl SeataMessage {
             SeataMessage::MergeResult(m) => m.encode(w),
             SeataMessage::BatchResult(m) => m.encode(w),
             SeataMessage::RegisterTm(m) => m.encode(w),
-            SeataMessage::RegisterRm(m) => m.encode(w),
-            SeataMessage::RegisterTmResponse(m) | SeataMessage::RegisterRmResponse(m) => {
-                m.encode(w)
-            }
+            SeataMessage::RegisterRm(m) | SeataMessage::UnregisterRm(m) => m.encode(w),
+            SeataMessage::RegisterTmResponse(m)
+            | SeataMessage::RegisterRmResponse(m)
+            | SeataMessage::UnregisterRmResponse(m) => m.encode(w),
             SeataMessage::UndoLogDelete(m) => m.encode(w),
         }
     }
@@ -539,6 +553,8 @@ impl SeataMessage {
             REG_CLT_RESULT => SeataMessage::RegisterTmResponse(RegisterResponse::decode(r)?),
             REG_RM => SeataMessage::RegisterRm(RegisterRmRequest::decode(r)?),
             REG_RM_RESULT => SeataMessage::RegisterRmResponse(RegisterResponse::decode(r)?),
+            UNREG_RM => SeataMessage::UnregisterRm(RegisterRmRequest::decode(r)?),
+            UNREG_RM_RESULT => SeataMessage::UnregisterRmResponse(RegisterResponse::decode(r)?),
             RM_DELETE_UNDOLOG => SeataMessage::UndoLogDelete(UndoLogDeleteRequest::decode(r)?),
             other => return Err(MessageError::UnknownType(other)),
         })

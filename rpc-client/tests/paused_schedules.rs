@@ -1,9 +1,15 @@
-//! The ejection schedule in tokio's paused time, where every duration is exact: an
-//! endpoint whose answers keep failing is out of the picks for the ejection time,
-//! doubled for each ejection in a row up to the longest, and back at once when a PING
-//! is answered; an ejection more than a minute after its return starts the row again.
-//! The servers and connections are real loopback ones (ready at once); only the waits
-//! are virtual. `silent_peers.rs` and `outlier_detection.rs` keep the real-time tests.
+//! The client's schedules in tokio's paused time, where every duration is exact. The
+//! servers and connections are real loopback ones (ready at once); only the waits are
+//! virtual. (The reconnect backoff's are unit tests of the endpoint task.)
+//!
+//! - Ejection: an endpoint whose answers keep failing is out of the picks for the
+//!   ejection time, doubled for each ejection in a row up to the longest, and back at
+//!   once when a PING is answered; an ejection more than a minute after its return
+//!   starts the row again. `silent_peers.rs` and `outlier_detection.rs` keep the
+//!   real-time tests.
+//! - A membership change: an endpoint the registry removes drains until its calls are
+//!   answered or the drain deadline passes, then closes. `client.rs` keeps the
+//!   real-time tests of removals.
 
 mod common;
 
@@ -13,7 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use meshline_rpc_client::{
-    CallOptions, Classifier, ClientOptions, EndpointState, Outcome, Payload, RpcClient,
+    CallOptions, Classifier, ClientOptions, EndpointState, Outcome, Payload, RpcClient, RpcError,
 };
 use tokio::time::Instant;
 
@@ -121,4 +127,46 @@ async fn ejections_in_a_row_double_up_to_the_longest_and_a_late_one_starts_again
     let out = ejected_for(&client, port, since).await;
     assert!(about(out, Duration::from_secs(2)), "ejected for {out:?}");
     client.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A call in flight on an endpoint the registry removes, its server never answering: the
+/// connection drains for exactly the drain deadline, then closes, and the call fails as
+/// maybe delivered (it was written); the endpoint is gone from the client then.
+#[tokio::test(start_paused = true)]
+async fn a_removed_endpoint_drains_until_its_deadline_then_closes() {
+    const DRAIN: Duration = Duration::from_secs(2);
+    let silent = start("s", Mode::Silent).await;
+    let hub = hub();
+    publish(&hub, &[&silent]);
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.heartbeat = false;
+            o.drain_timeout = DRAIN;
+            o.request_timeout = Duration::from_secs(60);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, Duration::from_secs(1)).await.unwrap();
+    let c = client.clone();
+    let call =
+        tokio::spawn(async move { c.call(Payload::new(&b"x"[..]), CallOptions::new()).await });
+    until(Duration::from_secs(1), || {
+        silent.requests.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await
+    .expect("the request reached the server");
+    let removed = Instant::now();
+    hub.publish("c", vec![]);
+    let r = call.await.unwrap();
+    let took = removed.elapsed();
+    assert!(matches!(r, Err(RpcError::MaybeDelivered { .. })), "{r:?}");
+    // The drain looks every 5 ms.
+    assert!(
+        took >= DRAIN && took <= DRAIN + Duration::from_millis(10),
+        "closed {took:?} after the removal, drain deadline {DRAIN:?}"
+    );
+    until(Duration::from_secs(1), || client.endpoints().is_empty())
+        .await
+        .expect("the endpoint left the client");
 }

@@ -25,9 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use meshline::rpc::ServerConfig;
-use meshline::rpc::tm::TransactionManager;
 use meshline_testkit::{RaftDouble, RaftDoubleOptions};
-use tx_world::{GROUP, quick_options, start_tc};
+use tx_world::{quick_options, start_tc, tm_watching, until};
 
 const CALLERS: usize = 4;
 /// From the leader change to the first begin the new leader answers: the metadata read
@@ -37,14 +36,6 @@ const NEW_LEADER_WITHIN: Duration = Duration::from_millis(1500);
 /// The TC port a begin's XID names (`ip:port:id`).
 fn tc_of(xid: &str) -> Option<u16> {
     xid.split(':').nth(1)?.parse().ok()
-}
-
-async fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "never {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,19 +58,7 @@ async fn a_leader_change_moves_every_begin_to_the_new_leader() {
         .unwrap();
     let registry = meshline::registry::from_config(&config).await.unwrap();
     let watch = registry.watch("default").await.unwrap();
-    let tm = TransactionManager::builder()
-        .watch(watch, "default")
-        .transaction_service_group(GROUP)
-        .application_id("order-service")
-        .load_balance_name("XID")
-        .configure(|o| o.request_timeout = Duration::from_secs(5))
-        .build()
-        .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let tm = tm_watching(watch, "default", 1).await;
 
     // Every begin: when it was answered, and by which TC (or its error).
     type Log = Arc<Mutex<Vec<(Instant, Result<u16, String>)>>>;
@@ -102,26 +81,26 @@ async fn a_leader_change_moves_every_begin_to_the_new_leader() {
         }));
     }
     let begun = |i: usize| tcs[i].tc.stats().begun.load(Ordering::Relaxed);
-    until("begins on the first leader", Duration::from_secs(5), || {
-        begun(0) >= 20
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || begun(0) >= 20).await,
+        "never begins on the first leader"
+    );
 
     // The leader steps down (and refuses a begin), another is elected, the metadata
     // says so.
     let refused = |i: usize| tcs[i].tc.stats().not_leader.load(Ordering::Relaxed);
     tcs[0].tc.raft_follower(true);
-    until("a NotRaftLeader", Duration::from_secs(5), || {
-        refused(0) >= 1
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || refused(0) >= 1).await,
+        "never a NotRaftLeader"
+    );
     tcs[1].tc.raft_follower(false);
     let changed = Instant::now();
     d.set_leader("default", &addr(1));
-    until("begins on the new leader", Duration::from_secs(5), || {
-        begun(1) >= 20
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || begun(1) >= 20).await,
+        "never begins on the new leader"
+    );
     stop.store(true, Ordering::Relaxed);
     for c in callers {
         c.await.unwrap();

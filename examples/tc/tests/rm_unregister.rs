@@ -10,7 +10,7 @@ use std::time::Duration;
 use meshline::rpc::ServerConfig;
 use meshline::{EmptyProtection, WatchHub};
 use meshline_example_tc::TcOptions;
-use tx_world::{Recorder, Tc, quick_options, rm, start_tc};
+use tx_world::{Recorder, Tc, quick_options, rm, start_tc, until};
 
 async fn tc_of_version(version: &str) -> Tc {
     let options = TcOptions {
@@ -18,14 +18,6 @@ async fn tc_of_version(version: &str) -> Tc {
         ..quick_options()
     };
     start_tc(options, ServerConfig::default()).await
-}
-
-async fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !ok() {
-        assert!(std::time::Instant::now() < deadline, "never {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,17 +28,23 @@ async fn an_rm_unregisters_from_the_tcs_that_know_how() {
     hub.publish("c", vec![new.instance(), old.instance()]);
     let rm = rm(&hub, "stock", "jdbc:stock", Recorder::default(), true, 2).await;
     rm.register_resource("jdbc:orders").await;
-    until("both resources on the 2.7 TC", || {
-        new.tc.rm_connections("jdbc:orders") == 1
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || {
+            new.tc.rm_connections("jdbc:orders") == 1
+        })
+        .await,
+        "the 2.7 TC never had both resources"
+    );
     let unregistered = |tc: &Tc| tc.tc.stats().unregistered.load(Ordering::Relaxed);
 
     assert_eq!(rm.unregister().await, 1, "told the 2.7 TC only");
-    until("the 2.7 TC dropped the RM's resources", || {
-        new.tc.rm_connections("jdbc:stock") == 0 && new.tc.rm_connections("jdbc:orders") == 0
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || {
+            new.tc.rm_connections("jdbc:stock") == 0 && new.tc.rm_connections("jdbc:orders") == 0
+        })
+        .await,
+        "the 2.7 TC never dropped the RM's resources"
+    );
     assert_eq!(unregistered(&new), 1);
     // The connection stays open until the RM closes it; the 2.6 TC heard nothing.
     assert_eq!(rm.client().alive().len(), 2);
@@ -54,10 +52,10 @@ async fn an_rm_unregisters_from_the_tcs_that_know_how() {
     assert_eq!(old.tc.rm_connections("jdbc:stock"), 1);
 
     rm.shutdown(Duration::from_secs(1)).await;
-    until("the shutdown unregistered again", || {
-        unregistered(&new) == 2
-    })
-    .await;
+    assert!(
+        until(Duration::from_secs(5), || unregistered(&new) == 2).await,
+        "the shutdown never unregistered again"
+    );
     assert_eq!(unregistered(&old), 0);
 }
 

@@ -11,7 +11,7 @@ use meshline::rpc::message::{BranchCommitRequest, BranchRollbackRequest, BranchS
 use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
 use meshline::rpc::tm::TransactionManager;
 use meshline::rpc::{Server, ServerConfig};
-use meshline::{EmptyProtection, Instance, WatchHub};
+use meshline::{EmptyProtection, Instance, Watch, WatchHub};
 use meshline_example_tc::{Coordinator, TcOptions};
 use tokio::sync::Notify;
 
@@ -93,8 +93,13 @@ fn quick(o: &mut meshline::rpc::ClientOptions) {
 }
 
 pub async fn tm(hub: &WatchHub, n_alive: usize) -> TransactionManager {
+    tm_watching(hub.subscribe("c"), "c", n_alive).await
+}
+
+/// A TM following `watch` (a registry's, named `name`), once `n_alive` TCs are connected.
+pub async fn tm_watching(watch: Watch, name: &str, n_alive: usize) -> TransactionManager {
     let tm = TransactionManager::builder()
-        .watch(hub.subscribe("c"), "c")
+        .watch(watch, name)
         .transaction_service_group(GROUP)
         .application_id("order-service")
         .load_balance_name("XID")

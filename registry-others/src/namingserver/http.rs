@@ -44,33 +44,17 @@ impl Inner {
     where
         F: Fn(&str) -> reqwest::RequestBuilder,
     {
-        let mut failures = Vec::new();
-        for base in self.read_order() {
-            let sent = self
-                .login
-                .send(&self.http, &base, what, timeout, self.max_body, &make)
-                .await;
-            match sent {
-                Ok(r) => {
-                    self.servers.answered(&base);
-                    return Ok(r);
-                }
-                Err(LoginError::Refused(m)) => return Err(m),
-                Err(LoginError::Unreachable(m) | LoginError::Answer(m)) => failures.push(m),
-            }
-        }
-        Err(failures.join("; "))
+        self.login
+            .send_first(&self.servers, self.read_order(), what, timeout, &make)
+            .await
+            .map_err(LoginError::into_message)
     }
 
     /// Logs in on the namingservers in turn until one takes the credentials.
     pub(super) async fn log_in(&self) -> Result<(), String> {
         let mut failures = Vec::new();
         for base in self.read_order() {
-            match self
-                .login
-                .token(&self.http, &base, true, self.max_body)
-                .await
-            {
+            match self.login.token(&base, true).await {
                 Ok(_) => return Ok(()),
                 Err(LoginError::Refused(m)) => return Err(m),
                 Err(LoginError::Unreachable(m) | LoginError::Answer(m)) => failures.push(m),
@@ -147,11 +131,9 @@ impl Inner {
         };
         let r = self
             .login
-            .send(&self.http, base, op, REQUEST_TIMEOUT, self.max_body, &make)
+            .send(base, op, REQUEST_TIMEOUT, &make)
             .await
-            .map_err(|e| match e {
-                LoginError::Refused(m) | LoginError::Unreachable(m) | LoginError::Answer(m) => m,
-            })?;
+            .map_err(LoginError::into_message)?;
         // NamingController answers HTTP 200 with a `Result` whose `code` is "500"
         // when the namingserver failed.
         let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);

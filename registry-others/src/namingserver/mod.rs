@@ -271,7 +271,7 @@ impl NamingserverRegistry {
         let inner = Arc::new(Inner {
             servers,
             unhealthy: Mutex::new(Vec::new()),
-            http,
+            http: http.clone(),
             namespace: s.namespace.clone(),
             heartbeat: s.heartbeat_period,
             mapping: config
@@ -287,6 +287,8 @@ impl NamingserverRegistry {
                 s.password.clone(),
                 s.token_validity,
                 "registry.seata",
+                http,
+                s.max_body_bytes,
             ),
             regs: Registrations::new(),
             life: Lifecycle::new(KIND, empty_policy(config)),

@@ -70,23 +70,13 @@ impl Inner {
     where
         F: Fn(&str) -> reqwest::RequestBuilder,
     {
-        let mut failures = Vec::new();
-        for base in self.candidates() {
-            let sent = self
-                .login
-                .send(&self.http, &base, what, timeout, self.max_body, &make)
-                .await;
-            match sent {
-                Ok(r) => {
-                    self.servers.answered(&base);
-                    return Ok(r);
-                }
-                Err(LoginError::Unreachable(m)) => failures.push(m),
-                Err(LoginError::Refused(m)) => return Err(CallError::LoginRefused(m)),
-                Err(LoginError::Answer(m)) => return Err(CallError::Answer(m)),
-            }
-        }
-        Err(CallError::Unreachable(failures.join("; ")))
+        self.login
+            .send_first(&self.servers, self.candidates(), what, timeout, &make)
+            .await
+            .map_err(|e| match e {
+                LoginError::Refused(m) => CallError::LoginRefused(m),
+                other => CallError::Unreachable(other.into_message()),
+            })
     }
 
     /// `GET /metadata/v1/cluster?group=<group>`: the raft group's nodes, term and store

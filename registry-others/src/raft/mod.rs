@@ -103,7 +103,6 @@ struct Inner {
     tls: bool,
     login: Login,
     metadata_max_age: Duration,
-    max_body: usize,
     life: Lifecycle,
 }
 
@@ -124,16 +123,17 @@ impl RaftRegistry {
         let inner = Arc::new(Inner {
             servers,
             learned: Mutex::new(Vec::new()),
-            http,
+            http: http.clone(),
             tls,
             login: Login::new(
                 s.username.clone(),
                 s.password.clone(),
                 s.token_validity,
                 "registry.raft",
+                http,
+                s.max_body_bytes,
             ),
             metadata_max_age: s.metadata_max_age,
-            max_body: s.max_body_bytes,
             life: Lifecycle::new(KIND, empty_policy(config)),
         });
         // The TC's default group (blank `group`): reachability and the login.

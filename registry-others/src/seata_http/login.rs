@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::{Reply, lock, send};
+use super::{Reply, Servers, lock, send};
 
 /// Timeout of a login (Seata's clients use 1,000 ms; a loaded machine needs more).
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Why no token could be had.
+/// Why no token could be had, or no server answered.
 #[derive(Debug)]
 pub(crate) enum LoginError {
     /// The server did not answer.
@@ -35,7 +35,17 @@ pub(crate) enum LoginError {
     Answer(String),
 }
 
-/// The credentials of one registry client and the token they got.
+impl LoginError {
+    /// What went wrong, as a message.
+    pub(crate) fn into_message(self) -> String {
+        match self {
+            LoginError::Unreachable(m) | LoginError::Refused(m) | LoginError::Answer(m) => m,
+        }
+    }
+}
+
+/// The credentials of one registry client, the token they got, and the HTTP client its
+/// calls go through.
 pub(crate) struct Login {
     username: Option<String>,
     password: Option<String>,
@@ -43,6 +53,9 @@ pub(crate) struct Login {
     /// The settings section the keys are in (`registry.raft`), named in errors.
     section: &'static str,
     token: Mutex<Option<(String, Instant)>>,
+    http: reqwest::Client,
+    /// The largest answer read.
+    max_body: usize,
 }
 
 impl std::fmt::Debug for Login {
@@ -58,12 +71,14 @@ impl std::fmt::Debug for Login {
 
 impl Login {
     /// `username` and `password` of `section` (blank ones are absent), tokens valid
-    /// for `validity`.
+    /// for `validity`; calls through `http`, answers read up to `max_body` bytes.
     pub(crate) fn new(
         username: Option<String>,
         password: Option<String>,
         validity: Duration,
         section: &'static str,
+        http: reqwest::Client,
+        max_body: usize,
     ) -> Login {
         let present = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
         Login {
@@ -72,6 +87,8 @@ impl Login {
             validity,
             section,
             token: Mutex::new(None),
+            http,
+            max_body,
         }
     }
 
@@ -94,10 +111,8 @@ impl Login {
     /// is fresh (younger than 90 % of its validity) unless `renew`; else a new login.
     pub(crate) async fn token(
         &self,
-        http: &reqwest::Client,
         base: &str,
         renew: bool,
-        max_body: usize,
     ) -> Result<Option<String>, LoginError> {
         let (Some(user), Some(pass)) = (&self.username, &self.password) else {
             return Ok(None);
@@ -111,11 +126,12 @@ impl Login {
             }
         }
         let body = serde_json::json!({"username": user, "password": pass});
-        let req = http
+        let req = self
+            .http
             .post(format!("{base}/api/v1/auth/login"))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
-        let reply = send(req, LOGIN_TIMEOUT, max_body)
+        let reply = send(req, LOGIN_TIMEOUT, self.max_body)
             .await
             .map_err(|e| LoginError::Unreachable(format!("{base}: login: {e}")))?;
         let v: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
@@ -155,11 +171,9 @@ impl Login {
     /// not answer, [`LoginError::Unreachable`].
     pub(crate) async fn send<F>(
         &self,
-        http: &reqwest::Client,
         base: &str,
         what: &str,
         timeout: Duration,
-        max_body: usize,
         make: &F,
     ) -> Result<Reply, LoginError>
     where
@@ -167,12 +181,12 @@ impl Login {
     {
         let mut renew = false;
         loop {
-            let token = self.token(http, base, renew, max_body).await?;
+            let token = self.token(base, renew).await?;
             let mut req = make(base);
             if let Some(t) = &token {
                 req = req.header(reqwest::header::AUTHORIZATION, t);
             }
-            let r = send(req, timeout, max_body)
+            let r = send(req, timeout, self.max_body)
                 .await
                 .map_err(|e| LoginError::Unreachable(format!("{base}: {what}: {e}")))?;
             let refused = r.status == StatusCode::UNAUTHORIZED || r.status == StatusCode::FORBIDDEN;
@@ -185,5 +199,34 @@ impl Login {
             tracing::debug!(section = self.section, server = %base, status = r.status.as_u16(), "token refused; logging in again");
             renew = true;
         }
+    }
+
+    /// [`send`](Self::send)s to each of `bases` in turn until one answers, which
+    /// `servers` then asks first. A refused login ends the round at once (the servers of
+    /// one cluster share their users); servers that did not answer, or answered the
+    /// login with no token, are named together.
+    pub(crate) async fn send_first<F>(
+        &self,
+        servers: &Servers,
+        bases: Vec<String>,
+        what: &str,
+        timeout: Duration,
+        make: &F,
+    ) -> Result<Reply, LoginError>
+    where
+        F: Fn(&str) -> reqwest::RequestBuilder,
+    {
+        let mut failures = Vec::new();
+        for base in bases {
+            match self.send(&base, what, timeout, make).await {
+                Ok(r) => {
+                    servers.answered(&base);
+                    return Ok(r);
+                }
+                Err(LoginError::Unreachable(m) | LoginError::Answer(m)) => failures.push(m),
+                Err(refused) => return Err(refused),
+            }
+        }
+        Err(LoginError::Unreachable(failures.join("; ")))
     }
 }

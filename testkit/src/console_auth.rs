@@ -11,10 +11,12 @@
 //!   `sendError(401)`). Tokens are JWT-shaped random strings.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -43,11 +45,25 @@ pub(crate) fn json_response(status: StatusCode, v: Value) -> Response {
 }
 
 /// Spring Security's answer to a missing or bad token (`sendError(401)`).
-pub(crate) fn unauthorized() -> Response {
+fn unauthorized() -> Response {
     json_response(
         StatusCode::UNAUTHORIZED,
         json!({"status": 401, "error": "Unauthorized", "message": "Unauthorized"}),
     )
+}
+
+/// The route layer of the endpoints a login protects (`axum::middleware::from_fn_with_state`
+/// over the double's [`ConsoleAuth`]): Spring Security's filter, before any handler.
+pub(crate) async fn guard(
+    State(auth): State<Arc<ConsoleAuth>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if auth.authorized(req.headers()) {
+        next.run(req).await
+    } else {
+        unauthorized()
+    }
 }
 
 impl ConsoleAuth {

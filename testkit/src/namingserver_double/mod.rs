@@ -41,11 +41,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use serde_json::Value;
 
 use crate::Result;
-use crate::console_auth::ConsoleAuth;
+use crate::console_auth::{ConsoleAuth, guard};
 use crate::http_double::{Built, HttpDouble, lock};
 use state::State;
 
@@ -203,6 +204,7 @@ fn build(state: Arc<State>, opts: NamingserverDoubleOptions) -> Built {
         .route("/naming/v1/unregister", post(routes::unregister))
         .route("/naming/v1/discovery", get(routes::discovery))
         .route("/naming/v1/watch", post(routes::watch))
+        .route_layer(from_fn_with_state(state.auth.clone(), guard))
         .route("/naming/v1/health", get(routes::health))
         .route("/api/v1/auth/login", post(routes::login))
         .fallback(routes::not_found)

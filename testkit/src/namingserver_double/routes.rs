@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::state::State;
-use crate::console_auth::unauthorized;
 use crate::http_double::query_get;
 
 type Shared = AxState<Arc<State>>;
@@ -57,15 +56,7 @@ fn required<'a>(q: &'a [(String, String)], names: &[&str]) -> Result<Vec<&'a str
 }
 
 /// `POST /naming/v1/register?namespace=&clusterName=&unit=` with a JSON node.
-pub(crate) async fn register(
-    AxState(s): Shared,
-    headers: HeaderMap,
-    Query(q): Params,
-    body: Bytes,
-) -> Response {
-    if !s.auth.authorized(&headers) {
-        return unauthorized();
-    }
+pub(crate) async fn register(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
     let p = match required(&q, &["namespace", "clusterName", "unit"]) {
         Ok(p) => p,
         Err(n) => return missing(&n),
@@ -77,15 +68,7 @@ pub(crate) async fn register(
 }
 
 /// `POST /naming/v1/unregister?namespace=&clusterName=&unit=` with a JSON node.
-pub(crate) async fn unregister(
-    AxState(s): Shared,
-    headers: HeaderMap,
-    Query(q): Params,
-    body: Bytes,
-) -> Response {
-    if !s.auth.authorized(&headers) {
-        return unauthorized();
-    }
+pub(crate) async fn unregister(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
     let p = match required(&q, &["namespace", "clusterName", "unit"]) {
         Ok(p) => p,
         Err(n) => return missing(&n),
@@ -97,14 +80,7 @@ pub(crate) async fn unregister(
 }
 
 /// `GET /naming/v1/discovery?vGroup=&namespace=`.
-pub(crate) async fn discovery(
-    AxState(s): Shared,
-    headers: HeaderMap,
-    Query(q): Params,
-) -> Response {
-    if !s.auth.authorized(&headers) {
-        return unauthorized();
-    }
+pub(crate) async fn discovery(AxState(s): Shared, Query(q): Params) -> Response {
     match required(&q, &["vGroup", "namespace"]) {
         Ok(p) => json_response(StatusCode::OK, s.discovery(p[0], p[1])),
         Err(n) => missing(&n),
@@ -114,10 +90,7 @@ pub(crate) async fn discovery(
 /// `POST /naming/v1/watch?clientTerm=&vGroup=&timeout=`: registered as a watcher when
 /// the client's term is not behind the vGroup's last change (or there was none), then
 /// 200 on the vGroup's next change or 304 after `timeout` ms; 200 at once otherwise.
-pub(crate) async fn watch(AxState(s): Shared, headers: HeaderMap, Query(q): Params) -> Response {
-    if !s.auth.authorized(&headers) {
-        return unauthorized();
-    }
+pub(crate) async fn watch(AxState(s): Shared, Query(q): Params) -> Response {
     let p = match required(&q, &["clientTerm", "vGroup", "timeout"]) {
         Ok(p) => p,
         Err(n) => return missing(&n),

@@ -38,9 +38,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
 use crate::Result;
+use crate::console_auth::guard;
 use crate::http_double::{Built, HttpDouble};
 use state::{NodeDef, State};
 
@@ -258,9 +260,10 @@ impl RaftDouble {
 
 fn build(state: Arc<State>) -> Built {
     let router = Router::new()
-        .route("/api/v1/auth/login", post(routes::login))
         .route("/metadata/v1/cluster", get(routes::cluster))
         .route("/metadata/v1/watch", post(routes::watch))
+        .route_layer(from_fn_with_state(state.auth.clone(), guard))
+        .route("/api/v1/auth/login", post(routes::login))
         .fallback(routes::not_found)
         .with_state(state);
     Built {

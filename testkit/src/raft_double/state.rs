@@ -2,7 +2,7 @@
 //! server and kept across their restarts (a TC keeps its raft log).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -34,7 +34,7 @@ pub(crate) struct State {
     pub opts: RaftDoubleOptions,
     pub groups: Mutex<BTreeMap<String, Group>>,
     /// The console login and its tokens.
-    pub auth: ConsoleAuth,
+    pub auth: Arc<ConsoleAuth>,
     /// Bumped on every group change; watches wait on it.
     pub changes: watch::Sender<u64>,
 }
@@ -42,7 +42,10 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new(opts: RaftDoubleOptions) -> Self {
         State {
-            auth: ConsoleAuth::new(opts.credentials.clone(), opts.token_validity),
+            auth: Arc::new(ConsoleAuth::new(
+                opts.credentials.clone(),
+                opts.token_validity,
+            )),
             opts,
             groups: Mutex::new(BTreeMap::new()),
             changes: watch::channel(0).0,

@@ -386,12 +386,14 @@ impl Gateway {
         {
             tracing::warn!(error = %e, "could not unregister the gateway");
         }
-        self.shared.stop.cancel();
+        // Each connection's KICK is queued before the stop: a connection that saw the
+        // stop first closed its queue, and the client was left without the reason.
         for s in self.shared.sessions.members("*") {
             if let Some(l) = s.link() {
                 l.outbound.kick(Kick::Shutdown, "gateway shutting down");
             }
         }
+        self.shared.stop.cancel();
         for c in self.shared.backends().values() {
             c.shutdown(Duration::from_secs(1)).await;
         }

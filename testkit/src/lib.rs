@@ -27,6 +27,9 @@
 //! [`net`] builds test networks: hosts in their own network namespaces, links cut
 //! without a reset, and a fault proxy (delay, jitter, loss, bandwidth, blackhole).
 //!
+//! [`steal`] samples the CPU a virtual machine's host takes, so a test bounding a
+//! throughput ratio can tell a window the host spoiled from one the code failed.
+//!
 //! [`conformance`] holds the behaviours every registry backend must show (round trip,
 //! drop, crash expiry, outage and resync, garbage, empty protection, and the faults:
 //! an unreachable server, a refused removal, secrets, `nearby`), run by each backend's
@@ -61,6 +64,7 @@ mod raft_double;
 mod redis;
 mod rnacos;
 mod seata_files;
+pub mod steal;
 mod tls;
 pub mod watch;
 mod zookeeper;

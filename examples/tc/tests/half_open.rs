@@ -14,6 +14,12 @@
 //!   no caller hangs;
 //! - when the link is restored, it returns.
 //!
+//! A run whose rate bound fails while the machine's host took more than
+//! [`MAX_STEAL`] of the CPU in either window is taken again (up to [`ATTEMPTS`] runs):
+//! the host's share moves the rate of a window as much as the fault does. Every other
+//! bound holds on every run, and a run that misses the rate bound with the CPU to itself
+//! fails at once.
+//!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.
 
@@ -28,10 +34,18 @@ use meshline::rpc::message::{GlobalEndRequest, SeataMessage};
 use meshline::rpc::{CallOptions, Payload, RpcClient, RpcError};
 use meshline::{EmptyProtection, WatchHub};
 use meshline_testkit::net::skip_reason;
+use meshline_testkit::steal::StealSampler;
 use support::hosted_tc::HostedTc;
 
 const CALLERS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The share of the CPU ticks the host may take in a window of a run whose rate is
+/// judged. Runs with a third stolen in the post-cut second dropped to 57-68 % of the
+/// pre-cut rate with the callers' CPU idle (not waiting on the silent TC); runs with up
+/// to 16 % stolen kept 100-165 %.
+const MAX_STEAL: f64 = 0.15;
+/// Runs taken per balancer before a rate spoiled by the host is judged as it is.
+const ATTEMPTS: usize = 5;
 
 /// What one run saw.
 struct Run {
@@ -40,9 +54,12 @@ struct Run {
     left_after: Duration,
     returned_after: Option<Duration>,
     failures: Vec<(Duration, String)>,
+    /// The share of CPU ticks the host took in the pre-cut and the post-cut window.
+    stolen: (f64, f64),
 }
 
 async fn run(lb: &str) -> Run {
+    let steal = StealSampler::start(Duration::from_millis(50)).expect("/proc/stat");
     let tcs = HostedTc::start_many(3);
     let hub = Arc::new(WatchHub::new("half-open", EmptyProtection::Apply));
     hub.publish("c", tcs.iter().map(HostedTc::instance).collect());
@@ -153,6 +170,11 @@ async fn run(lb: &str) -> Run {
         cut + Duration::from_secs(2),
     );
     client.shutdown(Duration::from_secs(1)).await;
+    let window = |from: Duration, to: Duration| steal.stolen(t0 + from, t0 + to).unwrap_or(1.0);
+    let stolen = (
+        window(cut - Duration::from_secs(2), cut),
+        window(cut + Duration::from_secs(1), cut + Duration::from_secs(2)),
+    );
     let failures = failures
         .lock()
         .unwrap()
@@ -165,6 +187,7 @@ async fn run(lb: &str) -> Run {
         left_after: left,
         returned_after: returned,
         failures,
+        stolen,
     }
 }
 
@@ -200,38 +223,54 @@ async fn a_half_open_tc_costs_the_live_ones_under_a_second_with_every_balancer()
     }
     let mut report = Vec::new();
     for lb in ["RoundRobinLoadBalance", "XID", "P2C"] {
-        let r = run(lb).await;
-        let line = format!(
-            "{lb}: pre-cut {:.0} calls/s, second 1-2 after the cut {:.0} calls/s ({:.0} %), \
-             left the alive set {:?} after the cut, returned {:?} after the restore, {} calls failed",
-            r.pre_rate,
-            r.post_rate,
-            100.0 * r.post_rate / r.pre_rate,
-            r.left_after,
-            r.returned_after,
-            r.failures.len()
-        );
-        eprintln!("{line}");
-        assert!(r.pre_rate > 100.0, "{line}");
-        assert!(r.post_rate >= 0.9 * r.pre_rate, "{line}");
-        assert!(r.left_after <= Duration::from_secs(3), "{line}");
-        assert!(
-            r.returned_after.is_some(),
-            "{line}: the TC did not return after the restore"
-        );
-        // Every failure is a call that was on the silent TC: "may have been delivered",
-        // within the call timeout of the cut.
-        for (at, e) in &r.failures {
-            assert!(
-                e.contains("may have been delivered") || e.contains("no response within"),
-                "{lb}: {e}"
+        for attempt in 1..=ATTEMPTS {
+            let r = run(lb).await;
+            let line = format!(
+                "{lb}: pre-cut {:.0} calls/s, second 1-2 after the cut {:.0} calls/s ({:.0} %), \
+                 left the alive set {:?} after the cut, returned {:?} after the restore, \
+                 {} calls failed, host took {:.0} % / {:.0} % of the CPU (run {attempt})",
+                r.pre_rate,
+                r.post_rate,
+                100.0 * r.post_rate / r.pre_rate,
+                r.left_after,
+                r.returned_after,
+                r.failures.len(),
+                100.0 * r.stolen.0,
+                100.0 * r.stolen.1,
             );
-            assert!(
-                *at <= CALL_TIMEOUT + Duration::from_millis(500),
-                "{lb}: failed {at:?} after the cut: {e}"
-            );
+            eprintln!("{line}");
+            judge_all_but_rate(lb, &r, &line);
+            let kept = r.post_rate >= 0.9 * r.pre_rate;
+            let spoiled = r.stolen.0.max(r.stolen.1) > MAX_STEAL;
+            if !kept && spoiled && attempt < ATTEMPTS {
+                continue;
+            }
+            assert!(kept, "{line}");
+            report.push(line);
+            break;
         }
-        report.push(line);
     }
     meshline_testkit::figures::report("half_open", &report.join("\n"));
+}
+
+/// The bounds every run must hold, whatever the host took.
+fn judge_all_but_rate(lb: &str, r: &Run, line: &str) {
+    assert!(r.pre_rate > 100.0, "{line}");
+    assert!(r.left_after <= Duration::from_secs(3), "{line}");
+    assert!(
+        r.returned_after.is_some(),
+        "{line}: the TC did not return after the restore"
+    );
+    // Every failure is a call that was on the silent TC: "may have been delivered",
+    // within the call timeout of the cut.
+    for (at, e) in &r.failures {
+        assert!(
+            e.contains("may have been delivered") || e.contains("no response within"),
+            "{lb}: {e}"
+        );
+        assert!(
+            *at <= CALL_TIMEOUT + Duration::from_millis(500),
+            "{lb}: failed {at:?} after the cut: {e}"
+        );
+    }
 }

@@ -69,6 +69,14 @@ impl NacosCentre {
     pub async fn connect(config: &Config) -> Result<Self, RegistryError> {
         let section = config.centre.section(&["nacos"]);
         let n = NacosSettings::from_section(&section, &["dataId", "group"])?;
+        if n.protocol == crate::Protocol::Http {
+            return Err(RegistryError::Config(
+                "config.nacos.protocol is http, but the configuration centre runs on \
+                 nacos-sdk, which speaks only Nacos 2.x gRPC (the registry speaks Nacos \
+                 1.x's HTTP API; the centre cannot)"
+                    .into(),
+            ));
+        }
         let group = section
             .get("group")
             .filter(|g| !g.is_empty())

@@ -12,7 +12,10 @@ use nacos_sdk::api::props::ClientProps;
 use crate::grpc::auth::Auth;
 use crate::grpc::client::NamingClient;
 use crate::grpc::server::Server;
-use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, address, probe};
+use crate::http::V1Client;
+use crate::http::call::Caller;
+use crate::naming::Naming;
+use crate::{CONNECT_TIMEOUT, KIND, NacosSettings, Protocol, REQUEST_TIMEOUT, address, probe};
 
 /// Which of nacos-sdk's auth plugins the settings ask for.
 pub(crate) enum Login {
@@ -37,6 +40,7 @@ pub(crate) struct Prepared {
     ram: Option<(String, String)>,
     namespace: String,
     app_name: String,
+    protocol: Protocol,
 }
 
 /// Checks the addresses and TLS of `n` and makes the client properties.
@@ -94,18 +98,35 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
         ram: n.access_key.clone().zip(n.secret_key.clone()),
         namespace: n.namespace.clone(),
         app_name: app_name.to_string(),
+        protocol: n.protocol,
     })
 }
 
 impl Prepared {
-    /// Connects our naming client ([`crate::grpc`]) to these servers, in the configured
-    /// namespace (each request can name another: `nearby` reads other namespaces on
-    /// the same connection). Every server is TLS in a build with the `tls` feature, as
-    /// nacos-sdk's are.
-    pub(crate) async fn naming(&self, server: &str) -> Result<NamingClient, RegistryError> {
-        let tls = cfg!(feature = "tls");
-        let servers: Vec<Server> = self
-            .addrs
+    /// Connects the naming client `registry.nacos.protocol` asks for (`auto`: the one
+    /// the server's version calls for, see [`Protocol`]).
+    pub(crate) async fn naming(&self, server: &str) -> Result<Naming, RegistryError> {
+        let http = match self.protocol {
+            Protocol::Http => true,
+            Protocol::Grpc => false,
+            Protocol::Auto => match probe::version(&self.addrs).await {
+                Some(v) if v.starts_with("1.") => {
+                    tracing::info!(registry = KIND, version = %v, "Nacos 1.x: the registry speaks its v1 HTTP API");
+                    true
+                }
+                _ => false,
+            },
+        };
+        if http {
+            self.v1(server).await.map(Naming::Http)
+        } else {
+            self.grpc(server).await.map(Naming::Grpc)
+        }
+    }
+
+    /// Each server of `serverAddr`.
+    fn servers(&self, tls: bool) -> Vec<Server> {
+        self.addrs
             .hosts()
             .into_iter()
             .map(|(host, http_port)| Server {
@@ -121,13 +142,17 @@ impl Prepared {
                     .unwrap_or_else(|| http_port.saturating_add(1000)),
                 tls,
             })
-            .collect();
-        let auth = Auth::new(
-            self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
-            self.ram.as_ref().map(|(a, s)| (a.as_str(), s.as_str())),
-            tls,
-        )
-        .map_err(|e| RegistryError::Config(format!("registry.nacos: {e}")))?;
+            .collect()
+    }
+
+    /// Our gRPC naming client ([`crate::grpc`]) on these servers, in the configured
+    /// namespace (each request can name another: `nearby` reads other namespaces on
+    /// the same connection). Every server is TLS in a build with the `tls` feature, as
+    /// nacos-sdk's are.
+    async fn grpc(&self, server: &str) -> Result<NamingClient, RegistryError> {
+        let tls = cfg!(feature = "tls");
+        let servers = self.servers(tls);
+        let auth = self.auth(tls)?;
         let connect = NamingClient::connect(
             servers,
             self.namespace.clone(),
@@ -136,6 +161,46 @@ impl Prepared {
             CONNECT_TIMEOUT,
         );
         self.build(server, connect).await
+    }
+
+    /// The Nacos 1.x client ([`crate::http`]) on these servers' HTTP ports, once one
+    /// answers.
+    async fn v1(&self, server: &str) -> Result<V1Client, RegistryError> {
+        let tls = self.addrs.scheme == address::Scheme::Https
+            || (self.addrs.scheme == address::Scheme::Unspecified && cfg!(feature = "tls"));
+        let namespace = if self.namespace.is_empty() {
+            "public".to_string()
+        } else {
+            self.namespace.clone()
+        };
+        let fail =
+            |e: crate::grpc::Error| crate::nacos_err(server, "connect (Nacos v1 HTTP API)", e);
+        let caller = Caller::new(
+            self.servers(tls),
+            if tls { "https" } else { "http" },
+            self.addrs.context_path.clone(),
+            namespace,
+            self.app_name.clone(),
+            self.auth(tls)?,
+            REQUEST_TIMEOUT,
+        )
+        .map_err(fail)?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, V1Client::connect(caller)).await {
+            Ok(r) => r.map_err(fail),
+            Err(_) => Err(fail(crate::grpc::Error::NotConnected(format!(
+                "no server answered within {CONNECT_TIMEOUT:?}"
+            )))),
+        }
+    }
+
+    /// The login or signature the settings ask for.
+    fn auth(&self, tls: bool) -> Result<Auth, RegistryError> {
+        Auth::new(
+            self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
+            self.ram.as_ref().map(|(a, s)| (a.as_str(), s.as_str())),
+            tls,
+        )
+        .map_err(|e| RegistryError::Config(format!("registry.nacos: {e}")))
     }
 
     /// Awaits a service builder's `build()` for at most [`CONNECT_TIMEOUT`]; on failure,

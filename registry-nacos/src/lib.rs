@@ -65,14 +65,19 @@
 //!   its own still listed (`src/after_close.rs`): another client registered the same
 //!   address, or a node that was cut off still holds a connection this client left.
 //!
-//! ## Nacos 1.x is not supported
+//! ## Nacos 1.x: the v1 HTTP API
 //!
-//! The client speaks only the Nacos 2.x gRPC protocol (on the HTTP port + 1000, or
-//! `registry.nacos.grpcPort`); Nacos 1.x servers serve HTTP only. Connecting to one
-//! fails, and the error says so: when the gRPC port refuses, the HTTP port is asked
-//! for its version (`/<contextPath>/v1/console/server/state`) and a 1.x answer is
-//! named as "Nacos 1.x (HTTP only) is not supported".
-//!
+//! Nacos 1.x servers serve HTTP only (no gRPC port). For them the registry speaks
+//! Nacos 1.x's open API (`src/http/`): registrations kept alive by heartbeats as the
+//! 1.x Java client keeps them, watches fed by the once-a-second resync (the 1.x
+//! client's polling). `registry.nacos.protocol` chooses: `auto` (the default) asks the
+//! server's version (`/<contextPath>/v1/console/server/state`) and speaks HTTP to a
+//! 1.x server, gRPC to any other; `grpc` and `http` force one. 2.x servers serve the
+//! v1 API too, so `http` also works with them (rnacos, in the tests). The
+//! configuration centre ([`NacosCentre`]) runs on nacos-sdk and needs Nacos 2.x. When
+//! a gRPC connect fails, the HTTP port is asked for its version and a 1.x answer is
+//! named with the key to set.
+
 //! ## Credentials in nacos-sdk's logs (the configuration centre)
 //!
 //! The registry's client never logs a credential. nacos-sdk 0.8, which the
@@ -112,7 +117,6 @@ use meshline_registry_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::grpc::client::NamingClient;
 use crate::grpc::shared::Listener;
 use crate::grpc::wire::ServiceInfo;
 pub use crate::grpc::{
@@ -126,13 +130,15 @@ mod catalog;
 mod centre;
 mod connect;
 mod grpc;
+mod http;
+mod naming;
 mod nearby;
 mod probe;
 mod register;
 mod settings;
 mod tls;
 pub use centre::NacosCentre;
-pub use settings::NacosSettings;
+pub use settings::{NacosSettings, Protocol};
 
 const KIND: &str = "nacos";
 
@@ -151,7 +157,7 @@ pub struct NacosRegistry {
 }
 
 struct Inner {
-    naming: NamingClient,
+    naming: naming::Naming,
     /// `registry.nacos.serverAddr` (and the gRPC port when set): the address in errors.
     server: String,
     service: String,
@@ -169,6 +175,7 @@ impl std::fmt::Debug for NacosRegistry {
         f.debug_struct("NacosRegistry")
             .field("service", &self.inner.service)
             .field("group", &self.inner.group)
+            .field("protocol", &self.inner.naming.protocol())
             .finish_non_exhaustive()
     }
 }
@@ -295,7 +302,7 @@ impl NacosRegistry {
         Ok(Self::new(naming, p.server.clone(), &n, config))
     }
 
-    fn new(naming: NamingClient, server: String, n: &NacosSettings, config: &Config) -> Self {
+    fn new(naming: naming::Naming, server: String, n: &NacosSettings, config: &Config) -> Self {
         let policy = meshline_registry_core::EmptyProtection::of(&config.registry);
         NacosRegistry {
             inner: Arc::new(Inner {
@@ -318,6 +325,12 @@ impl NacosRegistry {
     /// The Nacos group.
     pub fn group(&self) -> &str {
         &self.inner.group
+    }
+
+    /// The protocol the client speaks: [`Protocol::Grpc`] or [`Protocol::Http`] (what
+    /// `registry.nacos.protocol` named, or what `auto` chose for the server).
+    pub fn protocol(&self) -> Protocol {
+        self.inner.naming.protocol()
     }
 }
 

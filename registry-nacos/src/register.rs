@@ -32,13 +32,13 @@ use std::collections::BTreeMap;
 use meshline_registry_core::{InstanceKey, RegistryError};
 
 use crate::grpc::ServiceInstance;
-use crate::grpc::client::NamingClient;
+use crate::naming::Naming;
 
 use crate::timed;
 
 /// Where our registrations go.
 pub(crate) struct Target<'a> {
-    pub(crate) naming: &'a NamingClient,
+    pub(crate) naming: &'a Naming,
     /// The server address for errors.
     pub(crate) server: &'a str,
     pub(crate) service: &'a str,

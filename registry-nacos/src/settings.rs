@@ -5,6 +5,35 @@ use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
+/// Which protocol the registry's naming client speaks (`registry.nacos.protocol`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// `auto` (the default): the server's version decides. `GET
+    /// /<contextPath>/v1/console/server/state` answering a 1.x version means HTTP;
+    /// anything else (a 2.x or later version, no version, no answer) means gRPC, the
+    /// protocol of every server since 2.0.
+    #[default]
+    Auto,
+    /// `grpc`: Nacos 2's gRPC protocol, on the HTTP port + 1000 (or `grpcPort`).
+    Grpc,
+    /// `http`: Nacos 1.x's open API (v1) on the HTTP port, with heartbeats and polling;
+    /// 2.x servers serve it too.
+    Http,
+}
+
+impl Protocol {
+    fn parse(s: &str) -> Result<Protocol, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Protocol::Auto),
+            "grpc" => Ok(Protocol::Grpc),
+            "http" | "v1" => Ok(Protocol::Http),
+            other => Err(format!(
+                "`{other}` is not a protocol: auto, grpc or http (Nacos 1.x's v1 API)"
+            )),
+        }
+    }
+}
+
 /// The Nacos registry's settings.
 #[derive(Clone, PartialEq)]
 pub struct NacosSettings {
@@ -35,6 +64,9 @@ pub struct NacosSettings {
     pub context_path: Option<String>,
     /// `grpcPort` (meshline): the server's gRPC port when it is not HTTP port + 1000.
     pub grpc_port: Option<u16>,
+    /// `protocol` (meshline): what the registry's naming client speaks. See
+    /// [`Protocol`].
+    pub protocol: Protocol,
     /// `tls.*` (see the crate's TLS section: only `tls.enabled` and `tls.caFile` apply).
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
@@ -57,6 +89,7 @@ impl std::fmt::Debug for NacosSettings {
             .field("secret_key", &hidden(&self.secret_key))
             .field("context_path", &self.context_path)
             .field("grpc_port", &self.grpc_port)
+            .field("protocol", &self.protocol)
             .field("tls", &self.tls)
             .finish()
     }
@@ -94,6 +127,7 @@ impl NacosSettings {
             secret_key: r.optional("secretKey"),
             context_path: r.optional("contextPath"),
             grpc_port: r.optional_number("grpcPort")?,
+            protocol: r.parse("protocol", Protocol::parse)?.unwrap_or_default(),
             tls: TlsSettings::read(&r, "nacos")?,
             warnings: Vec::new(),
         };
@@ -120,6 +154,26 @@ mod tests {
             assert_eq!(s.namespace, "", "{name}");
             assert_eq!(s.password, None, "{name}: empty is unset");
         }
+    }
+
+    #[test]
+    fn the_protocol_is_auto_unless_named() {
+        let s = NacosSettings::from_config(&Config::default()).unwrap();
+        assert_eq!(s.protocol, Protocol::Auto);
+        let with = |v: &str| {
+            let c = ConfigLoader::new()
+                .text(format!("registry.nacos.protocol={v}\n"), Format::Properties)
+                .load()
+                .unwrap();
+            NacosSettings::from_config(&c).map(|s| s.protocol)
+        };
+        assert_eq!(with("HTTP").unwrap(), Protocol::Http);
+        assert_eq!(with("grpc").unwrap(), Protocol::Grpc);
+        let e = with("udp").unwrap_err().to_string();
+        assert!(
+            e.contains("registry.nacos.protocol") && e.contains("auto, grpc or http"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2,89 +2,19 @@
 //! testkit): the conformance suite, then what is Nacos's own (Seata's layout with raw
 //! nacos-sdk clients, convergence, credentials).
 
+mod support;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Instance, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
-use meshline_testkit::conformance::{Garbage, Harness, Lifetime, Server};
 use meshline_testkit::watch::{addrs, wait_for};
-use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
-use nacos_sdk::api::props::ClientProps;
+use support::{config, harness};
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-/// A config for `server` with empty protection on, then `extra` keys.
-fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
-    let (addr, grpc) = (server.http_addr(), server.grpc_port().to_string());
-    let base = [
-        ("registry.type", "nacos"),
-        ("registry.nacos.serverAddr", addr.as_str()),
-        ("registry.nacos.grpcPort", grpc.as_str()),
-        ("registry.empty-protection", "true"),
-    ];
-    meshline_testkit::config_of(&base, extra)
-}
-
-struct NacosHarness {
-    server: Rnacos,
-    /// Raw clients that wrote garbage: their (ephemeral) instances live with them.
-    raw: Mutex<Vec<NamingService>>,
-}
-
-async fn harness() -> NacosHarness {
-    meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
-    NacosHarness {
-        server: Rnacos::start().expect("start rnacos"),
-        raw: Mutex::new(Vec::new()),
-    }
-}
-
-impl Harness for NacosHarness {
-    type Registry = NacosRegistry;
-    /// Nacos 2 instances are ephemeral, bound to the client's gRPC connection: there
-    /// is no TTL to make long, only the spans the suite holds a registration (and the
-    /// server down) for.
-    const LIFETIME: Lifetime = Lifetime::fixed(Duration::from_secs(4));
-    /// The client reconnects (a round of servers, then at most 2 s between rounds) and
-    /// redoes its registrations and subscriptions.
-    const RESYNC_WITHIN: Duration = Duration::from_secs(30);
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.server, extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<NacosRegistry, RegistryError> {
-        NacosRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.server
-    }
-}
-
-impl Garbage for NacosHarness {
-    async fn put_garbage(&self, cluster: &str, round: u32) {
-        let raw = raw_client(&self.server).await;
-        let bad = match round {
-            0 => ("not an ip!", 8091),
-            _ => ("10.0.0.9", 70000),
-        };
-        raw.register_instance(
-            "seata-server".into(),
-            Some("DEFAULT_GROUP".into()),
-            ServiceInstance {
-                ip: bad.0.into(),
-                port: bad.1,
-                cluster_name: Some(cluster.into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        self.raw.lock().unwrap().push(raw);
-    }
-}
 
 // No `crash_removed_within_ttl`: a Nacos 2 registration lives as long as the client's
 // gRPC connection (the server drops it when the connection closes), so a crash is
@@ -92,101 +22,11 @@ impl Garbage for NacosHarness {
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
     outage_stale_resync, garbage_skipped, empty_protection);
 
-/// A plain nacos-sdk client, as a Seata TC (Java) or any other client would use it.
-async fn raw_client(server: &Rnacos) -> NamingService {
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(server.http_addr())
-            .remote_grpc_port(server.grpc_port())
-            .app_name("seata-server")
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("raw nacos client")
-}
-
+/// Seata's layout both ways: ours seen by a plain nacos-sdk client, a TC registered as
+/// Seata registers it seen by ours.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seata_layout_both_ways() {
-    let server = Rnacos::start().expect("start rnacos");
-    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
-    let raw = raw_client(&server).await;
-
-    let mut w = reg.watch("default").await.unwrap();
-    assert!(w.next().await.unwrap().is_empty());
-
-    // Ours: register two instances (one connection keeps one registration per service,
-    // so this exercises the batch path), see both, in Seata's layout for a raw client.
-    let a = Instance::parse("10.0.0.1:8091").unwrap().with_weight(3);
-    let b = Instance::parse("10.0.0.2:8091").unwrap();
-    reg.register("default", &a).await.unwrap();
-    reg.register("default", &b).await.unwrap();
-    let s = wait_for(&mut w, WITHIN, "our two instances", |s| s.len() == 2).await;
-    assert_eq!(addrs(&s), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
-    assert_eq!(s.instances()[0].weight(), 3);
-    let seen = raw
-        .get_all_instances(
-            "seata-server".into(),
-            Some("DEFAULT_GROUP".into()),
-            vec!["default".into()],
-            false,
-        )
-        .await
-        .unwrap();
-    let mut raw_addrs: Vec<String> = seen
-        .iter()
-        .map(|i| format!("{}:{}", i.ip, i.port))
-        .collect();
-    raw_addrs.sort();
-    assert_eq!(raw_addrs, vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
-    assert!(
-        seen.iter()
-            .all(|i| i.cluster_name.as_deref() == Some("default") && i.ephemeral)
-    );
-
-    // A TC registered by another client exactly as Seata does:
-    // registerInstance("seata-server", "DEFAULT_GROUP", ip, port, cluster).
-    let tc = ServiceInstance {
-        ip: "10.0.0.9".into(),
-        port: 8091,
-        cluster_name: Some("default".into()),
-        ..Default::default()
-    };
-    raw.register_instance(
-        "seata-server".into(),
-        Some("DEFAULT_GROUP".into()),
-        tc.clone(),
-    )
-    .await
-    .unwrap();
-    wait_for(&mut w, WITHIN, "the Seata-registered TC", |s| {
-        addrs(s).contains(&"10.0.0.9:8091".to_string())
-    })
-    .await;
-    assert_eq!(reg.lookup("default").await.unwrap().len(), 3);
-
-    // Another cluster's TC is not ours.
-    let other = ServiceInstance {
-        ip: "10.0.0.8".into(),
-        port: 8091,
-        cluster_name: Some("other".into()),
-        ..Default::default()
-    };
-    let raw2 = raw_client(&server).await;
-    raw2.register_instance("seata-server".into(), Some("DEFAULT_GROUP".into()), other)
-        .await
-        .unwrap();
-    assert_eq!(reg.lookup("other").await.unwrap().len(), 1);
-
-    // Removals are seen.
-    raw.deregister_instance("seata-server".into(), Some("DEFAULT_GROUP".into()), tc)
-        .await
-        .unwrap();
-    reg.unregister("default", &b).await.unwrap();
-    let s = wait_for(&mut w, WITHIN, "removals", |s| s.len() == 1).await;
-    assert_eq!(addrs(&s), vec!["10.0.0.1:8091"]);
-
-    reg.close().await.unwrap();
+    support::seata_layout_both_ways("grpc").await;
 }
 
 /// Register on one client, time until another client's watch sees it.
@@ -234,61 +74,7 @@ async fn convergence() {
 /// to check (never a silent success, never a timeout or another failure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn username_and_password_are_used() {
-    let server = Rnacos::start_with_auth("meshline", "s3cret-pass").expect("start rnacos");
-    let good = config(
-        &server,
-        &[
-            ("registry.nacos.username", "meshline"),
-            ("registry.nacos.password", "s3cret-pass"),
-        ],
-    );
-    let reg = NacosRegistry::connect(&good).await.unwrap();
-    let me = Instance::parse("10.3.0.1:8091").unwrap();
-    reg.register("default", &me).await.unwrap();
-    let mut w = reg.watch("default").await.unwrap();
-    wait_for(&mut w, WITHIN, "our registration", |s| s.len() == 1).await;
-
-    let bad = config(
-        &server,
-        &[
-            ("registry.nacos.username", "meshline"),
-            ("registry.nacos.password", "not-the-pass-9f2"),
-        ],
-    );
-    let refused = match NacosRegistry::connect(&bad).await {
-        Err(e) => e.to_string(),
-        Ok(r) => match r.lookup("default").await {
-            Err(e) => e.to_string(),
-            Ok(s) => panic!("a wrong password read the registry: {s:?}"),
-        },
-    };
-    let anonymous = match NacosRegistry::connect(&config(&server, &[])).await {
-        Err(e) => e.to_string(),
-        Ok(r) => match r
-            .register("default", &Instance::parse("10.3.0.2:1").unwrap())
-            .await
-        {
-            Err(e) => e.to_string(),
-            Ok(()) => panic!("a registration without credentials was accepted"),
-        },
-    };
-    // Both are the server's auth refusal, named with the keys to check, and neither
-    // carries the password.
-    for (what, e) in [
-        ("a wrong password", &refused),
-        ("no credentials", &anonymous),
-    ] {
-        assert!(
-            e.contains("refused by the server's auth (403)")
-                && e.contains("registry.nacos.username and registry.nacos.password"),
-            "{what}: {e}"
-        );
-        assert!(
-            !e.contains("not-the-pass-9f2") && !e.contains("s3cret"),
-            "{what}: {e}"
-        );
-    }
-    reg.close().await.unwrap();
+    support::credentials_are_used("grpc").await;
 }
 
 /// With nothing listening, `connect` fails with the server's address and the cause
@@ -369,11 +155,12 @@ async fn port_without_grpc_port() -> (tokio::net::TcpListener, u16) {
     panic!("no free port p with p + 1000 free in 100 tries");
 }
 
-/// A Nacos 1.x server (HTTP only) standing in on port P, nothing on P + 1000: the
-/// connect error says Nacos 1.x is not supported, naming the version it answered, and
-/// the version check goes to `registry.nacos.contextPath`.
+/// A Nacos 1.x server (HTTP only) standing in on port P, nothing on P + 1000, under
+/// `registry.nacos.contextPath`: with `protocol` left to `auto` the registry asks its
+/// version there and speaks HTTP to it; with `grpc` forced the connect error names the
+/// version it answered and the key to set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_nacos_1x_server_is_named_as_unsupported() {
+async fn a_nacos_1x_server_is_spoken_to_over_http_or_named() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (listener, port) = port_without_grpc_port().await;
     let asked = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
@@ -394,12 +181,14 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
             let head = String::from_utf8_lossy(&buf).into_owned();
             let path = head.split(' ').nth(1).unwrap_or_default().to_string();
             log.lock().unwrap().push(path.clone());
-            // What Nacos 1.4.1's ServerStateController answers.
+            // What Nacos 1.4.1's ServerStateController and health check answer.
             let (status, body) = if path == "/custom/v1/console/server/state" {
                 (
                     "200 OK",
                     r#"{"standalone_mode":"standalone","function_mode":null,"version":"1.4.1"}"#,
                 )
+            } else if path.starts_with("/custom/v1/ns/operator/metrics?") {
+                ("200 OK", r#"{"status":"UP"}"#)
             } else {
                 ("404 Not Found", "")
             };
@@ -411,17 +200,26 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
             let _ = conn.write_all(answer.as_bytes()).await;
         }
     });
-    let c = ConfigLoader::new()
-        .set("registry.type", "nacos")
-        .set(
-            "registry.nacos.serverAddr",
-            format!("http://127.0.0.1:{port}"),
-        )
-        .set("registry.nacos.contextPath", "/custom/")
-        .load()
-        .unwrap();
+    let config = |protocol: &str| {
+        ConfigLoader::new()
+            .set("registry.type", "nacos")
+            .set(
+                "registry.nacos.serverAddr",
+                format!("http://127.0.0.1:{port}"),
+            )
+            .set("registry.nacos.contextPath", "/custom/")
+            .set("registry.nacos.protocol", protocol)
+            .load()
+            .unwrap()
+    };
+    let reg = NacosRegistry::connect(&config("auto")).await.unwrap();
+    assert_eq!(reg.protocol(), meshline_registry_nacos::Protocol::Http);
+    drop(reg);
     let t = Instant::now();
-    let text = NacosRegistry::connect(&c).await.unwrap_err().to_string();
+    let text = NacosRegistry::connect(&config("grpc"))
+        .await
+        .unwrap_err()
+        .to_string();
     eprintln!("after {:?}: {text}", t.elapsed());
     stub.abort();
     assert!(
@@ -433,17 +231,21 @@ async fn a_nacos_1x_server_is_named_as_unsupported() {
     );
     assert!(
         text.contains(&format!(
-            "127.0.0.1:{port} answers HTTP as Nacos 1.4.1: Nacos 1.x (HTTP only) is not supported"
+            "127.0.0.1:{port} answers HTTP as Nacos 1.4.1: Nacos 1.x speaks HTTP only; set \
+             registry.nacos.protocol to http"
         )),
         "{text}"
     );
+    let asked = asked.lock().unwrap().clone();
+    assert!(
+        asked.contains(&"/custom/v1/console/server/state".to_string()),
+        "{asked:?}"
+    );
     assert!(
         asked
-            .lock()
-            .unwrap()
-            .contains(&"/custom/v1/console/server/state".to_string()),
-        "{:?}",
-        asked.lock().unwrap()
+            .iter()
+            .any(|p| p.starts_with("/custom/v1/ns/operator/metrics?")),
+        "{asked:?}"
     );
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }

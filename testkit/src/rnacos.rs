@@ -60,16 +60,24 @@ impl Rnacos {
     /// Starts rnacos and waits until its HTTP `/health` answers 200 and its gRPC port
     /// accepts connections.
     pub fn start() -> Result<Rnacos> {
-        Rnacos::start_inner(None)
+        Rnacos::start_inner(None, &[])
+    }
+
+    /// Starts rnacos with extra settings, `RNACOS_*` keys of its env file: e.g.
+    /// `RNACOS_NAMING_HEALTH_TIMEOUT_SECOND` and `RNACOS_NAMING_INSTANCE_TIMEOUT_SECOND`,
+    /// after which (plus 3 s) a heartbeat instance is marked unhealthy and removed
+    /// (defaults 15 and 30).
+    pub fn start_with_settings(settings: &[(&str, &str)]) -> Result<Rnacos> {
+        Rnacos::start_inner(None, settings)
     }
 
     /// Starts rnacos with authentication on (open API and gRPC): clients must log in as
     /// `username` / `password` (the initial admin account).
     pub fn start_with_auth(username: &str, password: &str) -> Result<Rnacos> {
-        Rnacos::start_inner(Some((username.to_string(), password.to_string())))
+        Rnacos::start_inner(Some((username.to_string(), password.to_string())), &[])
     }
 
-    fn start_inner(auth: Option<(String, String)>) -> Result<Rnacos> {
+    fn start_inner(auth: Option<(String, String)>, extra: &[(&str, &str)]) -> Result<Rnacos> {
         let bin = find_rnacos()?;
         let bin = bin.to_string_lossy().into_owned();
         start_with_port_retry(
@@ -96,6 +104,9 @@ impl Rnacos {
                         "RNACOS_ENABLE_OPEN_API_AUTH=true\nRNACOS_INIT_ADMIN_USERNAME={user}\n\
                          RNACOS_INIT_ADMIN_PASSWORD={pass}\n"
                     ));
+                }
+                for (key, value) in extra {
+                    settings.push_str(&format!("{key}={value}\n"));
                 }
                 std::fs::write(&env_file, settings)
                     .map_err(io_err(format!("write {}", env_file.display())))?;

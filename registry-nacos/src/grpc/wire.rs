@@ -108,7 +108,8 @@ pub(crate) struct ServerRequest {
     pub(crate) request_id: Option<String>,
 }
 
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+/// `null` read as the type's default (Java servers write empty lists as `null`).
+pub(crate) fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Default + Deserialize<'de>,

@@ -128,7 +128,7 @@ pub use inbound::{BoxFuture, InboundHandler, InboundRequest};
 pub use limits::{Breaker, BreakerSettings, CallLimits, ConcurrencyLimit, LimitScope};
 pub use message::{RegisterResponse, RegisterRmRequest, RegisterTmRequest, SeataMessage};
 pub use outcome::{Classifier, Classify, Outcome};
-pub use payload::Payload;
+pub use payload::{BodyFormat, Payload};
 pub use role_builder::SEATA_VERSION;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use settings::{

@@ -3,11 +3,48 @@
 use bytes::Bytes;
 
 use crate::codec::{
-    CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN, Frame, FrameError, HEADER_LEN, HeadMap,
-    MessageType,
+    CODEC_PROTOBUF, CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN, Frame, FrameError,
+    HEADER_LEN, HeadMap, MessageType,
 };
 use crate::compress::Compressor;
 use crate::message::{MessageError, SeataMessage};
+
+/// How a Seata message's body is written: the serializer (the seata or the protobuf
+/// codec) and the compressor. Seata's TC and RM answer in their request's format
+/// ([`BodyFormat::of`], [`Payload::seata_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyFormat {
+    /// [`CODEC_SEATA`] or [`CODEC_PROTOBUF`].
+    pub codec: u8,
+    /// The compressor.
+    pub compressor: Compressor,
+}
+
+impl Default for BodyFormat {
+    /// The seata codec, not compressed.
+    fn default() -> Self {
+        BodyFormat {
+            codec: CODEC_SEATA,
+            compressor: Compressor::None,
+        }
+    }
+}
+
+impl BodyFormat {
+    /// The format of `p`'s body, for its answer: protobuf when it is, else the seata
+    /// codec; its compressor, or none for a code Seata does not define (such a body
+    /// fails to decode, and is not answered).
+    pub fn of(p: &Payload) -> BodyFormat {
+        BodyFormat {
+            codec: if p.codec == CODEC_PROTOBUF {
+                CODEC_PROTOBUF
+            } else {
+                CODEC_SEATA
+            },
+            compressor: p.compressor().unwrap_or_default(),
+        }
+    }
+}
 
 /// The user-visible part of a frame: head map, body, and the codec / compressor bytes
 /// that describe the body.
@@ -50,11 +87,36 @@ impl Payload {
         msg: &SeataMessage,
         compressor: Compressor,
     ) -> Result<Self, MessageError> {
-        let body = msg.encode()?;
-        if compressor == Compressor::None {
-            return Ok(Payload::new(body));
-        }
-        Ok(Payload::new(compressor.compress(&body)?).with_compressor(compressor.code()))
+        Payload::seata_as(
+            msg,
+            BodyFormat {
+                codec: CODEC_SEATA,
+                compressor,
+            },
+        )
+    }
+
+    /// A payload carrying `msg` in Seata's protobuf codec (codec byte 0x2, what a Seata
+    /// client with `transport.serialization = protobuf` sends), not compressed.
+    pub fn protobuf(msg: &SeataMessage) -> Result<Self, MessageError> {
+        Ok(Payload::new(crate::message::protobuf::encode(msg)?).with_codec(CODEC_PROTOBUF))
+    }
+
+    /// A payload carrying `msg` written as `format` says: an answer in its request's
+    /// [`BodyFormat`], as Seata's TC and RM answer.
+    pub fn seata_as(msg: &SeataMessage, format: BodyFormat) -> Result<Self, MessageError> {
+        let body: Bytes = if format.codec == CODEC_PROTOBUF {
+            crate::message::protobuf::encode(msg)?.into()
+        } else {
+            msg.encode()?
+        };
+        let p = if format.compressor == Compressor::None {
+            Payload::new(body)
+        } else {
+            Payload::new(format.compressor.compress(&body)?)
+                .with_compressor(format.compressor.code())
+        };
+        Ok(p.with_codec(format.codec))
     }
 
     /// Adds a head-map entry.
@@ -84,8 +146,9 @@ impl Payload {
     /// Decodes the body as a Seata message, decompressing it first when the frame says
     /// it is compressed (at most [`DEFAULT_MAX_FRAME_LEN`], 8 MiB, decompressed).
     ///
-    /// A body of another serializer (protobuf, kryo, hessian, fastjson2) is refused with
-    /// the serializer's name, never misread.
+    /// A body in Seata's protobuf codec is read too ([`crate::message::protobuf`]); one of
+    /// another serializer (kryo, hessian, fastjson2) is refused with the serializer's
+    /// name, never misread.
     pub fn decode_seata(&self) -> Result<SeataMessage, MessageError> {
         self.decode_seata_limited(DEFAULT_MAX_FRAME_LEN)
     }
@@ -94,14 +157,20 @@ impl Payload {
     /// connection uses its frame limit): a compressed body that would expand past it is
     /// an error, not an allocation.
     pub fn decode_seata_limited(&self, limit: usize) -> Result<SeataMessage, MessageError> {
-        if self.codec != CODEC_SEATA {
+        if self.codec != CODEC_SEATA && self.codec != CODEC_PROTOBUF {
             return Err(MessageError::NotSeataCodec(self.codec));
         }
-        if self.compressor != COMPRESSOR_NONE {
-            let body = crate::compress::decompress(self.compressor, &self.body, limit)?;
-            return SeataMessage::decode(&body);
+        let decompressed;
+        let body = if self.compressor != COMPRESSOR_NONE {
+            decompressed = crate::compress::decompress(self.compressor, &self.body, limit)?;
+            &decompressed
+        } else {
+            &self.body
+        };
+        if self.codec == CODEC_PROTOBUF {
+            return Ok(crate::message::protobuf::decode(body)?);
         }
-        SeataMessage::decode(&self.body)
+        SeataMessage::decode(body)
     }
 
     /// The compressor the body is labelled with (`Err` for a code Seata does not define).

@@ -203,8 +203,9 @@ pub(super) fn positive(
 }
 
 /// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose
-/// first entry is the codec requests are sent with. meshline speaks the seata codec
-/// only, so that entry must be `seata`.
+/// first entry is the codec requests are sent with. meshline's client sends the seata
+/// codec (it reads, and answers in, the protobuf codec too), so that entry must be
+/// `seata`.
 fn serialization(v: &str) -> Result<String, String> {
     let v = v.trim();
     if v.is_empty() {
@@ -215,8 +216,8 @@ fn serialization(v: &str) -> Result<String, String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "meshline speaks only the seata codec, not `{first}` (protobuf, kryo, hessian and \
-             fastjson2 bodies are refused by name); use `seata`"
+            "meshline's client sends only the seata codec, not `{first}` (it reads protobuf \
+             answers too; kryo, hessian and fastjson2 bodies are refused by name); use `seata`"
         ))
     }
 }

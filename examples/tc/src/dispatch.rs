@@ -1,6 +1,8 @@
 //! The TC's front door: every request a TM or RM sends, decoded, answered, and bad
 //! input refused without an echo.
 //!
+//! - Bodies in the seata and the protobuf codec are read (Seata's
+//!   `transport.serialization`), and answered in the request's.
 //! - A body of another serializer, a compressor Seata does not define, or a type code
 //!   a TC does not take (a response, a phase-two request, an unknown code) closes that
 //!   connection with the reason: nothing sensible can be answered, and the stream may
@@ -12,7 +14,7 @@
 //! - A transaction request on a connection that has not registered closes it, as
 //!   Seata's TC does ("close a unhandled connection").
 //!
-//! Answers use the request's compressor (Seata echoes it) and carry the head entry
+//! Answers use the request's codec and compressor (Seata echoes them) and carry the head entry
 //! `tc = <tag>` when the coordinator has a tag. A one-way request that has an answer
 //! (a MergedWarpMessage, a later RegisterRM) is answered with the request's id, as
 //! Seata's TC does.
@@ -27,10 +29,10 @@ use std::sync::atomic::Ordering;
 use meshline::rpc::compress::Compressor;
 use meshline::rpc::message::{
     BranchRegisterResponse, BranchReportResponse, GlobalBeginResponse, GlobalEndResponse,
-    GlobalLockQueryResponse, GlobalStatus, RegisterResponse, SeataMessage,
+    GlobalLockQueryResponse, GlobalStatus, MessageError, RegisterResponse, SeataMessage,
     TransactionExceptionCode as Exc, TransactionResult, type_code, type_name,
 };
-use meshline::rpc::{Connection, InboundRequest, Payload};
+use meshline::rpc::{BodyFormat, Connection, InboundRequest, Payload};
 
 use super::Inner;
 use super::channels::{Client, Role};
@@ -63,11 +65,12 @@ impl Inner {
             oneway,
             request_id,
         };
-        if p.codec != meshline::rpc::codec::CODEC_SEATA {
+        let protobuf = p.codec == meshline::rpc::codec::CODEC_PROTOBUF;
+        if p.codec != meshline::rpc::codec::CODEC_SEATA && !protobuf {
             return self.refuse(
                 &conn,
                 format!(
-                    "body uses the {} serializer (codec {:#04x}); this TC speaks only seata",
+                    "body uses the {} serializer (codec {:#04x}); this TC speaks seata and protobuf",
                     meshline::rpc::codec::codec_name(p.codec),
                     p.codec
                 ),
@@ -77,6 +80,11 @@ impl Inner {
             Ok(c) => c,
             Err(e) => return self.refuse(&conn, e.to_string()),
         };
+        // Answers go in the request's codec and compressor, as Seata's TC answers.
+        let format = BodyFormat {
+            codec: p.codec,
+            compressor,
+        };
         let body = if compressor == Compressor::None {
             p.body
         } else {
@@ -85,8 +93,15 @@ impl Inner {
                 Err(e) => return self.refuse(&conn, e.to_string()),
             }
         };
-        let decoded = SeataMessage::decode(&body);
-        let code = (body.len() >= 2).then(|| i16::from_be_bytes([body[0], body[1]]));
+        let (decoded, code) = if protobuf {
+            // A protobuf body names its message: one that does not parse is refused
+            // with the connection (no type code to answer it by).
+            let d = meshline::rpc::message::protobuf::decode(&body).map_err(MessageError::from);
+            (d, None)
+        } else {
+            let code = (body.len() >= 2).then(|| i16::from_be_bytes([body[0], body[1]]));
+            (SeataMessage::decode(&body), code)
+        };
         drop(body);
         let msg = match decoded {
             Ok(m) => m,
@@ -95,7 +110,7 @@ impl Inner {
                 match code.and_then(|c| refusal(c, &e.to_string())) {
                     Some(answer) => {
                         tracing::warn!(peer = %conn.peer(), error = %e, "undecodable request answered as failed");
-                        return self.answer(&reply, compressor, &answer).await;
+                        return self.answer(&reply, format, &answer).await;
                     }
                     None => return self.refuse(&conn, format!("undecodable request: {e}")),
                 }
@@ -137,7 +152,7 @@ impl Inner {
                     return self.refuse(&conn, "a merged request before registration".into());
                 };
                 self.stats.merged_frames.fetch_add(1, Ordering::Relaxed);
-                match self.merged(&reply, compressor, &client, m).await {
+                match self.merged(&reply, format, &client, m).await {
                     Some(positional) => positional,
                     // Answered as each result was ready.
                     None => return None,
@@ -156,7 +171,7 @@ impl Inner {
                 );
             }
         };
-        self.answer(&reply, compressor, &answer).await
+        self.answer(&reply, format, &answer).await
     }
 
     /// Closes the connection with `reason` (nothing can be answered), counting it.
@@ -171,10 +186,10 @@ impl Inner {
     async fn answer(
         &self,
         req: &Reply,
-        compressor: Compressor,
+        format: BodyFormat,
         answer: &SeataMessage,
     ) -> Option<Payload> {
-        let p = self.encode(compressor, answer)?;
+        let p = self.encode(format, answer)?;
         if req.oneway {
             if let Err(e) = req.conn.respond(req.request_id, p).await {
                 tracing::debug!(error = %e, "could not answer a one-way request");
@@ -184,14 +199,14 @@ impl Inner {
         Some(p)
     }
 
-    /// `answer` as a payload in `compressor`, with the `tc` head entry when tagged;
+    /// `answer` as a payload in `format`, with the `tc` head entry when tagged;
     /// `None` once crashed (a dead process answers nothing, not even what it had
     /// computed) or when it cannot be encoded.
-    pub(super) fn encode(&self, compressor: Compressor, answer: &SeataMessage) -> Option<Payload> {
+    pub(super) fn encode(&self, format: BodyFormat, answer: &SeataMessage) -> Option<Payload> {
         if self.crashed() {
             return None;
         }
-        let mut p = match Payload::seata_compressed(answer, compressor) {
+        let mut p = match Payload::seata_as(answer, format) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "cannot encode an answer");

@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::{FutureExt, future};
-use meshline::rpc::compress::Compressor;
+use meshline::rpc::BodyFormat;
 use meshline::rpc::message::{
     BatchResultMessage, MergeResultMessage, MergedWarpMessage, SeataMessage,
 };
@@ -54,13 +54,13 @@ impl Inner {
     pub(super) async fn merged(
         self: &Arc<Self>,
         reply: &Reply,
-        compressor: Compressor,
+        format: BodyFormat,
         client: &Client,
         m: MergedWarpMessage,
     ) -> Option<SeataMessage> {
         if self.options.batch_send_response && understands_batch_results(&client.version) {
             if m.msg_ids.len() == m.msgs.len() {
-                self.answer_as_ready(reply, compressor, client, m).await;
+                self.answer_as_ready(reply, format, client, m).await;
                 return None;
             }
             tracing::debug!(
@@ -87,7 +87,7 @@ impl Inner {
     async fn answer_as_ready(
         self: &Arc<Self>,
         reply: &Reply,
-        compressor: Compressor,
+        format: BodyFormat,
         client: &Client,
         m: MergedWarpMessage,
     ) {
@@ -108,7 +108,7 @@ impl Inner {
                 batch.msg_ids.push(id);
                 batch.results.push(result);
             }
-            let Some(p) = self.encode(compressor, &SeataMessage::BatchResult(batch)) else {
+            let Some(p) = self.encode(format, &SeataMessage::BatchResult(batch)) else {
                 // Crashed, or not encodable (logged): nothing more is answered.
                 return;
             };

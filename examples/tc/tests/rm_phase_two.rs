@@ -1,19 +1,20 @@
 //! The RM's side of phase two against a hand-written TC (a plain `Server`, as a Java
-//! TC behaves on the wire): BranchCommit and BranchRollback requests compressed the
-//! way the TC is configured get answers in the request's compressor, with the request's
+//! TC behaves on the wire): BranchCommit and BranchRollback requests in the codec and
+//! compressor the TC is configured with get answers in the request's, with the request's
 //! id and the handler's status; UndoLogDelete (one-way) reaches the handler and is not
 //! answered; a handler's error is a failed answer with a retryable status.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use meshline::rpc::codec::{CODEC_PROTOBUF, CODEC_SEATA};
 use meshline::rpc::compress::Compressor;
 use meshline::rpc::message::{
     BranchCommitRequest, BranchEndRequest, BranchRollbackRequest, BranchStatus, BranchType,
     SeataMessage, UndoLogDeleteRequest, register_reply,
 };
 use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
-use meshline::rpc::{InboundRequest, Payload, Server};
+use meshline::rpc::{BodyFormat, InboundRequest, Payload, Server};
 use meshline::{EmptyProtection, Instance, WatchHub};
 use tokio::sync::mpsc;
 
@@ -89,14 +90,23 @@ async fn phase_two_answers_echo_the_request_and_undo_log_delete_reaches_the_hand
         resource_id: "db-a".into(),
         application_data: None,
     };
-    for compressor in [Compressor::None, Compressor::Gzip, Compressor::Zstd] {
-        let p = Payload::seata_compressed(&SeataMessage::BranchCommit(req.clone()), compressor)
-            .unwrap();
+    // In the seata codec with each compressor, and in the protobuf codec (a TC with
+    // `transport.serialization = protobuf`), plain and compressed.
+    let formats = [
+        (CODEC_SEATA, Compressor::None),
+        (CODEC_SEATA, Compressor::Gzip),
+        (CODEC_SEATA, Compressor::Zstd),
+        (CODEC_PROTOBUF, Compressor::None),
+        (CODEC_PROTOBUF, Compressor::Gzip),
+    ]
+    .map(|(codec, compressor)| BodyFormat { codec, compressor });
+    for format in formats {
+        let p = Payload::seata_as(&SeataMessage::BranchCommit(req.clone()), format).unwrap();
         let answer = conn.call(p, Duration::from_secs(5)).await.unwrap();
         assert_eq!(
-            answer.compressor,
-            compressor.code(),
-            "answered in the request's compressor"
+            BodyFormat::of(&answer),
+            format,
+            "answered in the request's codec and compressor"
         );
         match answer.decode_seata().unwrap() {
             SeataMessage::BranchCommitResponse(r) => {
@@ -128,7 +138,14 @@ async fn phase_two_answers_echo_the_request_and_undo_log_delete_reaches_the_hand
     }
     assert_eq!(
         *seen.lock().unwrap(),
-        vec!["commit 42", "commit 42", "commit 42", "rollback 42"]
+        vec![
+            "commit 42",
+            "commit 42",
+            "commit 42",
+            "commit 42",
+            "commit 42",
+            "rollback 42"
+        ]
     );
     // UndoLogDelete is one-way: it reaches the handler.
     let undo = UndoLogDeleteRequest {

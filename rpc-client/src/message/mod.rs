@@ -20,6 +20,7 @@
 //! | `codes` | ResultCode, TransactionExceptionCode, GlobalStatus, BranchStatus, BranchType |
 //! | `result` | the result head every transaction response starts with |
 //! | `outcome` | which failed answers are the TC's failure and which the caller's |
+//! | `protobuf` | the same messages as Seata's protobuf serializer writes them (v1 frames with the protobuf codec, and gRPC bodies) |
 //!
 //! Heartbeats have no body: PING/PONG are implied by the frame's message type
 //! ([`HeartbeatMessage`]).
@@ -41,6 +42,7 @@ mod lock;
 pub(crate) mod merge;
 pub mod outcome;
 mod phase_two;
+pub mod protobuf;
 mod register;
 mod result;
 mod undo;
@@ -367,9 +369,12 @@ pub enum MessageError {
     /// The body is compressed and could not be decompressed (or compressed).
     #[error(transparent)]
     Compression(#[from] CompressError),
-    /// The body uses another serializer than Seata's.
-    #[error("body uses the {name} serializer (codec byte {code:#04x}); meshline speaks only the seata codec (0x01): set transport.serialization=seata on the peer", name = crate::codec::codec_name(*.0), code = .0)]
+    /// The body uses a serializer meshline does not speak.
+    #[error("body uses the {name} serializer (codec byte {code:#04x}); meshline speaks the seata (0x01) and protobuf (0x02) codecs: set transport.serialization=seata on the peer", name = crate::codec::codec_name(*.0), code = .0)]
     NotSeataCodec(u8),
+    /// A body in Seata's protobuf codec that cannot be read or written.
+    #[error("seata protobuf body: {0}")]
+    Protobuf(#[from] protobuf::ProtoError),
 }
 
 impl SeataMessage {

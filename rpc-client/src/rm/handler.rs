@@ -50,8 +50,8 @@ impl InboundHandler for PhaseTwo {
             // runs, so a slow handler does not keep the connection's buffer alive.
             let payload = req.payload;
             let decoded = payload.decode_seata_limited(limit);
-            // Seata answers with the request's compressor.
-            let compressor = payload.compressor().unwrap_or_default();
+            // Seata answers in the request's codec and compressor.
+            let format = crate::BodyFormat::of(&payload);
             drop(payload);
             let msg = match decoded {
                 Ok(m) => m,
@@ -92,7 +92,7 @@ impl InboundHandler for PhaseTwo {
                     return None;
                 }
             };
-            match Payload::seata_compressed(&reply, compressor) {
+            match Payload::seata_as(&reply, format) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot encode the phase-two answer");

@@ -31,11 +31,11 @@ fn codec_and_compressor_values_are_checked() {
         ),
         (
             "transport.serialization=kryo",
-            "key `transport.serialization` has invalid value `kryo`: meshline speaks only the seata codec, not `kryo`",
+            "key `transport.serialization` has invalid value `kryo`: meshline's client sends only the seata codec, not `kryo`",
         ),
         (
             "transport.serialization=protobuf,seata",
-            "meshline speaks only the seata codec, not `protobuf`",
+            "meshline's client sends only the seata codec, not `protobuf`",
         ),
         (
             "transport.heartbeat=maybe",

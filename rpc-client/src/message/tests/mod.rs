@@ -4,7 +4,7 @@
 //! over every decoder.
 
 mod props;
-mod vectors;
+pub(in crate::message) mod vectors;
 
 use super::*;
 use crate::codec::{CODEC_SEATA, COMPRESSOR_NONE, FrameCodec, HeadMap};

@@ -32,7 +32,7 @@ pub(super) fn ok<T>(f: impl FnOnce(TransactionResult) -> T) -> T {
 }
 
 /// (what, body hex from the doc, the message).
-pub(super) fn vectors() -> Vec<(&'static str, &'static str, SeataMessage)> {
+pub(in crate::message) fn vectors() -> Vec<(&'static str, &'static str, SeataMessage)> {
     use SeataMessage as M;
     let end = |s: GlobalStatus| GlobalEndResponse::success(s);
     vec![

@@ -168,6 +168,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             merges: Mutex::new(HashMap::new()),
             compressor: t.compressor,
+            codec: t.codec,
             batch: t.batch,
             awaiting: liveness::Awaiting::new(),
             armed: Notify::new(),

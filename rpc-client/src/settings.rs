@@ -203,22 +203,32 @@ pub(super) fn positive(
 }
 
 /// `transport.serialization`: Seata's codec name, or (Seata 2.1+) a comma list whose
-/// first entry is the codec requests are sent with. meshline's client sends the seata
-/// codec (it reads, and answers in, the protobuf codec too), so that entry must be
-/// `seata`.
+/// first entry is the codec requests are sent with: `seata` or `protobuf` (meshline
+/// reads answers in either).
 fn serialization(v: &str) -> Result<String, String> {
     let v = v.trim();
     if v.is_empty() {
         return Err("must not be empty".into());
     }
     let first = v.split(',').next().unwrap_or("").trim();
-    if first.eq_ignore_ascii_case("seata") {
+    if first.eq_ignore_ascii_case("seata") || first.eq_ignore_ascii_case("protobuf") {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "meshline's client sends only the seata codec, not `{first}` (it reads protobuf \
-             answers too; kryo, hessian and fastjson2 bodies are refused by name); use `seata`"
+            "meshline's client sends the seata or the protobuf codec, not `{first}` (kryo, \
+             hessian and fastjson2 bodies are refused by name); use `seata` or `protobuf`"
         ))
+    }
+}
+
+/// The codec byte of `transport.serialization`'s first entry (as checked by
+/// [`serialization`]).
+pub(crate) fn serialization_codec(v: &str) -> u8 {
+    let first = v.split(',').next().unwrap_or("").trim();
+    if first.eq_ignore_ascii_case("protobuf") {
+        crate::codec::CODEC_PROTOBUF
+    } else {
+        crate::codec::CODEC_SEATA
     }
 }
 

@@ -37,9 +37,14 @@
 //!
 //! # What the writer does to Seata requests
 //!
-//! Two more options change what goes on the wire, as Seata's client does it, and only
+//! Three more options change what goes on the wire, as Seata's client does it, and only
 //! for requests whose body is a Seata-codec message (codec byte 1, not compressed yet):
 //!
+//! - **[`codec`](TransportOptions::codec)** (`transport.serialization`): with
+//!   `protobuf`, every such request (a merged one as a whole) is written in Seata's
+//!   protobuf codec ([`crate::message::protobuf`]); a body the protobuf messages cannot
+//!   carry (a v1-only constant) goes in the seata codec, with a warning. Answers in
+//!   either codec are read; a merged answer in protobuf is split as a seata one.
 //! - **[`compressor`](TransportOptions::compressor)** (`transport.compressor`): every
 //!   such request and one-way body is compressed when it is written. Answers are not:
 //!   Seata answers with the request's own compressor, which is the handler's to echo
@@ -82,6 +87,10 @@ pub struct TransportOptions {
     /// Compress the Seata request bodies this connection writes (default none;
     /// `transport.compressor`). See the [module docs](self).
     pub compressor: Compressor,
+    /// The codec Seata request bodies go out in: [`CODEC_SEATA`](crate::codec::CODEC_SEATA)
+    /// (default) or [`CODEC_PROTOBUF`](crate::codec::CODEC_PROTOBUF)
+    /// (`transport.serialization = protobuf`). See the [module docs](self).
+    pub codec: u8,
     /// Merge queued Seata transaction requests into `MergedWarpMessage`s (default off;
     /// the TM and RM layers turn it on per Seata's keys). See the [module docs](self).
     pub batch: Option<BatchOptions>,
@@ -147,6 +156,7 @@ impl Default for TransportOptions {
             write_timeout: Some(Duration::from_secs(10)),
             max_inbound_requests: 1024,
             compressor: Compressor::None,
+            codec: crate::codec::CODEC_SEATA,
             batch: None,
         }
     }
@@ -181,6 +191,7 @@ impl TransportOptions {
         // Checked when the keys were read: an unknown name (or 7z) is an error there,
         // naming the key.
         self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();
+        self.codec = crate::settings::serialization_codec(&t.serialization);
     }
 
     /// The limits as a connection uses them: a frame limit of at least a header, budgets
@@ -194,6 +205,7 @@ impl TransportOptions {
             write_timeout: self.write_timeout,
             max_inbound_requests: self.max_inbound_requests.max(1),
             compressor: self.compressor,
+            codec: self.codec,
             batch: self.batch,
         }
     }

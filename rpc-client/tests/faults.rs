@@ -306,6 +306,7 @@ fn transport_settings_come_from_the_config_file() {
             write_timeout: None,
             max_inbound_requests: 32,
             compressor: meshline_rpc_client::Compressor::Lz4,
+            codec: meshline_rpc_client::codec::CODEC_SEATA,
             batch: None,
         }
     );

@@ -65,6 +65,7 @@ impl Inner {
             oneway,
             request_id,
         };
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let protobuf = p.codec == meshline::rpc::codec::CODEC_PROTOBUF;
         if p.codec != meshline::rpc::codec::CODEC_SEATA && !protobuf {
             return self.refuse(
@@ -93,6 +94,9 @@ impl Inner {
                 Err(e) => return self.refuse(&conn, e.to_string()),
             }
         };
+        if protobuf {
+            self.stats.protobuf_requests.fetch_add(1, Ordering::Relaxed);
+        }
         let (decoded, code) = if protobuf {
             // A protobuf body names its message: one that does not parse is refused
             // with the connection (no type code to answer it by).

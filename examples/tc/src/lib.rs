@@ -234,6 +234,10 @@ pub struct TcStats {
     /// BatchResultMessages sent (each carries the results of one merged frame that
     /// were ready together; a frame takes one or more).
     pub batch_results: AtomicU64,
+    /// Requests read (any codec, answered or not).
+    pub requests: AtomicU64,
+    /// Of those, requests in Seata's protobuf codec (answered in it).
+    pub protobuf_requests: AtomicU64,
 }
 
 pub(crate) struct Inner {

@@ -118,3 +118,96 @@ async fn a_transaction_in_the_protobuf_codec_is_answered_in_it() {
         "{status:?}"
     );
 }
+
+/// A TM and an RM whose connections send the protobuf codec
+/// (`transport.serialization = protobuf`), batching on: every request reaches the TC
+/// in protobuf (merged ones as a whole), the merged answers are split, and the
+/// transactions commit with phase two at the RM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_sending_protobuf_batched_run_whole_transactions() {
+    use std::sync::atomic::Ordering;
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = meshline::WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    let config = meshline_testkit::config_of(&[("transport.serialization", "protobuf")], &[]);
+    let protobuf = |o: &mut meshline::rpc::ClientOptions| {
+        o.transport.batch = Some(meshline::rpc::BatchOptions::default());
+        o.request_timeout = Duration::from_secs(5);
+    };
+    let tm = meshline::rpc::tm::TransactionManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id("orders")
+        .config(&config)
+        .configure(protobuf)
+        .build()
+        .await
+        .unwrap();
+    tm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(tm.client().options().transport.codec, CODEC_PROTOBUF);
+    let recorder = Recorder::default();
+    let stock = ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id("stock")
+        .resource("jdbc:stock")
+        .handler(recorder.clone())
+        .config(&config)
+        .configure(protobuf)
+        .build()
+        .await
+        .unwrap();
+    stock
+        .client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let stats = tc.tc.stats();
+    let before = (
+        stats.requests.load(Ordering::Relaxed),
+        stats.protobuf_requests.load(Ordering::Relaxed),
+    );
+
+    // Rounds of 16 transactions at once until the TM's requests were merged at least
+    // once (requests queued behind a write go together).
+    let mut committed = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tc.tc.stats().merged_frames.load(Ordering::Relaxed) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never merged");
+        let rounds = (0..16).map(|i| {
+            let (tm, stock) = (&tm, &stock);
+            async move {
+                let tx = tm.begin("pb", Duration::from_secs(30)).await.unwrap();
+                stock
+                    .branch_register(
+                        tx.xid(),
+                        BranchType::AT,
+                        "jdbc:stock",
+                        Some(&format!("stock:{i}")),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap()
+            }
+        });
+        for status in futures_util::future::join_all(rounds).await {
+            assert_eq!(status, GlobalStatus::Committed);
+            committed += 1;
+        }
+    }
+    recorder
+        .wait_calls(committed, Duration::from_secs(10))
+        .await;
+    // Every request since (begins, branch registrations, commits, merged or not) came
+    // in protobuf.
+    let read = stats.requests.load(Ordering::Relaxed) - before.0;
+    let protobuf = stats.protobuf_requests.load(Ordering::Relaxed) - before.1;
+    // (Frames, not requests: a merged frame carries many.)
+    assert!(read >= 3, "{read} frames for {committed} transactions");
+    assert_eq!(protobuf, read, "requests not in protobuf");
+    assert_eq!(stats.bad_requests.load(Ordering::Relaxed), 0);
+}

@@ -20,7 +20,9 @@ use tokio::sync::oneshot;
 
 use super::Shared;
 use super::lanes::Outcome;
-use crate::codec::{CODEC_SEATA, COMPRESSOR_NONE, Frame, HEADER_LEN, HeadMap, MessageType};
+use crate::codec::{
+    CODEC_PROTOBUF, CODEC_SEATA, COMPRESSOR_NONE, Frame, HEADER_LEN, HeadMap, MessageType,
+};
 use crate::compress::Compressor;
 use crate::message::merge::{MAX_ENTRIES, MergeReply, merged_body, split_reply};
 use crate::message::{is_mergeable_request, type_name};
@@ -42,6 +44,33 @@ pub(super) fn is_mergeable(frame: &Frame) -> bool {
         && frame.head.is_empty()
         && frame.body.len() >= 2
         && is_mergeable_request(i16::from_be_bytes([frame.body[0], frame.body[1]]))
+}
+
+/// Makes a request's Seata body what the connection writes: in its codec
+/// ([`transcode_request`]), then compressed ([`compress_request`]).
+pub(super) fn prepare_request(shared: &Shared, frame: &mut Frame) {
+    transcode_request(shared.codec, frame);
+    compress_request(shared.compressor, frame);
+}
+
+/// Rewrites a request's Seata-codec body in the protobuf codec when the connection
+/// sends that (`transport.serialization = protobuf`). A body the protobuf messages
+/// cannot carry (a v1-only constant) or that does not decode goes as it is, with a
+/// warning: the peer reads the seata codec either way.
+pub(super) fn transcode_request(codec: u8, frame: &mut Frame) {
+    if codec != CODEC_PROTOBUF || !plain_seata(frame) {
+        return;
+    }
+    let body = crate::message::SeataMessage::decode(&frame.body)
+        .map_err(|e| e.to_string())
+        .and_then(|m| crate::message::protobuf::encode(&m).map_err(|e| e.to_string()));
+    match body {
+        Ok(b) => {
+            frame.body = b.into();
+            frame.codec = CODEC_PROTOBUF;
+        }
+        Err(e) => tracing::warn!(error = %e, "request sent in the seata codec"),
+    }
 }
 
 /// Compresses a request's Seata body with the connection's compressor (a no-op without
@@ -93,7 +122,7 @@ pub(super) fn write_merged(
     }
     if ready.len() == 1 {
         let mut f = ready.pop().expect("one frame");
-        compress_request(shared.compressor, &mut f);
+        prepare_request(shared, &mut f);
         if let Err(e) = f.encode_into(buf, max) {
             tracing::error!(error = %e, "dropping unframeable request");
             pending.remove(&f.request_id);
@@ -139,7 +168,7 @@ fn flush(
     let max = shared.max_frame_len;
     if chunk.len() == 1 {
         let mut f = chunk.pop().expect("one frame");
-        compress_request(shared.compressor, &mut f);
+        prepare_request(shared, &mut f);
         if let Err(e) = f.encode_into(buf, max) {
             tracing::error!(error = %e, "dropping unframeable request");
             pending.remove(&f.request_id);
@@ -156,7 +185,7 @@ fn flush(
         head: HeadMap::new(),
         body: body.freeze(),
     };
-    compress_request(shared.compressor, &mut frame);
+    prepare_request(shared, &mut frame);
     match frame.encode_into(buf, max) {
         Ok(()) => {
             tracing::trace!(
@@ -201,6 +230,13 @@ pub(super) fn answer(shared: &Shared, frame: Frame) -> Option<Frame> {
     } else {
         crate::compress::decompress(frame.compressor, &frame.body, shared.max_frame_len)
             .map_err(|e| e.to_string())
+    };
+    // A merged answer in the protobuf codec is split as its seata-codec twin.
+    let body = match body {
+        Ok(b) if frame.codec == CODEC_PROTOBUF => crate::message::protobuf::decode(&b)
+            .map_err(|e| e.to_string())
+            .and_then(|m| m.encode().map_err(|e| e.to_string())),
+        other => other,
     };
     let reply = body.and_then(|b| split_reply(&b).map_err(|e| e.to_string()));
     match reply {

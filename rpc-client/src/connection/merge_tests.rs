@@ -327,3 +327,39 @@ async fn compressed_requests_reach_the_peer_labelled_and_merged_frames_too() {
     super::merge::compress_request(Compressor::Zstd, &mut f);
     assert_eq!((f.compressor, &f.body[..]), (0, &b"raw"[..]));
 }
+
+/// With the protobuf codec, a Seata request is rewritten in it; one the protobuf
+/// messages cannot carry (an XA branch) and a body that is not Seata's go as they are.
+#[test]
+fn requests_are_transcoded_to_protobuf_where_they_can_be() {
+    use crate::codec::{CODEC_PROTOBUF, CODEC_SEATA};
+    use crate::message::{BranchRegisterRequest, BranchType};
+    let status = SeataMessage::GlobalStatus(GlobalEndRequest::new("x:1:2"));
+    let mut f = Payload::seata(&status)
+        .unwrap()
+        .into_frame(MessageType::Request, 1);
+    super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
+    assert_eq!(f.codec, CODEC_PROTOBUF);
+    assert_eq!(crate::message::protobuf::decode(&f.body).unwrap(), status);
+    let xa = SeataMessage::BranchRegister(BranchRegisterRequest {
+        branch_type: BranchType::XA,
+        ..Default::default()
+    });
+    let body = xa.encode().unwrap();
+    let mut f = Payload::seata(&xa)
+        .unwrap()
+        .into_frame(MessageType::Request, 2);
+    super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
+    assert_eq!((f.codec, &f.body), (CODEC_SEATA, &body));
+    let mut f = Payload::new(&b"raw"[..])
+        .with_codec(0x7f)
+        .into_frame(MessageType::Request, 3);
+    super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
+    assert_eq!((f.codec, &f.body[..]), (0x7f, &b"raw"[..]));
+    // The seata codec leaves everything as it is.
+    let mut f = Payload::seata(&status)
+        .unwrap()
+        .into_frame(MessageType::Request, 4);
+    super::merge::transcode_request(CODEC_SEATA, &mut f);
+    assert_eq!(f.codec, CODEC_SEATA);
+}

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub merges: Mutex<HashMap<u32, Vec<u32>>>,
     /// Compressor of the Seata request bodies we write.
     pub compressor: Compressor,
+    /// Codec of the Seata request bodies we write (seata or protobuf).
+    pub codec: u8,
     /// Merge Seata transaction requests (Seata's client batching).
     pub batch: Option<BatchOptions>,
     /// When we started waiting for the peer (see `liveness`).

@@ -219,7 +219,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
                         tracing::warn!(id, "request id still in use after wrapping; not sent");
                     }
                     Entry::Vacant(slot) => {
-                        merge::compress_request(shared.compressor, &mut frame);
+                        merge::prepare_request(shared, &mut frame);
                         match frame.encode_into(buf, max) {
                             Ok(()) => {
                                 slot.insert(tx);
@@ -231,7 +231,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
                 }
             }
             Reply::Written(tx) => {
-                merge::compress_request(shared.compressor, &mut frame);
+                merge::prepare_request(shared, &mut frame);
                 if let Err(e) = frame.encode_into(buf, max) {
                     tracing::error!(error = %e, "dropping unframeable one-way request");
                     continue;

@@ -23,8 +23,9 @@
 //! | `FailedToSendBranchCommitRequest`, `FailedToSendBranchRollbackRequest` | caller | the RM is unreachable, not the TC |
 //! | `BranchRollbackFailed_*`, `BranchRegisterFailed`, `BranchReportFailed`, `LockableCheckFailed`, `CommitHeuristic`, `Broken` | caller | about a branch or this transaction (the middle three are RM-side codes that a TC does not send) |
 //!
-//! Any other answer (a registration, a merged result, an undecodable body, another
-//! codec) is a success: the caller reads it and reports what is wrong with it.
+//! Answers in Seata's protobuf codec are read by the same table. Any other answer (a
+//! registration, a merged result, an undecodable body, another codec) is a success:
+//! the caller reads it and reports what is wrong with it.
 //!
 //! The probe ([`Classify::probe`]) is a GlobalStatus of an XID
 //! no TC made: Seata reads its store for it (`SessionHolder.findGlobalSession`), so a
@@ -34,7 +35,7 @@ use super::codes::{ResultCode, TransactionExceptionCode};
 use super::type_code::*;
 use super::wire::Reader;
 use super::{GlobalEndRequest, SeataMessage};
-use crate::codec::{CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN};
+use crate::codec::{CODEC_PROTOBUF, CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN};
 use crate::outcome::{Classify, Outcome};
 use crate::payload::Payload;
 
@@ -117,8 +118,29 @@ pub fn body_outcome(body: &[u8]) -> Outcome {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SeataClassifier;
 
+/// The outcome a body in Seata's protobuf codec reports: decoded whole (the protobuf
+/// head is not at fixed offsets), then the same table.
+fn protobuf_outcome(body: &[u8]) -> Outcome {
+    let Ok(msg) = super::protobuf::decode(body) else {
+        return Outcome::Success;
+    };
+    match msg.transaction_result() {
+        Some(r) if r.code == ResultCode::Failed => failed_outcome(msg.type_code(), r.exception),
+        _ => Outcome::Success,
+    }
+}
+
 impl Classify for SeataClassifier {
     fn classify(&self, answer: &Payload) -> Outcome {
+        if answer.codec == CODEC_PROTOBUF {
+            return match answer.compressor {
+                COMPRESSOR_NONE => protobuf_outcome(&answer.body),
+                c => match crate::compress::decompress(c, &answer.body, DEFAULT_MAX_FRAME_LEN) {
+                    Ok(body) => protobuf_outcome(&body),
+                    Err(_) => Outcome::Success,
+                },
+            };
+        }
         if answer.codec != CODEC_SEATA {
             return Outcome::Success;
         }
@@ -157,6 +179,38 @@ mod tests {
             xid: None,
             extra_data: None,
         })
+    }
+
+    /// The same answers in the protobuf codec (plain and gzip) classify alike.
+    #[test]
+    fn protobuf_answers_are_classified_by_the_same_table() {
+        use TransactionExceptionCode as E;
+        let classify = |msg: &SeataMessage, compressor: crate::compress::Compressor| {
+            let format = crate::BodyFormat {
+                codec: CODEC_PROTOBUF,
+                compressor,
+            };
+            SeataClassifier.classify(&Payload::seata_as(msg, format).unwrap())
+        };
+        for c in [
+            crate::compress::Compressor::None,
+            crate::compress::Compressor::Gzip,
+        ] {
+            let store = begin(TransactionResult::failed(E::FailedStore, "store down"));
+            assert_eq!(classify(&store, c), Outcome::ServerFailure, "{c:?}");
+            let conflict = SeataMessage::BranchRegisterResponse(BranchRegisterResponse {
+                result: TransactionResult::failed(E::LockKeyConflict, "held"),
+                branch_id: 0,
+            });
+            assert_eq!(classify(&conflict, c), Outcome::CallerFailure, "{c:?}");
+            assert_eq!(
+                classify(&begin(TransactionResult::success()), c),
+                Outcome::Success
+            );
+        }
+        // A protobuf body that does not decode is the caller's to read: a success.
+        let junk = Payload::new(&b"junk"[..]).with_codec(CODEC_PROTOBUF);
+        assert_eq!(SeataClassifier.classify(&junk), Outcome::Success);
     }
 
     #[test]

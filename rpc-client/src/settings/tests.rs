@@ -31,11 +31,11 @@ fn codec_and_compressor_values_are_checked() {
         ),
         (
             "transport.serialization=kryo",
-            "key `transport.serialization` has invalid value `kryo`: meshline's client sends only the seata codec, not `kryo`",
+            "key `transport.serialization` has invalid value `kryo`: meshline's client sends the seata or the protobuf codec, not `kryo`",
         ),
         (
-            "transport.serialization=protobuf,seata",
-            "meshline's client sends only the seata codec, not `protobuf`",
+            "transport.serialization=hessian,seata",
+            "meshline's client sends the seata or the protobuf codec, not `hessian`",
         ),
         (
             "transport.heartbeat=maybe",

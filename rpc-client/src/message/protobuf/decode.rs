@@ -256,6 +256,14 @@ pub(crate) fn from_proto(full: &str, bytes: &[u8]) -> Result<SeataMessage, Proto
                 lockable: g.lockable,
             })
         }
+        _ => return other_message(name, full, bytes),
+    })
+}
+
+/// The envelopes, the registrations and UndoLogDelete (the rest of [`from_proto`]).
+fn other_message(name: &str, full: &str, bytes: &[u8]) -> Result<SeataMessage, ProtoError> {
+    use SeataMessage as M;
+    Ok(match name {
         "MergedWarpMessageProto" => {
             let m: pb::MergedWarpMessage = parse(full, bytes)?;
             M::Merged(MergedWarpMessage {

@@ -76,10 +76,22 @@ fn s(v: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tc_in_another_group_cluster_or_service_is_named_with_its_key() {
+    named_with_its_key("grpc").await;
+}
+
+/// The same over Nacos 1.x's v1 HTTP API (service list and instance list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_the_tc_elsewhere_is_named_with_its_key() {
+    named_with_its_key("http").await;
+}
+
+async fn named_with_its_key(protocol: &str) {
     meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
     let server = Rnacos::start().expect("start rnacos");
     // Seata's client defaults: seata-server, DEFAULT_GROUP, public namespace.
-    let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
+    let reg = NacosRegistry::connect(&config(&server, &[("registry.nacos.protocol", protocol)]))
+        .await
+        .unwrap();
     assert!(reg.nearby("default").await.unwrap().is_empty());
 
     // The shipped server files' group while the client reads the code default.

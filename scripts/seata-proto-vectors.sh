@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prints the byte vectors rpc-client's protobuf tests compare against
 # (rpc-client/src/message/protobuf/tests.rs), made by `protoc --encode` from Seata's
-# own .proto files (rpc-client/tests/seata-protos, copied from apache/incubator-seata
-# 2.x: serializer/seata-serializer-protobuf and core's grpcMessage.proto). The vectors
+# own .proto files (rpc-client/tests/seata-protos/seata.proto: those of
+# apache/incubator-seata 2.x's serializer/seata-serializer-protobuf and core's
+# grpcMessage.proto, gathered in one file of the same package). The vectors
 # are independent of meshline's prost structs: if those drift from Seata's protos, the
 # tests fail. Needs protoc (apt-get install protobuf-compiler); the build never does.
 set -euo pipefail
@@ -28,8 +29,7 @@ vectors=(
 "MERGED|MergedWarpMessageProto|abstractMessage { messageType: TYPE_SEATA_MERGE } msgs { [$url.GlobalBeginRequestProto] { abstractTransactionRequest { abstractMessage { messageType: TYPE_GLOBAL_BEGIN } } timeout: 1000 } } msgs { [$url.GlobalStatusRequestProto] { abstractGlobalEndRequest { abstractTransactionRequest { abstractMessage { messageType: TYPE_GLOBAL_STATUS } } xid: \"x:1:2\" } } } msgIds: 5 msgIds: 6"
 )
 
-imports=()
-for f in "$protos"/*.proto; do imports+=("$(basename "$f")"); done
+imports=(seata.proto)
 for v in "${vectors[@]}"; do
   IFS='|' read -r name type text <<<"$v"
   hex=$(printf '%s' "$text" | protoc -I "$protos" -I /usr/include --encode="$pkg.$type" "${imports[@]}" | od -An -v -tx1 | tr -d ' \n')

@@ -14,11 +14,13 @@
 //!   no caller hangs;
 //! - when the link is restored, it returns.
 //!
-//! A run whose rate bound fails while the machine's host took more than
-//! [`MAX_STEAL`] of the CPU in either window is taken again (up to [`ATTEMPTS`] runs):
-//! the host's share moves the rate of a window as much as the fault does. Every other
-//! bound holds on every run, and a run that misses the rate bound with the CPU to itself
-//! fails at once.
+//! The rate is judged on one run, or, when that run misses the bound, on the median of
+//! three: one window of one second on a shared 2-core VM moves by more than the 10 %
+//! the bound leaves (a run kept 87 % with no fault and no CPU stolen, next to runs at
+//! 100-150 %), while the fault this test names (callers waiting on the silent TC, 8
+//! calls/s) and any fault that costs the rate on every run miss it in all three. Every
+//! other bound holds on every run. Each run prints the share of the CPU the VM's host
+//! took in the two windows ([`StealSampler`]), to tell a slow machine from slow code.
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.
@@ -39,13 +41,8 @@ use support::hosted_tc::HostedTc;
 
 const CALLERS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// The share of the CPU ticks the host may take in a window of a run whose rate is
-/// judged. Runs with a third stolen in the post-cut second dropped to 57-68 % of the
-/// pre-cut rate with the callers' CPU idle (not waiting on the silent TC); runs with up
-/// to 16 % stolen kept 100-165 %.
-const MAX_STEAL: f64 = 0.15;
-/// Runs taken per balancer before a rate spoiled by the host is judged as it is.
-const ATTEMPTS: usize = 5;
+/// Runs the rate is judged on when the first one misses the bound (their median).
+const RUNS_WHEN_MISSED: usize = 3;
 
 /// What one run saw.
 struct Run {
@@ -223,15 +220,17 @@ async fn a_half_open_tc_costs_the_live_ones_under_a_second_with_every_balancer()
     }
     let mut report = Vec::new();
     for lb in ["RoundRobinLoadBalance", "XID", "P2C"] {
-        for attempt in 1..=ATTEMPTS {
+        let mut kept = Vec::new();
+        for run_no in 1..=RUNS_WHEN_MISSED {
             let r = run(lb).await;
+            let ratio = r.post_rate / r.pre_rate;
             let line = format!(
                 "{lb}: pre-cut {:.0} calls/s, second 1-2 after the cut {:.0} calls/s ({:.0} %), \
                  left the alive set {:?} after the cut, returned {:?} after the restore, \
-                 {} calls failed, host took {:.0} % / {:.0} % of the CPU (run {attempt})",
+                 {} calls failed, host took {:.0} % / {:.0} % of the CPU (run {run_no})",
                 r.pre_rate,
                 r.post_rate,
-                100.0 * r.post_rate / r.pre_rate,
+                100.0 * ratio,
                 r.left_after,
                 r.returned_after,
                 r.failures.len(),
@@ -240,15 +239,23 @@ async fn a_half_open_tc_costs_the_live_ones_under_a_second_with_every_balancer()
             );
             eprintln!("{line}");
             judge_all_but_rate(lb, &r, &line);
-            let kept = r.post_rate >= 0.9 * r.pre_rate;
-            let spoiled = r.stolen.0.max(r.stolen.1) > MAX_STEAL;
-            if !kept && spoiled && attempt < ATTEMPTS {
-                continue;
-            }
-            assert!(kept, "{line}");
             report.push(line);
-            break;
+            kept.push(ratio);
+            if run_no == 1 && ratio >= 0.9 {
+                break;
+            }
         }
+        kept.sort_by(f64::total_cmp);
+        let median = kept[kept.len() / 2];
+        assert!(
+            median >= 0.9,
+            "{lb}: the live TCs kept {:?} of the pre-cut rate (median {:.0} %, bound 90 %)\n{}",
+            kept.iter()
+                .map(|k| format!("{:.0} %", 100.0 * k))
+                .collect::<Vec<_>>(),
+            100.0 * median,
+            report.join("\n")
+        );
     }
     meshline_testkit::figures::report("half_open", &report.join("\n"));
 }

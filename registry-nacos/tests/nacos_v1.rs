@@ -10,7 +10,7 @@ use std::time::Duration;
 use meshline_registry_core::{Instance, RegistryService};
 use meshline_registry_nacos::{NacosRegistry, Protocol};
 use meshline_testkit::Rnacos;
-use meshline_testkit::watch::{addrs, assert_unchanged_for, wait_for};
+use meshline_testkit::watch::{addrs, assert_unchanged_for, eventually, wait_for};
 use support::{WITHIN, config, harness_speaking};
 
 async fn v1_harness() -> support::NacosHarness {
@@ -90,19 +90,10 @@ async fn beats_keep_the_registration_and_bring_it_back() {
     server.restart().unwrap();
     // Registered again by the next beat (rnacos takes a beat of an instance it does
     // not know as a registration; Java Nacos answers 20404 and the client registers).
-    let back = tokio::time::timeout(WITHIN, async {
-        loop {
-            if matches!(reader.lookup("default").await.map(|l| l.len()), Ok(1)) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually(WITHIN, "registered again after the restart", || async {
+        matches!(reader.lookup("default").await.map(|l| l.len()), Ok(1))
     })
     .await;
-    assert!(
-        back.is_ok(),
-        "not registered again within {WITHIN:?} of the restart"
-    );
     reg.close().await.unwrap();
     reader.close().await.unwrap();
 }

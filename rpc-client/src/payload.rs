@@ -96,12 +96,6 @@ impl Payload {
         )
     }
 
-    /// A payload carrying `msg` in Seata's protobuf codec (codec byte 0x2, what a Seata
-    /// client with `transport.serialization = protobuf` sends), not compressed.
-    pub fn protobuf(msg: &SeataMessage) -> Result<Self, MessageError> {
-        Ok(Payload::new(crate::message::protobuf::encode(msg)?).with_codec(CODEC_PROTOBUF))
-    }
-
     /// A payload carrying `msg` written as `format` says: an answer in its request's
     /// [`BodyFormat`], as Seata's TC and RM answer.
     pub fn seata_as(msg: &SeataMessage, format: BodyFormat) -> Result<Self, MessageError> {

@@ -180,7 +180,15 @@ mod tests {
                 "Broken"
             ]
         );
-        assert!(exception_from(18).is_err() && exception_from(-1).is_err());
+        for n in [18, -1] {
+            assert_eq!(
+                exception_from(n),
+                Err(ProtoError::UnknownNumber {
+                    what: "TransactionExceptionCodeProto",
+                    number: n
+                })
+            );
+        }
     }
 
     #[test]
@@ -188,19 +196,61 @@ mod tests {
         for s in BranchStatus::ALL {
             match branch_status_to(*s) {
                 Ok(n) => assert_eq!(branch_status_from(n), Ok(*s)),
-                Err(_) => assert!(s.java_name().contains("XAER_NOTA"), "{s}"),
+                Err(e) => {
+                    assert!(s.java_name().contains("XAER_NOTA"), "{s}");
+                    assert_eq!(
+                        e,
+                        ProtoError::NoProtoValue {
+                            what: "BranchStatus",
+                            name: s.java_name()
+                        }
+                    );
+                }
             }
         }
-        assert!(branch_status_from(11).is_err());
+        assert_eq!(
+            branch_status_from(11),
+            Err(ProtoError::UnknownNumber {
+                what: "BranchStatusProto",
+                number: 11
+            })
+        );
         for s in GlobalStatus::ALL {
             match global_status_to(*s) {
                 Ok(n) => assert_eq!(global_status_from(n), Ok(*s)),
-                Err(_) => assert!(s.java_name().ends_with("RetryTimeout"), "{s}"),
+                Err(e) => {
+                    assert!(s.java_name().ends_with("RetryTimeout"), "{s}");
+                    assert_eq!(
+                        e,
+                        ProtoError::NoProtoValue {
+                            what: "GlobalStatus",
+                            name: s.java_name()
+                        }
+                    );
+                }
             }
         }
-        assert!(global_status_from(16).is_err());
+        assert_eq!(
+            global_status_from(16),
+            Err(ProtoError::UnknownNumber {
+                what: "GlobalStatusProto",
+                number: 16
+            })
+        );
         assert_eq!(branch_type_to(BranchType::TCC), Ok(1));
-        assert!(branch_type_to(BranchType::XA).is_err());
-        assert!(branch_type_from(3).is_err());
+        assert_eq!(
+            branch_type_to(BranchType::XA),
+            Err(ProtoError::NoProtoValue {
+                what: "BranchType",
+                name: "XA"
+            })
+        );
+        assert_eq!(
+            branch_type_from(3),
+            Err(ProtoError::UnknownNumber {
+                what: "BranchTypeProto",
+                number: 3
+            })
+        );
     }
 }

@@ -45,6 +45,7 @@ mod merge_tests;
 mod queue;
 mod reader;
 mod shared;
+mod wire;
 mod writer;
 
 use std::any::Any;
@@ -62,13 +63,15 @@ use tracing::Instrument;
 
 pub(crate) use crate::inbound::{InboundHandler, InboundRequest};
 
-use crate::codec::{Frame, FrameCodec, MessageType};
+use crate::codec::{Frame, MessageType};
 use crate::error::RpcError;
 use crate::payload::Payload;
 use crate::transport::{CloseReason, TransportOptions};
 use lanes::{Lanes, Queued, Reply, ReserveError};
 pub(crate) use queue::{SendFailure, SendKind};
 use shared::{InboundGate, Shared};
+pub(crate) use wire::WireMode;
+pub(crate) use writer::write_with_deadline;
 
 /// A connection's identity: unique in this process, stable for the connection's life.
 ///
@@ -151,24 +154,60 @@ impl std::hash::Hash for Connection {
 }
 
 impl Connection {
-    /// Starts the reader and writer for `stream`. Returns the handle and the task that
-    /// ends (with the close reason) when the connection is closed.
+    /// Starts the reader and writer for `stream`, speaking the wire
+    /// `transport.protocol` names. Returns the handle and the task that ends (with the
+    /// close reason) when the connection is closed.
     pub(crate) fn start(
         stream: TcpStream,
         config: ConnConfig,
         label: String,
         handler: Option<Arc<dyn InboundHandler>>,
     ) -> std::io::Result<(Connection, JoinHandle<CloseReason>)> {
+        let mode = match config.transport.protocol {
+            crate::transport::Protocol::Seata => WireMode::V1,
+            crate::transport::Protocol::Grpc => WireMode::GrpcClient,
+        };
+        Connection::start_as(stream, config, label, handler, mode)
+    }
+
+    /// Like [`start`](Self::start), for an accepted connection: the wire is whichever
+    /// the peer opens with.
+    pub(crate) fn start_accepted(
+        stream: TcpStream,
+        config: ConnConfig,
+        label: String,
+        handler: Option<Arc<dyn InboundHandler>>,
+    ) -> std::io::Result<(Connection, JoinHandle<CloseReason>)> {
+        Connection::start_as(stream, config, label, handler, WireMode::Detect)
+    }
+
+    fn start_as(
+        stream: TcpStream,
+        config: ConnConfig,
+        label: String,
+        handler: Option<Arc<dyn InboundHandler>>,
+        mode: WireMode,
+    ) -> std::io::Result<(Connection, JoinHandle<CloseReason>)> {
         let peer = stream.peer_addr()?;
         stream.set_nodelay(true)?;
         let t = config.transport.normalized();
+        let grpc = OnceLock::new();
+        if mode == WireMode::GrpcClient {
+            let _ = grpc.set(Arc::new(crate::grpc::Link::client(&label)));
+        }
         let shared = Arc::new(Shared {
             id: ConnectionId::next(),
             lanes: Lanes::new(t.request_queue_bytes, t.response_queue_bytes),
             pending: Mutex::new(HashMap::new()),
             merges: Mutex::new(HashMap::new()),
             compressor: t.compressor,
-            codec: t.codec,
+            // Seata's gRPC bodies are protobuf whatever `transport.serialization` says.
+            codec: if mode == WireMode::GrpcClient {
+                crate::codec::CODEC_PROTOBUF
+            } else {
+                t.codec
+            },
+            grpc,
             batch: t.batch,
             awaiting: liveness::Awaiting::new(),
             armed: Notify::new(),
@@ -192,7 +231,7 @@ impl Connection {
             shared: shared.clone(),
         };
         let span = tracing::info_span!("connection", id = %shared.id, peer = %peer, endpoint = %shared.label);
-        let task = tokio::spawn(run(shared, stream, config, t, handler).instrument(span));
+        let task = tokio::spawn(run(shared, stream, config, t, handler, mode).instrument(span));
         Ok((conn, task))
     }
 
@@ -489,8 +528,13 @@ async fn run(
     config: ConnConfig,
     transport: TransportOptions,
     handler: Option<Arc<dyn InboundHandler>>,
+    mode: WireMode,
 ) -> CloseReason {
     let (rd, wr) = stream.into_split();
+    if shared.grpc.get().is_some() {
+        // The client's preface and HEADERS go out at once, before any request.
+        shared.lanes.wake.notify_one();
+    }
     let mut writer = tokio::spawn(
         writer::write_loop(
             shared.clone(),
@@ -502,7 +546,7 @@ async fn run(
         )
         .instrument(tracing::Span::current()),
     );
-    let codec = FrameCodec::new(transport.max_frame_len);
+    let codec = wire::Decoder::new(mode, &shared, transport.max_frame_len);
     let mut writer_done = false;
     let reason = tokio::select! {
         r = reader::read_loop(

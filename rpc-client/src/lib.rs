@@ -96,6 +96,7 @@ pub mod compress;
 mod connection;
 mod error;
 mod exchange;
+pub mod grpc;
 mod handshake;
 mod inbound;
 pub mod limits;
@@ -134,7 +135,7 @@ pub use server::{Server, ServerBuilder, ServerConfig, ServerStats};
 pub use settings::{
     HedgeConfig, LimitsConfig, OutlierConfig, RmConfig, SlowStartConfig, TmConfig, TransportConfig,
 };
-pub use transport::{BatchOptions, CloseReason, Probe, TransportOptions};
+pub use transport::{BatchOptions, CloseReason, Probe, Protocol, TransportOptions};
 pub use tx_error::TransactionError;
 
 /// `now + after`, or a far-off instant when that would overflow (`Duration::MAX` means

@@ -246,7 +246,7 @@ async fn accept_loop(
             drop(stream);
             continue;
         }
-        match Connection::start(
+        match Connection::start_accepted(
             stream,
             conn_config.clone(),
             peer.to_string(),

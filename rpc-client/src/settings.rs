@@ -39,7 +39,6 @@ const SEATA_TRANSPORT_OTHERS: &[&str] = &[
     "shutdown",
     "enableTcServerBatchSendResponse",
     "rpcTimeout",
-    "protocol",
     "rpcTmClientBatchSendRequest",
     "minServerPoolSize",
     "maxServerPoolSize",
@@ -58,6 +57,9 @@ pub struct TransportConfig {
     pub serialization: String,
     /// `transport.compressor`. Default `none`.
     pub compressor: String,
+    /// `transport.protocol`: `seata` (RPC v1, the default) or `grpc` (Seata 2.3+'s
+    /// gRPC transport, see [`crate::grpc`]).
+    pub protocol: crate::transport::Protocol,
     /// `transport.rpcTmRequestTimeout`. Default 30000 ms.
     pub rpc_tm_request_timeout: Duration,
     /// `transport.rpcRmRequestTimeout`. Default 15000 ms.
@@ -151,6 +153,7 @@ impl Default for TransportConfig {
             heartbeat: true,
             serialization: "seata".into(),
             compressor: "none".into(),
+            protocol: crate::transport::Protocol::Seata,
             rpc_tm_request_timeout: Duration::from_millis(30000),
             rpc_rm_request_timeout: Duration::from_millis(15000),
             rpc_tc_request_timeout: Duration::from_millis(15000),
@@ -232,6 +235,15 @@ pub(crate) fn serialization_codec(v: &str) -> u8 {
     }
 }
 
+/// `transport.protocol`: Seata's two client protocols (`Protocol.SEATA`, `Protocol.GRPC`).
+fn protocol(v: &str) -> Result<crate::transport::Protocol, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "seata" => Ok(crate::transport::Protocol::Seata),
+        "grpc" => Ok(crate::transport::Protocol::Grpc),
+        other => Err(format!("expected seata or grpc, not `{other}`")),
+    }
+}
+
 /// `transport.compressor`: one of Seata's compressor names (`CompressorType`); 7z is
 /// refused (Seata removed it in 1.8.0 and no TC since reads it).
 fn compressor(v: &str) -> Result<String, String> {
@@ -259,6 +271,7 @@ impl TransportConfig {
                 .parse("serialization", serialization)?
                 .unwrap_or(d.serialization),
             compressor: r.parse("compressor", compressor)?.unwrap_or(d.compressor),
+            protocol: r.parse("protocol", protocol)?.unwrap_or(d.protocol),
             rpc_tm_request_timeout: r.seata_duration(
                 "rpcTmRequestTimeout",
                 MS,

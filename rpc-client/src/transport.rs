@@ -91,9 +91,23 @@ pub struct TransportOptions {
     /// (default) or [`CODEC_PROTOBUF`](crate::codec::CODEC_PROTOBUF)
     /// (`transport.serialization = protobuf`). See the [module docs](self).
     pub codec: u8,
+    /// The wire a client's connections speak: Seata RPC v1 (default) or Seata's gRPC
+    /// (`transport.protocol = grpc`, [`crate::grpc`]; its bodies are always protobuf).
+    /// A [`Server`](crate::Server) takes both on one port, whatever this says.
+    pub protocol: Protocol,
     /// Merge queued Seata transaction requests into `MergedWarpMessage`s (default off;
     /// the TM and RM layers turn it on per Seata's keys). See the [module docs](self).
     pub batch: Option<BatchOptions>,
+}
+
+/// The wire protocol of a client's connections (`transport.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// Seata RPC v1 frames (`seata`, Seata's default).
+    #[default]
+    Seata,
+    /// Seata's gRPC: v1's messages as protobuf bodies on one HTTP/2 stream (`grpc`).
+    Grpc,
 }
 
 /// How a client finds a silent peer while it waits for answers (see
@@ -157,6 +171,7 @@ impl Default for TransportOptions {
             max_inbound_requests: 1024,
             compressor: Compressor::None,
             codec: crate::codec::CODEC_SEATA,
+            protocol: Protocol::Seata,
             batch: None,
         }
     }
@@ -192,6 +207,7 @@ impl TransportOptions {
         // naming the key.
         self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();
         self.codec = crate::settings::serialization_codec(&t.serialization);
+        self.protocol = t.protocol;
     }
 
     /// The limits as a connection uses them: a frame limit of at least a header, budgets
@@ -206,6 +222,7 @@ impl TransportOptions {
             max_inbound_requests: self.max_inbound_requests.max(1),
             compressor: self.compressor,
             codec: self.codec,
+            protocol: self.protocol,
             batch: self.batch,
         }
     }

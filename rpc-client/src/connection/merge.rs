@@ -123,7 +123,7 @@ pub(super) fn write_merged(
     if ready.len() == 1 {
         let mut f = ready.pop().expect("one frame");
         prepare_request(shared, &mut f);
-        if let Err(e) = f.encode_into(buf, max) {
+        if let Err(e) = shared.put(&f, buf) {
             tracing::error!(error = %e, "dropping unframeable request");
             pending.remove(&f.request_id);
         }
@@ -165,11 +165,10 @@ fn flush(
     merges: &mut HashMap<u32, Vec<u32>>,
     buf: &mut BytesMut,
 ) {
-    let max = shared.max_frame_len;
     if chunk.len() == 1 {
         let mut f = chunk.pop().expect("one frame");
         prepare_request(shared, &mut f);
-        if let Err(e) = f.encode_into(buf, max) {
+        if let Err(e) = shared.put(&f, buf) {
             tracing::error!(error = %e, "dropping unframeable request");
             pending.remove(&f.request_id);
         }
@@ -186,7 +185,7 @@ fn flush(
         body: body.freeze(),
     };
     prepare_request(shared, &mut frame);
-    match frame.encode_into(buf, max) {
+    match shared.put(&frame, buf) {
         Ok(()) => {
             tracing::trace!(
                 id = frame.request_id,

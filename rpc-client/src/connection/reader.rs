@@ -19,12 +19,12 @@ use std::sync::atomic::Ordering;
 use bytes::BytesMut;
 use futures_util::FutureExt;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio_util::codec::Decoder;
 use tracing::Instrument;
 
 use super::liveness::Liveness;
+use super::wire::Decoder;
 use super::{Connection, InboundHandler, InboundRequest, Shared};
-use crate::codec::{Frame, FrameCodec, MessageType};
+use crate::codec::{Frame, MessageType};
 use crate::payload::Payload;
 use crate::transport::CloseReason;
 
@@ -36,7 +36,7 @@ const READ_MAX: usize = 64 * 1024;
 pub(super) async fn read_loop(
     shared: &Arc<Shared>,
     rd: OwnedReadHalf,
-    mut codec: FrameCodec,
+    mut codec: Decoder,
     mut liveness: Liveness,
     handler: Option<Arc<dyn InboundHandler>>,
 ) -> CloseReason {
@@ -45,7 +45,7 @@ pub(super) async fn read_loop(
     loop {
         // Everything already buffered first.
         loop {
-            match codec.decode(&mut buf) {
+            match codec.decode(shared, &mut buf) {
                 Ok(Some(frame)) => {
                     if let Err(reason) = dispatch(shared, frame, handler.as_ref()).await {
                         return reason;

@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     /// Cancelled once the connection is fully closed.
     pub done: CancellationToken,
     pub inbound: InboundGate,
+    /// The gRPC link when the connection speaks Seata's gRPC (set at start for a
+    /// client, when the first bytes arrive for a server).
+    pub grpc: OnceLock<Arc<crate::grpc::Link>>,
     pub slot: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 

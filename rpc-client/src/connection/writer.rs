@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 
@@ -109,7 +109,7 @@ pub(super) async fn write_loop(
         // Wait for work (or the write-idle PING).
         loop {
             batch.fill(&shared.lanes);
-            if !batch.is_empty() {
+            if !batch.is_empty() || shared.grpc.get().is_some_and(|l| l.has_control()) {
                 break;
             }
             if batch.requests.capacity() > 0 || batch.responses.capacity() > 0 {
@@ -160,9 +160,13 @@ pub(super) async fn write_loop(
             batch.fill(&shared.lanes);
         }
         let (charge, requests) = encode(&shared, &mut batch, &mut buf);
-        if !buf.is_empty()
-            && let Err(reason) = write_with_deadline(&mut wr, &buf, write_timeout).await
-        {
+        let written = match shared.grpc.get() {
+            // Also the HTTP/2 control frames the reader queued, when `buf` is empty.
+            Some(link) => crate::grpc::writer::write(link, &mut wr, &buf, write_timeout).await,
+            None if buf.is_empty() => Ok(()),
+            None => write_with_deadline(&mut wr, &buf, write_timeout).await,
+        };
+        if let Err(reason) = written {
             return reason;
         }
         buf.clear();
@@ -183,9 +187,8 @@ pub(super) async fn write_loop(
 fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, bool) {
     buf.reserve(batch.bytes);
     batch.bytes = 0;
-    let max = shared.max_frame_len;
     for (f, _) in batch.responses.drain(..) {
-        if let Err(e) = f.encode_into(buf, max) {
+        if let Err(e) = shared.put(&f, buf) {
             tracing::error!(error = %e, "dropping unframeable response");
         }
     }
@@ -220,7 +223,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
                     }
                     Entry::Vacant(slot) => {
                         merge::prepare_request(shared, &mut frame);
-                        match frame.encode_into(buf, max) {
+                        match shared.put(&frame, buf) {
                             Ok(()) => {
                                 slot.insert(tx);
                                 requests = true;
@@ -232,7 +235,7 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
             }
             Reply::Written(tx) => {
                 merge::prepare_request(shared, &mut frame);
-                if let Err(e) = frame.encode_into(buf, max) {
+                if let Err(e) = shared.put(&frame, buf) {
                     tracing::error!(error = %e, "dropping unframeable one-way request");
                     continue;
                 }
@@ -249,8 +252,8 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
 }
 
 /// Writes `buf`; fails when the socket accepts no byte for `deadline`.
-async fn write_with_deadline(
-    wr: &mut OwnedWriteHalf,
+pub(crate) async fn write_with_deadline<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     buf: &[u8],
     deadline: Option<Duration>,
 ) -> Result<(), CloseReason> {

@@ -245,6 +245,17 @@ impl Connection {
         self.shared.peer
     }
 
+    /// The wire this connection speaks: Seata RPC v1, or Seata's gRPC. An accepted
+    /// connection says [`Protocol::Seata`](crate::Protocol::Seata) until the peer's
+    /// first bytes are read.
+    pub fn protocol(&self) -> crate::Protocol {
+        if self.shared.grpc.get().is_some() {
+            crate::Protocol::Grpc
+        } else {
+            crate::Protocol::Seata
+        }
+    }
+
     /// The endpoint label used in logs and errors (`host:port` as the registry said).
     pub fn label(&self) -> &str {
         &self.shared.label

@@ -1,0 +1,203 @@
+//! Clients on Seata's gRPC transport (`transport.protocol = grpc`) against the example
+//! TC, which serves gRPC and v1 on one port as Seata's TC does: whole transactions
+//! (phase two at both RMs), rollback, a lock conflict, and v1 clients beside them.
+
+mod tx_world;
+
+use std::time::Duration;
+
+use meshline::rpc::message::{BranchType, GlobalStatus, TransactionExceptionCode};
+use meshline::rpc::rm::ResourceManager;
+use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::{Protocol, Server};
+use meshline::{Config, WatchHub};
+use tx_world::{Call, Recorder, quick_options, start_tc};
+
+fn grpc() -> Config {
+    meshline_testkit::config_of(
+        &[
+            ("transport.protocol", "grpc"),
+            ("client.rm.lock.retryTimes", "0"),
+        ],
+        &[],
+    )
+}
+
+fn quick(o: &mut meshline::rpc::ClientOptions) {
+    o.backoff_initial = Duration::from_millis(20);
+    o.connect_timeout = Duration::from_millis(500);
+    o.request_timeout = Duration::from_secs(5);
+}
+
+async fn tm(hub: &WatchHub, config: &Config) -> TransactionManager {
+    let tm = TransactionManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id("orders")
+        .config(config)
+        .configure(quick)
+        .build()
+        .await
+        .unwrap();
+    tm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tm
+}
+
+async fn rm(hub: &WatchHub, app: &str, resource: &str, recorder: Recorder) -> ResourceManager {
+    let rm = ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id(app)
+        .resource(resource)
+        .handler(recorder)
+        .config(&grpc())
+        .configure(quick)
+        .build()
+        .await
+        .unwrap();
+    rm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    rm
+}
+
+/// How many of the server's connections speak each wire.
+fn wires(server: &Server) -> (usize, usize) {
+    let conns = server.connections();
+    let grpc = conns
+        .iter()
+        .filter(|c| c.protocol() == Protocol::Grpc)
+        .count();
+    (conns.len() - grpc, grpc)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_over_grpc_commit_with_phase_two_at_both_rms_and_roll_back() {
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    let tm = tm(&hub, &grpc()).await;
+    let (stock_calls, order_calls) = (Recorder::default(), Recorder::default());
+    let stock = rm(&hub, "stock", "jdbc:stock", stock_calls.clone()).await;
+    let order = rm(&hub, "order", "jdbc:order", order_calls.clone()).await;
+    // Every client connection reached the TC over gRPC.
+    assert_eq!(wires(&tc.server), (0, 3));
+
+    let tx = tm.begin("buy", Duration::from_secs(30)).await.unwrap();
+    let s = stock
+        .branch_register(
+            tx.xid(),
+            BranchType::AT,
+            "jdbc:stock",
+            Some("stock:1"),
+            None,
+        )
+        .await
+        .unwrap();
+    let o = order
+        .branch_register(
+            tx.xid(),
+            BranchType::AT,
+            "jdbc:order",
+            Some("order:9"),
+            None,
+        )
+        .await
+        .unwrap();
+    let xid = tx.xid().to_string();
+    assert_eq!(tx.commit().await.unwrap(), GlobalStatus::Committed);
+    // Phase two came back down both RMs' gRPC streams (the TC's requests to them).
+    assert_eq!(
+        stock_calls.wait_calls(1, Duration::from_secs(5)).await,
+        vec![Call::Commit(xid.clone(), s)]
+    );
+    assert_eq!(
+        order_calls.wait_calls(1, Duration::from_secs(5)).await,
+        vec![Call::Commit(xid, o)]
+    );
+
+    let tx = tm.begin("cancel", Duration::from_secs(30)).await.unwrap();
+    let s = stock
+        .branch_register(
+            tx.xid(),
+            BranchType::AT,
+            "jdbc:stock",
+            Some("stock:2"),
+            None,
+        )
+        .await
+        .unwrap();
+    let o = order
+        .branch_register(
+            tx.xid(),
+            BranchType::AT,
+            "jdbc:order",
+            Some("order:10"),
+            None,
+        )
+        .await
+        .unwrap();
+    let xid = tx.xid().to_string();
+    assert_eq!(tx.rollback().await.unwrap(), GlobalStatus::Rollbacked);
+    assert_eq!(
+        stock_calls.wait_calls(2, Duration::from_secs(5)).await[1],
+        Call::Rollback(xid.clone(), s)
+    );
+    assert_eq!(
+        order_calls.wait_calls(2, Duration::from_secs(5)).await[1],
+        Call::Rollback(xid, o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_conflict_over_grpc_is_the_tcs_answer() {
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    let tm = tm(&hub, &grpc()).await;
+    let stock = rm(&hub, "stock", "jdbc:stock", Recorder::default()).await;
+    let a = tm.begin("a", Duration::from_secs(30)).await.unwrap();
+    let b = tm.begin("b", Duration::from_secs(30)).await.unwrap();
+    stock
+        .branch_register(a.xid(), BranchType::AT, "jdbc:stock", Some("t:1"), None)
+        .await
+        .unwrap();
+    match stock
+        .branch_register(b.xid(), BranchType::AT, "jdbc:stock", Some("t:1"), None)
+        .await
+    {
+        Err(e) => assert_eq!(
+            e.exception_code(),
+            TransactionExceptionCode::LockKeyConflict
+        ),
+        Ok(id) => panic!("t:1 is held by a, yet registered as {id}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_and_grpc_clients_share_the_tc_port_at_once() {
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    let over_grpc = tm(&hub, &grpc()).await;
+    let over_v1 = tm(&hub, &Config::default()).await;
+    assert_eq!(wires(&tc.server), (1, 1));
+    let run = |tm: &TransactionManager| {
+        let tm = tm.clone();
+        async move {
+            for _ in 0..50 {
+                let tx = tm.begin("mixed", Duration::from_secs(30)).await.unwrap();
+                assert_eq!(tx.commit().await.unwrap(), GlobalStatus::Committed);
+            }
+        }
+    };
+    let rounds: Vec<_> = (0..4)
+        .flat_map(|_| [run(&over_grpc), run(&over_v1)])
+        .collect();
+    futures_util::future::join_all(rounds).await;
+    assert_eq!(tc.tc.open_sessions(), 0);
+}

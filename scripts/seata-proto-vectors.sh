@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the byte vectors rpc-client's protobuf tests compare against
-# (rpc-client/src/message/protobuf/tests.rs), made by `protoc --encode` from Seata's
+# (rpc-client/src/message/protobuf/tests.rs, rpc-client/src/grpc/tests.rs), made by `protoc --encode` from Seata's
 # own .proto files (rpc-client/tests/seata-protos/seata.proto: those of
 # apache/incubator-seata 2.x's serializer/seata-serializer-protobuf and core's
 # grpcMessage.proto, gathered in one file of the same package). The vectors
@@ -26,6 +26,7 @@ vectors=(
 "REGISTER_RM|RegisterRMRequestProto|abstractIdentifyRequest { abstractMessage { messageType: TYPE_REG_RM } version: \"2.7.0\" applicationId: \"orders\" transactionServiceGroup: \"default_tx_group\" } resourceIds: \"a,b\""
 "REGISTER_TM_RESPONSE|RegisterTMResponseProto|abstractIdentifyResponse { abstractResultMessage { AbstractMessage { messageType: TYPE_REG_CLT_RESULT } resultCode: Success } version: \"2.7.0\" identified: true }"
 "UNDO_LOG_DELETE|UndoLogDeleteRequestProto|abstractTransactionRequest { abstractMessage { messageType: TYPE_UNDO_LOG_DELETE } } resourceId: \"jdbc:mysql://db/orders\" saveDays: 7 branchType: AT"
+"GRPC_MESSAGE|GrpcMessageProto|id: 7 messageType: 0 headMap { key: \"codec-type\" value: \"40\" } body: \"\\x0a\\x01\\x41\""
 "MERGED|MergedWarpMessageProto|abstractMessage { messageType: TYPE_SEATA_MERGE } msgs { [$url.GlobalBeginRequestProto] { abstractTransactionRequest { abstractMessage { messageType: TYPE_GLOBAL_BEGIN } } timeout: 1000 } } msgs { [$url.GlobalStatusRequestProto] { abstractGlobalEndRequest { abstractTransactionRequest { abstractMessage { messageType: TYPE_GLOBAL_STATUS } } xid: \"x:1:2\" } } } msgIds: 5 msgIds: 6"
 )
 

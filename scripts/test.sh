@@ -101,8 +101,8 @@ step "the protobuf vectors are what protoc makes from Seata's own .proto files"
 # rpc-client's protobuf tests compare its prost messages with these bytes; made here
 # again from rpc-client/tests/seata-protos, each must be in the tests as it is.
 while read -r name hex; do
-  if ! grep -q "$hex" rpc-client/src/message/protobuf/tests.rs; then
-    echo "vector $name from Seata's protos is not in rpc-client/src/message/protobuf/tests.rs: $hex" >&2
+  if ! grep -q "$hex" rpc-client/src/message/protobuf/tests.rs rpc-client/src/grpc/tests.rs; then
+    echo "vector $name from Seata's protos is in neither rpc-client/src/message/protobuf/tests.rs nor rpc-client/src/grpc/tests.rs: $hex" >&2
     exit 1
   fi
 done < <(bash scripts/seata-proto-vectors.sh)

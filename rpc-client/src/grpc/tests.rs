@@ -1,4 +1,4 @@
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::headers;
 use super::message::{
@@ -149,5 +149,73 @@ fn our_header_blocks_read_back_with_a_real_hpack_decoder() {
     let fields = r.read(&headers::java_open()).unwrap();
     assert_eq!(fields[0], (":status".into(), "200".into()));
     assert_eq!(fields[1], ("grpc-status".into(), "0".into()));
-    let _ = BytesMut::new();
+}
+
+/// `GrpcMessageProto`'s bytes as `protoc` makes them from Seata's `grpcMessage.proto`
+/// (scripts/seata-proto-vectors.sh, GRPC_MESSAGE).
+#[test]
+fn the_grpc_message_has_the_layout_of_seatas_proto() {
+    let vector = "08071a100a0a636f6465632d747970651202343022030a0141";
+    let bytes: Vec<u8> = (0..vector.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&vector[i..i + 2], 16).unwrap())
+        .collect();
+    let mut msg = GrpcMessageProto {
+        id: 7,
+        message_type: 0,
+        head_map: Default::default(),
+        body: Bytes::from_static(&[0x0a, 0x01, 0x41]),
+    };
+    msg.head_map.insert("codec-type".into(), "40".into());
+    assert_eq!(prost::Message::encode_to_vec(&msg), bytes);
+    let back: GrpcMessageProto = prost::Message::decode(&bytes[..]).unwrap();
+    assert_eq!(back, msg);
+}
+
+mod fuzz {
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use proptest::prelude::*;
+
+    use crate::grpc::Link;
+    use crate::grpc::frame::{Head, PREFACE};
+    use crate::grpc::reader::Reader;
+
+    /// Frames of any type, flags, stream and payload (HEADERS with junk HPACK, DATA
+    /// with junk messages, short SETTINGS...): the reader answers each with a frame,
+    /// "more bytes" or an error, and never panics.
+    fn frames() -> impl Strategy<Value = Vec<(u8, u8, u32, Vec<u8>)>> {
+        prop::collection::vec(
+            (
+                0u8..11,
+                any::<u8>(),
+                0u32..6,
+                prop::collection::vec(any::<u8>(), 0..64),
+            ),
+            0..24,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn the_reader_never_panics_on_any_frames(frames in frames(), server in any::<bool>()) {
+            let link = Arc::new(if server { Link::server() } else { Link::client("x") });
+            let mut reader = Reader::new(link, 4096);
+            let mut buf = BytesMut::new();
+            if server {
+                buf.extend_from_slice(PREFACE);
+            }
+            for (kind, flags, stream, payload) in frames {
+                Head { len: payload.len(), kind, flags, stream }.put(&mut buf);
+                buf.extend_from_slice(&payload);
+            }
+            for _ in 0..64 {
+                match reader.decode(&mut buf) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
 }

@@ -201,3 +201,63 @@ async fn v1_and_grpc_clients_share_the_tc_port_at_once() {
     futures_util::future::join_all(rounds).await;
     assert_eq!(tc.tc.open_sessions(), 0);
 }
+
+/// Batching over gRPC: merged requests must each fit one DATA frame of the TC's size
+/// (16 KiB by default) however many are queued: 128 transactions at once with 2 KB lock
+/// keys queue far more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_over_grpc_are_merged_within_one_data_frame() {
+    use std::sync::atomic::Ordering;
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    let batched = |o: &mut meshline::rpc::ClientOptions| {
+        quick(o);
+        o.transport.batch = Some(meshline::rpc::BatchOptions::default());
+    };
+    let tm = TransactionManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id("orders")
+        .config(&grpc())
+        .configure(batched)
+        .build()
+        .await
+        .unwrap();
+    let stock = ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(tx_world::GROUP)
+        .application_id("stock")
+        .resource("jdbc:stock")
+        .handler(Recorder::default())
+        .config(&grpc())
+        .configure(batched)
+        .build()
+        .await
+        .unwrap();
+    for c in [tm.client(), stock.client()] {
+        c.wait_alive(1, Duration::from_secs(5)).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut round = 0;
+    while tc.tc.stats().merged_frames.load(Ordering::Relaxed) < 10 {
+        assert!(tokio::time::Instant::now() < deadline, "never merged");
+        round += 1;
+        let txs = (0..128).map(|i| {
+            let (tm, stock) = (&tm, &stock);
+            async move {
+                let tx = tm.begin("merged", Duration::from_secs(30)).await.unwrap();
+                let key = format!("stock:{round}:{i}:{}", "x".repeat(2_000));
+                stock
+                    .branch_register(tx.xid(), BranchType::AT, "jdbc:stock", Some(&key), None)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap()
+            }
+        });
+        for status in futures_util::future::join_all(txs).await {
+            assert_eq!(status, GlobalStatus::Committed);
+        }
+    }
+    assert_eq!(wires(&tc.server), (0, 2));
+}

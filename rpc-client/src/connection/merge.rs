@@ -99,7 +99,7 @@ pub(super) fn write_merged(
     pending: &mut HashMap<u32, oneshot::Sender<Outcome>>,
     buf: &mut BytesMut,
 ) {
-    let max = shared.max_frame_len;
+    let (max, per_entry) = shared.merge_bound();
     // Register every caller first: an id still in use (wrapped) is not sent, and its
     // dropped sender tells the caller "not written".
     let mut ready: Vec<Frame> = Vec::with_capacity(requests.len());
@@ -135,7 +135,7 @@ pub(super) fn write_merged(
     let mut size = ENVELOPE;
     let mut merges = shared.merges();
     for f in ready {
-        let add = f.body.len() + 4;
+        let add = f.body.len() + per_entry;
         if !chunk.is_empty() && (chunk.len() >= MAX_ENTRIES || size + add > max) {
             flush(
                 shared,
@@ -193,6 +193,14 @@ fn flush(
                 "merged requests"
             );
             merges.insert(frame.request_id, ids);
+        }
+        Err(e) if e.is_too_large() => {
+            // The estimate of the merged size missed (bodies grow when rewritten in
+            // the protobuf codec): the halves go separately.
+            tracing::debug!(error = %e, requests = ids.len(), "merged frame too large; split");
+            let rest = chunk.split_off(chunk.len() / 2);
+            flush(shared, chunk, pending, merges, buf);
+            flush(shared, rest, pending, merges, buf);
         }
         Err(e) => {
             tracing::error!(error = %e, "dropping unframeable merged requests");

@@ -89,7 +89,29 @@ impl Decoder {
     }
 }
 
+impl WireError {
+    /// True when the frame was refused for its size alone (a smaller one would go).
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self,
+            WireError::Frame(FrameError::TooLong { .. })
+                | WireError::Grpc(GrpcError::TooLarge { .. })
+        )
+    }
+}
+
 impl Shared {
+    /// How many bytes of request bodies one MergedWarpMessage may gather, and what to
+    /// count per entry besides its body: on gRPC the whole message must fit one DATA
+    /// frame of the peer's size, and each entry grows by an `Any`'s type URL (about
+    /// 90 bytes) and its protobuf wrapping when rewritten.
+    pub(super) fn merge_bound(&self) -> (usize, usize) {
+        match self.grpc.get() {
+            Some(link) => (link.peer_max_frame().saturating_sub(256), 160),
+            None => (self.max_frame_len, 4),
+        }
+    }
+
     /// Appends `f` to the write buffer as the wire carries it.
     pub(super) fn put(&self, f: &Frame, buf: &mut BytesMut) -> Result<(), WireError> {
         match self.grpc.get() {

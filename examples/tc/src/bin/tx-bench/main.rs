@@ -37,7 +37,9 @@ use meshline::rpc::message::{
 };
 use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
 use meshline::rpc::tm::TransactionManager;
-use meshline::rpc::{CallOptions, InboundRequest, Payload, RpcClient, Server, ServerConfig};
+use meshline::rpc::{
+    CallOptions, InboundRequest, Payload, Protocol, RpcClient, Server, ServerConfig,
+};
 use meshline::{EmptyProtection, Instance, WatchHub};
 use meshline_example_tc::{Coordinator, TcOptions};
 use rows::{closed_loop, open_loop, print_header, print_row};
@@ -79,6 +81,10 @@ struct Args {
     /// row side by side; the summary takes the medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// The clients' wire (`transport.protocol`): `seata` (RPC v1), `grpc` (Seata's
+    /// gRPC on HTTP/2, protobuf bodies), or `both` (every setup on each, side by side).
+    #[arg(long, default_value = "seata")]
+    protocol: String,
 }
 
 struct Committer;
@@ -150,7 +156,7 @@ fn setup(
     servers: &Runtime,
     clients: &Runtime,
     args: &Args,
-    (batch, tm_batch, tc_batch_results): (bool, bool, bool),
+    (batch, tm_batch, tc_batch_results, protocol): (bool, bool, bool, Protocol),
 ) -> Setup {
     let (server, tc) = servers.block_on(async {
         Coordinator::serve(
@@ -177,6 +183,7 @@ fn setup(
             .configure(|o| {
                 o.transport.request_queue_bytes = 64 << 20;
                 o.transport.batch = tm_batch.then_some(merge);
+                o.transport.protocol = protocol;
             })
             .build()
             .await
@@ -191,6 +198,7 @@ fn setup(
                 .configure(move |o| {
                     o.transport.request_queue_bytes = 64 << 20;
                     o.transport.batch = batch.then_some(merge);
+                    o.transport.protocol = protocol;
                 })
                 .build()
         };
@@ -213,6 +221,10 @@ fn setup(
                 if tm { "TM+RM" } else { "RM" },
                 if tc { "BatchResult" } else { "MergeResult" }
             ),
+        } + if protocol == Protocol::Grpc {
+            ", over gRPC"
+        } else {
+            ""
         },
         batch,
         tm,
@@ -282,8 +294,22 @@ fn echo(servers: &Runtime, clients: &Runtime) -> Echo {
 }
 
 /// The setups asked for, as (RM batching, TM batching, TC answers with
+/// BatchResultMessages, wire).
+fn combos(args: &Args) -> Vec<(bool, bool, bool, Protocol)> {
+    let protocols: Vec<Protocol> = match args.protocol.as_str() {
+        "grpc" => vec![Protocol::Grpc],
+        "both" => vec![Protocol::Seata, Protocol::Grpc],
+        _ => vec![Protocol::Seata],
+    };
+    batch_combos(args)
+        .into_iter()
+        .flat_map(|(b, tm, tc)| protocols.iter().map(move |&p| (b, tm, tc, p)))
+        .collect()
+}
+
+/// The batching setups asked for, as (RM batching, TM batching, TC answers with
 /// BatchResultMessages).
-fn combos(args: &Args) -> Vec<(bool, bool, bool)> {
+fn batch_combos(args: &Args) -> Vec<(bool, bool, bool)> {
     let modes: Vec<bool> = match args.batch.as_str() {
         "on" => vec![true],
         "off" => vec![false],

@@ -32,6 +32,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Parser;
+use meshline::rpc::codec::{CODEC_PROTOBUF, CODEC_SEATA};
 use meshline::rpc::message::{
     BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, GlobalStatus,
 };
@@ -81,8 +82,10 @@ struct Args {
     /// row side by side; the summary takes the medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// The clients' wire (`transport.protocol`): `seata` (RPC v1), `grpc` (Seata's
-    /// gRPC on HTTP/2, protobuf bodies), or `both` (every setup on each, side by side).
+    /// The clients' wire: `seata` (RPC v1, seata codec), `protobuf` (RPC v1 with
+    /// protobuf bodies: `transport.serialization = protobuf`), `grpc` (Seata's gRPC on
+    /// HTTP/2, protobuf bodies: `transport.protocol = grpc`), `both` (seata and grpc)
+    /// or `all` (the three), every setup on each, side by side.
     #[arg(long, default_value = "seata")]
     protocol: String,
 }
@@ -156,7 +159,7 @@ fn setup(
     servers: &Runtime,
     clients: &Runtime,
     args: &Args,
-    (batch, tm_batch, tc_batch_results, protocol): (bool, bool, bool, Protocol),
+    (batch, tm_batch, tc_batch_results, (protocol, codec)): (bool, bool, bool, Wire),
 ) -> Setup {
     let (server, tc) = servers.block_on(async {
         Coordinator::serve(
@@ -184,6 +187,7 @@ fn setup(
                 o.transport.request_queue_bytes = 64 << 20;
                 o.transport.batch = tm_batch.then_some(merge);
                 o.transport.protocol = protocol;
+                o.transport.codec = codec;
             })
             .build()
             .await
@@ -199,6 +203,7 @@ fn setup(
                     o.transport.request_queue_bytes = 64 << 20;
                     o.transport.batch = batch.then_some(merge);
                     o.transport.protocol = protocol;
+                    o.transport.codec = codec;
                 })
                 .build()
         };
@@ -221,10 +226,10 @@ fn setup(
                 if tm { "TM+RM" } else { "RM" },
                 if tc { "BatchResult" } else { "MergeResult" }
             ),
-        } + if protocol == Protocol::Grpc {
-            ", over gRPC"
-        } else {
-            ""
+        } + match (protocol, codec) {
+            (Protocol::Grpc, _) => ", over gRPC",
+            (_, CODEC_PROTOBUF) => ", v1 protobuf",
+            _ => "",
         },
         batch,
         tm,
@@ -293,13 +298,21 @@ fn echo(servers: &Runtime, clients: &Runtime) -> Echo {
     }
 }
 
+/// A setup's wire: the protocol and the codec of the request bodies.
+type Wire = (Protocol, u8);
+
 /// The setups asked for, as (RM batching, TM batching, TC answers with
 /// BatchResultMessages, wire).
-fn combos(args: &Args) -> Vec<(bool, bool, bool, Protocol)> {
-    let protocols: Vec<Protocol> = match args.protocol.as_str() {
-        "grpc" => vec![Protocol::Grpc],
-        "both" => vec![Protocol::Seata, Protocol::Grpc],
-        _ => vec![Protocol::Seata],
+fn combos(args: &Args) -> Vec<(bool, bool, bool, Wire)> {
+    const V1: Wire = (Protocol::Seata, CODEC_SEATA);
+    const V1_PROTOBUF: Wire = (Protocol::Seata, CODEC_PROTOBUF);
+    const GRPC: Wire = (Protocol::Grpc, CODEC_PROTOBUF);
+    let protocols: Vec<Wire> = match args.protocol.as_str() {
+        "grpc" => vec![GRPC],
+        "protobuf" => vec![V1_PROTOBUF],
+        "both" => vec![V1, GRPC],
+        "all" => vec![V1, V1_PROTOBUF, GRPC],
+        _ => vec![V1],
     };
     batch_combos(args)
         .into_iter()

@@ -37,6 +37,7 @@
 //! closed (Seata: 5 s and 15 s). Either end answers a PING with a PONG carrying the same
 //! id, codec and compressor.
 
+mod id;
 mod lanes;
 pub(crate) mod liveness;
 mod merge;
@@ -51,7 +52,7 @@ mod writer;
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -67,37 +68,12 @@ use crate::codec::{Frame, MessageType};
 use crate::error::RpcError;
 use crate::payload::Payload;
 use crate::transport::{CloseReason, TransportOptions};
+pub use id::ConnectionId;
 use lanes::{Lanes, Queued, Reply, ReserveError};
 pub(crate) use queue::{SendFailure, SendKind};
 use shared::{InboundGate, Shared};
 pub(crate) use wire::WireMode;
 pub(crate) use writer::write_with_deadline;
-
-/// A connection's identity: unique in this process, stable for the connection's life.
-///
-/// Use it as a map key for per-connection bookkeeping (a gateway's session table, a
-/// server's subscriber list); [`Server::connection`](crate::Server::connection) finds the
-/// connection again by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionId(u64);
-
-impl ConnectionId {
-    fn next() -> ConnectionId {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        ConnectionId(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The number behind the id.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for ConnectionId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "conn-{}", self.0)
-    }
-}
 
 /// Called once when a connection has closed, with its reason.
 pub(crate) type CloseHook = Arc<dyn Fn(&Connection, &CloseReason) + Send + Sync>;
@@ -529,7 +505,9 @@ impl Connection {
     /// Sets the next request id (tests of id wrap-around).
     #[cfg(test)]
     pub(crate) fn set_next_id(&self, id: u32) {
-        self.shared.next_id.store(id, Ordering::Relaxed);
+        self.shared
+            .next_id
+            .store(id, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -292,7 +292,7 @@ fn transport_settings_come_from_the_config_file() {
         &path,
         "transport.maxFrameLength=1MiB\ntransport.requestQueueBytes=256KiB\n\
          transport.responseQueueBytes=512KiB\ntransport.writeTimeout=0s\n\
-         transport.maxInboundRequests=32\ntransport.compressor=LZ4\n",
+         transport.maxInboundRequests=32\ntransport.compressor=LZ4\ntransport.protocol=grpc\n",
     )
     .unwrap();
     let cfg = Config::load(Some(&path)).unwrap();
@@ -307,6 +307,7 @@ fn transport_settings_come_from_the_config_file() {
             max_inbound_requests: 32,
             compressor: meshline_rpc_client::Compressor::Lz4,
             codec: meshline_rpc_client::codec::CODEC_SEATA,
+            protocol: meshline_rpc_client::Protocol::Grpc,
             batch: None,
         }
     );

@@ -70,7 +70,7 @@ impl Decoder {
                 let _ = shared.grpc.set(link.clone());
                 *self = Decoder::Grpc(GrpcReader::new(link, shared.max_frame_len));
             } else {
-                *self = Decoder::V1(codec.clone());
+                *self = Decoder::V1(*codec);
             }
         }
         match self {

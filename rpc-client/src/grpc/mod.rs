@@ -28,7 +28,7 @@
 //! v1: the same reader and writer tasks, lanes, delivery guarantees (not written /
 //! may have been delivered), budgets, heartbeats and liveness probe. HPACK, the part
 //! worth a library, comes from `loona-hpack` (decoding; our own header blocks use no
-//! compression state, see [`headers`]).
+//! compression state: each block starts by setting the table to size 0).
 //!
 //! What it speaks: the client side (our request HEADERS are a standard gRPC call's, so
 //! a standard gRPC server can take them too), the server side (one stream per

@@ -297,7 +297,7 @@ impl Reader {
     }
 
     fn on_settings(&mut self, head: Head, payload: &[u8]) -> Result<(), GrpcError> {
-        if head.stream != 0 || payload.len() % 6 != 0 {
+        if head.stream != 0 || !payload.len().is_multiple_of(6) {
             return Err(GrpcError::Http2("a malformed SETTINGS".into()));
         }
         if head.flags & frame::ACK != 0 {

@@ -15,10 +15,17 @@ fn cfg(text: &str) -> Config {
 #[test]
 fn codec_and_compressor_values_are_checked() {
     let t = TransportConfig::from_config(&cfg(
-        "transport.compressor=ZSTD\ntransport.serialization=seata,protobuf\n",
+        "transport.compressor=ZSTD\ntransport.serialization=seata,protobuf\n\
+         transport.protocol=GRPC\n",
     ))
     .unwrap();
     assert_eq!(t.compressor, "ZSTD");
+    assert_eq!(t.protocol, crate::Protocol::Grpc);
+    assert!(
+        t.inert.iter().all(|m| !m.contains("protocol")),
+        "{:?}",
+        t.inert
+    );
     assert_eq!(t.serialization, "seata,protobuf");
     for (text, want) in [
         (
@@ -36,6 +43,10 @@ fn codec_and_compressor_values_are_checked() {
         (
             "transport.serialization=hessian,seata",
             "meshline's client sends the seata or the protobuf codec, not `hessian`",
+        ),
+        (
+            "transport.protocol=http2",
+            "key `transport.protocol` has invalid value `http2`: expected seata or grpc, not `http2`",
         ),
         (
             "transport.heartbeat=maybe",

@@ -1,6 +1,7 @@
 //! One server checked once, step by step, on the client's own code: TCP connect, a
 //! Seata heartbeat exchange (PING/PONG), and the handshake the client would run
-//! (RegisterTM). What `meshline doctor` reports for each TC, with round-trip times.
+//! (RegisterTM), over the wire the client speaks (`transport.protocol`: v1, or Seata's
+//! gRPC). What `meshline doctor` reports for each TC, with round-trip times.
 //!
 //! Each step runs only when the one before it succeeded, and each has its own deadline,
 //! so a server that accepts and then says nothing is reported as such ("no PONG within
@@ -59,6 +60,9 @@ pub async fn probe(
         Err(_) => return failed_connect(format!("connect timed out after {step_timeout:?}")),
     };
     let connect = Ok(started.elapsed());
+    if transport.protocol == crate::Protocol::Grpc {
+        return probe_grpc(stream, connect, transport, handshake, step_timeout).await;
+    }
     let (stream, ping) = ping_once(stream, transport, step_timeout).await;
     let Some(stream) = stream.filter(|_| ping.is_ok()) else {
         return ProbeReport {
@@ -131,12 +135,48 @@ async fn ping_once(
     }
 }
 
-async fn run_handshake(
+/// The steps over Seata's gRPC: one connection as the client makes it (the HTTP/2
+/// preface and stream first: a v1 PING would make the TC read the connection as v1),
+/// its PING as a `GrpcMessageProto` of type 3, then the handshake on the same stream.
+async fn probe_grpc(
+    stream: TcpStream,
+    connect: StepResult,
+    transport: &TransportOptions,
+    handshake: Option<&dyn Handshake>,
+    step_timeout: Duration,
+) -> ProbeReport {
+    let (conn, task) = match start(stream, transport) {
+        Ok(c) => c,
+        Err(e) => {
+            return ProbeReport {
+                connect,
+                ping: Some(Err(e)),
+                handshake: None,
+            };
+        }
+    };
+    let ping = conn.ping(step_timeout).await.map_err(|e| match e {
+        crate::RpcError::Timeout { .. } => format!("no PONG within {step_timeout:?} (gRPC)"),
+        e => format!("no PONG over gRPC: {e}"),
+    });
+    let handshake = match (handshake, &ping) {
+        (Some(h), Ok(_)) => Some(handshake_on(&conn, h, step_timeout).await),
+        _ => None,
+    };
+    conn.close_with("probe done");
+    let _ = task.await;
+    ProbeReport {
+        connect,
+        ping: Some(ping),
+        handshake,
+    }
+}
+
+/// A connection on `stream` made as the client makes them, without heartbeats.
+fn start(
     stream: TcpStream,
     transport: &TransportOptions,
-    handshake: &dyn Handshake,
-    step_timeout: Duration,
-) -> StepResult {
+) -> Result<(Connection, tokio::task::JoinHandle<crate::CloseReason>), String> {
     let config = ConnConfig {
         transport: transport.clone(),
         write_idle: None,
@@ -145,17 +185,36 @@ async fn run_handshake(
         heartbeat_codec: CODEC_SEATA,
         on_close: None,
     };
-    let (conn, task) = Connection::start(stream, config, "probe".to_string(), None)
-        .map_err(|e| format!("socket setup failed: {e}"))?;
+    Connection::start(stream, config, "probe".to_string(), None)
+        .map_err(|e| format!("socket setup failed: {e}"))
+}
+
+/// Runs `handshake` on `conn` within its own timeout (at most `step_timeout`, at least
+/// 1 s) and reports its round trip.
+async fn handshake_on(
+    conn: &Connection,
+    handshake: &dyn Handshake,
+    step_timeout: Duration,
+) -> StepResult {
     let within = handshake
         .timeout()
         .map(|t| t.min(step_timeout.max(Duration::from_secs(1))))
         .unwrap_or(step_timeout);
     let started = Instant::now();
-    let result = tokio::time::timeout(within, handshake.handshake(&conn))
+    tokio::time::timeout(within, handshake.handshake(conn))
         .await
         .unwrap_or_else(|_| Err(format!("no answer to the handshake within {within:?}")))
-        .map(|()| started.elapsed());
+        .map(|()| started.elapsed())
+}
+
+async fn run_handshake(
+    stream: TcpStream,
+    transport: &TransportOptions,
+    handshake: &dyn Handshake,
+    step_timeout: Duration,
+) -> StepResult {
+    let (conn, task) = start(stream, transport)?;
+    let result = handshake_on(&conn, handshake, step_timeout).await;
     conn.close_with("probe done");
     let _ = task.await;
     result

@@ -127,3 +127,53 @@ async fn a_non_seata_server_is_named_as_such() {
     let err = r.ping.clone().unwrap().unwrap_err();
     assert!(err.contains("not a Seata frame"), "{err}");
 }
+
+fn grpc() -> TransportOptions {
+    TransportOptions {
+        protocol: crate::Protocol::Grpc,
+        ..TransportOptions::default()
+    }
+}
+
+/// With `transport.protocol = grpc` every step runs over gRPC on one connection: a v1
+/// PING first would make the TC read the connection as v1 and the gRPC handshake after
+/// it would fail.
+#[tokio::test]
+async fn a_tc_is_probed_over_grpc_when_the_client_speaks_it() {
+    let server = tc(true).await;
+    let addr = server.local_addr();
+    let h = tm();
+    let r = probe(&addr.ip().to_string(), addr.port(), &grpc(), Some(&h), STEP).await;
+    assert!(matches!(r.ping, Some(Ok(_))), "{r:?}");
+    assert!(matches!(r.handshake, Some(Ok(_))), "{r:?}");
+    assert!(r.accepted());
+
+    let refusing = tc(false).await;
+    let addr = refusing.local_addr();
+    let r = probe(&addr.ip().to_string(), addr.port(), &grpc(), Some(&h), STEP).await;
+    let err = r.handshake.clone().unwrap().unwrap_err();
+    assert!(err.contains("TC refused TM registration"), "{err}");
+}
+
+#[tokio::test]
+async fn a_silent_server_fails_the_grpc_ping_step_with_its_deadline() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let r = probe(
+        "127.0.0.1",
+        addr.port(),
+        &grpc(),
+        None,
+        Duration::from_millis(300),
+    )
+    .await;
+    let err = r.ping.clone().unwrap().unwrap_err();
+    assert!(err.contains("no PONG within 300ms (gRPC)"), "{err}");
+    assert_eq!(r.handshake, None);
+    hold.abort();
+}

@@ -1,6 +1,7 @@
 //! Clients on Seata's gRPC transport (`transport.protocol = grpc`) against the example
 //! TC, which serves gRPC and v1 on one port as Seata's TC does: whole transactions
-//! (phase two at both RMs), rollback, a lock conflict, and v1 clients beside them.
+//! (phase two at both RMs), rollback, a lock conflict, batching, and v1 clients beside
+//! them.
 
 mod tx_world;
 
@@ -8,10 +9,10 @@ use std::time::Duration;
 
 use meshline::rpc::message::{BranchType, GlobalStatus, TransactionExceptionCode};
 use meshline::rpc::rm::ResourceManager;
-use meshline::rpc::tm::TransactionManager;
-use meshline::rpc::{Protocol, Server};
+use meshline::rpc::tm::{GlobalTransaction, TransactionManager};
+use meshline::rpc::{BatchOptions, ClientOptions, Protocol, Server};
 use meshline::{Config, WatchHub};
-use tx_world::{Call, Recorder, quick_options, start_tc};
+use tx_world::{Call, Recorder, Tc, quick_options, rm_with, start_tc, tm_with};
 
 fn grpc() -> Config {
     meshline_testkit::config_of(
@@ -23,49 +24,19 @@ fn grpc() -> Config {
     )
 }
 
-fn quick(o: &mut meshline::rpc::ClientOptions) {
-    o.backoff_initial = Duration::from_millis(20);
-    o.connect_timeout = Duration::from_millis(500);
-    o.request_timeout = Duration::from_secs(5);
-}
-
-async fn tm(hub: &WatchHub, config: &Config) -> TransactionManager {
-    let tm = TransactionManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id("orders")
-        .config(config)
-        .configure(quick)
-        .build()
-        .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
-    tm
+/// A TC and the hub listing it.
+async fn world() -> (Tc, WatchHub) {
+    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
+    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
+    hub.publish("c", vec![tc.instance()]);
+    (tc, hub)
 }
 
 async fn rm(hub: &WatchHub, app: &str, resource: &str, recorder: Recorder) -> ResourceManager {
-    let rm = ResourceManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id(app)
-        .resource(resource)
-        .handler(recorder)
-        .config(&grpc())
-        .configure(quick)
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
-    rm
+    rm_with(hub, (app, resource), recorder, &grpc(), |_| {}).await
 }
 
-/// How many of the server's connections speak each wire.
+/// How many of the server's connections speak each wire: (v1, gRPC).
 fn wires(server: &Server) -> (usize, usize) {
     let conns = server.connections();
     let grpc = conns
@@ -75,25 +46,20 @@ fn wires(server: &Server) -> (usize, usize) {
     (conns.len() - grpc, grpc)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transactions_over_grpc_commit_with_phase_two_at_both_rms_and_roll_back() {
-    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
-    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
-    hub.publish("c", vec![tc.instance()]);
-    let tm = tm(&hub, &grpc()).await;
-    let (stock_calls, order_calls) = (Recorder::default(), Recorder::default());
-    let stock = rm(&hub, "stock", "jdbc:stock", stock_calls.clone()).await;
-    let order = rm(&hub, "order", "jdbc:order", order_calls.clone()).await;
-    // Every client connection reached the TC over gRPC.
-    assert_eq!(wires(&tc.server), (0, 3));
-
+/// Begins a transaction and registers a branch at each RM (`stock:<n>`, `order:<n>`);
+/// the transaction, its XID and the two branch ids.
+async fn two_branches(
+    tm: &TransactionManager,
+    (stock, order): (&ResourceManager, &ResourceManager),
+    n: u32,
+) -> (GlobalTransaction, String, i64, i64) {
     let tx = tm.begin("buy", Duration::from_secs(30)).await.unwrap();
     let s = stock
         .branch_register(
             tx.xid(),
             BranchType::AT,
             "jdbc:stock",
-            Some("stock:1"),
+            Some(&format!("stock:{n}")),
             None,
         )
         .await
@@ -103,73 +69,67 @@ async fn transactions_over_grpc_commit_with_phase_two_at_both_rms_and_roll_back(
             tx.xid(),
             BranchType::AT,
             "jdbc:order",
-            Some("order:9"),
+            Some(&format!("order:{n}")),
             None,
         )
         .await
         .unwrap();
     let xid = tx.xid().to_string();
+    (tx, xid, s, o)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_over_grpc_commit_with_phase_two_at_both_rms_and_roll_back() {
+    let (tc, hub) = world().await;
+    let tm = tm_with(&hub, &grpc(), |_| {}).await;
+    let (stock_calls, order_calls) = (Recorder::default(), Recorder::default());
+    let stock = rm(&hub, "stock", "jdbc:stock", stock_calls.clone()).await;
+    let order = rm(&hub, "order", "jdbc:order", order_calls.clone()).await;
+    // Every client connection reached the TC over gRPC.
+    assert_eq!(wires(&tc.server), (0, 3));
+
+    let (tx, xid, s, o) = two_branches(&tm, (&stock, &order), 1).await;
     assert_eq!(tx.commit().await.unwrap(), GlobalStatus::Committed);
     // Phase two came back down both RMs' gRPC streams (the TC's requests to them).
+    let within = Duration::from_secs(5);
     assert_eq!(
-        stock_calls.wait_calls(1, Duration::from_secs(5)).await,
+        stock_calls.wait_calls(1, within).await,
         vec![Call::Commit(xid.clone(), s)]
     );
     assert_eq!(
-        order_calls.wait_calls(1, Duration::from_secs(5)).await,
+        order_calls.wait_calls(1, within).await,
         vec![Call::Commit(xid, o)]
     );
 
-    let tx = tm.begin("cancel", Duration::from_secs(30)).await.unwrap();
-    let s = stock
-        .branch_register(
-            tx.xid(),
-            BranchType::AT,
-            "jdbc:stock",
-            Some("stock:2"),
-            None,
-        )
-        .await
-        .unwrap();
-    let o = order
-        .branch_register(
-            tx.xid(),
-            BranchType::AT,
-            "jdbc:order",
-            Some("order:10"),
-            None,
-        )
-        .await
-        .unwrap();
-    let xid = tx.xid().to_string();
+    let (tx, xid, s, o) = two_branches(&tm, (&stock, &order), 2).await;
     assert_eq!(tx.rollback().await.unwrap(), GlobalStatus::Rollbacked);
     assert_eq!(
-        stock_calls.wait_calls(2, Duration::from_secs(5)).await[1],
+        stock_calls.wait_calls(2, within).await[1],
         Call::Rollback(xid.clone(), s)
     );
     assert_eq!(
-        order_calls.wait_calls(2, Duration::from_secs(5)).await[1],
+        order_calls.wait_calls(2, within).await[1],
         Call::Rollback(xid, o)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_conflict_over_grpc_is_the_tcs_answer() {
-    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
-    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
-    hub.publish("c", vec![tc.instance()]);
-    let tm = tm(&hub, &grpc()).await;
+    let (_tc, hub) = world().await;
+    let tm = tm_with(&hub, &grpc(), |_| {}).await;
     let stock = rm(&hub, "stock", "jdbc:stock", Recorder::default()).await;
     let a = tm.begin("a", Duration::from_secs(30)).await.unwrap();
     let b = tm.begin("b", Duration::from_secs(30)).await.unwrap();
-    stock
-        .branch_register(a.xid(), BranchType::AT, "jdbc:stock", Some("t:1"), None)
-        .await
-        .unwrap();
-    match stock
-        .branch_register(b.xid(), BranchType::AT, "jdbc:stock", Some("t:1"), None)
-        .await
-    {
+    let register = |xid: String| {
+        let stock = stock.clone();
+        async move {
+            stock
+                .branch_register(&xid, BranchType::AT, "jdbc:stock", Some("t:1"), None)
+                .await
+        }
+    };
+    register(a.xid().to_string()).await.unwrap();
+    match register(b.xid().to_string()).await {
         Err(e) => assert_eq!(
             e.exception_code(),
             TransactionExceptionCode::LockKeyConflict
@@ -180,11 +140,9 @@ async fn a_lock_conflict_over_grpc_is_the_tcs_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_and_grpc_clients_share_the_tc_port_at_once() {
-    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
-    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
-    hub.publish("c", vec![tc.instance()]);
-    let over_grpc = tm(&hub, &grpc()).await;
-    let over_v1 = tm(&hub, &Config::default()).await;
+    let (tc, hub) = world().await;
+    let over_grpc = tm_with(&hub, &grpc(), |_| {}).await;
+    let over_v1 = tm_with(&hub, &Config::default(), |_| {}).await;
     assert_eq!(wires(&tc.server), (1, 1));
     let run = |tm: &TransactionManager| {
         let tm = tm.clone();
@@ -208,36 +166,17 @@ async fn v1_and_grpc_clients_share_the_tc_port_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_requests_over_grpc_are_merged_within_one_data_frame() {
     use std::sync::atomic::Ordering;
-    let tc = start_tc(quick_options(), meshline::rpc::ServerConfig::default()).await;
-    let hub = WatchHub::new("test", meshline::EmptyProtection::Apply);
-    hub.publish("c", vec![tc.instance()]);
-    let batched = |o: &mut meshline::rpc::ClientOptions| {
-        quick(o);
-        o.transport.batch = Some(meshline::rpc::BatchOptions::default());
-    };
-    let tm = TransactionManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id("orders")
-        .config(&grpc())
-        .configure(batched)
-        .build()
-        .await
-        .unwrap();
-    let stock = ResourceManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id("stock")
-        .resource("jdbc:stock")
-        .handler(Recorder::default())
-        .config(&grpc())
-        .configure(batched)
-        .build()
-        .await
-        .unwrap();
-    for c in [tm.client(), stock.client()] {
-        c.wait_alive(1, Duration::from_secs(5)).await.unwrap();
-    }
+    let (tc, hub) = world().await;
+    let batched = |o: &mut ClientOptions| o.transport.batch = Some(BatchOptions::default());
+    let tm = tm_with(&hub, &grpc(), batched).await;
+    let stock = rm_with(
+        &hub,
+        ("stock", "jdbc:stock"),
+        Recorder::default(),
+        &grpc(),
+        batched,
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut round = 0;
     while tc.tc.stats().merged_frames.load(Ordering::Relaxed) < 10 {

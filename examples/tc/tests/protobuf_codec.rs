@@ -132,39 +132,18 @@ async fn clients_sending_protobuf_batched_run_whole_transactions() {
     let config = meshline_testkit::config_of(&[("transport.serialization", "protobuf")], &[]);
     let protobuf = |o: &mut meshline::rpc::ClientOptions| {
         o.transport.batch = Some(meshline::rpc::BatchOptions::default());
-        o.request_timeout = Duration::from_secs(5);
     };
-    let tm = meshline::rpc::tm::TransactionManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id("orders")
-        .config(&config)
-        .configure(protobuf)
-        .build()
-        .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let tm = tx_world::tm_with(&hub, &config, protobuf).await;
     assert_eq!(tm.client().options().transport.codec, CODEC_PROTOBUF);
     let recorder = Recorder::default();
-    let stock = ResourceManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(tx_world::GROUP)
-        .application_id("stock")
-        .resource("jdbc:stock")
-        .handler(recorder.clone())
-        .config(&config)
-        .configure(protobuf)
-        .build()
-        .await
-        .unwrap();
-    stock
-        .client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let stock = tx_world::rm_with(
+        &hub,
+        ("stock", "jdbc:stock"),
+        recorder.clone(),
+        &config,
+        protobuf,
+    )
+    .await;
     let stats = tc.tc.stats();
     let before = (
         stats.requests.load(Ordering::Relaxed),

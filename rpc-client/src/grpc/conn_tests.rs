@@ -41,24 +41,26 @@ fn echo() -> Arc<dyn InboundHandler> {
 /// A gRPC client connection and the server side of it (started as a server starts an
 /// accepted connection).
 async fn pair(client_handler: Option<Arc<dyn InboundHandler>>) -> (Connection, Connection) {
+    let (s, socket) = accepted("rm").await;
+    let (c, _) =
+        Connection::start(socket, config(Protocol::Grpc), "tc".into(), client_handler).unwrap();
+    (c, s)
+}
+
+/// An accepted connection named `name` answering with [`echo`], and the socket of its
+/// peer.
+async fn accepted(name: &str) -> (Connection, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let (c, _) = Connection::start(
-        s1.unwrap(),
-        config(Protocol::Grpc),
-        "tc".into(),
-        client_handler,
-    )
-    .unwrap();
     let (s, _) = Connection::start_accepted(
         s2.unwrap().0,
         config(Protocol::Seata),
-        "rm".into(),
+        name.into(),
         Some(echo()),
     )
     .unwrap();
-    (c, s)
+    (s, s1.unwrap())
 }
 
 fn raw(body: Vec<u8>) -> Payload {
@@ -185,17 +187,7 @@ fn data(stream: u32, msg: &GrpcMessageProto) -> BytesMut {
 
 #[tokio::test]
 async fn a_client_framed_as_javas_is_served_and_answered_as_javas_server_answers() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let (_server, _) = Connection::start_accepted(
-        s2.unwrap().0,
-        config(Protocol::Seata),
-        "java".into(),
-        Some(echo()),
-    )
-    .unwrap();
-    let mut java = s1.unwrap();
+    let (_server, mut java) = accepted("java").await;
     // Netty's client: preface, SETTINGS, then GrpcEncoder's HEADERS: no :method, no
     // :path, the response-style fields Java's encoder writes on both ends.
     let mut out = BytesMut::new();
@@ -281,17 +273,7 @@ async fn a_client_framed_as_javas_is_served_and_answered_as_javas_server_answers
 
 #[tokio::test]
 async fn a_peer_that_breaks_http2_is_closed_with_the_reason() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let (server, _) = Connection::start_accepted(
-        s2.unwrap().0,
-        config(Protocol::Seata),
-        "bad".into(),
-        Some(echo()),
-    )
-    .unwrap();
-    let mut peer = s1.unwrap();
+    let (server, mut peer) = accepted("bad").await;
     let mut out = BytesMut::new();
     out.extend_from_slice(frame::PREFACE);
     // A WINDOW_UPDATE of zero on the connection is a protocol error (RFC 9113 §6.9).
@@ -304,16 +286,8 @@ async fn a_peer_that_breaks_http2_is_closed_with_the_reason() {
     assert!(reason.contains("a WINDOW_UPDATE of 0"), "{reason}");
 
     // And a v1 peer on the same kind of accepted connection is read as v1.
-    let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
-    let (_server, _) = Connection::start_accepted(
-        s2.unwrap().0,
-        config(Protocol::Seata),
-        "v1".into(),
-        Some(echo()),
-    )
-    .unwrap();
-    let (v1, _) =
-        Connection::start(s1.unwrap(), config(Protocol::Seata), "tc".into(), None).unwrap();
+    let (_server, socket) = accepted("v1").await;
+    let (v1, _) = Connection::start(socket, config(Protocol::Seata), "tc".into(), None).unwrap();
     let a = v1
         .call(raw(b"v1".to_vec()), Duration::from_secs(5))
         .await

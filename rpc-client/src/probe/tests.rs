@@ -84,9 +84,9 @@ async fn a_closed_port_fails_the_connect_step_only() {
     assert!(!r.accepted());
 }
 
-/// A listener that accepts and never answers (not a Seata server, or a hung one).
-#[tokio::test]
-async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
+/// A listener that accepts one connection and never answers (not a Seata server, or a
+/// hung one), for 30 s.
+async fn silent_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let hold = tokio::spawn(async move {
@@ -94,6 +94,12 @@ async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
         tokio::time::sleep(Duration::from_secs(30)).await;
         drop(s);
     });
+    (addr, hold)
+}
+
+#[tokio::test]
+async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
+    let (addr, hold) = silent_server().await;
     let r = probe(
         "127.0.0.1",
         addr.port(),
@@ -157,13 +163,7 @@ async fn a_tc_is_probed_over_grpc_when_the_client_speaks_it() {
 
 #[tokio::test]
 async fn a_silent_server_fails_the_grpc_ping_step_with_its_deadline() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let (s, _) = l.accept().await.unwrap();
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        drop(s);
-    });
+    let (addr, hold) = silent_server().await;
     let r = probe(
         "127.0.0.1",
         addr.port(),

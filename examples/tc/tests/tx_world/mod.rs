@@ -114,6 +114,62 @@ pub async fn tm_watching(watch: Watch, name: &str, n_alive: usize) -> Transactio
     tm
 }
 
+/// A TM of `orders` on the hub's cluster `c`, built from `config` and then `configure`
+/// (after the quick reconnects), once one TC is connected.
+pub async fn tm_with(
+    hub: &WatchHub,
+    config: &meshline::Config,
+    configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
+) -> TransactionManager {
+    let tm = TransactionManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(GROUP)
+        .application_id("orders")
+        .config(config)
+        .configure(|o| {
+            quick(o);
+            configure(o);
+        })
+        .build()
+        .await
+        .unwrap();
+    tm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tm
+}
+
+/// An RM of `app` serving `resource` on the hub's cluster `c`, built from `config` and
+/// then `configure`, once one TC is connected.
+pub async fn rm_with(
+    hub: &WatchHub,
+    (app, resource): (&str, &str),
+    handler: Recorder,
+    config: &meshline::Config,
+    configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
+) -> ResourceManager {
+    let rm = ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(GROUP)
+        .application_id(app)
+        .resource(resource)
+        .handler(handler)
+        .config(config)
+        .configure(|o| {
+            quick(o);
+            configure(o);
+        })
+        .build()
+        .await
+        .unwrap();
+    rm.client()
+        .wait_alive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    rm
+}
+
 /// What an RM's handler was asked, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {

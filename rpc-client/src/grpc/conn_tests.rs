@@ -294,3 +294,36 @@ async fn a_peer_that_breaks_http2_is_closed_with_the_reason() {
         .unwrap();
     assert_eq!(&a.body[..], b"v1");
 }
+
+/// A peer that reads every byte but never grants HTTP/2 window (a stuck or hostile
+/// server): the writer waits for window no longer than `transport.writeTimeout`, then
+/// closes the connection saying why, and the calls in it fail as maybe delivered.
+#[tokio::test]
+async fn a_peer_that_grants_no_window_is_closed_after_the_write_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
+    let mut peer = s2.unwrap().0;
+    let drain = tokio::spawn(async move {
+        let mut sink = Vec::new();
+        let _ = peer.read_to_end(&mut sink).await;
+    });
+    let mut c = config(Protocol::Grpc);
+    c.transport.write_timeout = Some(Duration::from_millis(300));
+    let (client, _) = Connection::start(s1.unwrap(), c, "stuck".into(), None).unwrap();
+    // Five messages of 15 000 bytes: past the 65 535-byte window every peer starts with.
+    let calls = (0..5).map(|_| client.call(raw(vec![7; 15_000]), Duration::from_secs(5)));
+    let results = futures_util::future::join_all(calls).await;
+    let reason = client.close_reason().expect("closed").to_string();
+    assert!(
+        reason.contains("granted no HTTP/2 flow-control window for 300ms"),
+        "{reason}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(RpcError::MaybeDelivered { .. }))),
+        "{results:?}"
+    );
+    drain.abort();
+}

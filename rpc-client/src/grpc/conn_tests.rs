@@ -327,3 +327,43 @@ async fn a_peer_that_grants_no_window_is_closed_after_the_write_timeout() {
     );
     drain.abort();
 }
+
+/// A peer that floods PINGs and reads nothing (the HTTP/2 "ping flood"): the
+/// acknowledgements it does not read are not queued without bound; the connection is
+/// closed saying why.
+#[tokio::test]
+async fn a_ping_flood_from_a_peer_that_does_not_read_closes_the_connection() {
+    let (server, mut peer) = accepted("flood").await;
+    let mut out = BytesMut::new();
+    out.extend_from_slice(frame::PREFACE);
+    frame::settings(&mut out, &[]);
+    let mut ping = BytesMut::new();
+    Head {
+        len: 8,
+        kind: frame::PING,
+        flags: 0,
+        stream: 0,
+    }
+    .put(&mut ping);
+    ping.extend_from_slice(&[1; 8]);
+    // 400 000 PINGs: 6.8 MB of acknowledgements, past any socket buffer.
+    let flood = tokio::spawn(async move {
+        peer.write_all(&out).await.unwrap();
+        for _ in 0..400 {
+            let batch: Vec<u8> = ping.iter().copied().cycle().take(17 * 1000).collect();
+            if peer.write_all(&batch).await.is_err() {
+                break;
+            }
+        }
+        peer
+    });
+    tokio::time::timeout(Duration::from_secs(10), server.closed())
+        .await
+        .expect("closed within 10 s");
+    let reason = server.close_reason().unwrap().to_string();
+    assert!(
+        reason.contains("faster than it reads their answers"),
+        "{reason}"
+    );
+    drop(flood.await);
+}

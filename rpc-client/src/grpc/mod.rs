@@ -60,6 +60,9 @@ pub const PATH: &str = "/org.apache.seata.protocol.protobuf.SeataService/sendReq
 /// and TCP still push back on a peer that sends faster than we handle.
 pub(crate) const RECV_WINDOW: u32 = 4 * 1024 * 1024;
 
+/// Most bytes of control frames (acknowledgements, refusals) queued and unwritten.
+pub(crate) const MAX_CONTROL: usize = 64 * 1024;
+
 /// Which end of the stream this connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -174,10 +177,22 @@ impl Link {
         self.state().peer_max_frame
     }
 
-    /// Queues a control frame built by `f` and wakes the writer.
-    pub fn control(&self, f: impl FnOnce(&mut BytesMut)) {
-        f(&mut self.state().control);
+    /// Queues a control frame built by `f` and wakes the writer. A peer whose
+    /// acknowledgements pile up past [`MAX_CONTROL`] unwritten (it floods PINGs,
+    /// SETTINGS or new streams and does not read: the HTTP/2 "ping flood" and "reset
+    /// flood") is an error that closes the connection.
+    pub fn control(&self, f: impl FnOnce(&mut BytesMut)) -> Result<(), GrpcError> {
+        let mut st = self.state();
+        if st.control.len() > MAX_CONTROL {
+            return Err(GrpcError::Http2(format!(
+                "the peer sends control frames (PING, SETTINGS, new streams) faster than it \
+                 reads their answers: over {MAX_CONTROL} bytes of them unsent"
+            )));
+        }
+        f(&mut st.control);
+        drop(st);
         self.changed.notify_one();
+        Ok(())
     }
 
     /// True when control frames wait to be written.

@@ -194,7 +194,7 @@ impl Reader {
                     return Err(GrpcError::Http2("a malformed PING".into()));
                 }
                 if head.flags & frame::ACK == 0 {
-                    self.link.control(|c| frame::ping_ack(c, &payload));
+                    self.link.control(|c| frame::ping_ack(c, &payload))?;
                 }
                 Ok(())
             }
@@ -261,9 +261,9 @@ impl Reader {
                 .map(|(_, v)| v.as_str())
         };
         if self.link.role == Role::Server && !self.link.adopt(stream) {
-            tracing::warn!(stream, "the peer opened a second stream; refused");
+            tracing::debug!(stream, "the peer opened a second stream; refused");
             self.link
-                .control(|c| frame::rst_stream(c, stream, frame::REFUSED_STREAM));
+                .control(|c| frame::rst_stream(c, stream, frame::REFUSED_STREAM))?;
             return Ok(());
         }
         if self.link.stream() != Some(stream) {
@@ -317,8 +317,7 @@ impl Reader {
                 _ => {}
             }
         }
-        self.link.control(frame::settings_ack);
-        Ok(())
+        self.link.control(frame::settings_ack)
     }
 }
 

@@ -1,4 +1,6 @@
-//! `tc-server`: an in-memory Seata TC (not durable) speaking Seata's RPC v1 frames.
+//! `tc-server`: an in-memory Seata TC (not durable) speaking Seata's RPC v1 frames and,
+//! on the same port, Seata 2.x's gRPC transport (told apart per connection by its
+//! first bytes, as Seata's TC does; clients with `transport.protocol = grpc`).
 //!
 //! It coordinates real global transactions (`meshline_example_tc`): RegisterTM/RM
 //! (identified = 1, or 0 with `--refuse-registration`), GlobalBegin with XIDs naming

@@ -200,3 +200,39 @@ async fn batched_requests_over_grpc_are_merged_within_one_data_frame() {
     }
     assert_eq!(wires(&tc.server), (0, 2));
 }
+
+/// `transport.compressor` over gRPC: the bodies are the `Any`s compressed, as Seata's
+/// encoder writes them, and the TC answers in the request's compressor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressing_grpc_client_runs_transactions() {
+    let (tc, hub) = world().await;
+    let config = meshline_testkit::config_of(
+        &[
+            ("transport.protocol", "grpc"),
+            ("transport.compressor", "gzip"),
+        ],
+        &[],
+    );
+    let tm = tm_with(&hub, &config, |_| {}).await;
+    let recorder = Recorder::default();
+    let stock = rm_with(
+        &hub,
+        ("stock", "jdbc:stock"),
+        recorder.clone(),
+        &config,
+        |_| {},
+    )
+    .await;
+    let tx = tm.begin("gz", Duration::from_secs(30)).await.unwrap();
+    let b = stock
+        .branch_register(tx.xid(), BranchType::AT, "jdbc:stock", Some("gz:1"), None)
+        .await
+        .unwrap();
+    let xid = tx.xid().to_string();
+    assert_eq!(tx.commit().await.unwrap(), GlobalStatus::Committed);
+    assert_eq!(
+        recorder.wait_calls(1, Duration::from_secs(5)).await,
+        vec![Call::Commit(xid, b)]
+    );
+    assert_eq!(wires(&tc.server), (0, 2));
+}

@@ -73,11 +73,17 @@ pub(super) fn transcode_request(codec: u8, frame: &mut Frame) {
     }
 }
 
-/// Compresses a request's Seata body with the connection's compressor (a no-op without
-/// one, or for a body that is not Seata or already compressed). A body that cannot be
+/// Compresses a request's Seata message body, in either codec Seata's messages are
+/// written in, with the connection's compressor (a no-op without one, or for a body
+/// that is not a Seata message or already compressed). A body that cannot be
 /// compressed is sent as it is, with a warning: the peer reads it either way.
 pub(super) fn compress_request(compressor: Compressor, frame: &mut Frame) {
-    if compressor == Compressor::None || !plain_seata(frame) {
+    let message = frame.codec == CODEC_SEATA || frame.codec == CODEC_PROTOBUF;
+    if compressor == Compressor::None
+        || !message
+        || frame.compressor != COMPRESSOR_NONE
+        || frame.body.is_empty()
+    {
         return;
     }
     match compressor.compress(&frame.body) {

@@ -363,3 +363,24 @@ fn requests_are_transcoded_to_protobuf_where_they_can_be() {
     super::merge::transcode_request(CODEC_SEATA, &mut f);
     assert_eq!(f.codec, CODEC_SEATA);
 }
+
+/// `transport.serialization = protobuf` with a compressor: the request rewritten in
+/// protobuf is compressed too, as Seata's Java client compresses whatever its
+/// serializer wrote (it went uncompressed, labelled 0, when only seata-codec bodies
+/// were compressed).
+#[test]
+fn a_request_rewritten_in_protobuf_is_compressed_too() {
+    use crate::codec::CODEC_PROTOBUF;
+    let status = SeataMessage::GlobalStatus(GlobalEndRequest::new("x:1:2"));
+    let mut f = Payload::seata(&status)
+        .unwrap()
+        .into_frame(MessageType::Request, 1);
+    super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
+    super::merge::compress_request(Compressor::Gzip, &mut f);
+    assert_eq!(
+        (f.codec, f.compressor),
+        (CODEC_PROTOBUF, Compressor::Gzip.code())
+    );
+    let plain = Compressor::Gzip.decompress(&f.body, 1 << 20).unwrap();
+    assert_eq!(crate::message::protobuf::decode(&plain).unwrap(), status);
+}

@@ -28,8 +28,8 @@ pub(crate) async fn exchange(
     msg: &SeataMessage,
     timeout: Option<Duration>,
 ) -> Result<Answer, TransactionError> {
-    let payload =
-        Payload::seata(msg).map_err(|source| TransactionError::Encode { operation, source })?;
+    let payload = request_payload(client, msg)
+        .map_err(|source| TransactionError::Encode { operation, source })?;
     let mut opts = CallOptions::xid(route);
     if is_read(msg) {
         opts = opts.idempotent();
@@ -58,6 +58,29 @@ pub(crate) async fn exchange(
         message,
         endpoint: resp.endpoint,
     })
+}
+
+/// `msg` in the codec the client's connections send, written once: in protobuf when
+/// they send protobuf (`transport.serialization = protobuf`, or gRPC) and do not batch,
+/// instead of in the seata codec for the connection to rewrite. Batching connections
+/// merge seata-codec bodies (and rewrite the merged frame), and a message the protobuf
+/// messages cannot carry goes in the seata codec: both as before.
+fn request_payload(
+    client: &RpcClient,
+    msg: &SeataMessage,
+) -> Result<Payload, crate::message::MessageError> {
+    let t = &client.options().transport;
+    let protobuf = t.codec == crate::codec::CODEC_PROTOBUF || t.protocol == crate::Protocol::Grpc;
+    if protobuf && t.batch.is_none() {
+        let format = crate::BodyFormat {
+            codec: crate::codec::CODEC_PROTOBUF,
+            compressor: crate::Compressor::None,
+        };
+        if let Ok(p) = Payload::seata_as(msg, format) {
+            return Ok(p);
+        }
+    }
+    Payload::seata(msg)
 }
 
 impl Answer {

@@ -73,7 +73,6 @@ use lanes::{Lanes, Queued, Reply, ReserveError};
 pub(crate) use queue::{SendFailure, SendKind};
 use shared::{InboundGate, Shared};
 pub(crate) use wire::WireMode;
-pub(crate) use writer::write_with_deadline;
 
 /// Called once when a connection has closed, with its reason.
 pub(crate) type CloseHook = Arc<dyn Fn(&Connection, &CloseReason) + Send + Sync>;

@@ -94,6 +94,7 @@ mod client;
 pub mod codec;
 pub mod compress;
 mod connection;
+mod deadline_write;
 mod error;
 mod exchange;
 pub mod grpc;

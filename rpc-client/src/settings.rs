@@ -58,8 +58,8 @@ pub struct TransportConfig {
     /// `transport.compressor`. Default `none`.
     pub compressor: String,
     /// `transport.protocol`: `seata` (RPC v1, the default) or `grpc` (Seata 2.3+'s
-    /// gRPC transport, see [`crate::grpc`]).
-    pub protocol: crate::transport::Protocol,
+    /// gRPC transport, see [`crate::grpc`]), as written.
+    pub protocol: String,
     /// `transport.rpcTmRequestTimeout`. Default 30000 ms.
     pub rpc_tm_request_timeout: Duration,
     /// `transport.rpcRmRequestTimeout`. Default 15000 ms.
@@ -153,7 +153,7 @@ impl Default for TransportConfig {
             heartbeat: true,
             serialization: "seata".into(),
             compressor: "none".into(),
-            protocol: crate::transport::Protocol::Seata,
+            protocol: "seata".into(),
             rpc_tm_request_timeout: Duration::from_millis(30000),
             rpc_rm_request_timeout: Duration::from_millis(15000),
             rpc_tc_request_timeout: Duration::from_millis(15000),
@@ -236,12 +236,16 @@ pub(crate) fn serialization_codec(v: &str) -> u8 {
 }
 
 /// `transport.protocol`: Seata's two client protocols (`Protocol.SEATA`, `Protocol.GRPC`).
-fn protocol(v: &str) -> Result<crate::transport::Protocol, String> {
+fn protocol(v: &str) -> Result<String, String> {
     match v.trim().to_ascii_lowercase().as_str() {
-        "seata" => Ok(crate::transport::Protocol::Seata),
-        "grpc" => Ok(crate::transport::Protocol::Grpc),
+        "seata" | "grpc" => Ok(v.trim().to_string()),
         other => Err(format!("expected seata or grpc, not `{other}`")),
     }
+}
+
+/// True when `transport.protocol` (as checked by [`protocol`]) names gRPC.
+pub(crate) fn is_grpc(v: &str) -> bool {
+    v.eq_ignore_ascii_case("grpc")
 }
 
 /// `transport.compressor`: one of Seata's compressor names (`CompressorType`); 7z is

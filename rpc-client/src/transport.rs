@@ -207,7 +207,11 @@ impl TransportOptions {
         // naming the key.
         self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();
         self.codec = crate::settings::serialization_codec(&t.serialization);
-        self.protocol = t.protocol;
+        self.protocol = if crate::settings::is_grpc(&t.protocol) {
+            Protocol::Grpc
+        } else {
+            Protocol::Seata
+        };
     }
 
     /// The limits as a connection uses them: a frame limit of at least a header, budgets

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 
@@ -25,6 +24,7 @@ use super::Shared;
 use super::lanes::{Lanes, Outcome, Queued, Reply};
 use super::merge;
 use crate::codec::{Frame, HEADER_LEN};
+use crate::deadline_write::write_with_deadline;
 use crate::transport::CloseReason;
 
 /// Most bytes gathered into one write (a larger single frame is written alone).
@@ -249,41 +249,6 @@ fn encode(shared: &Shared, batch: &mut Batch, buf: &mut BytesMut) -> (usize, boo
         requests = true;
     }
     (charge, requests)
-}
-
-/// Writes `buf`; fails when the socket accepts no byte for `deadline`.
-pub(crate) async fn write_with_deadline<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    buf: &[u8],
-    deadline: Option<Duration>,
-) -> Result<(), CloseReason> {
-    let Some(deadline) = deadline else {
-        return wr
-            .write_all(buf)
-            .await
-            .map_err(|e| CloseReason::io("write failed", e));
-    };
-    let mut off = 0;
-    while off < buf.len() {
-        match tokio::time::timeout(deadline, wr.write(&buf[off..])).await {
-            Ok(Ok(0)) => {
-                return Err(CloseReason::io(
-                    "write failed",
-                    std::io::ErrorKind::WriteZero.into(),
-                ));
-            }
-            Ok(Ok(n)) => off += n,
-            Ok(Err(e)) => return Err(CloseReason::io("write failed", e)),
-            Err(_) => {
-                return Err(CloseReason::new(format!(
-                    "write stalled: the peer accepted no data for {deadline:?} \
-                     (transport.writeTimeout) with {} bytes still to write; it is not reading",
-                    buf.len() - off
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Returns `Pending` once after waking itself, so the scheduler puts this task at the

@@ -70,14 +70,14 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
     loop {
         let control = link.take_control();
         if !control.is_empty() {
-            crate::connection::write_with_deadline(wr, &control, deadline).await?;
+            crate::deadline_write::write_with_deadline(wr, &control, deadline).await?;
         }
         if off == frames.len() {
             return Ok(());
         }
         let n = link.reserve(&frames[off..]);
         if n > 0 {
-            crate::connection::write_with_deadline(wr, &frames[off..off + n], deadline).await?;
+            crate::deadline_write::write_with_deadline(wr, &frames[off..off + n], deadline).await?;
             off += n;
             continue;
         }

@@ -20,7 +20,13 @@ fn codec_and_compressor_values_are_checked() {
     ))
     .unwrap();
     assert_eq!(t.compressor, "ZSTD");
-    assert_eq!(t.protocol, crate::Protocol::Grpc);
+    assert_eq!(t.protocol, "GRPC");
+    assert_eq!(
+        crate::TransportOptions::from_config(&cfg("transport.protocol=GRPC"))
+            .unwrap()
+            .protocol,
+        crate::Protocol::Grpc
+    );
     assert!(
         t.inert.iter().all(|m| !m.contains("protocol")),
         "{:?}",

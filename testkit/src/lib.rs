@@ -164,9 +164,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A `127.0.0.1` port nothing listens on, for tests of unreachable servers: a connection
 /// to it is refused at once.
 ///
-/// The port was free a moment ago (bound, then released); it is checked to refuse a
-/// connection before it is returned, and another process could only take it in the
-/// meantime by chance.
+/// The port stays bound, without listening, until the test process ends: a connection
+/// is refused, and no other test (or server it starts on a free port) can take the port
+/// meanwhile. A port merely released could be handed out again at once, and a test
+/// expecting "connection refused" then reached another test's server.
 pub fn closed_port() -> Result<u16> {
     closed_port_with(&[])
 }
@@ -183,9 +184,23 @@ pub fn closed_port_with(offsets: &[u16]) -> Result<u16> {
         )
     };
     for _ in 0..PORT_ATTEMPTS {
-        let port = process::free_ports(1)?[0];
-        let derived = offsets.iter().map(|&o| port.checked_add(o));
-        if refuses(port) && derived.clone().all(|p| p.is_some_and(refuses)) {
+        let Ok(first) = hold(0) else { continue };
+        let port = first
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port());
+        let Some(port) = port else { continue };
+        let mut held = vec![first];
+        let derived: Option<Vec<socket2::Socket>> = offsets
+            .iter()
+            .map(|&o| port.checked_add(o).and_then(|p| hold(p).ok()))
+            .collect();
+        let Some(derived) = derived else { continue };
+        held.extend(derived);
+        let mut ports = std::iter::once(port).chain(offsets.iter().map(|&o| port + o));
+        if ports.all(refuses) {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).extend(held);
             return Ok(port);
         }
     }
@@ -194,7 +209,35 @@ pub fn closed_port_with(offsets: &[u16]) -> Result<u16> {
     ))
 }
 
+/// The sockets that keep [`closed_port`]'s ports bound until the process ends.
+static HELD: std::sync::Mutex<Vec<socket2::Socket>> = std::sync::Mutex::new(Vec::new());
+
+/// A TCP socket bound to `127.0.0.1:port` (0: any free port) that does not listen, so a
+/// connection to it is refused; without SO_REUSEADDR, so nothing else binds the port.
+fn hold(port: u16) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+    Ok(socket)
+}
+
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let context = context.into();
     move |source| Error::Io { context, source }
+}
+
+#[cfg(test)]
+mod closed_port_tests {
+    /// The port refuses connections, and stays out of reach: neither a listener nor
+    /// the OS's free-port allocation can take it while the test process runs.
+    #[test]
+    fn a_closed_port_refuses_and_stays_held() {
+        let port = super::closed_port_with(&[1000]).unwrap();
+        for p in [port, port + 1000] {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p));
+            let e = std::net::TcpStream::connect(addr).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{p}");
+            let e = std::net::TcpListener::bind(addr).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{p}");
+        }
+    }
 }

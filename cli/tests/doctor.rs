@@ -44,12 +44,9 @@ async fn tc(accept: bool) -> Server {
     .unwrap()
 }
 
+/// A port that refuses connections for the whole test (testkit keeps it bound).
 fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    meshline_testkit::closed_port().expect("a closed port")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -305,8 +305,11 @@ async fn a_peer_that_grants_no_window_is_closed_after_the_write_timeout() {
     let (s1, s2) = tokio::join!(TcpStream::connect(addr), listener.accept());
     let mut peer = s2.unwrap().0;
     let drain = tokio::spawn(async move {
-        let mut sink = Vec::new();
-        let _ = peer.read_to_end(&mut sink).await;
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got)
+            .await
+            .expect("the peer reads until the client closes");
+        got
     });
     let mut c = config(Protocol::Grpc);
     c.transport.write_timeout = Some(Duration::from_millis(300));
@@ -325,7 +328,20 @@ async fn a_peer_that_grants_no_window_is_closed_after_the_write_timeout() {
             .all(|r| matches!(r, Err(RpcError::MaybeDelivered { .. }))),
         "{results:?}"
     );
-    drain.abort();
+    // What reached the peer: the preface, then frames whose DATA stays within the
+    // 65 535-byte window it never raised, and fills most of it.
+    let got = drain.await.unwrap();
+    assert_eq!(&got[..frame::PREFACE.len()], &frame::PREFACE[..]);
+    let (mut off, mut data) = (frame::PREFACE.len(), 0);
+    while off + frame::HEADER_LEN <= got.len() {
+        let head = Head::parse(&got[off..]);
+        if head.kind == frame::DATA {
+            data += head.len;
+        }
+        off += frame::HEADER_LEN + head.len;
+    }
+    assert_eq!(off, got.len(), "whole frames only");
+    assert!((60_000..=65_535).contains(&data), "{data} bytes of DATA");
 }
 
 /// A peer that floods PINGs and reads nothing (the HTTP/2 "ping flood"): the

@@ -519,10 +519,6 @@ async fn run(
     mode: WireMode,
 ) -> CloseReason {
     let (rd, wr) = stream.into_split();
-    if shared.grpc.get().is_some() {
-        // The client's preface and HEADERS go out at once, before any request.
-        shared.lanes.wake.notify_one();
-    }
     let mut writer = tokio::spawn(
         writer::write_loop(
             shared.clone(),

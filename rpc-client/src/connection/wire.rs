@@ -68,6 +68,9 @@ impl Decoder {
                 tracing::debug!("the peer speaks Seata's gRPC");
                 let link = Arc::new(Link::server());
                 let _ = shared.grpc.set(link.clone());
+                // The writer, idle since the start, waits on the link from now on;
+                // this wakes it to send the server's SETTINGS.
+                shared.lanes.wake.notify_one();
                 *self = Decoder::Grpc(GrpcReader::new(link, shared.max_frame_len));
             } else {
                 *self = Decoder::V1(*codec);
@@ -75,16 +78,7 @@ impl Decoder {
         }
         match self {
             Decoder::V1(codec) | Decoder::Detect(codec) => Ok(codec.decode(buf)?),
-            Decoder::Grpc(reader) => {
-                let r = reader.decode(buf);
-                if let Some(link) = shared.grpc.get()
-                    && link.has_control()
-                {
-                    // An idle writer waits on the lanes, not on the link.
-                    shared.lanes.wake.notify_one();
-                }
-                Ok(r?)
-            }
+            Decoder::Grpc(reader) => Ok(reader.decode(buf)?),
         }
     }
 }

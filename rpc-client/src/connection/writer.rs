@@ -119,10 +119,12 @@ pub(super) async fn write_loop(
                 buf = BytesMut::new();
             }
             let notified = shared.lanes.wake.notified();
+            let control = control_queued(&shared);
             match write_idle {
                 Some(idle) => {
                     tokio::select! {
                         _ = notified => {}
+                        _ = control => {}
                         _ = tokio::time::sleep(idle) => {
                             let ping = Frame { codec: ping_codec, ..Frame::ping(shared.next_id()) };
                             tracing::trace!("write idle: sending PING");
@@ -133,7 +135,12 @@ pub(super) async fn write_loop(
                         }
                     }
                 }
-                None => notified.await,
+                None => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = control => {}
+                    }
+                }
             }
         }
         if !batch.full() && !shared.pending().is_empty() {
@@ -178,6 +185,16 @@ pub(super) async fn write_loop(
         for tx in written {
             let _ = tx.send(Ok(None));
         }
+    }
+}
+
+/// Returns when the reader has queued HTTP/2 control frames (acknowledgements, window
+/// updates) for a gRPC connection; never on v1. A window update wakes it too: the
+/// writer then finds nothing to send and waits again.
+async fn control_queued(shared: &Shared) {
+    match shared.grpc.get() {
+        Some(link) => link.changed.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -19,14 +19,16 @@
 //!   most that many in flight, and how many each stack had on the faulty TC at that
 //!   instant is chance.
 //! - XID calls reach the TC they name: 100 %.
+//! - meshline's p99 at most [`P99_RATIO`] of tower's, each stack's best round against
+//!   the other's (both stacks run the same rounds).
 //!
-//!
-//! Each scenario runs [`ROUNDS`] times with each stack, in turn; the bounds hold in
-//! every round. The p99 ratio (each stack's best round) is printed and on record in a
-//! full run's figures (docs/resilience.md quotes them), not bounded: it was 0.25-0.76 in
-//! local runs, but a fresh-clone run measured 1.39 for the frozen TC (meshline 1.47 and
-//! 1.97 ms, tower 1.63 and 1.05 ms, at normal throughput), so a bound of 0.8 would fail
-//! on what this shared 2-core machine does to a 1 % tail.
+//! Each scenario runs [`ROUNDS`] round with each stack, in turn; the harm and affinity
+//! bounds hold in every round. The 1 % tail of a sub-millisecond call on this shared
+//! 2-core machine moves between runs by more than the stacks differ in the quiet
+//! scenarios (a whole run slowed 1.5-2x now and then, both stacks alike), so when the
+//! best rounds miss the p99 bound, up to [`EXTRA_ROUNDS`] more rounds of both stacks
+//! are run before it fails: a stack that is slower fails every round, a slow moment of
+//! the machine does not last that long.
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them); elsewhere it is
 //! skipped with the reason printed (under CI=true it fails instead).
@@ -58,7 +60,11 @@ const WARM: Duration = Duration::from_millis(1500);
 /// The window measured, from the fault.
 const MEASURE: Duration = Duration::from_secs(4);
 /// Each scenario runs this many times with each stack, in turn.
-const ROUNDS: usize = 2;
+const ROUNDS: usize = 1;
+/// Rounds added, one at a time, while the best p99s miss [`P99_RATIO`].
+const EXTRA_ROUNDS: usize = 3;
+/// meshline's best p99 at most this share of tower's.
+const P99_RATIO: f64 = 0.8;
 
 async fn run(scenario: Scenario, kind: Kind) -> Row {
     let mut cluster = Cluster::start(scenario);
@@ -128,7 +134,12 @@ async fn compare(scenario: Scenario) {
     let (clients, callers) = scenario.clients();
     let mut report = Vec::new();
     let (mut best_ours, mut best_theirs) = (Duration::MAX, Duration::MAX);
-    for round in 1..=ROUNDS {
+    let ratio =
+        |ours: Duration, theirs: Duration| ours.as_secs_f64() / theirs.as_secs_f64().max(1e-6);
+    for round in 1..=ROUNDS + EXTRA_ROUNDS {
+        if round > ROUNDS && ratio(best_ours, best_theirs) <= P99_RATIO {
+            break;
+        }
         let ours = run(scenario, Kind::Meshline).await;
         let theirs = run(scenario, Kind::Tower).await;
         best_ours = best_ours.min(ours.p99);
@@ -159,13 +170,21 @@ async fn compare(scenario: Scenario) {
             );
         }
     }
-    let ratio = best_ours.as_secs_f64() / best_theirs.as_secs_f64().max(1e-6);
+    let rounds = report.len();
+    let ratio = ratio(best_ours, best_theirs);
     report.push(format!(
-        "{name:<42} best p99: meshline {:.2} ms, tower {:.2} ms, ratio {ratio:.2}",
+        "{name:<42} best p99 of {rounds} round{}: meshline {:.2} ms, tower {:.2} ms, ratio {ratio:.2}",
+        if rounds == 1 { "" } else { "s" },
         best_ours.as_secs_f64() * 1000.0,
         best_theirs.as_secs_f64() * 1000.0
     ));
-    meshline_testkit::figures::report("scoreboard", &report.join("\n"));
+    let report = report.join("\n");
+    meshline_testkit::figures::report("scoreboard", &report);
+    assert!(
+        ratio <= P99_RATIO,
+        "{name}: meshline's best p99 is {ratio:.2} of tower's after {rounds} rounds \
+         (bound {P99_RATIO})\n{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

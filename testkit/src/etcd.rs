@@ -153,21 +153,13 @@ fn sum_counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 /// let etcd = meshline_testkit::Etcd::start().expect("etcd");
 /// let endpoint = etcd.endpoint(); // "http://127.0.0.1:<port>"
 /// ```
+#[derive(Debug)]
 pub struct Etcd {
     process: ServerProcess,
     client_port: u16,
     /// Serving clients over TLS ([`Etcd::start_tls`]).
     tls: bool,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for Etcd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Etcd")
-            .field("endpoint", &self.endpoint())
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 impl Etcd {

@@ -15,20 +15,12 @@ const INSTALL: &str = "apt-get install -y mariadb-server";
 
 /// A MariaDB server on a free loopback port, as a child process, with its grant
 /// tables off (connect as `root`, no password: [`MariaDb::url`]) and no binary log.
+#[derive(Debug)]
 pub struct MariaDb {
     process: ServerProcess,
     port: u16,
     /// Shared by every start attempt: the data directory is made once.
     _dir: Arc<TempDir>,
-}
-
-impl std::fmt::Debug for MariaDb {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MariaDb")
-            .field("port", &self.port)
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 impl MariaDb {

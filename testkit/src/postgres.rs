@@ -18,20 +18,12 @@ const INSTALL: &str = "apt-get install -y postgresql";
 /// A PostgreSQL server on a free loopback port, as a child process (as the
 /// `postgres` user when the tests run as root: the server refuses root), without
 /// fsync. The database `postgres` is there; connect as `test` ([`Postgres::url`]).
+#[derive(Debug)]
 pub struct Postgres {
     process: ServerProcess,
     port: u16,
     /// Shared by every start attempt: the data directory is made once.
     _dir: Arc<TempDir>,
-}
-
-impl std::fmt::Debug for Postgres {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Postgres")
-            .field("port", &self.port)
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 /// The newest installed server's `bin` directory.

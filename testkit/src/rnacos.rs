@@ -18,21 +18,12 @@ pub use cluster::RnacosCluster;
 const INSTALL: &str = "cargo install rnacos --locked";
 
 /// An rnacos server on free ports (HTTP and gRPC; console disabled) with its own data dir.
+#[derive(Debug)]
 pub struct Rnacos {
     process: ServerProcess,
     http_port: u16,
     grpc_port: u16,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for Rnacos {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rnacos")
-            .field("http", &self.http_addr())
-            .field("grpc_port", &self.grpc_port)
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 /// `rnacos` on `PATH`, else in `$CARGO_HOME/bin` or `~/.cargo/bin` (where

@@ -25,21 +25,13 @@ const SLF4J: &str = "/usr/share/java/slf4j-simple.jar";
 /// [`pause`](Self::pause) (`SIGSTOP`) past a client's session timeout, then
 /// [`resume`](Self::resume), expires that client's session: on resume the server's
 /// session tracker finds the session overdue and closes it, deleting its ephemerals.
+#[derive(Debug)]
 pub struct ZooKeeper {
     process: ServerProcess,
     port: u16,
     /// The secureClientPort, when started with [`ZooKeeper::start_tls`].
     secure_port: Option<u16>,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for ZooKeeper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZooKeeper")
-            .field("connect_string", &self.connect_string())
-            .field("process", &self.process)
-            .finish()
-    }
 }
 
 impl ZooKeeper {
@@ -239,6 +231,7 @@ const HOST_ELECTION_PORT: u16 = 3888;
 /// panics included, then their hosts are removed; a host's removal kills whatever is
 /// still inside its namespace, and the namespaces (and servers) of a test process that
 /// was killed are removed by the next test process that creates a host.
+#[derive(Debug)]
 pub struct ZkEnsemble {
     // Field order is drop order: the servers stop before their hosts go.
     members: Vec<ServerProcess>,
@@ -246,16 +239,6 @@ pub struct ZkEnsemble {
     /// Servers currently cut off (not asked by [`leader`](Self::leader) and friends).
     cut: Vec<bool>,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for ZkEnsemble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkEnsemble")
-            .field("connect_string", &self.connect_string())
-            .field("members", &self.members)
-            .field("hosts", &self.hosts)
-            .finish()
-    }
 }
 
 impl ZkEnsemble {

@@ -11,6 +11,7 @@ use super::*;
 /// Find the leader with [`leader`](Self::leader), kill it with
 /// [`kill_leader`](Self::kill_leader), bring a member back with
 /// [`restart_member`](Self::restart_member).
+#[derive(Debug)]
 pub struct EtcdCluster {
     // Field order is drop order: the members stop before their hosts go.
     members: Vec<ServerProcess>,
@@ -20,16 +21,6 @@ pub struct EtcdCluster {
     /// Members currently cut off (not asked by [`leader`](Self::leader)).
     cut: Vec<bool>,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for EtcdCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdCluster")
-            .field("endpoints", &self.endpoints())
-            .field("members", &self.members)
-            .field("hosts", &self.hosts)
-            .finish()
-    }
 }
 
 /// The etcd client and peer ports inside a test host (each host has its own ports).

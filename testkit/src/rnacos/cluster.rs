@@ -33,20 +33,12 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// Clean-up: the nodes are killed and waited for when the cluster drops, panics
 /// included, then their hosts are removed (which kills whatever is still inside).
+#[derive(Debug)]
 pub struct RnacosCluster {
     // Field order is drop order: the nodes stop before their hosts go.
     nodes: Vec<ServerProcess>,
     hosts: Vec<crate::net::Host>,
     _dir: TempDir,
-}
-
-impl std::fmt::Debug for RnacosCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RnacosCluster")
-            .field("server_addr", &self.server_addr())
-            .field("nodes", &self.nodes)
-            .finish()
-    }
 }
 
 impl RnacosCluster {

@@ -5,7 +5,8 @@
 # fails this script:
 #   - npm `consul` 2.x           -> scripts/check-doubles/consul.js
 #   - npm `eureka-js-client` 4.x -> scripts/check-doubles/eureka.js
-# The npm packages go into a temp dir (no global install). Run from anywhere; takes
+# The npm packages go into a temp dir (no global install). Run from anywhere
+# (DOUBLES_BIN_DIR: use the binaries there instead of building them); takes
 # well under a minute once the binaries are built. Exit status is non-zero on any
 # mismatch or if a client cannot be installed.
 set -euo pipefail
@@ -22,9 +23,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== build the doubles"
-cargo build --quiet -p meshline-testkit --bin consul-double --bin eureka-double
-bin="${CARGO_TARGET_DIR:-target}/debug"
+# DOUBLES_BIN_DIR: a folder that already holds both binaries (scripts/test.sh passes
+# the ones its test build made); otherwise they are built here.
+if [ -n "${DOUBLES_BIN_DIR:-}" ]; then
+  bin=$DOUBLES_BIN_DIR
+  for b in consul-double eureka-double; do
+    [ -x "$bin/$b" ] || { echo "check-doubles: no $b in DOUBLES_BIN_DIR=$bin" >&2; exit 1; }
+  done
+  echo "== the doubles from $bin"
+else
+  echo "== build the doubles"
+  cargo build --quiet -p meshline-testkit --bin consul-double --bin eureka-double
+  bin="${CARGO_TARGET_DIR:-target}/debug"
+fi
 
 echo "== install npm consul@2 and eureka-js-client@4 into $tmp"
 npm install --prefix "$tmp" --prefer-offline --no-audit --no-fund --no-save --loglevel=error \

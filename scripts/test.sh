@@ -139,12 +139,17 @@ step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by r
 cargo test -p meshline-registry-nacos --features tls --lib --test nacos_tls_build_plain_server
 
 step "every publishable crate packages; a consumer built from the packages runs the README's program"
-# The tc-server the suite built (same features: nothing to rebuild).
-cargo build --quiet --workspace --features "$FEATURES" --bin tc-server
-TC_SERVER="${CARGO_TARGET_DIR:-target}/debug/tc-server" bash scripts/package-check.sh
+# The tc-server the suite's tests ran: cargo built it for the example's integration
+# tests. (`cargo build --bin tc-server` would compile it again, and much of what it
+# uses: a build resolves features without the dev-dependencies, a test build with them.)
+tc_server="${CARGO_TARGET_DIR:-target}/debug/tc-server"
+[ -x "$tc_server" ] || { echo "scripts/test.sh: the test build left no $tc_server" >&2; exit 1; }
+TC_SERVER="$tc_server" bash scripts/package-check.sh
 
 step "the Consul and Eureka doubles against independent npm clients"
-bash scripts/check-doubles.sh
+# The doubles as the test build made them (cargo builds a package's binaries for its
+# integration tests; built again by the script they would be compiled anew, as above).
+DOUBLES_BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" bash scripts/check-doubles.sh
 
 step "a build without the network backends refuses each by its feature name"
 # One build (file only) and every type it lacks, listed by that build itself from the

@@ -180,7 +180,11 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
 }
 
-type Waiters = Arc<Mutex<HashMap<u32, oneshot::Sender<ClientFrame>>>>;
+/// The requests waiting for their replies, by sequence; `None` once the connection has
+/// ended. The reader lets every waiting request go when it ends, and a request made
+/// after that must fail at once: registered in a map no reader serves, it would wait
+/// for a reply that cannot come.
+type Waiters = Arc<Mutex<Option<HashMap<u32, oneshot::Sender<ClientFrame>>>>>;
 
 /// One connection to a gateway. Dropping it closes the connection.
 ///
@@ -286,7 +290,7 @@ impl GatewayClient {
         let last_push = Arc::new(AtomicU32::new(0));
         let kick: Arc<Mutex<Option<(u16, String)>>> = Arc::default();
         let (seen, kicked) = (last_push.clone(), kick.clone());
-        let waiters: Waiters = Arc::default();
+        let waiters: Waiters = Arc::new(Mutex::new(Some(HashMap::new())));
         let (tx, rx) = mpsc::unbounded_channel();
         let w2 = waiters.clone();
         let stop = CancellationToken::new();
@@ -319,14 +323,19 @@ impl GatewayClient {
                     let reason = String::from_utf8_lossy(&f.payload).into_owned();
                     advice_tx.send_replace(Some(reason));
                 } else if f.flags & protocol::REPLY != 0 {
-                    if let Some(w) = w2.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.seq) {
+                    let waiting = w2
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_mut()
+                        .and_then(|w| w.remove(&f.seq));
+                    if let Some(w) = waiting {
                         let _ = w.send(f);
                     }
                 } else if tx.send(f).is_err() {
                     break;
                 }
             }
-            w2.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            *w2.lock().unwrap_or_else(|p| p.into_inner()) = None;
         });
         let (outgoing, to_write) = mpsc::unbounded_channel();
         tokio::spawn(write_frames(wr, to_write, waiters.clone()));
@@ -354,10 +363,15 @@ impl GatewayClient {
     ) -> Result<Bytes, ClientError> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.waiters
+        match self
+            .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(seq, tx);
+            .as_mut()
+        {
+            Some(waiting) => waiting.insert(seq, tx),
+            None => return Err(ClientError::Closed),
+        };
         self.send(ClientFrame::new(module, opcode, seq, payload).with_flags(protocol::RELIABLE))
             .await?;
         let limit = Duration::from_secs(10);
@@ -368,10 +382,14 @@ impl GatewayClient {
             Ok(Ok(f)) => Ok(f.payload),
             Ok(Err(_)) => Err(ClientError::Closed),
             Err(_) => {
-                self.waiters
+                if let Some(waiting) = self
+                    .waiters
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .remove(&seq);
+                    .as_mut()
+                {
+                    waiting.remove(&seq);
+                }
                 Err(ClientError::Timeout(limit))
             }
         }
@@ -415,7 +433,11 @@ impl GatewayClient {
 
     /// Requests sent and not answered yet.
     pub fn in_flight(&self) -> usize {
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, HashMap::len)
     }
 
     /// True once the connection has ended.
@@ -464,7 +486,11 @@ async fn write_frames(
     let mut batch = Vec::new();
     while let Some(first) = queue.recv().await {
         batch.push(first);
-        let in_flight = waiters.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let in_flight = waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, HashMap::len);
         if in_flight > 1 {
             tokio::task::yield_now().await;
         }

@@ -285,6 +285,28 @@ async fn a_shutdown_kicks_shutdown() {
     assert_eq!(code, Kick::Shutdown.code(), "{text}");
 }
 
+/// A request made once the connection has ended fails at once as closed: it is never
+/// written, and no reply can come (the client once registered it after the reader had
+/// let every waiting request go, and it waited out its 10 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_after_the_kick_fails_at_once_as_closed() {
+    let w = world(1, |_| {}).await;
+    let p = w.player("late").await;
+    w.gateway.shutdown().await;
+    kicked(&p).await;
+    let started = std::time::Instant::now();
+    let r = p.request(modules::LOBBY, 1, Bytes::new()).await;
+    assert!(
+        matches!(r, Err(ClientError::Closed)),
+        "expected ClientError::Closed, got {r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "it took {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_the_close_code_follows_the_kick() {
     use futures_util::{SinkExt, StreamExt};

@@ -4,6 +4,8 @@
 //! id and the handler's status; UndoLogDelete (one-way) reaches the handler and is not
 //! answered; a handler's error is a failed answer with a retryable status.
 
+mod tx_world;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
 use meshline::rpc::{BodyFormat, InboundRequest, Payload, Server};
 use meshline::{EmptyProtection, Instance, WatchHub};
 use tokio::sync::mpsc;
+use tx_world::Connected;
 
 #[derive(Clone)]
 struct Handler {
@@ -66,7 +69,8 @@ async fn phase_two_answers_echo_the_request_and_undo_log_delete_reaches_the_hand
     );
     let (undo, mut undo_rx) = mpsc::unbounded_channel();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let rm = ResourceManager::builder()
+    // Held to the end: phase two reaches the handler through its connection.
+    let _rm = ResourceManager::builder()
         .watch(hub.subscribe("c"), "c")
         .resource("db-a")
         .handler(Handler {
@@ -74,13 +78,8 @@ async fn phase_two_answers_echo_the_request_and_undo_log_delete_reaches_the_hand
             seen: seen.clone(),
         })
         .load_balance_name("XID")
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     let conn = tc.connections().pop().expect("the RM's connection");
 
     let req = BranchEndRequest {

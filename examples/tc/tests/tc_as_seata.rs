@@ -18,7 +18,7 @@ use meshline::rpc::{CallOptions, Payload, RpcClient, ServerConfig, TransactionEr
 use meshline::{EmptyProtection, WatchHub};
 use meshline_example_tc::TcOptions;
 use tokio::sync::Notify;
-use tx_world::{GROUP, Tc, seata_options, start_tc, until};
+use tx_world::{Connected, GROUP, Tc, seata_options, start_tc, until};
 
 /// Every phase-two request an RM got, whole; answers with `answer` (per branch type),
 /// after `delay`.
@@ -96,13 +96,8 @@ async fn rm(w: &World, app: &str, resource: &str, handler: Rm) -> ResourceManage
         .handler(handler)
         .load_balance_name("XID")
         .configure(|o| o.transport.batch = None)
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     rm
 }
 

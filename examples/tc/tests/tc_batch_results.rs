@@ -80,13 +80,8 @@ async fn world_with(options: TcOptions, gate: &Gate) -> (Tc, ResourceManager) {
         .resource("db-a")
         .handler(gate.clone())
         .load_balance_name("XID")
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     (tc, rm)
 }
 
@@ -327,13 +322,8 @@ async fn a_batching_tm_begins_while_its_merged_commit_waits_for_phase_two() {
         .transaction_service_group(GROUP)
         .load_balance_name("XID")
         .configure(|o| o.transport.batch = Some(meshline::rpc::BatchOptions::default()))
-        .build()
-        .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     let first = tm.begin("first", Duration::from_secs(30)).await.unwrap();
     rm.branch_register(first.xid(), BranchType::AT, "db-a", Some("t:1"), None)
         .await

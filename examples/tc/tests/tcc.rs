@@ -80,13 +80,8 @@ async fn setup() -> (Vec<Tc>, TransactionManager, ResourceManager, Debit) {
         .resource("debit")
         .handler(actions)
         .load_balance_name("XID")
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     (tcs, tm, rm, debit)
 }
 

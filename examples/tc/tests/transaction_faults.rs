@@ -284,13 +284,8 @@ async fn compressed_both_ways_with_different_compressors() {
         .watch(hub.subscribe("c"), "c")
         .load_balance_name("XID")
         .configure(|o| o.transport.compressor = Compressor::Gzip)
-        .build()
-        .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     let h = Recorder::default();
     let rm = meshline::rpc::rm::ResourceManager::builder()
         .watch(hub.subscribe("c"), "c")
@@ -298,13 +293,8 @@ async fn compressed_both_ways_with_different_compressors() {
         .handler(h.clone())
         .load_balance_name("XID")
         .configure(|o| o.transport.compressor = Compressor::Lz4)
-        .build()
-        .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+        .connected(1)
+        .await;
     for commit in [true, false] {
         let tx = tm.begin("zipped", Duration::from_secs(10)).await.unwrap();
         let b = rm

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshline::rpc::message::{BranchCommitRequest, BranchRollbackRequest, BranchStatus};
-use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
-use meshline::rpc::tm::TransactionManager;
+use meshline::rpc::rm::{BranchHandler, ResourceManager, RmBuilder, async_trait};
+use meshline::rpc::tm::{TmBuilder, TransactionManager};
 use meshline::rpc::{Server, ServerConfig};
 use meshline::{EmptyProtection, Instance, Watch, WatchHub};
 use meshline_example_tc::{Coordinator, TcOptions};
@@ -92,26 +92,51 @@ fn quick(o: &mut meshline::rpc::ClientOptions) {
     o.request_timeout = Duration::from_secs(5);
 }
 
+/// A TM or RM builder, built and then waited on until `n` TCs are connected: what a
+/// test needs before its first call (one made sooner finds no TC alive yet).
+pub trait Connected: Sized {
+    type Built;
+    fn connected(self, n: usize) -> impl Future<Output = Self::Built>;
+}
+
+impl Connected for TmBuilder {
+    type Built = TransactionManager;
+    async fn connected(self, n: usize) -> TransactionManager {
+        let tm = self.build().await.unwrap();
+        tm.client()
+            .wait_alive(n, Duration::from_secs(5))
+            .await
+            .unwrap();
+        tm
+    }
+}
+
+impl Connected for RmBuilder {
+    type Built = ResourceManager;
+    async fn connected(self, n: usize) -> ResourceManager {
+        let rm = self.build().await.unwrap();
+        rm.client()
+            .wait_alive(n, Duration::from_secs(5))
+            .await
+            .unwrap();
+        rm
+    }
+}
+
 pub async fn tm(hub: &WatchHub, n_alive: usize) -> TransactionManager {
     tm_watching(hub.subscribe("c"), "c", n_alive).await
 }
 
 /// A TM following `watch` (a registry's, named `name`), once `n_alive` TCs are connected.
 pub async fn tm_watching(watch: Watch, name: &str, n_alive: usize) -> TransactionManager {
-    let tm = TransactionManager::builder()
+    TransactionManager::builder()
         .watch(watch, name)
         .transaction_service_group(GROUP)
         .application_id("order-service")
         .load_balance_name("XID")
         .configure(quick)
-        .build()
+        .connected(n_alive)
         .await
-        .unwrap();
-    tm.client()
-        .wait_alive(n_alive, Duration::from_secs(5))
-        .await
-        .unwrap();
-    tm
 }
 
 /// A TM of `orders` on the hub's cluster `c`, built from `config` and then `configure`
@@ -121,7 +146,7 @@ pub async fn tm_with(
     config: &meshline::Config,
     configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
 ) -> TransactionManager {
-    let tm = TransactionManager::builder()
+    TransactionManager::builder()
         .watch(hub.subscribe("c"), "c")
         .transaction_service_group(GROUP)
         .application_id("orders")
@@ -130,14 +155,8 @@ pub async fn tm_with(
             quick(o);
             configure(o);
         })
-        .build()
+        .connected(1)
         .await
-        .unwrap();
-    tm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
-    tm
 }
 
 /// An RM of `app` serving `resource` on the hub's cluster `c`, built from `config` and
@@ -149,7 +168,7 @@ pub async fn rm_with(
     config: &meshline::Config,
     configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
 ) -> ResourceManager {
-    let rm = ResourceManager::builder()
+    ResourceManager::builder()
         .watch(hub.subscribe("c"), "c")
         .transaction_service_group(GROUP)
         .application_id(app)
@@ -160,14 +179,8 @@ pub async fn rm_with(
             quick(o);
             configure(o);
         })
-        .build()
+        .connected(1)
         .await
-        .unwrap();
-    rm.client()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
-    rm
 }
 
 /// What an RM's handler was asked, in order.
@@ -258,7 +271,7 @@ pub async fn rm(
     batch: bool,
     n_alive: usize,
 ) -> ResourceManager {
-    let rm = ResourceManager::builder()
+    ResourceManager::builder()
         .watch(hub.subscribe("c"), "c")
         .transaction_service_group(GROUP)
         .application_id(app)
@@ -271,14 +284,8 @@ pub async fn rm(
                 o.transport.batch = None;
             }
         })
-        .build()
+        .connected(n_alive)
         .await
-        .unwrap();
-    rm.client()
-        .wait_alive(n_alive, Duration::from_secs(5))
-        .await
-        .unwrap();
-    rm
 }
 
 /// Waits until `f` holds (polling, for state that has no event), up to `limit`.

@@ -20,10 +20,20 @@
 # crates are path patches (checked by their sources, never stale), so it shares the
 # workspace's target: the crates.io dependencies it has in common are not rebuilt.
 # Run from anywhere; scripts/test.sh runs it. TC_SERVER: a built `tc-server` binary to
-# use (default: built here from meshline-example-tc).
+# use (default: built here from meshline-example-tc). PACKAGE_CHECK_IDLE=1: its
+# compiles run at idle priority (scripts/test.sh runs it beside tests that time
+# things; the tc-server and the program run at normal priority).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# The compiles (cargo package, check, build): at idle priority with PACKAGE_CHECK_IDLE.
+build() {
+  if [ -n "${PACKAGE_CHECK_IDLE:-}" ]; then
+    chrt --idle 0 cargo "$@"
+  else
+    cargo "$@"
+  fi
+}
 target=${CARGO_TARGET_DIR:-$root/target}
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 
@@ -65,7 +75,7 @@ for name in $publishable; do pkg_args+=(-p "$name"); done
 # earlier run.
 pkgtarget="$target/package-check"
 rm -rf "$pkgtarget"
-CARGO_TARGET_DIR="$pkgtarget" cargo package "${pkg_args[@]}" --allow-dirty --no-verify --quiet
+CARGO_TARGET_DIR="$pkgtarget" build package "${pkg_args[@]}" --allow-dirty --no-verify --quiet
 mkdir -p "$work/crates"
 for name in $publishable; do
   crate="$pkgtarget/package/$name-$version.crate"
@@ -132,14 +142,14 @@ EOF
 cp Cargo.lock "$consumer/Cargo.lock"
 # The CLI's patch is reported by cargo as unused, which is expected: the build's log is
 # shown on failure.
-if ! CARGO_TARGET_DIR="$target" cargo check --quiet --manifest-path "$consumer/Cargo.toml" \
+if ! CARGO_TARGET_DIR="$target" build check --quiet --manifest-path "$consumer/Cargo.toml" \
   -p meshline-libs 2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
   echo "package-check: a packaged library does not compile from its package" >&2
   exit 1
 fi
 echo "every packaged library compiles from its package"
-if ! CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$consumer/Cargo.toml" \
+if ! CARGO_TARGET_DIR="$target" build build --quiet --manifest-path "$consumer/Cargo.toml" \
   -p meshline-consumer 2>>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
   echo "package-check: the README's program does not build from the packages" >&2
@@ -152,7 +162,7 @@ if grep -qx meshline-cli <<<"$publishable"; then
     patches+=(--config "patch.crates-io.$name.path=\"$work/crates/$name-$version\"")
   done
   # `check`: a build would put this `meshline` binary where the workspace's own goes.
-  if ! CARGO_TARGET_DIR="$target" cargo check --quiet --manifest-path "$work/crates/meshline-cli-$version/Cargo.toml" \
+  if ! CARGO_TARGET_DIR="$target" build check --quiet --manifest-path "$work/crates/meshline-cli-$version/Cargo.toml" \
     "${patches[@]}" 2>"$work/cli-build.log"; then
     cat "$work/cli-build.log" >&2
     echo "package-check: meshline-cli does not build from its package" >&2
@@ -172,7 +182,7 @@ if ! grep -qx "$work/crates/meshline-$version/Cargo.toml" <<<"$manifests" ||
 fi
 
 if [ -z "${TC_SERVER:-}" ]; then
-  cargo build --quiet -p meshline-example-tc --bin tc-server
+  build build --quiet -p meshline-example-tc --bin tc-server
   TC_SERVER="$target/debug/tc-server"
 fi
 mkfifo "$work/tc.out"

@@ -10,9 +10,15 @@ would, in two phases so that waiting does not add up:
 2. **Alone**: everything else, one binary at a time as cargo runs them: the fault
    tests that measure time on test networks (any test source naming
    `meshline_testkit::net`), the rpc-client's and the examples' tests
-   (timing bounds of milliseconds: probes, p99s, throughput) and the rest.
+   (timing bounds of milliseconds: probes, p99s, throughput) and the rest. Last of
+   them the registry fault tests on test networks (bounds of seconds: a cut server
+   left, a watch resumed, a lease kept), beside which `--background CMD` starts
+   (scripts/test.sh: the compiles of its checks after the tests, at idle priority),
+   so the CPU those tests leave idle is used while nothing competes with the tests of
+   milliseconds.
 
-`--alongside CMD` runs a shell command (scripts/test.sh: clippy and `cargo doc`, work
+`--background CMD`'s output is printed when it ends, after the doc tests, and its
+failure fails the run. `--alongside CMD` runs a shell command (scripts/test.sh: clippy and `cargo doc`, work
 for the CPU) during the shared phase, whose tests mostly wait, and waits for it before
 the alone phase, so nothing competes with the tests that measure time; its output is
 printed when it ends and its failure fails the run. Then the doc tests
@@ -22,7 +28,7 @@ cargo's `CARGO_MANIFEST_DIR`/`CARGO_PKG_*` variables, as under `cargo test`. Exi
 status: 0 when every binary and the doc tests passed; otherwise 101 (cargo's) after
 naming each failing binary.
 
-Usage: scripts/run-tests.py [--lanes N] [--features F] [--alongside CMD]
+Usage: scripts/run-tests.py [--lanes N] [--features F] [--alongside CMD] [--background CMD]
 (scripts/test.sh runs it)
 """
 
@@ -93,14 +99,26 @@ class Binary:
         )
         return env
 
+    def _text(self):
+        try:
+            return self.src.read_text(errors="replace")
+        except OSError:
+            return None
+
     def shared(self):
         if self.name not in SHARED_PACKAGES:
             return False
-        try:
-            text = self.src.read_text(errors="replace")
-        except OSError:
+        text = self._text()
+        return text is not None and not any(m in text for m in ALONE_MARKERS)
+
+    def beside_builds(self):
+        """A registry's fault test on a test network (alone among the tests, bounds of
+        seconds), unless its source says "runs alone:": the idle-priority builds of
+        `--background` may run beside it."""
+        if self.name not in SHARED_PACKAGES or self.shared():
             return False
-        return not any(m in text for m in ALONE_MARKERS)
+        text = self._text()
+        return text is not None and "runs alone:" not in text
 
 
 def build(features):
@@ -164,11 +182,20 @@ def run_live(b, results):
     results[b.key()] = (code, took, b.label)
 
 
+def start_background(cmd):
+    """Starts `cmd` (a shell command) with its output in a file; (process, file, start)."""
+    print(f"== starting in the background: {cmd} ({time.strftime('%H:%M:%S')})", flush=True)
+    out = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT)
+    return proc, out, time.monotonic()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lanes", type=int, default=3)
     ap.add_argument("--features", default="")
     ap.add_argument("--alongside", default="")
+    ap.add_argument("--background", default="")
     args = ap.parse_args()
 
     root, target_dir, binaries = build(args.features)
@@ -181,7 +208,8 @@ def main():
     alone = [b for b in binaries if not b.shared()]
     # Longest first (as last measured; unknown ones first of all, alphabetically).
     shared.sort(key=lambda b: (-known.get(b.key(), 1e9), b.label))
-    alone.sort(key=lambda b: (b.name, b.label))
+    # The registry fault tests last: the background builds start beside them.
+    alone.sort(key=lambda b: (b.beside_builds(), b.name, b.label))
 
     results = {}
     lock = threading.Lock()
@@ -222,8 +250,13 @@ def main():
     print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time "
           f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
+    background = None
     for b in alone:
+        if background is None and args.background and b.beside_builds():
+            background = start_background(args.background)
         run_live(b, results)
+    if background is None and args.background:
+        background = start_background(args.background)
     alone_took = time.monotonic() - started
 
     print(f"== doc tests ({time.strftime('%H:%M:%S')})", flush=True)
@@ -231,6 +264,18 @@ def main():
     if args.features:
         cmd += ["--features", args.features]
     doc_code = subprocess.call(cmd)
+
+    background_code = 0
+    if background is not None:
+        proc, out, at = background
+        background_code = proc.wait()
+        out.seek(0)
+        print(f"== in the background: {args.background} "
+              f"(exit {background_code}, done {time.monotonic() - at:.0f} s after its start)",
+              flush=True)
+        sys.stdout.write(out.read())
+        sys.stdout.flush()
+        out.close()
 
     try:
         merged = dict(known)
@@ -249,6 +294,8 @@ def main():
         failed.append("doc tests")
     if alongside_code != 0:
         failed.append(f"alongside: {args.alongside}")
+    if background_code != 0:
+        failed.append(f"background: {args.background}")
     if failed:
         print("error: test failed in: " + ", ".join(sorted(failed)), file=sys.stderr)
         sys.exit(101)

@@ -120,9 +120,19 @@ mkdir -p "$(dirname "$figures")"
 # with the binaries that only wait on servers run three at a time, and the lints and
 # docs (CPU work) run while they wait; the tests that measure time run after, alone
 # (scripts/run-tests.py says which and why). On 2 cores that saves about 5 minutes.
+# Beside the last tests (the registry fault tests, bounds of seconds), the compiles of
+# the checks after them run at idle priority, and the package check
+# (scripts/builds-beside-tests.sh): the CPU those tests leave idle is used.
+# The tc-server is the one the suite's tests ran: cargo built it for the example's
+# integration tests. (`cargo build --bin tc-server` would compile it again, and much of
+# what it uses: a build resolves features without the dev-dependencies, a test build
+# with them.)
+tc_server="${CARGO_TARGET_DIR:-target}/debug/tc-server"
+case $tc_server in /*) ;; *) tc_server="$PWD/$tc_server" ;; esac
 tests_status=0
 TESTSH_FIGURES="$figures" python3 scripts/run-tests.py --lanes 3 --features "$FEATURES" \
-  --alongside "FEATURES='$FEATURES' bash scripts/lint.sh" || tests_status=$?
+  --alongside "FEATURES='$FEATURES' bash scripts/lint.sh" \
+  --background "TC_SERVER='$tc_server' bash scripts/builds-beside-tests.sh" || tests_status=$?
 step "figures the fault tests measured in this run"
 cat "$figures"
 [ "$tests_status" -eq 0 ] || exit "$tests_status"
@@ -135,16 +145,8 @@ fi
 
 step "nacos-tls: builds, and its refusals (nacos-sdk's TLS cannot be served by rnacos)"
 # Its unit tests, and a plain rnacos refused at once naming the feature (what an
-# --all-features build meets).
+# --all-features build meets); built beside the tests.
 cargo test -p meshline-registry-nacos --features tls --lib --test nacos_tls_build_plain_server
-
-step "every publishable crate packages; a consumer built from the packages runs the README's program"
-# The tc-server the suite's tests ran: cargo built it for the example's integration
-# tests. (`cargo build --bin tc-server` would compile it again, and much of what it
-# uses: a build resolves features without the dev-dependencies, a test build with them.)
-tc_server="${CARGO_TARGET_DIR:-target}/debug/tc-server"
-[ -x "$tc_server" ] || { echo "scripts/test.sh: the test build left no $tc_server" >&2; exit 1; }
-TC_SERVER="$tc_server" bash scripts/package-check.sh
 
 step "the Consul and Eureka doubles against independent npm clients"
 # The doubles as the test build made them (cargo builds a package's binaries for its

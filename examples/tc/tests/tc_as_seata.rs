@@ -88,7 +88,7 @@ async fn world(options: TcOptions) -> World {
 }
 
 async fn rm(w: &World, app: &str, resource: &str, handler: Rm) -> ResourceManager {
-    let rm = ResourceManager::builder()
+    ResourceManager::builder()
         .watch(w.hub.subscribe("c"), "c")
         .transaction_service_group(GROUP)
         .application_id(app)
@@ -97,8 +97,7 @@ async fn rm(w: &World, app: &str, resource: &str, handler: Rm) -> ResourceManage
         .load_balance_name("XID")
         .configure(|o| o.transport.batch = None)
         .connected(1)
-        .await;
-    rm
+        .await
 }
 
 /// A transaction holding the AT row `row` of `jdbc:stock` through `stock`.

@@ -182,12 +182,30 @@ def run_live(b, results):
     results[b.key()] = (code, took, b.label)
 
 
-def start_background(cmd):
+def start_job(cmd):
     """Starts `cmd` (a shell command) with its output in a file; (process, file, start)."""
-    print(f"== starting in the background: {cmd} ({time.strftime('%H:%M:%S')})", flush=True)
     out = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT)
     return proc, out, time.monotonic()
+
+
+def finish_job(job, what):
+    """Waits for a job of `start_job`, prints `what` with how it ended and then its
+    output; returns its exit status."""
+    proc, out, at = job
+    code = proc.wait()
+    out.seek(0)
+    print(f"== {what} (exit {code}, done {time.monotonic() - at:.0f} s after its start)",
+          flush=True)
+    sys.stdout.write(out.read())
+    sys.stdout.flush()
+    out.close()
+    return code
+
+
+def start_background(cmd):
+    print(f"== starting in the background: {cmd} ({time.strftime('%H:%M:%S')})", flush=True)
+    return start_job(cmd)
 
 
 def main():
@@ -226,11 +244,7 @@ def main():
                 b = queue.pop(0)
             run_captured(b, results, lock)
 
-    alongside = None
-    if args.alongside:
-        alongside_out = tempfile.TemporaryFile(mode="w+")
-        alongside = subprocess.Popen(["bash", "-c", args.alongside],
-                                     stdout=alongside_out, stderr=subprocess.STDOUT)
+    alongside = start_job(args.alongside) if args.alongside else None
     lanes = [threading.Thread(target=lane) for _ in range(max(1, args.lanes))]
     for t in lanes:
         t.start()
@@ -239,14 +253,7 @@ def main():
     shared_took = time.monotonic() - started
     alongside_code = 0
     if alongside is not None:
-        alongside_code = alongside.wait()
-        alongside_out.seek(0)
-        print(f"== alongside the shared phase: {args.alongside} "
-              f"(exit {alongside_code}, done {time.monotonic() - started:.0f} s after its start)",
-              flush=True)
-        sys.stdout.write(alongside_out.read())
-        sys.stdout.flush()
-        alongside_out.close()
+        alongside_code = finish_job(alongside, f"alongside the shared phase: {args.alongside}")
     print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time "
           f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
@@ -267,15 +274,7 @@ def main():
 
     background_code = 0
     if background is not None:
-        proc, out, at = background
-        background_code = proc.wait()
-        out.seek(0)
-        print(f"== in the background: {args.background} "
-              f"(exit {background_code}, done {time.monotonic() - at:.0f} s after its start)",
-              flush=True)
-        sys.stdout.write(out.read())
-        sys.stdout.flush()
-        out.close()
+        background_code = finish_job(background, f"in the background: {args.background}")
 
     try:
         merged = dict(known)

@@ -33,6 +33,7 @@ Usage: scripts/run-tests.py [--lanes N] [--features F] [--alongside CMD] [--back
 """
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -99,7 +100,9 @@ class Binary:
         )
         return env
 
+    @functools.cached_property
     def _text(self):
+        """The test source (None when unreadable), read once: both phases' rules ask."""
         try:
             return self.src.read_text(errors="replace")
         except OSError:
@@ -108,7 +111,7 @@ class Binary:
     def shared(self):
         if self.name not in SHARED_PACKAGES:
             return False
-        text = self._text()
+        text = self._text
         return text is not None and not any(m in text for m in ALONE_MARKERS)
 
     def beside_builds(self):
@@ -117,7 +120,7 @@ class Binary:
         `--background` may run beside it."""
         if self.name not in SHARED_PACKAGES or self.shared():
             return False
-        text = self._text()
+        text = self._text
         return text is not None and "runs alone:" not in text
 
 

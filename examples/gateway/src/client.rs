@@ -186,6 +186,15 @@ pub enum ClientError {
 /// for a reply that cannot come.
 type Waiters = Arc<Mutex<Option<HashMap<u32, oneshot::Sender<ClientFrame>>>>>;
 
+/// How many requests wait for their replies (none once the connection has ended).
+fn waiting(waiters: &Waiters) -> usize {
+    waiters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or(0, HashMap::len)
+}
+
 /// One connection to a gateway. Dropping it closes the connection.
 ///
 /// Frames are written by a task of the connection's own: [`GatewayClient::send`] queues
@@ -433,11 +442,7 @@ impl GatewayClient {
 
     /// Requests sent and not answered yet.
     pub fn in_flight(&self) -> usize {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, HashMap::len)
+        waiting(&self.waiters)
     }
 
     /// True once the connection has ended.
@@ -486,12 +491,7 @@ async fn write_frames(
     let mut batch = Vec::new();
     while let Some(first) = queue.recv().await {
         batch.push(first);
-        let in_flight = waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, HashMap::len);
-        if in_flight > 1 {
+        if waiting(&waiters) > 1 {
             tokio::task::yield_now().await;
         }
         while batch.len() < WRITE_BATCH {

@@ -337,12 +337,13 @@ async fn run(cli: Cli) -> Result<(), RegistryError> {
                 }
             }
             let registry = meshline::registry::from_config(&config).await?;
+            let stop = shutdown_signal();
             registry.register(cluster, &instance).await?;
             eprintln!(
                 "registered {instance} in {cluster} ({}); Ctrl-C to remove",
                 registry.kind()
             );
-            shutdown_signal().await;
+            stop.await;
             let result = registry.unregister(cluster, &instance).await;
             let _ = registry.close().await;
             result?;
@@ -454,25 +455,38 @@ async fn watch(discovery: &Discovery, asked: &Asked, json: bool) -> Result<(), R
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or (on Unix) SIGTERM. The listeners are installed when this is
+/// called, not when it is first awaited: `register` calls it before registering, so a
+/// signal that comes as soon as the registration shows (a supervisor stopping the
+/// process at once) is caught and the registration removed, instead of ending the
+/// process with the registration left behind.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
+        use tokio::signal::unix::{SignalKind, signal};
+        let listeners = signal(SignalKind::interrupt()).and_then(|int| {
+            let term = signal(SignalKind::terminate())?;
+            Ok((int, term))
+        });
+        async move {
+            match listeners {
+                Ok((mut int, mut term)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                }
                 Err(_) => {
                     let _ = tokio::signal::ctrl_c().await;
-                    return;
                 }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

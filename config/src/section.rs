@@ -244,6 +244,12 @@ impl SectionReader<'_> {
             .map(|e| e.value.clone())
     }
 
+    /// A secret (a password, a token): absent or empty is `None`. The value never
+    /// appears in a message, and the [`Secret`](crate::Secret) never in a `Debug`.
+    pub fn secret(&self, key: &str) -> Option<crate::Secret> {
+        self.optional(key).map(crate::Secret::from)
+    }
+
     /// A duration of a key that Seata defines (`sessionTimeout`, `timeout`...): a bare
     /// number counts in Seata's unit for that key, `bare_unit` (milliseconds for every
     /// duration key Seata has: `Duration::from_millis(1)`), so a Seata file means what it

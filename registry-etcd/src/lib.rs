@@ -160,7 +160,12 @@ async fn connect_client(
         // etcd's auth tokens expire (simple tokens after 5 idle minutes): refresh
         // them instead of failing a long-running client.
         opts = opts
-            .with_user(user.clone(), c.password.clone().unwrap_or_default())
+            .with_user(
+                user.clone(),
+                c.password
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.expose().to_string()),
+            )
             .with_auto_token_refresh(true);
     }
     // For messages: an endpoint written with `user:pass@` shows no password.

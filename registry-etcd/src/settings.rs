@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
@@ -16,7 +17,7 @@ pub(crate) const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 const MIN_KEEPALIVE: Duration = Duration::from_millis(200);
 
 /// The etcd3 registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EtcdSettings {
     /// `serverAddr`: one or more endpoints, comma-separated. Default `http://localhost:2379`.
     pub server_addr: String,
@@ -41,28 +42,12 @@ pub struct EtcdSettings {
     /// `username`.
     pub username: Option<String>,
     /// `password`.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `tls.*`: CA file, client certificate and key, server name (see
     /// [`meshline_registry_core::tls`]); `https://` endpoints turn TLS on too.
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The password is never printed.
-impl std::fmt::Debug for EtcdSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdSettings")
-            .field("server_addr", &self.server_addr)
-            .field("cluster", &self.cluster)
-            .field("ttl", &self.ttl)
-            .field("keepalive_time", &self.keepalive_time)
-            .field("keepalive_timeout", &self.keepalive_timeout)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl EtcdSettings {
@@ -87,7 +72,7 @@ impl EtcdSettings {
                 .duration("keepaliveTimeout", DEFAULT_KEEPALIVE_TIMEOUT)?
                 .max(MIN_KEEPALIVE),
             username: r.optional("username"),
-            password: r.optional("password"),
+            password: r.secret("password"),
             tls: TlsSettings::read(&r, "etcd3")?,
             warnings: Vec::new(),
         };

@@ -72,7 +72,7 @@ impl Catalog {
             let answer = catalog
                 .client
                 .post(format!("{}/v1/auth/login", catalog.base))
-                .form(&[("username", user.as_str()), ("password", pass.as_str())])
+                .form(&[("username", user.as_str()), ("password", pass.expose())])
                 .send()
                 .await
                 .map_err(|e| format!("login: {e}"))?;

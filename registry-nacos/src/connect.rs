@@ -6,6 +6,7 @@
 use std::future::Future;
 
 use meshline_registry_core::RegistryError;
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::probe::ConnectFailure;
 use nacos_sdk::api::props::ClientProps;
 
@@ -36,8 +37,8 @@ pub(crate) struct Prepared {
     addrs: address::ServerAddrs,
     grpc_port: Option<u16>,
     /// `username`/`password`, `accessKey`/`secretKey`, for our naming client.
-    user: Option<(String, String)>,
-    ram: Option<(String, String)>,
+    user: Option<(String, Secret)>,
+    ram: Option<(String, Secret)>,
     namespace: String,
     app_name: String,
     protocol: Protocol,
@@ -74,12 +75,14 @@ pub(crate) fn prepare(n: &NacosSettings, app_name: &str) -> Result<Prepared, Reg
         props = props.remote_grpc_port(p);
     }
     let login = if let (Some(u), Some(p)) = (&n.username, &n.password) {
-        props = props.auth_username(u.clone()).auth_password(p.clone());
+        props = props
+            .auth_username(u.clone())
+            .auth_password(p.expose().to_string());
         Login::Http
     } else if let (Some(ak), Some(sk)) = (&n.access_key, &n.secret_key) {
         props = props
             .auth_access_key(ak.clone())
-            .auth_access_secret(sk.clone());
+            .auth_access_secret(sk.expose().to_string());
         Login::Aliyun
     } else {
         Login::None
@@ -196,8 +199,8 @@ impl Prepared {
     /// The login or signature the settings ask for.
     fn auth(&self, tls: bool) -> Result<Auth, RegistryError> {
         Auth::new(
-            self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
-            self.ram.as_ref().map(|(a, s)| (a.as_str(), s.as_str())),
+            self.user.as_ref().map(|(u, p)| (u.as_str(), p.expose())),
+            self.ram.as_ref().map(|(a, s)| (a.as_str(), s.expose())),
             tls,
         )
         .map_err(|e| RegistryError::Config(format!("registry.nacos: {e}")))

@@ -1,6 +1,7 @@
 //! `registry.nacos.*`: what this backend reads from its section of the
 //! configuration, with Seata's defaults.
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
@@ -35,7 +36,7 @@ impl Protocol {
 }
 
 /// The Nacos registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NacosSettings {
     /// `serverAddr`: `host:port[,host:port…]`, each entry optionally with `http://` (or,
     /// in a `nacos-tls` build, `https://`) as Seata's Java client takes it. Default
@@ -53,11 +54,11 @@ pub struct NacosSettings {
     /// `username`.
     pub username: Option<String>,
     /// `password`.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `accessKey`.
     pub access_key: Option<String>,
     /// `secretKey`.
-    pub secret_key: Option<String>,
+    pub secret_key: Option<Secret>,
     /// `contextPath` (Nacos' default `nacos`): no effect on gRPC; nacos-sdk 0.8 logs in
     /// only at `/nacos/v1/auth/login`, so another value with `username`/`password` is
     /// refused at connect. Also where the Nacos 1.x check after a failed connect asks.
@@ -71,28 +72,6 @@ pub struct NacosSettings {
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// Passwords and secret keys are never printed.
-impl std::fmt::Debug for NacosSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hidden = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
-        f.debug_struct("NacosSettings")
-            .field("server_addr", &self.server_addr)
-            .field("namespace", &self.namespace)
-            .field("group", &self.group)
-            .field("application", &self.application)
-            .field("cluster", &self.cluster)
-            .field("username", &self.username)
-            .field("password", &hidden(&self.password))
-            .field("access_key", &self.access_key)
-            .field("secret_key", &hidden(&self.secret_key))
-            .field("context_path", &self.context_path)
-            .field("grpc_port", &self.grpc_port)
-            .field("protocol", &self.protocol)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl NacosSettings {
@@ -122,9 +101,9 @@ impl NacosSettings {
             application: r.text("application", "seata-server")?,
             cluster: r.text("cluster", "default")?,
             username: r.optional("username"),
-            password: r.optional("password"),
+            password: r.secret("password"),
             access_key: r.optional("accessKey"),
-            secret_key: r.optional("secretKey"),
+            secret_key: r.secret("secretKey"),
             context_path: r.optional("contextPath"),
             grpc_port: r.optional_number("grpcPort")?,
             protocol: r.parse("protocol", Protocol::parse)?.unwrap_or_default(),
@@ -191,7 +170,7 @@ mod tests {
             .load()
             .unwrap();
         let s = NacosSettings::from_config(&c).unwrap();
-        assert_eq!(s.password.as_deref(), Some("s3cret"));
+        assert_eq!(s.password.as_ref().map(Secret::expose), Some("s3cret"));
         assert!(!format!("{s:?}").contains("s3cret"));
         assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
         assert!(s.warnings[0].contains("registry.nacos.pasword"));

@@ -40,7 +40,7 @@ pub(super) fn parse_base(addr: &str, key: &str) -> Result<Url, RegistryError> {
 /// A connection to one Consul agent: what every call needs.
 pub(super) struct Agent {
     pub(super) base: Url,
-    token: Option<String>,
+    token: Option<meshline_registry_core::config::Secret>,
     http: reqwest::Client,
     /// `maxBodyBytes`: the largest answer read.
     max_body: usize,
@@ -157,7 +157,7 @@ impl Agent {
             .request(method, self.url(segments, query))
             .timeout(timeout);
         if let Some(t) = &self.token {
-            req = req.header("X-Consul-Token", t);
+            req = req.header("X-Consul-Token", t.expose());
         }
         if let Some(b) = body {
             req = req

@@ -3,19 +3,20 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The Consul registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConsulSettings {
     /// `serverAddr`. Default `127.0.0.1:8500`.
     pub server_addr: String,
     /// `cluster`: the cluster (Consul service) a server registers in. Default `default`.
     pub cluster: String,
     /// `aclToken`.
-    pub acl_token: Option<String>,
+    pub acl_token: Option<Secret>,
     /// `ttl` (meshline; a unit is required: `10s`): TTL of our health check. Default 10 s.
     pub ttl: Duration,
     /// `deregisterCriticalServiceAfter` (meshline; a unit is required: `20s`; Seata
@@ -28,21 +29,6 @@ pub struct ConsulSettings {
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The ACL token is never printed.
-impl std::fmt::Debug for ConsulSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConsulSettings")
-            .field("server_addr", &self.server_addr)
-            .field("cluster", &self.cluster)
-            .field("acl_token", &self.acl_token.as_ref().map(|_| "<redacted>"))
-            .field("ttl", &self.ttl)
-            .field("deregister_critical_after", &self.deregister_critical_after)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl ConsulSettings {
@@ -60,7 +46,7 @@ impl ConsulSettings {
         let settings = ConsulSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8500")?,
             cluster: r.text("cluster", "default")?,
-            acl_token: r.optional("aclToken"),
+            acl_token: r.secret("aclToken"),
             ttl: r.duration("ttl", Duration::from_secs(10))?,
             deregister_critical_after: r
                 .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,

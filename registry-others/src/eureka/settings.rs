@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::redact::redact_userinfo;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
@@ -47,26 +48,6 @@ impl std::fmt::Debug for EurekaSettings {
             .field("tls", &self.tls)
             .finish()
     }
-}
-
-/// `http://user:pass@host/` -> `http://user:<redacted>@host/` (each comma-separated URL).
-fn redact_userinfo(urls: &str) -> String {
-    urls.split(',')
-        .map(|u| {
-            let Some((scheme, rest)) = u.split_once("://") else {
-                return u.to_string();
-            };
-            let host_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..host_end].rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or_default();
-                    format!("{scheme}://{user}:<redacted>@{host}{}", &rest[host_end..])
-                }
-                None => u.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 impl EurekaSettings {
@@ -115,10 +96,19 @@ mod tests {
     }
 
     #[test]
-    fn userinfo_is_redacted() {
-        assert_eq!(
-            redact_userinfo("http://a:pw@h:8761/eureka,http://h2/eureka"),
-            "http://a:<redacted>@h:8761/eureka,http://h2/eureka"
+    fn the_debug_of_the_settings_hides_a_url_password() {
+        let config = meshline_registry_core::config::ConfigLoader::new()
+            .set(
+                "registry.eureka.serviceUrl",
+                "http://a:pw-9f2@h:8761/eureka,http://h2/eureka",
+            )
+            .load()
+            .unwrap();
+        let shown = format!("{:?}", EurekaSettings::from_config(&config).unwrap());
+        assert!(
+            shown.contains("\"http://a:<redacted>@h:8761/eureka,http://h2/eureka\""),
+            "{shown}"
         );
+        assert!(!shown.contains("pw-9f2"), "{shown}");
     }
 }

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The namingserver registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NamingserverSettings {
     /// `server-addr` (`serverAddr`): the namingservers, comma-separated `host:port`
     /// (or `http(s)://`). Default `127.0.0.1:8081`.
@@ -27,7 +28,7 @@ pub struct NamingserverSettings {
     /// or the password is blank (as Seata).
     pub username: Option<String>,
     /// `password`. Never printed.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `tokenValidityInMilliseconds` (a bare number is milliseconds): the token's
     /// lifetime. Default 1,740,000 ms (29 min, Seata's); renewed at 90 % of it.
     pub token_validity: Duration,
@@ -37,23 +38,6 @@ pub struct NamingserverSettings {
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The password is never printed.
-impl std::fmt::Debug for NamingserverSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NamingserverSettings")
-            .field("server_addr", &self.server_addr)
-            .field("namespace", &self.namespace)
-            .field("cluster", &self.cluster)
-            .field("heartbeat_period", &self.heartbeat_period)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("token_validity", &self.token_validity)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl NamingserverSettings {
@@ -72,7 +56,7 @@ impl NamingserverSettings {
                 Duration::from_millis(5000),
             )?,
             username: blank_none(r.optional("username")),
-            password: blank_none(r.optional("password")),
+            password: r.secret("password").filter(|p| !p.is_blank()),
             token_validity: r.seata_duration(
                 "tokenValidityInMilliseconds",
                 Duration::from_millis(1),

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
 /// The raft registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RaftSettings {
     /// `serverAddr`: the TCs' HTTP (control) addresses, comma-separated
     /// (`127.0.0.1:7091`). Default `127.0.0.1:7091`.
@@ -16,7 +17,7 @@ pub struct RaftSettings {
     /// password is blank (as Seata).
     pub username: Option<String>,
     /// `password`. Never printed.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `tokenValidityInMilliseconds` (a bare number is milliseconds, Seata's unit):
     /// the token's lifetime. Default 1,740,000 ms (29 min, Seata's). The token is
     /// renewed at 90 % of it, before the server can refuse it.
@@ -31,21 +32,6 @@ pub struct RaftSettings {
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The password is never printed.
-impl std::fmt::Debug for RaftSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RaftSettings")
-            .field("server_addr", &self.server_addr)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("token_validity", &self.token_validity)
-            .field("metadata_max_age", &self.metadata_max_age)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 /// Seata's unit for a bare number in these keys.
@@ -67,7 +53,7 @@ impl RaftSettings {
         let settings = RaftSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:7091")?,
             username: blank_none(r.optional("username")),
-            password: blank_none(r.optional("password")),
+            password: r.secret("password").filter(|p| !p.is_blank()),
             token_validity: r.seata_duration(
                 "tokenValidityInMilliseconds",
                 MS,

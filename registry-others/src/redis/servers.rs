@@ -114,7 +114,7 @@ impl Servers {
                 redis_info = redis_info.set_username(u);
             }
             if let Some(p) = &config.password {
-                redis_info = redis_info.set_password(p);
+                redis_info = redis_info.set_password(p.expose());
             }
             let host = inst.host().to_string();
             let conn_addr = match &material {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
 
@@ -28,7 +29,7 @@ const JEDIS_DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 ///   default 2,000 ms as Jedis', at least 100 ms.
 /// - Seata's other Jedis pool keys (`test-on-borrow`, `max-idle`, `max-total`...) are
 ///   accepted without a warning and have no effect.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RedisSettings {
     /// `serverAddr`: `host:port[,host:port…]`. Default `127.0.0.1:6379`.
     pub server_addr: String,
@@ -37,7 +38,7 @@ pub struct RedisSettings {
     /// `username` (Redis 6 ACL).
     pub username: Option<String>,
     /// `password`.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `cluster`: the cluster a server registers in. Default `default`.
     pub cluster: String,
     /// `commandTimeout` (meshline; a unit is required): per-command timeout. Default
@@ -57,24 +58,6 @@ pub struct RedisSettings {
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The password is never printed.
-impl std::fmt::Debug for RedisSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings")
-            .field("server_addr", &self.server_addr)
-            .field("db", &self.db)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("cluster", &self.cluster)
-            .field("command_timeout", &self.command_timeout)
-            .field("pool_max_wait", &self.pool_max_wait)
-            .field("ttl", &self.ttl)
-            .field("refresh_period", &self.refresh_period)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl RedisSettings {
@@ -104,7 +87,7 @@ impl RedisSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:6379")?,
             db: r.number("db", 0)?,
             username: r.optional("username"),
-            password: r.optional("password"),
+            password: r.secret("password"),
             cluster: r.text("cluster", "default")?,
             command_timeout: r.duration("commandTimeout", JEDIS_DEFAULT_TIMEOUT)?,
             pool_max_wait: (!max_wait.is_zero()).then_some(max_wait),

@@ -16,6 +16,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use meshline_registry_core::config::Secret;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -48,7 +49,7 @@ impl LoginError {
 /// calls go through.
 pub(crate) struct Login {
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     validity: Duration,
     /// The settings section the keys are in (`registry.raft`), named in errors.
     section: &'static str,
@@ -59,11 +60,11 @@ pub(crate) struct Login {
 }
 
 impl std::fmt::Debug for Login {
-    /// The password and the token are never printed.
+    /// The token is never printed (nor the password: a [`Secret`]).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Login")
             .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password", &self.password)
             .field("validity", &self.validity)
             .finish()
     }
@@ -74,7 +75,7 @@ impl Login {
     /// for `validity`; calls through `http`, answers read up to `max_body` bytes.
     pub(crate) fn new(
         username: Option<String>,
-        password: Option<String>,
+        password: Option<Secret>,
         validity: Duration,
         section: &'static str,
         http: reqwest::Client,
@@ -83,7 +84,7 @@ impl Login {
         let present = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
         Login {
             username: present(username),
-            password: present(password),
+            password: password.filter(|p| !p.is_blank()),
             validity,
             section,
             token: Mutex::new(None),
@@ -125,7 +126,7 @@ impl Login {
                 return Ok(Some(t.clone()));
             }
         }
-        let body = serde_json::json!({"username": user, "password": pass});
+        let body = serde_json::json!({"username": user, "password": pass.expose()});
         let req = self
             .http
             .post(format!("{base}/api/v1/auth/login"))

@@ -121,10 +121,9 @@ impl Settings {
                 "{prefix}.serverAddr is empty: give a connect string, e.g. 127.0.0.1:2181"
             )));
         }
-        let auth = c
-            .username
-            .as_ref()
-            .map(|u| format!("{u}:{}", c.password.clone().unwrap_or_default()).into_bytes());
+        let auth = c.username.as_ref().map(|u| {
+            format!("{u}:{}", c.password.as_ref().map_or("", |p| p.expose())).into_bytes()
+        });
         let tls = crate::tls::prepare(
             &c.tls,
             KIND,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use meshline_registry_core::config::Secret;
 use meshline_registry_core::config::Section;
 use meshline_registry_core::tls::TlsSettings;
 use meshline_registry_core::{Config, RegistryError};
@@ -11,7 +12,7 @@ use meshline_registry_core::{Config, RegistryError};
 const MS: Duration = Duration::from_millis(1);
 
 /// The ZooKeeper registry's settings.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ZkSettings {
     /// `serverAddr`: a ZooKeeper connect string. Default `127.0.0.1:2181`.
     pub server_addr: String,
@@ -24,27 +25,12 @@ pub struct ZkSettings {
     /// `username` (digest auth).
     pub username: Option<String>,
     /// `password` (digest auth).
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `tls.*`: CA file, client certificate and key, server name (see
     /// [`meshline_registry_core::tls`]).
     pub tls: TlsSettings,
     /// Keys of the section this backend does not know (also logged).
     pub warnings: Vec<String>,
-}
-
-/// The password is never printed.
-impl std::fmt::Debug for ZkSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkSettings")
-            .field("server_addr", &self.server_addr)
-            .field("cluster", &self.cluster)
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl ZkSettings {
@@ -65,7 +51,7 @@ impl ZkSettings {
             session_timeout: r.seata_duration("sessionTimeout", MS, Duration::from_millis(6000))?,
             connect_timeout: r.seata_duration("connectTimeout", MS, Duration::from_millis(2000))?,
             username: r.optional("username"),
-            password: r.optional("password"),
+            password: r.secret("password"),
             tls: TlsSettings::read(&r, "zk")?,
             warnings: Vec::new(),
         };

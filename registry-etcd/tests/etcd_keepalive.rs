@@ -148,7 +148,7 @@ async fn keepalive_pings_find_a_frozen_etcd() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
-    etcd.process().pause().expect("SIGSTOP etcd");
+    etcd.pause().expect("SIGSTOP etcd");
     let stale = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             let h = w.health_changed().await.unwrap();
@@ -159,7 +159,7 @@ async fn keepalive_pings_find_a_frozen_etcd() {
     })
     .await;
     let noticed = t.elapsed();
-    etcd.process().resume().expect("SIGCONT etcd");
+    etcd.resume().expect("SIGCONT etcd");
     let stale = stale.expect("a frozen etcd was not noticed within 20 s");
     meshline_testkit::figures::report(
         "etcd_keepalive",

@@ -64,10 +64,10 @@ async fn a_short_stall_keeps_the_connection_and_a_long_one_is_left() {
     let answered = next_line(&logs, ANSWERED, count(&logs, ANSWERED), 2 * HEALTH_PERIOD).await;
     tokio::time::sleep_until((answered + HEALTH_PERIOD - Duration::from_millis(500)).into()).await;
     let (unanswered, lost) = (count(&logs, UNANSWERED), count(&logs, LOST));
-    server.process().pause().expect("SIGSTOP");
+    server.pause().expect("SIGSTOP");
     // The stall itself: its length is the fault under test.
     tokio::time::sleep(Duration::from_millis(2700)).await;
-    server.process().resume().expect("SIGCONT");
+    server.resume().expect("SIGCONT");
     // Two more answered checks after the resume.
     let after = count(&logs, ANSWERED);
     next_line(&logs, ANSWERED, after + 1, 3 * HEALTH_PERIOD).await;
@@ -86,7 +86,7 @@ async fn a_short_stall_keeps_the_connection_and_a_long_one_is_left() {
     // 2. A stall of 8 s: left within the rule's bound, then back after the resume.
     let bound = HEALTH_PERIOD + HEALTH_TIMEOUT * HEALTH_TRIES + Duration::from_millis(500);
     let lost = count(&logs, LOST);
-    server.process().pause().expect("SIGSTOP");
+    server.pause().expect("SIGSTOP");
     let paused = Instant::now();
     let left = next_line(&logs, LOST, lost, bound + Duration::from_secs(1)).await;
     let left_after = left - paused;
@@ -107,7 +107,7 @@ async fn a_short_stall_keeps_the_connection_and_a_long_one_is_left() {
         "left {left_after:?} after the stall began"
     );
     tokio::time::sleep_until((paused + Duration::from_secs(8)).into()).await;
-    server.process().resume().expect("SIGCONT");
+    server.resume().expect("SIGCONT");
     let resumed = Instant::now();
     let observer = NacosRegistry::connect(&server.registry_config(&[]))
         .await

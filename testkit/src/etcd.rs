@@ -162,6 +162,8 @@ pub struct Etcd {
     _dir: TempDir,
 }
 
+crate::process::owns_process!(Etcd);
+
 impl Etcd {
     /// Starts etcd and waits until `/health` says true.
     pub fn start() -> Result<Etcd> {
@@ -274,21 +276,6 @@ impl Etcd {
             &[&method, "grpc_service=\"etcdserverpb."],
         );
         Ok(n as u64)
-    }
-
-    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
-    }
-
-    /// `SIGKILL`s the server and waits for it.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Starts the server again on the same ports and data dir; waits until healthy.
-    pub fn restart(&mut self) -> Result<()> {
-        self.process.restart()
     }
 
     /// Kills the server, deletes its data and starts it again on the same ports: an

@@ -23,6 +23,8 @@ pub struct MariaDb {
     _dir: Arc<TempDir>,
 }
 
+crate::process::owns_process!(MariaDb);
+
 impl MariaDb {
     /// Initialises a data directory (`mariadb-install-db`) and starts the server;
     /// waits until it greets a connection.
@@ -97,11 +99,6 @@ impl MariaDb {
     /// `mysql://root@127.0.0.1:<port>/` (no database chosen: create one).
     pub fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}/", self.port)
-    }
-
-    /// The server process, for fault injection.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Postgres {
     _dir: Arc<TempDir>,
 }
 
+crate::process::owns_process!(Postgres);
+
 /// The newest installed server's `bin` directory.
 fn bin_dir() -> Result<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
@@ -202,11 +204,6 @@ impl Postgres {
     /// `postgres://test@127.0.0.1:<port>/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://test@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// The server process, for fault injection.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
     }
 }
 

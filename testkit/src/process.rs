@@ -460,6 +460,28 @@ pub(crate) fn start_with_port_retry<T>(
     Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
 }
 
+/// Makes a server type that owns its child in a `process` field dereference to that
+/// [`ServerProcess`], so every server is killed, restarted, paused and read the same
+/// way (`etcd.kill()`, `zk.pause()`, `redis.log_tail(20)`) without each type
+/// repeating the delegation. What a restart keeps (ports, data dir) is said on each
+/// server type.
+macro_rules! owns_process {
+    ($server:ty) => {
+        impl std::ops::Deref for $server {
+            type Target = $crate::process::ServerProcess;
+            fn deref(&self) -> &Self::Target {
+                &self.process
+            }
+        }
+        impl std::ops::DerefMut for $server {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.process
+            }
+        }
+    };
+}
+pub(crate) use owns_process;
+
 #[cfg(test)]
 mod tests {
     use super::*;

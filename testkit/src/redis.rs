@@ -24,6 +24,8 @@ pub struct Redis {
     _dir: TempDir,
 }
 
+crate::process::owns_process!(Redis);
+
 impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redis")
@@ -184,20 +186,5 @@ impl Redis {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
-    }
-
-    /// `SIGKILL`s the server and waits for it.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Starts the server again on the same port and dir (empty: no persistence).
-    pub fn restart(&mut self) -> Result<()> {
-        self.process.restart()
     }
 }

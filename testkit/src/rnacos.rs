@@ -26,6 +26,8 @@ pub struct Rnacos {
     _dir: TempDir,
 }
 
+crate::process::owns_process!(Rnacos);
+
 /// `rnacos` on `PATH`, else in `$CARGO_HOME/bin` or `~/.cargo/bin` (where
 /// `cargo install` puts it).
 fn find_rnacos() -> Result<PathBuf> {
@@ -204,21 +206,6 @@ impl Rnacos {
     /// The gRPC port (not HTTP + 1000: pass it to clients explicitly).
     pub fn grpc_port(&self) -> u16 {
         self.grpc_port
-    }
-
-    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
-    }
-
-    /// `SIGKILL`s the server and waits for it.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Starts the server again on the same ports and data dir.
-    pub fn restart(&mut self) -> Result<()> {
-        self.process.restart()
     }
 }
 

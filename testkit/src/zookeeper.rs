@@ -22,8 +22,10 @@ const SLF4J: &str = "/usr/share/java/slf4j-simple.jar";
 /// A standalone ZooKeeper on a free port, with `tickTime=500` so that session timeouts
 /// from 1 s to 60 s are accepted (tests use short sessions).
 ///
-/// [`pause`](Self::pause) (`SIGSTOP`) past a client's session timeout, then
-/// [`resume`](Self::resume), expires that client's session: on resume the server's
+/// A restart keeps the data dir, so sessions and ephemeral nodes survive in its
+/// snapshot and txn log. [`pause`](ServerProcess::pause) (`SIGSTOP`: the server keeps
+/// its socket but answers nothing) past a client's session timeout, then
+/// [`resume`](ServerProcess::resume), expires that client's session: on resume the server's
 /// session tracker finds the session overdue and closes it, deleting its ephemerals.
 #[derive(Debug)]
 pub struct ZooKeeper {
@@ -33,6 +35,8 @@ pub struct ZooKeeper {
     secure_port: Option<u16>,
     _dir: TempDir,
 }
+
+crate::process::owns_process!(ZooKeeper);
 
 impl ZooKeeper {
     /// Starts ZooKeeper and waits until `srvr` reports it serving.
@@ -150,32 +154,6 @@ impl ZooKeeper {
     /// The client port.
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// The process, for [`ServerProcess::kill`], [`ServerProcess::restart`] and friends.
-    pub fn process(&mut self) -> &mut ServerProcess {
-        &mut self.process
-    }
-
-    /// `SIGKILL`s the server and waits for it.
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Starts the server again on the same port and data dir (sessions and ephemeral
-    /// nodes survive in its snapshot / txn log); waits until it serves.
-    pub fn restart(&mut self) -> Result<()> {
-        self.process.restart()
-    }
-
-    /// `SIGSTOP`: the server keeps its socket but answers nothing.
-    pub fn pause(&mut self) -> Result<()> {
-        self.process.pause()
-    }
-
-    /// `SIGCONT` after [`pause`](Self::pause).
-    pub fn resume(&mut self) -> Result<()> {
-        self.process.resume()
     }
 }
 

@@ -73,9 +73,9 @@ fn etcd_starts_kills_and_restarts_with_its_data() {
     let mut etcd = Etcd::start().expect("etcd");
     assert!(etcd.endpoint().starts_with("http://127.0.0.1:"));
     etcd_put_get(etcd.port(), "k1", "v1");
-    let pid = etcd.process().pid().expect("running");
+    let pid = etcd.pid().expect("running");
     etcd.kill();
-    assert!(!etcd.process().is_running());
+    assert!(!etcd.is_running());
     assert!(
         TcpStream::connect(("127.0.0.1", etcd.port())).is_err(),
         "port still answers after SIGKILL"
@@ -100,7 +100,7 @@ fn etcd_starts_kills_and_restarts_with_its_data() {
         out
     };
     assert!(body.contains("djE="), "k1 lost across restart: {body}"); // "v1"
-    assert!(etcd.process().log_path().exists());
+    assert!(etcd.log_path().exists());
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn zookeeper_starts_pauses_resumes_and_restarts() {
     let srvr = exchange(zk.port(), b"srvr").unwrap();
     assert!(srvr.contains("Mode: standalone"), "{srvr}");
     zk.pause().unwrap();
-    assert!(zk.process().is_paused());
+    assert!(zk.is_paused());
     // A paused server accepts nothing useful: the 4lw read times out or is empty.
     let paused = exchange(zk.port(), b"srvr").unwrap_or_default();
     assert!(

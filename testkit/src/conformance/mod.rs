@@ -204,10 +204,10 @@ macro_rules! server {
     ($down:ident: $($t:ty),*) => {$(
         impl Server for $t {
             fn go_down(&mut self) {
-                <$t>::$down(self)
+                self.$down()
             }
             fn come_back(&mut self) -> crate::Result<()> {
-                <$t>::restart(self)
+                self.restart()
             }
         }
     )*};

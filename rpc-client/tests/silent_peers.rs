@@ -175,6 +175,117 @@ async fn a_slow_live_peer_is_not_taken_for_a_silent_one() {
     assert!(conn.ping(Duration::from_secs(1)).await.is_ok());
 }
 
+/// A peer on a thread and runtime of its own, so that it keeps answering while the
+/// client's runtime is blocked: it answers the first PING at once, holds each request,
+/// and on every later PING tells the test, answers it 50 ms later, then answers the
+/// requests it holds.
+fn peer_on_its_own_thread() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    use futures_util::{SinkExt, StreamExt};
+    use meshline_rpc_client::{Frame, FrameCodec, HeadMap, MessageType};
+    let (pinged, pings) = tokio::sync::mpsc::unbounded_channel();
+    let (bound, addr) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            bound.send(listener.local_addr().unwrap()).unwrap();
+            let (sock, _) = listener.accept().await.unwrap();
+            let Some(sock) = common::answer_first_ping(sock).await else {
+                return;
+            };
+            let mut framed = tokio_util::codec::Framed::new(sock, FrameCodec::default());
+            let mut held = Vec::new();
+            while let Some(Ok(f)) = framed.next().await {
+                match f.msg_type {
+                    MessageType::Request => held.push(f),
+                    MessageType::HeartbeatRequest => {
+                        let _ = pinged.send(());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let mut answers = vec![Frame::pong_for(&f)];
+                        answers.extend(held.drain(..).map(|r| Frame {
+                            msg_type: MessageType::Response,
+                            head: HeadMap::new(),
+                            ..r
+                        }));
+                        for a in answers {
+                            if framed.send(a).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+    });
+    (addr.recv().unwrap(), pings)
+}
+
+/// The client's own runtime stalls (a blocking call on its only thread) after a probe
+/// PING went out, and the peer answers meanwhile: when the runtime runs again, the
+/// answer waiting in the socket is read before the probe's deadline is judged, so the
+/// connection is kept. A stall of ours is not a silence of the peer's.
+#[tokio::test]
+async fn a_stall_of_the_clients_own_runtime_is_not_taken_for_a_silent_peer() {
+    let (addr, mut pings) = peer_on_its_own_thread();
+    let hub = hub();
+    hub.publish(
+        "c",
+        vec![meshline_registry_core::Instance::new("127.0.0.1", addr.port()).unwrap()],
+    );
+    let client = builder(&hub, "RoundRobinLoadBalance")
+        .configure(|o| {
+            o.probe = Some(PROBE);
+            o.request_timeout = Duration::from_secs(10);
+            // The heartbeat stays out of the way: every PING is the probe's.
+            o.write_idle = Duration::from_secs(30);
+            o.read_idle = Duration::from_secs(60);
+        })
+        .build()
+        .await
+        .unwrap();
+    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let conn = client.alive().endpoints()[0].connection.clone();
+    // Each round the reader wakes to both a readable socket and a passed deadline;
+    // when it judged them in random order, each round closed the connection half of
+    // the time.
+    for round in 0..8 {
+        let call = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .call(Payload::new(&b"x"[..]), Default::default())
+                    .await
+            })
+        };
+        // The request went out and drew the probe's PING (100 ms without a byte).
+        tokio::time::timeout(Duration::from_secs(5), pings.recv())
+            .await
+            .expect("no probe PING")
+            .expect("the peer ended");
+        // Blocks this runtime past the probe's timeout (200 ms); the peer answers the
+        // PING and the request 50 ms into it.
+        std::thread::sleep(Duration::from_millis(400));
+        let answer = call.await.unwrap();
+        assert!(
+            answer.is_ok(),
+            "round {round}: {answer:?}, connection {:?}",
+            conn.close_reason()
+        );
+        assert!(
+            !conn.is_closed(),
+            "round {round}: {:?}",
+            conn.close_reason()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_back() {
     let a = start("a", Mode::Echo).await;

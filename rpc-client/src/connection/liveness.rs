@@ -18,7 +18,9 @@
 //!   PINGs make a live peer answer well before that).
 //!
 //! The writer arms the busy rule when it writes requests or a PING; every read disarms
-//! it, or restarts its clock when requests are still outstanding.
+//! it, or restarts its clock when requests are still outstanding. Bytes waiting in the
+//! socket always count before a deadline: a deadline that passed while our own
+//! runtime was stalled says nothing about the peer when its answer is there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -122,7 +124,11 @@ impl Liveness {
                     None => std::future::pending().await,
                 }
             };
+            // Readable first: when this task wakes late (its own runtime was busy or
+            // blocked) to a passed deadline *and* bytes waiting, the peer did answer;
+            // judging the deadline first would close a live connection for our stall.
             tokio::select! {
+                biased;
                 r = rd.readable() => return r.map_err(|e| CloseReason::io("read failed", e)),
                 // The writer started waiting for answers: a nearer deadline.
                 _ = armed => continue,

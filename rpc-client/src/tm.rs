@@ -8,8 +8,11 @@
 //!   so commit, rollback, status and report reach the TC that began the transaction.
 //! - **Retries** (`client.tm.commitRetryCount`, `client.tm.rollbackRetryCount`, 5
 //!   each): a commit or rollback that gets *no answer* (timeout, connection lost, no TC
-//!   alive) is sent again, at most that many attempts in all. An answer, whatever it
-//!   says, ends the attempts. A TC's commit is idempotent: a second commit of a
+//!   alive) is sent again, at most that many attempts in all. When the attempt's
+//!   connection was lost and no TC is left alive, the next attempt first waits for the
+//!   reconnect (once, up to twice `backoff_initial` plus `connect_timeout`), as Seata's
+//!   TM reconnects before it sends again. An answer, whatever it says, ends the
+//!   attempts. A TC's commit is idempotent: a second commit of a
 //!   committed transaction answers its status or `Finished`.
 //! - **Outcomes** as Seata's `TransactionalTemplate` reads them: the status answered
 //!   is the outcome, **whatever the result code**. Seata's TC answers `Failed` with a
@@ -301,16 +304,36 @@ impl TransactionManager {
     ) -> Result<GlobalStatus, TransactionError> {
         let attempts = retries.max(1);
         let mut attempt = 0;
+        // Whether this commit already waited for a lost connection to come back.
+        let mut waited = false;
         let (status, endpoint) = loop {
             attempt += 1;
             match self.global_end_answer(op, xid, &msg).await {
                 Ok(answered) => break answered,
                 Err(e @ TransactionError::Rpc { .. }) if attempt < attempts => {
-                    if !self.client.withdraw_retry() {
+                    // Only a request that may have reached a TC is a retry to the budget;
+                    // one that never left (nothing alive, not written) is sent, not resent.
+                    let reached = !e.is_not_delivered();
+                    if reached && !self.client.withdraw_retry() {
                         tracing::warn!(%xid, attempt, error = %e, "{op}: no answer, and the retry budget is spent; not sent again");
                         return Err(e);
                     }
                     tracing::warn!(%xid, attempt, attempts, error = %e, "{op}: no answer; trying again");
+                    // The connection this attempt went out on was lost and nothing is
+                    // alive until the reconnect, a backoff away. Seata's TM reconnects
+                    // before it sends again; here the next attempt waits (once) for the
+                    // reconnect instead of failing "none is alive" at once, with every
+                    // attempt left spent in microseconds. Nothing alive from the start
+                    // (every TC gone) still fails at once.
+                    if reached && !waited && self.client.alive().is_empty() {
+                        waited = true;
+                        let o = self.client.options();
+                        let reconnect =
+                            (o.backoff_initial * 2 + o.connect_timeout).min(o.request_timeout);
+                        if self.client.wait_alive(1, reconnect).await.is_err() {
+                            tracing::warn!(%xid, waited = ?reconnect, "{op}: no TC connected again");
+                        }
+                    }
                 }
                 Err(e) => return Err(e),
             }

@@ -67,34 +67,46 @@ fn seata_answer(commit: bool, id: u32) -> GlobalEndResponse {
 }
 
 async fn seata_like_tc() -> Server {
-    let handler = |req: InboundRequest| async move {
-        let msg = req.payload.decode_seata().ok()?;
-        if let Some(reply) = register_reply(&msg, true, "2.3.0") {
-            return Some(Payload::seata(&reply).unwrap());
+    // The first commit of transaction 8 loses its connection (the TC is still up).
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = move |req: InboundRequest| {
+        let dropped = dropped.clone();
+        async move {
+            let msg = req.payload.decode_seata().ok()?;
+            if let Some(reply) = register_reply(&msg, true, "2.3.0") {
+                return Some(Payload::seata(&reply).unwrap());
+            }
+            let id = |xid: &str| {
+                xid.rsplit(':')
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0)
+            };
+            let answer = match msg {
+                SeataMessage::GlobalBegin(_) => {
+                    SeataMessage::GlobalBeginResponse(GlobalBeginResponse {
+                        result: TransactionResult::success(),
+                        xid: Some("127.0.0.1:8091:7".into()),
+                        extra_data: None,
+                    })
+                }
+                SeataMessage::GlobalCommit(r)
+                    if id(&r.xid) == 8
+                        && !dropped.swap(true, std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    req.connection.close_with("the test drops the connection");
+                    return None;
+                }
+                SeataMessage::GlobalCommit(r) => {
+                    SeataMessage::GlobalCommitResponse(seata_answer(true, id(&r.xid)))
+                }
+                SeataMessage::GlobalRollback(r) => {
+                    SeataMessage::GlobalRollbackResponse(seata_answer(false, id(&r.xid)))
+                }
+                _ => return None,
+            };
+            Some(Payload::seata(&answer).unwrap())
         }
-        let id = |xid: &str| {
-            xid.rsplit(':')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0)
-        };
-        let answer = match msg {
-            SeataMessage::GlobalBegin(_) => {
-                SeataMessage::GlobalBeginResponse(GlobalBeginResponse {
-                    result: TransactionResult::success(),
-                    xid: Some("127.0.0.1:8091:7".into()),
-                    extra_data: None,
-                })
-            }
-            SeataMessage::GlobalCommit(r) => {
-                SeataMessage::GlobalCommitResponse(seata_answer(true, id(&r.xid)))
-            }
-            SeataMessage::GlobalRollback(r) => {
-                SeataMessage::GlobalRollbackResponse(seata_answer(false, id(&r.xid)))
-            }
-            _ => return None,
-        };
-        Some(Payload::seata(&answer).unwrap())
     };
     Server::bind_with(
         "127.0.0.1:0".parse().unwrap(),
@@ -190,4 +202,20 @@ async fn an_undecided_answer_is_the_tcs_refusal_with_its_code() {
         TransactionExceptionCode::CommitHeuristic
     );
     assert_eq!(tm.rollback(&xid(6)).await.unwrap(), GlobalStatus::Finished);
+}
+
+/// A commit whose connection is lost on the way (the TC stays up) is sent again once
+/// the client has connected again, as Seata's TM does (its send reconnects first):
+/// the retries are not spent in the microseconds before the reconnect, each failing
+/// "none is alive".
+#[tokio::test]
+async fn a_commit_whose_connection_drops_is_sent_again_once_reconnected() {
+    let server = seata_like_tc().await;
+    let (_hub, tm) = tm(&server).await;
+    let started = std::time::Instant::now();
+    assert_eq!(tm.commit(&xid(8)).await.unwrap(), GlobalStatus::Committed);
+    // The reconnect's first backoff is 50 ms (common::builder): the retry waited for it,
+    // and no longer than a few of them.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }

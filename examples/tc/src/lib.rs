@@ -222,6 +222,10 @@ pub struct TcStats {
     pub failed: AtomicU64,
     /// BranchCommit / BranchRollback requests sent to RMs.
     pub phase_two_sent: AtomicU64,
+    /// Phase twos the background loop has started and not finished.
+    pub background_drives: AtomicU64,
+    /// The most of those at once: at most [`DRIVES_AT_ONCE`].
+    pub background_drives_peak: AtomicU64,
     /// Branch registrations refused for a lock held by another transaction.
     pub lock_conflicts: AtomicU64,
     /// Requests refused as bad input (undecodable, wrong codec, unknown type).
@@ -255,7 +259,17 @@ pub(crate) struct Inner {
     channels: Channels,
     ids: IdWorker,
     stats: Arc<TcStats>,
+    /// Phase twos the background loop drives at once (see [`DRIVES_AT_ONCE`]).
+    drives: Arc<tokio::sync::Semaphore>,
 }
+
+/// At most this many phase twos run from the background loop at once
+/// ([`TcStats::background_drives_peak`]). AT commits
+/// answer `AsyncCommitting` and are driven from the loop, so a busy TC finds tens of
+/// thousands due in a round; started all at once they queue in front of every
+/// connection's reader on the runtime, and the TC answers nothing, PINGs included,
+/// for as long as they take (clients then close the connection as silent).
+pub const DRIVES_AT_ONCE: usize = 256;
 
 /// An in-memory TC. Cheap to clone; its background loop stops when the last clone and
 /// the server's handler are gone.
@@ -287,6 +301,7 @@ impl Coordinator {
             locks: LockTable::default(),
             channels: Channels::default(),
             stats: Arc::default(),
+            drives: Arc::new(tokio::sync::Semaphore::new(DRIVES_AT_ONCE)),
             options,
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);

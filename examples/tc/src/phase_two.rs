@@ -11,7 +11,7 @@ use meshline::rpc::message::{
 };
 
 use super::Inner;
-use super::session::{Branch, Session};
+use super::session::{Branch, Session, State};
 
 /// What one branch's phase two came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,31 +404,21 @@ impl Inner {
     }
 
     /// One round of the background loop: roll back sessions past their timeout, and
-    /// drive again every session whose phase two could not finish.
+    /// drive again every session whose phase two could not finish; at most
+    /// [`DRIVES_AT_ONCE`](crate::DRIVES_AT_ONCE) at a time, the round waiting for room.
     pub(super) async fn housekeeping(self: &Arc<Self>) {
-        let due = self.sessions.select(|s| {
-            let st = s.state();
-            !st.driving
-                && match st.status {
-                    GlobalStatus::Begin => s.timed_out(),
-                    GlobalStatus::CommitRetrying
-                    | GlobalStatus::AsyncCommitting
-                    | GlobalStatus::RollbackRetrying
-                    | GlobalStatus::TimeoutRollbacking
-                    | GlobalStatus::TimeoutRollbackRetrying => true,
-                    _ => false,
-                }
-        });
+        let due = self.sessions.select(|s| is_due(s, &s.state()));
         for s in due {
+            let Ok(permit) = self.drives.clone().acquire_owned().await else {
+                return;
+            };
             let status = {
                 let mut st = s.state();
-                if st.driving {
+                // Looked at again: the session may have moved on while the round waited.
+                if !is_due(&s, &st) {
                     continue;
                 }
                 if st.status == GlobalStatus::Begin {
-                    if !s.timed_out() {
-                        continue;
-                    }
                     tracing::info!(xid = %s.xid, name = %s.name, timeout = ?s.timeout, "global transaction timed out; rolling back");
                     st.active = false;
                     st.status = GlobalStatus::TimeoutRollbacking;
@@ -436,6 +426,10 @@ impl Inner {
                 st.driving = true;
                 st.status
             };
+            let running = self.stats.background_drives.fetch_add(1, Ordering::Relaxed) + 1;
+            self.stats
+                .background_drives_peak
+                .fetch_max(running, Ordering::Relaxed);
             let inner = self.clone();
             tokio::spawn(async move {
                 match status {
@@ -449,9 +443,29 @@ impl Inner {
                         inner.rollback_branches(&s, true, true).await;
                     }
                 }
+                inner
+                    .stats
+                    .background_drives
+                    .fetch_sub(1, Ordering::Relaxed);
+                drop(permit);
             });
         }
     }
+}
+
+/// Whether the background loop drives `s` now: not driven already, and timed out in
+/// `Begin` or waiting for its phase two to be driven (again).
+fn is_due(s: &Session, st: &State) -> bool {
+    !st.driving
+        && match st.status {
+            GlobalStatus::Begin => s.timed_out(),
+            GlobalStatus::CommitRetrying
+            | GlobalStatus::AsyncCommitting
+            | GlobalStatus::RollbackRetrying
+            | GlobalStatus::TimeoutRollbacking
+            | GlobalStatus::TimeoutRollbackRetrying => true,
+            _ => false,
+        }
 }
 
 fn failed_status(commit: bool, why: &str) -> BranchStatus {
@@ -460,5 +474,81 @@ fn failed_status(commit: bool, why: &str) -> BranchStatus {
         BranchStatus::PhaseTwoCommitFailedUnretryable
     } else {
         BranchStatus::PhaseTwoRollbackFailedUnretryable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use meshline::rpc::message::{BranchStatus, BranchType, GlobalStatus};
+
+    use super::*;
+    use crate::session::Begetter;
+
+    /// `n` AT transactions committed (`AsyncCommitting`), each with a branch whose RM
+    /// is not connected: every drive ends at once, "not sent".
+    fn async_committing(inner: &Inner, n: usize) {
+        let peer: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        for i in 0..n {
+            let s = Session::new(
+                format!("127.0.0.1:8091:{i}").into(),
+                i as i64,
+                "t".into(),
+                Duration::from_secs(60),
+                Begetter {
+                    application_id: "app".into(),
+                    group: "g".into(),
+                    peer,
+                },
+            );
+            {
+                let mut st = s.state();
+                st.status = GlobalStatus::AsyncCommitting;
+                st.active = false;
+                st.branches.push(Branch {
+                    id: i as i64,
+                    branch_type: BranchType::AT,
+                    resource_id: "db".into(),
+                    application_data: None,
+                    application_id: "app".into(),
+                    peer,
+                    status: BranchStatus::Registered,
+                    rows: Vec::new(),
+                });
+            }
+            inner.sessions.insert(Arc::new(s));
+        }
+    }
+
+    /// A round that finds twenty thousand commits due leaves the runtime to the rest
+    /// of the TC: at most [`DRIVES_AT_ONCE`](crate::DRIVES_AT_ONCE) drives are queued
+    /// at a time, so a connection's reader (answering a PING) waits for a few hundred
+    /// of them at the most, not for all. Started all at once, they queued in front of
+    /// it for as long as they all took, and clients closed their connections as
+    /// silent.
+    #[tokio::test]
+    async fn a_round_with_thousands_of_commits_due_queues_a_few_hundred_at_a_time() {
+        let tc = crate::Coordinator::new(crate::TcOptions {
+            period: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        let inner = tc.inner.clone();
+        async_committing(&inner, 20_000);
+        inner.housekeeping().await;
+        let st = tc.stats();
+        while st.background_drives.load(Ordering::Relaxed) > 0 {
+            tokio::task::yield_now().await;
+        }
+        let peak = st.background_drives_peak.load(Ordering::Relaxed);
+        assert!(
+            peak as usize <= crate::DRIVES_AT_ONCE && peak >= 1,
+            "{peak} drives at once"
+        );
+        // Every session was driven, and is no longer: its commit could not be sent, so
+        // it stays to be driven again.
+        assert_eq!(tc.open_sessions(), 20_000);
+        assert!(inner.sessions.select(|s| s.state().driving).is_empty());
+        assert_eq!(st.phase_two_sent.load(Ordering::Relaxed), 0);
     }
 }

@@ -433,6 +433,16 @@ fn print_tc_stats(setups: &[Setup]) {
                 st.batch_results.load(Ordering::Relaxed)
             );
         }
+        // AT commits are answered `AsyncCommitting` and driven by the TC's background
+        // loop: the sessions still open say whether that loop kept up with the rate.
+        let st = s.tc.stats();
+        println!(
+            "  ({}: {} transactions begun, {} committed, {} still open)",
+            s.label,
+            st.begun.load(Ordering::Relaxed),
+            st.committed.load(Ordering::Relaxed),
+            s.tc.open_sessions()
+        );
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! What every example program does the same way, whichever example it belongs to (the
 //! in-memory TC's programs, the game gateway's): logging set up from `MESHLINE_LOG`
-//! with the secret-bearing targets silenced, and waiting for the signal to stop.
+//! with the secret-bearing targets silenced, the runtime its `main` runs on, the
+//! configuration and discovery a Seata client reads, and waiting for the signal to
+//! stop.
 
 #![warn(missing_docs)]
 
@@ -47,4 +49,51 @@ pub async fn wait_for_stop() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Runs a program's body on a multi-thread tokio runtime and turns its outcome into the
+/// exit code: what the body returns on success (`()` is 0), or 1 with
+/// `<program>: <error>` on stderr when it fails or the runtime cannot start.
+pub fn run_main<T, F>(program: &str, body: F) -> std::process::ExitCode
+where
+    T: std::process::Termination,
+    F: std::future::Future<Output = Result<T, String>>,
+{
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{program}: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(body) {
+        Ok(done) => done.report(),
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The configuration a Seata client program reads (`file` when given, then Seata's
+/// configuration centre named by `config.type`, then the environment), followed live,
+/// and the discovery of the registry it names (which follows the centre's mapping
+/// changes too).
+pub async fn live_discovery(
+    file: Option<&std::path::Path>,
+) -> Result<(meshline::core::centre::LiveConfig, meshline::Discovery), String> {
+    let mut loader = meshline::ConfigLoader::new();
+    if let Some(p) = file {
+        loader = loader.file(p);
+    }
+    let live = meshline::centre::live_config(loader.process_env())
+        .await
+        .map_err(|e| e.to_string())?;
+    let discovery = meshline::centre::discovery_from_live(&live)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((live, discovery))
 }

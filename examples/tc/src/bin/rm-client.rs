@@ -23,12 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::ConfigLoader;
 use meshline::rpc::message::{
     BranchCommitRequest, BranchEndRequest, BranchRollbackRequest, BranchStatus, BranchType,
 };
 use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
-use meshline_example_support::init_logging;
+use meshline_example_support::{init_logging, live_discovery, run_main};
 use tokio::sync::Notify;
 
 /// A Seata RM: registers a resource with the group's TCs, optionally a branch of a
@@ -125,21 +124,12 @@ impl BranchHandler for Printer {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let mut loader = ConfigLoader::new();
-    if let Some(p) = &args.config {
-        loader = loader.file(p);
-    }
-    let live = meshline::centre::live_config(loader.process_env())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (live, discovery) = live_discovery(args.config.as_deref()).await?;
     let config = live.current();
     let group = args
         .group
         .clone()
         .unwrap_or_else(|| config.tx_service_group.clone());
-    let discovery = meshline::centre::discovery_from_live(&live)
-        .await
-        .map_err(|e| e.to_string())?;
     let printer = Arc::new(Printer {
         answered: AtomicU64::new(0),
         fail_first: args.fail_first,
@@ -217,21 +207,5 @@ async fn run(args: Args) -> Result<(), String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging("warn");
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("rm-client: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rm-client: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_main("rm-client", run(args))
 }

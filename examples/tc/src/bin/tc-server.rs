@@ -183,21 +183,5 @@ fn main() -> ExitCode {
     // Usage errors exit 2, --help / --version exit 0 (clap's convention).
     let args = Args::parse();
     init_logging("info");
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tc-server: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tc-server: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    meshline_example_support::run_main("tc-server", run(args))
 }

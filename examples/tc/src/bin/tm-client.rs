@@ -28,10 +28,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::ConfigLoader;
 use meshline::rpc::message::GlobalStatus;
 use meshline::rpc::tm::TransactionManager;
-use meshline_example_support::init_logging;
+use meshline_example_support::{init_logging, live_discovery, run_main};
 
 /// A Seata TM: begins global transactions on the group's TCs and commits or rolls them
 /// back, printing each XID and status.
@@ -78,21 +77,12 @@ struct Args {
 async fn run(args: Args) -> Result<(), String> {
     // Files, then Seata's configuration centre (`config.type`), then the environment;
     // the mapping is followed when it lives in a centre.
-    let mut loader = ConfigLoader::new();
-    if let Some(p) = &args.config {
-        loader = loader.file(p);
-    }
-    let live = meshline::centre::live_config(loader.process_env())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (live, discovery) = live_discovery(args.config.as_deref()).await?;
     let config = live.current();
     let group = args
         .group
         .clone()
         .unwrap_or_else(|| config.tx_service_group.clone());
-    let discovery = meshline::centre::discovery_from_live(&live)
-        .await
-        .map_err(|e| e.to_string())?;
     let cluster = discovery.cluster_for(&group).map_err(|e| e.to_string())?;
     let mut builder = TransactionManager::builder()
         .config(&config)
@@ -189,21 +179,5 @@ fn main() -> ExitCode {
     // Usage errors exit 2, --help / --version exit 0 (clap's convention).
     let args = Args::parse();
     init_logging("warn");
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tm-client: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tm-client: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_main("tm-client", run(args))
 }

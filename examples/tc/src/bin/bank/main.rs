@@ -27,7 +27,6 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use clap::Parser;
-use meshline::ConfigLoader;
 use meshline::rpc::rm::ResourceManager;
 use meshline::rpc::tcc::TccActions;
 use meshline::tx;
@@ -94,17 +93,9 @@ impl Bank {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let mut loader = ConfigLoader::new();
-    if let Some(p) = &args.config {
-        loader = loader.file(p);
-    }
-    let live = meshline::centre::live_config(loader.process_env())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (live, discovery) =
+        meshline_example_support::live_discovery(args.config.as_deref()).await?;
     let config = live.current();
-    let discovery = meshline::centre::discovery_from_live(&live)
-        .await
-        .map_err(|e| e.to_string())?;
     let pool = sqlx::sqlite::SqlitePoolOptions::new()
         .max_connections(4)
         .connect(&format!("sqlite://{}?mode=rwc", args.db.display()))

@@ -448,22 +448,12 @@ async fn run() -> Result<bool, String> {
 fn main() -> ExitCode {
     let Args {} = Args::parse();
     init_logging("error");
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("demo: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("demo: {e}");
+    // The demo ends 1 when a transaction did not end as it says it should.
+    meshline_example_support::run_main("demo", async {
+        Ok(if run().await? {
+            ExitCode::SUCCESS
+        } else {
             ExitCode::FAILURE
-        }
-    }
+        })
+    })
 }

@@ -314,10 +314,8 @@ impl RegistryService for EtcdRegistry {
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         self.check_open()?;
         let (members, _) = self.inner.get_prefix(cluster).await?;
-        let mut v: Vec<Instance> = members.into_values().collect();
-        v.sort_by(|a, b| a.key().cmp(b.key()));
-        v.dedup_by(|a, b| a.key() == b.key());
-        Ok(v)
+        let v: Vec<Instance> = members.into_values().collect();
+        Ok(meshline_registry_core::sorted_unique(v).0.to_vec())
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {

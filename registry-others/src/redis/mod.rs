@@ -202,10 +202,8 @@ impl RegistryService for RedisRegistry {
 
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         self.inner.life.check_open()?;
-        let mut v = self.inner.scan(cluster).await?.members;
-        v.sort_by(|a, b| a.key().cmp(b.key()));
-        v.dedup_by(|a, b| a.key() == b.key());
-        Ok(v)
+        let v = self.inner.scan(cluster).await?.members;
+        Ok(meshline_registry_core::sorted_unique(v).0.to_vec())
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {

@@ -452,10 +452,8 @@ impl RegistryService for ZookeeperRegistry {
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         self.inner.life.check_open()?;
         check_cluster(cluster)?;
-        let mut v = self.inner.list(cluster).await?;
-        v.sort_by(|a, b| a.key().cmp(b.key()));
-        v.dedup_by(|a, b| a.key() == b.key());
-        Ok(v)
+        let v = self.inner.list(cluster).await?;
+        Ok(meshline_registry_core::sorted_unique(v).0.to_vec())
     }
 
     async fn watch(&self, cluster: &str) -> Result<Watch, RegistryError> {

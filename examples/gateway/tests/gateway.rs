@@ -326,28 +326,8 @@ async fn a_slow_reader_loses_unreliable_frames_then_is_cut_and_a_fast_one_is_not
     let fast = w.player("fast").await;
     // The slow one authenticates and then never reads (with a small receive buffer, so
     // the kernel holds little for it).
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    let mut slow = sock.connect(w.gateway.local_addr()).await.unwrap();
-    slow.write_all(
-        &ClientFrame::new(
-            GATEWAY_MODULE,
-            op::AUTH,
-            0,
-            w.minter.mint("slow", Duration::from_secs(60)),
-        )
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut buf = vec![0u8; 512];
-    let n = slow.read(&mut buf).await.unwrap();
-    let welcome = ClientFrame::from_message(&buf[..n], 4096).unwrap();
-    let slow_sid = String::from_utf8_lossy(&welcome.payload)
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
+    // Held open, never read, to the end of the test.
+    let (_slow, slow_sid) = w.raw_login("slow").await;
     let fast_sid = fast.welcome.session.clone();
     // Push frames to both as the backend does, on its connection to the gateway.
     let to_gateway = w.backends[0]

@@ -15,46 +15,6 @@ async fn kicked(p: &GatewayClient) -> (u16, String) {
     p.kick().expect("a KICK before the close")
 }
 
-/// A raw TCP client logged in as `account`: the stream, after AUTH_OK, and its session id.
-/// Its receive buffer is small (4 KiB), so the kernel holds little for it.
-async fn raw_login(w: &World, account: &str) -> (TcpStream, String) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut s = socket.connect(w.gateway.local_addr()).await.unwrap();
-    s.write_all(
-        &ClientFrame::new(
-            GATEWAY_MODULE,
-            op::AUTH,
-            0,
-            w.minter.mint(account, Duration::from_secs(60)),
-        )
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
-    let ok = read_frame(&mut s).await.expect("AUTH_OK");
-    assert_eq!(
-        (ok.module, ok.opcode),
-        (GATEWAY_MODULE, op::AUTH_OK),
-        "{ok:?}"
-    );
-    let sid = String::from_utf8_lossy(&ok.payload)
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
-    (s, sid)
-}
-
-/// One whole frame from `s`, `None` at the end of the stream.
-async fn read_frame(s: &mut TcpStream) -> Option<ClientFrame> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await.ok()?;
-    let mut rest = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut rest).await.ok()?;
-    ClientFrame::from_message(&[&len[..], &rest].concat(), 16 << 20).ok()
-}
-
 /// Reads `s` to its end; returns the code of the last frame if it is a KICK.
 async fn last_kick(s: &mut TcpStream) -> Option<u16> {
     let mut last = None;
@@ -84,7 +44,7 @@ async fn an_oversize_frame_is_kicked_oversize() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_after_login_is_kicked_bad_frame() {
     let w = world(1, |_| {}).await;
-    let (mut s, _) = raw_login(&w, "garbage").await;
+    let (mut s, _) = w.raw_login("garbage").await;
     // A length shorter than the 9-byte header.
     s.write_all(&[0, 0, 0, 3, 1, 2, 3]).await.unwrap();
     assert_eq!(last_kick(&mut s).await, Some(Kick::BadFrame.code()));
@@ -207,7 +167,7 @@ async fn a_client_that_does_not_read_is_kicked_slow_client_when_it_reads_again()
         s.send_queue_hard = 256 * 1024;
     })
     .await;
-    let (mut s, sid) = raw_login(&w, "sleepy").await;
+    let (mut s, sid) = w.raw_login("sleepy").await;
     // Reliable pushes past the hard limit and what the kernel's buffers hold (6.4 MiB)
     // while the client reads nothing.
     let to_gateway = w.backends[0].gateway_connections().remove(0);

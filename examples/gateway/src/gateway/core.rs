@@ -84,6 +84,16 @@ impl Shared {
             .get()
             .unwrap_or_else(|| EMPTY.get_or_init(HashMap::new))
     }
+
+    /// The backends of `cluster` a `disable` or a high `load` took off new sessions.
+    pub(crate) fn refused_in(&self, cluster: &str) -> Vec<InstanceKey> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 pub(crate) struct Shared {
@@ -322,14 +332,7 @@ impl Gateway {
     /// Backends of `cluster` that take no new sessions after a `disable` or a `load`
     /// over 90 (the `enable` command and lower loads take them off).
     pub fn refused_backends(&self, cluster: &str) -> Vec<meshline::InstanceKey> {
-        let mut v: Vec<_> = self
-            .shared
-            .refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(cluster)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
+        let mut v = self.shared.refused_in(cluster);
         v.sort();
         v
     }

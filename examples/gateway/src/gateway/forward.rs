@@ -195,13 +195,7 @@ pub(super) fn push(shared: &Shared, outbound: &Outbound, frame: ClientFrame) {
 /// Backends of `cluster` that take no new sessions: disabled or overloaded (backend
 /// commands), or of another major app version than `gateway.app-version`.
 fn refused_backends(shared: &Shared, cluster: &str, client: &RpcClient) -> Vec<InstanceKey> {
-    let mut refused: Vec<InstanceKey> = shared
-        .refused
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(cluster)
-        .map(|s| s.iter().cloned().collect())
-        .unwrap_or_default();
+    let mut refused = shared.refused_in(cluster);
     if let Some(ours) = &shared.settings.app_version {
         let major = |v: &str| v.split('.').next().unwrap_or("").trim().to_string();
         let want = major(ours);

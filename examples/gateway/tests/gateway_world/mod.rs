@@ -174,6 +174,37 @@ impl World {
         .await
     }
 
+    /// A raw TCP client logged in as `account`: the stream, after AUTH_OK, and its session id.
+    /// Its receive buffer is small (4 KiB), so the kernel holds little for it.
+    pub async fn raw_login(&self, account: &str) -> (TcpStream, String) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(self.gateway.local_addr()).await.unwrap();
+        s.write_all(
+            &ClientFrame::new(
+                GATEWAY_MODULE,
+                op::AUTH,
+                0,
+                self.minter.mint(account, Duration::from_secs(60)),
+            )
+            .to_bytes(),
+        )
+        .await
+        .unwrap();
+        let ok = read_frame(&mut s).await.expect("AUTH_OK");
+        assert_eq!(
+            (ok.module, ok.opcode),
+            (GATEWAY_MODULE, op::AUTH_OK),
+            "{ok:?}"
+        );
+        let sid = String::from_utf8_lossy(&ok.payload)
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        (s, sid)
+    }
+
     pub async fn player(&self, account: &str) -> GatewayClient {
         GatewayClient::auth(
             self.gateway.local_addr(),
@@ -182,6 +213,15 @@ impl World {
         .await
         .unwrap()
     }
+}
+
+/// One whole frame from `s`, `None` at the end of the stream.
+pub async fn read_frame(s: &mut TcpStream) -> Option<ClientFrame> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.ok()?;
+    let mut rest = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut rest).await.ok()?;
+    ClientFrame::from_message(&[&len[..], &rest].concat(), 16 << 20).ok()
 }
 
 /// The kick code of a `KICK` frame.

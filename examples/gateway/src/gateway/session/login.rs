@@ -78,17 +78,22 @@ impl Sessions {
     /// Puts a new session in memory, the account's latest; returns the id of the
     /// account's session before it, if any.
     fn install(&self, s: &Arc<Session>) -> Option<String> {
-        let previous = self
-            .by_account
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(s.account.clone(), s.id.clone());
+        let previous = self.index(s);
+        s.changed();
+        previous
+    }
+
+    /// Makes `s` findable by its id and as its account's session; returns the id of
+    /// the account's session before it, if any.
+    pub(super) fn index(&self, s: &Arc<Session>) -> Option<String> {
         self.by_id
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(s.id.clone(), s.clone());
-        s.changed();
-        previous
+        self.by_account
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(s.account.clone(), s.id.clone())
     }
 
     /// The session `account` has on this gateway, if any.

@@ -100,14 +100,7 @@ impl Sessions {
                     dirty: self.dirty.clone(),
                     limits: self.limits,
                 });
-                self.by_account
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(s.account.clone(), s.id.clone());
-                self.by_id
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(s.id.clone(), s.clone());
+                self.index(&s);
                 (s, HashSet::new())
             }
         };

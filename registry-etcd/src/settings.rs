@@ -61,7 +61,7 @@ impl EtcdSettings {
     pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
         r.accept(accept);
-        let settings = EtcdSettings {
+        Ok(EtcdSettings {
             server_addr: r.text("serverAddr", "http://localhost:2379")?,
             cluster: r.text("cluster", "default")?,
             ttl: r.duration("ttl", Duration::from_secs(10))?,
@@ -74,11 +74,8 @@ impl EtcdSettings {
             username: r.optional("username"),
             password: r.secret("password"),
             tls: TlsSettings::read(&r, "etcd3")?,
-            warnings: Vec::new(),
-        };
-        Ok(EtcdSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

@@ -94,7 +94,7 @@ impl NacosSettings {
             "clusterName",
             "clientApplication",
         ]);
-        let settings = NacosSettings {
+        Ok(NacosSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8848")?,
             namespace: r.text_or_empty("namespace", ""),
             group: r.text("group", "DEFAULT_GROUP")?,
@@ -108,11 +108,8 @@ impl NacosSettings {
             grpc_port: r.optional_number("grpcPort")?,
             protocol: r.parse("protocol", Protocol::parse)?.unwrap_or_default(),
             tls: TlsSettings::read(&r, "nacos")?,
-            warnings: Vec::new(),
-        };
-        Ok(NacosSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

@@ -43,7 +43,7 @@ impl ConsulSettings {
     pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
         r.accept(accept);
-        let settings = ConsulSettings {
+        Ok(ConsulSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:8500")?,
             cluster: r.text("cluster", "default")?,
             acl_token: r.secret("aclToken"),
@@ -52,11 +52,8 @@ impl ConsulSettings {
                 .duration("deregisterCriticalServiceAfter", Duration::from_secs(20))?,
             max_body_bytes: crate::common::max_body_bytes(&r, "consul")?,
             tls: TlsSettings::read(&r, "consul")?,
-            warnings: Vec::new(),
-        };
-        Ok(ConsulSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

@@ -55,7 +55,7 @@ impl EurekaSettings {
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let section = config.registry.section(&["eureka"]);
         let r = section.reader();
-        let settings = EurekaSettings {
+        Ok(EurekaSettings {
             service_url: r.text_or_empty("serviceUrl", ""),
             application: r.text("application", "default")?,
             weight: r.text("weight", "1")?,
@@ -64,11 +64,8 @@ impl EurekaSettings {
             refresh_interval: r.duration("refreshInterval", Duration::from_secs(5))?,
             max_body_bytes: crate::common::max_body_bytes(&r, "eureka")?,
             tls: TlsSettings::read(&r, "eureka")?,
-            warnings: Vec::new(),
-        };
-        Ok(EurekaSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

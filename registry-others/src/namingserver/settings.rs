@@ -64,7 +64,8 @@ impl NamingserverSettings {
             )?,
             max_body_bytes: crate::common::max_body_bytes(&r, "seata")?,
             tls: TlsSettings::read(&r, "seata")?,
-            warnings: Vec::new(),
+            // Last (fields are evaluated in the order written): the keys no read above took.
+            warnings: r.finish(),
         };
         if settings.token_validity < Duration::from_secs(1) {
             return Err(RegistryError::Config(format!(
@@ -72,10 +73,7 @@ impl NamingserverSettings {
                 settings.token_validity
             )));
         }
-        Ok(NamingserverSettings {
-            warnings: r.finish(),
-            ..settings
-        })
+        Ok(settings)
     }
 }
 

@@ -63,7 +63,8 @@ impl RaftSettings {
             metadata_max_age: r.seata_duration("metadataMaxAgeMs", MS, seata_max_age)?,
             max_body_bytes: crate::common::max_body_bytes(&r, "raft")?,
             tls: TlsSettings::read(&r, "raft")?,
-            warnings: Vec::new(),
+            // Last (fields are evaluated in the order written): the keys no read above took.
+            warnings: r.finish(),
         };
         if settings.token_validity < Duration::from_secs(1) {
             return Err(RegistryError::Config(format!(
@@ -76,10 +77,7 @@ impl RaftSettings {
                 "registry.raft.metadataMaxAgeMs must be greater than 0".into(),
             ));
         }
-        Ok(RaftSettings {
-            warnings: r.finish(),
-            ..settings
-        })
+        Ok(settings)
     }
 }
 

@@ -83,7 +83,7 @@ impl RedisSettings {
         let ms = Duration::from_millis(1);
         let seata_timeout = r.seata_duration("timeout", ms, Duration::ZERO)?;
         let max_wait = r.seata_duration("max-wait", ms, seata_timeout)?;
-        let settings = RedisSettings {
+        Ok(RedisSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:6379")?,
             db: r.number("db", 0)?,
             username: r.optional("username"),
@@ -94,11 +94,8 @@ impl RedisSettings {
             ttl: r.duration("ttl", Duration::from_secs(5))?,
             refresh_period: r.duration("refreshPeriod", Duration::from_millis(2000))?,
             tls: TlsSettings::read(&r, "redis")?,
-            warnings: Vec::new(),
-        };
-        Ok(RedisSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

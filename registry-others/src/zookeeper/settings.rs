@@ -45,7 +45,7 @@ impl ZkSettings {
     pub fn from_section(section: &Section, accept: &[&str]) -> Result<Self, RegistryError> {
         let r = section.reader();
         r.accept(accept);
-        let settings = ZkSettings {
+        Ok(ZkSettings {
             server_addr: r.text("serverAddr", "127.0.0.1:2181")?,
             cluster: r.text("cluster", "default")?,
             session_timeout: r.seata_duration("sessionTimeout", MS, Duration::from_millis(6000))?,
@@ -53,11 +53,8 @@ impl ZkSettings {
             username: r.optional("username"),
             password: r.secret("password"),
             tls: TlsSettings::read(&r, "zk")?,
-            warnings: Vec::new(),
-        };
-        Ok(ZkSettings {
+            // Last (fields are evaluated in the order written): the keys no read above took.
             warnings: r.finish(),
-            ..settings
         })
     }
 }

@@ -9,9 +9,9 @@
 //! - **Retries** (`client.tm.commitRetryCount`, `client.tm.rollbackRetryCount`, 5
 //!   each): a commit or rollback that gets *no answer* (timeout, connection lost, no TC
 //!   alive) is sent again, at most that many attempts in all. When the attempt's
-//!   connection was lost and no TC is left alive, the next attempt first waits for the
-//!   reconnect (once, up to twice `backoff_initial` plus `connect_timeout`), as Seata's
-//!   TM reconnects before it sends again. An answer, whatever it says, ends the
+//!   connection was lost, the next attempt first waits for the reconnect to the TC the
+//!   XID names (or to any TC, when none is alive; once, up to twice `backoff_initial`
+//!   plus `connect_timeout`), as Seata's TM reconnects to that TC before it sends again. An answer, whatever it says, ends the
 //!   attempts. A TC's commit is idempotent: a second commit of a
 //!   committed transaction answers its status or `Finished`.
 //! - **Outcomes** as Seata's `TransactionalTemplate` reads them: the status answered
@@ -319,20 +319,16 @@ impl TransactionManager {
                         return Err(e);
                     }
                     tracing::warn!(%xid, attempt, attempts, error = %e, "{op}: no answer; trying again");
-                    // The connection this attempt went out on was lost and nothing is
-                    // alive until the reconnect, a backoff away. Seata's TM reconnects
-                    // before it sends again; here the next attempt waits (once) for the
-                    // reconnect instead of failing "none is alive" at once, with every
-                    // attempt left spent in microseconds. Nothing alive from the start
+                    // The connection this attempt went out on was lost: the TC it
+                    // reached (the one the XID names, or the only one) is not alive until
+                    // the reconnect, a backoff away. Seata's TM reconnects to that TC
+                    // before it sends again; here the next attempt waits for it (once),
+                    // instead of failing "none is alive" at once or going to another TC,
+                    // which does not hold the transaction. Nothing alive from the start
                     // (every TC gone) still fails at once.
-                    if reached && !waited && self.client.alive().is_empty() {
+                    if reached && !waited {
                         waited = true;
-                        let o = self.client.options();
-                        let reconnect =
-                            (o.backoff_initial * 2 + o.connect_timeout).min(o.request_timeout);
-                        if self.client.wait_alive(1, reconnect).await.is_err() {
-                            tracing::warn!(%xid, waited = ?reconnect, "{op}: no TC connected again");
-                        }
+                        self.wait_for_reconnect(op, xid).await;
                     }
                 }
                 Err(e) => return Err(e),
@@ -340,6 +336,37 @@ impl TransactionManager {
         };
         let commit = matches!(msg, SeataMessage::GlobalCommit(_));
         judge(op, xid, &endpoint, status, commit, attempt > 1)
+    }
+
+    /// After a lost connection: waits, at most twice `backoff_initial` plus
+    /// `connect_timeout`, until the TC the XID names is alive again when the client
+    /// follows it and it is not alive now, or until any TC is when none is.
+    async fn wait_for_reconnect(&self, op: &str, xid: &str) {
+        let named = meshline_loadbalance::parse_xid_address(xid).filter(|a| {
+            self.client
+                .endpoints()
+                .iter()
+                .any(|e| e.instance.socket_addr() == Some(*a))
+        });
+        let is_up = |alive: &crate::client::AliveSet| match named {
+            Some(a) => alive
+                .endpoints()
+                .iter()
+                .any(|e| e.instance.socket_addr() == Some(a)),
+            None => !alive.is_empty(),
+        };
+        let mut rx = self.client.subscribe_alive();
+        if is_up(&rx.borrow_and_update()) {
+            return;
+        }
+        let o = self.client.options();
+        let bound = (o.backoff_initial * 2 + o.connect_timeout).min(o.request_timeout);
+        if tokio::time::timeout(bound, rx.wait_for(|a| is_up(a)))
+            .await
+            .is_err()
+        {
+            tracing::warn!(%xid, tc = ?named, waited = ?bound, "{op}: the TC was not connected again");
+        }
     }
 }
 

@@ -67,6 +67,14 @@ fn seata_answer(commit: bool, id: u32) -> GlobalEndResponse {
 }
 
 async fn seata_like_tc() -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let me = listener.local_addr().unwrap();
+    // An XID naming another TC of the test (not the placeholder 127.0.0.1:8091): this
+    // TC does not hold it, and answers as Seata's TC does for a session it no longer
+    // has (`Finished`).
+    let elsewhere = move |xid: &str| {
+        meshline_loadbalance::parse_xid_address(xid).is_some_and(|a| a.port() != 8091 && a != me)
+    };
     // The first commit of transaction 8 loses its connection (the TC is still up).
     let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let handler = move |req: InboundRequest| {
@@ -90,6 +98,11 @@ async fn seata_like_tc() -> Server {
                         extra_data: None,
                     })
                 }
+                SeataMessage::GlobalCommit(r) if elsewhere(&r.xid) => {
+                    SeataMessage::GlobalCommitResponse(GlobalEndResponse::success(
+                        GlobalStatus::Finished,
+                    ))
+                }
                 SeataMessage::GlobalCommit(r)
                     if id(&r.xid) == 8
                         && !dropped.swap(true, std::sync::atomic::Ordering::SeqCst) =>
@@ -108,13 +121,7 @@ async fn seata_like_tc() -> Server {
             Some(Payload::seata(&answer).unwrap())
         }
     };
-    Server::bind_with(
-        "127.0.0.1:0".parse().unwrap(),
-        ServerConfig::default(),
-        handler,
-    )
-    .await
-    .unwrap()
+    Server::from_listener(listener, ServerConfig::default(), handler).unwrap()
 }
 
 /// A TM over `server`, and the registry it follows (the watch ends with it).
@@ -124,19 +131,35 @@ async fn tm(
     std::sync::Arc<meshline_registry_core::WatchHub>,
     TransactionManager,
 ) {
+    tm_over(&[server]).await
+}
+
+/// A TM over `servers`, routing by XID, and the registry it follows.
+async fn tm_over(
+    servers: &[&Server],
+) -> (
+    std::sync::Arc<meshline_registry_core::WatchHub>,
+    TransactionManager,
+) {
     let hub = common::hub();
     hub.publish(
         "c",
-        vec![
-            meshline_registry_core::Instance::new("127.0.0.1", server.local_addr().port()).unwrap(),
-        ],
+        servers
+            .iter()
+            .map(|s| {
+                meshline_registry_core::Instance::new("127.0.0.1", s.local_addr().port()).unwrap()
+            })
+            .collect(),
     );
     let client = common::builder(&hub, "XID")
         .handshake(common::seata_tm())
         .build()
         .await
         .unwrap();
-    client.wait_alive(1, Duration::from_secs(5)).await.unwrap();
+    client
+        .wait_alive(servers.len(), Duration::from_secs(5))
+        .await
+        .unwrap();
     (
         hub,
         TransactionManager::from_client(client, TmOptions::default()),
@@ -218,4 +241,17 @@ async fn a_commit_whose_connection_drops_is_sent_again_once_reconnected() {
     // and no longer than a few of them.
     let took = started.elapsed();
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// With two TCs, a commit whose connection to its own TC (the one its XID names) is
+/// lost goes back to that TC once it is connected again, as Seata's TM reconnects to
+/// the XID's TC; not to the other TC, which does not hold the transaction and answers
+/// `Finished` (an outcome the TM could then only call heuristic).
+#[tokio::test]
+async fn a_commit_whose_connection_drops_goes_back_to_the_tc_its_xid_names() {
+    let a = seata_like_tc().await;
+    let b = seata_like_tc().await;
+    let (_hub, tm) = tm_over(&[&a, &b]).await;
+    let xid = format!("{}:8", a.local_addr());
+    assert_eq!(tm.commit(&xid).await.unwrap(), GlobalStatus::Committed);
 }

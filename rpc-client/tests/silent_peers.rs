@@ -175,17 +175,26 @@ async fn a_slow_live_peer_is_not_taken_for_a_silent_one() {
     assert!(conn.ping(Duration::from_secs(1)).await.is_ok());
 }
 
+/// What the test and the peer on its own thread tell each other.
+struct PeerSignals {
+    /// The peer got a PING (after the first).
+    pings: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// The test's runtime is stalled: the peer may answer.
+    stalled: std::sync::mpsc::Sender<()>,
+    /// The peer wrote its answers.
+    answered: std::sync::mpsc::Receiver<()>,
+}
+
 /// A peer on a thread and runtime of its own, so that it keeps answering while the
-/// client's runtime is blocked: it answers the first PING at once, holds each request,
-/// and on every later PING tells the test, answers it 50 ms later, then answers the
-/// requests it holds.
-fn peer_on_its_own_thread() -> (
-    std::net::SocketAddr,
-    tokio::sync::mpsc::UnboundedReceiver<()>,
-) {
+/// client's runtime is blocked: it answers the first PING at once and holds each
+/// request; on every later PING it tells the test, waits until the test says its
+/// runtime is stalled, then answers the PING and the requests it holds, and says so.
+fn peer_on_its_own_thread() -> (std::net::SocketAddr, PeerSignals) {
     use futures_util::{SinkExt, StreamExt};
     use meshline_rpc_client::{Frame, FrameCodec, HeadMap, MessageType};
     let (pinged, pings) = tokio::sync::mpsc::unbounded_channel();
+    let (stalled, stall) = std::sync::mpsc::channel();
+    let (answer, answered) = std::sync::mpsc::channel();
     let (bound, addr) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -205,8 +214,10 @@ fn peer_on_its_own_thread() -> (
                 match f.msg_type {
                     MessageType::Request => held.push(f),
                     MessageType::HeartbeatRequest => {
-                        let _ = pinged.send(());
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // The test ended (its receiver gone): nothing more to answer.
+                        if pinged.send(()).is_err() || stall.recv().is_err() {
+                            return;
+                        }
                         let mut answers = vec![Frame::pong_for(&f)];
                         answers.extend(held.drain(..).map(|r| Frame {
                             msg_type: MessageType::Response,
@@ -214,9 +225,15 @@ fn peer_on_its_own_thread() -> (
                             ..r
                         }));
                         for a in answers {
-                            if framed.send(a).await.is_err() {
+                            // A write the client refused ends the peer; the test then
+                            // fails on the closed connection it asserts against.
+                            if let Err(e) = framed.send(a).await {
+                                tracing::warn!(error = %e, "the peer could not answer");
                                 return;
                             }
+                        }
+                        if answer.send(()).is_err() {
+                            return;
                         }
                     }
                     _ => {}
@@ -224,7 +241,12 @@ fn peer_on_its_own_thread() -> (
             }
         });
     });
-    (addr.recv().unwrap(), pings)
+    let signals = PeerSignals {
+        pings,
+        stalled,
+        answered,
+    };
+    (addr.recv().unwrap(), signals)
 }
 
 /// The client's own runtime stalls (a blocking call on its only thread) after a probe
@@ -233,7 +255,7 @@ fn peer_on_its_own_thread() -> (
 /// connection is kept. A stall of ours is not a silence of the peer's.
 #[tokio::test]
 async fn a_stall_of_the_clients_own_runtime_is_not_taken_for_a_silent_peer() {
-    let (addr, mut pings) = peer_on_its_own_thread();
+    let (addr, mut peer) = peer_on_its_own_thread();
     let hub = hub();
     hub.publish(
         "c",
@@ -265,13 +287,23 @@ async fn a_stall_of_the_clients_own_runtime_is_not_taken_for_a_silent_peer() {
             })
         };
         // The request went out and drew the probe's PING (100 ms without a byte).
-        tokio::time::timeout(Duration::from_secs(5), pings.recv())
+        tokio::time::timeout(Duration::from_secs(5), peer.pings.recv())
             .await
             .expect("no probe PING")
             .expect("the peer ended");
-        // Blocks this runtime past the probe's timeout (200 ms); the peer answers the
-        // PING and the request 50 ms into it.
-        std::thread::sleep(Duration::from_millis(400));
+        let pinged = Instant::now();
+        // From here this runtime is stalled: the calls below block its only thread.
+        peer.stalled.send(()).expect("the peer ended");
+        peer.answered
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the peer did not answer");
+        // The stall goes on past the probe's timeout (200 ms after the PING went out,
+        // which was before `pinged`): the reader then wakes to the answers and a passed
+        // deadline at once.
+        std::thread::sleep(
+            (pinged + PROBE.timeout + Duration::from_millis(100))
+                .saturating_duration_since(Instant::now()),
+        );
         let answer = call.await.unwrap();
         assert!(
             answer.is_ok(),

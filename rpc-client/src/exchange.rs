@@ -127,6 +127,40 @@ fn is_read(msg: &SeataMessage) -> bool {
     )
 }
 
+/// After a lost connection on `client`: waits, at most twice `backoff_initial` plus
+/// `connect_timeout`, until the TC the XID names is alive again when the client
+/// follows it and it is not alive now, or until any TC is when none is. Seata's TM and
+/// RM reconnect to that TC before they send again; without the wait, the attempts
+/// left fail "none is alive" within microseconds, or go to another TC, which does not
+/// hold the transaction.
+pub(crate) async fn wait_for_reconnect(client: &RpcClient, op: &str, xid: &str) {
+    let named = meshline_loadbalance::parse_xid_address(xid).filter(|a| {
+        client
+            .endpoints()
+            .iter()
+            .any(|e| e.instance.socket_addr() == Some(*a))
+    });
+    let is_up = |alive: &crate::client::AliveSet| match named {
+        Some(a) => alive
+            .endpoints()
+            .iter()
+            .any(|e| e.instance.socket_addr() == Some(a)),
+        None => !alive.is_empty(),
+    };
+    let mut rx = client.subscribe_alive();
+    if is_up(&rx.borrow_and_update()) {
+        return;
+    }
+    let o = client.options();
+    let bound = (o.backoff_initial * 2 + o.connect_timeout).min(o.request_timeout);
+    if tokio::time::timeout(bound, rx.wait_for(|a| is_up(a)))
+        .await
+        .is_err()
+    {
+        tracing::warn!(%xid, tc = ?named, waited = ?bound, "{op}: the TC was not connected again");
+    }
+}
+
 #[cfg(test)]
 mod read_tests {
     use super::*;

@@ -69,7 +69,7 @@ pub use builder::RmBuilder;
 pub use handler::BranchHandler;
 
 use crate::client::RpcClient;
-use crate::exchange::exchange;
+use crate::exchange::{exchange, wait_for_reconnect};
 use crate::message::{
     BranchRegisterRequest, BranchReportRequest, BranchStatus, BranchType, GlobalEndRequest,
     GlobalStatus, RegisterRmRequest, SeataMessage, TransactionExceptionCode,
@@ -192,7 +192,9 @@ impl ResourceManager {
     /// (`ConnectionProxy.report`): a success only when `client.rm.reportSuccessEnable`
     /// is on (else the TC learns of it at phase two, and `Ok(false)` says nothing was
     /// sent), a failure always; each report that fails, for any reason, is sent again,
-    /// `client.rm.reportRetryCount` attempts in all. `Ok(true)`: reported.
+    /// `client.rm.reportRetryCount` attempts in all; after a lost connection the next
+    /// attempt first waits (once) for the TC the XID names to be connected again, as
+    /// the TM's commit does. `Ok(true)`: reported.
     pub async fn report_phase_one(
         &self,
         xid: &str,
@@ -211,6 +213,7 @@ impl ResourceManager {
         };
         let attempts = self.options.report_retry_count.max(1);
         let mut attempt = 0;
+        let mut waited = false;
         loop {
             attempt += 1;
             match self
@@ -220,6 +223,13 @@ impl ResourceManager {
                 Ok(()) => return Ok(true),
                 Err(e) if attempt < attempts => {
                     tracing::warn!(%xid, branch_id, attempt, attempts, error = %e, "phase-one report failed; sending it again");
+                    // A lost connection: the next attempt waits (once) for the TC the
+                    // XID names to be connected again, as the TM's commit does.
+                    if matches!(e, TransactionError::Rpc { .. }) && !e.is_not_delivered() && !waited
+                    {
+                        waited = true;
+                        wait_for_reconnect(&self.client, "branch report", xid).await;
+                    }
                 }
                 Err(e) => return Err(e),
             }

@@ -11,8 +11,9 @@
 //!   alive) is sent again, at most that many attempts in all. When the attempt's
 //!   connection was lost, the next attempt first waits for the reconnect to the TC the
 //!   XID names (or to any TC, when none is alive; once, up to twice `backoff_initial`
-//!   plus `connect_timeout`), as Seata's TM reconnects to that TC before it sends again. An answer, whatever it says, ends the
-//!   attempts. A TC's commit is idempotent: a second commit of a
+//!   plus `connect_timeout`), as Seata's TM reconnects to that TC before it sends
+//!   again. An answer, whatever it says, ends the attempts. A TC's commit is
+//!   idempotent: a second commit of a
 //!   committed transaction answers its status or `Finished`.
 //! - **Outcomes** as Seata's `TransactionalTemplate` reads them: the status answered
 //!   is the outcome, **whatever the result code**. Seata's TC answers `Failed` with a
@@ -69,7 +70,7 @@ pub use crate::tx_error::TransactionError;
 pub use builder::TmBuilder;
 
 use crate::client::RpcClient;
-use crate::exchange::exchange;
+use crate::exchange::{exchange, wait_for_reconnect};
 use crate::message::{
     GlobalBeginRequest, GlobalEndRequest, GlobalReportRequest, GlobalStatus, SeataMessage,
     TransactionExceptionCode,
@@ -328,7 +329,7 @@ impl TransactionManager {
                     // (every TC gone) still fails at once.
                     if reached && !waited {
                         waited = true;
-                        self.wait_for_reconnect(op, xid).await;
+                        wait_for_reconnect(&self.client, op, xid).await;
                     }
                 }
                 Err(e) => return Err(e),
@@ -336,37 +337,6 @@ impl TransactionManager {
         };
         let commit = matches!(msg, SeataMessage::GlobalCommit(_));
         judge(op, xid, &endpoint, status, commit, attempt > 1)
-    }
-
-    /// After a lost connection: waits, at most twice `backoff_initial` plus
-    /// `connect_timeout`, until the TC the XID names is alive again when the client
-    /// follows it and it is not alive now, or until any TC is when none is.
-    async fn wait_for_reconnect(&self, op: &str, xid: &str) {
-        let named = meshline_loadbalance::parse_xid_address(xid).filter(|a| {
-            self.client
-                .endpoints()
-                .iter()
-                .any(|e| e.instance.socket_addr() == Some(*a))
-        });
-        let is_up = |alive: &crate::client::AliveSet| match named {
-            Some(a) => alive
-                .endpoints()
-                .iter()
-                .any(|e| e.instance.socket_addr() == Some(a)),
-            None => !alive.is_empty(),
-        };
-        let mut rx = self.client.subscribe_alive();
-        if is_up(&rx.borrow_and_update()) {
-            return;
-        }
-        let o = self.client.options();
-        let bound = (o.backoff_initial * 2 + o.connect_timeout).min(o.request_timeout);
-        if tokio::time::timeout(bound, rx.wait_for(|a| is_up(a)))
-            .await
-            .is_err()
-        {
-            tracing::warn!(%xid, tc = ?named, waited = ?bound, "{op}: the TC was not connected again");
-        }
     }
 }
 

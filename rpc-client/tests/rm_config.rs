@@ -20,7 +20,9 @@ use meshline_rpc_client::rm::{BranchHandler, ResourceManager, async_trait};
 use meshline_rpc_client::{InboundRequest, Payload, Server, ServerConfig, TransactionError};
 
 /// A TC that refuses the first `refusals` branch registrations with `conflict`, and the
-/// first `report_failures` branch reports with `FailedStore`; counts both.
+/// first `report_failures` branch reports with `FailedStore`; counts both. With
+/// `drop_first_report`, the first branch report closes its connection unanswered (the
+/// TC stays up).
 struct ScriptedTc {
     server: Server,
     registers: Arc<AtomicU32>,
@@ -31,6 +33,7 @@ async fn scripted_tc(
     refusals: u32,
     conflict: TransactionExceptionCode,
     report_failures: u32,
+    drop_first_report: bool,
 ) -> ScriptedTc {
     let registers = Arc::new(AtomicU32::new(0));
     let reports = Arc::new(AtomicU32::new(0));
@@ -59,6 +62,10 @@ async fn scripted_tc(
                 }
                 SeataMessage::BranchReport(_) => {
                     let n = rep.fetch_add(1, Ordering::SeqCst);
+                    if drop_first_report && n == 0 {
+                        req.connection.close_with("the test drops the connection");
+                        return None;
+                    }
                     SeataMessage::BranchReportResponse(BranchReportResponse {
                         result: if n < report_failures {
                             TransactionResult::failed(
@@ -140,7 +147,7 @@ async fn register(rm: &ResourceManager) -> Result<i64, TransactionError> {
 
 #[tokio::test]
 async fn a_conflict_that_clears_within_the_retries_registers() {
-    let tc = scripted_tc(3, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let tc = scripted_tc(3, TransactionExceptionCode::LockKeyConflict, 0, false).await;
     let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
     let started = Instant::now();
     assert_eq!(register(&rm).await.unwrap(), 77);
@@ -158,7 +165,13 @@ async fn a_conflict_that_clears_within_the_retries_registers() {
 
 #[tokio::test]
 async fn a_conflict_that_stays_fails_after_retry_times_with_its_code() {
-    let tc = scripted_tc(u32::MAX, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let tc = scripted_tc(
+        u32::MAX,
+        TransactionExceptionCode::LockKeyConflict,
+        0,
+        false,
+    )
+    .await;
     let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
     match register(&rm).await {
         Err(TransactionError::Refused {
@@ -180,6 +193,7 @@ async fn a_fail_fast_conflict_is_not_retried() {
         u32::MAX,
         TransactionExceptionCode::LockKeyConflictFailFast,
         0,
+        false,
     )
     .await;
     let (_hub, rm) = start_rm(&tc, LOCK_KEYS).await;
@@ -196,7 +210,7 @@ async fn a_fail_fast_conflict_is_not_retried() {
 #[tokio::test]
 async fn phase_one_reports_follow_report_success_enable_and_retry_count() {
     // Seata's defaults: a success is not reported, a failure is.
-    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 0).await;
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 0, false).await;
     let (_hub, rm) = start_rm(&tc, "").await;
     assert!(
         !rm.report_phase_one(XID, 77, BranchType::AT, "jdbc:db", true)
@@ -212,7 +226,7 @@ async fn phase_one_reports_follow_report_success_enable_and_retry_count() {
     assert_eq!(tc.reports.load(Ordering::SeqCst), 1);
 
     // Successes reported; two failed reports sent again within reportRetryCount (3).
-    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 2).await;
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 2, false).await;
     let keys = "client.rm.reportSuccessEnable=true\nclient.rm.reportRetryCount=3\n";
     let (_hub, rm) = start_rm(&tc, keys).await;
     assert!(
@@ -223,7 +237,13 @@ async fn phase_one_reports_follow_report_success_enable_and_retry_count() {
     assert_eq!(tc.reports.load(Ordering::SeqCst), 3);
 
     // A report that keeps failing fails after reportRetryCount attempts, with its code.
-    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, u32::MAX).await;
+    let tc = scripted_tc(
+        0,
+        TransactionExceptionCode::LockKeyConflict,
+        u32::MAX,
+        false,
+    )
+    .await;
     let (_hub, rm) = start_rm(&tc, keys).await;
     let e = rm
         .report_phase_one(XID, 77, BranchType::AT, "jdbc:db", false)
@@ -231,4 +251,20 @@ async fn phase_one_reports_follow_report_success_enable_and_retry_count() {
         .unwrap_err();
     assert_eq!(e.exception_code(), TransactionExceptionCode::FailedStore);
     assert_eq!(tc.reports.load(Ordering::SeqCst), 3);
+}
+
+/// A phase-one report whose connection is lost on the way (the TC stays up) is sent
+/// again once the RM is connected again: its retries are not spent in the microseconds
+/// before the reconnect, each failing "none is alive".
+#[tokio::test]
+async fn a_report_whose_connection_drops_is_sent_again_once_reconnected() {
+    let tc = scripted_tc(0, TransactionExceptionCode::LockKeyConflict, 0, true).await;
+    let (_hub, rm) = start_rm(&tc, "").await;
+    assert!(
+        rm.report_phase_one(XID, 77, BranchType::AT, "jdbc:db", false)
+            .await
+            .unwrap()
+    );
+    // The dropped one and the one answered.
+    assert_eq!(tc.reports.load(Ordering::SeqCst), 2);
 }

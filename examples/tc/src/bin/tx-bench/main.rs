@@ -420,11 +420,12 @@ where
     summary
 }
 
-/// What the TC of each batching setup served and answered with.
+/// What the TC of each setup served: merged requests and their answers (batching
+/// setups), and the transactions it still holds.
 fn print_tc_stats(setups: &[Setup]) {
     for s in setups {
+        let st = s.tc.stats();
         if s.batch {
-            let st = s.tc.stats();
             println!(
                 "  ({}: the TC served {} MergedWarpMessages, answered with {} MergeResultMessages and {} BatchResultMessages)",
                 s.label,
@@ -435,7 +436,6 @@ fn print_tc_stats(setups: &[Setup]) {
         }
         // AT commits are answered `AsyncCommitting` and driven by the TC's background
         // loop: the sessions still open say whether that loop kept up with the rate.
-        let st = s.tc.stats();
         println!(
             "  ({}: {} transactions begun, {} committed, {} still open)",
             s.label,

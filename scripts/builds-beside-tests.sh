@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What scripts/test.sh checks after the tests, started by scripts/run-tests.py
-# (--background) beside the last tests it runs, the registry fault tests on test
-# networks: their bounds are seconds and they leave most of the CPU idle. Every compile
-# here runs at idle priority (`chrt --idle 0`: it gets a CPU only when no test wants
-# one); what runs (the package check's tc-server and program) runs at normal priority.
+# (--background) in its shared phase, beside the tests whose bounds are seconds: they
+# leave most of the CPU idle. Every compile here runs at idle priority
+# (`chrt --idle 0`: it gets a CPU only when no test wants one); what runs (the package
+# check's tc-server and program) runs at normal priority.
 #   - the Nacos TLS build's tests, built (scripts/test.sh runs them after);
 #   - the file-only CLI, built (likewise);
 #   - scripts/package-check.sh, whole.

@@ -2,31 +2,29 @@
 """Runs the workspace's test binaries, as `cargo test --workspace --no-fail-fast`
 would, in two phases so that waiting does not add up:
 
-1. **Shared**: the tests of the registry backends, the facade's configuration-centre
-   tests, the CLI's and the testkit's. They spend their time waiting for real servers (a lease to
-   expire, a push, a session to move) with bounds of seconds, so several binaries run
-   at once (`--lanes`, default 3), longest first when an earlier run's durations are
-   on record (`<target>/test-durations.json`).
-2. **Alone**: everything else, one binary at a time as cargo runs them: the fault
-   tests that measure time on test networks (any test source naming
-   `meshline_testkit::net`), the rpc-client's and the examples' tests
-   (timing bounds of milliseconds: probes, p99s, throughput) and the rest. Last of
-   them the registry fault tests on test networks (bounds of seconds: a cut server
-   left, a watch resumed, a lease kept), beside which `--background CMD` starts
-   (scripts/test.sh: the compiles of its checks after the tests, at idle priority),
-   so the CPU those tests leave idle is used while nothing competes with the tests of
-   milliseconds.
+1. **Shared**: the tests that wait, with bounds of seconds. The tests of the registry
+   backends, the facade's configuration-centre tests, the CLI's and the testkit's spend
+   their time waiting for real servers (a lease to expire, a push, a session to move),
+   so several binaries run at once (`--lanes`, default 3), longest first when an
+   earlier run's durations are on record (`<target>/test-durations.json`). Beside them,
+   in a lane of its own and one at a time, the fault tests on test networks whose
+   bounds are of seconds too: the registries' (a cut server left, a watch resumed, a
+   lease kept) and those whose source says "runs beside the shared tests:". And the
+   CPU those tests leave idle goes to work that measures nothing, run at idle priority
+   (`chrt --idle`) so that it never delays a test: `--alongside CMD`
+   (scripts/test.sh: the lints and `cargo doc`), then the doc tests
+   (`cargo test --doc`), then `--background CMD` (scripts/test.sh: the compiles of its
+   checks after the tests). The phase ends when all of it has.
+2. **Alone**: everything else, one binary at a time as cargo runs them, with nothing
+   beside them: the fault tests that measure time on test networks (any test source
+   naming `meshline_testkit::net`), the rpc-client's and the examples' tests (timing
+   bounds of milliseconds: probes, p99s, throughput) and the rest.
 
-`--background CMD`'s output is printed when it ends, after the doc tests, and its
-failure fails the run. `--alongside CMD` runs a shell command (scripts/test.sh: clippy and `cargo doc`, work
-for the CPU) during the shared phase, whose tests mostly wait, and waits for it before
-the alone phase, so nothing competes with the tests that measure time; its output is
-printed when it ends and its failure fails the run. Then the doc tests
-(`cargo test --doc`). A shared binary's output is printed whole when
-it ends, so outputs never interleave. Every binary runs from its package's folder with
-cargo's `CARGO_MANIFEST_DIR`/`CARGO_PKG_*` variables, as under `cargo test`. Exit
-status: 0 when every binary and the doc tests passed; otherwise 101 (cargo's) after
-naming each failing binary.
+A shared-phase binary's output, and each command's, is printed whole when it ends, so
+outputs never interleave; a failing command fails the run. Every binary runs from its
+package's folder with cargo's `CARGO_MANIFEST_DIR`/`CARGO_PKG_*` variables, as under
+`cargo test`. Exit status: 0 when every binary, the doc tests and the commands passed;
+otherwise 101 (cargo's) after naming each failure.
 
 Usage: scripts/run-tests.py [--lanes N] [--features F] [--alongside CMD] [--background CMD]
 (scripts/test.sh runs it)
@@ -65,7 +63,9 @@ SHARED_PACKAGES = {
 # A test that times a stall to a fraction of a second says so with "runs alone:" in its
 # source (registry-nacos's `nacos_stall`), and runs alone too.
 ALONE_MARKERS = ("meshline_testkit::net", "testkit::net", "runs alone:")
-
+# A fault test outside the registries' packages whose bounds are of seconds says so with
+# this in its source, and runs in the shared phase's fault-test lane.
+BESIDE_MARKER = "runs beside the shared tests:"
 
 class Binary:
     def __init__(self, art, root):
@@ -114,15 +114,16 @@ class Binary:
         text = self._text
         return text is not None and not any(m in text for m in ALONE_MARKERS)
 
-    def beside_builds(self):
-        """A registry's fault test on a test network (alone among the tests, bounds of
-        seconds), unless its source says "runs alone:": the idle-priority builds of
-        `--background` may run beside it."""
-        if self.name not in SHARED_PACKAGES or self.shared():
+    def beside(self):
+        """A fault test on a test network with bounds of seconds: a registry's (unless
+        its source says "runs alone:"), or one whose source says it runs beside the
+        shared tests. It runs in the shared phase, in the fault-test lane."""
+        if self.shared():
             return False
         text = self._text
-        return text is not None and "runs alone:" not in text
-
+        if text is None or "runs alone:" in text:
+            return False
+        return self.name in SHARED_PACKAGES or BESIDE_MARKER in text
 
 def build(features):
     """Builds every test binary (cargo's diagnostics go to our stderr) and lists them."""
@@ -160,7 +161,7 @@ def build(features):
     return root, meta["target_directory"], binaries
 
 
-def run_captured(b, results, lock):
+def run_captured(b, results, lock, lane):
     """Runs `b` with its output in a file, printed whole when it ends."""
     with tempfile.TemporaryFile(mode="w+") as out:
         start = time.monotonic()
@@ -170,7 +171,7 @@ def run_captured(b, results, lock):
         out.seek(0)
         text = out.read()
     with lock:
-        print(f"     Running {b.label} ({b.exe}) [{took:.1f} s, shared]", flush=True)
+        print(f"     Running {b.label} ({b.exe}) [{took:.1f} s, {lane}]", flush=True)
         sys.stdout.write(text)
         sys.stdout.flush()
         results[b.key()] = (code, took, b.label)
@@ -185,30 +186,22 @@ def run_live(b, results):
     results[b.key()] = (code, took, b.label)
 
 
-def start_job(cmd):
-    """Starts `cmd` (a shell command) with its output in a file; (process, file, start)."""
-    out = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT)
-    return proc, out, time.monotonic()
-
-
-def finish_job(job, what):
-    """Waits for a job of `start_job`, prints `what` with how it ended and then its
-    output; returns its exit status."""
-    proc, out, at = job
-    code = proc.wait()
-    out.seek(0)
-    print(f"== {what} (exit {code}, done {time.monotonic() - at:.0f} s after its start)",
-          flush=True)
-    sys.stdout.write(out.read())
-    sys.stdout.flush()
-    out.close()
+def run_idle(what, cmd, lock):
+    """Runs `cmd` (an argument list) at idle priority with its output in a file; prints
+    `what`, how it ended and the output, whole, when it ends; returns its exit status."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        start = time.monotonic()
+        code = subprocess.call(["chrt", "--idle", "0"] + cmd,
+                               stdout=out, stderr=subprocess.STDOUT)
+        took = time.monotonic() - start
+        out.seek(0)
+        text = out.read()
+    with lock:
+        print(f"== {what} (exit {code}, {took:.0f} s, done {time.strftime('%H:%M:%S')})",
+              flush=True)
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return code
-
-
-def start_background(cmd):
-    print(f"== starting in the background: {cmd} ({time.strftime('%H:%M:%S')})", flush=True)
-    return start_job(cmd)
 
 
 def main():
@@ -226,58 +219,61 @@ def main():
     except (OSError, ValueError):
         known = {}
     shared = [b for b in binaries if b.shared()]
-    alone = [b for b in binaries if not b.shared()]
+    beside = [b for b in binaries if b.beside()]
+    alone = [b for b in binaries if not b.shared() and not b.beside()]
     # Longest first (as last measured; unknown ones first of all, alphabetically).
     shared.sort(key=lambda b: (-known.get(b.key(), 1e9), b.label))
-    # The registry fault tests last: the background builds start beside them.
-    alone.sort(key=lambda b: (b.beside_builds(), b.name, b.label))
+    beside.sort(key=lambda b: (-known.get(b.key(), 1e9), b.label))
+    alone.sort(key=lambda b: (b.name, b.label))
 
     results = {}
     lock = threading.Lock()
-    queue = list(shared)
-    print(f"== {len(shared)} test binaries waiting on servers, {max(1, args.lanes)} at a time "
+    print(f"== {len(shared)} test binaries waiting on servers, {max(1, args.lanes)} at a time, "
+          f"and {len(beside)} fault tests of seconds one at a time beside them "
           f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
 
-    def lane():
+    def lane(queue, name):
         while True:
             with lock:
                 if not queue:
                     return
                 b = queue.pop(0)
-            run_captured(b, results, lock)
+            run_captured(b, results, lock, name)
 
-    alongside = start_job(args.alongside) if args.alongside else None
-    lanes = [threading.Thread(target=lane) for _ in range(max(1, args.lanes))]
-    for t in lanes:
+    # The work for the CPU, in turn (each holds cargo's lock on the target directory).
+    doc_cmd = ["cargo", "test", "--workspace", "--no-fail-fast", "--doc"]
+    if args.features:
+        doc_cmd += ["--features", args.features]
+    chain = []
+    if args.alongside:
+        chain.append((f"alongside the shared phase: {args.alongside}", ["bash", "-c", args.alongside]))
+    chain.append(("doc tests", doc_cmd))
+    if args.background:
+        chain.append((f"alongside the shared phase: {args.background}", ["bash", "-c", args.background]))
+    failed_cmds = []
+
+    def idle_work():
+        for what, cmd in chain:
+            if run_idle(what, cmd, lock) != 0:
+                failed_cmds.append(what)
+
+    queue = list(shared)
+    threads = [threading.Thread(target=lane, args=(queue, "shared"))
+               for _ in range(max(1, args.lanes))]
+    threads.append(threading.Thread(target=lane, args=(list(beside), "fault-test lane")))
+    threads.append(threading.Thread(target=idle_work))
+    for t in threads:
         t.start()
-    for t in lanes:
+    for t in threads:
         t.join()
     shared_took = time.monotonic() - started
-    alongside_code = 0
-    if alongside is not None:
-        alongside_code = finish_job(alongside, f"alongside the shared phase: {args.alongside}")
     print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time "
           f"({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
-    background = None
     for b in alone:
-        if background is None and args.background and b.beside_builds():
-            background = start_background(args.background)
         run_live(b, results)
-    if background is None and args.background:
-        background = start_background(args.background)
     alone_took = time.monotonic() - started
-
-    print(f"== doc tests ({time.strftime('%H:%M:%S')})", flush=True)
-    cmd = ["cargo", "test", "--workspace", "--no-fail-fast", "--doc"]
-    if args.features:
-        cmd += ["--features", args.features]
-    doc_code = subprocess.call(cmd)
-
-    background_code = 0
-    if background is not None:
-        background_code = finish_job(background, f"in the background: {args.background}")
 
     try:
         merged = dict(known)
@@ -291,13 +287,7 @@ def main():
           f"alone {alone_took:.0f} s; slowest:")
     for code, took, label in slowest:
         print(f"   {took:6.1f} s  {label}")
-    failed = [label for code, _, label in results.values() if code != 0]
-    if doc_code != 0:
-        failed.append("doc tests")
-    if alongside_code != 0:
-        failed.append(f"alongside: {args.alongside}")
-    if background_code != 0:
-        failed.append(f"background: {args.background}")
+    failed = [label for code, _, label in results.values() if code != 0] + failed_cmds
     if failed:
         print("error: test failed in: " + ", ".join(sorted(failed)), file=sys.stderr)
         sys.exit(101)

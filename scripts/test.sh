@@ -116,13 +116,13 @@ figures="${CARGO_TARGET_DIR:-target}/test-figures.txt"
 case $figures in /*) ;; *) figures="$PWD/$figures" ;; esac
 mkdir -p "$(dirname "$figures")"
 : >"$figures"
-# `cargo test --workspace --no-fail-fast` (one run reports every failing test binary),
-# with the binaries that only wait on servers run three at a time, and the lints and
-# docs (CPU work) run while they wait; the tests that measure time run after, alone
-# (scripts/run-tests.py says which and why). On 2 cores that saves about 5 minutes.
-# Beside the last tests (the registry fault tests, bounds of seconds), the compiles of
-# the checks after them run at idle priority, and the package check
-# (scripts/builds-beside-tests.sh): the CPU those tests leave idle is used.
+# `cargo test --workspace --no-fail-fast` (one run reports every failing test binary)
+# in two phases (scripts/run-tests.py says which binary runs where and why): first the
+# binaries that wait on servers, three at a time, with the fault tests whose bounds are
+# seconds one at a time beside them, and the CPU they leave idle going to the lints and
+# docs (scripts/lint.sh), the doc tests and the compiles of the checks after the tests
+# (scripts/builds-beside-tests.sh), all at idle priority; then the tests that measure
+# time, one binary at a time with nothing beside them.
 # The tc-server is the one the suite's tests ran: cargo built it for the example's
 # integration tests. (`cargo build --bin tc-server` would compile it again, and much of
 # what it uses: a build resolves features without the dev-dependencies, a test build

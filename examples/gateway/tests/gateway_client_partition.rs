@@ -14,6 +14,9 @@
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.
+//!
+//! runs beside the shared tests: its bounds are of seconds, with half a second to
+//! spare, which tests waiting on servers and idle-priority compiles do not take.
 
 mod gateway_world;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries, as `cargo test --workspace --no-fail-fast`
-would, in two phases so that waiting does not add up:
+would, in three phases so that waiting does not add up:
 
 1. **Shared**: the tests that wait, with bounds of seconds. The tests of the registry
    backends, the facade's configuration-centre tests, the CLI's and the testkit's spend
@@ -11,17 +11,22 @@ would, in two phases so that waiting does not add up:
    bounds are of seconds too: the registries' (a cut server left, a watch resumed, a
    lease kept) and those whose source says "runs beside the shared tests:". And the
    CPU those tests leave idle goes to work that measures nothing, run at idle priority
-   (`chrt --idle`) so that it never delays a test: `--alongside CMD`
+   (`chrt --idle`): a test that wakes takes the CPU from it at once. `--alongside CMD`
    (scripts/test.sh: the lints and `cargo doc`), then the doc tests
    (`cargo test --doc`), then `--background CMD` (scripts/test.sh: the compiles of its
-   checks after the tests). The phase ends when all of it has.
-2. **Alone**: everything else, one binary at a time as cargo runs them, with nothing
-   beside them: the fault tests that measure time on test networks (any test source
-   naming `meshline_testkit::net`), the rpc-client's and the examples' tests (timing
-   bounds of milliseconds: probes, p99s, throughput) and the rest.
+   checks after the tests).
+2. **One at a time**: everything else, one binary at a time as cargo runs them: the
+   fault tests that measure time on test networks (any test source naming
+   `meshline_testkit::net`), the rpc-client's and the examples' tests (timing bounds of
+   milliseconds: probes, timeouts, detection times) and the rest. The idle-priority work
+   may still run beside them: it never holds a CPU a test wakes for.
+3. **Alone**: last, once that work has ended, the tests that measure throughput, shares
+   or percentiles of a flood of calls, with nothing beside them: their sources say
+   "runs alone:" (a compile beside them, even at idle priority, takes caches and memory
+   bandwidth from the load they measure).
 
-A shared-phase binary's output, and each command's, is printed whole when it ends, so
-outputs never interleave; a failing command fails the run. Every binary runs from its
+In the first two phases a binary's output, and each command's, is printed whole when
+it ends, so outputs never interleave; a failing command fails the run. Every binary runs from its
 package's folder with cargo's `CARGO_MANIFEST_DIR`/`CARGO_PKG_*` variables, as under
 `cargo test`. Exit status: 0 when every binary, the doc tests and the commands passed;
 otherwise 101 (cargo's) after naming each failure.
@@ -113,6 +118,11 @@ class Binary:
             return False
         text = self._text
         return text is not None and not any(m in text for m in ALONE_MARKERS)
+
+    def alone(self):
+        """Measures a flood of calls: runs with nothing beside it, not even idle work."""
+        text = self._text
+        return text is not None and "runs alone:" in text
 
     def beside(self):
         """A fault test on a test network with bounds of seconds: a registry's (unless
@@ -220,10 +230,13 @@ def main():
         known = {}
     shared = [b for b in binaries if b.shared()]
     beside = [b for b in binaries if b.beside()]
-    alone = [b for b in binaries if not b.shared() and not b.beside()]
+    rest = [b for b in binaries if not b.shared() and not b.beside()]
+    timed = [b for b in rest if not b.alone()]
+    alone = [b for b in rest if b.alone()]
     # Longest first (as last measured; unknown ones first of all, alphabetically).
     shared.sort(key=lambda b: (-known.get(b.key(), 1e9), b.label))
     beside.sort(key=lambda b: (-known.get(b.key(), 1e9), b.label))
+    timed.sort(key=lambda b: (b.name, b.label))
     alone.sort(key=lambda b: (b.name, b.label))
 
     results = {}
@@ -247,10 +260,10 @@ def main():
         doc_cmd += ["--features", args.features]
     chain = []
     if args.alongside:
-        chain.append((f"alongside the shared phase: {args.alongside}", ["bash", "-c", args.alongside]))
+        chain.append((f"at idle priority: {args.alongside}", ["bash", "-c", args.alongside]))
     chain.append(("doc tests", doc_cmd))
     if args.background:
-        chain.append((f"alongside the shared phase: {args.background}", ["bash", "-c", args.background]))
+        chain.append((f"at idle priority: {args.background}", ["bash", "-c", args.background]))
     failed_cmds = []
 
     def idle_work():
@@ -259,17 +272,24 @@ def main():
                 failed_cmds.append(what)
 
     queue = list(shared)
-    threads = [threading.Thread(target=lane, args=(queue, "shared"))
-               for _ in range(max(1, args.lanes))]
-    threads.append(threading.Thread(target=lane, args=(list(beside), "fault-test lane")))
-    threads.append(threading.Thread(target=idle_work))
-    for t in threads:
+    lanes = [threading.Thread(target=lane, args=(queue, "shared"))
+             for _ in range(max(1, args.lanes))]
+    lanes.append(threading.Thread(target=lane, args=(list(beside), "fault-test lane")))
+    idle = threading.Thread(target=idle_work)
+    idle.start()
+    for t in lanes:
         t.start()
-    for t in threads:
+    for t in lanes:
         t.join()
     shared_took = time.monotonic() - started
-    print(f"== shared phase: {shared_took:.0f} s; {len(alone)} test binaries one at a time "
+    print(f"== shared phase: {shared_took:.0f} s; {len(timed)} test binaries one at a time "
           f"({time.strftime('%H:%M:%S')})", flush=True)
+    started = time.monotonic()
+    for b in timed:
+        run_captured(b, results, lock, "one at a time")
+    timed_took = time.monotonic() - started
+    idle.join()
+    print(f"== {len(alone)} test binaries alone ({time.strftime('%H:%M:%S')})", flush=True)
     started = time.monotonic()
     for b in alone:
         run_live(b, results)
@@ -284,7 +304,7 @@ def main():
 
     slowest = sorted(results.values(), key=lambda r: -r[1])[:10]
     print(f"== test binaries: {len(results)}; shared phase {shared_took:.0f} s, "
-          f"alone {alone_took:.0f} s; slowest:")
+          f"one at a time {timed_took:.0f} s, alone {alone_took:.0f} s; slowest:")
     for code, took, label in slowest:
         print(f"   {took:6.1f} s  {label}")
     failed = [label for code, _, label in results.values() if code != 0] + failed_cmds

@@ -5,6 +5,8 @@
 //! a read routed by its XID is never hedged to another TC (Seata's TC answers a
 //! GlobalStatus of a transaction it does not hold with success, `Finished`: in file
 //! mode a hedge to another TC would be answered fast, wrongly, and win).
+//!
+//! runs alone: its hedges follow a latency percentile measured under load.
 
 mod common;
 

@@ -57,6 +57,8 @@
 //!
 //! Cost: about 55 s (debug build, 2-core machine), most of it the four deadlines; up to
 //! ~10,300 descriptors (the soft `RLIMIT_NOFILE` is raised to the hard one if needed).
+//!
+//! runs alone: it measures the playing bots' p99 under the attack against a quiet spell.
 mod gateway_world;
 
 use std::net::{Ipv4Addr, SocketAddr};

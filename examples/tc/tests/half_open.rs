@@ -24,6 +24,8 @@
 //!
 //! Needs root, iproute2 and nftables (scripts/test.sh installs them; CI runs as root);
 //! elsewhere it is skipped with the reason printed.
+//!
+//! runs alone: it measures calls per second before and after the cut.
 
 mod common;
 mod support;

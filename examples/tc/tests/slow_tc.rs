@@ -23,6 +23,8 @@
 //!
 //! Figures from a run are in docs/faults.md. Needs root, iproute2 and nftables (as
 //! `half_open`); elsewhere it is skipped with the reason printed.
+//!
+//! runs alone: it measures shares and latencies of a flood of calls.
 
 mod common;
 mod support;

@@ -14,7 +14,6 @@
 //! the same events: that nacos-sdk (the centre's login) does print the password there
 //! shows the filter is what keeps it out (and that the capture sees nacos-sdk at all).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshline_registry_core::config::ConfigLoader;
@@ -22,30 +21,11 @@ use meshline_registry_core::redact::LOG_DIRECTIVES;
 use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_nacos::{NacosCentre, NacosRegistry};
 use meshline_testkit::Rnacos;
-use meshline_testkit::watch::wait_for;
+use meshline_testkit::watch::{LogBuf, wait_for};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 const SECRET: &str = "Zq8-nacos-s3cret-Kx";
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 fn config(server: &Rnacos, password: &str) -> Config {
     ConfigLoader::new()
@@ -65,8 +45,8 @@ fn config(server: &Rnacos, password: &str) -> Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_never_reaches_the_log_with_the_shipped_filter() {
-    let shipped = Buf::default();
-    let unfiltered = Buf::default();
+    let shipped = LogBuf::default();
+    let unfiltered = LogBuf::default();
     let (s, u) = (shipped.clone(), unfiltered.clone());
     let directives = std::iter::once("trace".to_string())
         .chain(LOG_DIRECTIVES.iter().map(|d| d.to_string()))

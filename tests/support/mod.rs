@@ -7,15 +7,13 @@
 
 use meshline::loadbalance::LoadBalanceConfig;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use meshline::centre::{discovery_from_live, live_config};
 use meshline::core::centre::LiveConfig;
 use meshline::{ConfigLoader, Format};
-use meshline_testkit::watch::{addrs, wait_for};
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use meshline_testkit::watch::{LogBuf, addrs, wait_for};
 
 /// The tx group the tests map.
 pub const GROUP: &str = "my_group";
@@ -139,35 +137,12 @@ pub async fn follows_change(
     took
 }
 
-/// An in-memory log sink.
-#[derive(Clone, Default)]
-pub struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buf {
-    /// Everything logged so far.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Every log line of the process at `trace`, through the filter meshline ships
 /// (`meshline_registry_core::redact::LOG_DIRECTIVES`): a process-wide subscriber, so
 /// that events from every thread a client library runs on are seen.
-pub fn trace_logs() -> Buf {
-    static LOGS: OnceLock<Buf> = OnceLock::new();
+pub fn trace_logs() -> LogBuf {
+    static LOGS: OnceLock<LogBuf> = OnceLock::new();
     LOGS.get_or_init(|| {
-        let buf = Buf::default();
-        let b = buf.clone();
         let directives = std::iter::once("trace".to_string())
             .chain(
                 meshline::core::redact::LOG_DIRECTIVES
@@ -176,21 +151,14 @@ pub fn trace_logs() -> Buf {
             )
             .collect::<Vec<_>>()
             .join(",");
-        let subscriber = tracing_subscriber::registry().with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(move || b.clone())
-                .with_filter(EnvFilter::new(directives)),
-        );
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        buf
+        LogBuf::global(&directives)
     })
     .clone()
 }
 
 /// Asserts that `secret` is in none of `texts` nor in the captured logs, and that the
 /// capture saw `seen` (else it would prove nothing).
-pub fn assert_secret_kept(logs: &Buf, secret: &str, seen: &str, texts: &[&str]) {
+pub fn assert_secret_kept(logs: &LogBuf, secret: &str, seen: &str, texts: &[&str]) {
     for t in texts {
         assert!(!t.contains(secret), "the secret shows in: {t}");
     }

@@ -6,7 +6,7 @@ mod tx_world;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TcProcess, alive_ports, seata_tm, until};
+use common::{TcProcess, seata_tm, until};
 use meshline::rpc::message::{BranchType, GlobalBeginRequest, GlobalEndRequest, SeataMessage};
 use meshline::rpc::{CallOptions, EndpointState, Payload, RpcClient, RpcError};
 use meshline::{EmptyProtection, WatchHub};
@@ -103,11 +103,9 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     victim.kill();
-    until(Duration::from_secs(1), || {
-        !alive_ports(&client).contains(&victim_port)
-    })
-    .await
-    .expect("SIGKILLed TC still alive after 1 s");
+    until(Duration::from_secs(1), || !alive(&client, victim_port))
+        .await
+        .expect("SIGKILLed TC still alive after 1 s");
 
     for p in parked {
         let err = p.await.unwrap().expect_err("call parked in a killed TC");
@@ -126,11 +124,9 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
 
     // Restart on the same port: reconnected (with backoff) and registered again.
     let _again = TcProcess::start("victim-2", victim_port, None);
-    until(Duration::from_secs(3), || {
-        alive_ports(&client).contains(&victim_port)
-    })
-    .await
-    .expect("restarted TC not reconnected");
+    until(Duration::from_secs(3), || alive(&client, victim_port))
+        .await
+        .expect("restarted TC not reconnected");
     let r = client
         .call(status(&victim_xid), CallOptions::xid(&victim_xid))
         .await
@@ -161,4 +157,13 @@ async fn sigkilled_tc_leaves_alive_set_written_calls_say_maybe_delivered_and_res
     // timing (jittered backoff from 50 ms to 400 ms over the time the victim is dead).
     // At least one does: the victim is down for well over the first backoff step.
     assert!(stats.connect_failures >= 1, "{stats:?}");
+}
+
+/// Whether the endpoint on `port` is in the client's alive set.
+fn alive(client: &RpcClient, port: u16) -> bool {
+    client
+        .alive()
+        .endpoints()
+        .iter()
+        .any(|e| e.instance.port() == port)
 }

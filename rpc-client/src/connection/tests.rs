@@ -61,15 +61,8 @@ async fn to_deaf_peer(c: ConnConfig) -> (Connection, TcpStream) {
     (conn, s2.unwrap().0)
 }
 
-async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    f()
+async fn until(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    meshline_testkit::until(limit, f).await.is_some()
 }
 
 /// A reader never awaits its own write queue (for PONGs and answers): were it to, with

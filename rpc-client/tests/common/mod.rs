@@ -115,17 +115,8 @@ pub fn seata_tm() -> SeataRegistration {
     .with_timeout(Duration::from_secs(2))
 }
 
-/// Waits until `f` holds, polling every 5 ms, up to `limit`; returns the time taken.
-pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = tokio::time::Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    f().then(|| start.elapsed())
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use meshline_testkit::until;
 
 pub fn alive_ports(client: &RpcClient) -> Vec<u16> {
     let mut v: Vec<u16> = client

@@ -77,12 +77,9 @@ pub fn last_word(b: &[u8]) -> String {
 }
 
 /// Waits (polling every 5 ms, up to `limit`) until `ok` holds; panics naming `what`.
-pub async fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !ok() {
-        assert!(tokio::time::Instant::now() < deadline, "never {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+pub async fn until(what: &str, limit: Duration, ok: impl FnMut() -> bool) {
+    let held = meshline_testkit::until(limit, ok).await;
+    assert!(held.is_some(), "never {what}");
 }
 
 /// The next push of module `module` (and opcode `opcode`, if given), skipping others.

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use meshline::Instance;
-use meshline::rpc::{RegisterTmRequest, RpcClient, SeataRegistration};
+use meshline::rpc::{RegisterTmRequest, SeataRegistration};
 
 /// A `tc-server` child process, killed (SIGKILL) and reaped on drop, so a failing test
 /// leaks no servers.
@@ -93,26 +93,5 @@ pub fn seata_tm() -> SeataRegistration {
     .with_timeout(Duration::from_secs(2))
 }
 
-/// Waits until `f` holds, polling every 5 ms, up to `limit`; returns the time taken.
-pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = tokio::time::Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    f().then(|| start.elapsed())
-}
-
-/// The ports of the client's alive endpoints, sorted.
-pub fn alive_ports(client: &RpcClient) -> Vec<u16> {
-    let mut v: Vec<u16> = client
-        .alive()
-        .endpoints()
-        .iter()
-        .map(|e| e.instance.port())
-        .collect();
-    v.sort_unstable();
-    v
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use meshline_testkit::until;

@@ -288,14 +288,7 @@ pub async fn rm(
         .await
 }
 
-/// Waits until `f` holds (polling, for state that has no event), up to `limit`.
-pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = tokio::time::Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    f()
+/// Whether `f` comes to hold within `limit` (polling, for state that has no event).
+pub async fn until(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    meshline_testkit::until(limit, f).await.is_some()
 }

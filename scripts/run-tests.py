@@ -62,11 +62,13 @@ SHARED_PACKAGES = {
     "meshline-testkit",
 }
 # A test source naming one of these measures a fault on a test network (a cut link, a
-# slow or lossy one): throughput and detection times under load, so it runs alone.
+# slow or lossy one), so it is not among the shared lanes' tests: a registry's (bounds
+# of seconds) runs in the fault-test lane beside them, any other one at a time after.
 # (A registry test that reports a figure without a test network, such as etcd's
 # frozen-server keep-alive, 2 s of timers against a 3 s bound, stays shared.)
-# A test that times a stall to a fraction of a second says so with "runs alone:" in its
-# source (registry-nacos's `nacos_stall`), and runs alone too.
+# A test that measures a flood of calls, or times a stall to a fraction of a second
+# (registry-nacos's `nacos_stall`), says so with "runs alone:" in its source, and runs
+# last, with nothing beside it.
 ALONE_MARKERS = ("meshline_testkit::net", "testkit::net", "runs alone:")
 # A fault test outside the registries' packages whose bounds are of seconds says so with
 # this in its source, and runs in the shared phase's fault-test lane.
@@ -107,7 +109,7 @@ class Binary:
 
     @functools.cached_property
     def _text(self):
-        """The test source (None when unreadable), read once: both phases' rules ask."""
+        """The test source (None when unreadable), read once: every phase's rule asks."""
         try:
             return self.src.read_text(errors="replace")
         except OSError:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What scripts/test.sh checks after the tests, started by scripts/run-tests.py
-# (--background) in its shared phase, beside the tests whose bounds are seconds: they
+# (--background) beside the tests that wait on servers and the tests of timers: they
 # leave most of the CPU idle. Every compile here runs at idle priority
 # (`chrt --idle 0`: it gets a CPU only when no test wants one); what runs (the package
 # check's tc-server and program) runs at normal priority.

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Every backend feature builds on its own, without a warning: `cargo check` of the
 `meshline` facade with each backend alone (no `rpc`, no default features), and of the
-backends' crate with each of its features that check does not reach (its TLS ones). A `cfg(any(feature = ...))` list that
-misses a feature, or code that only compiles beside another backend, fails here and not
-in a user's build (a build with every feature on hides both). The feature tables
-themselves are held to the facade's table of backends by `tests/backend_lists.rs`.
+backends' crate with each of its features that check does not reach (its TLS ones).
+A `cfg(any(feature = ...))` list that misses a feature, or code that only compiles
+beside another backend, fails here and not in a user's build (a build with every
+feature on hides both). The feature tables themselves are held to the facade's table
+of backends by `tests/backend_lists.rs`.
 """
 import subprocess
 import sys

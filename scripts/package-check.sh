@@ -22,7 +22,7 @@
 # Run from anywhere; scripts/test.sh runs it. TC_SERVER: a built `tc-server` binary to
 # use (default: built here from meshline-example-tc). PACKAGE_CHECK_IDLE=1: its
 # compiles run at idle priority (scripts/test.sh runs it beside tests that wait on
-# servers; the tc-server and the program run at normal priority).
+# servers or on timers; the tc-server and the program run at normal priority).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

@@ -130,12 +130,9 @@ class Binary:
         """A fault test on a test network with bounds of seconds: a registry's (unless
         its source says "runs alone:"), or one whose source says it runs beside the
         shared tests. It runs in the shared phase, in the fault-test lane."""
-        if self.shared():
+        if self.shared() or self.alone() or self._text is None:
             return False
-        text = self._text
-        if text is None or "runs alone:" in text:
-            return False
-        return self.name in SHARED_PACKAGES or BESIDE_MARKER in text
+        return self.name in SHARED_PACKAGES or BESIDE_MARKER in self._text
 
 def build(features):
     """Builds every test binary (cargo's diagnostics go to our stderr) and lists them."""

@@ -118,12 +118,13 @@ case $figures in /*) ;; *) figures="$PWD/$figures" ;; esac
 mkdir -p "$(dirname "$figures")"
 : >"$figures"
 # `cargo test --workspace --no-fail-fast` (one run reports every failing test binary)
-# in two phases (scripts/run-tests.py says which binary runs where and why): first the
+# in three phases (scripts/run-tests.py says which binary runs where and why): first the
 # binaries that wait on servers, three at a time, with the fault tests whose bounds are
-# seconds one at a time beside them, and the CPU they leave idle going to the lints and
-# docs (scripts/lint.sh), the doc tests and the compiles of the checks after the tests
-# (scripts/builds-beside-tests.sh), all at idle priority; then the tests that measure
-# time, one binary at a time with nothing beside them.
+# seconds one at a time beside them; then the tests of timers, one binary at a time; the
+# CPU both leave idle goes to the lints and docs (scripts/lint.sh), the doc tests and the
+# compiles of the checks after the tests (scripts/builds-beside-tests.sh), all at idle
+# priority; last, once that work has ended, the tests that measure a flood of calls, one
+# binary at a time with nothing beside them.
 # The tc-server is the one the suite's tests ran: cargo built it for the example's
 # integration tests. (`cargo build --bin tc-server` would compile it again, and much of
 # what it uses: a build resolves features without the dev-dependencies, a test build

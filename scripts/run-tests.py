@@ -18,12 +18,17 @@ would, in three phases so that waiting does not add up:
 2. **One at a time**: everything else, one binary at a time as cargo runs them: the
    fault tests that measure time on test networks (any test source naming
    `meshline_testkit::net`), the rpc-client's and the examples' tests (timing bounds of
-   milliseconds: probes, timeouts, detection times) and the rest. The idle-priority work
-   may still run beside them: it never holds a CPU a test wakes for.
-3. **Alone**: last, once that work has ended, the tests that measure throughput, shares
-   or percentiles of a flood of calls, with nothing beside them: their sources say
-   "runs alone:" (a compile beside them, even at idle priority, takes caches and memory
-   bandwidth from the load they measure).
+   milliseconds: probes, timeouts, detection times), the tests whose source says
+   "runs one at a time:" (a process frozen and thawed, timed to a fraction of a second;
+   an attack's p99 against quiet spells; a slow TC's shares, where the slow path is
+   100 ms and more) and the rest. The idle-priority work may still run beside them: it
+   never holds a CPU a test wakes for, and these tests leave most of the CPU idle (an
+   idle-priority build beside `gateway_hardening` and `slow_tc` left their figures in
+   the range of runs without it), so the work gets done while they wait.
+3. **Alone**: last, once that work has ended, the tests that keep both cores busy with
+   a flood of calls and measure its throughput, shares or percentiles, with nothing
+   beside them: their sources say "runs alone:" (a compile beside them, even at idle
+   priority, takes caches and memory bandwidth from the load they measure).
 
 In the first two phases a binary's output, and each command's, is printed whole when
 it ends, so outputs never interleave; a failing command fails the run. Every binary runs from its
@@ -66,10 +71,13 @@ SHARED_PACKAGES = {
 # of seconds) runs in the fault-test lane beside them, any other one at a time after.
 # (A registry test that reports a figure without a test network, such as etcd's
 # frozen-server keep-alive, 2 s of timers against a 3 s bound, stays shared.)
-# A test that measures a flood of calls, or times a stall to a fraction of a second
-# (registry-nacos's `nacos_stall`), says so with "runs alone:" in its source, and runs
-# last, with nothing beside it.
-ALONE_MARKERS = ("meshline_testkit::net", "testkit::net", "runs alone:")
+# A test that keeps both cores busy with a flood of calls and measures it says so with
+# "runs alone:" in its source, and runs last, with nothing beside it. A test timed to a
+# fraction of a second that leaves the CPU idle (registry-nacos's `nacos_stall`) says
+# "runs one at a time:" instead, and runs in the one-at-a-time phase.
+ALONE_MARKER = "runs alone:"
+ONE_AT_A_TIME_MARKER = "runs one at a time:"
+UNSHARED_MARKERS = ("meshline_testkit::net", "testkit::net", ALONE_MARKER, ONE_AT_A_TIME_MARKER)
 # A fault test outside the registries' packages whose bounds are of seconds says so with
 # this in its source, and runs in the shared phase's fault-test lane.
 BESIDE_MARKER = "runs beside the shared tests:"
@@ -119,18 +127,21 @@ class Binary:
         if self.name not in SHARED_PACKAGES:
             return False
         text = self._text
-        return text is not None and not any(m in text for m in ALONE_MARKERS)
+        return text is not None and not any(m in text for m in UNSHARED_MARKERS)
 
     def alone(self):
         """Measures a flood of calls: runs with nothing beside it, not even idle work."""
         text = self._text
-        return text is not None and "runs alone:" in text
+        return text is not None and ALONE_MARKER in text
 
     def beside(self):
         """A fault test on a test network with bounds of seconds: a registry's (unless
-        its source says "runs alone:"), or one whose source says it runs beside the
-        shared tests. It runs in the shared phase, in the fault-test lane."""
+        its source says "runs alone:" or "runs one at a time:"), or one whose source
+        says it runs beside the shared tests. It runs in the shared phase, in the
+        fault-test lane."""
         if self.shared() or self.alone() or self._text is None:
+            return False
+        if ONE_AT_A_TIME_MARKER in self._text:
             return False
         return self.name in SHARED_PACKAGES or BESIDE_MARKER in self._text
 

@@ -12,8 +12,10 @@
 //!    and its registration is listed again.
 //!
 //! A test binary of its own (a process-wide subscriber captures R's log). It times a
-//! stall to a fraction of a second, so `scripts/run-tests.py` runs it alone (its
-//! marker: "runs alone: timed stalls").
+//! stall to a fraction of a second, so `scripts/run-tests.py` runs it on its own,
+//! never beside other tests (its marker: "runs one at a time: timed stalls"; an
+//! idle-priority compile may run beside it, and a test that wakes takes the CPU from it
+//! at once).
 
 use std::time::{Duration, Instant};
 

@@ -58,7 +58,9 @@
 //! Cost: about 55 s (debug build, 2-core machine), most of it the four deadlines; up to
 //! ~10,300 descriptors (the soft `RLIMIT_NOFILE` is raised to the hard one if needed).
 //!
-//! runs alone: it measures the playing bots' p99 under the attack against a quiet spell.
+//! runs one at a time: it measures the playing bots' p99 under the attack against quiet
+//! spells, medians of alternating windows that weigh whatever else the machine does
+//! on both sides alike, and leaves four fifths of the CPU idle.
 mod gateway_world;
 
 use std::net::{Ipv4Addr, SocketAddr};

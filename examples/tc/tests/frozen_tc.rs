@@ -5,7 +5,8 @@
 //! within 1 s of SIGCONT. Taking a reconnect for a return would put the frozen TC back
 //! in the alive set after every reconnect and lose it again, every ~2 s.
 //!
-//! runs alone: it times a rejoin to within a second.
+//! runs one at a time: it times a rejoin to within a second (and leaves the CPU idle
+//! meanwhile).
 
 mod common;
 

@@ -24,7 +24,10 @@
 //! Figures from a run are in docs/faults.md. Needs root, iproute2 and nftables (as
 //! `half_open`); elsewhere it is skipped with the reason printed.
 //!
-//! runs alone: it measures shares and latencies of a flood of calls.
+//! runs one at a time: it measures shares and latencies of a flood of calls, but the
+//! slow path it measures is 100 ms and more, and its callers leave two thirds of the
+//! CPU idle (idle-priority work beside it left its figures in the range of runs
+//! without it).
 
 mod common;
 mod support;

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use common::*;
 use meshline_loadbalance::PickRequest;
-use meshline_registry_core::Config;
 use meshline_rpc_client::limits::BreakerState;
 use meshline_rpc_client::{
     CallOptions, Classifier, ClientOptions, LimitScope, Outcome, Payload, RpcClient, RpcError,
@@ -22,42 +21,22 @@ use tokio::time::Instant;
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn options(keys: &str) -> ClientOptions {
-    let config = Config::from_text(keys, meshline_registry_core::config::Format::Properties)
-        .expect("valid transport keys");
-    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
-    ClientOptions::from_config(&config).unwrap()
-}
-
-/// A request the test server answers after 1.5 s.
-fn held() -> Payload {
-    Payload::new(&b"x"[..]).with_head("delay_ms", "1500")
-}
-
 fn quick() -> Payload {
     Payload::new(&b"x"[..])
 }
 
 async fn client(servers: &[&TestServer], lb: &str, o: ClientOptions) -> RpcClient {
-    let hub = hub();
-    publish(&hub, servers);
-    let client = builder(&hub, lb).options(o).build().await.unwrap();
-    client.wait_alive(servers.len(), SEC).await.unwrap();
-    client
+    let hub = hub_of(servers);
+    build_alive(builder(&hub, lb).options(o), servers.len(), SEC).await
 }
 
+/// A call routed by `key` that the test server answers after 1.5 s.
 fn spawn_call(
     client: &RpcClient,
     key: &'static [u8],
 ) -> tokio::task::JoinHandle<Result<meshline_rpc_client::Response, RpcError>> {
-    let c = client.clone();
-    tokio::spawn(async move {
-        c.call(
-            held(),
-            CallOptions::route(PickRequest::default().with_key(key)),
-        )
-        .await
-    })
+    let by_key = CallOptions::route(PickRequest::default().with_key(key));
+    spawn_held_call(client, "1500", by_key)
 }
 
 #[tokio::test]
@@ -66,7 +45,7 @@ async fn the_client_cap_refuses_the_call_past_it_at_once_and_sends_nothing() {
     let client = client(
         &[&a],
         "RoundRobinLoadBalance",
-        options("transport.maxInFlight=2\n"),
+        options_from("transport.maxInFlight=2\n"),
     )
     .await;
     let held_calls = [spawn_call(&client, b"k"), spawn_call(&client, b"k")];
@@ -117,8 +96,8 @@ async fn the_client_cap_refuses_the_call_past_it_at_once_and_sends_nothing() {
 /// finds both at their cap.
 #[tokio::test]
 async fn an_endpoint_at_its_cap_is_skipped_and_all_at_cap_refuses() {
-    let (a, b) = (start("a", Mode::Echo).await, start("b", Mode::Echo).await);
-    let o = options("transport.maxInFlightPerEndpoint=1\n");
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let o = options_from("transport.maxInFlightPerEndpoint=1\n");
     let client = client(&[&a, &b], "ConsistentHash", o).await;
     let held_calls = [
         spawn_call(&client, b"player-1"),
@@ -188,7 +167,7 @@ const BREAKER_KEYS: &str = "transport.breaker=true\n\
 async fn the_breaker_opens_on_failures_refuses_for_its_cool_down_and_closes_after_probes() {
     let a = start("a", Mode::Echo).await;
     let healed = Arc::new(AtomicBool::new(false));
-    let mut o = options(BREAKER_KEYS);
+    let mut o = options_from(BREAKER_KEYS);
     o.classifier = Some(failing_until(healed.clone()));
     let client = client(&[&a], "RoundRobinLoadBalance", o).await;
     assert_eq!(client.circuit(), Some(BreakerState::Closed));

@@ -19,14 +19,13 @@ const SEC: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn new_endpoint_is_connected_and_picked_within_one_second() {
     let a = start("a", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .handshake(seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_of(&[&a]);
+    let client = build_alive(
+        builder(&hub, "RoundRobinLoadBalance").handshake(seata_tm()),
+        1,
+        SEC,
+    )
+    .await;
 
     let b = start("b", Mode::Echo).await;
     let t0 = tokio::time::Instant::now();
@@ -48,14 +47,22 @@ async fn new_endpoint_is_connected_and_picked_within_one_second() {
     assert!(b.requests.load(Ordering::SeqCst) > 0);
 }
 
+/// Makes `n` calls; the endpoint on `port` must answer every one.
+async fn all_answered_on(client: &RpcClient, n: usize, port: u16) {
+    for _ in 0..n {
+        let r = client
+            .call(Payload::new(&b"x"[..]), CallOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(r.endpoint.port(), port);
+    }
+}
+
 #[tokio::test]
 async fn killed_endpoint_leaves_alive_set_within_one_second_and_calls_move() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let hub = hub_of(&[&a, &b]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 2, SEC).await;
 
     b.server.kill();
     let took = until(SEC, || !alive_ports(&client).contains(&b.addr().port()))
@@ -63,18 +70,8 @@ async fn killed_endpoint_leaves_alive_set_within_one_second_and_calls_move() {
         .expect("killed endpoint still alive after 1 s");
     assert!(took < SEC);
     // Everything now goes to a (the registry still lists b: it is reconnecting).
-    for _ in 0..50 {
-        let r = client
-            .call(Payload::new(&b"x"[..]), CallOptions::new())
-            .await
-            .unwrap();
-        assert_eq!(r.endpoint.port(), a.addr().port());
-    }
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == b.addr().port())
-        .unwrap();
+    all_answered_on(&client, 50, a.addr().port()).await;
+    let st = endpoint_on(&client, b.addr().port());
     assert!(
         matches!(st.state, EndpointState::Down(_) | EndpointState::Connecting),
         "{st:?}"
@@ -101,24 +98,13 @@ async fn stuck_server() -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<(
 async fn unwritten_calls_are_retried_and_written_ones_say_maybe_delivered() {
     let live = start("live", Mode::Echo).await;
     let (stuck_addr, kill) = stuck_server().await;
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![
-            live.instance(),
-            meshline_registry_core::Instance::new("127.0.0.1", stuck_addr.port()).unwrap(),
-        ],
-    );
-    let client = builder(&hub, "XID")
-        .configure(|o| {
-            o.heartbeat = false;
-            o.transport.request_queue_bytes = 64 << 20;
-            o.request_timeout = Duration::from_secs(20);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let hub = hub_with(vec![live.instance(), instance(stuck_addr)]);
+    let big_queue = builder(&hub, "XID").configure(|o| {
+        o.heartbeat = false;
+        o.transport.request_queue_bytes = 64 << 20;
+        o.request_timeout = Duration::from_secs(20);
+    });
+    let client = build_alive(big_queue, 2, SEC).await;
 
     // 400 calls of 64 KiB routed by XID to the stuck server: ~25 MiB, far more than
     // loopback socket buffers hold.
@@ -162,14 +148,13 @@ async fn unwritten_calls_are_retried_and_written_ones_say_maybe_delivered() {
 async fn restarted_server_is_reconnected_with_backoff() {
     let a = start("a", Mode::Echo).await;
     let addr = a.addr();
-    let hub = hub();
-    publish(&hub, &[&a]);
-    let client = builder(&hub, "RandomLoadBalance")
-        .handshake(seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_of(&[&a]);
+    let client = build_alive(
+        builder(&hub, "RandomLoadBalance").handshake(seata_tm()),
+        1,
+        SEC,
+    )
+    .await;
     a.server.kill();
     until(SEC, || client.alive().is_empty())
         .await
@@ -200,41 +185,37 @@ async fn restarted_server_is_reconnected_with_backoff() {
     drop(a2);
 }
 
+/// Waits up to a second for the client to refuse its endpoint on `port`; the reason it
+/// gives.
+async fn refusal_of(client: &RpcClient, port: u16) -> String {
+    let refused = until(SEC, || {
+        client
+            .endpoints()
+            .iter()
+            .any(|e| e.instance.port() == port && matches!(e.state, EndpointState::Refused(_)))
+    })
+    .await;
+    assert!(refused.is_some(), "{:?}", client.endpoints());
+    let EndpointState::Refused(reason) = state_of(client, port) else {
+        unreachable!()
+    };
+    reason
+}
+
 #[tokio::test]
 async fn handshake_refusal_means_never_picked() {
     let good = start("good", Mode::Echo).await;
     let bad = start("bad", Mode::Refuse).await;
-    let hub = hub();
-    publish(&hub, &[&good, &bad]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .handshake(seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
-    let refused = until(SEC, || {
-        client.endpoints().iter().any(|e| {
-            e.instance.port() == bad.addr().port() && matches!(e.state, EndpointState::Refused(_))
-        })
-    })
+    let hub = hub_of(&[&good, &bad]);
+    let client = build_alive(
+        builder(&hub, "RoundRobinLoadBalance").handshake(seata_tm()),
+        1,
+        SEC,
+    )
     .await;
-    assert!(refused.is_some(), "{:?}", client.endpoints());
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == bad.addr().port())
-        .unwrap();
-    let EndpointState::Refused(reason) = st.state else {
-        unreachable!()
-    };
+    let reason = refusal_of(&client, bad.addr().port()).await;
     assert!(reason.contains("identified=0"), "{reason}");
-    for _ in 0..100 {
-        let r = client
-            .call(Payload::new(&b"x"[..]), CallOptions::new())
-            .await
-            .unwrap();
-        assert_eq!(r.endpoint.port(), good.addr().port());
-    }
+    all_answered_on(&client, 100, good.addr().port()).await;
     assert_eq!(alive_ports(&client), vec![good.addr().port()]);
     assert_eq!(bad.requests.load(Ordering::SeqCst), 0);
 }
@@ -242,24 +223,19 @@ async fn handshake_refusal_means_never_picked() {
 #[tokio::test]
 async fn inbound_request_from_server_runs_handler_and_response_reaches_server() {
     let tc = start("tc", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&tc]);
+    let hub = hub_of(&[&tc]);
     let seen = Arc::new(AtomicUsize::new(0));
     let seen2 = seen.clone();
-    let client = builder(&hub, "RandomLoadBalance")
-        .inbound(move |req: InboundRequest| {
-            let seen = seen2.clone();
-            async move {
-                seen.fetch_add(1, Ordering::SeqCst);
-                // A branch commit: answer with "committed:<xid>".
-                let xid = req.payload.head.get("xid").unwrap_or("").to_string();
-                Some(Payload::new(format!("committed:{xid}")))
-            }
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let inbound = builder(&hub, "RandomLoadBalance").inbound(move |req: InboundRequest| {
+        let seen = seen2.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            // A branch commit: answer with "committed:<xid>".
+            let xid = req.payload.head.get("xid").unwrap_or("").to_string();
+            Some(Payload::new(format!("committed:{xid}")))
+        }
+    });
+    let _client = build_alive(inbound, 1, SEC).await;
     let conns = tc.server.connections();
     assert_eq!(conns.len(), 1);
     let resp = conns[0]
@@ -282,19 +258,9 @@ async fn inbound_request_from_server_runs_handler_and_response_reaches_server() 
 
 #[tokio::test]
 async fn xid_routing_hits_the_tc_named_in_the_xid() {
-    let servers = [
-        start("tc1", Mode::Echo).await,
-        start("tc2", Mode::Echo).await,
-        start("tc3", Mode::Echo).await,
-    ];
-    let hub = hub();
-    publish(&hub, &[&servers[0], &servers[1], &servers[2]]);
-    let client = builder(&hub, "XID")
-        .handshake(seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let servers = echo_servers(["tc1", "tc2", "tc3"]).await;
+    let hub = hub_of(&servers.each_ref());
+    let client = build_alive(builder(&hub, "XID").handshake(seata_tm()), 3, SEC).await;
     for s in &servers {
         for tx in 0..20u64 {
             let xid = format!("127.0.0.1:{}:{}", s.addr().port(), 1_000_000 + tx);
@@ -311,16 +277,11 @@ async fn xid_routing_hits_the_tc_named_in_the_xid() {
 #[tokio::test]
 async fn timeouts_and_cancellations_release_in_flight() {
     let s = start("silent", Mode::Silent).await;
-    let hub = hub();
-    publish(&hub, &[&s]);
+    let hub = hub_of(&[&s]);
     // An algorithm that reads load: its balancer counts requests in flight (a
     // load-blind one counts nothing, see `LoadBalance::reads_in_flight`), and a count
     // left behind would steer its picks.
-    let client = builder(&hub, "LeastActiveLoadBalance")
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let client = build_alive(builder(&hub, "LeastActiveLoadBalance"), 1, SEC).await;
     let in_flight = || {
         client
             .balancer()
@@ -329,11 +290,7 @@ async fn timeouts_and_cancellations_release_in_flight() {
             .map(|e| e.stats().in_flight())
             .sum::<u64>()
     };
-    let err = client
-        .call(
-            Payload::new(&b"x"[..]),
-            CallOptions::new().with_timeout(Duration::from_millis(100)),
-        )
+    let err = call_within(&client, Duration::from_millis(100))
         .await
         .unwrap_err();
     assert!(matches!(err, RpcError::Timeout { .. }), "{err}");
@@ -356,15 +313,9 @@ async fn timeouts_and_cancellations_release_in_flight() {
 
 #[tokio::test]
 async fn send_to_all_and_oneway() {
-    let servers = [
-        start("s1", Mode::Echo).await,
-        start("s2", Mode::Echo).await,
-        start("s3", Mode::Echo).await,
-    ];
-    let hub = hub();
-    publish(&hub, &[&servers[0], &servers[1], &servers[2]]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let servers = echo_servers(["s1", "s2", "s3"]).await;
+    let hub = hub_of(&servers.each_ref());
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 3, SEC).await;
     let results = client.send_to_all(Payload::new(&b"hi"[..]), None).await;
     assert_eq!(results.len(), 3);
     let mut by_port = HashMap::new();
@@ -428,15 +379,9 @@ async fn subset_connects_to_at_most_k() {
     for i in 0..6 {
         servers.push(start(&format!("s{i}"), Mode::Echo).await);
     }
-    let hub = hub();
-    let refs: Vec<&TestServer> = servers.iter().collect();
-    publish(&hub, &refs);
-    let client = builder(&hub, "RandomLoadBalance")
-        .configure(|o| o.subset_size = Some(3))
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let hub = hub_of(&servers.iter().collect::<Vec<_>>());
+    let subset = builder(&hub, "RandomLoadBalance").configure(|o| o.subset_size = Some(3));
+    let client = build_alive(subset, 3, SEC).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(client.endpoints().len(), 3);
     assert_eq!(client.alive().len(), 3);
@@ -457,47 +402,23 @@ async fn a_peer_speaking_another_protocol_is_dropped_with_the_fault_named() {
         }
     });
     let good = start("good", Mode::Echo).await;
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![
-            good.instance(),
-            meshline_registry_core::Instance::new("127.0.0.1", addr.port()).unwrap(),
-        ],
-    );
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .handshake(seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
-    let reason = until(SEC, || {
-        client.endpoints().iter().any(|e| {
-            e.instance.port() == addr.port() && matches!(&e.state, EndpointState::Refused(_))
-        })
-    })
+    let hub = hub_with(vec![good.instance(), instance(addr)]);
+    let client = build_alive(
+        builder(&hub, "RoundRobinLoadBalance").handshake(seata_tm()),
+        1,
+        SEC,
+    )
     .await;
-    assert!(reason.is_some(), "{:?}", client.endpoints());
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == addr.port())
-        .unwrap();
-    let EndpointState::Refused(reason) = st.state else {
-        unreachable!()
-    };
+    let reason = refusal_of(&client, addr.port()).await;
     assert!(reason.contains("bad magic 0x4854"), "{reason}");
     assert_eq!(alive_ports(&client), vec![good.addr().port()]);
 }
 
 #[tokio::test]
 async fn call_to_reaches_the_named_endpoint_only() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let hub = hub_of(&[&a, &b]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 2, SEC).await;
     for _ in 0..20 {
         let r = client
             .call_to(b.instance().key(), Payload::new(&b"x"[..]), None)

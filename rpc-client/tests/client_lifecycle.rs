@@ -8,25 +8,15 @@ use std::time::Duration;
 
 use common::*;
 use meshline_rpc_client::{CallOptions, EndpointState, Payload, RpcError};
-use tokio::io::AsyncReadExt;
 
 const SEC: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn shutdown_waits_for_in_flight_then_refuses_calls() {
     let s = start("s", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&s]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
-    let c2 = client.clone();
-    let slow = tokio::spawn(async move {
-        c2.call(
-            Payload::new(&b"x"[..]).with_head("delay_ms", "300"),
-            CallOptions::new(),
-        )
-        .await
-    });
+    let hub = hub_of(&[&s]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 1, SEC).await;
+    let slow = spawn_held_call(&client, "300", CallOptions::new());
     // The call is in the server's handler: in flight for ~300 ms more.
     until(SEC, || {
         s.requests.load(std::sync::atomic::Ordering::SeqCst) == 1
@@ -49,12 +39,9 @@ async fn shutdown_waits_for_in_flight_then_refuses_calls() {
 
 #[tokio::test]
 async fn removed_endpoint_drains_in_flight_then_closes() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
-    let client = builder(&hub, "XID").build().await.unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let hub = hub_of(&[&a, &b]);
+    let client = build_alive(builder(&hub, "XID"), 2, SEC).await;
     let xid = format!("127.0.0.1:{}:9", b.addr().port());
     let c2 = client.clone();
     let slow = tokio::spawn(async move {
@@ -84,47 +71,19 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
     let s = start("s", Mode::Echo).await;
     // A peer that answers the first PING (a new connection joins the alive set only
     // once it has answered something), then reads everything and never writes again.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mute = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Some(mut sock) = common::answer_first_ping(sock).await else {
-                    return;
-                };
-                let mut buf = [0u8; 1024];
-                while let Ok(n) = sock.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![
-            s.instance(),
-            meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap(),
-        ],
-    );
+    let mute = mute_peer().await;
+    let hub = hub_with(vec![s.instance(), instance(mute)]);
     // PING every 100 ms of write silence, drop after 1 s of read silence: a PONG has
     // ten PING periods to arrive, which a loaded 2-core machine keeps. (The busy rule,
     // which would find the mute peer sooner through its unanswered PINGs, is off: this
     // test is about the idle rule; tests/silent_peers.rs has the other.)
-    let client = builder(&hub, "RandomLoadBalance")
-        .configure(|o| {
-            o.write_idle = Duration::from_millis(100);
-            o.read_idle = Duration::from_secs(1);
-            o.probe = None;
-            o.backoff_initial = Duration::from_secs(30);
-            o.backoff_max = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let idle_rule = builder(&hub, "RandomLoadBalance").configure(|o| {
+        o.write_idle = Duration::from_millis(100);
+        o.read_idle = Duration::from_secs(1);
+        o.probe = None;
+        no_reconnect(o);
+    });
+    let client = build_alive(idle_rule, 2, SEC).await;
     let first = client
         .alive()
         .get(s.instance().key())
@@ -143,12 +102,7 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
         "{:?}",
         t0.elapsed()
     );
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == mute.port())
-        .unwrap();
-    match st.state {
+    match state_of(&client, mute.port()) {
         EndpointState::Down(reason) => assert!(reason.contains("read idle"), "{reason}"),
         other => panic!("mute peer should be down, is {other:?}"),
     }

@@ -21,27 +21,17 @@ use tokio::net::TcpListener;
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn instance(addr: std::net::SocketAddr) -> Instance {
-    Instance::new("127.0.0.1", addr.port()).unwrap()
-}
-
 /// Fault 2 at the client: the endpoint whose peer stopped reading leaves the alive set
 /// (kept, every call routed there would time out).
 #[tokio::test]
 async fn an_endpoint_that_stops_reading_leaves_the_alive_set() {
     let (deaf, _t) = deaf_listener().await;
-    let hub = hub();
-    hub.publish("c", vec![instance(deaf)]);
-    let client = builder(&hub, "RandomLoadBalance")
-        .configure(|o| {
-            o.transport.write_timeout = Some(Duration::from_millis(300));
-            o.backoff_initial = Duration::from_secs(30);
-            o.backoff_max = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_with(vec![instance(deaf)]);
+    let write_deadline = builder(&hub, "RandomLoadBalance").configure(|o| {
+        o.transport.write_timeout = Some(Duration::from_millis(300));
+        no_reconnect(o);
+    });
+    let client = build_alive(write_deadline, 1, SEC).await;
     let big = Payload::new(Bytes::from(vec![1u8; 1 << 20]));
     let mut outcomes = Vec::new();
     for _ in 0..64 {
@@ -75,18 +65,13 @@ async fn an_endpoint_that_stops_reading_leaves_the_alive_set() {
 async fn a_full_queue_goes_elsewhere_or_is_overloaded() {
     let (deaf, _t) = deaf_listener().await;
     let good = start("good", Mode::Echo).await;
-    let hub = hub();
-    hub.publish("c", vec![instance(deaf), good.instance()]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.transport.write_timeout = None;
-            o.transport.max_frame_len = 64 << 20;
-            o.transport.request_queue_bytes = 1 << 20;
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let hub = hub_with(vec![instance(deaf), good.instance()]);
+    let small_queues = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.transport.write_timeout = None;
+        o.transport.max_frame_len = 64 << 20;
+        o.transport.request_queue_bytes = 1 << 20;
+    });
+    let client = build_alive(small_queues, 2, SEC).await;
     // Fill the deaf endpoint's queue: a 48 MiB send holds the whole 1 MiB budget while
     // it is (never) written.
     let c2 = client.clone();
@@ -102,11 +87,7 @@ async fn a_full_queue_goes_elsewhere_or_is_overloaded() {
         .expect("the deaf endpoint's queue never filled");
     // Round robin alternates; every call lands on the good server anyway.
     for _ in 0..10 {
-        let r = client
-            .call(
-                Payload::new(&b"x"[..]),
-                CallOptions::new().with_timeout(SEC),
-            )
+        let r = call_within(&client, SEC)
             .await
             .expect("a full queue must not fail the call when another endpoint has room");
         assert_eq!(r.payload.head.get("server"), Some("good"));
@@ -122,11 +103,7 @@ async fn a_full_queue_goes_elsewhere_or_is_overloaded() {
         .unwrap_err();
     assert!(matches!(e, RpcError::Overloaded { .. }), "{e:?}");
     assert!(t0.elapsed() < Duration::from_millis(200));
-    let e = client
-        .call(
-            Payload::new(&b"x"[..]),
-            CallOptions::new().with_timeout(Duration::from_millis(300)),
-        )
+    let e = call_within(&client, Duration::from_millis(300))
         .await
         .unwrap_err();
     assert!(
@@ -157,8 +134,7 @@ async fn a_server_that_accepts_and_drops_is_retried_with_growing_delays() {
             drop(sock);
         }
     });
-    let hub = hub();
-    hub.publish("c", vec![instance(addr)]);
+    let hub = hub_with(vec![instance(addr)]);
     let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
     // 50 ms doubling to 400 ms, jittered to [d/2, d]: with every delay at its shortest
     // the connects come at 0, 25, 75, 175, 375, then every 200 ms: at most 13 in 2 s
@@ -189,8 +165,7 @@ async fn a_handshake_gets_its_own_longer_timeout() {
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), handler)
         .await
         .unwrap();
-    let hub = hub();
-    hub.publish("c", vec![instance(server.local_addr())]);
+    let hub = hub_with(vec![instance(server.local_addr())]);
     let client = builder(&hub, "RandomLoadBalance")
         .handshake(seata_tm().with_timeout(Duration::from_secs(3)))
         .configure(|o| o.handshake_timeout = Duration::from_millis(200))
@@ -208,22 +183,11 @@ async fn a_handshake_gets_its_own_longer_timeout() {
 #[tokio::test]
 async fn shutdown_ends_drains_of_removed_endpoints() {
     let s = start("s", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&s]);
-    let client = builder(&hub, "RandomLoadBalance")
-        .configure(|o| o.drain_timeout = Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
-    let c2 = client.clone();
-    let slow = tokio::spawn(async move {
-        c2.call(
-            Payload::new(&b"x"[..]).with_head("delay_ms", "10000"),
-            CallOptions::new(),
-        )
-        .await
-    });
+    let hub = hub_of(&[&s]);
+    let long_drains =
+        builder(&hub, "RandomLoadBalance").configure(|o| o.drain_timeout = Duration::from_secs(30));
+    let client = build_alive(long_drains, 1, SEC).await;
+    let slow = spawn_held_call(&client, "10000", CallOptions::new());
     until(SEC, || s.requests.load(Ordering::SeqCst) == 1)
         .await
         .unwrap();
@@ -244,18 +208,10 @@ async fn shutdown_ends_drains_of_removed_endpoints() {
 #[tokio::test]
 async fn shutdown_with_no_deadline_does_not_panic() {
     let s = start("s", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&s]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_of(&[&s]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 1, SEC).await;
     client.shutdown(Duration::MAX).await;
-    let e = client
-        .call(
-            Payload::new(&b"x"[..]),
-            CallOptions::new().with_timeout(Duration::MAX),
-        )
-        .await
-        .unwrap_err();
+    let e = call_within(&client, Duration::MAX).await.unwrap_err();
     assert!(matches!(e, RpcError::Shutdown), "{e}");
 }
 
@@ -324,13 +280,9 @@ fn transport_settings_come_from_the_config_file() {
 /// key through `RpcClient` (it could not before).
 #[tokio::test]
 async fn the_source_address_reaches_the_balancer() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
-    let c = start("c", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b, &c]);
-    let client = builder(&hub, "sourcehash").build().await.unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let [a, b, c] = echo_servers(["a", "b", "c"]).await;
+    let hub = hub_of(&[&a, &b, &c]);
+    let client = build_alive(builder(&hub, "sourcehash"), 3, SEC).await;
     let mut per_source = std::collections::HashMap::new();
     let mut servers = std::collections::HashSet::new();
     for i in 0..40u8 {
@@ -368,12 +320,9 @@ async fn the_source_address_reaches_the_balancer() {
 /// One-way to one named endpoint and one-way to every endpoint.
 #[tokio::test]
 async fn oneway_to_one_and_to_all() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let hub = hub_of(&[&a, &b]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 2, SEC).await;
     let to = client
         .send_oneway_to(b.instance().key(), Payload::new(&b"only-b"[..]), None)
         .await
@@ -405,11 +354,10 @@ async fn oneway_to_one_and_to_all() {
 #[tokio::test]
 async fn wait_alive_names_each_endpoints_reason() {
     let refuse = start("r", Mode::Refuse).await;
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![refuse.instance(), Instance::new("127.0.0.1", 1).unwrap()],
-    );
+    let hub = hub_with(vec![
+        refuse.instance(),
+        Instance::new("127.0.0.1", 1).unwrap(),
+    ]);
     let client = builder(&hub, "RandomLoadBalance")
         .handshake(seata_tm())
         .build()
@@ -478,39 +426,29 @@ fn liveness_settings_come_from_the_config_file() {
 /// does the same for `client.tm.*`.
 #[tokio::test]
 async fn an_invalid_transport_key_fails_build_naming_the_key() {
-    let cfg = Config::from_text(
-        "transport.compressor=7z\n",
-        meshline_registry_core::config::Format::Properties,
-    )
-    .unwrap();
-    let hub = meshline_registry_core::WatchHub::new(
-        "test",
-        meshline_registry_core::EmptyProtection::Apply,
-    );
-    let err = RpcClient::builder()
+    let hub = hub();
+    let client = RpcClient::builder()
         .watch(hub.subscribe("c"), "c")
-        .config(&cfg)
+        .config(&properties("transport.compressor=7z\n"))
         .build()
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("key `transport.compressor` has invalid value `7z`: 7z is not supported"),
-        "{err}"
-    );
-    let cfg = Config::from_text(
-        "client.tm.defaultGlobalTransactionTimeout=soon\n",
-        meshline_registry_core::config::Format::Properties,
-    )
-    .unwrap();
-    let err = meshline_rpc_client::tm::TransactionManager::builder()
-        .config(&cfg)
+        .await;
+    let tm = meshline_rpc_client::tm::TransactionManager::builder()
+        .config(&properties(
+            "client.tm.defaultGlobalTransactionTimeout=soon\n",
+        ))
         .build()
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("key `client.tm.defaultGlobalTransactionTimeout` has invalid value `soon`"),
-        "{err}"
-    );
+        .await;
+    for (refused, want) in [
+        (
+            client.err(),
+            "key `transport.compressor` has invalid value `7z`: 7z is not supported",
+        ),
+        (
+            tm.err(),
+            "key `client.tm.defaultGlobalTransactionTimeout` has invalid value `soon`",
+        ),
+    ] {
+        let err = refused.expect("refused").to_string();
+        assert!(err.contains(want), "{err}");
+    }
 }

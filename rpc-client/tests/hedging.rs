@@ -85,8 +85,7 @@ async fn world(adjust: impl FnOnce(&mut ClientOptions)) -> World {
     let a_delay = Arc::new(AtomicU64::new(0));
     let a = server("a", a_delay.clone()).await;
     let b = server("b", Arc::new(AtomicU64::new(0))).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
+    let hub = hub_of(&[&a, &b]);
     let mut o = ClientOptions {
         hedging: Some(Hedging {
             period: SEC,
@@ -95,12 +94,7 @@ async fn world(adjust: impl FnOnce(&mut ClientOptions)) -> World {
         ..ClientOptions::default()
     };
     adjust(&mut o);
-    let client = builder(&hub, "xid:ConsistentHash")
-        .options(o)
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    let client = build_alive(builder(&hub, "xid:ConsistentHash").options(o), 2, SEC).await;
     let mut key_of_a = None;
     for i in 0..64u32 {
         let key = format!("key-{i}").into_bytes();

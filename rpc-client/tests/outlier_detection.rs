@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::Config;
 use meshline_rpc_client::{
     CallOptions, Classifier, ClientOptions, EndpointState, Outcome, Payload, RpcClient,
 };
@@ -35,20 +34,9 @@ fn alternating(sick: &'static [&'static str], healed: Arc<AtomicBool>) -> Classi
 }
 
 fn options(config: &str, classifier: Classifier) -> ClientOptions {
-    let config = Config::from_text(config, meshline_registry_core::config::Format::Properties)
-        .expect("valid transport keys");
-    let mut o = ClientOptions::from_config(&config).unwrap();
+    let mut o = options_from(config);
     o.classifier = Some(classifier);
     o
-}
-
-fn state_of(client: &RpcClient, port: u16) -> EndpointState {
-    client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == port)
-        .map(|e| e.state)
-        .expect("followed")
 }
 
 /// Calls `client` as fast as it answers until `done` holds or `limit` passes; returns
@@ -75,13 +63,8 @@ const RATE_KEYS: &str = "transport.failurePercentageThreshold=40\n\
 
 #[tokio::test]
 async fn an_endpoint_failing_half_its_calls_is_ejected_by_failure_percentage() {
-    let (a, b, sick) = (
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("sick", Mode::Echo).await,
-    );
-    let hub = hub();
-    publish(&hub, &[&a, &b, &sick]);
+    let [a, b, sick] = echo_servers(["a", "b", "sick"]).await;
+    let hub = hub_of(&[&a, &b, &sick]);
     let port = sick.addr().port();
 
     // Failure accrual alone: 1.5 s of calls, the sick endpoint half failing, never out.
@@ -91,12 +74,7 @@ async fn an_endpoint_failing_half_its_calls_is_ejected_by_failure_percentage() {
         !o.outlier.judges_rates(),
         "rates are judged only when asked"
     );
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .options(o)
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let client = build_alive(builder(&hub, "RoundRobinLoadBalance").options(o), 3, SEC).await;
     let calls = call_until(&client, Duration::from_millis(1500), || false).await;
     assert!(calls > 300, "only {calls} calls");
     assert_eq!(state_of(&client, port), EndpointState::Alive);
@@ -109,12 +87,7 @@ async fn an_endpoint_failing_half_its_calls_is_ejected_by_failure_percentage() {
     let o = options(RATE_KEYS, alternating(&["sick"], healed.clone()));
     assert_eq!(o.outlier.failure_percentage_threshold, Some(40));
     assert_eq!(o.outlier.interval, Duration::from_millis(200));
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .options(o)
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(3, SEC).await.unwrap();
+    let client = build_alive(builder(&hub, "RoundRobinLoadBalance").options(o), 3, SEC).await;
     let start = tokio::time::Instant::now();
     call_until(&client, Duration::from_secs(3), || {
         matches!(state_of(&client, port), EndpointState::Ejected(_))
@@ -147,26 +120,15 @@ async fn an_endpoint_failing_half_its_calls_is_ejected_by_failure_percentage() {
 /// lets one go, not both.
 #[tokio::test]
 async fn the_ejection_cap_holds_for_rate_ejections() {
-    let servers = [
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("sick", Mode::Echo).await,
-        start("sick2", Mode::Echo).await,
-    ];
-    let hub = hub();
-    publish(&hub, &servers.iter().collect::<Vec<_>>());
+    let servers = echo_servers(["a", "b", "sick", "sick2"]).await;
+    let hub = hub_of(&servers.each_ref());
     let keys = format!("{RATE_KEYS}transport.maxEjectionPercent=25\n");
     let o = options(
         &keys,
         alternating(&["sick", "sick2"], Arc::new(AtomicBool::new(false))),
     );
     assert_eq!(o.outlier.max_ejection_percent, 25);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .options(o)
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(4, SEC).await.unwrap();
+    let client = build_alive(builder(&hub, "RoundRobinLoadBalance").options(o), 4, SEC).await;
     let ejected = |c: &RpcClient| {
         c.endpoints()
             .iter()
@@ -188,7 +150,7 @@ async fn the_ejection_cap_holds_for_rate_ejections() {
 /// An invalid value names its key.
 #[test]
 fn invalid_outlier_keys_are_refused_by_name() {
-    for (text, key) in [
+    assert_each_refused_by_name(&[
         ("transport.maxEjectionPercent=101", "maxEjectionPercent"),
         (
             "transport.failurePercentageThreshold=-1",
@@ -200,10 +162,5 @@ fn invalid_outlier_keys_are_refused_by_name() {
         ),
         ("transport.outlierInterval=10", "outlierInterval"),
         ("transport.maxEjectionTime=0s", "maxEjectionTime"),
-    ] {
-        let config =
-            Config::from_text(text, meshline_registry_core::config::Format::Properties).unwrap();
-        let e = ClientOptions::from_config(&config).unwrap_err().to_string();
-        assert!(e.contains(key), "{text}: {e}");
-    }
+    ]);
 }

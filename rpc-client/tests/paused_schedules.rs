@@ -26,15 +26,6 @@ use tokio::time::Instant;
 /// One step of virtual time between two looks at the endpoint's state.
 const STEP: Duration = Duration::from_millis(1);
 
-fn state_of(client: &RpcClient, port: u16) -> EndpointState {
-    client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == port)
-        .map(|e| e.state)
-        .expect("followed")
-}
-
 fn ejected(client: &RpcClient, port: u16) -> bool {
     matches!(state_of(client, port), EndpointState::Ejected(_))
 }
@@ -71,9 +62,8 @@ fn about(got: Duration, want: Duration) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn ejections_in_a_row_double_up_to_the_longest_and_a_late_one_starts_again() {
-    let (a, b) = (start("a", Mode::Echo).await, start("b", Mode::Echo).await);
-    let hub = hub();
-    publish(&hub, &[&a, &b]);
+    let [a, b] = echo_servers(["a", "b"]).await;
+    let hub = hub_of(&[&a, &b]);
     let port = b.addr().port();
     // b's answers fail while `sick`.
     let sick = Arc::new(AtomicBool::new(true));
@@ -94,12 +84,12 @@ async fn ejections_in_a_row_double_up_to_the_longest_and_a_late_one_starts_again
         ..ClientOptions::default()
     };
     o.outlier.max_ejection_time = Duration::from_secs(4);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .options(o)
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, Duration::from_secs(1)).await.unwrap();
+    let client = build_alive(
+        builder(&hub, "RoundRobinLoadBalance").options(o),
+        2,
+        Duration::from_secs(1),
+    )
+    .await;
 
     // Still failing on its return, each ejection follows the last: 1, 2, 4, 4 s.
     for want in [1, 2, 4, 4].map(Duration::from_secs) {
@@ -140,18 +130,13 @@ async fn ejections_in_a_row_double_up_to_the_longest_and_a_late_one_starts_again
 async fn a_removed_endpoint_drains_until_its_deadline_then_closes() {
     const DRAIN: Duration = Duration::from_secs(2);
     let silent = start("s", Mode::Silent).await;
-    let hub = hub();
-    publish(&hub, &[&silent]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.heartbeat = false;
-            o.drain_timeout = DRAIN;
-            o.request_timeout = Duration::from_secs(60);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, Duration::from_secs(1)).await.unwrap();
+    let hub = hub_of(&[&silent]);
+    let draining = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.heartbeat = false;
+        o.drain_timeout = DRAIN;
+        o.request_timeout = Duration::from_secs(60);
+    });
+    let client = build_alive(draining, 1, Duration::from_secs(1)).await;
     let c = client.clone();
     let call =
         tokio::spawn(async move { c.call(Payload::new(&b"x"[..]), CallOptions::new()).await });

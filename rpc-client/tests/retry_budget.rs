@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use meshline_registry_core::Config;
-use meshline_registry_core::config::Format;
 use meshline_rpc_client::tm::{TmOptions, TransactionManager};
 use meshline_rpc_client::{
     CallOptions, ClientOptions, Payload, RetryBudget, RpcClient, RpcError, TransactionError,
@@ -35,22 +33,16 @@ async fn call_not_written_first(
 ) -> (Result<String, RpcError>, RpcClient, usize) {
     let (deaf, _deaf_task) = deaf_listener().await;
     let good = start("good", Mode::Echo).await;
-    let hub = hub();
-    let deaf_instance = meshline_registry_core::Instance::new("127.0.0.1", deaf.port()).unwrap();
-    hub.publish("c", vec![deaf_instance.clone()]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.transport.write_timeout = Some(Duration::from_millis(800));
-            o.transport.max_frame_len = 64 << 20;
-            o.transport.request_queue_bytes = 64 << 20;
-            o.retry_budget = retry_budget;
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_with(vec![instance(deaf)]);
+    let big_queues = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.transport.write_timeout = Some(Duration::from_millis(800));
+        o.transport.max_frame_len = 64 << 20;
+        o.transport.request_queue_bytes = 64 << 20;
+        o.retry_budget = retry_budget;
+    });
+    let client = build_alive(big_queues, 1, SEC).await;
     let c2 = client.clone();
-    let key = deaf_instance.key().clone();
+    let key = instance(deaf).key().clone();
     let stuck = tokio::spawn(async move {
         c2.send_oneway_to(&key, Payload::new(Bytes::from(vec![0u8; 48 << 20])), None)
             .await
@@ -76,7 +68,7 @@ async fn call_not_written_first(
         !conn.is_closed(),
         "the deaf connection closed before the call queued"
     );
-    hub.publish("c", vec![deaf_instance, good.instance()]);
+    hub.publish("c", vec![instance(deaf), good.instance()]);
     client.wait_alive(2, SEC).await.unwrap();
     let got = call.await.unwrap();
     // The big send was in the write the deadline cut: it may have been delivered.
@@ -112,18 +104,12 @@ async fn a_request_not_written_fails_over_whatever_the_budget() {
 async fn a_tm_commit_is_sent_again_only_while_the_budget_allows() {
     for (retry_budget, expected) in [(RetryBudget::default(), 5), (budget(0.0, 0), 1)] {
         let silent = start("silent", Mode::Silent).await;
-        let hub = hub();
-        publish(&hub, &[&silent]);
-        let client = builder(&hub, "XID")
-            .handshake(seata_tm())
-            .configure(|o| {
-                o.request_timeout = Duration::from_millis(100);
-                o.retry_budget = retry_budget;
-            })
-            .build()
-            .await
-            .unwrap();
-        client.wait_alive(1, SEC).await.unwrap();
+        let hub = hub_of(&[&silent]);
+        let tm_client = builder(&hub, "XID").handshake(seata_tm()).configure(|o| {
+            o.request_timeout = Duration::from_millis(100);
+            o.retry_budget = retry_budget;
+        });
+        let client = build_alive(tm_client, 1, SEC).await;
         let tm = TransactionManager::from_client(client.clone(), TmOptions::default());
         let e = tm.commit("127.0.0.1:8091:1").await.unwrap_err();
         assert!(matches!(e, TransactionError::Rpc { .. }), "{e:?}");
@@ -138,13 +124,11 @@ async fn a_tm_commit_is_sent_again_only_while_the_budget_allows() {
 /// The keys, and a value out of range named by its key.
 #[test]
 fn the_budget_comes_from_transport_keys() {
-    let config = Config::from_text(
+    let o = ClientOptions::from_config(&properties(
         "transport.retryBudgetPercent=5\ntransport.retryBudgetMinPerSecond=2\n\
          transport.retryBudgetTtl=30s\n",
-        Format::Properties,
-    )
+    ))
     .unwrap();
-    let o = ClientOptions::from_config(&config).unwrap();
     assert_eq!(
         o.retry_budget,
         RetryBudget {
@@ -157,7 +141,7 @@ fn the_budget_comes_from_transport_keys() {
         ClientOptions::default().retry_budget,
         RetryBudget::default()
     );
-    for (text, key) in [
+    assert_each_refused_by_name(&[
         ("transport.retryBudgetPercent=1001", "retryBudgetPercent"),
         ("transport.retryBudgetTtl=0s", "retryBudgetTtl"),
         ("transport.retryBudgetTtl=2m", "retryBudgetTtl"),
@@ -165,9 +149,5 @@ fn the_budget_comes_from_transport_keys() {
             "transport.retryBudgetMinPerSecond=-1",
             "retryBudgetMinPerSecond",
         ),
-    ] {
-        let config = Config::from_text(text, Format::Properties).unwrap();
-        let e = ClientOptions::from_config(&config).unwrap_err().to_string();
-        assert!(e.contains(key), "{text}: {e}");
-    }
+    ]);
 }

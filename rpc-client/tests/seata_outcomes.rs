@@ -33,36 +33,37 @@ fn seata_answer(commit: bool, id: u32) -> GlobalEndResponse {
         result: TransactionResult::failed(e, format!("TransactionException[{msg}]")),
         global_status: status,
     };
-    match (commit, id) {
+    // The operation's name in the TC's messages, and the statuses it moves through.
+    let (op, retrying, deciding, done) = if commit {
+        ("commit", S::CommitRetrying, S::Committing, S::Committed)
+    } else {
+        (
+            "rollback",
+            S::RollbackRetrying,
+            S::Rollbacking,
+            S::Rollbacked,
+        )
+    };
+    let store_failed = format!("global {op} request failed");
+    match id {
         // A TCC branch whose RM is not connected: phase two could not be sent, the
         // session is queued to retry (DefaultCore.doGlobalCommit, catch Exception).
-        (true, 1) => failed(E::Unknown, "rm not connected", S::CommitRetrying),
-        (false, 1) => failed(E::Unknown, "rm not connected", S::RollbackRetrying),
+        1 => failed(E::Unknown, "rm not connected", retrying),
         // The store failed after the session changed status.
-        (true, 2) => failed(
-            E::FailedStore,
-            "global commit request failed",
-            S::Committing,
-        ),
-        (false, 2) => failed(
-            E::FailedStore,
-            "global rollback request failed",
-            S::Rollbacking,
-        ),
+        2 => failed(E::FailedStore, &store_failed, deciding),
         // The store failed before anything changed: the session is still Begin.
-        (true, 3) => failed(E::FailedStore, "global commit request failed", S::Begin),
-        (false, 3) => failed(E::FailedStore, "global rollback request failed", S::Begin),
+        3 => failed(E::FailedStore, &store_failed, S::Begin),
         // The global session lock could not be taken (GlobalSession.lock).
-        (_, 4) => failed(
+        4 => failed(
             E::FailedLockGlobalTransaction,
             "Lock global session failed",
             S::Begin,
         ),
         // AT: committed asynchronously, answered at once.
-        (true, 5) => GlobalEndResponse::success(S::AsyncCommitting),
+        5 if commit => GlobalEndResponse::success(S::AsyncCommitting),
         // The TC no longer has the session.
-        (_, 6) => GlobalEndResponse::success(S::Finished),
-        _ => GlobalEndResponse::success(if commit { S::Committed } else { S::Rollbacked }),
+        6 => GlobalEndResponse::success(S::Finished),
+        _ => GlobalEndResponse::success(done),
     }
 }
 
@@ -141,25 +142,14 @@ async fn tm_over(
     std::sync::Arc<meshline_registry_core::WatchHub>,
     TransactionManager,
 ) {
-    let hub = common::hub();
-    hub.publish(
-        "c",
+    let hub = common::hub_with(
         servers
             .iter()
-            .map(|s| {
-                meshline_registry_core::Instance::new("127.0.0.1", s.local_addr().port()).unwrap()
-            })
+            .map(|s| common::instance(s.local_addr()))
             .collect(),
     );
-    let client = common::builder(&hub, "XID")
-        .handshake(common::seata_tm())
-        .build()
-        .await
-        .unwrap();
-    client
-        .wait_alive(servers.len(), Duration::from_secs(5))
-        .await
-        .unwrap();
+    let registered = common::builder(&hub, "XID").handshake(common::seata_tm());
+    let client = common::build_alive(registered, servers.len(), Duration::from_secs(5)).await;
     (
         hub,
         TransactionManager::from_client(client, TmOptions::default()),
@@ -174,24 +164,21 @@ fn xid(id: u32) -> String {
 async fn a_decided_outcome_is_ok_whatever_the_result_code() {
     let server = seata_like_tc().await;
     let (_hub, tm) = tm(&server).await;
-    assert_eq!(
-        tm.commit(&xid(1)).await.unwrap(),
-        GlobalStatus::CommitRetrying
-    );
-    assert_eq!(
-        tm.rollback(&xid(1)).await.unwrap(),
-        GlobalStatus::RollbackRetrying
-    );
-    assert_eq!(tm.commit(&xid(2)).await.unwrap(), GlobalStatus::Committing);
-    assert_eq!(
-        tm.rollback(&xid(2)).await.unwrap(),
-        GlobalStatus::Rollbacking
-    );
-    assert_eq!(
-        tm.commit(&xid(5)).await.unwrap(),
-        GlobalStatus::AsyncCommitting
-    );
-    assert_eq!(tm.commit(&xid(9)).await.unwrap(), GlobalStatus::Committed);
+    for (commit, id, want) in [
+        (true, 1, GlobalStatus::CommitRetrying),
+        (false, 1, GlobalStatus::RollbackRetrying),
+        (true, 2, GlobalStatus::Committing),
+        (false, 2, GlobalStatus::Rollbacking),
+        (true, 5, GlobalStatus::AsyncCommitting),
+        (true, 9, GlobalStatus::Committed),
+    ] {
+        let got = if commit {
+            tm.commit(&xid(id)).await
+        } else {
+            tm.rollback(&xid(id)).await
+        };
+        assert_eq!(got.unwrap(), want, "commit: {commit}, transaction {id}");
+    }
 }
 
 #[tokio::test]

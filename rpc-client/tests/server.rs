@@ -131,15 +131,8 @@ async fn ids_state_and_close_notifications() {
         .bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![
-            meshline_registry_core::Instance::new("127.0.0.1", server.local_addr().port()).unwrap(),
-        ],
-    );
-    let client = builder(&hub, "RandomLoadBalance").build().await.unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_with(vec![instance(server.local_addr())]);
+    let client = build_alive(builder(&hub, "RandomLoadBalance"), 1, SEC).await;
     let mut ids = std::collections::HashSet::new();
     for i in 1..=3 {
         let r = client
@@ -177,17 +170,13 @@ async fn ids_state_and_close_notifications() {
 #[tokio::test]
 async fn a_dropped_server_stops() {
     let s = start("s", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&s]);
-    let client = builder(&hub, "RandomLoadBalance")
-        .configure(|o| {
-            o.backoff_initial = Duration::from_secs(30);
-            o.backoff_max = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, SEC).await.unwrap();
+    let hub = hub_of(&[&s]);
+    let client = build_alive(
+        builder(&hub, "RandomLoadBalance").configure(no_reconnect),
+        1,
+        SEC,
+    )
+    .await;
     let addr = s.addr();
     drop(s);
     until(SEC, || client.alive().is_empty())

@@ -7,63 +7,42 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Mode, alive_ports, builder, hub, publish, start, until};
+use common::{
+    Mode, alive_ports, build_alive, builder, echo_servers, endpoint_on, hub_of, hub_with, instance,
+    mute_peer, no_reconnect, start, state_of, until,
+};
 use meshline_rpc_client::{EndpointState, Payload, Probe, RpcError};
-use tokio::io::AsyncReadExt;
-
-/// A peer that answers its first PING, then reads everything and never writes a byte
-/// again: what a host behind a link cut after it joined looks like from the client (no
-/// FIN, no RST, no answer).
-async fn mute_peer() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Some(mut sock) = common::answer_first_ping(sock).await else {
-                    return;
-                };
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = sock.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 const PROBE: Probe = Probe {
     after: Duration::from_millis(100),
     timeout: Duration::from_millis(200),
 };
 
+/// The endpoint is down: its peer was found silent.
+fn assert_found_silent(state: &EndpointState) {
+    assert!(
+        matches!(state, EndpointState::Down(r) if r.contains("peer silent")),
+        "{state:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_peer_fails_its_calls_in_flight_within_the_probe_window() {
     let live = start("live", Mode::Echo).await;
     let mute = mute_peer().await;
-    let hub = hub();
-    let mute_instance = meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap();
-    hub.publish("c", vec![live.instance(), mute_instance.clone()]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.probe = Some(PROBE);
-            o.request_timeout = Duration::from_secs(10);
-            // The heartbeat stays out of the way: 10 s.
-            o.write_idle = Duration::from_secs(10);
-            o.read_idle = Duration::from_secs(30);
-            o.backoff_initial = Duration::from_secs(30);
-            o.backoff_max = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_with(vec![live.instance(), instance(mute)]);
+    let probed = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.probe = Some(PROBE);
+        o.request_timeout = Duration::from_secs(10);
+        // The heartbeat stays out of the way: 10 s.
+        o.write_idle = Duration::from_secs(10);
+        o.read_idle = Duration::from_secs(30);
+        no_reconnect(o);
+    });
+    let client = build_alive(probed, 2, Duration::from_secs(2)).await;
     let started = Instant::now();
     let err = client
-        .call_to(mute_instance.key(), Payload::new(&b"anyone?"[..]), None)
+        .call_to(instance(mute).key(), Payload::new(&b"anyone?"[..]), None)
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -87,16 +66,7 @@ async fn a_silent_peer_fails_its_calls_in_flight_within_the_probe_window() {
         .await
         .is_some()
     );
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == mute.port())
-        .unwrap();
-    assert!(
-        matches!(&st.state, EndpointState::Down(r) if r.contains("peer silent")),
-        "{:?}",
-        st.state
-    );
+    assert_found_silent(&state_of(&client, mute.port()));
     // The live one was never disturbed.
     assert!(
         client
@@ -109,23 +79,14 @@ async fn a_silent_peer_fails_its_calls_in_flight_within_the_probe_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_silent_peer_is_found_by_its_unanswered_ping() {
     let mute = mute_peer().await;
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![meshline_registry_core::Instance::new("127.0.0.1", mute.port()).unwrap()],
-    );
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.probe = Some(PROBE);
-            o.write_idle = Duration::from_millis(200);
-            o.read_idle = Duration::from_secs(5);
-            o.backoff_initial = Duration::from_secs(30);
-            o.backoff_max = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_with(vec![instance(mute)]);
+    let probed = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.probe = Some(PROBE);
+        o.write_idle = Duration::from_millis(200);
+        o.read_idle = Duration::from_secs(5);
+        no_reconnect(o);
+    });
+    let client = build_alive(probed, 1, Duration::from_secs(2)).await;
     let t0 = Instant::now();
     until(Duration::from_secs(5), || client.alive().is_empty())
         .await
@@ -137,28 +98,18 @@ async fn an_idle_silent_peer_is_found_by_its_unanswered_ping() {
         took >= Duration::from_millis(450) && took < Duration::from_secs(2),
         "{took:?}"
     );
-    let st = &client.endpoints()[0];
-    assert!(
-        matches!(&st.state, EndpointState::Down(r) if r.contains("peer silent")),
-        "{:?}",
-        st.state
-    );
+    assert_found_silent(&client.endpoints()[0].state);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_live_peer_is_not_taken_for_a_silent_one() {
     let slow = start("slow", Mode::Echo).await;
-    let hub = hub();
-    publish(&hub, &[&slow]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.probe = Some(PROBE);
-            o.request_timeout = Duration::from_secs(10);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_of(&[&slow]);
+    let probed = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.probe = Some(PROBE);
+        o.request_timeout = Duration::from_secs(10);
+    });
+    let client = build_alive(probed, 1, Duration::from_secs(2)).await;
     let conn = client.alive().endpoints()[0].connection.clone();
     // The handler takes 1.5 s, five times the probe window: PONGs keep coming.
     let started = Instant::now();
@@ -256,23 +207,15 @@ fn peer_on_its_own_thread() -> (std::net::SocketAddr, PeerSignals) {
 #[tokio::test]
 async fn a_stall_of_the_clients_own_runtime_is_not_taken_for_a_silent_peer() {
     let (addr, mut peer) = peer_on_its_own_thread();
-    let hub = hub();
-    hub.publish(
-        "c",
-        vec![meshline_registry_core::Instance::new("127.0.0.1", addr.port()).unwrap()],
-    );
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.probe = Some(PROBE);
-            o.request_timeout = Duration::from_secs(10);
-            // The heartbeat stays out of the way: every PING is the probe's.
-            o.write_idle = Duration::from_secs(30);
-            o.read_idle = Duration::from_secs(60);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(1, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_with(vec![instance(addr)]);
+    let probed = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.probe = Some(PROBE);
+        o.request_timeout = Duration::from_secs(10);
+        // The heartbeat stays out of the way: every PING is the probe's.
+        o.write_idle = Duration::from_secs(30);
+        o.read_idle = Duration::from_secs(60);
+    });
+    let client = build_alive(probed, 1, Duration::from_secs(2)).await;
     let conn = client.alive().endpoints()[0].connection.clone();
     // Each round the reader wakes to both a readable socket and a passed deadline;
     // when it judged them in random order, each round closed the connection half of
@@ -320,22 +263,16 @@ async fn a_stall_of_the_clients_own_runtime_is_not_taken_for_a_silent_peer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_back() {
-    let a = start("a", Mode::Echo).await;
-    let b = start("b", Mode::Echo).await;
+    let [a, b] = echo_servers(["a", "b"]).await;
     // Registers and answers PINGs, never answers a request: an application stall.
     let stuck = start("stuck", Mode::Silent).await;
-    let hub = hub();
-    publish(&hub, &[&a, &b, &stuck]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.request_timeout = Duration::from_millis(150);
-            o.eject_after_failures = 3;
-            o.ejection_time = Duration::from_millis(400);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(3, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_of(&[&a, &b, &stuck]);
+    let ejecting = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.request_timeout = Duration::from_millis(150);
+        o.eject_after_failures = 3;
+        o.ejection_time = Duration::from_millis(400);
+    });
+    let client = build_alive(ejecting, 3, Duration::from_secs(2)).await;
     let all = {
         let mut v = vec![a.addr().port(), b.addr().port(), stuck.addr().port()];
         v.sort_unstable();
@@ -369,11 +306,7 @@ async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_ba
     assert_eq!(timeouts, 3);
     assert_eq!(alive_ports(&client), two);
     assert_eq!(client.stats().ejections, 1);
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == stuck.addr().port())
-        .unwrap();
+    let st = endpoint_on(&client, stuck.addr().port());
     assert!(
         matches!(&st.state, EndpointState::Ejected(r) if r.contains("3 failed calls in a row") && r.contains("400ms")),
         "{:?}",
@@ -406,11 +339,7 @@ async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_ba
             .is_some()
     );
     assert_eq!(client.stats().ejections, 2);
-    let st = client
-        .endpoints()
-        .into_iter()
-        .find(|e| e.instance.port() == stuck.addr().port())
-        .unwrap();
+    let st = endpoint_on(&client, stuck.addr().port());
     assert!(
         matches!(&st.state, EndpointState::Ejected(r) if r.contains("800ms")),
         "{:?}",
@@ -422,18 +351,13 @@ async fn calls_that_keep_timing_out_eject_the_endpoint_until_a_ping_brings_it_ba
 async fn never_more_than_half_the_endpoints_are_ejected() {
     let s1 = start("s1", Mode::Silent).await;
     let s2 = start("s2", Mode::Silent).await;
-    let hub = hub();
-    publish(&hub, &[&s1, &s2]);
-    let client = builder(&hub, "RoundRobinLoadBalance")
-        .configure(|o| {
-            o.request_timeout = Duration::from_millis(50);
-            o.eject_after_failures = 2;
-            o.ejection_time = Duration::from_secs(30);
-        })
-        .build()
-        .await
-        .unwrap();
-    client.wait_alive(2, Duration::from_secs(2)).await.unwrap();
+    let hub = hub_of(&[&s1, &s2]);
+    let ejecting = builder(&hub, "RoundRobinLoadBalance").configure(|o| {
+        o.request_timeout = Duration::from_millis(50);
+        o.eject_after_failures = 2;
+        o.ejection_time = Duration::from_secs(30);
+    });
+    let client = build_alive(ejecting, 2, Duration::from_secs(2)).await;
     for _ in 0..10 {
         let e = client
             .call(Payload::new(&b"x"[..]), Default::default())

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::{Config, WatchHub};
+use meshline_registry_core::WatchHub;
 use meshline_rpc_client::{CallOptions, ClientOptions, Payload, RpcClient};
 use tokio::time::Instant;
 
@@ -21,24 +21,17 @@ const SEC: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(1);
 const WINDOW_KEYS: &str = "transport.slowStartWindow=1s\n";
 
-fn options(keys: &str) -> ClientOptions {
-    let config = Config::from_text(keys, meshline_registry_core::config::Format::Properties)
-        .expect("valid transport keys");
-    ClientOptions::from_config(&config).unwrap()
-}
-
 /// A client of `a` and `b` under `lb`, warm for `warm`, then `c` joining: returns
 /// when `c` is alive, with the moment it was seen alive.
 async fn joined(
     lb: &str,
     o: ClientOptions,
-    servers: &[&TestServer; 3],
+    servers: &[TestServer; 3],
     warm: Duration,
 ) -> (RpcClient, WatchHub, Instant) {
     let hub = WatchHub::new("test", meshline_registry_core::EmptyProtection::Apply);
-    publish(&hub, &servers[..2]);
-    let client = builder(&hub, lb).options(o).build().await.unwrap();
-    client.wait_alive(2, SEC).await.unwrap();
+    publish(&hub, &[&servers[0], &servers[1]]);
+    let client = build_alive(builder(&hub, lb).options(o), 2, SEC).await;
     // The cluster warms under load: a newcomer ramps only once the alive set has been
     // up for a window. A starting client's two servers take their halves meanwhile.
     if !warm.is_zero() {
@@ -49,7 +42,7 @@ async fn joined(
             "a starting client's servers served {served:?}"
         );
     }
-    publish(&hub, &servers[..]);
+    publish(&hub, &servers.each_ref());
     let port = servers[2].addr().port();
     until(SEC, || alive_ports(&client).contains(&port))
         .await
@@ -58,7 +51,7 @@ async fn joined(
 }
 
 /// The share of the calls `servers[2]` served while eight callers called for `span`.
-async fn share_of_third(client: &RpcClient, servers: &[&TestServer; 3], span: Duration) -> f64 {
+async fn share_of_third(client: &RpcClient, servers: &[TestServer; 3], span: Duration) -> f64 {
     let served = drive(client, servers, Instant::now() + span).await;
     let total: usize = served.iter().sum();
     assert!(total > 200, "only {total} calls in {span:?}");
@@ -66,7 +59,7 @@ async fn share_of_third(client: &RpcClient, servers: &[&TestServer; 3], span: Du
 }
 
 /// Eight callers call until `until`; the calls each server served meanwhile.
-async fn drive(client: &RpcClient, servers: &[&TestServer; 3], until: Instant) -> Vec<usize> {
+async fn drive(client: &RpcClient, servers: &[TestServer; 3], until: Instant) -> Vec<usize> {
     let before: Vec<usize> = servers
         .iter()
         .map(|s| s.requests.load(Ordering::SeqCst))
@@ -94,13 +87,8 @@ async fn drive(client: &RpcClient, servers: &[&TestServer; 3], until: Instant) -
 }
 
 async fn ramps_under(lb: &str, early_max: f64, late_min: f64) {
-    let (a, b, c) = (
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("c", Mode::Echo).await,
-    );
-    let servers = [&a, &b, &c];
-    let (client, _hub, joined_at) = joined(lb, options(WINDOW_KEYS), &servers, WINDOW).await;
+    let servers = echo_servers(["a", "b", "c"]).await;
+    let (client, _hub, joined_at) = joined(lb, options_from(WINDOW_KEYS), &servers, WINDOW).await;
     // The first 300 ms of a 1 s window: a factor of 0.1 to 0.3.
     let early = share_of_third(&client, &servers, Duration::from_millis(300)).await;
     drive(
@@ -140,14 +128,9 @@ async fn a_newcomer_ramps_up_under_least_active() {
 /// ramp tests hold is one the balancer alone does not meet.
 #[tokio::test]
 async fn without_slow_start_a_newcomer_takes_its_share_at_once() {
-    let (a, b, c) = (
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("c", Mode::Echo).await,
-    );
-    let servers = [&a, &b, &c];
+    let servers = echo_servers(["a", "b", "c"]).await;
     for lb in ["RoundRobinLoadBalance", "LeastActiveLoadBalance"] {
-        let (client, _hub, _) = joined(lb, options(""), &servers, WINDOW).await;
+        let (client, _hub, _) = joined(lb, options_from(""), &servers, WINDOW).await;
         let early = share_of_third(&client, &servers, Duration::from_millis(300)).await;
         println!(
             "{lb} without slow start: the newcomer's share {:.1} % in its first 0.3 s",
@@ -163,13 +146,8 @@ async fn without_slow_start_a_newcomer_takes_its_share_at_once() {
 /// share at once.
 #[tokio::test]
 async fn a_starting_clients_servers_take_their_share_at_once() {
-    let (a, b, c) = (
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("c", Mode::Echo).await,
-    );
-    let servers = [&a, &b, &c];
-    let o = options("transport.slowStartWindow=60s\n");
+    let servers = echo_servers(["a", "b", "c"]).await;
+    let o = options_from("transport.slowStartWindow=60s\n");
     let (client, _hub, _) = joined("RoundRobinLoadBalance", o, &servers, Duration::ZERO).await;
     let share = share_of_third(&client, &servers, Duration::from_millis(300)).await;
     assert!(share > 0.28, "{share:.3}");
@@ -178,14 +156,9 @@ async fn a_starting_clients_servers_take_their_share_at_once() {
 
 #[tokio::test]
 async fn calls_naming_an_xid_reach_the_newcomer_during_its_ramp() {
-    let (a, b, c) = (
-        start("a", Mode::Echo).await,
-        start("b", Mode::Echo).await,
-        start("c", Mode::Echo).await,
-    );
-    let servers = [&a, &b, &c];
-    let o = options("transport.slowStartWindow=1s\n");
-    let (client, _hub, _) = joined("XID", o, &servers, WINDOW).await;
+    let servers = echo_servers(["a", "b", "c"]).await;
+    let (client, _hub, _) = joined("XID", options_from(WINDOW_KEYS), &servers, WINDOW).await;
+    let c = &servers[2];
     let xid = format!("127.0.0.1:{}:2612341069705662465", c.addr().port());
     let before = c.requests.load(Ordering::SeqCst);
     for _ in 0..200 {

@@ -85,7 +85,7 @@ pub use redis::Redis;
 pub use rnacos::{Rnacos, RnacosCluster};
 pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped};
 pub use tls::{TestPki, Trust, refusal as tls_refusal, round_trip as tls_round_trip};
-pub use wait::until;
+pub use wait::{delay_as_asked, until};
 pub use zookeeper::{ZkEnsemble, ZooKeeper};
 
 /// How long a server may take to answer its readiness probe. Generous, because the

@@ -16,3 +16,12 @@ pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Durat
     }
     f().then(|| start.elapsed())
 }
+
+/// Sleeps for the milliseconds a test request asks in its `delay_ms` head entry (none,
+/// or not a number: no sleep): how the rpc-client's test servers hold a call for as long
+/// as the test wants it in flight.
+pub async fn delay_as_asked(delay_ms: Option<&str>) {
+    if let Some(ms) = delay_ms.and_then(|v| v.parse().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}

@@ -328,6 +328,13 @@ async fn compressed_requests_reach_the_peer_labelled_and_merged_frames_too() {
     assert_eq!((f.compressor, &f.body[..]), (0, &b"raw"[..]));
 }
 
+/// `msg` as the request frame numbered `id`, in the seata codec.
+fn request_frame(msg: &SeataMessage, id: u32) -> Frame {
+    Payload::seata(msg)
+        .unwrap()
+        .into_frame(MessageType::Request, id)
+}
+
 /// With the protobuf codec, a Seata request is rewritten in it; one the protobuf
 /// messages cannot carry (an XA branch) and a body that is not Seata's go as they are.
 #[test]
@@ -335,9 +342,7 @@ fn requests_are_transcoded_to_protobuf_where_they_can_be() {
     use crate::codec::{CODEC_PROTOBUF, CODEC_SEATA};
     use crate::message::{BranchRegisterRequest, BranchType};
     let status = SeataMessage::GlobalStatus(GlobalEndRequest::new("x:1:2"));
-    let mut f = Payload::seata(&status)
-        .unwrap()
-        .into_frame(MessageType::Request, 1);
+    let mut f = request_frame(&status, 1);
     super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
     assert_eq!(f.codec, CODEC_PROTOBUF);
     assert_eq!(crate::message::protobuf::decode(&f.body).unwrap(), status);
@@ -346,9 +351,7 @@ fn requests_are_transcoded_to_protobuf_where_they_can_be() {
         ..Default::default()
     });
     let body = xa.encode().unwrap();
-    let mut f = Payload::seata(&xa)
-        .unwrap()
-        .into_frame(MessageType::Request, 2);
+    let mut f = request_frame(&xa, 2);
     super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
     assert_eq!((f.codec, &f.body), (CODEC_SEATA, &body));
     let mut f = Payload::new(&b"raw"[..])
@@ -357,9 +360,7 @@ fn requests_are_transcoded_to_protobuf_where_they_can_be() {
     super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
     assert_eq!((f.codec, &f.body[..]), (0x7f, &b"raw"[..]));
     // The seata codec leaves everything as it is.
-    let mut f = Payload::seata(&status)
-        .unwrap()
-        .into_frame(MessageType::Request, 4);
+    let mut f = request_frame(&status, 4);
     super::merge::transcode_request(CODEC_SEATA, &mut f);
     assert_eq!(f.codec, CODEC_SEATA);
 }
@@ -372,9 +373,7 @@ fn requests_are_transcoded_to_protobuf_where_they_can_be() {
 fn a_request_rewritten_in_protobuf_is_compressed_too() {
     use crate::codec::CODEC_PROTOBUF;
     let status = SeataMessage::GlobalStatus(GlobalEndRequest::new("x:1:2"));
-    let mut f = Payload::seata(&status)
-        .unwrap()
-        .into_frame(MessageType::Request, 1);
+    let mut f = request_frame(&status, 1);
     super::merge::transcode_request(CODEC_PROTOBUF, &mut f);
     super::merge::compress_request(Compressor::Gzip, &mut f);
     assert_eq!(

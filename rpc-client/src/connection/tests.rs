@@ -25,14 +25,7 @@ fn config(transport: TransportOptions) -> ConnConfig {
 
 fn echo() -> Arc<dyn InboundHandler> {
     Arc::new(|req: InboundRequest| async move {
-        if let Some(ms) = req
-            .payload
-            .head
-            .get("delay_ms")
-            .and_then(|v| v.parse().ok())
-        {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-        }
+        meshline_testkit::delay_as_asked(req.payload.head.get("delay_ms")).await;
         Some(req.payload)
     })
 }
@@ -52,6 +45,21 @@ async fn pair(
     (ca, cb)
 }
 
+/// A client connection (default settings, no handler of its own) to a server
+/// connection with `server` settings that answers with `handler`.
+async fn to_server(
+    server: TransportOptions,
+    handler: Arc<dyn InboundHandler>,
+) -> (Connection, Connection) {
+    pair(
+        config(TransportOptions::default()),
+        None,
+        config(server),
+        Some(handler),
+    )
+    .await
+}
+
 /// A connection whose peer is a raw socket that never reads.
 async fn to_deaf_peer(c: ConnConfig) -> (Connection, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -65,43 +73,86 @@ async fn until(limit: Duration, f: impl FnMut() -> bool) -> bool {
     meshline_testkit::until(limit, f).await.is_some()
 }
 
+/// Two echoing peers calling each other at once, each side's calls spread over callers.
+struct Push {
+    /// Each peer's write-queue budget.
+    request_queue_bytes: usize,
+    /// The calls each peer makes.
+    per_side: usize,
+    /// The callers of each peer.
+    callers: usize,
+    /// Each call's timeout.
+    timeout: Duration,
+    /// The body of call number `i` (the echo must bring it back).
+    body: fn(usize) -> Bytes,
+}
+
+impl Push {
+    /// Connects the peers and starts the callers: the peers, the callers' tasks, and the
+    /// count of calls answered so far.
+    async fn start(
+        self,
+    ) -> (
+        Connection,
+        Connection,
+        Vec<tokio::task::JoinHandle<()>>,
+        Arc<AtomicUsize>,
+    ) {
+        let small = TransportOptions {
+            request_queue_bytes: self.request_queue_bytes,
+            ..TransportOptions::default()
+        };
+        let (a, b) = pair(
+            config(small.clone()),
+            Some(echo()),
+            config(small),
+            Some(echo()),
+        )
+        .await;
+        let Push {
+            per_side,
+            callers,
+            timeout,
+            body,
+            ..
+        } = self;
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for from in [a.clone(), b.clone()] {
+            for t in 0..callers {
+                let from = from.clone();
+                let done = done.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in (t..per_side).step_by(callers) {
+                        let body = body(i);
+                        let r = from
+                            .call(Payload::new(body.clone()), timeout)
+                            .await
+                            .expect("call");
+                        assert_eq!(r.body, body);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+        }
+        (a, b, tasks, done)
+    }
+}
+
 /// A reader never awaits its own write queue (for PONGs and answers): were it to, with
 /// both peers pushing and small queues, both queues would fill with requests, both
 /// readers wait on their writers, both writers on the other side's reader: deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_peers_pushing_100k_requests_at_each_other_with_small_queues_complete() {
-    let small = TransportOptions {
-        request_queue_bytes: 256, // about four frames
-        ..TransportOptions::default()
-    };
-    let (a, b) = pair(
-        config(small.clone()),
-        Some(echo()),
-        config(small),
-        Some(echo()),
-    )
-    .await;
     const PER_SIDE: usize = 100_000;
-    const TASKS: usize = 64;
-    let done = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for (from, _) in [(a.clone(), "a"), (b.clone(), "b")] {
-        for t in 0..TASKS {
-            let from = from.clone();
-            let done = done.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in (t..PER_SIDE).step_by(TASKS) {
-                    let body = Bytes::from(i.to_be_bytes().to_vec());
-                    let r = from
-                        .call(Payload::new(body.clone()), Duration::from_secs(30))
-                        .await
-                        .expect("call");
-                    assert_eq!(r.body, body);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-    }
+    let push = Push {
+        request_queue_bytes: 256, // about four frames
+        per_side: PER_SIDE,
+        callers: 64,
+        timeout: Duration::from_secs(30),
+        body: |i| Bytes::from(i.to_be_bytes().to_vec()),
+    };
+    let (a, b, tasks, done) = push.start().await;
     let all = futures_util::future::join_all(tasks);
     match tokio::time::timeout(Duration::from_secs(120), all).await {
         Ok(results) => results.into_iter().for_each(|r| r.unwrap()),
@@ -121,40 +172,19 @@ async fn two_peers_pushing_100k_requests_at_each_other_with_small_queues_complet
 /// (outstanding answers stay within the 16 MiB response budget: 32 x 256 KiB = 8 MiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_peers_pushing_large_frames_at_each_other_with_small_queues_complete() {
-    let small = TransportOptions {
-        request_queue_bytes: 1024,
-        ..TransportOptions::default()
-    };
-    let (a, b) = pair(
-        config(small.clone()),
-        Some(echo()),
-        config(small),
-        Some(echo()),
-    )
-    .await;
     const PER_SIDE: usize = 600;
-    const TASKS: usize = 32;
-    let done = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for from in [a.clone(), b.clone()] {
-        for t in 0..TASKS {
-            let from = from.clone();
-            let done = done.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in (t..PER_SIDE).step_by(TASKS) {
-                    let mut v = vec![0u8; 256 << 10];
-                    v[..8].copy_from_slice(&i.to_be_bytes());
-                    let body = Bytes::from(v);
-                    let r = from
-                        .call(Payload::new(body.clone()), Duration::from_secs(60))
-                        .await
-                        .expect("call");
-                    assert_eq!(r.body, body);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-    }
+    let push = Push {
+        request_queue_bytes: 1024,
+        per_side: PER_SIDE,
+        callers: 32,
+        timeout: Duration::from_secs(60),
+        body: |i| {
+            let mut v = vec![0u8; 256 << 10];
+            v[..8].copy_from_slice(&i.to_be_bytes());
+            Bytes::from(v)
+        },
+    };
+    let (a, b, tasks, done) = push.start().await;
     let all = futures_util::future::join_all(tasks);
     tokio::pin!(all);
     let (mut last, mut still) = (usize::MAX, 0);
@@ -315,13 +345,7 @@ async fn slow_inbound_handlers_are_capped_per_connection() {
         max_inbound_requests: 4,
         ..TransportOptions::default()
     };
-    let (client, _server) = pair(
-        config(TransportOptions::default()),
-        None,
-        config(capped),
-        Some(slow),
-    )
-    .await;
+    let (client, _server) = to_server(capped, slow).await;
     for _ in 0..100 {
         client.try_send_oneway(Payload::new(&b"job"[..])).unwrap();
     }
@@ -362,23 +386,26 @@ async fn the_request_queue_is_bounded_in_bytes() {
     conn.close();
 }
 
+/// Queues `frame` on `lanes` as a request (no one reads its written notice).
+fn queue_request(lanes: &Lanes, frame: Frame) {
+    let len = frame.encoded_len(64 << 20).unwrap();
+    let (tx, _rx) = oneshot::channel();
+    let _ = lanes.push_request(Queued {
+        frame,
+        reply: Reply::Written(tx),
+        len,
+        charge: 0,
+    });
+}
+
 /// Fault 7, the batch half: one write took up to 256 frames whatever their size.
 #[test]
 fn a_write_batch_is_bounded_in_bytes_and_frames() {
     let lanes = Lanes::new(1 << 30, 1 << 20);
-    let push = |body: usize| {
-        let frame = Payload::new(Bytes::from(vec![0u8; body])).into_frame(MessageType::Oneway, 1);
-        let len = frame.encoded_len(64 << 20).unwrap();
-        let (tx, _rx) = oneshot::channel();
-        let _ = lanes.push_request(Queued {
-            frame,
-            reply: Reply::Written(tx),
-            len,
-            charge: 0,
-        });
-    };
+    let sized =
+        |body: usize| Payload::new(Bytes::from(vec![0u8; body])).into_frame(MessageType::Oneway, 1);
     for _ in 0..10 {
-        push(100 << 10);
+        queue_request(&lanes, sized(100 << 10));
     }
     let mut b = Batch::new();
     b.fill(&lanes);
@@ -390,39 +417,21 @@ fn a_write_batch_is_bounded_in_bytes_and_frames() {
     assert!(b.bytes <= BATCH_BYTES);
     // A frame larger than the bound goes alone.
     let lanes = Lanes::new(1 << 30, 1 << 20);
-    let frame = Payload::new(Bytes::from(vec![0u8; 1 << 20])).into_frame(MessageType::Oneway, 1);
-    let len = frame.encoded_len(64 << 20).unwrap();
-    let (tx, _rx) = oneshot::channel();
-    let _ = lanes.push_request(Queued {
-        frame,
-        reply: Reply::Written(tx),
-        len,
-        charge: 0,
-    });
-    let small = Payload::new(&b"s"[..]).into_frame(MessageType::Oneway, 2);
-    let slen = small.encoded_len(1024).unwrap();
-    let (tx, _rx2) = oneshot::channel();
-    let _ = lanes.push_request(Queued {
-        frame: small,
-        reply: Reply::Written(tx),
-        len: slen,
-        charge: 0,
-    });
+    queue_request(&lanes, sized(1 << 20));
+    queue_request(
+        &lanes,
+        Payload::new(&b"s"[..]).into_frame(MessageType::Oneway, 2),
+    );
     let mut b = Batch::new();
     b.fill(&lanes);
     assert_eq!(b.requests.len(), 1);
     // Many tiny frames: bounded by count.
     let lanes = Lanes::new(1 << 30, 1 << 20);
     for i in 0..1000 {
-        let f = Payload::new(&b"t"[..]).into_frame(MessageType::Oneway, i);
-        let len = f.encoded_len(1024).unwrap();
-        let (tx, _rx) = oneshot::channel();
-        let _ = lanes.push_request(Queued {
-            frame: f,
-            reply: Reply::Written(tx),
-            len,
-            charge: 0,
-        });
+        queue_request(
+            &lanes,
+            Payload::new(&b"t"[..]).into_frame(MessageType::Oneway, i),
+        );
     }
     let mut b = Batch::new();
     b.fill(&lanes);
@@ -435,13 +444,7 @@ fn a_write_batch_is_bounded_in_bytes_and_frames() {
 async fn callers_that_give_up_leave_no_pending_entry() {
     let never: Arc<dyn InboundHandler> =
         Arc::new(|_req: InboundRequest| async { std::future::pending::<Option<Payload>>().await });
-    let (client, _server) = pair(
-        config(TransportOptions::default()),
-        None,
-        config(TransportOptions::default()),
-        Some(never),
-    )
-    .await;
+    let (client, _server) = to_server(TransportOptions::default(), never).await;
     let mut tasks = Vec::new();
     for t in 0..32u64 {
         let c = client.clone();
@@ -468,13 +471,7 @@ async fn callers_that_give_up_leave_no_pending_entry() {
 /// the first caller keeps its answer.
 #[tokio::test]
 async fn a_wrapped_request_id_never_replaces_a_pending_one() {
-    let (client, _server) = pair(
-        config(TransportOptions::default()),
-        None,
-        config(TransportOptions::default()),
-        Some(echo()),
-    )
-    .await;
+    let (client, _server) = to_server(TransportOptions::default(), echo()).await;
     client.set_next_id(77);
     let c2 = client.clone();
     let first = tokio::spawn(async move {
@@ -502,13 +499,7 @@ async fn a_wrapped_request_id_never_replaces_a_pending_one() {
 
 #[tokio::test]
 async fn drain_with_no_deadline_does_not_panic() {
-    let (client, _server) = pair(
-        config(TransportOptions::default()),
-        None,
-        config(TransportOptions::default()),
-        Some(echo()),
-    )
-    .await;
+    let (client, _server) = to_server(TransportOptions::default(), echo()).await;
     client.drain(Duration::MAX).await;
     assert!(client.is_closed());
     assert_eq!(client.close_reason().unwrap().message(), "drained");

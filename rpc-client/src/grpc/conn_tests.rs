@@ -169,6 +169,14 @@ async fn read_frames(
     }
 }
 
+/// What a client sends first: the preface and an empty SETTINGS.
+fn opening() -> BytesMut {
+    let mut out = BytesMut::new();
+    out.extend_from_slice(frame::PREFACE);
+    frame::settings(&mut out, &[]);
+    out
+}
+
 fn data(stream: u32, msg: &GrpcMessageProto) -> BytesMut {
     let body = prost::Message::encode_to_vec(msg);
     let mut out = BytesMut::new();
@@ -190,9 +198,7 @@ async fn a_client_framed_as_javas_is_served_and_answered_as_javas_server_answers
     let (_server, mut java) = accepted("java").await;
     // Netty's client: preface, SETTINGS, then GrpcEncoder's HEADERS: no :method, no
     // :path, the response-style fields Java's encoder writes on both ends.
-    let mut out = BytesMut::new();
-    out.extend_from_slice(frame::PREFACE);
-    frame::settings(&mut out, &[]);
+    let mut out = opening();
     frame::headers(&mut out, 3, &headers::java_open(), frame::DEFAULT_MAX_FRAME);
     let mut msg = GrpcMessageProto {
         id: 41,
@@ -350,9 +356,7 @@ async fn a_peer_that_grants_no_window_is_closed_after_the_write_timeout() {
 #[tokio::test]
 async fn a_ping_flood_from_a_peer_that_does_not_read_closes_the_connection() {
     let (server, mut peer) = accepted("flood").await;
-    let mut out = BytesMut::new();
-    out.extend_from_slice(frame::PREFACE);
-    frame::settings(&mut out, &[]);
+    let out = opening();
     let mut ping = BytesMut::new();
     Head {
         len: 8,

@@ -97,22 +97,28 @@ async fn silent_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, hold)
 }
 
-#[tokio::test]
-async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
+/// Probes a [`silent_server`] over `transport`, each step given 300 ms.
+async fn probe_silent_server(transport: &TransportOptions) -> ProbeReport {
     let (addr, hold) = silent_server().await;
     let r = probe(
         "127.0.0.1",
         addr.port(),
-        &TransportOptions::default(),
+        transport,
         None,
         Duration::from_millis(300),
     )
     .await;
+    hold.abort();
+    r
+}
+
+#[tokio::test]
+async fn a_silent_server_fails_the_ping_step_with_its_deadline() {
+    let r = probe_silent_server(&TransportOptions::default()).await;
     assert!(r.connect.is_ok());
     let err = r.ping.clone().unwrap().unwrap_err();
     assert!(err.contains("no PONG within 300ms"), "{err}");
     assert_eq!(r.handshake, None);
-    hold.abort();
 }
 
 /// An HTTP server where a TC was expected: its answer is not a Seata frame.
@@ -163,17 +169,8 @@ async fn a_tc_is_probed_over_grpc_when_the_client_speaks_it() {
 
 #[tokio::test]
 async fn a_silent_server_fails_the_grpc_ping_step_with_its_deadline() {
-    let (addr, hold) = silent_server().await;
-    let r = probe(
-        "127.0.0.1",
-        addr.port(),
-        &grpc(),
-        None,
-        Duration::from_millis(300),
-    )
-    .await;
+    let r = probe_silent_server(&grpc()).await;
     let err = r.ping.clone().unwrap().unwrap_err();
     assert!(err.contains("no PONG within 300ms (gRPC)"), "{err}");
     assert_eq!(r.handshake, None);
-    hold.abort();
 }

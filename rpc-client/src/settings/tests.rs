@@ -9,6 +9,24 @@ fn cfg(text: &str) -> Config {
     Config::from_text(text, Format::Properties).unwrap()
 }
 
+/// The transport keys in `text`, which must all be valid and known.
+fn accepted(text: &str) -> TransportConfig {
+    let t = TransportConfig::from_config(&cfg(text)).unwrap();
+    assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
+    t
+}
+
+/// Each `(text, want)`: the transport keys in `text` are refused, with an error that
+/// says `want`.
+fn assert_refused(cases: &[(&str, &str)]) {
+    for (text, want) in cases {
+        let e = TransportConfig::from_config(&cfg(text))
+            .expect_err(text)
+            .to_string();
+        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
+    }
+}
+
 /// `transport.compressor` and `transport.serialization` take Seata's values; anything
 /// meshline cannot speak is an error naming the key, instead of a TC refusing
 /// frames later.
@@ -191,10 +209,8 @@ fn transport_limits_refuse_bad_values() {
 fn call_limit_keys() {
     use crate::limits::{BreakerSettings, CallLimits};
     let apply = |text: &str| {
-        let t = TransportConfig::from_config(&cfg(text)).unwrap();
-        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
         let mut l = CallLimits::default();
-        t.limits.apply(&mut l);
+        accepted(text).limits.apply(&mut l);
         l
     };
     assert_eq!(apply(""), CallLimits::default());
@@ -224,7 +240,7 @@ fn call_limit_keys() {
         apply("transport.breaker=on\n").breaker,
         Some(BreakerSettings::default())
     );
-    for (text, want) in [
+    assert_refused(&[
         ("transport.maxInFlight=-1", "transport.maxInFlight"),
         ("transport.breaker=maybe", "true or false"),
         (
@@ -238,12 +254,7 @@ fn call_limit_keys() {
         ("transport.breakerProbes=0", "at least 1"),
         ("transport.breakerCoolDown=5", "has no unit"),
         ("transport.breakerWindow=0s", "must be more than zero"),
-    ] {
-        let e = TransportConfig::from_config(&cfg(text))
-            .expect_err(text)
-            .to_string();
-        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
-    }
+    ]);
 }
 
 /// The slow-start keys: a window turns it on with Envoy's defaults, `0s` turns it off,
@@ -252,10 +263,8 @@ fn call_limit_keys() {
 fn slow_start_keys() {
     use crate::SlowStart;
     let apply = |text: &str| {
-        let t = TransportConfig::from_config(&cfg(text)).unwrap();
-        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
         let mut s = None;
-        t.slow_start.apply(&mut s);
+        accepted(text).slow_start.apply(&mut s);
         s
     };
     assert_eq!(apply(""), None);
@@ -276,16 +285,11 @@ fn slow_start_keys() {
         })
     );
     assert_eq!(apply("transport.slowStartWindow=0s\n"), None);
-    for (text, want) in [
+    assert_refused(&[
         ("transport.slowStartWindow=30", "has no unit"),
         ("transport.slowStartAggression=0", "more than 0"),
         ("transport.slowStartMinWeightPercent=101", "from 0 to 100"),
-    ] {
-        let e = TransportConfig::from_config(&cfg(text))
-            .expect_err(text)
-            .to_string();
-        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
-    }
+    ]);
 }
 
 /// The hedging keys: off unless `transport.hedge=true`; the percentile shapes hedging
@@ -294,10 +298,8 @@ fn slow_start_keys() {
 fn hedge_keys() {
     use crate::Hedging;
     let apply = |text: &str| {
-        let t = TransportConfig::from_config(&cfg(text)).unwrap();
-        assert!(t.warnings.is_empty(), "{text}: {:?}", t.warnings);
         let mut h = None;
-        t.hedge.apply(&mut h);
+        accepted(text).hedge.apply(&mut h);
         h
     };
     assert_eq!(apply(""), None);
@@ -305,16 +307,11 @@ fn hedge_keys() {
     assert_eq!(apply("transport.hedge=true\n"), Some(Hedging::default()));
     let h = apply("transport.hedge=true\ntransport.hedgePercentile=99.5\n").unwrap();
     assert_eq!(h.percentile, 99.5);
-    for (text, want) in [
+    assert_refused(&[
         ("transport.hedge=sometimes", "true or false"),
         ("transport.hedgePercentile=100", "less than 100"),
         ("transport.hedgePercentile=0", "more than 0"),
-    ] {
-        let e = TransportConfig::from_config(&cfg(text))
-            .expect_err(text)
-            .to_string();
-        assert!(e.contains(want), "{text}: `{e}` lacks `{want}`");
-    }
+    ]);
 }
 
 /// Seata's transport keys for its other parts are quiet; a key nobody knows is

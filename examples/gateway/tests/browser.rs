@@ -21,6 +21,8 @@
 //! Needs Debian's `chromium` (scripts/install-test-deps.sh installs it, `$CHROMIUM`
 //! names another). Without it the test fails: a browser test that can skip is not a test.
 
+mod gateway_world;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,10 +37,10 @@ use meshline_example_gateway::client::GatewayClient;
 use meshline_example_gateway::game_backend::{GameBackend, modules};
 use meshline_example_gateway::gateway::Gateway;
 use meshline_example_gateway::gateway::admission::{Refusal, TokenMinter};
-use meshline_example_gateway::gateway::settings::{
-    GatewaySettings, ModuleKind, ModuleRoute, RouteKey,
-};
+use meshline_example_gateway::gateway::settings::{GatewaySettings, ModuleKind};
 use meshline_example_gateway::memory_registry::MemoryRegistry;
+
+use gateway_world::{route, wait_alive};
 
 const SECRET: &str = "browser-secret";
 
@@ -87,22 +89,10 @@ async fn a_headless_browser_joins_a_room_and_shows_its_snapshots() {
     };
     settings.modules.insert(
         modules::ROOM,
-        ModuleRoute {
-            id: modules::ROOM,
-            name: "room".into(),
-            cluster: "room".into(),
-            kind: ModuleKind::Keyed,
-            choice: "RoundRobinLoadBalance".into(),
-            key: RouteKey::Word,
-        },
+        route(modules::ROOM, "room", ModuleKind::Keyed),
     );
     let gateway = Gateway::start(settings, registry.clone()).await.unwrap();
-    gateway
-        .backend("room")
-        .unwrap()
-        .wait_alive(2, Duration::from_secs(5))
-        .await
-        .unwrap();
+    wait_alive(&gateway, "room", 2, Duration::from_secs(5)).await;
     // Each launch gets its own token (a token is good for one login).
     let page = || {
         let token = TokenMinter::new(SECRET).mint("browser", Duration::from_secs(60));
@@ -486,14 +476,7 @@ impl Cdp {
                 })
             });
             if let Some(t) = page {
-                let r = self
-                    .call(
-                        None,
-                        "Target.attachToTarget",
-                        json!({ "targetId": t["targetId"], "flatten": true }),
-                    )
-                    .await;
-                return r["sessionId"].as_str().unwrap().to_string();
+                return self.attach(&t["targetId"]).await;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -505,11 +488,17 @@ impl Cdp {
         let t = self
             .call(None, "Target.createTarget", json!({ "url": url }))
             .await;
+        self.attach(&t["targetId"]).await
+    }
+
+    /// Attaches to target `target_id`, its messages on this connection (`flatten`);
+    /// returns the session id.
+    async fn attach(&mut self, target_id: &Value) -> String {
         let r = self
             .call(
                 None,
                 "Target.attachToTarget",
-                json!({ "targetId": t["targetId"], "flatten": true }),
+                json!({ "targetId": target_id, "flatten": true }),
             )
             .await;
         r["sessionId"].as_str().unwrap().to_string()

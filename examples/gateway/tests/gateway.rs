@@ -181,14 +181,7 @@ async fn dynamic_bind_routes_to_the_bound_backend() {
         seen.insert(p.request(modules::BIND, 2, Bytes::new()).await.unwrap());
     }
     assert_eq!(seen.len(), 3);
-    let bound = p.request(modules::BIND, 1, Bytes::new()).await.unwrap();
-    let id = last_word(&bound);
-    // The bind command is one-way: wait until the gateway holds the binding.
-    let session = w.gateway.session(&p.welcome.session).unwrap();
-    until("bound", Duration::from_secs(3), || {
-        session.binding("m:4").is_some()
-    })
-    .await;
+    let id = w.bind(&p).await;
     for _ in 0..10 {
         let who = p.request(modules::BIND, 2, Bytes::new()).await.unwrap();
         assert_eq!(String::from_utf8_lossy(&who), id);
@@ -250,11 +243,7 @@ async fn a_killed_backend_moves_stateless_traffic_and_rebinds_bound_sessions() {
     let victim = w.backends.remove(idx);
     victim.kill();
     for c in CLUSTERS {
-        let mut alive = w.gateway.backend(c).unwrap().subscribe_alive();
-        tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| a.len() == 1))
-            .await
-            .expect("the gateway sees the backend go")
-            .unwrap();
+        w.until_alive_count(c, 1).await;
     }
     for _ in 0..6 {
         let who = p.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
@@ -271,14 +260,7 @@ async fn a_killed_backend_moves_stateless_traffic_and_rebinds_bound_sessions() {
         String::from_utf8_lossy(&bag),
         format!("empty on {survivor}")
     );
-    let notice = p
-        .next_push(Duration::from_secs(1))
-        .await
-        .expect("a REBOUND notice");
-    assert_eq!(
-        (notice.module, notice.opcode),
-        (GATEWAY_MODULE, op::REBOUND)
-    );
+    let notice = gateway_push(&p, op::REBOUND, Duration::from_secs(1), "a REBOUND notice").await;
     assert_eq!(
         &notice.payload[..],
         b"5",
@@ -297,22 +279,10 @@ async fn a_killed_backend_moves_stateless_traffic_and_rebinds_bound_sessions() {
     assert_eq!(w.gateway.stats().rebound.load(Ordering::Relaxed), 1);
     // With no backend at all, the error names the module, never a backend address.
     w.backends.pop().unwrap().kill();
-    let mut alive = w.gateway.backend("lobby").unwrap().subscribe_alive();
-    tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| a.is_empty()))
-        .await
-        .unwrap()
-        .unwrap();
-    let e = p
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap_err();
-    match e {
-        ClientError::Reply(text) => {
-            assert_eq!(text, "busy: lobby unavailable");
-            assert!(!text.contains("127.0.0.1"), "{text}");
-        }
-        other => panic!("expected an error reply, got {other:?}"),
-    }
+    w.until_alive_count("lobby", 0).await;
+    let text = error_text(p.request(modules::LOBBY, 1, Bytes::new()).await);
+    assert_eq!(text, "busy: lobby unavailable");
+    assert!(!text.contains("127.0.0.1"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -387,49 +357,9 @@ async fn a_slow_reader_loses_unreliable_frames_then_is_cut_and_a_fast_one_is_not
 
 // --- WebSocket: the same frame, one per binary message -------------------------------
 
-fn with_ws(s: &mut GatewaySettings) {
-    s.ws_listen = Some("127.0.0.1:0".parse().unwrap());
-}
-
-impl World {
-    fn ws_url(&self) -> String {
-        format!(
-            "ws://{}/",
-            self.gateway.ws_addr().expect("ws-listen is configured")
-        )
-    }
-}
-
-/// A raw WebSocket connection, authenticated as `account` (AUTH_OK read).
-async fn raw_ws(
-    w: &World,
-    account: &str,
-) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>> {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let (mut ws, _) = tokio_tungstenite::connect_async(w.ws_url()).await.unwrap();
-    let auth = ClientFrame::new(
-        GATEWAY_MODULE,
-        op::AUTH,
-        0,
-        w.minter.mint(account, Duration::from_secs(60)),
-    );
-    ws.send(Message::Binary(auth.to_bytes())).await.unwrap();
-    match ws.next().await {
-        Some(Ok(Message::Binary(b))) => {
-            let f = ClientFrame::from_message(&b, 4096).unwrap();
-            assert_eq!(f.opcode, op::AUTH_OK, "{f:?}");
-        }
-        other => panic!("expected AUTH_OK, got {other:?}"),
-    }
-    ws
-}
-
 /// Reads until the gateway's close frame; returns its code and reason, and the code of
 /// the KICK read before it, if one came.
-async fn close_of(
-    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>,
-) -> (u16, String, Option<u16>) {
+async fn close_of(ws: &mut RawWs) -> (u16, String, Option<u16>) {
     use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
     let mut kick = None;
@@ -459,9 +389,7 @@ async fn close_of(
 async fn websocket_clients_authenticate_request_and_share_broadcasts_with_tcp_clients() {
     let w = world(1, with_ws).await;
     let url = w.ws_url();
-    let alice = GatewayClient::auth_ws(&url, &w.minter.mint("alice", Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let alice = w.ws_player("alice").await;
     assert_eq!(alice.welcome.gateway, "gw-a");
     // A TCP player in the same broadcast.
     let bob = w.player("bob").await;
@@ -497,9 +425,7 @@ async fn websocket_clients_authenticate_request_and_share_broadcasts_with_tcp_cl
     let e = GatewayClient::auth_ws(&url, &forged).await.unwrap_err();
     assert_eq!(refusal(e), Refusal::Forged);
     // And a session resumes over WebSocket.
-    let welcome = alice.resume_ticket();
-    drop(alice);
-    w.detached(&welcome.session).await;
+    let welcome = w.disconnect(alice).await;
     let again = GatewayClient::resume_ws(&url, &welcome).await.unwrap();
     assert_eq!(again.welcome.session, welcome.session);
     assert_eq!(
@@ -516,10 +442,7 @@ async fn an_oversize_websocket_message_closes_that_connection() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let w = world(1, with_ws).await;
-    let url = w.ws_url();
-    let alice = GatewayClient::auth_ws(&url, &w.minter.mint("alice", Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let alice = w.ws_player("alice").await;
     // A message over max-frame (4096): refused by the WebSocket layer on its header.
     let mut big = raw_ws(&w, "big").await;
     let payload = Bytes::from(vec![1u8; 8192]);
@@ -613,14 +536,8 @@ async fn new_sessions_go_only_to_backends_that_take_them() {
     let minter = TokenMinter::new(SECRET);
     let mut homes = std::collections::HashSet::new();
     for i in 0..12 {
-        let p = GatewayClient::auth(
-            gateway.local_addr(),
-            &minter.mint(&format!("v{i}"), Duration::from_secs(60)),
-        )
-        .await
-        .unwrap();
-        let put = p.request(modules::INVENTORY, 1, &b"r"[..]).await.unwrap();
-        homes.insert(last_word(&put));
+        let put = first_put(&gateway, &minter, &format!("v{i}")).await;
+        homes.insert(last_word(put.as_bytes()));
     }
     let want: std::collections::HashSet<String> = ["v2-a".into(), "v2-b".into()].into();
     assert_eq!(homes, want, "major version 3 must get no new session");
@@ -641,13 +558,19 @@ async fn new_sessions_go_only_to_backends_that_take_them() {
     })
     .await;
     for i in 0..6 {
-        let p = GatewayClient::auth(
-            gateway.local_addr(),
-            &minter.mint(&format!("d{i}"), Duration::from_secs(60)),
-        )
-        .await
-        .unwrap();
-        let put = p.request(modules::INVENTORY, 1, &b"r"[..]).await.unwrap();
-        assert_eq!(String::from_utf8_lossy(&put), "1 items on v2-b");
+        let put = first_put(&gateway, &minter, &format!("d{i}")).await;
+        assert_eq!(put, "1 items on v2-b");
     }
+}
+
+/// A new session of `account` on `gateway` puts an item in its bag: the answer
+/// (`1 items on <backend>`: the static binding a new session got).
+async fn first_put(gateway: &Gateway, minter: &TokenMinter, account: &str) -> String {
+    let p = GatewayClient::auth(
+        gateway.local_addr(),
+        &minter.mint(account, Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    ok_text(p.request(modules::INVENTORY, 1, &b"r"[..]).await)
 }

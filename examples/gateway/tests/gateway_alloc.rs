@@ -52,17 +52,7 @@ async fn an_oversize_frame_closes_the_connection_before_allocating() {
     let w = world(1, |_| {}).await;
     let alice = w.player("alice").await;
     let mut raw = TcpStream::connect(w.gateway.local_addr()).await.unwrap();
-    raw.write_all(
-        &ClientFrame::new(
-            GATEWAY_MODULE,
-            op::AUTH,
-            0,
-            w.minter.mint("bob", Duration::from_secs(60)),
-        )
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
+    raw.write_all(&w.auth_frame("bob")).await.unwrap();
     // AUTH_OK, read whole (the length first, then the rest).
     let mut len = [0u8; 4];
     raw.read_exact(&mut len).await.unwrap();

@@ -51,51 +51,34 @@ async fn leave_takes_a_session_out_of_a_group_and_its_broadcasts() {
     let p = w.player("member").await;
     let sid = p.welcome.session.clone();
     let to_gateway = w.backends[0].gateway_connections().remove(0);
+    let send = async |cmd: meshline::rpc::Payload| to_gateway.send_oneway(cmd).await.unwrap();
+    // `join` or `leave` of the guild, for this session.
+    let guild = |cmd: &str| {
+        command(cmd, Bytes::new())
+            .with_head(wire::TO, sid.clone())
+            .with_head(wire::GROUP, "guild")
+    };
     let bcast = |group: &str, text: &str| {
         command("bcast", text.to_string())
             .with_head(wire::GROUP, group)
             .with_head(wire::MODULE, "1")
             .with_head(wire::OPCODE, "6")
     };
-    to_gateway
-        .send_oneway(
-            command("join", Bytes::new())
-                .with_head(wire::TO, sid.clone())
-                .with_head(wire::GROUP, "guild"),
-        )
-        .await
-        .unwrap();
-    to_gateway
-        .send_oneway(bcast("guild", "for the guild"))
-        .await
-        .unwrap();
-    let f = p
-        .next_push(Duration::from_secs(2))
-        .await
-        .expect("the guild's");
-    assert_eq!(&f.payload[..], b"for the guild");
-    to_gateway
-        .send_oneway(
-            command("leave", Bytes::new())
-                .with_head(wire::TO, sid.clone())
-                .with_head(wire::GROUP, "guild"),
-        )
-        .await
-        .unwrap();
+    // The payload of the next push, which must come within 2 s.
+    let next = async |what: &str| {
+        p.next_push(Duration::from_secs(2))
+            .await
+            .expect(what)
+            .payload
+    };
+    send(guild("join")).await;
+    send(bcast("guild", "for the guild")).await;
+    assert_eq!(&next("the guild's").await[..], b"for the guild");
+    send(guild("leave")).await;
     // On one connection, in order: the guild's broadcast would come before everyone's.
-    to_gateway
-        .send_oneway(bcast("guild", "not for you"))
-        .await
-        .unwrap();
-    to_gateway
-        .send_oneway(bcast("*", "for everyone"))
-        .await
-        .unwrap();
-    let f = p
-        .next_push(Duration::from_secs(2))
-        .await
-        .expect("everyone's");
-    assert_eq!(&f.payload[..], b"for everyone");
+    send(bcast("guild", "not for you")).await;
+    send(bcast("*", "for everyone")).await;
+    assert_eq!(&next("everyone's").await[..], b"for everyone");
     assert!(w.gateway.session(&sid).unwrap().groups().is_empty());
 }
 
@@ -103,13 +86,8 @@ async fn leave_takes_a_session_out_of_a_group_and_its_broadcasts() {
 async fn unbind_returns_a_dynamic_module_to_balancing() {
     let w = world(3, |_| {}).await;
     let p = w.player("dyn").await;
-    let bound = p.request(modules::BIND, 1, Bytes::new()).await.unwrap();
-    let id = last_word(&bound);
+    let id = w.bind(&p).await;
     let session = w.gateway.session(&p.welcome.session).unwrap();
-    until("bound", Duration::from_secs(3), || {
-        session.binding("m:4").is_some()
-    })
-    .await;
     for _ in 0..6 {
         let who = p.request(modules::BIND, 2, Bytes::new()).await.unwrap();
         assert_eq!(String::from_utf8_lossy(&who), id);

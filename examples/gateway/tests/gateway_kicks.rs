@@ -54,9 +54,7 @@ async fn garbage_after_login_is_kicked_bad_frame() {
 async fn a_resume_on_another_connection_kicks_the_old_one_takeover() {
     let w = world(1, |_| {}).await;
     let first = w.player("twice").await;
-    let second = GatewayClient::resume(w.gateway.local_addr(), &first.resume_ticket())
-        .await
-        .unwrap();
+    let second = w.resume(&first.resume_ticket()).await;
     let (code, text) = kicked(&first).await;
     assert_eq!(code, Kick::Takeover.code(), "{text}");
     // The session lives on, on the new connection.
@@ -84,9 +82,7 @@ async fn a_duplicate_login_kicks_the_old_session_by_default() {
     assert_eq!(w.gateway.sessions(), 1);
     new.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
     // A detached session is ended the same way (nobody to kick).
-    let welcome = new.resume_ticket();
-    drop(new);
-    w.detached(&welcome.session).await;
+    let welcome = w.disconnect(new).await;
     let third = w.player("dup").await;
     let e = GatewayClient::resume(w.gateway.local_addr(), &welcome)
         .await
@@ -100,12 +96,9 @@ async fn a_duplicate_login_kicks_the_old_session_by_default() {
 async fn refuse_new_refuses_the_second_login_and_allow_keeps_both() {
     let w = world(1, |s| s.duplicate_login = DuplicateLogin::RefuseNew).await;
     let first = w.player("once").await;
-    let e = GatewayClient::auth(
-        w.gateway.local_addr(),
-        &w.minter.mint("once", Duration::from_secs(60)),
-    )
-    .await
-    .unwrap_err();
+    let e = GatewayClient::auth(w.gateway.local_addr(), &w.token("once"))
+        .await
+        .unwrap_err();
     assert_eq!(refusal(e), Refusal::AlreadyOnline);
     first
         .request(modules::LOBBY, 1, Bytes::new())
@@ -145,11 +138,7 @@ async fn the_drain_deadline_kicks_drain() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sustained_abuse_is_kicked_abuse() {
-    let w = world(1, |s| {
-        s.limits.account_messages = Rate::per_sec(1).burst(1);
-        s.limits.kick_after = 2;
-    })
-    .await;
+    let w = world(1, account_limit(Rate::per_sec(1).burst(1), 2)).await;
     let p = w.player("mallory").await;
     for _ in 0..10 {
         if p.request(modules::LOBBY, 1, Bytes::new()).await.is_err() && p.is_closed() {
@@ -196,38 +185,31 @@ async fn a_client_that_does_not_read_is_kicked_slow_client_when_it_reads_again()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_kick_is_kicked_game_and_keep_keeps_the_session() {
     let w = world(1, |_| {}).await;
-    let kick = |sid: String, keep: bool| {
+    let to_gateway = w.backends[0].gateway_connections().remove(0);
+    // The game kicks session `sid`, keeping the session when `keep`.
+    let kick = async |sid: String, keep: bool| {
         let mut cmd = command("kick", Bytes::new())
             .with_head(wire::TO, sid)
             .with_head(wire::REASON, "banned for a day");
         if keep {
             cmd = cmd.with_head(wire::KEEP, "1");
         }
-        cmd
+        to_gateway.send_oneway(cmd).await.unwrap();
     };
-    let to_gateway = w.backends[0].gateway_connections().remove(0);
     // keep=1: only the connection closes; the session can be resumed.
     let kept = w.player("kept").await;
-    to_gateway
-        .send_oneway(kick(kept.welcome.session.clone(), true))
-        .await
-        .unwrap();
+    kick(kept.welcome.session.clone(), true).await;
     let (code, text) = kicked(&kept).await;
     assert_eq!(
         (code, text.as_str()),
         (Kick::Game.code(), "banned for a day")
     );
     w.detached(&kept.welcome.session).await;
-    let back = GatewayClient::resume(w.gateway.local_addr(), &kept.resume_ticket())
-        .await
-        .unwrap();
+    let back = w.resume(&kept.resume_ticket()).await;
     back.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
     // Without keep: the session ends with the connection.
     let gone = w.player("gone").await;
-    to_gateway
-        .send_oneway(kick(gone.welcome.session.clone(), false))
-        .await
-        .unwrap();
+    kick(gone.welcome.session.clone(), false).await;
     let (code, _) = kicked(&gone).await;
     assert_eq!(code, Kick::Game.code());
     let e = GatewayClient::resume(w.gateway.local_addr(), &gone.resume_ticket())
@@ -269,29 +251,14 @@ async fn a_request_after_the_kick_fails_at_once_as_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_the_close_code_follows_the_kick() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
     let w = world(1, |s| {
-        s.ws_listen = Some("127.0.0.1:0".parse().unwrap());
+        with_ws(s);
         s.drain.deadline = Duration::from_millis(300);
     })
     .await;
-    let url = format!("ws://{}/", w.gateway.ws_addr().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
-    let auth = ClientFrame::new(
-        GATEWAY_MODULE,
-        op::AUTH,
-        0,
-        w.minter.mint("ws", Duration::from_secs(60)),
-    );
-    ws.send(Message::Binary(auth.to_bytes())).await.unwrap();
-    match ws.next().await {
-        Some(Ok(Message::Binary(b))) => {
-            let f = ClientFrame::from_message(&b, 4096).unwrap();
-            assert_eq!(f.opcode, op::AUTH_OK, "{f:?}");
-        }
-        other => panic!("expected AUTH_OK, got {other:?}"),
-    }
+    let mut ws = raw_ws(&w, "ws").await;
     w.gateway.drain().await;
     let mut kick = None;
     let close = tokio::time::timeout(Duration::from_secs(3), async {

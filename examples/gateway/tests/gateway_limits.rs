@@ -19,10 +19,6 @@ fn ip(s: &str) -> IpAddr {
 }
 
 impl World {
-    fn token(&self, account: &str) -> String {
-        self.minter.mint(account, Duration::from_secs(60))
-    }
-
     /// Authenticates `account` from local address `from`.
     async fn login_from(&self, from: &str, account: &str) -> Result<GatewayClient, ClientError> {
         Connector::tcp(self.gateway.local_addr())
@@ -63,21 +59,33 @@ async fn logins(w: &World, from: &str, n: usize) -> (Vec<GatewayClient>, Vec<Str
     (ok, refused)
 }
 
+/// [`logins`] from `from` where a limit of one a second with a burst of `burst` holds:
+/// the burst is admitted, plus what one a second refilled meanwhile, no more.
+async fn logins_at_one_a_second(
+    w: &World,
+    from: &str,
+    n: usize,
+    burst: usize,
+) -> (Vec<GatewayClient>, Vec<String>) {
+    let t0 = Instant::now();
+    let (ok, refused) = logins(w, from, n).await;
+    let refill = t0.elapsed().as_secs() as usize + 1;
+    assert!(
+        ok.len() >= burst && ok.len() <= burst + refill,
+        "{} admitted in {:?}",
+        ok.len(),
+        t0.elapsed()
+    );
+    (ok, refused)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_flood_from_one_ip_is_refused_while_another_ip_gets_in() {
     let w = world(1, |s| {
         s.limits.ip_connects = Rate::per_sec(1).burst(5);
     })
     .await;
-    let t0 = Instant::now();
-    let (ok, refused) = logins(&w, "127.0.0.1", 15).await;
-    // The burst of 5, plus what one a second refilled meanwhile.
-    let refill = t0.elapsed().as_secs() as usize + 1;
-    assert!(
-        ok.len() >= 5 && ok.len() <= 5 + refill,
-        "{} admitted",
-        ok.len()
-    );
+    let (ok, refused) = logins_at_one_a_second(&w, "127.0.0.1", 15, 5).await;
     assert_eq!(ok.len() + refused.len(), 15);
     for text in &refused {
         assert_eq!(text, "rate limited: per-IP connection limit (1/s, burst 5)");
@@ -88,16 +96,9 @@ async fn a_connection_flood_from_one_ip_is_refused_while_another_ip_gets_in() {
     );
     // Another address is not touched by that flood.
     let other = w.login_from("127.0.0.2", "bob").await.unwrap();
-    let who = other
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
-    assert_eq!(&who[..], b"bob@be-0");
+    assert_eq!(&who(&other).await[..], b"bob@be-0");
     // The admitted ones play on.
-    ok[0]
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
+    who(&ok[0]).await;
     assert_eq!(w.gateway.limits().tracked_ips(), 2);
 }
 
@@ -120,17 +121,8 @@ async fn an_allow_listed_address_gets_the_higher_limit() {
         "{}",
         refused[0]
     );
-    // An address not on the list has the ordinary limit: its burst of 2, plus one a
-    // second refilled meanwhile.
-    let t0 = Instant::now();
-    let (ok, refused) = logins(&w, "127.0.0.4", 6).await;
-    let refill = t0.elapsed().as_secs() as usize + 1;
-    assert!(
-        ok.len() >= 2 && ok.len() <= 2 + refill,
-        "{} admitted in {:?}",
-        ok.len(),
-        t0.elapsed()
-    );
+    // An address not on the list has the ordinary limit.
+    let (_ok, refused) = logins_at_one_a_second(&w, "127.0.0.4", 6, 2).await;
     assert!(
         refused[0].contains("per-IP connection limit"),
         "{}",
@@ -165,11 +157,11 @@ async fn the_gateway_wide_limit_counts_every_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_client_over_the_limit_is_refused_after_its_handshake() {
     let w = world(1, |s| {
-        s.ws_listen = Some("127.0.0.1:0".parse().unwrap());
+        with_ws(s);
         s.limits.ip_connects = Rate::per_sec(1).burst(1);
     })
     .await;
-    let url = format!("ws://{}/", w.gateway.ws_addr().unwrap());
+    let url = w.ws_url();
     let first = Connector::ws(&url).auth(&w.token("ws1")).await.unwrap();
     let e = Connector::ws(&url).auth(&w.token("ws2")).await.unwrap_err();
     assert!(refusal_text(&e).contains("per-IP connection limit"));
@@ -180,10 +172,7 @@ async fn a_websocket_client_over_the_limit_is_refused_after_its_handshake() {
         .auth(&w.token("ws3"))
         .await
         .unwrap();
-    first
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
+    who(&first).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,11 +197,7 @@ async fn a_raw_tcp_client_over_the_limit_reads_auth_fail_code_10() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_per_account_message_limit_answers_rate_limited_and_the_connection_stays() {
-    let w = world(1, |s| {
-        s.limits.account_messages = Rate::per_sec(5).burst(5);
-        s.limits.kick_after = 0;
-    })
-    .await;
+    let w = world(1, account_limit(Rate::per_sec(5).burst(5), 0)).await;
     let alice = w.player("alice").await;
     let bob = w.player("bob").await;
     let mut ok = 0;
@@ -230,7 +215,7 @@ async fn the_per_account_message_limit_answers_rate_limited_and_the_connection_s
         "rate limited: per-account message limit (5/s, burst 5)"
     );
     // Another account has its own bucket.
-    bob.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
+    who(&bob).await;
     assert_eq!(
         w.gateway.limits().refused(LimitKind::Account),
         limited.len() as u64
@@ -238,11 +223,7 @@ async fn the_per_account_message_limit_answers_rate_limited_and_the_connection_s
     // The connection stayed: once the bucket refilled (two in 400 ms), alice is served
     // again.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let who = alice
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
-    assert_eq!(&who[..], b"alice@be-0");
+    assert_eq!(&who(&alice).await[..], b"alice@be-0");
     // Pings are the gateway's own and not counted: the last message in the bucket is
     // still there after twenty of them.
     for seq in 0..20 {
@@ -256,10 +237,7 @@ async fn the_per_account_message_limit_answers_rate_limited_and_the_connection_s
             .await
             .unwrap();
     }
-    alice
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
+    who(&alice).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,27 +249,12 @@ async fn an_opcode_limit_touches_only_its_opcode() {
     })
     .await;
     let alice = w.player("alice").await;
-    alice
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
-    alice
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
-    let e = alice
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap_err();
-    match e {
-        ClientError::Reply(t) => {
-            assert_eq!(
-                t,
-                "rate limited: opcode 1.1 limit per account (1/s, burst 2)"
-            )
-        }
-        other => panic!("{other}"),
-    }
+    who(&alice).await;
+    who(&alice).await;
+    assert_eq!(
+        error_text(alice.request(modules::LOBBY, 1, Bytes::new()).await),
+        "rate limited: opcode 1.1 limit per account (1/s, burst 2)"
+    );
     // Another opcode of the same module (lobby echoes it) is not limited.
     for _ in 0..5 {
         let echo = alice
@@ -305,11 +268,7 @@ async fn an_opcode_limit_touches_only_its_opcode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_keeps_going_over_its_limit_is_disconnected() {
-    let w = world(1, |s| {
-        s.limits.account_messages = Rate::per_sec(1).burst(2);
-        s.limits.kick_after = 5;
-    })
-    .await;
+    let w = world(1, account_limit(Rate::per_sec(1).burst(2), 5)).await;
     let mallory = w.player("mallory").await;
     let mut limited = 0;
     let mut closed = false;
@@ -334,11 +293,7 @@ async fn a_client_that_keeps_going_over_its_limit_is_disconnected() {
     assert_eq!((kick.module, kick.opcode), (GATEWAY_MODULE, op::KICK));
     assert_eq!(&kick.payload[..], b"6 rate limited: sustained abuse");
     // Others are not affected.
-    w.player("alice")
-        .await
-        .request(modules::LOBBY, 1, Bytes::new())
-        .await
-        .unwrap();
+    who(&w.player("alice").await).await;
 }
 
 // --- the login queue ------------------------------------------------------------------
@@ -382,6 +337,19 @@ impl Queued {
         }
     }
 
+    /// Waits (up to 3 s) until the gateway told this login it is at `position`; panics
+    /// saying `what` was expected.
+    async fn until_position(&mut self, position: u64, what: &str) {
+        tokio::time::timeout(
+            Duration::from_secs(3),
+            self.status
+                .wait_for(|s| s.is_some_and(|s| s.position == position)),
+        )
+        .await
+        .expect(what)
+        .unwrap();
+    }
+
     async fn admitted(self) -> GatewayClient {
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
@@ -389,6 +357,24 @@ impl Queued {
             .unwrap()
             .unwrap()
     }
+}
+
+/// A world whose login queue lets one player online at a time (no admission rate) and
+/// holds `max_length` waiting: "a" is online, then "b" and "c" are queued, in that order.
+async fn one_online(max_length: usize) -> (World, GatewayClient, Queued, Queued) {
+    let w = world(1, |s| {
+        s.queue = QueueSettings {
+            admit_per_sec: 0,
+            admit_burst: 0,
+            max_online: 1,
+            max_length,
+        };
+    })
+    .await;
+    let a = w.player("a").await;
+    let b = Queued::start(&w, "b").await;
+    let c = Queued::start(&w, "c").await;
+    (w, a, b, c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,7 +437,7 @@ async fn the_login_queue_admits_in_order_with_positions_and_etas() {
                 .all(|s| s.position >= last.map_or(0, |l| l.position)),
             "{seen:?} then {last:?}"
         );
-        c.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
+        who(&c).await;
     }
     assert_eq!(*order.lock().unwrap(), vec![1, 2, 3, 4, 5]);
     assert_eq!(w.gateway.login_queue().len(), 0);
@@ -461,18 +447,7 @@ async fn the_login_queue_admits_in_order_with_positions_and_etas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_client_that_leaves_does_not_block_the_others() {
-    let w = world(1, |s| {
-        s.queue = QueueSettings {
-            admit_per_sec: 0,
-            admit_burst: 0,
-            max_online: 1,
-            max_length: 10,
-        };
-    })
-    .await;
-    let a = w.player("a").await;
-    let b = Queued::start(&w, "b").await;
-    let c = Queued::start(&w, "c").await;
+    let (w, a, b, c) = one_online(10).await;
     let mut d = Queued::start(&w, "d").await;
     assert_eq!(
         [b.first.position, c.first.position, d.first.position],
@@ -486,44 +461,21 @@ async fn a_queued_client_that_leaves_does_not_block_the_others() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // d is told it moved up.
-    tokio::time::timeout(
-        Duration::from_secs(3),
-        d.status.wait_for(|s| s.is_some_and(|s| s.position == 2)),
-    )
-    .await
-    .expect("d's position update")
-    .unwrap();
+    d.until_position(2, "d's position update").await;
     // a goes offline: b, then (b gone) d.
     drop(a);
     let b = b.admitted().await;
-    tokio::time::timeout(
-        Duration::from_secs(3),
-        d.status.wait_for(|s| s.is_some_and(|s| s.position == 1)),
-    )
-    .await
-    .expect("d is next")
-    .unwrap();
+    d.until_position(1, "d is next").await;
     drop(b);
     let d = d.admitted().await;
-    d.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
+    who(&d).await;
     assert_eq!(w.gateway.login_queue().admitted(), 2);
     assert_eq!(w.gateway.login_queue().online(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_refuses_busy_and_a_resume_bypasses_it() {
-    let w = world(1, |s| {
-        s.queue = QueueSettings {
-            admit_per_sec: 0,
-            admit_burst: 0,
-            max_online: 1,
-            max_length: 2,
-        };
-    })
-    .await;
-    let a = w.player("a").await;
-    let b = Queued::start(&w, "b").await;
-    let _c = Queued::start(&w, "c").await;
+    let (w, a, b, _c) = one_online(2).await;
     let e = GatewayClient::auth(w.gateway.local_addr(), &w.token("d"))
         .await
         .unwrap_err();

@@ -6,6 +6,7 @@
 //! back through the configuration loader and must change nothing.
 
 use std::collections::BTreeSet;
+use std::fmt::Debug;
 
 use hmac::{Hmac, KeyInit, Mac};
 use meshline_example_gateway::game_backend::modules;
@@ -43,6 +44,19 @@ fn table(name: &str) -> Vec<Vec<String>> {
     rows.into_iter().skip(2).collect()
 }
 
+/// Asserts that table `name`, each row read by `row`, holds exactly what `code` lists
+/// (a row the code lacks and a code the table lacks both fail); the table's rows so read.
+fn assert_table<T: Ord + Debug>(
+    name: &str,
+    row: impl Fn(&[String]) -> T,
+    code: impl IntoIterator<Item = T>,
+) -> BTreeSet<T> {
+    let doc: BTreeSet<T> = table(name).iter().map(|r| row(r)).collect();
+    let code: BTreeSet<T> = code.into_iter().collect();
+    assert_eq!(doc, code, "table {name}");
+    doc
+}
+
 /// The code block after `<!-- example: name -->`.
 fn example(name: &str) -> String {
     let marker = format!("<!-- example: {name} -->");
@@ -68,15 +82,11 @@ fn code(cell: &str) -> &str {
 
 #[test]
 fn the_opcode_table_is_module_0_of_the_code() {
-    let doc: BTreeSet<(u16, String)> = table("opcodes")
-        .iter()
-        .map(|r| (number(&r[0]), r[1].clone()))
-        .collect();
-    let code: BTreeSet<(u16, String)> = op::ALL
-        .iter()
-        .map(|(name, o)| (*o, name.to_string()))
-        .collect();
-    assert_eq!(doc, code);
+    assert_table(
+        "opcodes",
+        |r| (number(&r[0]), r[1].clone()),
+        op::ALL.iter().map(|(name, o)| (*o, name.to_string())),
+    );
     // Each row says which way it goes.
     for r in table("opcodes") {
         assert!(
@@ -88,54 +98,42 @@ fn the_opcode_table_is_module_0_of_the_code() {
 
 #[test]
 fn the_flag_table_is_the_code_s_flags() {
-    let doc: BTreeSet<(u16, u8, String)> = table("flags")
-        .iter()
-        .map(|r| (number(&r[0]), number(&r[1]) as u8, r[2].clone()))
-        .collect();
-    let code: BTreeSet<(u16, u8, String)> = protocol::FLAGS
-        .iter()
-        .map(|(name, v)| (v.trailing_zeros() as u16, *v, name.to_string()))
-        .collect();
-    assert_eq!(doc, code);
+    assert_table(
+        "flags",
+        |r| (number(&r[0]), number(&r[1]) as u8, r[2].clone()),
+        protocol::FLAGS
+            .iter()
+            .map(|(name, v)| (v.trailing_zeros() as u16, *v, name.to_string())),
+    );
 }
 
 #[test]
 fn the_refusal_table_has_every_code_name_and_text() {
-    let doc: BTreeSet<(u16, String, String)> = table("refusals")
-        .iter()
-        .map(|r| (number(&r[0]), r[1].clone(), r[2].clone()))
-        .collect();
-    let code: BTreeSet<(u16, String, String)> = Refusal::ALL
-        .iter()
-        .map(|r| (r.code(), r.name().to_string(), r.to_string()))
-        .collect();
-    assert_eq!(doc, code);
+    assert_table(
+        "refusals",
+        |r| (number(&r[0]), r[1].clone(), r[2].clone()),
+        Refusal::ALL
+            .iter()
+            .map(|r| (r.code(), r.name().to_string(), r.to_string())),
+    );
 }
 
 #[test]
 fn the_kick_table_has_every_code_and_name() {
-    let doc: BTreeSet<(u16, String)> = table("kicks")
-        .iter()
-        .map(|r| (number(&r[0]), r[1].clone()))
-        .collect();
-    let code: BTreeSet<(u16, String)> = Kick::ALL
-        .iter()
-        .map(|k| (k.code(), k.name().to_string()))
-        .collect();
-    assert_eq!(doc, code);
+    assert_table(
+        "kicks",
+        |r| (number(&r[0]), r[1].clone()),
+        Kick::ALL.iter().map(|k| (k.code(), k.name().to_string())),
+    );
 }
 
 #[test]
 fn the_binding_kinds_are_the_config_s() {
-    let doc: BTreeSet<String> = table("kinds")
-        .iter()
-        .map(|r| code(&r[0]).to_string())
-        .collect();
-    let code_kinds: BTreeSet<String> = ModuleKind::ALL
-        .iter()
-        .map(|k| k.name().to_string())
-        .collect();
-    assert_eq!(doc, code_kinds);
+    let doc = assert_table(
+        "kinds",
+        |r| code(&r[0]).to_string(),
+        ModuleKind::ALL.iter().map(|k| k.name().to_string()),
+    );
     // And the configuration takes each name.
     for kind in &doc {
         let c = meshline::Config::from_text(
@@ -190,15 +188,13 @@ fn every_documented_default_is_the_default() {
 
 #[test]
 fn the_example_game_modules_are_the_backend_s() {
-    let doc: BTreeSet<(u16, String, String)> = table("modules")
-        .iter()
-        .map(|r| (number(&r[0]), r[1].clone(), r[2].clone()))
-        .collect();
-    let code: BTreeSet<(u16, String, String)> = modules::ALL
-        .iter()
-        .map(|(id, name, kind)| (*id, name.to_string(), kind.to_string()))
-        .collect();
-    assert_eq!(doc, code);
+    assert_table(
+        "modules",
+        |r| (number(&r[0]), r[1].clone(), r[2].clone()),
+        modules::ALL
+            .iter()
+            .map(|(id, name, kind)| (*id, name.to_string(), kind.to_string())),
+    );
 }
 
 #[test]

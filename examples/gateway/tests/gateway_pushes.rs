@@ -27,19 +27,15 @@ async fn a_push_sent_during_a_disconnect_is_replayed_once_after_resume() {
     assert_eq!(chats(&alice, 1).await, [(1, "bob: one".to_string())]);
     assert_eq!(alice.last_push(), 1);
     // Alice drops; two chats while she is away.
-    let ticket = alice.resume_ticket();
+    let ticket = w.disconnect(alice).await;
     assert_eq!(ticket.last_push, 1);
-    drop(alice);
-    w.detached(&ticket.session).await;
     bob.request(modules::CHAT, 1, &b"two"[..]).await.unwrap();
     bob.request(modules::CHAT, 1, &b"three"[..]).await.unwrap();
     chats(&bob, 3).await;
     let kept = w.gateway.session(&ticket.session).unwrap().kept_pushes();
     assert_eq!(kept, 3, "numbered pushes are kept whether connected or not");
     // She resumes: exactly the two she missed, in order, then live ones.
-    let alice = GatewayClient::resume(w.gateway.local_addr(), &ticket)
-        .await
-        .unwrap();
+    let alice = w.resume(&ticket).await;
     let first = alice
         .next_push(Duration::from_secs(2))
         .await
@@ -58,9 +54,7 @@ async fn a_push_sent_during_a_disconnect_is_replayed_once_after_resume() {
         "nothing replayed twice"
     );
     // Resuming again from the same point replays the same, from a later point nothing.
-    let again = GatewayClient::resume(w.gateway.local_addr(), &alice.resume_ticket())
-        .await
-        .unwrap();
+    let again = w.resume(&alice.resume_ticket()).await;
     assert!(again.next_push(Duration::from_millis(200)).await.is_none());
 }
 
@@ -76,28 +70,16 @@ async fn pushes_that_no_longer_fit_the_buffer_are_reported_as_a_gap() {
     .await;
     let alice = w.player("alice").await;
     let bob = w.player("bob").await;
-    let ticket = alice.resume_ticket();
-    drop(alice);
-    w.detached(&ticket.session).await;
+    let ticket = w.disconnect(alice).await;
     for i in 1..=7 {
         bob.request(modules::CHAT, 1, format!("message {i}"))
             .await
             .unwrap();
     }
     chats(&bob, 7).await;
-    let alice = GatewayClient::resume(w.gateway.local_addr(), &ticket)
-        .await
-        .unwrap();
+    let alice = w.resume(&ticket).await;
     // 1..=4 fell out: a GAP says so, then 5, 6, 7.
-    let gap = alice
-        .next_push(Duration::from_secs(2))
-        .await
-        .expect("a GAP");
-    assert_eq!(
-        (gap.module, gap.opcode),
-        (GATEWAY_MODULE, op::GAP),
-        "{gap:?}"
-    );
+    let gap = gateway_push(&alice, op::GAP, Duration::from_secs(2), "a GAP").await;
     assert_eq!(&gap.payload[..], b"1 4");
     let replayed = chats(&alice, 3).await;
     assert_eq!(

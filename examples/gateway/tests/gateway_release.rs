@@ -16,21 +16,6 @@ use meshline_example_gateway::gateway::protect::settings::{BreakerSettings, Modu
 use meshline_example_gateway::gateway::protocol::{self, ClientCodec};
 use tokio::time::Instant;
 
-/// The text of an error reply, or a panic naming what came instead.
-fn error_text(r: Result<Bytes, ClientError>) -> String {
-    match r {
-        Err(ClientError::Reply(text)) => text,
-        other => panic!("expected an error reply, got {other:?}"),
-    }
-}
-
-fn ok_text(r: Result<Bytes, ClientError>) -> String {
-    match r {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(e) => panic!("expected an answer, got {e}"),
-    }
-}
-
 /// Sends `load` (0..=100) from `backend` on every connection the gateway holds to it,
 /// and waits until the gateway's `cluster` guard recorded it (the command is one-way).
 async fn report_load(w: &World, backend: &GameBackend, load: u32) {
@@ -50,26 +35,9 @@ async fn report_load(w: &World, backend: &GameBackend, load: u32) {
     .await;
 }
 
-/// Waits until `cluster` has no alive endpoint at the gateway.
-async fn until_down(w: &World, cluster: &str) {
-    let mut alive = w.gateway.backend(cluster).unwrap().subscribe_alive();
-    tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| a.is_empty()))
-        .await
-        .expect("the gateway sees the backend go")
-        .unwrap();
-}
-
 /// A backend restarted in place: same id and address, registered again.
-async fn restart(w: &World, id: &str, addr: std::net::SocketAddr) -> GameBackend {
-    GameBackend::start(
-        id,
-        addr,
-        w.registry.clone(),
-        &CLUSTERS,
-        Duration::from_millis(50),
-    )
-    .await
-    .unwrap()
+async fn restart(w: &World, id: &str, addr: SocketAddr) -> GameBackend {
+    start_backend(id, addr, &w.registry).await
 }
 
 fn module(s: &mut GatewaySettings, id: u16) -> &mut ModuleProtect {
@@ -176,7 +144,7 @@ async fn a_cluster_down_past_hold_for_answers_busy_then_the_breaker_opens_and_a_
     );
     let addr = w.backends[0].local_addr();
     w.backends.pop().unwrap().kill();
-    until_down(&w, "lobby").await;
+    w.until_alive_count("lobby", 0).await;
     let lobby = w.gateway.protection().cluster("lobby").unwrap();
     // Held for hold-for, then busy.
     let t0 = Instant::now();
@@ -216,12 +184,7 @@ async fn a_cluster_down_past_hold_for_answers_busy_then_the_breaker_opens_and_a_
     assert!(t0.elapsed() < Duration::from_millis(250));
     // The backend comes back: after the cool-down one probe closes the breaker.
     let back = restart(&w, "be-0", addr).await;
-    w.gateway
-        .backend("lobby")
-        .unwrap()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+    wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(5)).await;
     until("half-open", Duration::from_secs(2), || {
         lobby.breaker_state() == BreakerState::HalfOpen
     })
@@ -351,12 +314,7 @@ async fn a_backend_release_under_load_loses_no_stateless_request() {
         victim.kill();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         back = Some(restart(&w, "be-0", addr).await);
-        w.gateway
-            .backend("lobby")
-            .unwrap()
-            .wait_alive(1, Duration::from_secs(2))
-            .await
-            .unwrap();
+        wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(2)).await;
     })
     .await;
     let written = in_flight.unwrap().await.unwrap();
@@ -381,17 +339,7 @@ async fn a_backend_release_under_load_loses_no_stateless_request() {
     let sent = under_load(&w, async {
         old.stop(Duration::from_secs(1)).await;
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        new = Some(
-            GameBackend::start(
-                "be-1",
-                "127.0.0.1:0".parse().unwrap(),
-                w.registry.clone(),
-                &CLUSTERS,
-                Duration::from_millis(50),
-            )
-            .await
-            .unwrap(),
-        );
+        new = Some(w.add_backend("be-1").await);
     })
     .await;
     assert!(
@@ -413,17 +361,7 @@ async fn held_requests_are_replayed_in_the_order_they_came() {
     // No backend at all yet.
     let w = world(0, |_| {}).await;
     let mut sock = TcpStream::connect(w.gateway.local_addr()).await.unwrap();
-    sock.write_all(
-        &ClientFrame::new(
-            GATEWAY_MODULE,
-            op::AUTH,
-            0,
-            w.minter.mint("ordered", Duration::from_secs(60)),
-        )
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
+    sock.write_all(&w.auth_frame("ordered")).await.unwrap();
     let (rd, mut wr) = sock.into_split();
     let mut frames = FramedRead::new(rd, ClientCodec::new(4096));
     let welcome = frames.next().await.unwrap().unwrap();
@@ -550,12 +488,7 @@ async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
         std::future::ready(Some(Payload::new(req.payload.body.clone())))
     })
     .await;
-    w.gateway
-        .backend("lobby")
-        .unwrap()
-        .wait_alive(1, Duration::from_secs(5))
-        .await
-        .unwrap();
+    wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(5)).await;
     let p = w.player("twice").await;
     let answer = p.request(modules::LOBBY, 2, &b"hello"[..]).await.unwrap();
     assert_eq!(&answer[..], b"hello", "answered once, by the re-send");

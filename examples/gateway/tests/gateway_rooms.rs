@@ -195,21 +195,8 @@ async fn a_room_whose_home_changes_is_dropped_by_its_old_backend() {
             .await
             .unwrap();
     }
-    let newcomer = GameBackend::start(
-        "be-new",
-        "127.0.0.1:0".parse().unwrap(),
-        w.registry.clone(),
-        &CLUSTERS,
-        Duration::from_millis(50),
-    )
-    .await
-    .unwrap();
-    w.gateway
-        .backend("room")
-        .unwrap()
-        .wait_alive(2, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let newcomer = w.add_backend("be-new").await;
+    wait_alive(&w.gateway, "room", 2, Duration::from_secs(5)).await;
     until("the moves made", Duration::from_secs(5), || {
         w.gateway.keys().moved_total() > 0
             && newcomer.rooms().len() as u64 == w.gateway.keys().moved_total()

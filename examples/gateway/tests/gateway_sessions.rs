@@ -13,12 +13,8 @@ async fn a_session_resumes_on_the_same_gateway_with_its_bindings() {
         .request(modules::INVENTORY, 1, &b"sword"[..])
         .await
         .unwrap();
-    let welcome = p.resume_ticket();
-    drop(p);
-    w.detached(&welcome.session).await;
-    let again = GatewayClient::resume(w.gateway.local_addr(), &welcome)
-        .await
-        .unwrap();
+    let welcome = w.disconnect(p).await;
+    let again = w.resume(&welcome).await;
     assert_eq!(again.welcome.session, welcome.session);
     let home = last_word(&put);
     let bag = again
@@ -49,6 +45,36 @@ async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// Two gateways on one Redis session store: the world's ("gw-a") and `b` ("gw-b").
+struct OnRedis {
+    redis: Redis,
+    url: String,
+    w: World,
+    b: Gateway,
+    /// A connection to the store, to read what the gateways wrote.
+    c: redis::aio::MultiplexedConnection,
+}
+
+/// A Redis, and a world of `backends` whose two gateways keep sessions in it (resume
+/// window 3 s).
+async fn on_redis(backends: usize) -> OnRedis {
+    let redis = Redis::start().unwrap();
+    let url = redis.url();
+    let window = Duration::from_secs(3);
+    let w = world(backends, |s| use_redis(s, &url, window)).await;
+    let b = w
+        .another_gateway("gw-b", |s| use_redis(s, &url, window))
+        .await;
+    let c = redis_conn(&url).await;
+    OnRedis {
+        redis,
+        url,
+        w,
+        b,
+        c,
+    }
 }
 
 /// The stored hash of session `id`.
@@ -83,14 +109,13 @@ async fn stored_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_follows() {
-    let redis = Redis::start().unwrap();
-    let url = redis.url();
-    let window = Duration::from_secs(3);
-    let w = world(3, |s| use_redis(s, &url, window)).await;
-    let b = w
-        .another_gateway("gw-b", |s| use_redis(s, &url, window))
-        .await;
-    let mut c = redis_conn(&url).await;
+    let OnRedis {
+        redis: _redis,
+        w,
+        b,
+        mut c,
+        ..
+    } = on_redis(3).await;
 
     // On gateway A: authenticate, put something in the bag (static binding), join a
     // room (keyed), get its snapshots.
@@ -134,11 +159,13 @@ async fn a_session_resumes_on_another_gateway_through_redis_and_its_backend_foll
         .await
         .unwrap();
     // The push buffer stayed on A: B says at once it cannot tell what was missed.
-    let gap = again
-        .next_push(Duration::from_secs(1))
-        .await
-        .expect("a GAP after a resume on another gateway");
-    assert_eq!((gap.module, gap.opcode), (GATEWAY_MODULE, op::GAP));
+    let gap = gateway_push(
+        &again,
+        op::GAP,
+        Duration::from_secs(1),
+        "a GAP after a resume on another gateway",
+    )
+    .await;
     assert_eq!(&gap.payload[..], b"1 ?");
     // (a) Same session, same binding: bag requests reach the same backend.
     assert_eq!(again.welcome.session, welcome.session);
@@ -201,16 +228,12 @@ async fn the_memory_store_resumes_only_on_the_gateway_holding_the_session() {
     let b = w.another_gateway("gw-b", |_| {}).await;
     let p = w.player("homebody").await;
     p.request(modules::ROOM, 1, &b"r"[..]).await.unwrap();
-    let welcome = p.resume_ticket();
-    drop(p);
-    w.detached(&welcome.session).await;
+    let welcome = w.disconnect(p).await;
     let e = GatewayClient::resume(b.local_addr(), &welcome)
         .await
         .unwrap_err();
     assert_eq!(refusal(e), Refusal::BadResume);
-    let again = GatewayClient::resume(w.gateway.local_addr(), &welcome)
-        .await
-        .unwrap();
+    let again = w.resume(&welcome).await;
     assert_eq!(again.welcome.session, welcome.session);
     // Resumed on the same gateway, the backend is told too.
     let f = next_push_of(&again, modules::ROOM, Some(9), Duration::from_secs(3)).await;
@@ -227,14 +250,13 @@ async fn the_memory_store_resumes_only_on_the_gateway_holding_the_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on() {
-    let mut redis = Redis::start().unwrap();
-    let url = redis.url();
-    let window = Duration::from_secs(3);
-    let w = world(1, |s| use_redis(s, &url, window)).await;
-    let b = w
-        .another_gateway("gw-b", |s| use_redis(s, &url, window))
-        .await;
-    let mut c = redis_conn(&url).await;
+    let OnRedis {
+        mut redis,
+        url,
+        w,
+        b,
+        mut c,
+    } = on_redis(1).await;
     let gone = w.player("gone").await;
     let stays = w.player("stays").await;
     let home = last_word(
@@ -280,12 +302,9 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
         .request(modules::LOBBY, 1, Bytes::new())
         .await
         .unwrap();
-    let on_b = GatewayClient::auth(
-        b.local_addr(),
-        &w.minter.mint("on-b", Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    let on_b = GatewayClient::auth(b.local_addr(), &w.token("on-b"))
+        .await
+        .unwrap();
     on_b.request(modules::LOBBY, 1, Bytes::new()).await.unwrap();
 
     // Redis back, empty (no persistence): connected sessions are written again (the
@@ -296,9 +315,7 @@ async fn with_redis_down_resumes_are_refused_with_a_reason_and_traffic_goes_on()
         h.contains_key("g:room:r2")
     })
     .await;
-    let welcome = stays.resume_ticket();
-    drop(stays);
-    w.detached(&welcome.session).await;
+    let welcome = w.disconnect(stays).await;
     let again = GatewayClient::resume(b.local_addr(), &welcome)
         .await
         .unwrap();

@@ -19,13 +19,12 @@ const N: usize = 200;
 async fn main() -> Result<(), String> {
     let etcd = meshline_testkit::Etcd::start().expect("etcd (scripts/install-test-deps.sh)");
     let endpoint = etcd.endpoint();
-    let keys = [
-        ("registry.type", "etcd3"),
-        ("registry.etcd3.serverAddr", endpoint.as_str()),
-        ("registry.etcd3.ttl", "3s"),
-    ];
     let c = measure(
-        &keys,
+        &[
+            ("registry.type", "etcd3"),
+            ("registry.etcd3.serverAddr", endpoint.as_str()),
+            ("registry.etcd3.ttl", "3s"),
+        ],
         N,
         Duration::ZERO,
         Duration::from_millis(1500),

@@ -43,13 +43,12 @@ async fn main() -> Result<(), String> {
 
     let consul = ConsulDouble::start(ConsulDoubleOptions::default()).map_err(|e| e.to_string())?;
     let addr = consul.server_addr();
-    let keys = [
-        ("registry.type", "consul"),
-        ("registry.consul.serverAddr", addr.as_str()),
-        ("registry.consul.ttl", "2s"),
-    ];
     let c = measure(
-        &keys,
+        &[
+            ("registry.type", "consul"),
+            ("registry.consul.serverAddr", addr.as_str()),
+            ("registry.consul.ttl", "2s"),
+        ],
         n,
         Duration::from_millis(5),
         Duration::from_secs(1),
@@ -61,15 +60,14 @@ async fn main() -> Result<(), String> {
 
     let eureka = EurekaDouble::start(EurekaDoubleOptions::default()).map_err(|e| e.to_string())?;
     let (url, refresh) = (eureka.service_url(), format!("{refresh_ms}ms"));
-    let keys = [
-        ("registry.type", "eureka"),
-        ("registry.eureka.serviceUrl", url.as_str()),
-        ("registry.eureka.refreshInterval", refresh.as_str()),
-        ("registry.eureka.renewalInterval", "1s"),
-        ("registry.eureka.leaseDuration", "3s"),
-    ];
     let c = measure(
-        &keys,
+        &[
+            ("registry.type", "eureka"),
+            ("registry.eureka.serviceUrl", url.as_str()),
+            ("registry.eureka.refreshInterval", refresh.as_str()),
+            ("registry.eureka.renewalInterval", "1s"),
+            ("registry.eureka.leaseDuration", "3s"),
+        ],
         n,
         Duration::from_millis(refresh_ms),
         Duration::from_millis(1500),

@@ -24,13 +24,12 @@ async fn main() -> Result<(), String> {
         let zk =
             meshline_testkit::ZooKeeper::start().expect("zookeeper (scripts/install-test-deps.sh)");
         let connect = zk.connect_string();
-        let keys = [
-            ("registry.type", "zk"),
-            ("registry.zk.serverAddr", connect.as_str()),
-            ("registry.zk.sessionTimeout", "4s"),
-        ];
         let c = measure(
-            &keys,
+            &[
+                ("registry.type", "zk"),
+                ("registry.zk.serverAddr", connect.as_str()),
+                ("registry.zk.sessionTimeout", "4s"),
+            ],
             N,
             Duration::ZERO,
             Duration::from_secs(2),
@@ -43,14 +42,13 @@ async fn main() -> Result<(), String> {
     if which == "all" || which == "redis" {
         let r = meshline_testkit::Redis::start().expect("redis (scripts/install-test-deps.sh)");
         let addr = r.addr();
-        let keys = [
-            ("registry.type", "redis"),
-            ("registry.redis.serverAddr", addr.as_str()),
-            ("registry.redis.ttl", "3s"),
-            ("registry.redis.refreshPeriod", "1s"),
-        ];
         let c = measure(
-            &keys,
+            &[
+                ("registry.type", "redis"),
+                ("registry.redis.serverAddr", addr.as_str()),
+                ("registry.redis.ttl", "3s"),
+                ("registry.redis.refreshPeriod", "1s"),
+            ],
             N,
             Duration::ZERO,
             Duration::from_millis(1500),

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use meshline_registry_etcd::EtcdRegistry;
-use meshline_testkit::convergence::{measure, summary};
+use meshline_testkit::convergence::measure;
 
 const N: usize = 200;
 
@@ -19,26 +19,19 @@ const N: usize = 200;
 async fn main() -> Result<(), String> {
     let etcd = meshline_testkit::Etcd::start().expect("etcd (scripts/install-test-deps.sh)");
     let endpoint = etcd.endpoint();
-    let cfg = meshline_testkit::config_of(
+    let c = measure(
         &[
             ("registry.type", "etcd3"),
             ("registry.etcd3.serverAddr", endpoint.as_str()),
             ("registry.etcd3.ttl", "3s"),
         ],
-        &[],
-    );
-    let c = measure(
         N,
         Duration::ZERO,
         Duration::from_millis(1500),
-        || EtcdRegistry::connect(&cfg),
+        EtcdRegistry::connect,
         EtcdRegistry::abandon,
     )
     .await?;
-    println!("etcd    {}  (watch stream)", summary(c.registered));
-    println!(
-        "etcd    crashed registrant removed after {:.2?} (lease TTL 3 s)",
-        c.crashes
-    );
+    println!("{}", c.report("etcd", "watch stream", "lease TTL 3 s"));
     Ok(())
 }

@@ -3,36 +3,38 @@
 //! layout, leases, a 3-member cluster, credentials; the keep-alive policy is in
 //! `etcd_keepalive.rs`).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{config_2s, init_logs, raw, until_members};
 use etcd_client::{Client, ConnectOptions, GetOptions, Permission, PutOptions};
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
-    Unreachable,
+    Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Unreachable,
 };
 use meshline_testkit::watch::{addrs, assert_unchanged_for, inst, wait_for};
 use meshline_testkit::{Etcd, EtcdCluster};
 
 const TTL: Duration = Duration::from_secs(2);
 
-fn init_logs() {
-    meshline_testkit::watch::init_logs("meshline_registry_etcd=info");
-}
-
 /// A config for `endpoints` with a 2 s TTL and empty protection on, then `extra` keys.
 fn config(endpoints: &str, extra: &[(&str, &str)]) -> Config {
-    let base = [
-        ("registry.type", "etcd3"),
-        ("registry.etcd3.serverAddr", endpoints),
-        ("registry.etcd3.ttl", "2s"),
-        ("registry.empty-protection", "true"),
-    ];
-    meshline_testkit::config_of(&base, extra)
+    config_2s(
+        endpoints,
+        &[&[("registry.empty-protection", "true")], extra].concat(),
+    )
 }
 
 const UNPROTECTED: (&str, &str) = ("registry.empty-protection", "false");
+
+/// A client of `endpoints` with [`config`]`(endpoints, extra)`.
+async fn connect(endpoints: &str, extra: &[(&str, &str)]) -> EtcdRegistry {
+    EtcdRegistry::connect(&config(endpoints, extra))
+        .await
+        .unwrap()
+}
 
 struct EtcdHarness {
     etcd: Etcd,
@@ -52,6 +54,22 @@ async fn harness() -> EtcdHarness {
 }
 
 impl EtcdHarness {
+    /// The config for the running server, logged in as [`EtcdHarness::login`] when
+    /// auth is on, then `extra` keys.
+    fn config_as_login(&self, extra: &[(&str, &str)]) -> Config {
+        match self.login {
+            None => config(&self.etcd.endpoint(), extra),
+            Some((user, password)) => {
+                let mut keys = vec![
+                    ("registry.etcd3.username", user),
+                    ("registry.etcd3.password", password),
+                ];
+                keys.extend_from_slice(extra);
+                config(&self.etcd.endpoint(), &keys)
+            }
+        }
+    }
+
     /// A client of the harness itself (root when auth is on).
     async fn admin(&self) -> Client {
         match self.root {
@@ -66,43 +84,17 @@ impl EtcdHarness {
     }
 }
 
-impl Harness for EtcdHarness {
-    type Registry = EtcdRegistry;
-    const LIFETIME: Lifetime = Lifetime::set("registry.etcd3.ttl", "2s", "60s", TTL);
-    const RESYNC_WITHIN: Duration = Duration::from_secs(15);
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        match self.login {
-            None => config(&self.etcd.endpoint(), extra),
-            Some((user, password)) => {
-                let mut keys = vec![
-                    ("registry.etcd3.username", user),
-                    ("registry.etcd3.password", password),
-                ];
-                keys.extend_from_slice(extra);
-                config(&self.etcd.endpoint(), &keys)
-            }
-        }
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<EtcdRegistry, RegistryError> {
-        EtcdRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.etcd
-    }
-}
-
-/// The lease is kept alive every TTL/3 or every 0.5 s (half the default
-/// `keepaliveTime`), whichever is shorter, and expires TTL after the last keep-alive;
-/// etcd's lessor looks for expired leases every 500 ms.
-impl Crash for EtcdHarness {
-    fn crash(&self, reg: &EtcdRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry::after(TTL, Duration::from_millis(500))
-    }
-}
+meshline_testkit::conformance_harness!(EtcdHarness {
+    registry: EtcdRegistry,
+    server: etcd,
+    lifetime: Lifetime::set("registry.etcd3.ttl", "2s", "60s", TTL),
+    resync_within: Duration::from_secs(15),
+    config: |h, extra| h.config_as_login(extra),
+    // The lease is kept alive every TTL/3 or every 0.5 s (half the default
+    // `keepaliveTime`), whichever is shorter, and expires TTL after the last
+    // keep-alive; etcd's lessor looks for expired leases every 500 ms.
+    expiry: Expiry::after(TTL, Duration::from_millis(500)),
+});
 
 impl Garbage for EtcdHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
@@ -274,12 +266,6 @@ meshline_testkit::conformance_tests!(mod removal: removal_harness() => refused_r
     close_removes_a_refused_removal, close_meets_a_held_refusal);
 meshline_testkit::conformance_tests!(mod secrets: secret_harness() => secrets_never_shown);
 
-async fn raw(endpoint: &str) -> Client {
-    Client::connect([endpoint], None)
-        .await
-        .expect("raw etcd client")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seata_layout_both_ways() {
     init_logs();
@@ -313,9 +299,7 @@ async fn seata_layout_both_ways() {
     .await
     .unwrap();
 
-    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), &[]))
-        .await
-        .unwrap();
+    let reg = connect(&etcd.endpoint(), &[]).await;
     let mut w = reg.watch("default").await.unwrap();
     let s = w.next().await.unwrap();
     assert_eq!(
@@ -332,7 +316,7 @@ async fn seata_layout_both_ways() {
     )
     .await
     .unwrap();
-    let s = wait_for(&mut w, Duration::from_secs(5), "10.0.0.5", |s| s.len() == 3).await;
+    let s = until_members(&mut w, 3, Duration::from_secs(5), "10.0.0.5").await;
     assert!(addrs(&s).contains(&"10.0.0.5:8091".to_string()));
 
     // What we register is Seata's layout, read back by the raw client.
@@ -362,24 +346,19 @@ async fn seata_layout_both_ways() {
 async fn a_revoked_lease_is_re_granted() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
-    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), &[UNPROTECTED]))
-        .await
-        .unwrap();
+    let reg = connect(&etcd.endpoint(), &[UNPROTECTED]).await;
     let me = inst("10.2.2.2:8091");
     reg.register("default", &me).await.unwrap();
     let old = reg.lease_id().await.unwrap();
     let mut w = reg.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
+    until_members(&mut w, 1, Duration::from_secs(5), "registered").await;
 
     let mut raw = raw(&etcd.endpoint()).await;
     raw.lease_revoke(old).await.unwrap();
     // The revoke deletes the key (policy Apply shows it) ...
     wait_for(&mut w, Duration::from_secs(5), "revoked", |s| s.is_empty()).await;
     // ... and the keeper notices at its next keep-alive, re-grants and re-puts.
-    let s = wait_for(&mut w, TTL * 3, "re-registered", |s| s.len() == 1).await;
+    let s = until_members(&mut w, 1, TTL * 3, "re-registered").await;
     assert_eq!(addrs(&s), vec!["10.2.2.2:8091"]);
     let new = reg.lease_id().await.unwrap();
     assert_ne!(new, old);
@@ -401,15 +380,13 @@ async fn a_lease_revoked_as_its_keep_alive_opens_is_re_granted() {
     init_logs();
     let etcd = Etcd::start().expect("etcd");
     let mut raw = raw(&etcd.endpoint()).await;
-    let reg = EtcdRegistry::connect(&config(&etcd.endpoint(), &[UNPROTECTED]))
-        .await
-        .unwrap();
+    let reg = connect(&etcd.endpoint(), &[UNPROTECTED]).await;
     let me = inst("10.2.2.3:8091");
     reg.register("default", &me).await.unwrap();
     let old = reg.lease_id().await.unwrap();
     raw.lease_revoke(old).await.unwrap();
     let mut w = reg.watch("default").await.unwrap();
-    let s = wait_for(&mut w, TTL * 3, "re-registered", |s| s.len() == 1).await;
+    let s = until_members(&mut w, 1, TTL * 3, "re-registered").await;
     assert_eq!(addrs(&s), vec!["10.2.2.3:8091"]);
     let new = reg.lease_id().await.unwrap();
     assert_ne!(new, old);
@@ -421,15 +398,12 @@ async fn three_member_cluster_survives_losing_its_leader() {
     init_logs();
     let mut cluster = EtcdCluster::start().expect("etcd cluster");
     let eps = cluster.endpoints().join(",");
-    let server = EtcdRegistry::connect(&config(&eps, &[])).await.unwrap();
-    let client = EtcdRegistry::connect(&config(&eps, &[])).await.unwrap();
+    let server = connect(&eps, &[]).await;
+    let client = connect(&eps, &[]).await;
     let me = inst("10.4.4.4:8091");
     server.register("default", &me).await.unwrap();
     let mut w = client.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
+    until_members(&mut w, 1, Duration::from_secs(5), "registered").await;
 
     // Record every stale period of the watch.
     let mut hw = w.clone();
@@ -474,17 +448,12 @@ async fn three_member_cluster_survives_losing_its_leader() {
     let got = raw.get(instance_key("default", &me), None).await.unwrap();
     assert_eq!(got.kvs().len(), 1, "registration lost after leader kill");
     // The watch continues: a change made now arrives.
+    const AFTER_FAILOVER: Duration = Duration::from_secs(10);
     server
         .register("default", &inst("10.4.4.5:8091"))
         .await
         .unwrap();
-    wait_for(
-        &mut w,
-        Duration::from_secs(10),
-        "new member after failover",
-        |s| s.len() == 2,
-    )
-    .await;
+    until_members(&mut w, 2, AFTER_FAILOVER, "new member after failover").await;
     assert!(w.health().is_connected());
     // Writes through a survivor directly also arrive.
     raw.put(
@@ -494,13 +463,7 @@ async fn three_member_cluster_survives_losing_its_leader() {
     )
     .await
     .unwrap();
-    wait_for(
-        &mut w,
-        Duration::from_secs(10),
-        "raw write after failover",
-        |s| s.len() == 3,
-    )
-    .await;
+    until_members(&mut w, 3, AFTER_FAILOVER, "raw write after failover").await;
 
     client.close().await.unwrap();
     let longest_stale = stale_log.await.unwrap();
@@ -552,7 +515,7 @@ async fn username_and_password_are_used() {
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.9.9.9:8091"]);
 
     // Without credentials etcd refuses us, with an error rather than a panic.
-    let anonymous = EtcdRegistry::connect(&config(&ep, &[])).await.unwrap();
+    let anonymous = connect(&ep, &[]).await;
     assert!(anonymous.lookup("default").await.is_err());
     let wrong = config(
         &ep,
@@ -604,9 +567,7 @@ async fn register_on_a_revoked_lease_re_grants_it() {
 async fn a_watch_re_lists_when_etcd_comes_back_without_its_data() {
     let mut etcd = Etcd::start().expect("etcd");
     let ep = etcd.endpoint();
-    let watcher = EtcdRegistry::connect(&config(&ep, &[UNPROTECTED]))
-        .await
-        .unwrap();
+    let watcher = connect(&ep, &[UNPROTECTED]).await;
     let mut w = watcher.watch("default").await.unwrap();
     let mut c = raw(&ep).await;
     for addr in [

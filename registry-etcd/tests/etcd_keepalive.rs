@@ -2,39 +2,21 @@
 //! closes a connection whose HTTP/2 keep-alive pings come more often than it allows:
 //! idle streams stay up, and the keep-alive etcd accepts still finds a frozen server.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::Client;
+use common::{config_2s, init_logs, raw, until_members};
 use meshline_registry_core::RegistryService;
 use meshline_registry_etcd::{EtcdRegistry, instance_key};
 use meshline_testkit::Etcd;
-use meshline_testkit::watch::{addrs, inst, wait_for};
+use meshline_testkit::watch::{addrs, inst};
 
 /// How long the idle test holds its watch and registration: several times etcd's
 /// 5 s minimum ping interval, and long enough for the old 2 s keep-alive to be cut
 /// (it was, after about 8 s, three times in 30 s).
 const IDLE: Duration = Duration::from_secs(30);
-
-/// A config for `endpoint` with a 2 s TTL, then `extra` keys.
-fn config(endpoint: &str, extra: &[(&str, &str)]) -> meshline_registry_core::Config {
-    let base = [
-        ("registry.type", "etcd3"),
-        ("registry.etcd3.serverAddr", endpoint),
-        ("registry.etcd3.ttl", "2s"),
-    ];
-    meshline_testkit::config_of(&base, extra)
-}
-
-fn init_logs() {
-    meshline_testkit::watch::init_logs("meshline_registry_etcd=info");
-}
-
-async fn raw(endpoint: &str) -> Client {
-    Client::connect([endpoint], None)
-        .await
-        .expect("raw etcd client")
-}
 
 /// An idle watch and an idle registration stay up against an etcd with its **default**
 /// keep-alive policy (testkit passes no `--grpc-keepalive-*` flag: pings at most every
@@ -49,17 +31,14 @@ async fn idle_watch_and_registration_survive_etcd_default_keepalive_policy() {
     let ep = etcd.endpoint();
     // The registrant's lease (TTL 30 s) is kept alive every 10 s: its connection is
     // idle between keep-alives, as the watcher's connection is all the time.
-    let registrant_config = config(&ep, &[("registry.etcd3.ttl", "30s")]);
+    let registrant_config = config_2s(&ep, &[("registry.etcd3.ttl", "30s")]);
     let registrant = EtcdRegistry::connect(&registrant_config).await.unwrap();
-    let watcher = EtcdRegistry::connect(&config(&ep, &[])).await.unwrap();
+    let watcher = EtcdRegistry::connect(&config_2s(&ep, &[])).await.unwrap();
     let me = inst("10.7.7.7:8091");
     registrant.register("default", &me).await.unwrap();
     let lease = registrant.lease_id().await.unwrap();
     let mut w = watcher.watch("default").await.unwrap();
-    wait_for(&mut w, Duration::from_secs(5), "registered", |s| {
-        s.len() == 1
-    })
-    .await;
+    until_members(&mut w, 1, Duration::from_secs(5), "registered").await;
     assert!(w.health().is_connected());
 
     // Every health change of the watch during the idle period (there must be none).
@@ -132,7 +111,7 @@ async fn idle_watch_and_registration_survive_etcd_default_keepalive_policy() {
 async fn keepalive_pings_find_a_frozen_etcd() {
     init_logs();
     let mut etcd = Etcd::start().expect("etcd");
-    let watcher = EtcdRegistry::connect(&config(&etcd.endpoint(), &[]))
+    let watcher = EtcdRegistry::connect(&config_2s(&etcd.endpoint(), &[]))
         .await
         .unwrap();
     let mut w = watcher.watch("default").await.unwrap();

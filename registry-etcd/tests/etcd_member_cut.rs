@@ -133,6 +133,84 @@ async fn lease_renewed_on(cluster: &EtcdCluster, live: &[usize], ep: &str, lease
     }
 }
 
+/// What [`cut_and_write`] saw.
+#[derive(Clone, Copy)]
+struct Cut {
+    /// How long after the cut the watch showed every change.
+    seen: Duration,
+    /// The bound that applies to `seen` ([`bound_for`] the last write's commit).
+    bound: Duration,
+    /// The Range requests the live members had served before the cut.
+    ranges_before: u64,
+}
+
+/// Cuts member `member`, then writes `writes` (when, in ms after the cut; the address;
+/// put or delete) through the first of the members left (`live`) until the watch shows
+/// exactly `want`; reports the figure as `what`.
+async fn cut_and_write(
+    cluster: &mut EtcdCluster,
+    w: &mut Watch,
+    member: usize,
+    live: &[usize],
+    writes: Vec<(u64, &'static str, bool)>,
+    want: &[&str],
+    what: &str,
+) -> Cut {
+    let ranges_before = ranges(cluster, live);
+    cluster.cut(member).expect("cut");
+    let t = Instant::now();
+    let ep = cluster.endpoints()[live[0]].clone();
+    let writes = tokio::spawn(async move {
+        for (after, addr, put) in writes {
+            tokio::time::sleep_until((t + Duration::from_millis(after)).into()).await;
+            write(&ep, addr, put).await;
+            eprintln!("{addr} written {:?} after the cut", t.elapsed());
+        }
+        t.elapsed()
+    });
+    let seen = until_shows(w, want, t).await;
+    let committed = writes.await.unwrap();
+    meshline_testkit::figures::report(
+        "etcd_member_cut",
+        &format!(
+            "{what}: every change in the watch {seen:?} after the cut (the last write \
+             committed {committed:?} after it)"
+        ),
+    );
+    Cut {
+        seen,
+        bound: bound_for(committed),
+        ranges_before,
+    }
+}
+
+/// After `cut` (`after` names it): the watch resumed within the bound, the lease is
+/// renewed on a live member, and the watch resumed from its revision (no re-list).
+async fn resumed_in_place(
+    cluster: &EtcdCluster,
+    live: &[usize],
+    lease: i64,
+    cut: &Cut,
+    after: &str,
+) {
+    let Cut {
+        seen,
+        bound,
+        ranges_before,
+    } = *cut;
+    assert!(
+        seen <= bound,
+        "the watch resumed {seen:?} after {after} (bound {bound:?})"
+    );
+    let ep = &cluster.endpoints()[live[0]];
+    lease_renewed_on(cluster, live, ep, lease).await;
+    assert_eq!(
+        ranges(cluster, live),
+        ranges_before,
+        "the watch re-listed instead of resuming from its revision"
+    );
+}
+
 fn ranges(cluster: &EtcdCluster, live: &[usize]) -> u64 {
     live.iter()
         .map(|&i| cluster.grpc_started(i, "Range").expect("metrics"))
@@ -203,44 +281,23 @@ async fn watch_and_lease_survive_losing_their_member_then_the_leader() {
     //    cluster through another member while the client is still on the silent one.
     let leader = cluster.leader().expect("leader");
     eprintln!("cutting m{member} (leader: m{leader})");
-    let ranges_before = ranges(&cluster, &live0);
-    cluster.cut(member).expect("cut");
-    let t = Instant::now();
-    let ep = eps[live0[0]].clone();
-    let writes = tokio::spawn(async move {
-        for (after, addr, put) in [
+    let cut = cut_and_write(
+        &mut cluster,
+        &mut w,
+        member,
+        &live0,
+        vec![
             (300, "10.9.9.1:8091", true),
             (600, "10.9.9.2:8091", true),
             (900, "10.9.9.3:8091", false),
-        ] {
-            tokio::time::sleep_until((t + Duration::from_millis(after)).into()).await;
-            write(&ep, addr, put).await;
-            eprintln!("{addr} written {:?} after the cut", t.elapsed());
-        }
-        t.elapsed()
-    });
-    let seen = until_shows(&mut w, &[ME, "10.9.9.1:8091", "10.9.9.2:8091"], t).await;
-    let committed = writes.await.unwrap();
-    let bound = bound_for(committed);
-    meshline_testkit::figures::report(
-        "etcd_member_cut",
-        &format!(
-            "member cut: every change in the watch {seen:?} after the cut (the last \
-             write committed {committed:?} after it)"
-        ),
-    );
+        ],
+        &[ME, "10.9.9.1:8091", "10.9.9.2:8091"],
+        "member cut",
+    )
+    .await;
     let (on_watch, on_lease) = stream_members(&cluster, &live0);
     eprintln!("after the cut: watch on m{on_watch}, lease keep-alive on m{on_lease}");
-    assert!(
-        seen <= bound,
-        "the watch resumed {seen:?} after the cut (bound {bound:?})"
-    );
-    lease_renewed_on(&cluster, &live0, &eps[live0[0]], lease).await;
-    assert_eq!(
-        ranges(&cluster, &live0),
-        ranges_before,
-        "the watch re-listed instead of resuming from its revision"
-    );
+    resumed_in_place(&cluster, &live0, lease, &cut, "the cut").await;
 
     // 2. Bring it back, then cut the leader.
     cluster.restore(member).expect("restore");
@@ -250,38 +307,17 @@ async fn watch_and_lease_survive_losing_their_member_then_the_leader() {
         "cutting the leader m{leader} (watch on m{on_watch}, lease keep-alive on m{on_lease})"
     );
     let live1 = others(3, leader);
-    let ranges_before = ranges(&cluster, &live1);
-    cluster.cut(leader).expect("cut the leader");
-    let t = Instant::now();
-    let ep = eps[live1[0]].clone();
-    let writes = tokio::spawn(async move {
-        for (after, addr, put) in [(300, "10.9.9.4:8091", true), (600, "10.9.9.1:8091", false)] {
-            tokio::time::sleep_until((t + Duration::from_millis(after)).into()).await;
-            write(&ep, addr, put).await;
-            eprintln!("{addr} written {:?} after the cut", t.elapsed());
-        }
-        t.elapsed()
-    });
-    let seen = until_shows(&mut w, &[ME, "10.9.9.2:8091", "10.9.9.4:8091"], t).await;
-    let committed = writes.await.unwrap();
-    let bound = bound_for(committed);
-    meshline_testkit::figures::report(
-        "etcd_member_cut",
-        &format!(
-            "leader cut: every change in the watch {seen:?} after the cut (the last \
-             write committed {committed:?} after it)"
-        ),
-    );
-    assert!(
-        seen <= bound,
-        "the watch resumed {seen:?} after the leader's cut (bound {bound:?})"
-    );
-    lease_renewed_on(&cluster, &live1, &eps[live1[0]], lease).await;
-    assert_eq!(
-        ranges(&cluster, &live1),
-        ranges_before,
-        "the watch re-listed instead of resuming from its revision"
-    );
+    let cut = cut_and_write(
+        &mut cluster,
+        &mut w,
+        leader,
+        &live1,
+        vec![(300, "10.9.9.4:8091", true), (600, "10.9.9.1:8091", false)],
+        &[ME, "10.9.9.2:8091", "10.9.9.4:8091"],
+        "leader cut",
+    )
+    .await;
+    resumed_in_place(&cluster, &live1, lease, &cut, "the leader's cut").await;
 
     // The lease never expired: same lease, and our key was never deleted and created
     // again.

@@ -23,10 +23,8 @@
 use std::time::Duration;
 
 use meshline_registry_others::{ConsulRegistry, EurekaRegistry};
-use meshline_testkit::convergence::{measure, summary};
-use meshline_testkit::{
-    ConsulDouble, ConsulDoubleOptions, EurekaDouble, EurekaDoubleOptions, config_of,
-};
+use meshline_testkit::convergence::measure;
+use meshline_testkit::{ConsulDouble, ConsulDoubleOptions, EurekaDouble, EurekaDoubleOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), String> {
@@ -45,31 +43,24 @@ async fn main() -> Result<(), String> {
 
     let consul = ConsulDouble::start(ConsulDoubleOptions::default()).map_err(|e| e.to_string())?;
     let addr = consul.server_addr();
-    let cfg = config_of(
+    let c = measure(
         &[
             ("registry.type", "consul"),
             ("registry.consul.serverAddr", addr.as_str()),
             ("registry.consul.ttl", "2s"),
         ],
-        &[],
-    );
-    let c = measure(
         n,
         Duration::from_millis(5),
         Duration::from_secs(1),
-        || ConsulRegistry::connect(&cfg),
+        ConsulRegistry::connect,
         ConsulRegistry::abandon,
     )
     .await?;
-    println!("consul  {}  (blocking queries)", summary(c.registered));
-    println!(
-        "consul  crashed registrant removed after {:.2?} (TTL 2 s)",
-        c.crashes
-    );
+    println!("{}", c.report("consul", "blocking queries", "TTL 2 s"));
 
     let eureka = EurekaDouble::start(EurekaDoubleOptions::default()).map_err(|e| e.to_string())?;
     let (url, refresh) = (eureka.service_url(), format!("{refresh_ms}ms"));
-    let cfg = config_of(
+    let c = measure(
         &[
             ("registry.type", "eureka"),
             ("registry.eureka.serviceUrl", url.as_str()),
@@ -77,28 +68,24 @@ async fn main() -> Result<(), String> {
             ("registry.eureka.renewalInterval", "1s"),
             ("registry.eureka.leaseDuration", "3s"),
         ],
-        &[],
-    );
-    let c = measure(
         n,
         Duration::from_millis(refresh_ms),
         Duration::from_millis(1500),
-        || EurekaRegistry::connect(&cfg),
+        EurekaRegistry::connect,
         EurekaRegistry::abandon,
     )
     .await?;
     let mut sorted = c.registered.clone();
     sorted.sort();
     let p50 = sorted[sorted.len() / 2].as_secs_f64() * 1000.0;
-    println!(
-        "eureka  {}  (delta fetch every {refresh_ms} ms; p50 = {:.2} x the interval)",
-        summary(c.registered),
+    let how = format!(
+        "delta fetch every {refresh_ms} ms; p50 = {:.2} x the interval",
         p50 / refresh_ms as f64
     );
-    println!(
-        "eureka  crashed registrant removed after {:.2?} (lease 3 s, eviction every {:?}, refresh {refresh_ms} ms)",
-        c.crashes,
+    let expiry = format!(
+        "lease 3 s, eviction every {:?}, refresh {refresh_ms} ms",
         EurekaDoubleOptions::default().eviction_interval
     );
+    println!("{}", c.report("eureka", &how, &expiry));
     Ok(())
 }

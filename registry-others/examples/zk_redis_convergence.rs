@@ -13,8 +13,7 @@
 use std::time::Duration;
 
 use meshline_registry_others::{RedisRegistry, ZookeeperRegistry};
-use meshline_testkit::config_of;
-use meshline_testkit::convergence::{measure, summary};
+use meshline_testkit::convergence::measure;
 
 const N: usize = 200;
 
@@ -25,56 +24,40 @@ async fn main() -> Result<(), String> {
         let zk =
             meshline_testkit::ZooKeeper::start().expect("zookeeper (scripts/install-test-deps.sh)");
         let connect = zk.connect_string();
-        let cfg = config_of(
+        let c = measure(
             &[
                 ("registry.type", "zk"),
                 ("registry.zk.serverAddr", connect.as_str()),
                 ("registry.zk.sessionTimeout", "4s"),
             ],
-            &[],
-        );
-        let c = measure(
             N,
             Duration::ZERO,
             Duration::from_secs(2),
-            || ZookeeperRegistry::connect(&cfg),
+            ZookeeperRegistry::connect,
             ZookeeperRegistry::abandon,
         )
         .await?;
-        println!("zk      {}  (child watches)", summary(c.registered));
-        println!(
-            "zk      crashed registrant removed after {:.2?} (session 4 s)",
-            c.crashes
-        );
+        println!("{}", c.report("zk", "child watches", "session 4 s"));
     }
     if which == "all" || which == "redis" {
         let r = meshline_testkit::Redis::start().expect("redis (scripts/install-test-deps.sh)");
         let addr = r.addr();
-        let cfg = config_of(
+        let c = measure(
             &[
                 ("registry.type", "redis"),
                 ("registry.redis.serverAddr", addr.as_str()),
                 ("registry.redis.ttl", "3s"),
                 ("registry.redis.refreshPeriod", "1s"),
             ],
-            &[],
-        );
-        let c = measure(
             N,
             Duration::ZERO,
             Duration::from_millis(1500),
-            || RedisRegistry::connect(&cfg),
+            RedisRegistry::connect,
             RedisRegistry::abandon,
         )
         .await?;
-        println!(
-            "redis   {}  (pub/sub; changes under 200 ms apart share one rescan)",
-            summary(c.registered)
-        );
-        println!(
-            "redis   crashed registrant removed after {:.2?} (TTL 3 s)",
-            c.crashes
-        );
+        let how = "pub/sub; changes under 200 ms apart share one rescan";
+        println!("{}", c.report("redis", how, "TTL 3 s"));
     }
     Ok(())
 }

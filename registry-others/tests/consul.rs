@@ -9,11 +9,10 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_others::ConsulRegistry;
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
-    Unreachable,
+    Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Unreachable,
 };
 use meshline_testkit::{ConsulDouble, ConsulDoubleOptions};
 use serde_json::{Value, json};
@@ -57,33 +56,17 @@ async fn secret_harness() -> ConsulHarness {
     }
 }
 
-impl Harness for ConsulHarness {
-    type Registry = ConsulRegistry;
-    const LIFETIME: Lifetime = Lifetime::set("registry.consul.ttl", "2s", "60s", TTL);
-    const RESYNC_WITHIN: Duration = WAIT;
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.consul, extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<ConsulRegistry, RegistryError> {
-        ConsulRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.consul
-    }
-}
-
-/// The keeper passes the TTL check every TTL/3; it turns critical TTL after the last
-/// pass (the double checks every 100 ms), which ends the watchers' blocking query at
-/// once.
-impl Crash for ConsulHarness {
-    fn crash(&self, reg: &ConsulRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry::after(TTL, Duration::from_millis(100))
-    }
-}
+meshline_testkit::conformance_harness!(ConsulHarness {
+    registry: ConsulRegistry,
+    server: consul,
+    lifetime: Lifetime::set("registry.consul.ttl", "2s", "60s", TTL),
+    resync_within: WAIT,
+    config: |h, extra| config(&h.consul, extra),
+    // The keeper passes the TTL check every TTL/3; it turns critical TTL after the last
+    // pass (the double checks every 100 ms), which ends the watchers' blocking query at
+    // once.
+    expiry: Expiry::after(TTL, Duration::from_millis(100)),
+});
 
 /// Registrations with a port 0, a host that is none and a port out of range, passing.
 const GARBAGE: [(&str, &str, u32); 3] = [
@@ -342,24 +325,11 @@ async fn malformed_entries_are_skipped() {
     let c = ConsulRegistry::connect(&config(&consul, &[]))
         .await
         .unwrap();
-    let logs = LogBuf::default();
-    let guard = logs.capture();
-    let mut w = c.watch("m").await.unwrap();
-    let s = w.next().await.unwrap();
-    assert_eq!(addrs(&s), ["10.2.0.1:8091"]);
-    assert_eq!(c.lookup("m").await.unwrap().len(), 1);
-    drop(guard);
-    let text = logs.text();
-    // Malformed entries go through the shared, rate-limited report: one line per
-    // cluster per period, naming the first bad entry and counting the others.
+    let bad = ["m-port0", "m-badhost", "m-bigport"];
+    let text = skips_malformed(&c, "m", "10.2.0.1:8091", &bad).await;
     assert!(
-        text.contains("WARN")
-            && text.contains("skipping malformed registry entry")
-            && text.contains("cluster=\"m\"")
-            && ["m-port0", "m-badhost", "m-bigport"]
-                .iter()
-                .any(|id| text.contains(&format!("key={id}"))),
-        "no warning naming a malformed entry: {text}"
+        text.contains("cluster=\"m\""),
+        "the warning names no cluster: {text}"
     );
     assert!(!text.contains("m-good"), "{text}");
     c.close().await.unwrap();

@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use meshline_registry_core::config::ConfigLoader;
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_others::EurekaRegistry;
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
-    Unreachable,
+    Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Unreachable,
 };
 use meshline_testkit::{EurekaDouble, EurekaDoubleOptions};
 use serde_json::{Value, json};
@@ -73,32 +72,16 @@ async fn secret_harness() -> EurekaHarness {
     }
 }
 
-impl Harness for EurekaHarness {
-    type Registry = EurekaRegistry;
-    const LIFETIME: Lifetime = Lifetime::set("registry.eureka.leaseDuration", "3s", "60s", LEASE);
-    const RESYNC_WITHIN: Duration = WAIT;
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config_with(&self.eureka, extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<EurekaRegistry, RegistryError> {
-        EurekaRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.eureka
-    }
-}
-
-/// Heartbeats every 1 s; the double evicts a lease 3 s after its last renewal (checked
-/// every 200 ms), and watchers fetch every 200 ms.
-impl Crash for EurekaHarness {
-    fn crash(&self, reg: &EurekaRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry::after(LEASE, EVICTION + Duration::from_millis(200))
-    }
-}
+meshline_testkit::conformance_harness!(EurekaHarness {
+    registry: EurekaRegistry,
+    server: eureka,
+    lifetime: Lifetime::set("registry.eureka.leaseDuration", "3s", "60s", LEASE),
+    resync_within: WAIT,
+    config: |h, extra| config_with(&h.eureka, extra),
+    // Heartbeats every 1 s; the double evicts a lease 3 s after its last renewal
+    // (checked every 200 ms), and watchers fetch every 200 ms.
+    expiry: Expiry::after(LEASE, EVICTION + Duration::from_millis(200)),
+});
 
 impl Garbage for EurekaHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
@@ -375,23 +358,8 @@ async fn malformed_and_not_up_instances_are_skipped() {
         assert_eq!(st, 204, "{id}");
     }
     let c = EurekaRegistry::connect(&config(&eureka)).await.unwrap();
-    let logs = LogBuf::default();
-    let guard = logs.capture();
-    let mut w = c.watch("m").await.unwrap();
-    assert_eq!(addrs(&w.next().await.unwrap()), ["10.2.0.1:8091"]);
-    assert_eq!(c.lookup("m").await.unwrap().len(), 1);
-    drop(guard);
-    let text = logs.text();
-    // Malformed instances go through the shared, rate-limited report: one line per
-    // cluster per period, naming the first bad instance and counting the others.
-    assert!(
-        text.contains("WARN")
-            && text.contains("skipping malformed registry entry")
-            && ["port0", "badip", "portstr"]
-                .iter()
-                .any(|id| text.contains(&format!("key={id}"))),
-        "no warning naming a malformed instance: {text}"
-    );
+    let bad = ["port0", "badip", "portstr"];
+    let text = skips_malformed(&c, "m", "10.2.0.1:8091", &bad).await;
     // DOWN is filtered, not malformed: no warning for it.
     assert!(!text.contains("key=down"), "{text}");
     c.close().await.unwrap();

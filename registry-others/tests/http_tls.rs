@@ -4,25 +4,24 @@
 
 mod common;
 
+use common::{serves_over_tls, tls_pki};
 use meshline_registry_core::RegistryService;
 use meshline_registry_others::{ConsulRegistry, EurekaRegistry};
-use meshline_testkit::{
-    ConsulDouble, ConsulDoubleOptions, EurekaDouble, EurekaDoubleOptions, TestPki, Trust,
-    tls_refusal, tls_round_trip,
-};
+use meshline_testkit::{ConsulDouble, EurekaDouble, Trust, tls_refusal};
+
+/// A double on its default options serving HTTPS with `tls`, started by its
+/// `start_tls`.
+fn https<D, O: Default, T, E: std::fmt::Debug>(start_tls: fn(O, T) -> Result<D, E>, tls: T) -> D {
+    start_tls(O::default(), tls).unwrap()
+}
 
 const CONSUL: &str = "registry.consul";
 const EUREKA: &str = "registry.eureka";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
-    let consul = ConsulDouble::start_tls(
-        ConsulDoubleOptions::default(),
-        pki.server_config(true).unwrap(),
-    )
-    .unwrap();
+    let pki = tls_pki();
+    let consul = https(ConsulDouble::start_tls, pki.server_config(true).unwrap());
     let url = consul.url();
     assert!(url.starts_with("https://"));
     let at = ("registry.consul.serverAddr", url.as_str());
@@ -31,11 +30,7 @@ async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
         Trust::CaWithClientCert,
         &[at, ("registry.consul.ttl", "2s")],
     );
-    let r = ConsulRegistry::connect(&c)
-        .await
-        .expect("mutual TLS connect");
-    tls_round_trip(&r, "tls-consul").await;
-    r.close().await.unwrap();
+    serves_over_tls(ConsulRegistry::connect(&c).await, "tls-consul").await;
 
     // Scheme-less serverAddr + tls.* keys: https is implied.
     let plain = consul.server_addr();
@@ -55,13 +50,8 @@ async fn consul_over_https_with_the_right_ca_and_a_client_certificate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consul_with_the_wrong_ca_fails_naming_the_server_and_the_cause() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
-    let consul = ConsulDouble::start_tls(
-        ConsulDoubleOptions::default(),
-        pki.server_config(false).unwrap(),
-    )
-    .unwrap();
+    let pki = tls_pki();
+    let consul = https(ConsulDouble::start_tls, pki.server_config(false).unwrap());
     let url = consul.url();
     let at = [("registry.consul.serverAddr", url.as_str())];
     let e =
@@ -79,13 +69,8 @@ async fn consul_with_the_wrong_ca_fails_naming_the_server_and_the_cause() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eureka_over_https_right_ca_wrong_ca_and_client_certificates() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
-    let eureka = EurekaDouble::start_tls(
-        EurekaDoubleOptions::default(),
-        pki.server_config(true).unwrap(),
-    )
-    .unwrap();
+    let pki = tls_pki();
+    let eureka = https(EurekaDouble::start_tls, pki.server_config(true).unwrap());
     let url = eureka.service_url();
     assert!(url.starts_with("https://"));
     let base = [
@@ -94,11 +79,7 @@ async fn eureka_over_https_right_ca_wrong_ca_and_client_certificates() {
         ("registry.eureka.renewalInterval", "1s"),
     ];
     let c = pki.config(EUREKA, Trust::CaWithClientCert, &base);
-    let r = EurekaRegistry::connect(&c)
-        .await
-        .expect("mutual TLS connect");
-    tls_round_trip(&r, "tls-eureka").await;
-    r.close().await.unwrap();
+    serves_over_tls(EurekaRegistry::connect(&c).await, "tls-eureka").await;
 
     let c = pki.config(EUREKA, Trust::OtherCaWithClientCert, &base[..1]);
     let e = tls_refusal(EurekaRegistry::connect(&c).await).await;

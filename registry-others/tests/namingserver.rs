@@ -14,7 +14,7 @@ use common::*;
 use meshline_registry_core::{Config, RegistryError, RegistryService};
 use meshline_registry_others::NamingserverRegistry;
 use meshline_registry_others::namingserver::NamingserverSettings;
-use meshline_testkit::conformance::{Crash, Expiry, Garbage, Harness, Lifetime, Server};
+use meshline_testkit::conformance::{Expiry, Garbage, Lifetime};
 use meshline_testkit::{NamingserverDouble, NamingserverDoubleOptions};
 
 /// The double evicts nodes not heard from for 3 s, checking every 200 ms.
@@ -53,6 +53,19 @@ async fn try_connect(cfg: &Config) -> Result<NamingserverRegistry, RegistryError
     NamingserverRegistry::connect_with(cfg, s).await
 }
 
+/// Two clients with `cfg`: one that has registered `addr` in `cluster`, and one to
+/// watch it.
+async fn registered(
+    cfg: &Config,
+    cluster: &str,
+    addr: &str,
+) -> (NamingserverRegistry, NamingserverRegistry) {
+    let registrant = connect(cfg).await;
+    let watcher = connect(cfg).await;
+    registrant.register(cluster, &inst(addr)).await.unwrap();
+    (registrant, watcher)
+}
+
 struct NsHarness {
     ns: NamingserverDouble,
 }
@@ -62,38 +75,23 @@ async fn harness() -> NsHarness {
     NsHarness { ns: double() }
 }
 
-impl Harness for NsHarness {
-    type Registry = NamingserverRegistry;
-    /// The eviction threshold; registrations are heartbeats with no TTL of their own.
-    const LIFETIME: Lifetime = Lifetime::fixed(THRESHOLD);
-    /// Backoff (at most 10 s) plus a heartbeat and a discovery, with margin.
-    const RESYNC_WITHIN: Duration = Duration::from_secs(20);
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config_with(&self.ns.server_addr(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<NamingserverRegistry, RegistryError> {
-        try_connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.ns
-    }
-}
-
-impl Crash for NsHarness {
-    fn crash(&self, reg: &NamingserverRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry {
-            // The last heartbeat was at most one period before the crash.
-            not_before: THRESHOLD - HEARTBEAT - CHECK,
-            // Past the threshold at the next check, then one watch answer and one
-            // discovery; 3 s of margin.
-            within: THRESHOLD + CHECK + Duration::from_secs(3),
-        }
-    }
-}
+meshline_testkit::conformance_harness!(NsHarness {
+    registry: NamingserverRegistry,
+    server: ns,
+    // The eviction threshold; registrations are heartbeats with no TTL of their own.
+    lifetime: Lifetime::fixed(THRESHOLD),
+    // Backoff (at most 10 s) plus a heartbeat and a discovery, with margin.
+    resync_within: Duration::from_secs(20),
+    config: |h, extra| config_with(&h.ns.server_addr(), extra),
+    connect: try_connect,
+    expiry: Expiry {
+        // The last heartbeat was at most one period before the crash.
+        not_before: THRESHOLD - HEARTBEAT - CHECK,
+        // Past the threshold at the next check, then one watch answer and one
+        // discovery; 3 s of margin.
+        within: THRESHOLD + CHECK + Duration::from_secs(3),
+    },
+});
 
 impl Garbage for NsHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
@@ -154,12 +152,7 @@ async fn a_namingserver_restart_is_survived() {
     init_logs();
     let mut ns = double();
     let cfg = config_with(&ns.server_addr(), &[("registry.empty-protection", "false")]);
-    let registrant = connect(&cfg).await;
-    let watcher = connect(&cfg).await;
-    registrant
-        .register("g", &inst("10.6.0.1:8091"))
-        .await
-        .unwrap();
+    let (registrant, watcher) = registered(&cfg, "g", "10.6.0.1:8091").await;
     let mut w = watcher.watch("g").await.unwrap();
     wait_for(&mut w, WAIT, "registered", |s| s.len() == 1).await;
 
@@ -197,12 +190,7 @@ async fn fails_over_between_namingservers() {
     let b = double();
     let list = format!("{},{}", a.server_addr(), b.server_addr());
     let cfg = config_with(&list, &[]);
-    let registrant = connect(&cfg).await;
-    let watcher = connect(&cfg).await;
-    registrant
-        .register("f", &inst("10.7.0.1:8091"))
-        .await
-        .unwrap();
+    let (registrant, watcher) = registered(&cfg, "f", "10.7.0.1:8091").await;
     assert_eq!(a.instances("public", "f"), ["10.7.0.1:8091"]);
     assert_eq!(b.instances("public", "f"), ["10.7.0.1:8091"]);
     let mut w = watcher.watch("f").await.unwrap();

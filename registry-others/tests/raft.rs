@@ -66,6 +66,33 @@ struct RaftUnderTest {
 }
 
 impl RaftUnderTest {
+    /// Adds `instance` to `cluster` (`add`) or removes it through the double, where
+    /// the backend refused the write as read-only (`backend`), as it must; any other
+    /// answer of the backend (it is closed) is the answer.
+    fn through_double(
+        &self,
+        backend: Result<(), RegistryError>,
+        cluster: &str,
+        instance: &Instance,
+        add: bool,
+    ) -> Result<(), RegistryError> {
+        match backend {
+            Err(RegistryError::ReadOnly { .. }) => {}
+            other => return other,
+        }
+        let addr = instance.to_string();
+        if add {
+            lock(&self.double).add_node(cluster, &addr);
+            let member = (cluster.to_string(), instance.clone());
+            self.mine.lock().unwrap().push(member);
+        } else {
+            lock(&self.double).remove_node(cluster, &addr);
+            let mut mine = self.mine.lock().unwrap();
+            mine.retain(|(c, i)| !(c == cluster && i == instance));
+        }
+        Ok(())
+    }
+
     fn remove_mine(&self) {
         let mine = std::mem::take(&mut *self.mine.lock().unwrap());
         let d = lock(&self.double);
@@ -87,29 +114,12 @@ impl RegistryService for RaftUnderTest {
         self.reg.kind()
     }
     async fn register(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        // The backend itself refuses (read-only), or says it is closed.
-        match self.reg.register(cluster, instance).await {
-            Err(RegistryError::ReadOnly { .. }) => {}
-            other => return other,
-        }
-        lock(&self.double).add_node(cluster, &instance.to_string());
-        self.mine
-            .lock()
-            .unwrap()
-            .push((cluster.to_string(), instance.clone()));
-        Ok(())
+        let backend = self.reg.register(cluster, instance).await;
+        self.through_double(backend, cluster, instance, true)
     }
     async fn unregister(&self, cluster: &str, instance: &Instance) -> Result<(), RegistryError> {
-        match self.reg.unregister(cluster, instance).await {
-            Err(RegistryError::ReadOnly { .. }) => {}
-            other => return other,
-        }
-        lock(&self.double).remove_node(cluster, &instance.to_string());
-        self.mine
-            .lock()
-            .unwrap()
-            .retain(|(c, i)| !(c == cluster && i == instance));
-        Ok(())
+        let backend = self.reg.unregister(cluster, instance).await;
+        self.through_double(backend, cluster, instance, false)
     }
     async fn lookup(&self, cluster: &str) -> Result<Vec<Instance>, RegistryError> {
         self.reg.lookup(cluster).await
@@ -178,6 +188,13 @@ fn raft_double(opts: RaftDoubleOptions) -> RaftDouble {
     RaftDouble::start(opts).unwrap()
 }
 
+/// Makes `leader` the leader of group `default`: `w` shows it alone (`what`) within
+/// [`LEADER_CHANGE_BOUND`].
+async fn lead(d: &RaftDouble, w: &mut Watch, leader: &str, what: &str) {
+    d.set_leader("default", leader);
+    wait_for(w, LEADER_CHANGE_BOUND, what, |s| addrs(s) == [leader]).await;
+}
+
 const TX: [&str; 3] = ["10.1.0.1:8091", "10.1.0.2:8091", "10.1.0.3:8091"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,24 +210,13 @@ async fn only_the_leader_is_listed_and_a_leader_change_is_followed() {
     assert_eq!(addrs(&w.next().await.unwrap()), [TX[0]]);
 
     let t = Instant::now();
-    d.set_leader("default", TX[1]);
-    wait_for(&mut w, LEADER_CHANGE_BOUND, "the new leader", |s| {
-        addrs(s) == [TX[1]]
-    })
-    .await;
+    lead(&d, &mut w, TX[1], "the new leader").await;
     tracing::info!(after = ?t.elapsed(), "leader change followed");
 
     // The TC that answered so far goes away: the next one is asked.
     d.stop_node(0);
     let t = Instant::now();
-    d.set_leader("default", TX[2]);
-    wait_for(
-        &mut w,
-        LEADER_CHANGE_BOUND,
-        "the leader after a TC failed",
-        |s| addrs(s) == [TX[2]],
-    )
-    .await;
+    lead(&d, &mut w, TX[2], "the leader after a TC failed").await;
     tracing::info!(after = ?t.elapsed(), "leader change followed through another TC");
     assert!(w.health().is_connected());
 
@@ -280,14 +286,7 @@ async fn tokens_are_renewed_and_a_refused_token_logs_in_again() {
 
     let before = d.logins();
     d.expire_tokens();
-    d.set_leader("default", TX[1]);
-    wait_for(
-        &mut w,
-        LEADER_CHANGE_BOUND,
-        "the new leader after re-login",
-        |s| addrs(s) == [TX[1]],
-    )
-    .await;
+    lead(&d, &mut w, TX[1], "the new leader after re-login").await;
     assert!(d.refused() >= 1, "the expired token was never refused");
     assert!(d.logins() > before, "no new login after the 401");
     assert!(w.health().is_connected());

@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_others::RedisRegistry;
 use meshline_registry_others::redis::instance_key;
 use meshline_testkit::Redis;
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Server,
-    Unreachable,
+    Expiry, Garbage, Harness, Lifetime, RefuseRemoval, SeataLayout, Secrets, Unreachable,
 };
 
 const TTL: Duration = Duration::from_secs(2);
@@ -59,32 +58,16 @@ const SECRET: &str = "Redis-Secret-3c7f1";
 /// The refresh period of the removal client.
 const REFRESH: Duration = Duration::from_millis(200);
 
-impl Harness for RedisHarness {
-    type Registry = RedisRegistry;
-    const LIFETIME: Lifetime = Lifetime::set("registry.redis.ttl", "2s", "60s", TTL);
-    const RESYNC_WITHIN: Duration = Duration::from_secs(15);
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.redis.addr(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<RedisRegistry, RegistryError> {
-        RedisRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.redis
-    }
-}
-
-/// SETEX every 500 ms with a 2 s TTL: the key outlives the crash by 1.5-2 s; Redis
-/// expires keys lazily and in its 100 ms cycle, and watchers rescan every 500 ms.
-impl Crash for RedisHarness {
-    fn crash(&self, reg: &RedisRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry::after(TTL, Duration::from_millis(500))
-    }
-}
+meshline_testkit::conformance_harness!(RedisHarness {
+    registry: RedisRegistry,
+    server: redis,
+    lifetime: Lifetime::set("registry.redis.ttl", "2s", "60s", TTL),
+    resync_within: Duration::from_secs(15),
+    config: |h, extra| config(&h.redis.addr(), extra),
+    // SETEX every 500 ms with a 2 s TTL: the key outlives the crash by 1.5-2 s; Redis
+    // expires keys lazily and in its 100 ms cycle, and watchers rescan every 500 ms.
+    expiry: Expiry::after(TTL, Duration::from_millis(500)),
+});
 
 impl Garbage for RedisHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
@@ -95,21 +78,11 @@ impl Garbage for RedisHarness {
             _ => ["not an address:1", "10.0.0.9:70000"],
         };
         for k in keys {
-            let _: () = redis::cmd("SET")
-                .arg(format!("{prefix}_{k}"))
-                .arg("1@x")
-                .query_async(&mut raw)
-                .await
-                .unwrap();
+            set(&mut raw, format!("{prefix}_{k}"), "1@x").await;
         }
         // Garbage on the channel is harmless too.
         for msg in ["}{", "garbage-register", "10.0.0.9:0-register"] {
-            let _: i64 = redis::cmd("PUBLISH")
-                .arg(&prefix)
-                .arg(msg)
-                .query_async(&mut raw)
-                .await
-                .unwrap();
+            publish(&mut raw, &prefix, msg).await;
         }
     }
 }
@@ -141,11 +114,11 @@ impl RefuseRemoval for RedisHarness {
         acl(&self.redis, "+del").await;
     }
     async fn holds(&self, cluster: &str, member: &Instance) -> bool {
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(instance_key(cluster, member))
-            .query_async(&mut raw(&self.redis.url()).await)
-            .await
-            .unwrap();
+        let n: i64 = run(
+            &mut raw(&self.redis.url()).await,
+            redis::cmd("EXISTS").arg(instance_key(cluster, member)),
+        )
+        .await;
         n == 1
     }
     fn attempt_timeout(&self) -> Duration {
@@ -223,13 +196,7 @@ impl SeataLayout for RedisHarness {
 }
 
 async fn set_ex(redis: &Redis, key: &str) {
-    let () = redis::cmd("SETEX")
-        .arg(key)
-        .arg(60)
-        .arg("1@host")
-        .query_async(&mut raw(&redis.url()).await)
-        .await
-        .unwrap();
+    setex(&mut raw(&redis.url()).await, key, 60, "1@host").await;
 }
 
 meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
@@ -246,33 +213,60 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("raw redis connection")
 }
 
+/// Runs a raw command on `conn`; a Redis error fails the test.
+async fn run<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> T {
+    cmd.query_async(conn).await.unwrap()
+}
+
+/// `SETEX key secs value` through a raw client, as a Seata TC writes its key.
+async fn setex(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: impl redis::ToRedisArgs,
+    secs: u64,
+    value: &str,
+) {
+    run::<()>(conn, redis::cmd("SETEX").arg(key).arg(secs).arg(value)).await
+}
+
+/// `SET key value` (no TTL) through a raw client.
+async fn set(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: impl redis::ToRedisArgs,
+    value: &str,
+) {
+    run::<()>(conn, redis::cmd("SET").arg(key).arg(value)).await
+}
+
+/// `PUBLISH channel message` through a raw client.
+async fn publish(
+    conn: &mut redis::aio::MultiplexedConnection,
+    channel: &str,
+    message: impl redis::ToRedisArgs,
+) {
+    run::<i64>(conn, redis::cmd("PUBLISH").arg(channel).arg(message)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seata_layout_both_ways() {
     init_logs();
     let r = Redis::start().expect("redis");
     let mut raw = raw(&r.url()).await;
     // What a Seata TC writes (SETEX + PUBLISH), through a raw client.
-    let _: () = redis::cmd("SETEX")
-        .arg("registry.redis.default_172.0.0.1:8091")
-        .arg(5)
-        .arg("4242@tc-host")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SETEX")
-        .arg("registry.redis.default_2000:0:0:0:1:2345:6789:abcd:8091")
-        .arg(30)
-        .arg("4243@tc-host")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    for (key, secs, value) in [
+        ("registry.redis.default_172.0.0.1:8091", 5, "4242@tc-host"),
+        (
+            "registry.redis.default_2000:0:0:0:1:2345:6789:abcd:8091",
+            30,
+            "4243@tc-host",
+        ),
+    ] {
+        setex(&mut raw, key, secs, value).await;
+    }
     // Another cluster whose name starts with ours.
-    let _: () = redis::cmd("SET")
-        .arg("registry.redis.default_x_10.9.9.9:8091")
-        .arg("1@x")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(&mut raw, "registry.redis.default_x_10.9.9.9:8091", "1@x").await;
 
     let reg = RedisRegistry::connect(&config(&r.addr(), &[]))
         .await
@@ -285,19 +279,14 @@ async fn seata_layout_both_ways() {
     );
 
     // A Seata TC registering later: SETEX then PUBLISH "<addr>-register".
-    let _: () = redis::cmd("SETEX")
-        .arg("registry.redis.default_10.0.0.5:8091")
-        .arg(30)
-        .arg("4244@tc-host")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg("registry.redis.default")
-        .arg("10.0.0.5:8091-register")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    setex(
+        &mut raw,
+        "registry.redis.default_10.0.0.5:8091",
+        30,
+        "4244@tc-host",
+    )
+    .await;
+    publish(&mut raw, "registry.redis.default", "10.0.0.5:8091-register").await;
     let s = wait_for(&mut w, Duration::from_secs(2), "10.0.0.5", |s| s.len() == 3).await;
     assert!(addrs(&s).contains(&"10.0.0.5:8091".to_string()));
 
@@ -312,45 +301,34 @@ async fn seata_layout_both_ways() {
     reg.register("prod", &me).await.unwrap();
     let key = "registry.redis.prod_2000:0:0:0:1:2345:6789:abcd:8092";
     assert_eq!(instance_key("prod", &me), key);
-    let value: String = redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let value: String = run(&mut raw, redis::cmd("GET").arg(key)).await;
     assert!(
         value.starts_with(&format!("{}@", std::process::id())),
         "{value}"
     );
-    let ttl: i64 = redis::cmd("TTL")
-        .arg(key)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let ttl: i64 = run(&mut raw, redis::cmd("TTL").arg(key)).await;
     assert!(ttl > 0 && ttl <= TTL.as_secs() as i64, "ttl {ttl}");
-    let msg = tokio::time::timeout(Duration::from_secs(2), sub.on_message().next())
-        .await
-        .expect("register message")
-        .unwrap();
     assert_eq!(
-        msg.get_payload::<String>().unwrap(),
+        next_message(&mut sub, "register message").await,
         "2000:0:0:0:1:2345:6789:abcd:8092-register"
     );
     reg.unregister("prod", &me).await.unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(2), sub.on_message().next())
-        .await
-        .expect("unregister message")
-        .unwrap();
     assert_eq!(
-        msg.get_payload::<String>().unwrap(),
+        next_message(&mut sub, "unregister message").await,
         "2000:0:0:0:1:2345:6789:abcd:8092-unregister"
     );
-    let gone: i64 = redis::cmd("EXISTS")
-        .arg(key)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let gone: i64 = run(&mut raw, redis::cmd("EXISTS").arg(key)).await;
     assert_eq!(gone, 0);
     reg.close().await.unwrap();
+}
+
+/// The next message `sub` receives (`what`), within 2 s.
+async fn next_message(sub: &mut redis::aio::PubSub, what: &str) -> String {
+    let msg = tokio::time::timeout(Duration::from_secs(2), sub.on_message().next())
+        .await
+        .expect(what)
+        .unwrap();
+    msg.get_payload::<String>().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,14 +350,14 @@ async fn password_and_db_are_applied_and_servers_fail_over() {
     let me = inst("10.6.6.6:8091");
     reg.register("default", &me).await.unwrap();
     let mut raw3 = raw(&format!("redis://:s3cret@{}/3", r.addr())).await;
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(instance_key("default", &me))
-        .query_async(&mut raw3)
-        .await
-        .unwrap();
+    let n: i64 = run(
+        &mut raw3,
+        redis::cmd("EXISTS").arg(instance_key("default", &me)),
+    )
+    .await;
     assert_eq!(n, 1, "key must be in db 3");
     let mut raw0 = raw(&format!("redis://:s3cret@{}/0", r.addr())).await;
-    let n: i64 = redis::cmd("DBSIZE").query_async(&mut raw0).await.unwrap();
+    let n: i64 = run(&mut raw0, &redis::cmd("DBSIZE")).await;
     assert_eq!(n, 0, "db 0 untouched");
     let mut w = reg.watch("default").await.unwrap();
     assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.6.6.6:8091"]);
@@ -417,13 +395,13 @@ async fn a_key_written_without_publish_is_found_by_the_periodic_rescan() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Pub/sub is at-most-once: a registration whose message was lost.
     let mut raw = raw(&r.url()).await;
-    let _: () = redis::cmd("SETEX")
-        .arg("registry.redis.default_10.0.0.9:8091")
-        .arg(30)
-        .arg("1@lost-message")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    setex(
+        &mut raw,
+        "registry.redis.default_10.0.0.9:8091",
+        30,
+        "1@lost-message",
+    )
+    .await;
     // refresh-period is 500 ms in these tests.
     wait_for(&mut w, Duration::from_secs(3), "found by rescan", |s| {
         s.len() == 1
@@ -468,27 +446,17 @@ async fn a_pubsub_burst_is_coalesced_into_a_few_scans_per_second() {
     let before = scans(&mut conn).await;
     let started = std::time::Instant::now();
     for i in 0..500u32 {
-        let _: i64 = redis::cmd("PUBLISH")
-            .arg(&chan)
-            .arg(format!("10.1.{}.{}:8091-register", i / 250, i % 250))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        publish(
+            &mut conn,
+            &chan,
+            format!("10.1.{}.{}:8091-register", i / 250, i % 250),
+        )
+        .await;
     }
     // The last change of the burst: a key, then its message.
     let last = inst("10.1.9.9:8091");
-    let _: () = redis::cmd("SET")
-        .arg(instance_key("burst", &last))
-        .arg("1@test")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg(&chan)
-        .arg("10.1.9.9:8091-register")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set(&mut conn, instance_key("burst", &last), "1@test").await;
+    publish(&mut conn, &chan, "10.1.9.9:8091-register").await;
     wait_for(
         &mut w,
         Duration::from_secs(5),
@@ -518,12 +486,12 @@ async fn malformed_keys_and_messages_log_short_rate_limited_lines() {
     let mut conn = raw(&r.url()).await;
     let prefix = meshline_registry_others::redis::key_prefix("junk");
     for i in 0..50 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("{prefix}{i}{}", "x".repeat(8192)))
-            .arg("1@test")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set(
+            &mut conn,
+            format!("{prefix}{i}{}", "x".repeat(8192)),
+            "1@test",
+        )
+        .await;
     }
     let buf = meshline_testkit::watch::LogBuf::default();
     let guard = buf.capture();
@@ -540,12 +508,7 @@ async fn malformed_keys_and_messages_log_short_rate_limited_lines() {
     w.next().await.unwrap();
     let chan = meshline_registry_others::redis::channel("junk");
     for _ in 0..5 {
-        let _: i64 = redis::cmd("PUBLISH")
-            .arg(&chan)
-            .arg("y".repeat(1 << 20))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        publish(&mut conn, &chan, "y".repeat(1 << 20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     reg.close().await.unwrap();

@@ -4,9 +4,9 @@
 
 mod common;
 
-use meshline_registry_core::RegistryService;
+use common::{serves_over_tls, tls_pki};
 use meshline_registry_others::RedisRegistry;
-use meshline_testkit::{Redis, TestPki, Trust, tls_refusal, tls_round_trip};
+use meshline_testkit::{Redis, Trust, tls_refusal};
 
 const SECTION: &str = "registry.redis";
 const TIMINGS: [(&str, &str); 2] = [
@@ -16,15 +16,12 @@ const TIMINGS: [(&str, &str); 2] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_with_the_right_ca_and_without_client_auth() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
+    let pki = tls_pki();
     let redis = Redis::start_tls(&pki, false).unwrap();
     let url = redis.tls_url().unwrap();
     let at = ("registry.redis.serverAddr", url.as_str());
     let c = pki.config(SECTION, Trust::Ca, &[at, TIMINGS[0], TIMINGS[1]]);
-    let r = RedisRegistry::connect(&c).await.expect("TLS connect");
-    tls_round_trip(&r, "tls-redis").await;
-    r.close().await.unwrap();
+    serves_over_tls(RedisRegistry::connect(&c).await, "tls-redis").await;
 
     // The wrong CA: refused, naming the server and the certificate problem.
     let e = tls_refusal(RedisRegistry::connect(&pki.config(SECTION, Trust::OtherCa, &[at])).await)
@@ -38,8 +35,7 @@ async fn rediss_with_the_right_ca_and_without_client_auth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_with_client_certificate_auth() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
+    let pki = tls_pki();
     let redis = Redis::start_tls(&pki, true).unwrap();
     let url = redis.tls_url().unwrap();
     // host:port (no scheme) + tls.* keys: TLS is implied.
@@ -50,11 +46,7 @@ async fn redis_with_client_certificate_auth() {
         TIMINGS[1],
     ];
     let c = pki.config(SECTION, Trust::CaWithClientCert, &base);
-    let r = RedisRegistry::connect(&c)
-        .await
-        .expect("mutual TLS connect");
-    tls_round_trip(&r, "tls-redis-mtls").await;
-    r.close().await.unwrap();
+    serves_over_tls(RedisRegistry::connect(&c).await, "tls-redis-mtls").await;
 
     // No client certificate: the server refuses the connection.
     let at = [("registry.redis.serverAddr", url.as_str())];

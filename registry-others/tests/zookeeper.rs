@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use meshline_registry_core::{Config, Instance, RegistryError, RegistryService};
+use meshline_registry_core::{Config, Instance, RegistryService};
 use meshline_registry_others::ZookeeperRegistry;
 use meshline_registry_others::zookeeper::{cluster_path, instance_path};
 use meshline_testkit::ZooKeeper;
 use meshline_testkit::conformance::{
-    Crash, Expiry, Garbage, Harness, Lifetime, REMOVAL_CLUSTER, RefuseRemoval, SeataLayout,
-    Secrets, Server, Unreachable,
+    Expiry, Garbage, Harness, Lifetime, REMOVAL_CLUSTER, RefuseRemoval, SeataLayout, Secrets,
+    Unreachable,
 };
 use zookeeper_client as zk;
 
@@ -50,35 +50,19 @@ async fn harness() -> ZkHarness {
     }
 }
 
-impl Harness for ZkHarness {
-    type Registry = ZookeeperRegistry;
+meshline_testkit::conformance_harness!(ZkHarness {
+    registry: ZookeeperRegistry,
+    server: zk,
     // testkit's ZooKeeper allows sessions of up to 60 s.
-    const LIFETIME: Lifetime = Lifetime::set("registry.zk.sessionTimeout", "4s", "60s", SESSION);
-    /// Down longer than the session timeout: sessions are rebuilt, nodes re-created.
-    const RESYNC_WITHIN: Duration = Duration::from_secs(20);
-
-    fn config(&self, extra: &[(&str, &str)]) -> Config {
-        config(&self.zk.connect_string(), extra)
-    }
-    async fn connect_config(&self, cfg: &Config) -> Result<ZookeeperRegistry, RegistryError> {
-        ZookeeperRegistry::connect(cfg).await
-    }
-    fn server(&mut self) -> &mut dyn Server {
-        &mut self.zk
-    }
-}
-
-/// The server expires a session the session timeout after it last heard from the
-/// client (which pings several times per timeout), rounded up to its 500 ms tick; the
-/// ephemeral node's deletion fires the watchers' child watch at once.
-impl Crash for ZkHarness {
-    fn crash(&self, reg: &ZookeeperRegistry) {
-        reg.abandon();
-    }
-    fn expiry(&self) -> Expiry {
-        Expiry::after(SESSION, Duration::from_millis(500))
-    }
-}
+    lifetime: Lifetime::set("registry.zk.sessionTimeout", "4s", "60s", SESSION),
+    // Down longer than the session timeout: sessions are rebuilt, nodes re-created.
+    resync_within: Duration::from_secs(20),
+    config: |h, extra| config(&h.zk.connect_string(), extra),
+    // The server expires a session the session timeout after it last heard from the
+    // client (which pings several times per timeout), rounded up to its 500 ms tick;
+    // the ephemeral node's deletion fires the watchers' child watch at once.
+    expiry: Expiry::after(SESSION, Duration::from_millis(500)),
+});
 
 impl Garbage for ZkHarness {
     async fn put_garbage(&self, cluster: &str, round: u32) {
@@ -258,9 +242,7 @@ async fn seata_layout_both_ways() {
     .await
     .unwrap();
 
-    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
-        .await
-        .unwrap();
+    let reg = client(&zk).await;
     let mut w = reg.watch("default").await.unwrap();
     let s = w.next().await.unwrap();
     assert_eq!(
@@ -377,9 +359,7 @@ async fn digest_credentials_are_sent() {
         vec![inst("10.5.5.5:8091")]
     );
 
-    let stranger = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
-        .await
-        .unwrap();
+    let stranger = client(&zk).await;
     let refused = stranger
         .register("secured", &inst("10.5.5.6:8091"))
         .await
@@ -463,9 +443,7 @@ async fn with_credentials_strangers_cannot_delete_our_nodes() {
     ))
     .await
     .unwrap();
-    let me = inst("10.5.5.7:8091");
-    reg.register("guarded", &me).await.unwrap();
-    let path = instance_path("guarded", &me);
+    let (me, path) = register_node(&reg, "guarded", "10.5.5.7:8091").await;
     let stranger = raw(&zk.connect_string()).await;
     let children = stranger
         .list_children("/registry/zk/guarded")
@@ -497,18 +475,29 @@ async fn with_credentials_strangers_cannot_delete_our_nodes() {
     reg.close().await.unwrap();
 }
 
+/// A client of `zk` with the tests' config.
+async fn client(zk: &ZooKeeper) -> ZookeeperRegistry {
+    ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
+        .await
+        .unwrap()
+}
+
+/// Registers `addr` in `cluster` through `reg`: the instance and its node's path.
+async fn register_node(reg: &ZookeeperRegistry, cluster: &str, addr: &str) -> (Instance, String) {
+    let me = inst(addr);
+    reg.register(cluster, &me).await.unwrap();
+    let path = instance_path(cluster, &me);
+    (me, path)
+}
+
 /// A node at our path that another session owns (a Java TC
 /// registered on the same address) is not deleted by our unregister or close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_another_session_owns_is_not_deleted() {
     init_logs();
     let zk = ZooKeeper::start().expect("zookeeper");
-    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
-        .await
-        .unwrap();
-    let me = inst("10.5.5.8:8091");
-    reg.register("shared", &me).await.unwrap();
-    let path = instance_path("shared", &me);
+    let reg = client(&zk).await;
+    let (me, path) = register_node(&reg, "shared", "10.5.5.8:8091").await;
     // The other session takes the path over (as after our node went away).
     let java = raw(&zk.connect_string()).await;
     java.delete(&path, None).await.unwrap();
@@ -524,9 +513,7 @@ async fn a_node_another_session_owns_is_not_deleted() {
         "unregister deleted another session's node"
     );
     // Registered again by us (the node exists: we leave it), then close.
-    let other = inst("10.5.5.9:8091");
-    reg.register("shared", &other).await.unwrap();
-    let other_path = instance_path("shared", &other);
+    let (_, other_path) = register_node(&reg, "shared", "10.5.5.9:8091").await;
     java.delete(&other_path, None).await.unwrap();
     java.create(&other_path, b"true", &eph).await.unwrap();
     reg.close().await.unwrap();
@@ -547,9 +534,7 @@ async fn a_node_another_session_owns_is_not_deleted() {
 async fn register_waits_for_another_sessions_node_and_never_deletes_it() {
     init_logs();
     let zk = ZooKeeper::start().expect("zookeeper");
-    let reg = ZookeeperRegistry::connect(&config(&zk.connect_string(), &[]))
-        .await
-        .unwrap();
+    let reg = client(&zk).await;
     let java = raw(&zk.connect_string()).await;
     let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
     // Parents first (a registration of another address makes them).

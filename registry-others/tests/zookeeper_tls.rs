@@ -4,16 +4,15 @@
 
 mod common;
 
-use meshline_registry_core::RegistryService;
+use common::{serves_over_tls, tls_pki};
 use meshline_registry_others::ZookeeperRegistry;
-use meshline_testkit::{TestPki, Trust, ZooKeeper, tls_refusal, tls_round_trip};
+use meshline_testkit::{Trust, ZooKeeper, tls_refusal};
 
 const SECTION: &str = "registry.zk";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secure_client_port_right_ca_wrong_ca() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
+    let pki = tls_pki();
     let zk = ZooKeeper::start_tls(&pki, false).unwrap();
     let addr = zk.secure_connect_string().unwrap();
     let at = ("registry.zk.serverAddr", addr.as_str());
@@ -22,9 +21,7 @@ async fn secure_client_port_right_ca_wrong_ca() {
         Trust::Ca,
         &[at, ("registry.zk.sessionTimeout", "4s")],
     );
-    let r = ZookeeperRegistry::connect(&c).await.expect("TLS connect");
-    tls_round_trip(&r, "tls-zk").await;
-    r.close().await.unwrap();
+    serves_over_tls(ZookeeperRegistry::connect(&c).await, "tls-zk").await;
 
     let base = [
         at,
@@ -44,8 +41,7 @@ async fn secure_client_port_right_ca_wrong_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_auth() {
-    common::init_logs();
-    let pki = TestPki::generate().unwrap();
+    let pki = tls_pki();
     let zk = ZooKeeper::start_tls(&pki, true).unwrap();
     let addr = zk.secure_connect_string().unwrap();
     let base = [
@@ -53,9 +49,5 @@ async fn client_certificate_auth() {
         ("registry.zk.sessionTimeout", "4s"),
     ];
     let c = pki.config(SECTION, Trust::CaWithClientCert, &base);
-    let r = ZookeeperRegistry::connect(&c)
-        .await
-        .expect("mutual TLS connect");
-    tls_round_trip(&r, "tls-zk-mtls").await;
-    r.close().await.unwrap();
+    serves_over_tls(ZookeeperRegistry::connect(&c).await, "tls-zk-mtls").await;
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use meshline_registry_core::{Instance, InstanceKey, RegistryService};
+use meshline_registry_core::{Config, Instance, InstanceKey, RegistryError, RegistryService};
 
 type Seen = Arc<Mutex<HashMap<InstanceKey, Instant>>>;
 
@@ -133,28 +133,39 @@ pub struct Convergence {
     pub crashes: Vec<Duration>,
 }
 
-/// Both measurements with clients made by `connect`: [`register_to_watch`] of `n`
+impl Convergence {
+    /// The two lines the examples print for the backend `label`: the [`summary`] of
+    /// the registrations and how the watch learns of them (`how`), then the crash
+    /// removals and what removes a crashed registrant (`expiry`).
+    pub fn report(&self, label: &str, how: &str, expiry: &str) -> String {
+        format!(
+            "{label:<8}{}  ({how})\n{label:<8}crashed registrant removed after {:.2?} ({expiry})",
+            summary(self.registered.clone()),
+            self.crashes
+        )
+    }
+}
+
+/// Both measurements with clients made by `connect` (the backend's own, e.g.
+/// `EtcdRegistry::connect`) from the config of `keys`: [`register_to_watch`] of `n`
 /// instances (spread over `spread`), then three [`crash_removal`]s (each registrant
 /// held for `settle`, then crashed by `abandon`) in the same cluster, so the removal
 /// never empties it (empty protection, on by default, would keep the last member).
-pub async fn measure<R, F, Fut>(
+pub async fn measure<R: RegistryService>(
+    keys: &[(&str, &str)],
     n: usize,
     spread: Duration,
     settle: Duration,
-    connect: F,
+    connect: impl AsyncFn(&Config) -> Result<R, RegistryError>,
     abandon: fn(&R),
-) -> Result<Convergence, String>
-where
-    R: RegistryService,
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<R, meshline_registry_core::RegistryError>>,
-{
-    let a = connect().await.map_err(|e| e.to_string())?;
-    let b = connect().await.map_err(|e| e.to_string())?;
+) -> Result<Convergence, String> {
+    let cfg = crate::config_of(keys, &[]);
+    let a = connect(&cfg).await.map_err(|e| e.to_string())?;
+    let b = connect(&cfg).await.map_err(|e| e.to_string())?;
     let registered = register_to_watch(&a, &b, "conv", n, spread).await?;
     let mut crashes = Vec::new();
     for k in 0..3 {
-        let c = connect().await.map_err(|e| e.to_string())?;
+        let c = connect(&cfg).await.map_err(|e| e.to_string())?;
         crashes.push(crash_removal(c, abandon, &b, "conv", k, settle).await?);
     }
     a.close().await.map_err(|e| e.to_string())?;

@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{Error, Result, io_err};
 
@@ -313,6 +313,119 @@ fn bind(name: &str, port: u16) -> Result<TcpListener> {
     l.set_nonblocking(true)
         .map_err(io_err(format!("{name}: set the listener non-blocking")))?;
     Ok(l)
+}
+
+/// Writes the public face of a double type that wraps one [`HttpDouble`] in a field
+/// `server`: its `Debug`, `addr`, `stop`, `restart` and `is_running`, which only hand
+/// over to the runner, so every double's tests drive an outage the same way.
+///
+/// With `start: "name", Options, build` too: `start` and `start_tls` for a double whose
+/// whole state is made by `build(options)` on each start, and the fault injection
+/// (`fail`, `clear_faults`).
+macro_rules! http_double_face {
+    ($double:ident) => {
+        impl std::fmt::Debug for $double {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.server.fmt_as(stringify!($double), f)
+            }
+        }
+
+        impl $double {
+            /// The bound address.
+            pub fn addr(&self) -> std::net::SocketAddr {
+                self.server.addr()
+            }
+
+            /// Stops serving: every connection (held requests too) is closed, as when
+            /// the server is killed.
+            pub fn stop(&mut self) {
+                self.server.stop();
+            }
+
+            /// Starts it again on the same port with **no** state (a server restarted
+            /// without persistence).
+            pub fn restart(&mut self) -> $crate::Result<()> {
+                self.server.restart()
+            }
+
+            /// True between start/restart and stop.
+            pub fn is_running(&self) -> bool {
+                self.server.is_running()
+            }
+        }
+    };
+    ($double:ident, start: $name:literal, $opts:ty, $build:path) => {
+        $crate::http_double::http_double_face!($double);
+
+        impl $double {
+            /// Starts the double on `127.0.0.1:<opts.port>`.
+            pub fn start(opts: $opts) -> $crate::Result<Self> {
+                Self::serve(opts, None)
+            }
+
+            /// Starts the double serving HTTPS with `tls` (e.g.
+            /// [`TestPki::server_config`](crate::TestPki::server_config)); restarts serve
+            /// HTTPS too.
+            pub fn start_tls(
+                opts: $opts,
+                tls: std::sync::Arc<rustls::ServerConfig>,
+            ) -> $crate::Result<Self> {
+                Self::serve(opts, Some(tls))
+            }
+
+            fn serve(
+                opts: $opts,
+                tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+            ) -> $crate::Result<Self> {
+                let port = opts.port;
+                let server =
+                    $crate::http_double::HttpDouble::start_tls($name, port, tls, move || {
+                        $build(opts.clone())
+                    })?;
+                Ok($double { server })
+            }
+
+            /// Makes chosen calls fail: from now on every `method` request whose path
+            /// starts with `path_prefix` is answered with `status` and changes nothing,
+            /// until [`clear_faults`](Self::clear_faults); the other calls are served as
+            /// usual. Kept across restarts. Errors on an invalid method or status.
+            pub fn fail(&self, method: &str, path_prefix: &str, status: u16) -> $crate::Result<()> {
+                self.server.fail(method, path_prefix, status)
+            }
+
+            /// Serves every call normally again.
+            pub fn clear_faults(&self) {
+                self.server.clear_faults()
+            }
+        }
+    };
+}
+pub(crate) use http_double_face;
+
+/// The end of a long poll (a watch the server holds open): 200 as soon as `moved`
+/// holds after a change announced on `changes`, 304 when `hold` runs out first. The
+/// caller subscribes before it checks whether the client is already behind, so no
+/// change falls between that check and the wait.
+pub(crate) async fn long_poll(
+    mut changes: watch::Receiver<u64>,
+    hold: std::time::Duration,
+    moved: impl Fn() -> bool,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let waited = tokio::time::timeout(hold, async {
+        while changes.changed().await.is_ok() {
+            if moved() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    match waited {
+        Ok(true) => StatusCode::OK.into_response(),
+        _ => StatusCode::NOT_MODIFIED.into_response(),
+    }
 }
 
 /// Locks a double's state, going on after a panic in another handler (the state is

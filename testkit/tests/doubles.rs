@@ -61,6 +61,11 @@ fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], bo
     }
 }
 
+/// `method path` with no headers and no body.
+fn call(addr: SocketAddr, method: &str, path: &str) -> Resp {
+    http(addr, method, path, &[], "")
+}
+
 fn index_of(r: &Resp) -> u64 {
     r.header("x-consul-index").unwrap().parse().unwrap()
 }
@@ -80,7 +85,7 @@ fn consul_register(addr: SocketAddr, id: &str, name: &str, check: Value) -> Resp
 fn consul_blocking_queries_block_and_wake() {
     let c = ConsulDouble::start(ConsulDoubleOptions::default()).unwrap();
     let addr = c.addr();
-    let r = http(addr, "GET", "/v1/health/service/web?passing", &[], "");
+    let r = call(addr, "GET", "/v1/health/service/web?passing");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, "[]");
     let idx = index_of(&r);
@@ -88,12 +93,10 @@ fn consul_blocking_queries_block_and_wake() {
 
     // Nothing changes: the query waits for `wait`.
     let t = Instant::now();
-    let r = http(
+    let r = call(
         addr,
         "GET",
         &format!("/v1/health/service/web?index={idx}&wait=1s"),
-        &[],
-        "",
     );
     assert!(
         t.elapsed() >= Duration::from_millis(950),
@@ -113,12 +116,10 @@ fn consul_blocking_queries_block_and_wake() {
         )
     });
     let t = Instant::now();
-    let r = http(
+    let r = call(
         addr,
         "GET",
         &format!("/v1/health/service/web?index={idx}&wait=10s"),
-        &[],
-        "",
     );
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert_eq!(waker.join().unwrap().status, 200);
@@ -130,25 +131,10 @@ fn consul_blocking_queries_block_and_wake() {
     assert_eq!(v[0]["Checks"][1]["CheckID"], "service:web-1");
 
     // Invalid parameters are rejected as Consul does.
-    assert_eq!(
-        http(addr, "GET", "/v1/health/service/web?passing=maybe", &[], "").status,
-        400
-    );
-    assert_eq!(
-        http(addr, "GET", "/v1/health/service/web?index=x", &[], "").status,
-        400
-    );
-    assert_eq!(
-        http(
-            addr,
-            "GET",
-            "/v1/health/service/web?index=1&wait=10",
-            &[],
-            ""
-        )
-        .status,
-        400
-    );
+    for query in ["passing=maybe", "index=x", "index=1&wait=10"] {
+        let path = format!("/v1/health/service/web?{query}");
+        assert_eq!(call(addr, "GET", &path).status, 400, "{path}");
+    }
 }
 
 #[test]
@@ -161,10 +147,10 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
     let addr = c.addr();
     // Without Status, a TTL check starts critical.
     consul_register(addr, "a", "svc", json!({"TTL": "300ms"}));
-    let r = http(addr, "GET", "/v1/health/service/svc?passing", &[], "");
+    let r = call(addr, "GET", "/v1/health/service/svc?passing");
     assert_eq!(r.json(), json!([]));
     assert_eq!(
-        http(addr, "GET", "/v1/health/service/svc", &[], "")
+        call(addr, "GET", "/v1/health/service/svc")
             .json()
             .as_array()
             .unwrap()
@@ -174,27 +160,20 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
     // Passing it makes it visible, and keeps it so while heart-beaten.
     for _ in 0..5 {
         assert_eq!(
-            http(
-                addr,
-                "PUT",
-                "/v1/agent/check/pass/service:a?note=ok",
-                &[],
-                ""
-            )
-            .status,
+            call(addr, "PUT", "/v1/agent/check/pass/service:a?note=ok").status,
             200
         );
         std::thread::sleep(Duration::from_millis(150));
     }
-    let r = http(addr, "GET", "/v1/health/service/svc?passing=true", &[], "");
+    let r = call(addr, "GET", "/v1/health/service/svc?passing=true");
     assert_eq!(r.json().as_array().unwrap().len(), 1);
     // Without heart-beats it expires.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
-        http(addr, "GET", "/v1/health/service/svc?passing=1", &[], "").json(),
+        call(addr, "GET", "/v1/health/service/svc?passing=1").json(),
         json!([])
     );
-    let checks = http(addr, "GET", "/v1/agent/checks", &[], "").json();
+    let checks = call(addr, "GET", "/v1/agent/checks").json();
     assert_eq!(checks["service:a"]["Status"], "critical");
     // check/update works too; unknown IDs are 404.
     let r = http(
@@ -205,7 +184,7 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
         r#"{"Status":"passing","Output":"fine"}"#,
     );
     assert_eq!(r.status, 200);
-    let r = http(addr, "PUT", "/v1/agent/check/pass/service:nope", &[], "");
+    let r = call(addr, "PUT", "/v1/agent/check/pass/service:nope");
     assert_eq!(r.status, 404);
     assert!(r.body.contains("Unknown check ID"), "{}", r.body);
 
@@ -218,7 +197,7 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
     );
     let t = Instant::now();
     loop {
-        let all = http(addr, "GET", "/v1/health/service/svc2", &[], "").json();
+        let all = call(addr, "GET", "/v1/health/service/svc2").json();
         if all.as_array().unwrap().is_empty() {
             break;
         }
@@ -226,7 +205,7 @@ fn consul_ttl_checks_expire_and_critical_services_are_reaped() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Deregistering an unknown ID is a 404 with Consul's text.
-    let r = http(addr, "PUT", "/v1/agent/service/deregister/none", &[], "");
+    let r = call(addr, "PUT", "/v1/agent/service/deregister/none");
     assert_eq!(r.status, 404);
     assert_eq!(
         r.body,
@@ -246,12 +225,12 @@ fn consul_restart_loses_state_and_the_index_goes_back() {
             json!({"TTL": "30s", "Status": "passing"}),
         );
     }
-    let before = index_of(&http(addr, "GET", "/v1/health/service/x", &[], ""));
+    let before = index_of(&call(addr, "GET", "/v1/health/service/x"));
     c.stop();
     assert!(TcpStream::connect(addr).is_err(), "stopped means refused");
     c.restart().unwrap();
     assert_eq!(c.addr(), addr);
-    let r = http(addr, "GET", "/v1/health/service/x", &[], "");
+    let r = call(addr, "GET", "/v1/health/service/x");
     assert_eq!(r.json(), json!([]));
     assert!(index_of(&r) < before);
 }
@@ -264,18 +243,10 @@ fn consul_acl_token_is_enforced() {
     })
     .unwrap();
     let addr = c.addr();
-    assert_eq!(
-        http(addr, "GET", "/v1/health/service/x", &[], "").status,
-        403
-    );
-    assert_eq!(
-        http(addr, "GET", "/v1/health/service/x?token=bad", &[], "").status,
-        403
-    );
-    assert_eq!(
-        http(addr, "GET", "/v1/health/service/x?token=t0k", &[], "").status,
-        200
-    );
+    for (query, status) in [("", 403), ("?token=bad", 403), ("?token=t0k", 200)] {
+        let path = format!("/v1/health/service/x{query}");
+        assert_eq!(call(addr, "GET", &path).status, status, "{path}");
+    }
     assert_eq!(
         http(
             addr,
@@ -287,7 +258,7 @@ fn consul_acl_token_is_enforced() {
         .status,
         200
     );
-    assert_eq!(http(addr, "GET", "/v1/status/leader", &[], "").status, 200);
+    assert_eq!(call(addr, "GET", "/v1/status/leader").status, 200);
 }
 
 fn eureka_instance(app: &str, id: &str, lease_secs: u64) -> String {
@@ -304,6 +275,16 @@ fn eureka_instance(app: &str, id: &str, lease_secs: u64) -> String {
 const JSON: (&str, &str) = ("Accept", "application/json");
 const CT: (&str, &str) = ("Content-Type", "application/json");
 
+/// `GET path` asking for JSON (a Eureka server answers XML otherwise).
+fn get_json(addr: SocketAddr, path: &str) -> Resp {
+    http(addr, "GET", path, &[JSON], "")
+}
+
+/// `POST path` with a JSON body.
+fn post_json(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    http(addr, "POST", path, &[CT], body)
+}
+
 #[test]
 fn eureka_register_heartbeat_delta_and_eviction() {
     let e = EurekaDouble::start(EurekaDoubleOptions {
@@ -312,30 +293,21 @@ fn eureka_register_heartbeat_delta_and_eviction() {
     })
     .unwrap();
     let addr = e.addr();
-    let r = http(
-        addr,
-        "POST",
-        "/eureka/apps/svc",
-        &[CT],
-        &eureka_instance("svc", "i-1", 1),
-    );
+    let r = post_json(addr, "/eureka/apps/svc", &eureka_instance("svc", "i-1", 1));
     assert_eq!(r.status, 204);
     // The Netflix prefix works too, and the app name is upper-cased.
-    let r = http(addr, "GET", "/eureka/v2/apps/SVC", &[JSON], "");
+    let r = get_json(addr, "/eureka/v2/apps/SVC");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["application"]["name"], "SVC");
     assert_eq!(r.json()["application"]["instance"][0]["instanceId"], "i-1");
 
     assert_eq!(
-        http(addr, "PUT", "/eureka/apps/SVC/i-1?status=UP", &[], "").status,
+        call(addr, "PUT", "/eureka/apps/SVC/i-1?status=UP").status,
         200
     );
-    assert_eq!(
-        http(addr, "PUT", "/eureka/apps/SVC/unknown", &[], "").status,
-        404
-    );
+    assert_eq!(call(addr, "PUT", "/eureka/apps/SVC/unknown").status, 404);
 
-    let d = http(addr, "GET", "/eureka/apps/delta", &[JSON], "").json();
+    let d = get_json(addr, "/eureka/apps/delta").json();
     let inst = &d["applications"]["application"][0]["instance"][0];
     assert_eq!(inst["actionType"], "ADDED");
     assert_eq!(d["applications"]["apps__hashcode"], "UP_1_");
@@ -343,13 +315,10 @@ fn eureka_register_heartbeat_delta_and_eviction() {
     // Heart-beats keep it past its 1 s lease; then it is evicted.
     for _ in 0..4 {
         std::thread::sleep(Duration::from_millis(400));
-        assert_eq!(
-            http(addr, "PUT", "/eureka/apps/SVC/i-1", &[], "").status,
-            200
-        );
+        assert_eq!(call(addr, "PUT", "/eureka/apps/SVC/i-1").status, 200);
     }
     let t = Instant::now();
-    while http(addr, "GET", "/eureka/apps/SVC", &[JSON], "").status != 404 {
+    while get_json(addr, "/eureka/apps/SVC").status != 404 {
         assert!(t.elapsed() < Duration::from_secs(5), "never evicted");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -357,58 +326,38 @@ fn eureka_register_heartbeat_delta_and_eviction() {
         t.elapsed() >= Duration::from_millis(900),
         "evicted too early"
     );
-    let d = http(addr, "GET", "/eureka/apps/delta", &[JSON], "").json();
+    let d = get_json(addr, "/eureka/apps/delta").json();
     let list = d["applications"]["application"][0]["instance"]
         .as_array()
         .unwrap()
         .clone();
     assert_eq!(list.last().unwrap()["actionType"], "DELETED");
     assert_eq!(d["applications"]["apps__hashcode"], "");
-    assert_eq!(
-        http(addr, "PUT", "/eureka/apps/SVC/i-1", &[], "").status,
-        404
-    );
-    assert_eq!(
-        http(addr, "DELETE", "/eureka/apps/SVC/i-1", &[], "").status,
-        404
-    );
+    assert_eq!(call(addr, "PUT", "/eureka/apps/SVC/i-1").status, 404);
+    assert_eq!(call(addr, "DELETE", "/eureka/apps/SVC/i-1").status, 404);
 }
 
 #[test]
 fn eureka_status_override_xml_etag_and_validation() {
     let mut e = EurekaDouble::start(EurekaDoubleOptions::default()).unwrap();
     let addr = e.addr();
-    http(
-        addr,
-        "POST",
-        "/eureka/apps/A",
-        &[CT],
-        &eureka_instance("A", "a-1", 90),
-    );
-    http(
-        addr,
-        "POST",
-        "/eureka/apps/A",
-        &[CT],
-        &eureka_instance("A", "a-2", 90),
-    );
+    post_json(addr, "/eureka/apps/A", &eureka_instance("A", "a-1", 90));
+    post_json(addr, "/eureka/apps/A", &eureka_instance("A", "a-2", 90));
     assert_eq!(
-        http(
+        call(
             addr,
             "PUT",
-            "/eureka/apps/A/a-2/status?value=OUT_OF_SERVICE",
-            &[],
-            ""
+            "/eureka/apps/A/a-2/status?value=OUT_OF_SERVICE"
         )
         .status,
         200
     );
-    let full = http(addr, "GET", "/eureka/apps", &[JSON], "");
+    let full = get_json(addr, "/eureka/apps");
     assert_eq!(
         full.json()["applications"]["apps__hashcode"],
         "OUT_OF_SERVICE_1_UP_1_"
     );
-    let d = http(addr, "GET", "/eureka/apps/delta", &[JSON], "").json();
+    let d = get_json(addr, "/eureka/apps/delta").json();
     let last = d["applications"]["application"][0]["instance"]
         .as_array()
         .unwrap()
@@ -421,7 +370,7 @@ fn eureka_status_override_xml_etag_and_validation() {
     );
 
     // XML unless JSON is asked for.
-    let xml = http(addr, "GET", "/eureka/apps/A", &[], "");
+    let xml = call(addr, "GET", "/eureka/apps/A");
     assert!(xml.header("content-type").unwrap().contains("xml"));
     assert!(
         xml.body.contains("<application><instance>") && xml.body.contains("<name>A</name>"),
@@ -446,33 +395,22 @@ fn eureka_status_override_xml_etag_and_validation() {
     assert_eq!(r.status, 304);
 
     // The server's own checks.
-    let r = http(
-        addr,
-        "POST",
-        "/eureka/apps/B",
-        &[CT],
-        &eureka_instance("A", "x", 90),
-    );
+    let r = post_json(addr, "/eureka/apps/B", &eureka_instance("A", "x", 90));
     assert_eq!(r.status, 400);
     assert!(r.body.contains("Mismatched appName"));
-    let r = http(
+    let r = post_json(
         addr,
-        "POST",
         "/eureka/apps/B",
-        &[CT],
         r#"{"instance":{"instanceId":"x","hostName":"h","app":"B"}}"#,
     );
     assert_eq!(r.status, 400);
 
     e.restart().unwrap();
-    assert_eq!(http(addr, "GET", "/eureka/apps/A", &[JSON], "").status, 404);
+    assert_eq!(get_json(addr, "/eureka/apps/A").status, 404);
     let no_delta = EurekaDouble::start(EurekaDoubleOptions {
         delta_enabled: false,
         ..Default::default()
     })
     .unwrap();
-    assert_eq!(
-        http(no_delta.addr(), "GET", "/eureka/apps/delta", &[JSON], "").status,
-        403
-    );
+    assert_eq!(get_json(no_delta.addr(), "/eureka/apps/delta").status, 403);
 }

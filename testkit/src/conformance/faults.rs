@@ -130,23 +130,42 @@ pub fn retry_bound(failed_for: Duration, attempt: Duration) -> Duration {
 pub const REMOVAL_CLUSTER: &str = "conformance-zombie";
 const ZOMBIE: &str = REMOVAL_CLUSTER;
 
-/// An unregister the registry refuses returns the refusal; the entry is no longer
-/// renewed; once the registry takes removals again the entry is gone within the retry
-/// bound (long before it could expire) and stays gone; the client still works.
-pub async fn refused_removal_retried<H: RefuseRemoval>(h: &mut H) {
+/// A removal client that has registered `addr` in the removal cluster, and the
+/// registered instance.
+async fn removal_client_holding<H: RefuseRemoval>(h: &H, addr: &str) -> (H::Registry, Instance) {
     let reg = h.removal_client().await;
-    let me = inst("10.7.7.1:8091");
+    let me = inst(addr);
     reg.register(ZOMBIE, &me).await.unwrap();
-    assert!(h.holds(ZOMBIE, &me).await, "registered, but not held");
+    (reg, me)
+}
 
+/// With removals refused from now on, `reg` unregisters `me` from the removal
+/// cluster: the call fails with the registry's refusal. Returns when the unregister
+/// was sent.
+async fn unregister_refused<H: RefuseRemoval>(
+    h: &mut H,
+    reg: &H::Registry,
+    me: &Instance,
+) -> Instant {
     h.refuse_removals().await;
-    let failed_at = Instant::now();
-    let err = reg.unregister(ZOMBIE, &me).await.unwrap_err().to_string();
+    let sent = Instant::now();
+    let err = reg.unregister(ZOMBIE, me).await.unwrap_err().to_string();
     assert!(
         err.contains(h.refusal()),
         "not the registry's refusal ({}): {err}",
         h.refusal()
     );
+    sent
+}
+
+/// An unregister the registry refuses returns the refusal; the entry is no longer
+/// renewed; once the registry takes removals again the entry is gone within the retry
+/// bound (long before it could expire) and stays gone; the client still works.
+pub async fn refused_removal_retried<H: RefuseRemoval>(h: &mut H) {
+    let (reg, me) = removal_client_holding(h, "10.7.7.1:8091").await;
+    assert!(h.holds(ZOMBIE, &me).await, "registered, but not held");
+
+    let failed_at = unregister_refused(h, &reg, &me).await;
     h.not_renewed(ZOMBIE, &me).await;
 
     h.allow_removals().await;
@@ -181,16 +200,8 @@ pub async fn refused_removal_retried<H: RefuseRemoval>(h: &mut H) {
 /// back, not a server restarting while the retry runs), and `close` leaves nothing
 /// behind.
 pub async fn close_removes_a_refused_removal<H: RefuseRemoval>(h: &mut H) {
-    let reg = h.removal_client().await;
-    let me = inst("10.7.7.3:8091");
-    reg.register(ZOMBIE, &me).await.unwrap();
-    h.refuse_removals().await;
-    let err = reg.unregister(ZOMBIE, &me).await.unwrap_err().to_string();
-    assert!(
-        err.contains(h.refusal()),
-        "not the registry's refusal ({}): {err}",
-        h.refusal()
-    );
+    let (reg, me) = removal_client_holding(h, "10.7.7.3:8091").await;
+    unregister_refused(h, &reg, &me).await;
     assert!(h.holds(ZOMBIE, &me).await, "refused, yet gone before close");
     h.allow_removals().await;
     reg.close().await.unwrap();
@@ -202,16 +213,8 @@ pub async fn close_removes_a_refused_removal<H: RefuseRemoval>(h: &mut H) {
 /// operation) instead of a clean close, and the entry is still there. What the
 /// registry refused is never reported as done.
 pub async fn close_meets_a_held_refusal<H: RefuseRemoval>(h: &mut H) {
-    let reg = h.removal_client().await;
-    let me = inst("10.7.7.4:8091");
-    reg.register(ZOMBIE, &me).await.unwrap();
-    h.refuse_removals().await;
-    let err = reg.unregister(ZOMBIE, &me).await.unwrap_err().to_string();
-    assert!(
-        err.contains(h.refusal()),
-        "not the registry's refusal ({}): {err}",
-        h.refusal()
-    );
+    let (reg, me) = removal_client_holding(h, "10.7.7.4:8091").await;
+    unregister_refused(h, &reg, &me).await;
     let err = reg.close().await.unwrap_err().to_string();
     assert!(
         err.contains(h.close_refusal()),

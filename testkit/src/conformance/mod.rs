@@ -4,8 +4,9 @@
 //! A backend's test file implements [`Harness`] (make a client of the running server,
 //! stop and restart the server), and where it can [`Crash`] (drop a client without
 //! deregistering) and [`Garbage`] (write entries the client must skip, bypassing it).
-//! Then [`conformance_tests!`](crate::conformance_tests) makes one `#[tokio::test]` per
-//! behaviour:
+//! [`conformance_harness!`](crate::conformance_harness) writes the first two from
+//! what is the backend's own. Then [`conformance_tests!`](crate::conformance_tests) makes one
+//! `#[tokio::test]` per behaviour:
 //!
 //! ```ignore
 //! meshline_testkit::conformance_tests!(harness() => round_trip, drop_ends_watches,
@@ -256,6 +257,82 @@ pub trait Garbage: Harness {
     /// (bad address, port 0, undecodable value...), bypassing our client. Each `round`
     /// writes different entries, so the second call is a change the watch sees.
     async fn put_garbage(&self, cluster: &str, round: u32);
+}
+
+/// Implements [`Harness`] for a backend's harness struct, and [`Crash`] when `expiry`
+/// is given, from what is the backend's own: its client type (`registry`), the field
+/// holding the running server (`server`), its [`Lifetime`], how long a watch may take
+/// to come back after an outage (`resync_within`), the config for the running server
+/// (`config`, an expression of the harness `h` and the `extra` keys) and, for
+/// [`Crash`], the [`Expiry`]. Clients are made by the backend's `connect(&Config)`,
+/// or by `connect` when given (an async fn of `&Config`); a crash is the backend's
+/// `abandon`. Every field but `connect` and `expiry` is required, in this order:
+///
+/// ```ignore
+/// meshline_testkit::conformance_harness!(RedisHarness {
+///     registry: RedisRegistry,
+///     server: redis,
+///     lifetime: Lifetime::set("registry.redis.ttl", "2s", "60s", TTL),
+///     resync_within: Duration::from_secs(15),
+///     config: |h, extra| config(&h.redis.addr(), extra),
+///     expiry: Expiry::after(TTL, Duration::from_millis(500)),
+/// });
+/// ```
+#[macro_export]
+macro_rules! conformance_harness {
+    ($harness:ident {
+        registry: $registry:ty,
+        server: $server:ident,
+        lifetime: $lifetime:expr,
+        resync_within: $resync:expr,
+        config: |$h:ident, $extra:ident| $config:expr,
+        $(connect: $connect:expr,)?
+        $(expiry: $expiry:expr,)?
+    }) => {
+        impl $crate::conformance::Harness for $harness {
+            type Registry = $registry;
+            const LIFETIME: $crate::conformance::Lifetime = $lifetime;
+            const RESYNC_WITHIN: ::std::time::Duration = $resync;
+
+            fn config(&self, $extra: &[(&str, &str)]) -> $crate::conformance::__macro::Config {
+                let $h = self;
+                $config
+            }
+            async fn connect_config(
+                &self,
+                cfg: &$crate::conformance::__macro::Config,
+            ) -> ::std::result::Result<$registry, $crate::conformance::__macro::RegistryError> {
+                $crate::conformance_harness!(@connect $registry, cfg $(, $connect)?)
+            }
+            fn server(&mut self) -> &mut dyn $crate::conformance::Server {
+                &mut self.$server
+            }
+        }
+
+        $(
+            impl $crate::conformance::Crash for $harness {
+                fn crash(&self, reg: &$registry) {
+                    reg.abandon();
+                }
+                fn expiry(&self) -> $crate::conformance::Expiry {
+                    $expiry
+                }
+            }
+        )?
+    };
+    (@connect $registry:ty, $cfg:ident) => {
+        <$registry>::connect($cfg).await
+    };
+    (@connect $registry:ty, $cfg:ident, $connect:expr) => {
+        ($connect)($cfg).await
+    };
+}
+
+/// What [`conformance_harness!`](crate::conformance_harness) names in the code it
+/// writes.
+#[doc(hidden)]
+pub mod __macro {
+    pub use meshline_registry_core::{Config, RegistryError};
 }
 
 /// Makes one `#[tokio::test]` per named behaviour of [`crate::conformance`], each on a

@@ -62,7 +62,6 @@ mod register;
 mod state;
 mod ticker;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,7 +69,6 @@ use axum::Router;
 use axum::middleware;
 use axum::routing::{get, put};
 
-use crate::Result;
 use crate::http_double::{Built, HttpDouble};
 use state::{Shared, Status};
 
@@ -101,7 +99,10 @@ impl Default for ConsulDoubleOptions {
     }
 }
 
-/// A running Consul agent double. Dropping it stops the server.
+/// A running Consul agent double. Dropping it stops the server; a restart comes back
+/// with no services and every index back to 1, like an agent restarted without a data
+/// dir. Calls made to fail with `fail` get their status and change nothing (e.g.
+/// `fail("PUT", "/v1/agent/service/deregister/", 500)`).
 ///
 /// ```no_run
 /// let consul = meshline_testkit::ConsulDouble::start(Default::default()).unwrap();
@@ -111,37 +112,9 @@ pub struct ConsulDouble {
     server: HttpDouble,
 }
 
-impl std::fmt::Debug for ConsulDouble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.server.fmt_as("ConsulDouble", f)
-    }
-}
+crate::http_double::http_double_face!(ConsulDouble, start: "consul", ConsulDoubleOptions, build);
 
 impl ConsulDouble {
-    /// Starts the double on `127.0.0.1:<opts.port>`.
-    pub fn start(opts: ConsulDoubleOptions) -> Result<Self> {
-        let port = opts.port;
-        let server = HttpDouble::start("consul", port, move || build(opts.clone()))?;
-        Ok(ConsulDouble { server })
-    }
-
-    /// Starts the double serving HTTPS with `tls` (e.g.
-    /// [`TestPki::server_config`](crate::TestPki::server_config)); restarts serve
-    /// HTTPS too.
-    pub fn start_tls(
-        opts: ConsulDoubleOptions,
-        tls: std::sync::Arc<rustls::ServerConfig>,
-    ) -> Result<Self> {
-        let port = opts.port;
-        let server = HttpDouble::start_tls("consul", port, Some(tls), move || build(opts.clone()))?;
-        Ok(ConsulDouble { server })
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
     /// `host:port`, as Seata's `registry.consul.serverAddr` wants it.
     pub fn server_addr(&self) -> String {
         self.addr().to_string()
@@ -150,35 +123,6 @@ impl ConsulDouble {
     /// `http://host:port` (`https://` when started with [`ConsulDouble::start_tls`]).
     pub fn url(&self) -> String {
         format!("{}://{}", self.server.scheme(), self.addr())
-    }
-
-    /// Stops the agent: every connection (blocking queries too) is closed.
-    pub fn stop(&mut self) {
-        self.server.stop();
-    }
-
-    /// Starts it again on the same port, with **no** state (no services, index back
-    /// to 1), like an agent restarted without a data dir.
-    pub fn restart(&mut self) -> Result<()> {
-        self.server.restart()
-    }
-
-    /// True between start/restart and stop.
-    pub fn is_running(&self) -> bool {
-        self.server.is_running()
-    }
-
-    /// Makes chosen calls fail: from now on every `method` request whose path starts
-    /// with `path_prefix` (e.g. `"PUT", "/v1/agent/service/deregister/", 500`) is answered with `status` and
-    /// changes nothing, until [`clear_faults`](Self::clear_faults); the other calls are
-    /// served as usual. Kept across restarts. Errors on an invalid method or status.
-    pub fn fail(&self, method: &str, path_prefix: &str, status: u16) -> Result<()> {
-        self.server.fail(method, path_prefix, status)
-    }
-
-    /// Serves every call normally again.
-    pub fn clear_faults(&self) {
-        self.server.clear_faults()
     }
 }
 

@@ -44,7 +44,6 @@ mod render;
 mod state;
 mod writes;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,7 +51,6 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, put};
 
-use crate::Result;
 use crate::http_double::{Built, HttpDouble};
 use state::Shared;
 
@@ -85,7 +83,9 @@ impl Default for EurekaDoubleOptions {
     }
 }
 
-/// A running Eureka server double. Dropping it stops the server.
+/// A running Eureka server double. Dropping it stops the server; a restart comes back
+/// with an empty registry (no persistence). Calls made to fail with `fail` get their
+/// status and change nothing (e.g. `fail("DELETE", "/eureka/apps/", 500)`).
 ///
 /// ```no_run
 /// let eureka = meshline_testkit::EurekaDouble::start(Default::default()).unwrap();
@@ -95,68 +95,12 @@ pub struct EurekaDouble {
     server: HttpDouble,
 }
 
-impl std::fmt::Debug for EurekaDouble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.server.fmt_as("EurekaDouble", f)
-    }
-}
+crate::http_double::http_double_face!(EurekaDouble, start: "eureka", EurekaDoubleOptions, build);
 
 impl EurekaDouble {
-    /// Starts the double on `127.0.0.1:<opts.port>`.
-    pub fn start(opts: EurekaDoubleOptions) -> Result<Self> {
-        let port = opts.port;
-        let server = HttpDouble::start("eureka", port, move || build(opts.clone()))?;
-        Ok(EurekaDouble { server })
-    }
-
-    /// Starts the double serving HTTPS with `tls` (e.g.
-    /// [`TestPki::server_config`](crate::TestPki::server_config)); restarts serve
-    /// HTTPS too.
-    pub fn start_tls(
-        opts: EurekaDoubleOptions,
-        tls: std::sync::Arc<rustls::ServerConfig>,
-    ) -> Result<Self> {
-        let port = opts.port;
-        let server = HttpDouble::start_tls("eureka", port, Some(tls), move || build(opts.clone()))?;
-        Ok(EurekaDouble { server })
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
     /// `http://host:port/eureka`, as Seata's `registry.eureka.serviceUrl` wants it.
     pub fn service_url(&self) -> String {
         format!("{}://{}/eureka", self.server.scheme(), self.addr())
-    }
-
-    /// Stops the server: every connection is closed.
-    pub fn stop(&mut self) {
-        self.server.stop();
-    }
-
-    /// Starts it again on the same port with an **empty** registry (no persistence).
-    pub fn restart(&mut self) -> Result<()> {
-        self.server.restart()
-    }
-
-    /// True between start/restart and stop.
-    pub fn is_running(&self) -> bool {
-        self.server.is_running()
-    }
-
-    /// Makes chosen calls fail: from now on every `method` request whose path starts
-    /// with `path_prefix` (e.g. `"DELETE", "/eureka/apps/", 500`) is answered with `status` and
-    /// changes nothing, until [`clear_faults`](Self::clear_faults); the other calls are
-    /// served as usual. Kept across restarts. Errors on an invalid method or status.
-    pub fn fail(&self, method: &str, path_prefix: &str, status: u16) -> Result<()> {
-        self.server.fail(method, path_prefix, status)
-    }
-
-    /// Serves every call normally again.
-    pub fn clear_faults(&self) {
-        self.server.clear_faults()
     }
 }
 

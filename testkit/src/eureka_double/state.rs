@@ -87,6 +87,13 @@ impl Db {
         self.apps.values().find_map(|m| m.get(id))
     }
 
+    /// Instance `id` of application `app` (any case, as in the request's path).
+    pub(super) fn instance_mut(&mut self, app: &str, id: &str) -> Option<&mut Rec> {
+        self.apps
+            .get_mut(&app.to_uppercase())
+            .and_then(|m| m.get_mut(id))
+    }
+
     /// `apps__hashcode`: the count of instances by status, statuses sorted
     /// (`DOWN_1_UP_2_`).
     pub(super) fn hashcode(&self) -> String {

@@ -136,11 +136,7 @@ pub(super) async fn renew(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     let mut db = s.lock();
-    let Some(r) = db
-        .apps
-        .get_mut(&app.to_uppercase())
-        .and_then(|m| m.get_mut(&id))
-    else {
+    let Some(r) = db.instance_mut(&app, &id) else {
         return (StatusCode::NOT_FOUND, "").into_response();
     };
     let client_dirty = query_get(&q, "lastDirtyTimestamp").and_then(|v| v.parse::<u128>().ok());
@@ -169,11 +165,7 @@ pub(super) async fn cancel(
 /// Applies `f` to instance `id` of `app` and records the change as `MODIFIED`.
 fn modify(s: &Shared, app: &str, id: &str, f: impl FnOnce(&mut Rec)) -> Response {
     let mut db = s.lock();
-    let Some(r) = db
-        .apps
-        .get_mut(&app.to_uppercase())
-        .and_then(|m| m.get_mut(id))
-    else {
+    let Some(r) = db.instance_mut(app, id) else {
         return (StatusCode::NOT_FOUND, "").into_response();
     };
     f(r);

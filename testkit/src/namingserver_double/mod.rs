@@ -36,7 +36,6 @@
 mod routes;
 mod state;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -85,11 +84,7 @@ pub struct NamingserverDouble {
     auth: Arc<ConsoleAuth>,
 }
 
-impl std::fmt::Debug for NamingserverDouble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.server.fmt_as("NamingserverDouble", f)
-    }
-}
+crate::http_double::http_double_face!(NamingserverDouble);
 
 impl NamingserverDouble {
     /// Starts the double on `127.0.0.1:<opts.port>`.
@@ -114,11 +109,6 @@ impl NamingserverDouble {
 
     fn state(&self) -> Arc<State> {
         lock(&self.state).clone()
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
     }
 
     /// How many logins succeeded so far.
@@ -180,21 +170,6 @@ impl NamingserverDouble {
             &format!("garbage-{round}"),
             nodes,
         );
-    }
-
-    /// Stops serving: every connection (held watches too) is closed.
-    pub fn stop(&mut self) {
-        self.server.stop();
-    }
-
-    /// Starts again on the same port with **no** state.
-    pub fn restart(&mut self) -> Result<()> {
-        self.server.restart()
-    }
-
-    /// True between start/restart and stop.
-    pub fn is_running(&self) -> bool {
-        self.server.is_running()
     }
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::state::State;
-use crate::http_double::query_get;
+use crate::http_double::{long_poll, query_get};
 
 type Shared = AxState<Arc<State>>;
 type Params = Query<Vec<(String, String)>>;
@@ -57,26 +57,34 @@ fn required<'a>(q: &'a [(String, String)], names: &[&str]) -> Result<Vec<&'a str
 
 /// `POST /naming/v1/register?namespace=&clusterName=&unit=` with a JSON node.
 pub(crate) async fn register(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
-    let p = match required(&q, &["namespace", "clusterName", "unit"]) {
-        Ok(p) => p,
-        Err(n) => return missing(&n),
-    };
-    let Ok(node) = serde_json::from_slice::<Value>(&body) else {
-        return json_response(StatusCode::BAD_REQUEST, json!({"status": 400}));
-    };
-    result(s.register(p[0], p[1], p[2], node), "registered")
+    with_node(&q, &body, |p, node| {
+        result(s.register(p[0], p[1], p[2], node), "registered")
+    })
 }
 
 /// `POST /naming/v1/unregister?namespace=&clusterName=&unit=` with a JSON node.
 pub(crate) async fn unregister(AxState(s): Shared, Query(q): Params, body: Bytes) -> Response {
-    let p = match required(&q, &["namespace", "clusterName", "unit"]) {
+    with_node(&q, &body, |p, node| {
+        result(s.unregister(p[0], p[1], p[2], &node), "unregistered")
+    })
+}
+
+/// Answers a register or unregister with `apply` of its `namespace`, `clusterName`
+/// and `unit` and its JSON node; a request that lacks one gets Spring's answer (400 for
+/// a body that is no JSON).
+fn with_node(
+    q: &[(String, String)],
+    body: &[u8],
+    apply: impl FnOnce(&[&str], Value) -> Response,
+) -> Response {
+    let p = match required(q, &["namespace", "clusterName", "unit"]) {
         Ok(p) => p,
         Err(n) => return missing(&n),
     };
-    let Ok(node) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(node) = serde_json::from_slice::<Value>(body) else {
         return json_response(StatusCode::BAD_REQUEST, json!({"status": 400}));
     };
-    result(s.unregister(p[0], p[1], p[2], &node), "unregistered")
+    apply(&p, node)
 }
 
 /// `GET /naming/v1/discovery?vGroup=&namespace=`.
@@ -99,24 +107,15 @@ pub(crate) async fn watch(AxState(s): Shared, Query(q): Params) -> Response {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let vgroup = p[1].to_string();
-    let mut changes = s.changes.subscribe();
+    let changes = s.changes.subscribe();
     let (last, seen) = s.watch_point(&vgroup);
     if last.is_some_and(|t| term < t) {
         return StatusCode::OK.into_response();
     }
-    let waited = tokio::time::timeout(Duration::from_millis(timeout), async {
-        while changes.changed().await.is_ok() {
-            if s.watch_point(&vgroup).1 > seen {
-                return true;
-            }
-        }
-        false
+    long_poll(changes, Duration::from_millis(timeout), || {
+        s.watch_point(&vgroup).1 > seen
     })
-    .await;
-    match waited {
-        Ok(true) => StatusCode::OK.into_response(),
-        _ => StatusCode::NOT_MODIFIED.into_response(),
-    }
+    .await
 }
 
 /// `POST /api/v1/auth/login` with `{"username","password"}` (the namingserver embeds

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::state::State;
 use crate::console_auth::json_response;
-use crate::http_double::query_get;
+use crate::http_double::{long_poll, query_get};
 
 type Shared = AxState<Arc<State>>;
 
@@ -63,23 +63,11 @@ pub(crate) async fn watch(
         }
     }
     let moved = |s: &State| wanted.iter().any(|(g, t)| s.term(g) > *t);
-    let mut changes = s.changes.subscribe();
+    let changes = s.changes.subscribe();
     if moved(&s) {
         return StatusCode::OK.into_response();
     }
-    let waited = tokio::time::timeout(hold, async {
-        while changes.changed().await.is_ok() {
-            if moved(&s) {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    match waited {
-        Ok(true) => StatusCode::OK.into_response(),
-        _ => StatusCode::NOT_MODIFIED.into_response(),
-    }
+    long_poll(changes, hold, || moved(&s)).await
 }
 
 /// Anything else: 404, as Spring.

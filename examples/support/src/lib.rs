@@ -5,8 +5,8 @@
 //! with the secret-bearing targets silenced, the runtime its `main` runs on, the
 //! configuration and discovery a Seata client reads, and waiting for the signal to
 //! stop. With feature `grpc`, the hand-written tonic services of the programs, benches
-//! and tests that serve gRPC without protoc ([`grpc`]); with feature `bench`, what the
-//! bench programs measure with ([`bench`]).
+//! and tests that serve gRPC without protoc (module `grpc`); with feature `bench`, what
+//! the bench programs measure with (module `bench`).
 
 #![warn(missing_docs)]
 

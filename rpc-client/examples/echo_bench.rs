@@ -20,13 +20,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use hdrhistogram::Histogram;
+use meshline_example_support::bench::{
+    self, Histogram, Tally, closed_loop, micros, open_loop, runtime,
+};
+use meshline_example_support::grpc::{GrpcMethods, HttpRequest, Reply, serve_on_loopback, unary};
 use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
 use meshline_rpc_client::{CallOptions, InboundRequest, Payload, RpcClient, Server};
-use tokio::runtime::Runtime;
 use tonic::codegen::http;
 
 const BODY: usize = 64;
@@ -41,12 +43,16 @@ struct EchoMsg {
     body: Bytes,
 }
 
-/// A unary echo service written the way tonic-build generates one.
+/// The unary echo service `bench.Echo`, written by hand.
 #[derive(Clone)]
 struct EchoService;
 
-impl tonic::server::NamedService for EchoService {
+impl GrpcMethods for EchoService {
     const NAME: &'static str = "bench.Echo";
+
+    fn serve(&mut self, req: HttpRequest) -> Option<Reply> {
+        (req.uri().path() == "/bench.Echo/Echo").then(|| unary(EchoUnary, req))
+    }
 }
 
 struct EchoUnary;
@@ -58,52 +64,6 @@ impl tonic::server::UnaryService<EchoMsg> for EchoUnary {
     fn call(&mut self, request: tonic::Request<EchoMsg>) -> Self::Future {
         std::future::ready(Ok(tonic::Response::new(request.into_inner())))
     }
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for EchoService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(
-        &mut self,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        Box::pin(async move {
-            if req.uri().path() == "/bench.Echo/Echo" {
-                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                Ok(grpc.unary(EchoUnary, req).await)
-            } else {
-                Ok(tonic::Status::unimplemented("no such method").into_http())
-            }
-        })
-    }
-}
-
-async fn start_tonic() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tokio::spawn(async move {
-        if let Err(e) = tonic::transport::Server::builder()
-            .add_service(EchoService)
-            .serve_with_incoming(incoming)
-            .await
-        {
-            eprintln!("tonic server: {e}");
-        }
-    });
-    addr
 }
 
 #[derive(Clone)]
@@ -131,7 +91,8 @@ impl TonicClient {
         }
     }
 
-    async fn echo(&mut self, body: Bytes) -> Result<(), String> {
+    /// One echo call (on a clone: the future owns its client, as each bench call does).
+    async fn echo(mut self, body: Bytes) -> Result<(), String> {
         self.grpc.ready().await.map_err(|e| e.to_string())?;
         let path = http::uri::PathAndQuery::from_static("/bench.Echo/Echo");
         let resp: tonic::Response<EchoMsg> = self
@@ -190,94 +151,68 @@ async fn meshline_client(addrs: &[SocketAddr]) -> RpcClient {
     client
 }
 
+/// One echo call through `client`.
+async fn meshline_echo(client: RpcClient, body: Bytes) -> Result<(), String> {
+    let r = client
+        .call(Payload::new(body), CallOptions::new())
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.payload.body.len() != BODY {
+        return Err("short echo".into());
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------- measuring --
 
 struct Row {
     name: String,
     concurrency: usize,
-    calls: u64,
-    errors: u64,
     secs: f64,
-    hist: Histogram<u64>,
+    tally: Tally,
 }
 
 impl Row {
     fn rate(&self) -> f64 {
-        self.calls as f64 / self.secs
+        self.tally.calls as f64 / self.secs
     }
     /// Latency at quantile `q`, in microseconds.
     fn p(&self, q: f64) -> f64 {
-        self.hist.value_at_quantile(q) as f64 / 1000.0
+        micros(&self.tally.lat, q)
     }
 }
 
-fn hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 10_000_000_000, 2).expect("histogram")
-}
-
-/// Runs `concurrency` closed loops of `op` for `secs` (after a warm-up).
-async fn closed_loop<F, Fut>(name: &str, concurrency: usize, secs: f64, op: F) -> Row
+/// Runs `concurrency` closed loops of `op` for `secs` (after a warm-up) as row `name`,
+/// and prints the row; `None` when `ECHO_BENCH_ONLY` (a part of `<name>@<concurrency>`)
+/// leaves it out.
+async fn measure<F, Fut>(name: &str, concurrency: usize, secs: f64, op: F) -> Option<Row>
 where
-    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = Result<(), String>> + Send,
 {
-    let warm = Duration::from_millis(300);
-    let measure = Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    // One histogram for all tasks (they share one thread; the lock is uncontended),
-    // so the harness stays small in cache.
-    let shared = Arc::new(std::sync::Mutex::new((hist(), 0u64, 0u64)));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let op = op.clone();
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let t0 = Instant::now();
-                if t0 >= start + warm + measure {
-                    break;
-                }
-                let r = op().await;
-                let t1 = Instant::now();
-                if t0 >= start + warm && t1 <= start + warm + measure {
-                    let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    match r {
-                        Ok(()) => {
-                            g.1 += 1;
-                            let _ = g.0.record((t1 - t0).as_nanos().max(1) as u64);
-                        }
-                        Err(_) => g.2 += 1,
-                    }
-                }
-            }
-        }));
+    let only = std::env::var("ECHO_BENCH_ONLY").unwrap_or_default();
+    if !only.is_empty() && !format!("{name}@{concurrency}").contains(&only) {
+        return None;
     }
-    for t in tasks {
-        t.await.expect("bench task");
-    }
-    let (all, calls, errors) = std::mem::replace(
-        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
-        (hist(), 0, 0),
-    );
-    Row {
+    let row = Row {
         name: name.to_string(),
         concurrency,
-        calls,
-        errors,
         secs,
-        hist: all,
-    }
+        tally: closed_loop(concurrency, secs, op).await,
+    };
+    print_row(&row);
+    Some(row)
 }
 
-/// Open loop at `rate` calls/s for `secs` (wrk2-style): request `i` is due at
-/// `start + i / rate`; `WORKERS` tasks each take every `WORKERS`-th request, wait until
-/// it is due and send it. Latency is counted from the actual send; `lag` (send time
-/// minus due time) shows whether the generator kept the schedule. Tokio timers tick
-/// every millisecond, so lag up to 1 ms is the generator's own granularity, and the
-/// requests of one tick are released together (burstier, so harsher, than smooth
-/// arrivals); lag beyond that means a worker was still waiting for its previous answer
-/// or the process was descheduled.
-async fn open_loop(
+/// Open loop of meshline echo calls at `rate` calls/s for `secs` (wrk2-style, see
+/// [`open_loop`]), from `ECHO_BENCH_OPEN_WORKERS` (default 256) tasks: the row (latency
+/// counted from the actual send), with the loop's `lag` (send time minus due time:
+/// whether the generator kept the schedule) and latency counted from the due time.
+/// Tokio timers tick every millisecond, so lag up to 1 ms is the generator's own
+/// granularity, and the requests of one tick are released together (burstier, so
+/// harsher, than smooth arrivals); lag beyond that means a worker was still waiting for
+/// its previous answer or the process was descheduled.
+async fn open_loop_row(
     client: RpcClient,
     body: Bytes,
     rate: f64,
@@ -287,75 +222,37 @@ async fn open_loop(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let total = (rate * secs) as u64;
-    let start = Instant::now() + Duration::from_millis(50);
-    let shared = Arc::new(std::sync::Mutex::new((hist(), hist(), 0u64, 0u64, hist())));
-    let mut tasks = Vec::new();
-    for w in 0..workers {
-        let client = client.clone();
-        let body = body.clone();
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut i = w;
-            while i < total {
-                let due = start + interval.mul_f64(i as f64);
-                if due > Instant::now() {
-                    tokio::time::sleep_until(due.into()).await;
-                }
-                let sent = Instant::now();
-                let r = client
-                    .call(Payload::new(body.clone()), CallOptions::new())
-                    .await;
-                let done = Instant::now();
-                let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-                match r {
-                    Ok(_) => {
-                        g.2 += 1;
-                        let _ = g.0.record((done - sent).as_nanos().max(1) as u64);
-                        let _ = g
-                            .1
-                            .record(sent.saturating_duration_since(due).as_nanos().max(1) as u64);
-                        let _ = g
-                            .4
-                            .record(done.saturating_duration_since(due).as_nanos().max(1) as u64);
-                    }
-                    Err(_) => g.3 += 1,
-                }
-                i += workers;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("open-loop task");
-    }
-    let (lat, lag, calls, errors, from_due) = std::mem::replace(
-        &mut *shared.lock().unwrap_or_else(|p| p.into_inner()),
-        (hist(), hist(), 0, 0, hist()),
-    );
-    let elapsed = start.elapsed().as_secs_f64();
-    (
-        Row {
-            name: format!("meshline 1 conn, open loop {:.0}/s", rate),
-            concurrency: 0,
-            calls,
-            errors,
-            secs: elapsed,
-            hist: lat,
-        },
-        lag,
-        from_due,
-    )
+    let open = open_loop(workers, rate, secs, move |_| {
+        let (client, body) = (client.clone(), body.clone());
+        async move {
+            client
+                .call(Payload::new(body), CallOptions::new())
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    let row = Row {
+        name: format!("meshline 1 conn, open loop {:.0}/s", rate),
+        concurrency: 0,
+        secs: open.secs,
+        tally: open.tally,
+    };
+    (row, open.lag, open.from_due)
 }
 
 fn print_header() {
-    println!(
-        "| {:<34} | {:>8} | {:>12} | {:>9} | {:>9} | {:>6} |",
-        "system", "in flight", "calls/s", "p50 µs", "p99 µs", "errors"
-    );
-    println!(
-        "|{:-<36}|{:->10}|{:->14}|{:->11}|{:->11}|{:->8}|",
-        "", "", "", "", "", ""
+    bench::print_header(
+        1,
+        &[
+            ("system", 34),
+            ("in flight", 8),
+            ("calls/s", 12),
+            ("p50 µs", 9),
+            ("p99 µs", 9),
+            ("errors", 6),
+        ],
     );
 }
 
@@ -372,17 +269,8 @@ fn print_row(r: &Row) {
         r.rate(),
         r.p(0.50),
         r.p(0.99),
-        r.errors
+        r.tally.errors
     );
-}
-
-fn runtime(name: &str) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(name)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 fn main() {
@@ -398,10 +286,10 @@ fn main() {
         for _ in 0..3 {
             mesh3.push(start_meshline().await);
         }
-        let tonic1 = vec![start_tonic().await];
+        let tonic1 = vec![serve_on_loopback(EchoService).await];
         let mut tonic3 = Vec::new();
         for _ in 0..3 {
-            tonic3.push(start_tonic().await);
+            tonic3.push(serve_on_loopback(EchoService).await);
         }
         (mesh1, mesh3, tonic1, tonic3)
     });
@@ -416,47 +304,16 @@ fn main() {
         let t3 = TonicClient::connect(&tonic3).await;
         let mut rows = Vec::new();
         print_header();
-        let only = std::env::var("ECHO_BENCH_ONLY").unwrap_or_default();
-        let selected = |name: &str, c: usize| only.is_empty() || format!("{name}@{c}").contains(&only);
         for &c in &CONCURRENCY {
             for (name, client) in [("meshline, 1 connection", &m1), ("meshline, 3 endpoints", &m3)] {
-                if !selected(name, c) {
-                    continue;
-                }
-                let client = client.clone();
-                let body = body.clone();
-                let row = closed_loop(name, c, secs, move || {
-                    let client = client.clone();
-                    let body = body.clone();
-                    async move {
-                        let r = client
-                            .call(Payload::new(body), CallOptions::new())
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if r.payload.body.len() != BODY {
-                            return Err("short echo".into());
-                        }
-                        Ok(())
-                    }
-                })
-                .await;
-                print_row(&row);
-                rows.push(row);
+                let (client, body) = (client.clone(), body.clone());
+                let op = move |_| meshline_echo(client.clone(), body.clone());
+                rows.extend(measure(name, c, secs, op).await);
             }
             for (name, client) in [("tonic unary, 1 connection", &t1), ("tonic unary, 3 endpoints", &t3)] {
-                if !selected(name, c) {
-                    continue;
-                }
-                let client = client.clone();
-                let body = body.clone();
-                let row = closed_loop(name, c, secs, move || {
-                    let mut client = client.clone();
-                    let body = body.clone();
-                    async move { client.echo(body).await }
-                })
-                .await;
-                print_row(&row);
-                rows.push(row);
+                let (client, body) = (client.clone(), body.clone());
+                let op = move |_| client.clone().echo(body.clone());
+                rows.extend(measure(name, c, secs, op).await);
             }
         }
         let peak = rows
@@ -470,26 +327,27 @@ fn main() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0.5);
             let target = peak * fraction;
-            let (open, lag, from_due) = open_loop(m1.clone(), body.clone(), target, secs.max(2.0)).await;
+            let (open, lag, from_due) =
+                open_loop_row(m1.clone(), body.clone(), target, secs.max(2.0)).await;
             print_row(&open);
             println!(
                 "  (open loop latency p90 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs)",
                 open.p(0.90),
                 open.p(0.99),
                 open.p(0.999),
-                open.hist.max() as f64 / 1000.0
+                open.tally.lat.max() as f64 / 1000.0
             );
             println!(
                 "  (open loop at {fraction} x peak: target {:.0}/s, achieved {:.0}/s; send lag behind schedule p50 {:.1} µs, p99 {:.1} µs)",
                 target,
                 open.rate(),
-                lag.value_at_quantile(0.5) as f64 / 1000.0,
-                lag.value_at_quantile(0.99) as f64 / 1000.0
+                micros(&lag, 0.5),
+                micros(&lag, 0.99)
             );
             println!(
                 "  (open loop latency counted from the due time instead, generator lag included: p50 {:.1} µs, p99 {:.1} µs)",
-                from_due.value_at_quantile(0.5) as f64 / 1000.0,
-                from_due.value_at_quantile(0.99) as f64 / 1000.0
+                micros(&from_due, 0.5),
+                micros(&from_due, 0.99)
             );
             rows.push(open);
         }

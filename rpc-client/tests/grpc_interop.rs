@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, streaming};
 use meshline_rpc_client::grpc::{GrpcMessageProto, PATH};
 use meshline_rpc_client::{Payload, Protocol};
 use tokio_stream::wrappers::ReceiverStream;
@@ -72,8 +73,11 @@ static PINGS: AtomicUsize = AtomicUsize::new(0);
 async fn start_tonic() -> SocketAddr {
     #[derive(Clone)]
     struct Seata;
-    impl tonic::server::NamedService for Seata {
+    impl GrpcMethods for Seata {
         const NAME: &'static str = "org.apache.seata.protocol.protobuf.SeataService";
+        fn serve(&mut self, req: HttpRequest) -> Option<Reply> {
+            (req.uri().path() == PATH).then(|| streaming(Echo, req))
+        }
     }
     struct Echo;
     impl tonic::server::StreamingService<GrpcMessageProto> for Echo {
@@ -105,40 +109,12 @@ async fn start_tonic() -> SocketAddr {
             std::future::ready(Ok(tonic::Response::new(ReceiverStream::new(rx))))
         }
     }
-    impl<B> tonic::codegen::Service<http::Request<B>> for Seata
-    where
-        B: tonic::codegen::Body + Send + 'static,
-        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-    {
-        type Response = http::Response<tonic::body::Body>;
-        type Error = std::convert::Infallible;
-        type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-        fn poll_ready(
-            &mut self,
-            _cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn call(&mut self, req: http::Request<B>) -> Self::Future {
-            Box::pin(async move {
-                if req.uri().path() == PATH {
-                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
-                        GrpcMessageProto,
-                        GrpcMessageProto,
-                    >::default());
-                    Ok(grpc.streaming(Echo, req).await)
-                } else {
-                    Ok(tonic::Status::unimplemented("no such method").into_http())
-                }
-            })
-        }
-    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(Seata)
+            .add_service(GrpcService(Seata))
             .serve_with_incoming(incoming),
     );
     addr

@@ -16,6 +16,7 @@ use meshline::rpc::message::BranchType;
 use meshline::rpc::rm::ResourceManager;
 use meshline::tx;
 use meshline::tx::http::{BindXidLayer, PropagateXidLayer, XID_HEADER};
+use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
 use tonic::codegen::http;
 use tower::ServiceBuilder;
 use tx_world::*;
@@ -62,56 +63,21 @@ struct Text {
     text: String,
 }
 
-/// `/meshline.test.Account/Debit`, written the way tonic-build generates a service.
+/// `/meshline.test.Account/Debit`, a service written by hand (the RM is cheap to clone).
 #[derive(Clone)]
-struct Account(Arc<ResourceManager>);
+struct Account(ResourceManager);
 
-impl tonic::server::NamedService for Account {
+impl GrpcMethods for Account {
     const NAME: &'static str = "meshline.test.Account";
-}
 
-struct DebitCall(Arc<ResourceManager>);
-
-impl tonic::server::UnaryService<Text> for DebitCall {
-    type Response = Text;
-    type Future = tonic::codegen::BoxFuture<tonic::Response<Text>, tonic::Status>;
-
-    fn call(&mut self, _: tonic::Request<Text>) -> Self::Future {
+    fn serve(&mut self, req: HttpRequest) -> Option<Reply> {
         let rm = self.0.clone();
-        Box::pin(async move {
-            Ok(tonic::Response::new(Text {
+        let call = move |_: Text| async move {
+            Text {
                 text: debit(&rm).await,
-            }))
-        })
-    }
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for Account
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let rm = self.0.clone();
-        Box::pin(async move {
-            if req.uri().path() == "/meshline.test.Account/Debit" {
-                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                Ok(grpc.unary(DebitCall(rm), req).await)
-            } else {
-                Ok(tonic::Status::unimplemented("no such method").into_http())
             }
-        })
+        };
+        (req.uri().path() == "/meshline.test.Account/Debit").then(|| unary_fn(call, req))
     }
 }
 
@@ -119,7 +85,7 @@ async fn start_tonic(rm: ResourceManager) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    let svc = Account(Arc::new(rm));
+    let svc = GrpcService(Account(rm));
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .layer(BindXidLayer)

@@ -3,19 +3,6 @@
 
 use super::*;
 
-pub(crate) fn hist() -> Histogram<u64> {
-    // 1 ns .. 60 s (the calls time out at 30 s), 2 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("histogram")
-}
-
-pub(crate) fn nanos(d: Duration) -> u64 {
-    (d.as_nanos() as u64).max(1)
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The measured window of a closed-loop run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Window {
@@ -234,6 +221,14 @@ pub(crate) fn wait_finished(dirs: &[Arc<Dir>]) {
     while dirs.iter().any(|d| d.running.load(Ordering::SeqCst) > 0) {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A run's two directions, watched until both have finished.
+pub(crate) fn watch_until_finished(up: &Arc<Dir>, down: &Arc<Dir>) {
+    let dirs = [up.clone(), down.clone()];
+    watch(&dirs);
+    wait_finished(&dirs);
+    unwatch();
 }
 
 // ------------------------------------------------------------------ loops --

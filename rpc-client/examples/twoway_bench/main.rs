@@ -61,11 +61,14 @@ use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hdrhistogram::Histogram;
+use meshline_example_support::bench::{self, Histogram, hist, lock, micros, nanos, runtime};
+use meshline_example_support::grpc::{
+    GrpcMethods, HttpRequest, Reply, serve_on_loopback, streaming,
+};
 use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
 use meshline_rpc_client::{CallOptions, Connection, InboundRequest, Payload, RpcClient, Server};
 use tokio::runtime::{Handle, Runtime};
@@ -208,18 +211,23 @@ impl Row {
 
     /// Latency at quantile `q`, in microseconds.
     fn p(&self, q: f64) -> f64 {
-        self.lat.value_at_quantile(q) as f64 / 1000.0
+        micros(&self.lat, q)
     }
 }
 
 fn print_header() {
-    println!(
-        "| {:<34} | {:<14} | {:>9} | {:>10} | {:>8} | {:>8} | {:>9} | {:>6} |",
-        "system", "direction", "in flight", "calls/s", "p50 µs", "p99 µs", "p99.9 µs", "errors"
-    );
-    println!(
-        "|{:-<36}|{:-<16}|{:->11}|{:->12}|{:->10}|{:->10}|{:->11}|{:->8}|",
-        "", "", "", "", "", "", "", ""
+    bench::print_header(
+        2,
+        &[
+            ("system", 34),
+            ("direction", 14),
+            ("in flight", 9),
+            ("calls/s", 10),
+            ("p50 µs", 8),
+            ("p99 µs", 8),
+            ("p99.9 µs", 9),
+            ("errors", 6),
+        ],
     );
 }
 
@@ -235,15 +243,6 @@ fn print_row(r: &Row) {
         r.p(0.999),
         r.errors
     );
-}
-
-fn runtime(name: &str) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(name)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 fn main() {
@@ -334,10 +333,10 @@ fn main() {
                 r.direction,
                 r.target.unwrap_or(0.0),
                 r.rate(),
-                r.from_due.value_at_quantile(0.5) as f64 / 1000.0,
-                r.from_due.value_at_quantile(0.99) as f64 / 1000.0,
-                r.lag.value_at_quantile(0.5) as f64 / 1000.0,
-                r.lag.value_at_quantile(0.99) as f64 / 1000.0,
+                micros(&r.from_due, 0.5),
+                micros(&r.from_due, 0.99),
+                micros(&r.lag, 0.5),
+                micros(&r.lag, 0.99),
             );
         }
         let worst = open_rows[..2].iter().map(|r| r.p(0.99)).fold(0.0, f64::max);

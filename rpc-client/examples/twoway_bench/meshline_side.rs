@@ -60,42 +60,51 @@ pub(crate) fn start_meshline(servers: &Runtime, clients: &Runtime) -> Mesh {
     }
 }
 
-/// client -> server: one call through the `RpcClient`.
-#[derive(Clone)]
-pub(crate) struct ClientCall {
-    pub(crate) client: RpcClient,
-    pub(crate) body: Bytes,
-}
-
-impl Op for ClientCall {
-    async fn call(&self) -> Result<(), String> {
-        let r = self
-            .client
-            .call(Payload::new(self.body.clone()), CallOptions::new())
-            .await
-            .map_err(|e| e.to_string())?;
-        if r.payload.body.len() != self.body.len() {
-            return Err("short echo".into());
+impl Mesh {
+    /// client -> server: echo calls of `body` through the `RpcClient`.
+    fn calls(&self, body: &Bytes) -> EchoCall {
+        EchoCall {
+            way: Way::Call(self.client.clone()),
+            body: body.clone(),
         }
-        Ok(())
+    }
+
+    /// server -> client: echo pushes of `body` on the server's `Connection`.
+    fn pushes(&self, body: &Bytes) -> EchoCall {
+        EchoCall {
+            way: Way::Push(self.conn.clone()),
+            body: body.clone(),
+        }
     }
 }
 
-/// server -> client: one push on the server's `Connection`.
+/// One echo call of `body`, one way or the other.
 #[derive(Clone)]
-pub(crate) struct ServerPush {
-    pub(crate) conn: Connection,
+pub(crate) struct EchoCall {
+    pub(crate) way: Way,
     pub(crate) body: Bytes,
 }
 
-impl Op for ServerPush {
+/// Which way an [`EchoCall`] goes.
+#[derive(Clone)]
+pub(crate) enum Way {
+    /// client -> server: a call through the `RpcClient`.
+    Call(RpcClient),
+    /// server -> client: a push on the server's `Connection`.
+    Push(Connection),
+}
+
+impl Op for EchoCall {
     async fn call(&self) -> Result<(), String> {
-        let p = self
-            .conn
-            .call(Payload::new(self.body.clone()), PUSH_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
-        if p.body.len() != self.body.len() {
+        let payload = Payload::new(self.body.clone());
+        let echo = match &self.way {
+            Way::Call(client) => client
+                .call(payload, CallOptions::new())
+                .await
+                .map(|r| r.payload),
+            Way::Push(conn) => conn.call(payload, PUSH_TIMEOUT).await,
+        };
+        if echo.map_err(|e| e.to_string())?.body.len() != self.body.len() {
             return Err("short echo".into());
         }
         Ok(())
@@ -112,30 +121,9 @@ pub(crate) fn run_meshline_closed(
     let up = Dir::new("meshline client->server");
     let down = Dir::new("meshline server->client");
     let w = Window::starting_now(args.secs);
-    spawn_closed(
-        clients.handle(),
-        &up,
-        args.inflight,
-        w,
-        ClientCall {
-            client: mesh.client.clone(),
-            body: body.clone(),
-        },
-    );
-    spawn_closed(
-        servers.handle(),
-        &down,
-        args.inflight,
-        w,
-        ServerPush {
-            conn: mesh.conn.clone(),
-            body: body.clone(),
-        },
-    );
-    let dirs = [up.clone(), down.clone()];
-    watch(&dirs);
-    wait_finished(&dirs);
-    unwatch();
+    spawn_closed(clients.handle(), &up, args.inflight, w, mesh.calls(body));
+    spawn_closed(servers.handle(), &down, args.inflight, w, mesh.pushes(body));
+    watch_until_finished(&up, &down);
     (
         Row::closed("meshline", "client->server", args.inflight, &up, args.secs),
         Row::closed(
@@ -167,10 +155,7 @@ pub(crate) fn run_meshline_open(
         rates.0,
         secs,
         start,
-        ClientCall {
-            client: mesh.client.clone(),
-            body: body.clone(),
-        },
+        mesh.calls(body),
     );
     spawn_open(
         servers.handle(),
@@ -179,15 +164,9 @@ pub(crate) fn run_meshline_open(
         rates.1,
         secs,
         start,
-        ServerPush {
-            conn: mesh.conn.clone(),
-            body: body.clone(),
-        },
+        mesh.pushes(body),
     );
-    let dirs = [up.clone(), down.clone()];
-    watch(&dirs);
-    wait_finished(&dirs);
-    unwatch();
+    watch_until_finished(&up, &down);
     let elapsed = start.elapsed().as_secs_f64();
     (
         Row::open("client->server", rates.0, &up, elapsed),

@@ -1,5 +1,5 @@
-//! The tonic peer: two bidirectional streaming RPCs on one HTTP/2 connection, written
-//! the way tonic-build generates a service (no protoc needed).
+//! The tonic peer: two bidirectional streaming RPCs on one HTTP/2 connection, the
+//! service written by hand (no protoc needed).
 
 use super::*;
 
@@ -22,15 +22,26 @@ pub(crate) struct ReversePlan {
     pub(crate) running: Running,
 }
 
-/// The service, written the way tonic-build generates one (as in echo_bench), with two
-/// bidi streaming methods.
+/// The `bench.TwoWay` service's paths: one bidi streaming method each.
+const FORWARD: &str = "/bench.TwoWay/Forward";
+const REVERSE: &str = "/bench.TwoWay/Reverse";
+
+/// The service, written by hand (as in echo_bench), with two bidi streaming methods.
 #[derive(Clone)]
 pub(crate) struct TwoWayService {
     pub(crate) plan: Arc<Mutex<Option<ReversePlan>>>,
 }
 
-impl tonic::server::NamedService for TwoWayService {
+impl GrpcMethods for TwoWayService {
     const NAME: &'static str = "bench.TwoWay";
+
+    fn serve(&mut self, req: HttpRequest) -> Option<Reply> {
+        match req.uri().path() {
+            FORWARD => Some(streaming(ForwardSvc, req)),
+            REVERSE => Some(streaming(ReverseSvc(lock(&self.plan).take()), req)),
+            _ => None,
+        }
+    }
 }
 
 /// `Forward`: echoes every message of the request stream on the response stream (the
@@ -74,39 +85,6 @@ impl tonic::server::StreamingService<Msg> for ReverseSvc {
             plan.running,
         ));
         std::future::ready(Ok(tonic::Response::new(ReceiverStream::new(rx))))
-    }
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for TwoWayService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(
-        &mut self,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let plan = if req.uri().path() == "/bench.TwoWay/Reverse" {
-            lock(&self.plan).take()
-        } else {
-            None
-        };
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-            match req.uri().path() {
-                "/bench.TwoWay/Forward" => Ok(grpc.streaming(ForwardSvc, req).await),
-                "/bench.TwoWay/Reverse" => Ok(grpc.streaming(ReverseSvc(plan), req).await),
-                _ => Ok(tonic::Status::unimplemented("no such method").into_http()),
-            }
-        })
     }
 }
 
@@ -192,25 +170,30 @@ pub(crate) struct Tonic {
 pub(crate) fn start_tonic(servers: &Runtime) -> Tonic {
     let plan: Arc<Mutex<Option<ReversePlan>>> = Arc::default();
     let service = TwoWayService { plan: plan.clone() };
-    let addr = servers.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind tonic server");
-        let addr = listener.local_addr().expect("addr");
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        tokio::spawn(async move {
-            if let Err(e) = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await
-            {
-                eprintln!("tonic server: {e}");
-            }
-        });
-        addr
-    });
+    let addr = servers.block_on(serve_on_loopback(service));
     Tonic { addr, plan }
+}
+
+/// Opens the bidi stream at `path` on `channel`: the sender of our side's messages (room
+/// for `inflight * 2`), and the peer's side.
+async fn open_stream(
+    channel: &tonic::transport::Channel,
+    path: &'static str,
+    inflight: usize,
+) -> (mpsc::Sender<Msg>, tonic::Streaming<Msg>) {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("tonic ready");
+    let (tx, rx) = mpsc::channel::<Msg>(inflight * 2);
+    let answers = grpc
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(rx)),
+            http::uri::PathAndQuery::from_static(path),
+            tonic_prost::ProstCodec::<Msg, Msg>::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("open {path} stream: {e:?}"))
+        .into_inner();
+    (tx, answers)
 }
 
 pub(crate) fn run_tonic(tonic: &Tonic, clients: &Runtime, args: &Args, body: &Bytes) -> (Row, Row) {
@@ -236,20 +219,8 @@ pub(crate) fn run_tonic(tonic: &Tonic, clients: &Runtime, args: &Args, body: &By
             .connect()
             .await
             .expect("connect tonic");
-        let codec = tonic_prost::ProstCodec::<Msg, Msg>::default;
         // client -> server: our requests on the request stream, echoes come back.
-        let mut grpc = tonic::client::Grpc::new(channel.clone());
-        grpc.ready().await.expect("tonic ready");
-        let (req_tx, req_rx) = mpsc::channel::<Msg>(inflight * 2);
-        let echoes = grpc
-            .streaming(
-                tonic::Request::new(ReceiverStream::new(req_rx)),
-                http::uri::PathAndQuery::from_static("/bench.TwoWay/Forward"),
-                codec(),
-            )
-            .await
-            .expect("open Forward stream")
-            .into_inner();
+        let (req_tx, echoes) = open_stream(&channel, FORWARD, inflight).await;
         tokio::spawn(drive_stream(
             up2,
             w,
@@ -262,18 +233,7 @@ pub(crate) fn run_tonic(tonic: &Tonic, clients: &Runtime, args: &Args, body: &By
         ));
         // server -> client: the server's requests arrive on the response stream, our
         // answers go back on the request stream.
-        let mut grpc = tonic::client::Grpc::new(channel);
-        grpc.ready().await.expect("tonic ready");
-        let (ans_tx, ans_rx) = mpsc::channel::<Msg>(inflight * 2);
-        let mut requests = grpc
-            .streaming(
-                tonic::Request::new(ReceiverStream::new(ans_rx)),
-                http::uri::PathAndQuery::from_static("/bench.TwoWay/Reverse"),
-                codec(),
-            )
-            .await
-            .expect("open Reverse stream")
-            .into_inner();
+        let (ans_tx, mut requests) = open_stream(&channel, REVERSE, inflight).await;
         tokio::spawn(async move {
             loop {
                 match requests.message().await {
@@ -292,10 +252,7 @@ pub(crate) fn run_tonic(tonic: &Tonic, clients: &Runtime, args: &Args, body: &By
             }
         });
     });
-    let dirs = [up.clone(), down.clone()];
-    watch(&dirs);
-    wait_finished(&dirs);
-    unwatch();
+    watch_until_finished(&up, &down);
     (
         Row::closed("tonic", "client->server", args.inflight, &up, args.secs),
         Row::closed("tonic", "server->client", args.inflight, &down, args.secs),

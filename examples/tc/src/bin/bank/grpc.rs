@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use meshline::tx::http::BindXidLayer;
-use tonic::codegen::http;
+use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
 
 use super::Bank;
 
@@ -34,61 +34,27 @@ pub struct TryReply {
 /// The method's path.
 pub const TRY_PATH: &str = "/meshline.bank.Bank/Try";
 
+/// The `meshline.bank.Bank` service: its one method, `Try`.
 #[derive(Clone)]
 struct Service(Arc<Bank>);
 
-impl tonic::server::NamedService for Service {
+impl GrpcMethods for Service {
     const NAME: &'static str = "meshline.bank.Bank";
-}
 
-struct TryCall(Arc<Bank>);
-
-impl tonic::server::UnaryService<TryRequest> for TryCall {
-    type Response = TryReply;
-    type Future = tonic::codegen::BoxFuture<tonic::Response<TryReply>, tonic::Status>;
-
-    fn call(&mut self, request: tonic::Request<TryRequest>) -> Self::Future {
+    fn serve(&mut self, req: HttpRequest) -> Option<Reply> {
         let bank = self.0.clone();
-        Box::pin(async move {
-            let r = request.into_inner();
-            let reply = match bank.try_leg(r.account, r.amount).await {
-                Ok(branch) => TryReply {
-                    ok: true,
-                    text: format!("branch {branch}"),
-                },
-                Err(e) => TryReply { ok: false, text: e },
-            };
-            Ok(tonic::Response::new(reply))
-        })
+        (req.uri().path() == TRY_PATH).then(|| unary_fn(move |r: TryRequest| try_leg(bank, r), req))
     }
 }
 
-impl<B> tonic::codegen::Service<http::Request<B>> for Service
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let bank = self.0.clone();
-        Box::pin(async move {
-            if req.uri().path() == TRY_PATH {
-                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                Ok(grpc.unary(TryCall(bank), req).await)
-            } else {
-                Ok(tonic::Status::unimplemented("no such method").into_http())
-            }
-        })
+/// `Try`: the leg's try, and how it went.
+async fn try_leg(bank: Arc<Bank>, r: TryRequest) -> TryReply {
+    match bank.try_leg(r.account, r.amount).await {
+        Ok(branch) => TryReply {
+            ok: true,
+            text: format!("branch {branch}"),
+        },
+        Err(e) => TryReply { ok: false, text: e },
     }
 }
 
@@ -100,7 +66,7 @@ pub async fn serve(bank: Arc<Bank>, listen: SocketAddr) -> std::io::Result<Socke
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .layer(BindXidLayer)
-            .add_service(Service(bank))
+            .add_service(GrpcService(Service(bank)))
             .serve_with_incoming(incoming)
             .await
     });

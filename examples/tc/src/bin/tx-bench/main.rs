@@ -42,6 +42,7 @@ use meshline::rpc::{
     CallOptions, InboundRequest, Payload, Protocol, RpcClient, Server, ServerConfig,
 };
 use meshline::{EmptyProtection, Instance, WatchHub};
+use meshline_example_support::bench::runtime;
 use meshline_example_tc::{Coordinator, TcOptions};
 use rows::{closed_loop, open_loop, print_header, print_row};
 use tokio::runtime::Runtime;
@@ -100,15 +101,6 @@ impl BranchHandler for Committer {
     async fn branch_rollback(&self, _: BranchRollbackRequest) -> Result<BranchStatus, String> {
         Ok(BranchStatus::PhaseTwoRollbacked)
     }
-}
-
-fn runtime(name: &str) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(name)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 fn hub_of(addr: std::net::SocketAddr) -> Arc<WatchHub> {

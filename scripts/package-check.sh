@@ -52,7 +52,7 @@ trap cleanup EXIT
 # test-only crates must stay out (the testkit starts servers; the examples are programs).
 publishable=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print("\n".join(sorted(p["name"] for p in json.load(sys.stdin)["packages"] if p["publish"] != [])))')
-for name in meshline-testkit meshline-example-support meshline-example-tc meshline-example-gateway; do
+for name in meshline-testkit meshline-example-support meshline-bench-support meshline-example-tc meshline-example-gateway; do
   if grep -qx "$name" <<<"$publishable"; then
     echo "package-check: $name is test-only and must say publish = false" >&2
     exit 1

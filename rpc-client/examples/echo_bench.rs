@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshline_example_support::bench::{
+use meshline_bench_support::bench::{
     self, Histogram, Tally, closed_loop, micros, open_loop, runtime,
 };
-use meshline_example_support::grpc::{GrpcMethods, HttpRequest, Reply, serve_on_loopback, unary};
+use meshline_bench_support::grpc::{GrpcMethods, HttpRequest, Reply, serve_on_loopback, unary};
 use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
 use meshline_rpc_client::{CallOptions, InboundRequest, Payload, RpcClient, Server};
 use tonic::codegen::http;

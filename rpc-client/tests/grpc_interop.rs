@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, streaming};
+use meshline_bench_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, streaming};
 use meshline_rpc_client::grpc::{GrpcMessageProto, PATH};
 use meshline_rpc_client::{Payload, Protocol};
 use tokio_stream::wrappers::ReceiverStream;

@@ -4,16 +4,9 @@
 //! in-memory TC's programs, the game gateway's): logging set up from `MESHLINE_LOG`
 //! with the secret-bearing targets silenced, the runtime its `main` runs on, the
 //! configuration and discovery a Seata client reads, and waiting for the signal to
-//! stop. With feature `grpc`, the hand-written tonic services of the programs, benches
-//! and tests that serve gRPC without protoc (module `grpc`); with feature `bench`, what
-//! the bench programs measure with (module `bench`).
+//! stop.
 
 #![warn(missing_docs)]
-
-#[cfg(feature = "bench")]
-pub mod bench;
-#[cfg(feature = "grpc")]
-pub mod grpc;
 
 /// Installs a `tracing` subscriber writing to stderr (stdout stays for the programs'
 /// output, which tests parse), filtered by `MESHLINE_LOG` (`EnvFilter` syntax), else by

@@ -16,7 +16,7 @@ use meshline::rpc::message::BranchType;
 use meshline::rpc::rm::ResourceManager;
 use meshline::tx;
 use meshline::tx::http::{BindXidLayer, PropagateXidLayer, XID_HEADER};
-use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
+use meshline_bench_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
 use tonic::codegen::http;
 use tower::ServiceBuilder;
 use tx_world::*;

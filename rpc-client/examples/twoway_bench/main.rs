@@ -65,10 +65,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use meshline_example_support::bench::{self, Histogram, hist, lock, micros, nanos, runtime};
-use meshline_example_support::grpc::{
-    GrpcMethods, HttpRequest, Reply, serve_on_loopback, streaming,
-};
+use meshline_bench_support::bench::{self, Histogram, hist, lock, micros, nanos, runtime};
+use meshline_bench_support::grpc::{GrpcMethods, HttpRequest, Reply, serve_on_loopback, streaming};
 use meshline_registry_core::{EmptyProtection, Instance, WatchHub};
 use meshline_rpc_client::{CallOptions, Connection, InboundRequest, Payload, RpcClient, Server};
 use tokio::runtime::{Handle, Runtime};

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use meshline::tx::http::BindXidLayer;
-use meshline_example_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
+use meshline_bench_support::grpc::{GrpcMethods, GrpcService, HttpRequest, Reply, unary_fn};
 
 use super::Bank;
 

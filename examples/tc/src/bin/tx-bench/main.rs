@@ -42,7 +42,7 @@ use meshline::rpc::{
     CallOptions, InboundRequest, Payload, Protocol, RpcClient, Server, ServerConfig,
 };
 use meshline::{EmptyProtection, Instance, WatchHub};
-use meshline_example_support::bench::runtime;
+use meshline_bench_support::bench::runtime;
 use meshline_example_tc::{Coordinator, TcOptions};
 use rows::{closed_loop, open_loop, print_header, print_row};
 use tokio::runtime::Runtime;

@@ -1,8 +1,8 @@
 //! The bench's rows: an operation run in closed or open loops (measured as the
-//! rpc-client's benches measure, `meshline_example_support::bench`), and the table the
+//! rpc-client's benches measure, `meshline_bench_support::bench`), and the table the
 //! rows are printed in.
 
-use meshline_example_support::bench::{self, Histogram, millis};
+use meshline_bench_support::bench::{self, Histogram, millis};
 
 /// One measured row: what ran, how many completed and failed, and their latencies.
 pub(super) struct Row {

@@ -134,7 +134,7 @@ pub async fn serve_on_loopback<M: GrpcMethods>(methods: M) -> std::net::SocketAd
             .serve_with_incoming(incoming)
             .await
         {
-            eprintln!("tonic server: {e}");
+            tracing::warn!(error = %e, "tonic server ended");
         }
     });
     addr

@@ -14,14 +14,15 @@
 //! ```
 
 use std::hint::black_box;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
-use meshline_instance::Instance;
-use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
+use meshline_loadbalance::{Balancer, Edit, by_name};
 
-const KEYS: usize = 1024;
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{InTurn, addr, instance, requests, xids};
 
 /// (bench label, factory name, weighted membership): the algorithms that ignore load.
 const LOAD_BLIND: &[(&str, &str, bool)] = &[
@@ -59,21 +60,6 @@ const ALL: &[&str] = &[
 /// connection is one `Arc`).
 type Handle = Arc<SocketAddr>;
 
-fn addr(i: usize) -> SocketAddr {
-    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 8091))
-}
-
-fn instance(i: usize, weighted: bool) -> Instance {
-    let inst = Instance::parse(&addr(i).to_string())
-        .unwrap()
-        .with_zone(["a", "b", "c"][i % 3]);
-    if weighted {
-        inst.with_weight(1 + (i % 5) as u32)
-    } else {
-        inst
-    }
-}
-
 fn inserts(n: usize, weighted: bool) -> Vec<Edit<Handle>> {
     (0..n)
         .map(|i| Edit::Insert(instance(i, weighted), Arc::new(addr(i))))
@@ -88,31 +74,14 @@ fn balancer(name: &str, n: usize, weighted: bool) -> Balancer<Handle> {
 
 fn bench_payload_pick(c: &mut Criterion) {
     let mut group = c.benchmark_group("payload_pick");
-    let keys: Vec<String> = (0..KEYS)
-        .map(|k| {
-            format!(
-                "{}:{}",
-                addr(k % 100),
-                2_612_341_069_705_662_465u64 + k as u64
-            )
-        })
-        .collect();
-    let requests: Vec<PickRequest<'_>> = keys
-        .iter()
-        .enumerate()
-        .map(|(k, x)| {
-            PickRequest::xid(x)
-                .with_source(IpAddr::from([192, 168, (k >> 8) as u8, k as u8]))
-                .with_zone("b")
-        })
-        .collect();
+    let keys = xids(100);
+    let requests = requests(&keys);
     for &(label, name, weighted) in LOAD_BLIND {
         let b = balancer(name, 100, weighted);
-        let mut i = 0usize;
+        let mut request = InTurn::new(&requests);
         group.bench_with_input(BenchmarkId::new(label, 100), &100, |bench, _| {
             bench.iter(|| {
-                i = (i + 1) & (KEYS - 1);
-                let picked = b.pick(black_box(&requests[i])).unwrap();
+                let picked = b.pick(black_box(request.step())).unwrap();
                 black_box(picked.payload());
                 // Dropping the pick ends the in-flight count.
             })

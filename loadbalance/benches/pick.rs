@@ -2,20 +2,21 @@
 //! the same run. See BENCHMARKS.md for how to run it and the numbers.
 
 use std::hint::black_box;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use meshline_instance::Instance;
 use meshline_loadbalance::{
     Balancer, ConsistentHashLoadBalance, Endpoint, InFlightGuard, LoadBalance, PickRequest, Picker,
     StatsRegistry, by_name,
 };
 use pingora_ketama::{Bucket, Continuum};
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{InTurn, addr, instances, requests, xids};
+
 const SIZES: [usize; 4] = [3, 10, 100, 1000];
 const REBUILD_SIZES: [usize; 4] = [10, 100, 1000, 10_000];
-const KEYS: usize = 1024;
 
 /// (bench label, factory name, weighted membership, least-active scan width cap)
 const ALGORITHMS: &[(&str, &str, bool, Option<&str>)] = &[
@@ -51,52 +52,18 @@ const ALGORITHMS: &[(&str, &str, bool, Option<&str>)] = &[
     ("ZoneRoundRobin", "zone:RoundRobinLoadBalance", false, None),
 ];
 
-fn addr(i: usize) -> SocketAddr {
-    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 8091))
-}
-
-fn instances(n: usize, weighted: bool) -> Vec<Instance> {
-    (0..n)
-        .map(|i| {
-            let inst = Instance::parse(&addr(i).to_string())
-                .unwrap()
-                .with_zone(["a", "b", "c"][i % 3]);
-            if weighted {
-                inst.with_weight(1 + (i % 5) as u32)
-            } else {
-                inst
-            }
-        })
-        .collect()
-}
-
-/// Seata-style XIDs naming endpoints of the cluster (so XID benches the hit path) and
-/// doubling as 30-odd-byte hash keys.
-fn xids(n: usize) -> Vec<String> {
-    (0..KEYS)
-        .map(|k| {
-            format!(
-                "{}:{}",
-                addr(k % n),
-                2_612_341_069_705_662_465u64 + k as u64
-            )
-        })
-        .collect()
+/// A balancer of `name` over `n` members of the default weight.
+fn uniform(name: &str, n: usize) -> Balancer {
+    let balancer = Balancer::new(by_name(name).unwrap());
+    balancer.update(&instances(n, false));
+    balancer
 }
 
 fn bench_picks(c: &mut Criterion) {
     let mut group = c.benchmark_group("pick");
     for &n in &SIZES {
         let keys = xids(n);
-        let requests: Vec<PickRequest<'_>> = keys
-            .iter()
-            .enumerate()
-            .map(|(k, x)| {
-                PickRequest::xid(x)
-                    .with_source(IpAddr::from([192, 168, (k >> 8) as u8, k as u8]))
-                    .with_zone("b")
-            })
-            .collect();
+        let requests = requests(&keys);
         for &(label, name, weighted, scan) in ALGORITHMS {
             let balancer = Balancer::new(by_name(name).unwrap());
             if let Some(scan) = scan {
@@ -115,12 +82,9 @@ fn bench_picks(c: &mut Criterion) {
                 .map(|i| endpoints[(i * 7919) % n].begin())
                 .collect();
             let picker: Arc<dyn Picker> = balancer.snapshot().picker().clone();
-            let mut i = 0usize;
+            let mut request = InTurn::new(&requests);
             group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
-                b.iter(|| {
-                    i = (i + 1) & (KEYS - 1);
-                    black_box(picker.pick(black_box(&requests[i])))
-                })
+                b.iter(|| black_box(picker.pick(black_box(request.step()))))
             });
             drop(held);
         }
@@ -132,30 +96,21 @@ fn bench_picks(c: &mut Criterion) {
             .zip(&keys)
             .map(|(r, k)| r.with_java_hash(meshline_loadbalance::hash::java_hash(k.as_bytes())))
             .collect();
-        let balancer = Balancer::new(by_name("ConsistentHashJava").unwrap());
-        balancer.update(&instances(n, false));
+        let balancer = uniform("ConsistentHashJava", n);
         let picker: Arc<dyn Picker> = balancer.snapshot().picker().clone();
-        let mut i = 0usize;
+        let mut request = InTurn::new(&prepared);
         group.bench_with_input(
             BenchmarkId::new("ConsistentHashJava-prepared", n),
             &n,
-            |b, _| {
-                b.iter(|| {
-                    i = (i + 1) & (KEYS - 1);
-                    black_box(picker.pick(black_box(&prepared[i])))
-                })
-            },
+            |b, _| b.iter(|| black_box(picker.pick(black_box(request.step())))),
         );
 
         // The peer: pingora-ketama's lookup over the same keys.
         let buckets: Vec<Bucket> = (0..n).map(|i| Bucket::new(addr(i), 1)).collect();
         let continuum = Continuum::new(&buckets);
-        let mut i = 0usize;
+        let mut key = InTurn::new(&keys);
         group.bench_with_input(BenchmarkId::new("pingora-ketama", n), &n, |b, _| {
-            b.iter(|| {
-                i = (i + 1) & (KEYS - 1);
-                black_box(continuum.node(black_box(keys[i].as_bytes())))
-            })
+            b.iter(|| black_box(continuum.node(black_box(key.step().as_bytes()))))
         });
     }
     group.finish();
@@ -164,20 +119,18 @@ fn bench_picks(c: &mut Criterion) {
     // Java compatibility costs per hashed pick.
     let mut group = c.benchmark_group("key_hash");
     let keys = xids(100);
-    let mut i = 0usize;
+    let mut key = InTurn::new(&keys);
     group.bench_function("java_sha256", |b| {
         b.iter(|| {
-            i = (i + 1) & (KEYS - 1);
             black_box(meshline_loadbalance::hash::java_hash(black_box(
-                keys[i].as_bytes(),
+                key.step().as_bytes(),
             )))
         })
     });
     group.bench_function("xxh3", |b| {
         b.iter(|| {
-            i = (i + 1) & (KEYS - 1);
             black_box(meshline_loadbalance::hash::key_hash(black_box(
-                keys[i].as_bytes(),
+                key.step().as_bytes(),
             )))
         })
     });
@@ -191,15 +144,10 @@ fn bench_picks(c: &mut Criterion) {
         "P2C",
         "ConsistentHash",
     ] {
-        let balancer = Balancer::new(by_name(name).unwrap());
-        balancer.update(&instances(100, false));
-        let keys = xids(100);
-        let mut i = 0usize;
+        let balancer = uniform(name, 100);
+        let mut key = InTurn::new(&keys);
         group.bench_with_input(BenchmarkId::new(name, 100), &100, |b, _| {
-            b.iter(|| {
-                i = (i + 1) & (KEYS - 1);
-                black_box(balancer.pick(&PickRequest::xid(&keys[i])))
-            })
+            b.iter(|| black_box(balancer.pick(&PickRequest::xid(key.step()))))
         });
     }
     group.finish();
@@ -208,14 +156,11 @@ fn bench_picks(c: &mut Criterion) {
     // and the guard (`Picked::into_parts`), read the endpoint's key, drop both.
     let mut group = c.benchmark_group("balancer_pick_parts");
     for name in ["RandomLoadBalance", "RoundRobinLoadBalance"] {
-        let balancer = Balancer::new(by_name(name).unwrap());
-        balancer.update(&instances(100, false));
-        let keys = xids(100);
-        let mut i = 0usize;
+        let balancer = uniform(name, 100);
+        let mut key = InTurn::new(&keys);
         group.bench_with_input(BenchmarkId::new(name, 100), &100, |b, _| {
             b.iter(|| {
-                i = (i + 1) & (KEYS - 1);
-                let picked = balancer.pick(&PickRequest::xid(&keys[i])).unwrap();
+                let picked = balancer.pick(&PickRequest::xid(key.step())).unwrap();
                 let (endpoint, guard) = picked.into_parts();
                 black_box(endpoint.key());
                 guard.cancel();

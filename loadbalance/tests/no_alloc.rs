@@ -7,8 +7,10 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use meshline_instance::Instance;
 use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
+
+mod common;
+use common::instances;
 
 struct Counting;
 
@@ -73,26 +75,6 @@ const ALGORITHMS: &[&str] = &[
     "zone:RoundRobinLoadBalance",
     "zone:P2C",
 ];
-
-fn instances(n: usize, weighted: bool) -> Vec<Instance> {
-    (0..n)
-        .map(|i| {
-            let inst = Instance::parse(&format!(
-                "10.{}.{}.{}:8091",
-                i / 65536,
-                (i / 256) % 256,
-                i % 256
-            ))
-            .unwrap()
-            .with_zone(["a", "b", "c"][i % 3]);
-            if weighted {
-                inst.with_weight(1 + (i % 5) as u32)
-            } else {
-                inst
-            }
-        })
-        .collect()
-}
 
 #[test]
 fn picks_do_not_allocate() {

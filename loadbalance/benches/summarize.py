@@ -10,13 +10,18 @@ import sys
 root = sys.argv[1] if len(sys.argv) > 1 else "target/criterion"
 
 
-def mean_ns(group, name, size):
-    path = os.path.join(root, group, name, str(size), "new", "estimates.json")
+def estimate(*bench):
+    """The mean of the bench at the path `bench` below root (group, name[, size]), or None."""
+    path = os.path.join(root, *bench, "new", "estimates.json")
     try:
         with open(path) as f:
             return json.load(f)["mean"]["point_estimate"]
     except OSError:
         return None
+
+
+def mean_ns(group, name, size):
+    return estimate(group, name, str(size))
 
 
 def fmt(ns):
@@ -43,26 +48,26 @@ def table(group, sizes, peer):
     print()
 
 
+def versus_pingora(group, sizes, what):
+    """ConsistentHash against pingora-ketama in `group`, with the ratio, where both ran."""
+    print(f"| n | ConsistentHash{what} | pingora-ketama{what} | pingora / ours |")
+    print("|---|---|---|---|")
+    for s in sizes:
+        a, b = mean_ns(group, "ConsistentHash", s), mean_ns(group, "pingora-ketama", s)
+        if a and b:
+            print(f"| {s} | {fmt(a)} | {fmt(b)} | {b / a:.2f}x |")
+
+
 print("### Pick (mean time per pick)\n")
 table("pick", [3, 10, 100, 1000], "pingora-ketama")
 print("### Ketama lookup: ours vs pingora-ketama (same keys, same run)\n")
-print("| n | ConsistentHash | pingora-ketama | pingora / ours |")
-print("|---|---|---|---|")
-for s in [3, 10, 100, 1000]:
-    a, b = mean_ns("pick", "ConsistentHash", s), mean_ns("pick", "pingora-ketama", s)
-    if a and b:
-        print(f"| {s} | {fmt(a)} | {fmt(b)} | {b / a:.2f}x |")
+versus_pingora("pick", [3, 10, 100, 1000], "")
 print()
 print("### Key hashes alone (the same ~33-byte XIDs)\n")
 print("| hash | time |")
 print("|---|---|")
 for n in ["java_sha256", "xxh3"]:
-    path = os.path.join(root, "key_hash", n, "new", "estimates.json")
-    try:
-        with open(path) as f:
-            print(f"| {n} | {fmt(json.load(f)['mean']['point_estimate'])} |")
-    except OSError:
-        print(f"| {n} | - |")
+    print(f"| {n} | {fmt(estimate('key_hash', n))} |")
 print()
 print("### Whole per-request path at n=100 (load picker, pick, in-flight guard, drop)\n")
 print("| algorithm | time |")
@@ -79,9 +84,4 @@ if os.path.isdir(os.path.join(root, "balancer_pick_parts")):
 print()
 print("### Picker rebuild (mean time per build)\n")
 table("rebuild", [10, 100, 1000, 10000], "pingora-ketama")
-print("| n | ConsistentHash build | pingora-ketama build | pingora / ours |")
-print("|---|---|---|---|")
-for s in [10, 100, 1000, 10000]:
-    a, b = mean_ns("rebuild", "ConsistentHash", s), mean_ns("rebuild", "pingora-ketama", s)
-    if a and b:
-        print(f"| {s} | {fmt(a)} | {fmt(b)} | {b / a:.2f}x |")
+versus_pingora("rebuild", [10, 100, 1000, 10000], " build")

@@ -111,23 +111,24 @@ impl BoundedLoadLoadBalance {
         let lanes = Lanes::of(&members);
         let denom = MICRO * u128::from(members.total_weight.max(1));
         let group = shared.then_some(group);
-        match FastRing::new(&members, self.points_per_weight, self.paged_from, previous) {
-            FastRing::Flat(ring) => Arc::new(BoundedPicker {
+        // The picker is generic over its ring; all else is the same for either kind.
+        type Rest = (Lanes, Box<[u128]>, u128, Option<Arc<LoadGroup>>, Members);
+        fn with_ring<R: RingLookup>(ring: R, rest: Rest) -> Arc<dyn Picker> {
+            let (lanes, share, denom, group, members) = rest;
+            Arc::new(BoundedPicker {
                 ring,
                 lanes,
                 share,
                 denom,
                 group,
                 members,
-            }),
-            FastRing::Paged(ring) => Arc::new(BoundedPicker {
-                ring,
-                lanes,
-                share,
-                denom,
-                group,
-                members,
-            }),
+            })
+        }
+        let ring = FastRing::new(&members, self.points_per_weight, self.paged_from, previous);
+        let rest = (lanes, share, denom, group, members);
+        match ring {
+            FastRing::Flat(ring) => with_ring(ring, rest),
+            FastRing::Paged(ring) => with_ring(ring, rest),
         }
     }
 }

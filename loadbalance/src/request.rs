@@ -24,41 +24,32 @@ pub enum Exclusions<'a> {
     Keys(&'a [InstanceKey]),
 }
 
-impl<'a> From<&'a [usize]> for Exclusions<'a> {
-    fn from(v: &'a [usize]) -> Self {
-        Exclusions::Indices(v)
-    }
+/// `From` a slice, an array and a `Vec` of `$item` (what a retry loop has at hand) as
+/// the `$variant` exclusions: the same three conversions for indices and for keys.
+macro_rules! exclusions_from {
+    ($item:ty => $variant:ident) => {
+        impl<'a> From<&'a [$item]> for Exclusions<'a> {
+            fn from(v: &'a [$item]) -> Self {
+                Exclusions::$variant(v)
+            }
+        }
+
+        impl<'a, const N: usize> From<&'a [$item; N]> for Exclusions<'a> {
+            fn from(v: &'a [$item; N]) -> Self {
+                Exclusions::$variant(v)
+            }
+        }
+
+        impl<'a> From<&'a Vec<$item>> for Exclusions<'a> {
+            fn from(v: &'a Vec<$item>) -> Self {
+                Exclusions::$variant(v)
+            }
+        }
+    };
 }
 
-impl<'a, const N: usize> From<&'a [usize; N]> for Exclusions<'a> {
-    fn from(v: &'a [usize; N]) -> Self {
-        Exclusions::Indices(v)
-    }
-}
-
-impl<'a> From<&'a Vec<usize>> for Exclusions<'a> {
-    fn from(v: &'a Vec<usize>) -> Self {
-        Exclusions::Indices(v)
-    }
-}
-
-impl<'a> From<&'a [InstanceKey]> for Exclusions<'a> {
-    fn from(v: &'a [InstanceKey]) -> Self {
-        Exclusions::Keys(v)
-    }
-}
-
-impl<'a, const N: usize> From<&'a [InstanceKey; N]> for Exclusions<'a> {
-    fn from(v: &'a [InstanceKey; N]) -> Self {
-        Exclusions::Keys(v)
-    }
-}
-
-impl<'a> From<&'a Vec<InstanceKey>> for Exclusions<'a> {
-    fn from(v: &'a Vec<InstanceKey>) -> Self {
-        Exclusions::Keys(v)
-    }
-}
+exclusions_from!(usize => Indices);
+exclusions_from!(InstanceKey => Keys);
 
 impl Exclusions<'_> {
     /// Whether nothing is excluded.

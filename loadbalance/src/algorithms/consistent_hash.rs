@@ -251,27 +251,24 @@ pub(crate) trait RingLookup: Send + Sync + 'static {
     fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize>;
 }
 
-impl RingLookup for Ring {
-    #[inline]
-    fn node(&self, h: u64) -> usize {
-        Ring::node(self, h)
-    }
-    #[inline]
-    fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize> {
-        Ring::walk(self, h, ok)
-    }
+/// Each ring answers the lookups with its own inherent `node` and `walk` (the same
+/// forwarding for both, so written once).
+macro_rules! ring_lookup {
+    ($($ring:ident),*) => {$(
+        impl RingLookup for $ring {
+            #[inline]
+            fn node(&self, h: u64) -> usize {
+                $ring::node(self, h)
+            }
+            #[inline]
+            fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize> {
+                $ring::walk(self, h, ok)
+            }
+        }
+    )*};
 }
 
-impl RingLookup for PagedRing {
-    #[inline]
-    fn node(&self, h: u64) -> usize {
-        PagedRing::node(self, h)
-    }
-    #[inline]
-    fn walk(&self, h: u64, ok: impl FnMut(usize) -> bool) -> Option<usize> {
-        PagedRing::walk(self, h, ok)
-    }
-}
+ring_lookup!(Ring, PagedRing);
 
 pub(crate) struct RingPicker<R = Ring> {
     pub(crate) ring: R,

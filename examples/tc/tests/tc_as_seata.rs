@@ -18,7 +18,7 @@ use meshline::rpc::{CallOptions, Payload, RpcClient, ServerConfig, TransactionEr
 use meshline::{EmptyProtection, WatchHub};
 use meshline_example_tc::TcOptions;
 use tokio::sync::Notify;
-use tx_world::{Connected, GROUP, Tc, seata_options, start_tc, until};
+use tx_world::{Connected, GROUP, Tc, rm_gone, seata_options, start_tc, until};
 
 /// Every phase-two request an RM got, whole; answers with `answer` (per branch type),
 /// after `delay`.
@@ -167,15 +167,7 @@ async fn an_at_commit_is_answered_at_once_and_its_branches_committed_after() {
         .branch_register(tx.xid(), BranchType::AT, "jdbc:stock", Some("t:2"), None)
         .await
         .unwrap();
-    stock.client().shutdown(Duration::from_secs(1)).await;
-    assert!(
-        until(Duration::from_secs(2), || w
-            .tc
-            .tc
-            .rm_connections("jdbc:stock")
-            == 0)
-        .await
-    );
+    rm_gone(&w.tc, &stock, "jdbc:stock").await;
     assert_eq!(tx.commit().await.unwrap(), GlobalStatus::Committed);
     assert_eq!(w.tc.tc.status(tx.xid()), GlobalStatus::AsyncCommitting);
 }
@@ -193,15 +185,7 @@ async fn a_tcc_commit_whose_rm_is_gone_is_failed_with_commit_retrying() {
         .branch_register(tx.xid(), BranchType::TCC, "tcc:account", None, None)
         .await
         .unwrap();
-    account.client().shutdown(Duration::from_secs(1)).await;
-    assert!(
-        until(Duration::from_secs(2), || w
-            .tc
-            .tc
-            .rm_connections("tcc:account")
-            == 0)
-        .await
-    );
+    rm_gone(&w.tc, &account, "tcc:account").await;
     let r = raw_end(w.tm.client(), true, tx.xid()).await;
     assert_eq!(r.result.code, ResultCode::Failed, "{r:?}");
     assert_eq!(r.result.exception, TransactionExceptionCode::Unknown);

@@ -107,6 +107,18 @@ async fn answer(c: &mut Raw) -> (u32, SeataMessage) {
     (f.request_id, SeataMessage::decode(&f.body).unwrap())
 }
 
+/// The next answer, which must be the BatchResultMessage of frame `frame` for the
+/// requests `msg_ids`: its results, in their order.
+async fn batch_answer(c: &mut Raw, frame: u32, msg_ids: &[i32]) -> Vec<SeataMessage> {
+    match answer(c).await {
+        (id, SeataMessage::BatchResult(b)) if id == frame => {
+            assert_eq!(b.msg_ids, msg_ids);
+            b.results
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A raw TM connection registered with `version`.
 async fn tm_registered(tc: &Tc, version: &str) -> Raw {
     let mut c = Framed::new(
@@ -176,18 +188,12 @@ async fn a_merged_begin_is_answered_while_the_commit_beside_it_is_in_phase_two()
     // The begin's answer comes while the commit is held in phase two (the gate is shut
     // until after this answer): a BatchResultMessage for the merged frame (id 10) with
     // the begin's result under its own request id.
-    match answer(&mut c).await {
-        (10, SeataMessage::BatchResult(b)) => {
-            assert_eq!(b.msg_ids, vec![22]);
-            match &b.results[..] {
-                [SeataMessage::GlobalBeginResponse(r)] => {
-                    assert!(r.result.is_success(), "{r:?}");
-                    let second = r.xid.as_deref().unwrap();
-                    assert_ne!(second, xid);
-                    assert_eq!(tc.tc.status(second), GlobalStatus::Begin);
-                }
-                other => panic!("{other:?}"),
-            }
+    match &batch_answer(&mut c, 10, &[22]).await[..] {
+        [SeataMessage::GlobalBeginResponse(r)] => {
+            assert!(r.result.is_success(), "{r:?}");
+            let second = r.xid.as_deref().unwrap();
+            assert_ne!(second, xid);
+            assert_eq!(tc.tc.status(second), GlobalStatus::Begin);
         }
         other => panic!("{other:?}"),
     }
@@ -197,16 +203,10 @@ async fn a_merged_begin_is_answered_while_the_commit_beside_it_is_in_phase_two()
 
     // Phase two goes on: the commit's answer follows, for the same frame id.
     gate.open();
-    match answer(&mut c).await {
-        (10, SeataMessage::BatchResult(b)) => {
-            assert_eq!(b.msg_ids, vec![21]);
-            match &b.results[..] {
-                [SeataMessage::GlobalCommitResponse(r)] => {
-                    assert!(r.result.is_success(), "{r:?}");
-                    assert_eq!(r.global_status, GlobalStatus::Committed);
-                }
-                other => panic!("{other:?}"),
-            }
+    match &batch_answer(&mut c, 10, &[21]).await[..] {
+        [SeataMessage::GlobalCommitResponse(r)] => {
+            assert!(r.result.is_success(), "{r:?}");
+            assert_eq!(r.global_status, GlobalStatus::Committed);
         }
         other => panic!("{other:?}"),
     }
@@ -241,21 +241,15 @@ async fn results_ready_together_share_one_batch_result() {
     c.send(frame(MessageType::Oneway, 11, &merged))
         .await
         .unwrap();
-    match answer(&mut c).await {
-        (11, SeataMessage::BatchResult(b)) => {
-            assert_eq!(b.msg_ids, vec![31, 32, 33]);
-            match &b.results[..] {
-                [
-                    SeataMessage::GlobalStatusResponse(s1),
-                    SeataMessage::GlobalBeginResponse(begin),
-                    SeataMessage::GlobalStatusResponse(s3),
-                ] => {
-                    assert_eq!(s1.global_status, GlobalStatus::Begin);
-                    assert!(begin.xid.is_some());
-                    assert_eq!(s3.global_status, GlobalStatus::Finished);
-                }
-                other => panic!("{other:?}"),
-            }
+    match &batch_answer(&mut c, 11, &[31, 32, 33]).await[..] {
+        [
+            SeataMessage::GlobalStatusResponse(s1),
+            SeataMessage::GlobalBeginResponse(begin),
+            SeataMessage::GlobalStatusResponse(s3),
+        ] => {
+            assert_eq!(s1.global_status, GlobalStatus::Begin);
+            assert!(begin.xid.is_some());
+            assert_eq!(s3.global_status, GlobalStatus::Finished);
         }
         other => panic!("{other:?}"),
     }

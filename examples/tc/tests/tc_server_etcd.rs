@@ -18,6 +18,15 @@ fn status_request(xid: &str) -> Payload {
     Payload::seata(&SeataMessage::GlobalStatus(GlobalEndRequest::new(xid))).unwrap()
 }
 
+/// Which TC answers a GlobalStatus of `xid` sent to the TC the XID names.
+async fn answering_tc(client: &RpcClient, xid: &str) -> Option<String> {
+    let r = client
+        .call(status_request(xid), CallOptions::xid(xid))
+        .await
+        .unwrap();
+    r.payload.head.get("tc").map(str::to_string)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     let etcd = Etcd::start().expect("start etcd");
@@ -66,14 +75,10 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     let mut want = vec![port, port2];
     want.sort_unstable();
     assert_eq!(ports, want);
-    let r = client
-        .call(
-            status_request(&format!("127.0.0.1:{port}:1")),
-            CallOptions::xid(&format!("127.0.0.1:{port}:1")),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.payload.head.get("tc"), Some("etcd-tc-1"));
+    assert_eq!(
+        answering_tc(&client, &format!("127.0.0.1:{port}:1")).await,
+        Some("etcd-tc-1".to_string())
+    );
 
     let pid = leaving.child.as_ref().unwrap().id();
     let status = std::process::Command::new("kill")
@@ -102,12 +107,8 @@ async fn tc_servers_register_in_etcd_and_unregister_on_sigterm() {
     })
     .await
     .expect("client still follows the unregistered TC");
-    let r = client
-        .call(
-            status_request(&format!("127.0.0.1:{port}:2")),
-            CallOptions::xid(&format!("127.0.0.1:{port}:2")),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.payload.head.get("tc"), Some("etcd-tc-2"));
+    assert_eq!(
+        answering_tc(&client, &format!("127.0.0.1:{port}:2")).await,
+        Some("etcd-tc-2".to_string())
+    );
 }

@@ -9,14 +9,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::TcProcess;
+use common::{TcProcess, stdout_lines};
 use meshline::ConfigLoader;
 use meshline::rpc::tm::TransactionManager;
 use meshline::tx;
@@ -130,15 +129,7 @@ fn spawn(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn bank");
-    let out = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = stdout_lines(&mut child);
     let banner = lines
         .recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{name} did not start: {e}"));
@@ -296,15 +287,7 @@ async fn tm_of(config: &Path) -> TransactionManager {
 async fn money_is_never_created_or_lost() {
     let tc = TcProcess::start("tc", 0, None);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("client.properties");
-    std::fs::write(
-        &config,
-        format!(
-            "service.vgroupMapping.default_tx_group=default\nservice.default.grouplist={}\n",
-            tc.addr
-        ),
-    )
-    .unwrap();
+    let config = tc.write_client_config(dir.path(), "client.properties");
     let mut banks = [
         Bank::start(dir.path(), &config, "bank-a", false, "alice=100"),
         Bank::start(dir.path(), &config, "bank-b", false, "bob=0"),

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::TcProcess;
+use common::{TcProcess, stdout_lines};
 
 /// A running program whose stdout lines arrive on a channel.
 struct Program {
@@ -30,15 +30,7 @@ impl Program {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         let stdin = child.stdin.take();
         Program {
             child,
@@ -167,15 +159,7 @@ fn run_one(config: &str, rollback: bool, fail_first: &str) {
 fn tm_client_and_rm_client_run_a_two_phase_commit_through_tc_server() {
     let tc = TcProcess::start("programs", 0, None);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("seata.properties");
-    std::fs::write(
-        &config,
-        format!(
-            "service.vgroupMapping.default_tx_group=default\nservice.default.grouplist={}\n",
-            tc.addr
-        ),
-    )
-    .unwrap();
+    let config = tc.write_client_config(dir.path(), "seata.properties");
     let config = config.to_str().unwrap();
     run_one(config, false, "0");
     run_one(config, true, "0");

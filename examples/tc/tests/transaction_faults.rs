@@ -22,22 +22,15 @@ use tx_world::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_rm_gone_before_phase_two_gets_its_commit_when_it_is_back() {
-    let (hub, tcs) = world(1).await;
-    let tm = tm(&hub, 1).await;
     let first = Recorder::default();
-    let rm1 = rm(&hub, "stock", "db-a", first.clone(), true, 1).await;
+    let (hub, tcs, tm, rm1) = stock_world(1, first.clone()).await;
     let tx = tm.begin("order", Duration::from_secs(30)).await.unwrap();
     let b = rm1
         .branch_register(tx.xid(), BranchType::AT, "db-a", Some("t:1"), None)
         .await
         .unwrap();
     // The RM goes away (its connections close) before phase two.
-    rm1.client().shutdown(Duration::from_secs(1)).await;
-    assert!(
-        until(Duration::from_secs(2), || tcs[0].tc.rm_connections("db-a")
-            == 0)
-        .await
-    );
+    rm_gone(&tcs[0], &rm1, "db-a").await;
     // The TC cannot reach it: the TM hears the commit is being retried.
     assert_eq!(tx.commit().await.unwrap(), GlobalStatus::CommitRetrying);
     assert_eq!(tcs[0].tc.status(tx.xid()), GlobalStatus::CommitRetrying);
@@ -68,10 +61,8 @@ async fn begin_on(tm: &TransactionManager, tc: &Tc) -> meshline::rpc::tm::Global
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tc_killed_before_commit_gives_a_clear_error_at_once() {
-    let (hub, tcs) = world(2).await;
-    let tm = tm(&hub, 2).await;
     let h = Recorder::default();
-    let rm = rm(&hub, "stock", "db-a", h.clone(), true, 2).await;
+    let (_hub, tcs, tm, rm) = stock_world(2, h.clone()).await;
     let tx = begin_on(&tm, &tcs[0]).await;
     rm.branch_register(tx.xid(), BranchType::AT, "db-a", Some("t:1"), None)
         .await
@@ -117,14 +108,12 @@ async fn a_tc_killed_before_commit_gives_a_clear_error_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tc_killed_during_commit_tells_the_tm_it_may_have_happened() {
-    let (hub, tcs) = world(2).await;
-    let tm = tm(&hub, 2).await;
     // Phase two takes 3 s at the RM: the commit is in flight at the TC meanwhile.
     let h = Recorder {
         delay: Some(Duration::from_secs(3)),
         ..Recorder::default()
     };
-    let rm = rm(&hub, "stock", "db-a", h.clone(), true, 2).await;
+    let (_hub, tcs, tm, rm) = stock_world(2, h.clone()).await;
     let tx = begin_on(&tm, &tcs[0]).await;
     rm.branch_register(tx.xid(), BranchType::AT, "db-a", None, None)
         .await

@@ -119,10 +119,8 @@ async fn rollback_undoes_the_last_branch_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_row_is_a_lock_conflict_until_its_transaction_ends() {
-    let (hub, tcs) = world(1).await;
-    let tm = tm(&hub, 1).await;
     let h = Recorder::default();
-    let rm = rm(&hub, "stock", "db-a", h.clone(), true, 1).await;
+    let (_hub, tcs, tm, rm) = stock_world(1, h.clone()).await;
     let first = tm.begin("first", Duration::from_secs(30)).await.unwrap();
     let second = tm.begin("second", Duration::from_secs(30)).await.unwrap();
     rm.branch_register(first.xid(), BranchType::AT, "db-a", Some("stock:7"), None)
@@ -197,10 +195,8 @@ async fn a_held_row_is_a_lock_conflict_until_its_transaction_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_past_its_timeout_is_rolled_back() {
-    let (hub, tcs) = world(1).await;
-    let tm = tm(&hub, 1).await;
     let h = Recorder::default();
-    let rm = rm(&hub, "stock", "db-a", h.clone(), true, 1).await;
+    let (_hub, tcs, tm, rm) = stock_world(1, h.clone()).await;
 
     // The TC's timeout: nobody commits, the TC rolls back on its own.
     let started = std::time::Instant::now();
@@ -326,13 +322,11 @@ async fn batching_on_and_off_give_the_same_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_rm_is_retried_until_it_commits() {
-    let (hub, tcs) = world(1).await;
-    let tm = tm(&hub, 1).await;
     let h = Recorder {
         fail_first: std::sync::Arc::new(std::sync::Mutex::new(2)),
         ..Recorder::default()
     };
-    let rm = rm(&hub, "stock", "db-a", h.clone(), true, 1).await;
+    let (_hub, tcs, tm, rm) = stock_world(1, h.clone()).await;
     let tx = tm.begin("flaky", Duration::from_secs(30)).await.unwrap();
     let b = rm
         .branch_register(tx.xid(), BranchType::AT, "db-a", None, None)

@@ -58,6 +58,15 @@ impl World {
     }
 }
 
+/// The hook moments, in order, of a transaction begun and then rolled back.
+const ROLLED_BACK_MOMENTS: [&str; 5] = [
+    "before_begin",
+    "after_begin",
+    "before_rollback",
+    "after_rollback",
+    "after_completion",
+];
+
 /// Hook calls, in order, as `moment xid`.
 #[derive(Clone, Default)]
 struct Events(Arc<Mutex<Vec<String>>>);
@@ -65,6 +74,13 @@ struct Events(Arc<Mutex<Vec<String>>>);
 impl Events {
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.0.lock().unwrap())
+    }
+    /// The calls taken so far, each without its XID.
+    fn moments(&self) -> Vec<String> {
+        self.take()
+            .iter()
+            .map(|e| e.split(' ').next().unwrap().to_string())
+            .collect()
     }
     fn push(&self, s: String) {
         self.0.lock().unwrap().push(s);
@@ -183,18 +199,7 @@ async fn an_error_rolls_back_where_the_transaction_began_even_from_a_nested_bloc
     assert_eq!(w.stat(|s| &s.committed), 0);
     let calls = w.phase_two.wait_calls(1, Duration::from_secs(5)).await;
     assert!(matches!(calls[0], Call::Rollback(..)), "{calls:?}");
-    let ev = events.take();
-    let names: Vec<&str> = ev.iter().map(|e| e.split(' ').next().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "before_begin",
-            "after_begin",
-            "before_rollback",
-            "after_rollback",
-            "after_completion"
-        ]
-    );
+    assert_eq!(events.moments(), ROLLED_BACK_MOMENTS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -583,21 +588,7 @@ async fn a_block_that_outlives_its_timeout_is_rolled_back_instead_of_committed()
         "{commit}"
     );
     assert_eq!(w.stat(|s| &s.committed), 0);
-    let names: Vec<String> = events
-        .take()
-        .iter()
-        .map(|e| e.split(' ').next().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "before_begin",
-            "after_begin",
-            "before_rollback",
-            "after_rollback",
-            "after_completion"
-        ]
-    );
+    assert_eq!(events.moments(), ROLLED_BACK_MOMENTS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use meshline::Instance;
@@ -67,6 +68,22 @@ impl TcProcess {
         assert!(out.status.success(), "kill {sig} {pid}: {out:?}");
     }
 
+    /// Writes a Seata client config at `dir/name` that maps `default_tx_group` to the
+    /// cluster `default` listing this TC alone, as a user's client file does; returns
+    /// its path.
+    pub fn write_client_config(&self, dir: &Path, name: &str) -> PathBuf {
+        let config = dir.join(name);
+        std::fs::write(
+            &config,
+            format!(
+                "service.vgroupMapping.default_tx_group=default\nservice.default.grouplist={}\n",
+                self.addr
+            ),
+        )
+        .unwrap();
+        config
+    }
+
     /// SIGKILL: no chance to close anything gracefully.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -80,6 +97,21 @@ impl Drop for TcProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Takes `child`'s piped stdout and sends its lines on the returned channel from a
+/// thread of their own, so a test can wait for a line with a timeout.
+pub fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 /// RegisterTM as the tests' TM sends it, with a short handshake timeout.

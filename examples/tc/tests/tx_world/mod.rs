@@ -10,7 +10,7 @@ use std::time::Duration;
 use meshline::rpc::message::{BranchCommitRequest, BranchRollbackRequest, BranchStatus};
 use meshline::rpc::rm::{BranchHandler, ResourceManager, RmBuilder, async_trait};
 use meshline::rpc::tm::{TmBuilder, TransactionManager};
-use meshline::rpc::{Server, ServerConfig};
+use meshline::rpc::{RpcClient, Server, ServerConfig};
 use meshline::{EmptyProtection, Instance, Watch, WatchHub};
 use meshline_example_tc::{Coordinator, TcOptions};
 use tokio::sync::Notify;
@@ -92,6 +92,16 @@ fn quick(o: &mut meshline::rpc::ClientOptions) {
     o.request_timeout = Duration::from_secs(5);
 }
 
+/// The quick reconnects, then the test's own `configure`.
+fn quick_then(
+    configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
+) -> impl FnOnce(&mut meshline::rpc::ClientOptions) {
+    |o| {
+        quick(o);
+        configure(o);
+    }
+}
+
 /// A TM or RM builder, built and then waited on until `n` TCs are connected: what a
 /// test needs before its first call (one made sooner finds no TC alive yet).
 pub trait Connected: Sized {
@@ -103,10 +113,7 @@ impl Connected for TmBuilder {
     type Built = TransactionManager;
     async fn connected(self, n: usize) -> TransactionManager {
         let tm = self.build().await.unwrap();
-        tm.client()
-            .wait_alive(n, Duration::from_secs(5))
-            .await
-            .unwrap();
+        wait_alive(tm.client(), n).await;
         tm
     }
 }
@@ -115,12 +122,14 @@ impl Connected for RmBuilder {
     type Built = ResourceManager;
     async fn connected(self, n: usize) -> ResourceManager {
         let rm = self.build().await.unwrap();
-        rm.client()
-            .wait_alive(n, Duration::from_secs(5))
-            .await
-            .unwrap();
+        wait_alive(rm.client(), n).await;
         rm
     }
+}
+
+/// Waits until `client` has `n` TCs connected (up to 5 s).
+async fn wait_alive(client: &RpcClient, n: usize) {
+    client.wait_alive(n, Duration::from_secs(5)).await.unwrap();
 }
 
 pub async fn tm(hub: &WatchHub, n_alive: usize) -> TransactionManager {
@@ -151,12 +160,20 @@ pub async fn tm_with(
         .transaction_service_group(GROUP)
         .application_id("orders")
         .config(config)
-        .configure(|o| {
-            quick(o);
-            configure(o);
-        })
+        .configure(quick_then(configure))
         .connected(1)
         .await
+}
+
+/// The builder of an RM of `app` serving `resource` with `handler`, on the hub's
+/// cluster `c`: what every RM here shares.
+fn rm_builder(hub: &WatchHub, app: &str, resource: &str, handler: Recorder) -> RmBuilder {
+    ResourceManager::builder()
+        .watch(hub.subscribe("c"), "c")
+        .transaction_service_group(GROUP)
+        .application_id(app)
+        .resource(resource)
+        .handler(handler)
 }
 
 /// An RM of `app` serving `resource` on the hub's cluster `c`, built from `config` and
@@ -168,17 +185,9 @@ pub async fn rm_with(
     config: &meshline::Config,
     configure: impl FnOnce(&mut meshline::rpc::ClientOptions),
 ) -> ResourceManager {
-    ResourceManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(GROUP)
-        .application_id(app)
-        .resource(resource)
-        .handler(handler)
+    rm_builder(hub, app, resource, handler)
         .config(config)
-        .configure(|o| {
-            quick(o);
-            configure(o);
-        })
+        .configure(quick_then(configure))
         .connected(1)
         .await
 }
@@ -224,6 +233,19 @@ impl Recorder {
         }
     }
 
+    /// One phase-two call: waits `delay`, records `call`, then answers `done` unless this
+    /// call is one of the `fail_first`.
+    async fn answer(&self, call: Call, done: BranchStatus) -> Result<BranchStatus, String> {
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        if self.record(call) {
+            Ok(done)
+        } else {
+            Err("database unavailable".into())
+        }
+    }
+
     fn record(&self, c: Call) -> bool {
         self.calls.lock().unwrap().push(c);
         self.changed.notify_waiters();
@@ -240,25 +262,19 @@ impl Recorder {
 #[async_trait]
 impl BranchHandler for Recorder {
     async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
-        if let Some(d) = self.delay {
-            tokio::time::sleep(d).await;
-        }
-        if self.record(Call::Commit(r.xid, r.branch_id)) {
-            Ok(BranchStatus::PhaseTwoCommitted)
-        } else {
-            Err("database unavailable".into())
-        }
+        self.answer(
+            Call::Commit(r.xid, r.branch_id),
+            BranchStatus::PhaseTwoCommitted,
+        )
+        .await
     }
 
     async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
-        if let Some(d) = self.delay {
-            tokio::time::sleep(d).await;
-        }
-        if self.record(Call::Rollback(r.xid, r.branch_id)) {
-            Ok(BranchStatus::PhaseTwoRollbacked)
-        } else {
-            Err("database unavailable".into())
-        }
+        self.answer(
+            Call::Rollback(r.xid, r.branch_id),
+            BranchStatus::PhaseTwoRollbacked,
+        )
+        .await
     }
 }
 
@@ -271,12 +287,7 @@ pub async fn rm(
     batch: bool,
     n_alive: usize,
 ) -> ResourceManager {
-    ResourceManager::builder()
-        .watch(hub.subscribe("c"), "c")
-        .transaction_service_group(GROUP)
-        .application_id(app)
-        .resource(resource)
-        .handler(handler)
+    rm_builder(hub, app, resource, handler)
         .load_balance_name("XID")
         .configure(|o| {
             quick(o);
@@ -286,6 +297,30 @@ pub async fn rm(
         })
         .connected(n_alive)
         .await
+}
+
+/// `n` TCs, a TM and one `stock` RM serving `db-a` through `handler` (batching), both
+/// connected to all `n`: the world of the tests about one resource.
+pub async fn stock_world(
+    n: usize,
+    handler: Recorder,
+) -> (Arc<WatchHub>, Vec<Tc>, TransactionManager, ResourceManager) {
+    let (hub, tcs) = world(n).await;
+    let tm = tm(&hub, n).await;
+    let rm = rm(&hub, "stock", "db-a", handler, true, n).await;
+    (hub, tcs, tm, rm)
+}
+
+/// Shuts `rm`'s client down (its connections close) and waits up to 2 s until `tc`
+/// holds no connection serving `resource`: an RM gone before phase two.
+pub async fn rm_gone(tc: &Tc, rm: &ResourceManager, resource: &str) {
+    rm.client().shutdown(Duration::from_secs(1)).await;
+    assert!(
+        until(Duration::from_secs(2), || tc.tc.rm_connections(resource)
+            == 0)
+        .await,
+        "the TC still holds a connection of {resource}"
+    );
 }
 
 /// Whether `f` comes to hold within `limit` (polling, for state that has no event).

@@ -105,6 +105,50 @@ impl Ledger {
     }
 }
 
+/// The confirm's SQL for a debit leg (the frozen amount is taken) and for a credit leg
+/// (the incoming amount becomes balance).
+const CONFIRM_SQL: (&str, &str) = (
+    "UPDATE account SET frozen = frozen - ?1 WHERE id = ?2",
+    "UPDATE account SET incoming = incoming - ?1, balance = balance + ?1 WHERE id = ?2",
+);
+
+/// The cancel's SQL for a debit leg (the frozen amount goes back to balance) and for a
+/// credit leg (the incoming amount is dropped).
+const CANCEL_SQL: (&str, &str) = (
+    "UPDATE account SET frozen = frozen - ?1, balance = balance + ?1 WHERE id = ?2",
+    "UPDATE account SET incoming = incoming - ?1 WHERE id = ?2",
+);
+
+impl Ledger {
+    /// Phase two of the leg `ctx` names, behind the fence: the confirm when `commit`,
+    /// else the cancel, running `debit_sql` for a debit leg and `credit_sql` for a
+    /// credit one. Returns the leg's account and what the fence did.
+    async fn phase_two(
+        &self,
+        ctx: &BusinessActionContext,
+        commit: bool,
+        (debit_sql, credit_sql): (&'static str, &'static str),
+    ) -> Result<(String, Fenced<u64>), String> {
+        let (account, amount) = leg(ctx)?;
+        let sql = if amount < 0 { debit_sql } else { credit_sql };
+        let a = account.clone();
+        let done = if commit {
+            self.fence
+                .commit(ctx, move |tx| {
+                    Box::pin(async move { exec(tx, sql, &a, amount.abs()).await })
+                })
+                .await
+        } else {
+            self.fence
+                .rollback(ctx, move |tx| {
+                    Box::pin(async move { exec(tx, sql, &a, amount.abs()).await })
+                })
+                .await
+        };
+        Ok((account, done.map_err(|e| e.to_string())?))
+    }
+}
+
 async fn exec(
     tx: &mut Transaction<'static, Sqlite>,
     sql: &str,
@@ -167,20 +211,7 @@ impl TccAction for Ledger {
     }
 
     async fn commit(&self, ctx: &BusinessActionContext) -> Result<(), String> {
-        let (account, amount) = leg(ctx)?;
-        let sql = if amount < 0 {
-            "UPDATE account SET frozen = frozen - ?1 WHERE id = ?2"
-        } else {
-            "UPDATE account SET incoming = incoming - ?1, balance = balance + ?1 WHERE id = ?2"
-        };
-        let done = self
-            .fence
-            .commit(ctx, {
-                let account = account.clone();
-                move |tx| Box::pin(async move { exec(tx, sql, &account, amount.abs()).await })
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+        let (account, done) = self.phase_two(ctx, true, CONFIRM_SQL).await?;
         tracing::info!(xid = ctx.xid(), branch = ctx.branch_id(), ?done, "confirm");
         println!("confirm {} {} {}", ctx.branch_id(), account, fenced(&done));
         let lose = &self.faults.lose_confirm_answers;
@@ -192,20 +223,7 @@ impl TccAction for Ledger {
     }
 
     async fn rollback(&self, ctx: &BusinessActionContext) -> Result<(), String> {
-        let (account, amount) = leg(ctx)?;
-        let sql = if amount < 0 {
-            "UPDATE account SET frozen = frozen - ?1, balance = balance + ?1 WHERE id = ?2"
-        } else {
-            "UPDATE account SET incoming = incoming - ?1 WHERE id = ?2"
-        };
-        let done = self
-            .fence
-            .rollback(ctx, {
-                let account = account.clone();
-                move |tx| Box::pin(async move { exec(tx, sql, &account, amount.abs()).await })
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+        let (account, done) = self.phase_two(ctx, false, CANCEL_SQL).await?;
         println!("cancel {} {} {}", ctx.branch_id(), account, fenced(&done));
         Ok(())
     }

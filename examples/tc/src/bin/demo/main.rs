@@ -68,23 +68,20 @@ struct Seen {
 #[derive(Clone)]
 struct Rm(Arc<Seen>);
 
+/// Notes `xid` in `set`; a lock poisoned by another call's panic still takes it.
+fn note(set: &Mutex<HashSet<String>>, xid: String) {
+    set.lock().unwrap_or_else(|p| p.into_inner()).insert(xid);
+}
+
 #[async_trait]
 impl BranchHandler for Rm {
     async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
-        self.0
-            .commits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(r.xid);
+        note(&self.0.commits, r.xid);
         Ok(BranchStatus::PhaseTwoCommitted)
     }
 
     async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
-        self.0
-            .rollbacks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(r.xid);
+        note(&self.0.rollbacks, r.xid);
         Ok(BranchStatus::PhaseTwoRollbacked)
     }
 }
@@ -239,6 +236,28 @@ async fn start_tcs() -> Result<Vec<Tc>, String> {
     Ok(tcs)
 }
 
+/// An RM of `app` serving `resource`, found through `config`'s registry in its
+/// transaction group, recording its phase-two calls in `seen`.
+async fn rm(
+    config: &Config,
+    app: &str,
+    resource: &str,
+    seen: &Arc<Seen>,
+) -> Result<ResourceManager, String> {
+    let discovery = meshline::registry::discovery_from_config(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    ResourceManager::builder()
+        .config(config)
+        .discovery(discovery, &config.tx_service_group)
+        .application_id(app)
+        .resource(resource)
+        .handler(Rm(seen.clone()))
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Builds the TM and both RMs from the registry `file`, the way an application would,
 /// and waits until each has registered with every TC.
 async fn connect(file: &Path) -> Result<Clients, String> {
@@ -257,24 +276,8 @@ async fn connect(file: &Path) -> Result<Clients, String> {
         .map_err(|e| e.to_string())?;
     let seen_stock = Arc::new(Seen::default());
     let seen_account = Arc::new(Seen::default());
-    let stock = ResourceManager::builder()
-        .config(&config)
-        .discovery(discovery().await?, &group)
-        .application_id("stock-service")
-        .resource(STOCK)
-        .handler(Rm(seen_stock.clone()))
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
-    let account = ResourceManager::builder()
-        .config(&config)
-        .discovery(discovery().await?, &group)
-        .application_id("account-service")
-        .resource(ACCOUNT)
-        .handler(Rm(seen_account.clone()))
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let stock = rm(&config, "stock-service", STOCK, &seen_stock).await?;
+    let account = rm(&config, "account-service", ACCOUNT, &seen_account).await?;
     for c in [tm.client(), stock.client(), account.client()] {
         c.wait_alive(TCS, Duration::from_secs(5))
             .await

@@ -13,14 +13,11 @@ use std::time::Duration;
 use meshline::centre::{discovery_from_live, live_config};
 use meshline::{ConfigLoader, RegistryError};
 use meshline_testkit::watch::{addrs, wait_for};
-use support::loader_on;
+use support::{etcd_and_client, loader_on};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouplists_come_from_the_file_the_centre_and_the_environment_and_are_followed() {
-    let server = meshline_testkit::Etcd::start().expect("etcd");
-    let client = etcd_client::Client::connect([server.endpoint()], None)
-        .await
-        .expect("test client");
+    let (server, client) = etcd_and_client().await;
     let mut kv = client.kv_client();
     // The centre holds single keys only (no blob): a group the file does not name,
     // mapped to a cluster whose grouplist only the centre has.

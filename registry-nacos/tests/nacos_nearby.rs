@@ -53,6 +53,14 @@ async fn register_tc(tc: &NamingService, service: &str, group: &str, addr: &str,
     .unwrap();
 }
 
+/// A TC in the public namespace that registered Seata's `seata-server` in `group` at
+/// `addr`, Nacos cluster `default`; its registration lasts as long as the client.
+async fn public_tc(server: &Rnacos, group: &str, addr: &str) -> NamingService {
+    let tc = tc_client(server, "").await;
+    register_tc(&tc, "seata-server", group, addr, "default").await;
+    tc
+}
+
 /// (place, cluster, select_with, members) of each place.
 type Summary = (String, Option<String>, Vec<String>, Vec<String>);
 
@@ -95,15 +103,7 @@ async fn named_with_its_key(protocol: &str) {
     assert!(reg.nearby("default").await.unwrap().is_empty());
 
     // The shipped server files' group while the client reads the code default.
-    let tc = tc_client(&server, "").await;
-    register_tc(
-        &tc,
-        "seata-server",
-        "SEATA_GROUP",
-        "10.0.0.1:8091",
-        "default",
-    )
-    .await;
+    let _tc = public_tc(&server, "SEATA_GROUP", "10.0.0.1:8091").await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     let places = reg.nearby("default").await.unwrap();
     assert_eq!(
@@ -190,15 +190,7 @@ async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
     .await
     .unwrap();
     assert!(reg.nearby("default").await.unwrap().is_empty());
-    let tc = tc_client(&server, "").await;
-    register_tc(
-        &tc,
-        "seata-server",
-        "SEATA_GROUP",
-        "10.0.0.7:8091",
-        "default",
-    )
-    .await;
+    let _tc = public_tc(&server, "SEATA_GROUP", "10.0.0.7:8091").await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     assert_eq!(
         summary(&reg.nearby("default").await.unwrap()),
@@ -224,8 +216,7 @@ async fn a_tc_in_any_group_or_namespace_is_named_with_its_keys() {
     meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
     let server = Rnacos::start().expect("start rnacos");
     let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
-    let tc = tc_client(&server, "").await;
-    register_tc(&tc, "seata-server", "TEAM_TX", "10.0.0.11:8091", "default").await;
+    let _tc = public_tc(&server, "TEAM_TX", "10.0.0.11:8091").await;
     // A namespace of its own, with a service name and group Seata never guesses.
     let created = reqwest::Client::new()
         .post(format!(

@@ -3,12 +3,13 @@
 //! `registry.nacos.*` keys that select it (a TC registered in group `SEATA_GROUP` while
 //! the client reads `DEFAULT_GROUP`: the doctor names `SEATA_GROUP` and the key to set).
 
+mod support;
+
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, Nearby, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
-use nacos_sdk::api::props::ClientProps;
 
 fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
     let mut l = ConfigLoader::new()
@@ -23,17 +24,10 @@ fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
 
 /// A plain nacos-sdk client in `namespace`, as a Seata TC uses it.
 async fn tc_client(server: &Rnacos, namespace: &str) -> NamingService {
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(server.http_addr())
-            .remote_grpc_port(server.grpc_port())
-            .namespace(namespace.to_string())
-            .app_name("seata-server")
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("raw nacos client")
+    NamingServiceBuilder::new(support::raw_client_props(server).namespace(namespace.to_string()))
+        .build()
+        .await
+        .expect("raw nacos client")
 }
 
 /// `registerInstance(service, group, ip, port, cluster)`, as Seata's TC does it.

@@ -94,14 +94,7 @@ async fn consul_centre_reads_and_follows_seata_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_consul_centre_is_an_error_naming_it() {
-    let port = meshline_testkit::closed_port().unwrap();
-    let addr = format!("127.0.0.1:{port}");
-    let err = live_config(loader("consul", &[("serverAddr", addr.clone())]))
-        .await
-        .expect_err("no agent there")
-        .to_string();
-    assert!(err.contains(&addr), "{err}");
-    assert!(err.contains("refused"), "the cause: {err}");
+    assert_unreachable_refused("consul", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

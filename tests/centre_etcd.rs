@@ -6,15 +6,11 @@
 
 mod support;
 
-use meshline::centre::live_config;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_centre_reads_and_follows_seata_keys() {
-    let server = meshline_testkit::Etcd::start().expect("etcd");
-    let client = etcd_client::Client::connect([server.endpoint()], None)
-        .await
-        .expect("test client");
+    let (server, client) = etcd_and_client().await;
     let put = |key: &'static str, value: String| {
         let mut kv = client.kv_client();
         async move {
@@ -47,9 +43,6 @@ async fn etcd_centre_reads_and_follows_seata_keys() {
 async fn an_unreachable_etcd_centre_is_an_error_naming_it() {
     let port = meshline_testkit::closed_port().unwrap();
     let addr = format!("http://127.0.0.1:{port}");
-    let err = live_config(loader("etcd3", &[("serverAddr", addr.clone())]))
-        .await
-        .expect_err("no server there")
-        .to_string();
+    let err = unreachable_error("etcd3", &[("serverAddr", addr)]).await;
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
 }

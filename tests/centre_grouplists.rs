@@ -11,16 +11,13 @@ mod support;
 use std::time::Duration;
 
 use meshline::centre::{discovery_from_live, live_config};
-use meshline::{ConfigLoader, RegistryError};
+use meshline::{ConfigLoader, RegistryError, Watch};
 use meshline_testkit::watch::{addrs, wait_for};
-use support::loader_on;
+use support::{etcd_and_client, loader_on};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouplists_come_from_the_file_the_centre_and_the_environment_and_are_followed() {
-    let server = meshline_testkit::Etcd::start().expect("etcd");
-    let client = etcd_client::Client::connect([server.endpoint()], None)
-        .await
-        .expect("test client");
+    let (server, client) = etcd_and_client().await;
     let mut kv = client.kv_client();
     // The centre holds single keys only (no blob): a group the file does not name,
     // mapped to a cluster whose grouplist only the centre has.
@@ -66,28 +63,19 @@ async fn grouplists_come_from_the_file_the_centre_and_the_environment_and_are_fo
     kv.put("service.vgroupMapping.g1", "c2", None)
         .await
         .unwrap();
-    wait_for(&mut g1, Duration::from_secs(3), "g1 on c2", |s| {
-        addrs(s) == ["127.0.0.1:19002"]
-    })
-    .await;
+    lists(&mut g1, "g1 on c2", "127.0.0.1:19002").await;
     // A change of c2's grouplist in the centre reaches the registry.
     kv.put("service.c2.grouplist", "127.0.0.1:19003", None)
         .await
         .unwrap();
-    wait_for(&mut g1, Duration::from_secs(3), "c2's new list", |s| {
-        addrs(s) == ["127.0.0.1:19003"]
-    })
-    .await;
+    lists(&mut g1, "c2's new list", "127.0.0.1:19003").await;
     // An edit of the file, which also names `e`: seen, and the environment still wins.
     std::fs::write(
         &file,
         "service.f.grouplist=127.0.0.1:19011\nservice.e.grouplist=127.0.0.1:1\n",
     )
     .unwrap();
-    wait_for(&mut f, Duration::from_secs(3), "the file's edit", |s| {
-        addrs(s) == ["127.0.0.1:19011"]
-    })
-    .await;
+    lists(&mut f, "the file's edit", "127.0.0.1:19011").await;
     assert_eq!(addrs(&env.current()), ["127.0.0.1:19020"]);
     assert_eq!(
         env.current().revision(),
@@ -100,4 +88,9 @@ async fn grouplists_come_from_the_file_the_centre_and_the_environment_and_are_fo
         other => panic!("expected MissingMapping, got {other:?}"),
     }
     registry.close().await.unwrap();
+}
+
+/// Waits (3 s at most) for `w` to list `addr` alone; `what` names the change awaited.
+async fn lists(w: &mut Watch, what: &str, addr: &str) {
+    wait_for(w, Duration::from_secs(3), what, |s| addrs(s) == [addr]).await;
 }

@@ -57,18 +57,8 @@ async fn nacos_centre_reads_and_follows_seata_data_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_nacos_centre_is_an_error_naming_it() {
-    let port = meshline_testkit::closed_port().unwrap();
     let grpc = meshline_testkit::closed_port().unwrap();
-    let addr = format!("127.0.0.1:{port}");
-    let err = live_config(loader(
-        "nacos",
-        &[("serverAddr", addr.clone()), ("grpcPort", grpc.to_string())],
-    ))
-    .await
-    .expect_err("no server there")
-    .to_string();
-    assert!(err.contains(&addr), "{err}");
-    assert!(err.contains("refused"), "the cause: {err}");
+    assert_unreachable_refused("nacos", &[("grpcPort", grpc.to_string())]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

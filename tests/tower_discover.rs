@@ -94,8 +94,13 @@ fn next_change<D: Discover + Unpin>(d: &mut D) -> impl Future<Output = Discovere
     std::future::poll_fn(move |cx| Pin::new(&mut *d).poll_discover(cx))
 }
 
-fn describe(c: Option<Result<Change<InstanceKey, String>, Infallible>>) -> String {
-    match c {
+/// The adapter's next change as text (`insert <key> <service>`, `remove <key>`, `end`),
+/// so each expected change is one comparison.
+async fn next_described<D>(d: &mut D) -> String
+where
+    D: Discover<Key = InstanceKey, Service = String, Error = Infallible> + Unpin,
+{
+    match next_change(d).await {
         Some(Ok(Change::Insert(k, s))) => format!("insert {k} {s}"),
         Some(Ok(Change::Remove(k))) => format!("remove {k}"),
         Some(Err(never)) => match never {},
@@ -115,30 +120,18 @@ async fn changes_are_keyed_by_identity() {
         made += 1;
         format!("svc{made}:w{}", i.weight())
     });
-    assert_eq!(
-        describe(next_change(&mut d).await),
-        "insert 10.0.0.1:1 svc1:w1"
-    );
-    assert_eq!(
-        describe(next_change(&mut d).await),
-        "insert 10.0.0.2:2 svc2:w1"
-    );
+    assert_eq!(next_described(&mut d).await, "insert 10.0.0.1:1 svc1:w1");
+    assert_eq!(next_described(&mut d).await, "insert 10.0.0.2:2 svc2:w1");
 
     let heavier = Instance::new("10.0.0.2", 2).unwrap().with_weight(5);
     hub.publish("c", vec![heavier, inst("10.0.0.3:3")]);
-    assert_eq!(
-        describe(next_change(&mut d).await),
-        "insert 10.0.0.2:2 svc3:w5"
-    );
-    assert_eq!(
-        describe(next_change(&mut d).await),
-        "insert 10.0.0.3:3 svc4:w1"
-    );
-    assert_eq!(describe(next_change(&mut d).await), "remove 10.0.0.1:1");
+    assert_eq!(next_described(&mut d).await, "insert 10.0.0.2:2 svc3:w5");
+    assert_eq!(next_described(&mut d).await, "insert 10.0.0.3:3 svc4:w1");
+    assert_eq!(next_described(&mut d).await, "remove 10.0.0.1:1");
     let members: Vec<String> = d.members().map(|i| i.to_string()).collect();
     assert_eq!(members, ["10.0.0.2:2", "10.0.0.3:3"]);
 
     hub.close();
     drop(hub);
-    assert_eq!(describe(next_change(&mut d).await), "end");
+    assert_eq!(next_described(&mut d).await, "end");
 }

@@ -1,6 +1,6 @@
 //! The `meshline` binary end to end: exit codes and output.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 fn meshline() -> Command {
@@ -14,12 +14,23 @@ fn meshline() -> Command {
     c
 }
 
+/// A configuration file `name` holding `body`, in a directory that lives as long as
+/// the returned guard.
+fn config_file(name: &str, body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join(name);
+    std::fs::write(&f, body).unwrap();
+    (dir, f)
+}
+
+/// `meshline` run to its end with `args` (as [`meshline`] sets it up): its output.
+fn run(args: &[&str]) -> Output {
+    meshline().args(args).output().unwrap()
+}
+
 #[test]
 fn lookup_default_group_without_config_prints_default_tc() {
-    let out = meshline()
-        .args(["lookup", "default_tx_group"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "default_tx_group"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -28,16 +39,13 @@ fn lookup_default_group_without_config_prints_default_tc() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "127.0.0.1:8091\n");
     // No argument: the config's txServiceGroup (default_tx_group).
-    let out = meshline().args(["lookup"]).output().unwrap();
+    let out = run(&["lookup"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "127.0.0.1:8091\n");
 }
 
 #[test]
 fn lookup_json() {
-    let out = meshline()
-        .args(["lookup", "--json", "--cluster", "default"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "--json", "--cluster", "default"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["host"], "127.0.0.1");
@@ -47,12 +55,9 @@ fn lookup_json() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let out = meshline().args(["lookup", "--bogus"]).output().unwrap();
+    let out = run(&["lookup", "--bogus"]);
     assert_eq!(out.status.code(), Some(2));
-    let out = meshline()
-        .args(["lookup", "g", "--cluster", "c"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "g", "--cluster", "c"]);
     assert_eq!(out.status.code(), Some(2));
     let out = meshline().output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -60,66 +65,46 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn registry_errors_exit_1_with_message() {
-    let out = meshline()
-        .args(["lookup", "no_such_group"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "no_such_group"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("service.vgroupMapping.no_such_group"), "{err}");
 
-    let out = meshline()
-        .args(["lookup", "--registry", "no-such-registry"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "--registry", "no-such-registry"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("known types"));
 
-    let out = meshline()
-        .args(["register", "default", "10.0.0.1:8091"])
-        .output()
-        .unwrap();
+    let out = run(&["register", "default", "10.0.0.1:8091"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"));
 
-    let out = meshline()
-        .args(["--config", "/nonexistent/x.yaml", "lookup"])
-        .output()
-        .unwrap();
+    let out = run(&["--config", "/nonexistent/x.yaml", "lookup"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.yaml"));
 }
 
 #[test]
 fn file_override_and_config_file() {
-    let out = meshline()
-        .args(["lookup", "--cluster", "x", "--server", "10.0.0.1:1;[::1]:2"])
-        .output()
-        .unwrap();
+    let out = run(&["lookup", "--cluster", "x", "--server", "10.0.0.1:1;[::1]:2"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "10.0.0.1:1\n[::1]:2\n"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("seata.properties");
-    std::fs::write(
-        &f,
+    let (_dir, f) = config_file(
+        "seata.properties",
         "service.vgroupMapping.my_group=prod\nservice.prod.grouplist=10.1.1.1:8091\n",
-    )
-    .unwrap();
-    let out = meshline()
-        .args(["--config", f.to_str().unwrap(), "lookup", "my_group"])
-        .output()
-        .unwrap();
+    );
+    let out = run(&["--config", f.to_str().unwrap(), "lookup", "my_group"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "10.1.1.1:8091\n");
 }
 
 #[test]
 fn watch_prints_snapshots_until_signalled() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("m.yaml");
-    std::fs::write(&f, "service:\n  grouplist:\n    default: \"10.0.0.1:1\"\n").unwrap();
+    let (_dir, f) = config_file(
+        "m.yaml",
+        "service:\n  grouplist:\n    default: \"10.0.0.1:1\"\n",
+    );
     let child = meshline()
         .args(["--config", f.to_str().unwrap(), "watch"])
         .stdout(Stdio::piped())
@@ -152,19 +137,14 @@ fn watch_prints_snapshots_until_signalled() {
 
 #[test]
 fn lookup_of_an_empty_cluster_says_no_members() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("seata.properties");
-    std::fs::write(&f, "service.nobody-here.grouplist=\n").unwrap();
-    let out = meshline()
-        .args([
-            "--config",
-            f.to_str().unwrap(),
-            "lookup",
-            "--cluster",
-            "nobody-here",
-        ])
-        .output()
-        .unwrap();
+    let (_dir, f) = config_file("seata.properties", "service.nobody-here.grouplist=\n");
+    let out = run(&[
+        "--config",
+        f.to_str().unwrap(),
+        "lookup",
+        "--cluster",
+        "nobody-here",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -176,13 +156,8 @@ fn lookup_of_an_empty_cluster_says_no_members() {
 
 #[test]
 fn each_config_warning_is_printed_once_and_without_colour_when_redirected() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("seata.properties");
-    std::fs::write(&f, "registry.tpye=file\n").unwrap();
-    let out = meshline()
-        .args(["--config", f.to_str().unwrap(), "lookup"])
-        .output()
-        .unwrap();
+    let (_dir, f) = config_file("seata.properties", "registry.tpye=file\n");
+    let out = run(&["--config", f.to_str().unwrap(), "lookup"]);
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("registry.tpye").count(), 1, "{err}");
@@ -199,35 +174,26 @@ fn register_warns_when_the_registry_cannot_store_a_weight_and_ttl_takes_config_s
         .local_addr()
         .unwrap()
         .port();
-    let out = meshline()
-        .args([
-            "--registry",
-            "redis",
-            "--server",
-            &format!("127.0.0.1:{port}"),
-            "register",
-            "c",
-            "10.0.0.1:8091",
-            "--weight",
-            "3",
-            "--ttl",
-            "1500ms",
-        ])
-        .output()
-        .unwrap();
+    let out = run(&[
+        "--registry",
+        "redis",
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "register",
+        "c",
+        "10.0.0.1:8091",
+        "--weight",
+        "3",
+        "--ttl",
+        "1500ms",
+    ]);
     // Parsed (not a usage error); the closed port then fails the connect.
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot store a weight"), "{err}");
-    let out = meshline()
-        .args(["register", "c", "10.0.0.1:8091", "--ttl", "ten"])
-        .output()
-        .unwrap();
+    let out = run(&["register", "c", "10.0.0.1:8091", "--ttl", "ten"]);
     assert_eq!(out.status.code(), Some(2), "a bad --ttl is a usage error");
-    let out = meshline()
-        .args(["register", "c", "10.0.0.1:8091", "--ttl", "1500"])
-        .output()
-        .unwrap();
+    let out = run(&["register", "c", "10.0.0.1:8091", "--ttl", "1500"]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -240,13 +206,10 @@ fn register_warns_when_the_registry_cannot_store_a_weight_and_ttl_takes_config_s
 #[test]
 fn watch_shows_a_removal_even_with_empty_protection_on() {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("m.yaml");
-    std::fs::write(
-        &f,
+    let (_dir, f) = config_file(
+        "m.yaml",
         "registry:\n  empty-protection: true\nservice:\n  grouplist:\n    default: \"10.0.0.1:1\"\n",
-    )
-    .unwrap();
+    );
     let mut child = meshline()
         .args(["--config", f.to_str().unwrap(), "watch"])
         .stdout(Stdio::piped())
@@ -295,7 +258,7 @@ fn watch_shows_a_removal_even_with_empty_protection_on() {
 #[test]
 fn types_lists_every_registry_type_from_the_table() {
     use meshline::registry::{REGISTRY_TYPES, is_compiled_in};
-    let out = meshline().args(["types", "--porcelain"]).output().unwrap();
+    let out = run(&["types", "--porcelain"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let expected: String = REGISTRY_TYPES
@@ -307,7 +270,7 @@ fn types_lists_every_registry_type_from_the_table() {
         .collect();
     assert_eq!(text, expected);
 
-    let out = meshline().args(["types", "--json"]).output().unwrap();
+    let out = run(&["types", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let zk = rows
         .as_array()
@@ -325,7 +288,7 @@ fn types_lists_every_registry_type_from_the_table() {
         .unwrap();
     assert_eq!(raft["readOnly"], true);
 
-    let out = meshline().args(["--help"]).output().unwrap();
+    let out = run(&["--help"]);
     let help = String::from_utf8_lossy(&out.stdout).into_owned();
     let names: Vec<&str> = REGISTRY_TYPES.iter().map(|t| t.seata_name).collect();
     assert!(help.contains(&names.join(", ")), "{help}");

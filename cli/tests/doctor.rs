@@ -9,15 +9,36 @@ use std::process::{Command, Output};
 use meshline::rpc::message::register_reply;
 use meshline::rpc::{InboundRequest, Payload, Server};
 
-fn doctor(config: &std::path::Path, extra: &[&str]) -> Output {
+/// `meshline --config <config> <args>`, without the `MESHLINE_*` variables of the
+/// environment the tests run in (they would override the file under test).
+fn run_with_config(config: &std::path::Path, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_meshline"));
     for (k, _) in std::env::vars() {
         if k.starts_with("MESHLINE_") {
             c.env_remove(k);
         }
     }
-    c.arg("--config").arg(config).arg("doctor").args(extra);
+    c.arg("--config").arg(config).args(args);
     c.output().unwrap()
+}
+
+fn doctor(config: &std::path::Path, extra: &[&str]) -> Output {
+    run_with_config(config, &[&["doctor"], extra].concat())
+}
+
+/// [`doctor`] on `config` from an async test, on a blocking thread so that the
+/// servers the test runs on the runtime keep answering.
+async fn doctor_off_runtime(config: std::path::PathBuf) -> Output {
+    tokio::task::spawn_blocking(move || doctor(&config, &[]))
+        .await
+        .unwrap()
+}
+
+/// The report in `out` of a doctor that found a cause: asserts the exit code is 1.
+fn failed_report(out: &Output) -> String {
+    let t = text(out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    t
 }
 
 fn text(out: &Output) -> String {
@@ -63,11 +84,7 @@ async fn a_down_tc_and_a_refusing_tc_are_each_named_and_the_exit_code_is_1() {
             refusing.local_addr()
         ),
     );
-    let out = tokio::task::spawn_blocking(move || doctor(&f, &[]))
-        .await
-        .unwrap();
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{t}");
+    let t = failed_report(&doctor_off_runtime(f).await);
     assert!(
         t.contains("✓ mapping: service.vgroupMapping.my_tx_group=prod"),
         "{t}"
@@ -114,9 +131,7 @@ async fn an_accepting_tc_gives_exit_0_and_the_documented_json() {
         &format!("service.default.grouplist={}\n", ok.local_addr()),
     );
     let f2 = f.clone();
-    let out = tokio::task::spawn_blocking(move || doctor(&f2, &[]))
-        .await
-        .unwrap();
+    let out = doctor_off_runtime(f2).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("✓ ok: 1 of 1 TC(s) of group `default_tx_group` accepted"));
 
@@ -157,9 +172,7 @@ fn a_near_miss_mapping_is_named_with_the_fix() {
         "application.yml",
         "seata:\n  tx-service-group: my_tx_group\n  service:\n    vgroup-mapping:\n      my-tx-group: default\n",
     );
-    let out = doctor(&f, &[]);
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{t}");
+    let t = failed_report(&doctor(&f, &[]));
     assert!(
         t.contains("✗ mapping: no service.vgroupMapping.my_tx_group"),
         "{t}"
@@ -219,11 +232,7 @@ async fn etcd_an_empty_cluster_lists_the_clusters_that_have_members() {
             etcd.endpoint()
         ),
     );
-    let out = tokio::task::spawn_blocking(move || doctor(&f, &[]))
-        .await
-        .unwrap();
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{t}");
+    let t = failed_report(&doctor_off_runtime(f).await);
     assert!(t.contains("cluster `default` lists no members"), "{t}");
     assert!(t.contains("10.1.0.7:8091"), "{t}");
     assert!(
@@ -280,11 +289,7 @@ mod nacos {
         .await;
         let dir = tempfile::tempdir().unwrap();
         let f = write(&dir, "seata.properties", &registry_keys(&server, None));
-        let out = tokio::task::spawn_blocking(move || doctor(&f, &[]))
-            .await
-            .unwrap();
-        let t = text(&out);
-        assert_eq!(out.status.code(), Some(1), "{t}");
+        let t = failed_report(&doctor_off_runtime(f).await);
         assert!(t.contains("cluster `default` lists no members"), "{t}");
         assert!(
             t.contains("service `seata-server` in group `TEAM_TX`, namespace `public`")
@@ -341,17 +346,9 @@ service.prod.grouplist={centre_tc}
         let run = |args: &'static [&'static str]| {
             let conf = conf.clone();
             async move {
-                tokio::task::spawn_blocking(move || {
-                    let mut c = Command::new(env!("CARGO_BIN_EXE_meshline"));
-                    for (k, _) in std::env::vars() {
-                        if k.starts_with("MESHLINE_") {
-                            c.env_remove(k);
-                        }
-                    }
-                    c.arg("--config").arg(&conf).args(args).output().unwrap()
-                })
-                .await
-                .unwrap()
+                tokio::task::spawn_blocking(move || run_with_config(&conf, args))
+                    .await
+                    .unwrap()
             }
         };
         // rnacos takes a moment to serve what was published: wait for it, not a sleep.
@@ -399,9 +396,7 @@ service.prod.grouplist={centre_tc}
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let t = loop {
             let f = f.clone();
-            let out = tokio::task::spawn_blocking(move || doctor(&f, &[]))
-                .await
-                .unwrap();
+            let out = doctor_off_runtime(f).await;
             let t = text(&out);
             if t.contains("fix: set config.type=nacos") || std::time::Instant::now() > deadline {
                 assert_eq!(out.status.code(), Some(1), "{t}");

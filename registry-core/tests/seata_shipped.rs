@@ -21,6 +21,20 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The shipped file `name` loaded alone.
+fn load(name: &str) -> Config {
+    ConfigLoader::new().file(fixture(name)).load().unwrap()
+}
+
+/// The shipped Spring file `name` loaded alone: Seata's client defaults, and the
+/// application id Spring names (`spring.application.name` of the samples).
+fn load_spring(name: &str) -> Config {
+    let c = load(name);
+    assert_seata_client_defaults(&c, name);
+    assert_eq!(c.application_id, "applicationName");
+    c
+}
+
 fn text(name: &str) -> String {
     std::fs::read_to_string(fixture(name)).unwrap()
 }
@@ -78,10 +92,7 @@ fn registry_conf_and_file_conf() {
 
 #[test]
 fn each_hocon_file_alone() {
-    let r = ConfigLoader::new()
-        .file(fixture("registry.conf"))
-        .load()
-        .unwrap();
+    let r = load("registry.conf");
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     assert_eq!(r.registry.kind, "file");
     let f = Config::from_text(&text("file.conf"), Format::Hocon).unwrap();
@@ -90,12 +101,7 @@ fn each_hocon_file_alone() {
 
 #[test]
 fn spring_application_yml() {
-    let c = ConfigLoader::new()
-        .file(fixture("application.yml"))
-        .load()
-        .unwrap();
-    assert_seata_client_defaults(&c, "application.yml");
-    assert_eq!(c.application_id, "applicationName");
+    let c = load_spring("application.yml");
     assert_eq!(
         c.registry.section(&["nacos"]).get("clientApplication"),
         Some("${spring.application.name}")
@@ -110,12 +116,7 @@ fn spring_application_yml() {
 
 #[test]
 fn spring_application_properties() {
-    let c = ConfigLoader::new()
-        .file(fixture("application.properties"))
-        .load()
-        .unwrap();
-    assert_seata_client_defaults(&c, "application.properties");
-    assert_eq!(c.application_id, "applicationName");
+    let c = load_spring("application.properties");
     assert_eq!(
         c.registry.section(&["nacos"]).get("group"),
         Some("SEATA_GROUP")

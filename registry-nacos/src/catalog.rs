@@ -106,10 +106,7 @@ impl Catalog {
     /// The namespace ids the server lists (`""` for public).
     pub(crate) async fn namespaces(&self) -> Result<Vec<String>, String> {
         let v = self.get("/v1/console/namespaces", &[]).await?;
-        let list = v
-            .get("data")
-            .and_then(|d| d.as_array())
-            .ok_or_else(|| "namespaces: no `data` list in the answer".to_string())?;
+        let list = list_in(&v, "data", "namespaces: no `data` list in the answer")?;
         Ok(list
             .iter()
             .filter_map(|n| n.get("namespace").and_then(|id| id.as_str()))
@@ -126,10 +123,7 @@ impl Catalog {
             query.push(("namespaceId", namespace));
         }
         let v = self.get("/v1/ns/catalog/services", &query).await?;
-        let list = v
-            .get("serviceList")
-            .and_then(|d| d.as_array())
-            .ok_or_else(|| "catalog: no `serviceList` in the answer".to_string())?;
+        let list = list_in(&v, "serviceList", "catalog: no `serviceList` in the answer")?;
         Ok(list
             .iter()
             .filter_map(|s| {
@@ -143,6 +137,18 @@ impl Catalog {
             })
             .collect())
     }
+}
+
+/// The list under `key` in the answer `v`; `missing` is the error when there is none.
+fn list_in<'a>(
+    v: &'a serde_json::Value,
+    key: &str,
+    missing: &str,
+) -> Result<&'a [serde_json::Value], String> {
+    v.get(key)
+        .and_then(|d| d.as_array())
+        .map(Vec::as_slice)
+        .ok_or_else(|| missing.to_string())
 }
 
 /// The JSON body of a successful answer, or why not.

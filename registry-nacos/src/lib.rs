@@ -533,6 +533,16 @@ impl Drop for NacosRegistry {
 mod tests {
     use super::*;
 
+    /// An instance at `ip:port` in Nacos cluster `cluster`, the rest defaulted.
+    fn in_cluster(ip: &str, port: i32, cluster: &str) -> ServiceInstance {
+        ServiceInstance {
+            ip: ip.into(),
+            port,
+            cluster_name: Some(cluster.into()),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn conversion_skips_bad_and_maps_weight_zone() {
         let good = ServiceInstance {
@@ -545,37 +555,16 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let bad_port = ServiceInstance {
-            ip: "10.0.0.2".into(),
-            port: 70000,
-            cluster_name: Some("default".into()),
-            ..Default::default()
-        };
-        let bad_ip = ServiceInstance {
-            ip: "not an ip".into(),
-            port: 1,
-            cluster_name: Some("default".into()),
-            ..Default::default()
-        };
+        let bad_port = in_cluster("10.0.0.2", 70000, "default");
+        let bad_ip = in_cluster("not an ip", 1, "default");
         let unhealthy = ServiceInstance {
-            ip: "10.0.0.3".into(),
-            port: 1,
             healthy: false,
-            cluster_name: Some("default".into()),
-            ..Default::default()
+            ..in_cluster("10.0.0.3", 1, "default")
         };
-        let other_cluster = ServiceInstance {
-            ip: "10.0.0.4".into(),
-            port: 1,
-            cluster_name: Some("other".into()),
-            ..Default::default()
-        };
+        let other_cluster = in_cluster("10.0.0.4", 1, "other");
         let zero = ServiceInstance {
-            ip: "10.0.0.5".into(),
-            port: 1,
             weight: 0.0,
-            cluster_name: Some("default".into()),
-            ..Default::default()
+            ..in_cluster("10.0.0.5", 1, "default")
         };
         let list = usable(
             "default",

@@ -3,12 +3,13 @@
 //! `registry.nacos.*` keys that select it (a TC registered in group `SEATA_GROUP` while
 //! the client reads `DEFAULT_GROUP`: the doctor names `SEATA_GROUP` and the key to set).
 
+mod support;
+
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, Nearby, RegistryService};
 use meshline_registry_nacos::NacosRegistry;
 use meshline_testkit::Rnacos;
 use nacos_sdk::api::naming::{NamingService, NamingServiceBuilder, ServiceInstance};
-use nacos_sdk::api::props::ClientProps;
 
 fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
     let mut l = ConfigLoader::new()
@@ -23,17 +24,10 @@ fn config(server: &Rnacos, extra: &[(&str, &str)]) -> Config {
 
 /// A plain nacos-sdk client in `namespace`, as a Seata TC uses it.
 async fn tc_client(server: &Rnacos, namespace: &str) -> NamingService {
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(server.http_addr())
-            .remote_grpc_port(server.grpc_port())
-            .namespace(namespace.to_string())
-            .app_name("seata-server")
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("raw nacos client")
+    NamingServiceBuilder::new(support::raw_client_props(server).namespace(namespace.to_string()))
+        .build()
+        .await
+        .expect("raw nacos client")
 }
 
 /// `registerInstance(service, group, ip, port, cluster)`, as Seata's TC does it.
@@ -51,6 +45,14 @@ async fn register_tc(tc: &NamingService, service: &str, group: &str, addr: &str,
     )
     .await
     .unwrap();
+}
+
+/// A TC in the public namespace that registered Seata's `seata-server` in `group` at
+/// `addr`, Nacos cluster `default`; its registration lasts as long as the client.
+async fn public_tc(server: &Rnacos, group: &str, addr: &str) -> NamingService {
+    let tc = tc_client(server, "").await;
+    register_tc(&tc, "seata-server", group, addr, "default").await;
+    tc
 }
 
 /// (place, cluster, select_with, members) of each place.
@@ -95,15 +97,7 @@ async fn named_with_its_key(protocol: &str) {
     assert!(reg.nearby("default").await.unwrap().is_empty());
 
     // The shipped server files' group while the client reads the code default.
-    let tc = tc_client(&server, "").await;
-    register_tc(
-        &tc,
-        "seata-server",
-        "SEATA_GROUP",
-        "10.0.0.1:8091",
-        "default",
-    )
-    .await;
+    let _tc = public_tc(&server, "SEATA_GROUP", "10.0.0.1:8091").await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     let places = reg.nearby("default").await.unwrap();
     assert_eq!(
@@ -190,15 +184,7 @@ async fn the_tc_in_the_public_namespace_is_named_with_the_namespace_key() {
     .await
     .unwrap();
     assert!(reg.nearby("default").await.unwrap().is_empty());
-    let tc = tc_client(&server, "").await;
-    register_tc(
-        &tc,
-        "seata-server",
-        "SEATA_GROUP",
-        "10.0.0.7:8091",
-        "default",
-    )
-    .await;
+    let _tc = public_tc(&server, "SEATA_GROUP", "10.0.0.7:8091").await;
     assert!(reg.lookup("default").await.unwrap().is_empty());
     assert_eq!(
         summary(&reg.nearby("default").await.unwrap()),
@@ -224,8 +210,7 @@ async fn a_tc_in_any_group_or_namespace_is_named_with_its_keys() {
     meshline_testkit::watch::init_logs("meshline_registry_nacos=info");
     let server = Rnacos::start().expect("start rnacos");
     let reg = NacosRegistry::connect(&config(&server, &[])).await.unwrap();
-    let tc = tc_client(&server, "").await;
-    register_tc(&tc, "seata-server", "TEAM_TX", "10.0.0.11:8091", "default").await;
+    let _tc = public_tc(&server, "TEAM_TX", "10.0.0.11:8091").await;
     // A namespace of its own, with a service name and group Seata never guesses.
     let created = reqwest::Client::new()
         .post(format!(

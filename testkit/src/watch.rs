@@ -123,6 +123,25 @@ pub async fn assert_unchanged_for(w: &mut Watch, span: Duration, what: &str) {
     }
 }
 
+/// Asserts that the captured log `text` saw `seen` (without it the check proves
+/// nothing) and holds no `secret`; a failure shows the first lines that hold it. The
+/// secret-leak tests of several crates check their captures so.
+pub fn assert_log_keeps(text: &str, seen: &str, secret: &str) {
+    assert!(
+        text.contains(seen),
+        "the log capture saw nothing of `{seen}`; it proves nothing"
+    );
+    assert!(
+        !text.contains(secret),
+        "the secret reached the log:\n{}",
+        text.lines()
+            .filter(|l| l.contains(secret))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// Collects `tracing` output of the current thread, to assert that a skipped entry was
 /// logged and named: `let guard = logs.capture(); ...; drop(guard); logs.text()`.
 #[derive(Clone, Default)]

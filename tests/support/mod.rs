@@ -137,6 +137,37 @@ pub async fn follows_change(
     took
 }
 
+/// A real etcd and a client of its own API, through which the etcd tests write the
+/// keys a centre then reads.
+pub async fn etcd_and_client() -> (meshline_testkit::Etcd, etcd_client::Client) {
+    let server = meshline_testkit::Etcd::start().expect("etcd");
+    let client = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .expect("test client");
+    (server, client)
+}
+
+/// The error of a live configuration of a centre of `kind`, with the `config.<kind>.*`
+/// keys given, whose server cannot be reached; as text, for the checks of what it names.
+pub async fn unreachable_error(kind: &str, keys: &[(&str, String)]) -> String {
+    live_config(loader(kind, keys))
+        .await
+        .expect_err("no server there")
+        .to_string()
+}
+
+/// Asserts that a centre of `kind` whose `serverAddr` has nobody listening (the other
+/// `config.<kind>.*` keys `extra` gives) is an error naming the address and the cause.
+pub async fn assert_unreachable_refused(kind: &str, extra: &[(&str, String)]) {
+    let port = meshline_testkit::closed_port().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let mut keys = vec![("serverAddr", addr.clone())];
+    keys.extend_from_slice(extra);
+    let err = unreachable_error(kind, &keys).await;
+    assert!(err.contains(&addr), "{err}");
+    assert!(err.contains("refused"), "the cause: {err}");
+}
+
 /// Every log line of the process at `trace`, through the filter meshline ships
 /// (`meshline_registry_core::redact::LOG_DIRECTIVES`): a process-wide subscriber, so
 /// that events from every thread a client library runs on are seen.
@@ -162,18 +193,5 @@ pub fn assert_secret_kept(logs: &LogBuf, secret: &str, seen: &str, texts: &[&str
     for t in texts {
         assert!(!t.contains(secret), "the secret shows in: {t}");
     }
-    let text = logs.text();
-    assert!(
-        text.contains(seen),
-        "the log capture saw nothing of `{seen}`; it proves nothing"
-    );
-    assert!(
-        !text.contains(secret),
-        "the secret reached the log:\n{}",
-        text.lines()
-            .filter(|l| l.contains(secret))
-            .take(3)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    meshline_testkit::watch::assert_log_keeps(&logs.text(), seen, secret);
 }

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use reqwest::Method;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::grpc::wire::null_as_default;
@@ -218,29 +219,23 @@ impl V1Client {
         service: &str,
         clusters: &str,
     ) -> Result<Vec<ServiceInstance>, Error> {
-        let mut query = vec![
+        let query = vec![
             ("serviceName", grouped(group, service)),
             ("groupName", group.to_string()),
             ("clusters", clusters.to_string()),
             ("healthyOnly", "false".to_string()),
             ("udpPort", "0".to_string()),
         ];
-        if let Some(ns) = namespace {
-            query.push(("namespaceId", ns.to_string()));
-        }
-        let body = self
-            .caller
-            .send(&Request {
-                method: Method::GET,
-                path: "ns/instance/list",
+        let list: InstanceList = self
+            .get_list(
+                "ns/instance/list",
                 query,
-                form: None,
+                namespace,
                 group,
                 service,
-            })
+                "instance list",
+            )
             .await?;
-        let list: InstanceList = serde_json::from_slice(&body)
-            .map_err(|e| Error::Answer(format!("instance list: {e}")))?;
         Ok(list.hosts)
     }
 
@@ -251,11 +246,37 @@ impl V1Client {
         group: &str,
         page_size: usize,
     ) -> Result<(Vec<String>, i64), Error> {
-        let mut query = vec![
+        let query = vec![
             ("groupName", group.to_string()),
             ("pageNo", "1".to_string()),
             ("pageSize", page_size.to_string()),
         ];
+        let l: ServiceNames = self
+            .get_list(
+                "ns/service/list",
+                query,
+                namespace,
+                group,
+                "",
+                "service list",
+            )
+            .await?;
+        Ok((l.doms, l.count))
+    }
+
+    /// `GET <path>` with `query`, plus `namespaceId` when a namespace is given, decoded
+    /// as `T`; `what` names the list in the error a body that does not decode gives.
+    /// `group` and `service` are the request's, for its signature (`service` empty for
+    /// none).
+    async fn get_list<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        mut query: Vec<(&str, String)>,
+        namespace: Option<&str>,
+        group: &str,
+        service: &str,
+        what: &str,
+    ) -> Result<T, Error> {
         if let Some(ns) = namespace {
             query.push(("namespaceId", ns.to_string()));
         }
@@ -263,16 +284,14 @@ impl V1Client {
             .caller
             .send(&Request {
                 method: Method::GET,
-                path: "ns/service/list",
+                path,
                 query,
                 form: None,
                 group,
-                service: "",
+                service,
             })
             .await?;
-        let l: ServiceNames = serde_json::from_slice(&body)
-            .map_err(|e| Error::Answer(format!("service list: {e}")))?;
-        Ok((l.doms, l.count))
+        serde_json::from_slice(&body).map_err(|e| Error::Answer(format!("{what}: {e}")))
     }
 }
 

@@ -104,18 +104,22 @@ impl Garbage for NacosHarness {
     }
 }
 
+/// The settings of a plain nacos-sdk client of `server`, as a Seata TC (Java) or any
+/// other client would give them (no namespace: the public one).
+pub fn raw_client_props(server: &Rnacos) -> ClientProps {
+    ClientProps::new()
+        .server_addr(server.http_addr())
+        .remote_grpc_port(server.grpc_port())
+        .app_name("seata-server")
+        .env_first(false)
+}
+
 /// A plain nacos-sdk client, as a Seata TC (Java) or any other client would use it.
 pub async fn raw_client(server: &Rnacos) -> NamingService {
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(server.http_addr())
-            .remote_grpc_port(server.grpc_port())
-            .app_name("seata-server")
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("raw nacos client")
+    NamingServiceBuilder::new(raw_client_props(server))
+        .build()
+        .await
+        .expect("raw nacos client")
 }
 
 /// A login with `username`/`password` over `protocol`: the right ones register and

@@ -71,6 +71,18 @@ async fn an_endless_body_stops_at_the_cap() {
     assert!(!e.contains(SECRET), "the password is in the error: {e}");
 }
 
+/// The error of registering an instance with `registry`, which the hostile server
+/// refuses with a megabyte of text: checked to be short (the body is truncated).
+async fn short_register_error(registry: &impl RegistryService) -> String {
+    let e = registry
+        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+    e
+}
+
 #[tokio::test]
 async fn error_bodies_are_truncated_and_urls_redacted() {
     let addr = hostile(false).await;
@@ -78,22 +90,12 @@ async fn error_bodies_are_truncated_and_urls_redacted() {
     let eureka = crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url))
         .await
         .unwrap();
-    let e = eureka
-        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.len() < 1024, "{} bytes", e.len());
+    let e = short_register_error(&eureka).await;
     assert!(e.contains("500"), "{e}");
     assert!(!e.contains(SECRET), "the password is in the error: {e}");
     assert!(!format!("{eureka:?}").contains(SECRET));
     let consul = crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr))
         .await
         .unwrap();
-    let e = consul
-        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.len() < 1024, "{} bytes", e.len());
+    short_register_error(&consul).await;
 }

@@ -37,6 +37,12 @@ impl CallError {
         }
     }
 
+    /// The error of an answer with an unexpected `status`: the body is kept as text
+    /// (lossily: a server's error page need not be UTF-8).
+    pub(crate) fn status(status: reqwest::StatusCode, body: &[u8]) -> CallError {
+        CallError::Status(status, String::from_utf8_lossy(body).into_owned())
+    }
+
     /// The registry error of `op` against `server`, for the `kind` backend.
     pub(crate) fn into_registry(
         self,
@@ -50,6 +56,60 @@ impl CallError {
             format!("{op}: {}", self.describe()),
         )
     }
+}
+
+/// `base` with `segments` appended to its path (each percent-encoded as one segment)
+/// and `query` appended as pairs: the URL of one call to Consul's agent or a Eureka
+/// server.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn call_url(
+    mut base: reqwest::Url,
+    segments: &[&str],
+    query: &[(&str, String)],
+) -> reqwest::Url {
+    if let Ok(mut p) = base.path_segments_mut() {
+        p.extend(segments);
+    }
+    if !query.is_empty() {
+        let mut q = base.query_pairs_mut();
+        for (k, v) in query {
+            q.append_pair(k, v);
+        }
+    }
+    base
+}
+
+/// `req` with `body`, when there is one, as its JSON content.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn with_json_body(
+    req: reqwest::RequestBuilder,
+    body: Option<&serde_json::Value>,
+) -> reqwest::RequestBuilder {
+    match body {
+        Some(b) => req
+            .header("Content-Type", "application/json")
+            .body(b.to_string()),
+        None => req,
+    }
+}
+
+/// `inst` with the string entries of a JSON metadata map (`Meta` of a Consul
+/// service, `metadata` of a Seata node) as its metadata; a non-empty `zone` entry is
+/// also its zone. Entries of other JSON types carry nothing meshline reads.
+#[cfg(any(feature = "consul", feature = "raft", feature = "namingserver"))]
+pub(crate) fn with_json_metadata(
+    mut inst: meshline_registry_core::Instance,
+    map: &serde_json::Map<String, serde_json::Value>,
+) -> meshline_registry_core::Instance {
+    for (k, v) in map {
+        if let Some(s) = v.as_str() {
+            if k == "zone" && !s.is_empty() {
+                inst = inst.with_zone(s);
+            }
+            inst = inst.with_metadata(k.clone(), s);
+        }
+    }
+    inst
 }
 
 /// `e` and its sources, `: `-separated (reqwest hides the cause, e.g. "Connection

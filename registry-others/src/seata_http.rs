@@ -215,14 +215,7 @@ pub(crate) fn node_instance(node: &Value) -> Result<Instance, String> {
         }
     }
     if let Some(m) = node.get("metadata").and_then(Value::as_object) {
-        for (k, v) in m {
-            if let Some(s) = v.as_str() {
-                if k == "zone" && !s.is_empty() {
-                    inst = inst.with_zone(s);
-                }
-                inst = inst.with_metadata(k.clone(), s);
-            }
-        }
+        inst = crate::common::with_json_metadata(inst, m);
     }
     Ok(inst)
 }
@@ -247,6 +240,43 @@ pub(crate) fn nodes_of(kind: &str, cluster: &str, nodes: &[Value]) -> Vec<(Insta
         }
     }
     out
+}
+
+/// Parses `body`, the answer about `name` (`what` says which: `discovery`,
+/// `metadata`), as the JSON object both Seata servers send, with its `term` (0 when
+/// absent).
+pub(crate) fn parse_answer(
+    what: &str,
+    name: &str,
+    body: &[u8],
+) -> Result<(serde_json::Map<String, Value>, i64), String> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("{what} of `{name}` is not JSON: {e}"))?;
+    let Value::Object(obj) = v else {
+        return Err(format!("{what} of `{name}` is not a JSON object"));
+    };
+    let term = obj.get("term").and_then(Value::as_i64).unwrap_or(0);
+    Ok((obj, term))
+}
+
+/// Checks that each of Seata's shipped client files, with `registry.<section>.serverAddr`
+/// set to `server_addr` (some ship it empty, an error once the backend is used), reads
+/// into a backend's settings with no warning: `warnings` reads the settings and
+/// returns their warnings.
+#[cfg(test)]
+pub(crate) fn assert_shipped_files_read_without_warnings(
+    section: &str,
+    server_addr: &str,
+    warnings: impl Fn(&meshline_registry_core::Config) -> Vec<String>,
+) {
+    for &name in meshline_testkit::SEATA_CLIENT_FILES {
+        let mut c = meshline_testkit::seata_shipped(name);
+        c.registry
+            .section_mut(section)
+            .set("serverAddr", server_addr);
+        let w = warnings(&c);
+        assert!(w.is_empty(), "{name}: {w:?}");
+    }
 }
 
 #[cfg(test)]

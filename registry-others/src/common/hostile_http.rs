@@ -48,27 +48,51 @@ fn config(kind: &str, key: &str, addr: &str) -> meshline_registry_core::Config {
         .unwrap()
 }
 
+/// The error of `connect`, against the endless body: it must come within 20 s (the
+/// reading stops at the cap) and name `maxBodyBytes`.
+async fn capped_connect_error<R>(
+    connect: impl std::future::Future<Output = Result<R, meshline_registry_core::RegistryError>>,
+) -> String {
+    let r = tokio::time::timeout(Duration::from_secs(20), connect)
+        .await
+        .expect("reading stops at the cap");
+    let e = match r {
+        Ok(_) => panic!("connect succeeded against an endless body"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("maxBodyBytes"), "{e}");
+    e
+}
+
 #[tokio::test]
 async fn an_endless_body_stops_at_the_cap() {
     let addr = hostile(true).await;
-    let consul = tokio::time::timeout(
-        Duration::from_secs(20),
-        crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr)),
-    )
-    .await
-    .expect("reading stops at the cap");
-    let e = consul.unwrap_err().to_string();
-    assert!(e.contains("maxBodyBytes"), "{e}");
+    capped_connect_error(crate::consul::ConsulRegistry::connect(&config(
+        "consul",
+        "serverAddr",
+        &addr,
+    )))
+    .await;
     let url = format!("http://meshline:{SECRET}@{addr}/eureka");
-    let eureka = tokio::time::timeout(
-        Duration::from_secs(20),
-        crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url)),
-    )
-    .await
-    .expect("reading stops at the cap");
-    let e = eureka.unwrap_err().to_string();
-    assert!(e.contains("maxBodyBytes"), "{e}");
+    let e = capped_connect_error(crate::eureka::EurekaRegistry::connect(&config(
+        "eureka",
+        "serviceUrl",
+        &url,
+    )))
+    .await;
     assert!(!e.contains(SECRET), "the password is in the error: {e}");
+}
+
+/// The error of registering an instance with `registry`, which the hostile server
+/// refuses with a megabyte of text: checked to be short (the body is truncated).
+async fn short_register_error(registry: &impl RegistryService) -> String {
+    let e = registry
+        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.len() < 1024, "{} bytes", e.len());
+    e
 }
 
 #[tokio::test]
@@ -78,22 +102,12 @@ async fn error_bodies_are_truncated_and_urls_redacted() {
     let eureka = crate::eureka::EurekaRegistry::connect(&config("eureka", "serviceUrl", &url))
         .await
         .unwrap();
-    let e = eureka
-        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.len() < 1024, "{} bytes", e.len());
+    let e = short_register_error(&eureka).await;
     assert!(e.contains("500"), "{e}");
     assert!(!e.contains(SECRET), "the password is in the error: {e}");
     assert!(!format!("{eureka:?}").contains(SECRET));
     let consul = crate::consul::ConsulRegistry::connect(&config("consul", "serverAddr", &addr))
         .await
         .unwrap();
-    let e = consul
-        .register("c", &Instance::parse("10.0.0.1:8091").unwrap())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.len() < 1024, "{} bytes", e.len());
+    short_register_error(&consul).await;
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{ConsulSettings, Inner, KIND};
 pub(super) use crate::common::CallError;
-use crate::common::{error_chain, read_capped, split_addrs};
+use crate::common::{call_url, error_chain, read_capped, split_addrs, with_json_body};
 
 /// Timeout of every non-blocking request.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -109,17 +109,12 @@ impl Agent {
 
     fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
         let mut url = self.base.clone();
+        // A base with a trailing slash (`http://host:8500/consul/`) ends in an empty
+        // segment: the call's path replaces it rather than following it.
         if let Ok(mut p) = url.path_segments_mut() {
             p.pop_if_empty();
-            p.extend(segments);
         }
-        if !query.is_empty() {
-            let mut q = url.query_pairs_mut();
-            for (k, v) in query {
-                q.append_pair(k, v);
-            }
-        }
-        url
+        call_url(url, segments, query)
     }
 
     /// One HTTP call; `Ok` carries the body and the `X-Consul-Index` (0 when absent).
@@ -133,10 +128,7 @@ impl Agent {
     ) -> Result<(Vec<u8>, u64), CallError> {
         let (status, bytes, index) = self.send(method, segments, query, body, timeout).await?;
         if status != StatusCode::OK {
-            return Err(CallError::Status(
-                status,
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ));
+            return Err(CallError::status(status, &bytes));
         }
         Ok((bytes, index))
     }
@@ -159,12 +151,7 @@ impl Agent {
         if let Some(t) = &self.token {
             req = req.header("X-Consul-Token", t.expose());
         }
-        if let Some(b) = body {
-            req = req
-                .header("Content-Type", "application/json")
-                .body(b.to_string());
-        }
-        let resp = req
+        let resp = with_json_body(req, body)
             .send()
             .await
             .map_err(|e| CallError::Transport(error_chain(&e)))?;
@@ -188,30 +175,17 @@ impl Inner {
         self.agent.server()
     }
 
-    /// One call to the agent ([`Agent::call`]).
-    pub(super) async fn call(
-        &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
-        timeout: Duration,
-    ) -> Result<(Vec<u8>, u64), CallError> {
-        self.agent
-            .call(method, segments, query, body, timeout)
-            .await
-    }
-
     pub(super) async fn put_registration(&self, body: &Value) -> Result<(), CallError> {
-        self.call(
-            Method::PUT,
-            &["v1", "agent", "service", "register"],
-            &[],
-            Some(body),
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
+        self.agent
+            .call(
+                Method::PUT,
+                &["v1", "agent", "service", "register"],
+                &[],
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// `PUT /v1/agent/service/deregister/<id>`. The agent's 404 "Unknown service ID"
@@ -219,6 +193,7 @@ impl Inner {
     /// already gone: that is success, not a removal to retry.
     pub(super) async fn deregister(&self, id: &str) -> Result<(), CallError> {
         match self
+            .agent
             .call(
                 Method::PUT,
                 &["v1", "agent", "service", "deregister", id],

@@ -89,9 +89,7 @@ impl Agent {
                     Ok(KvRead { value: None, index })
                 }
             },
-            other => Err(
-                CallError::Status(other, String::from_utf8_lossy(&body).into_owned()).describe(),
-            ),
+            other => Err(CallError::status(other, &body).describe()),
         }
     }
 }

@@ -35,6 +35,7 @@ impl Inner {
             timeout = self.wait + self.wait / 16 + BLOCKING_MARGIN;
         }
         let (body, index) = self
+            .agent
             .call(
                 Method::GET,
                 &["v1", "health", "service", cluster],

@@ -20,6 +20,7 @@ pub(super) async fn keeper(inner: Arc<Inner>) {
         let cid = parse::check_id(&id);
         let path = ["v1", "agent", "check", "pass", &cid];
         match inner
+            .agent
             .call(Method::PUT, &path, &[], None, REQUEST_TIMEOUT)
             .await
         {

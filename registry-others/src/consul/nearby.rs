@@ -29,6 +29,7 @@ pub(super) async fn nearby(
     cluster: &str,
 ) -> Result<Vec<Nearby>, RegistryError> {
     let (body, _) = inner
+        .agent
         .call(
             Method::GET,
             &["v1", "catalog", "services"],

@@ -102,14 +102,7 @@ pub(crate) fn parse_entry(entry: &Value) -> Result<Instance, String> {
         inst = inst.with_weight(w);
     }
     if let Some(m) = meta {
-        for (k, v) in m {
-            if let Some(s) = v.as_str() {
-                if k == "zone" && !s.is_empty() {
-                    inst = inst.with_zone(s);
-                }
-                inst = inst.with_metadata(k.clone(), s);
-            }
-        }
+        inst = crate::common::with_json_metadata(inst, m);
     }
     Ok(inst)
 }

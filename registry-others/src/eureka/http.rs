@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::Inner;
 pub(super) use crate::common::CallError;
-use crate::common::{error_chain, read_capped, split_addrs};
+use crate::common::{call_url, error_chain, read_capped, split_addrs, with_json_body};
 use meshline_registry_core::redact::redact_userinfo;
 
 /// Timeout of every request.
@@ -80,27 +80,13 @@ impl Inner {
         let mut last = String::new();
         for k in 0..n {
             let i = (first + k) % n;
-            let mut url = self.urls[i].clone();
-            if let Ok(mut p) = url.path_segments_mut() {
-                p.extend(segments);
-            }
-            if !query.is_empty() {
-                let mut q = url.query_pairs_mut();
-                for (k, v) in query {
-                    q.append_pair(k, v);
-                }
-            }
-            let mut req = self
+            let url = call_url(self.urls[i].clone(), segments, query);
+            let req = self
                 .http
                 .request(method.clone(), url)
                 .timeout(REQUEST_TIMEOUT)
                 .header("Accept", "application/json");
-            if let Some(b) = body {
-                req = req
-                    .header("Content-Type", "application/json")
-                    .body(b.to_string());
-            }
-            let resp = match req.send().await {
+            let resp = match with_json_body(req, body).send().await {
                 Ok(r) => r,
                 Err(e) => {
                     last = self.failure(i, &e);
@@ -149,10 +135,7 @@ impl Inner {
         if ok.contains(&status) {
             Ok((status, bytes))
         } else {
-            Err(CallError::Status(
-                status,
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ))
+            Err(CallError::status(status, &bytes))
         }
     }
 

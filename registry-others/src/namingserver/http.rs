@@ -173,12 +173,7 @@ fn serves(node: &Value, term: i64) -> bool {
 /// `{clusterList:[{clusterName, unitData:[{unitName, namingInstanceList:[Node]}]}], term}`,
 /// keeping the nodes that serve (see [`serves`]).
 pub(super) fn parse_discovery(vgroup: &str, body: &[u8]) -> Result<Discovered, String> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("discovery of `{vgroup}` is not JSON: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("discovery of `{vgroup}` is not a JSON object"))?;
-    let term = obj.get("term").and_then(Value::as_i64).unwrap_or(0);
+    let (obj, term) = crate::seata_http::parse_answer("discovery", vgroup, body)?;
     let clusters = match obj.get("clusterList") {
         None | Some(Value::Null) => &[][..],
         Some(Value::Array(a)) => a.as_slice(),

@@ -110,13 +110,10 @@ mod shipped_tests {
     /// Seata's shipped files carry a `registry.seata` section: it reads with no warning.
     #[test]
     fn seata_shipped_files_read_without_warnings() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let mut c = meshline_testkit::seata_shipped(name);
-            c.registry
-                .section_mut("seata")
-                .set("serverAddr", "127.0.0.1:8081");
-            let s = NamingserverSettings::from_config(&c).unwrap();
-            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
-        }
+        crate::seata_http::assert_shipped_files_read_without_warnings(
+            "seata",
+            "127.0.0.1:8081",
+            |c| NamingserverSettings::from_config(c).unwrap().warnings,
+        );
     }
 }

@@ -23,12 +23,7 @@ impl Metadata {
     /// such raft group, or no leader right now (`ClusterController.cluster` only fills
     /// it when a leader is known). Malformed nodes are skipped with a warning.
     pub(crate) fn parse(group: &str, body: &[u8]) -> Result<Metadata, String> {
-        let v: Value = serde_json::from_slice(body)
-            .map_err(|e| format!("metadata of `{group}` is not JSON: {e}"))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| format!("metadata of `{group}` is not a JSON object"))?;
-        let term = obj.get("term").and_then(Value::as_i64).unwrap_or(0);
+        let (obj, term) = crate::seata_http::parse_answer("metadata", group, body)?;
         let store_mode = obj
             .get("storeMode")
             .and_then(Value::as_str)

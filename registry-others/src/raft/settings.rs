@@ -115,16 +115,13 @@ mod shipped_tests {
     use super::*;
 
     /// Seata's shipped files carry a `registry.raft` section: it reads with no warning.
+    /// (application.yml leaves `server-addr` empty, an error when raft is used.)
     #[test]
     fn seata_shipped_files_read_without_warnings() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            // application.yml leaves `server-addr` empty (an error when raft is used).
-            let mut c = meshline_testkit::seata_shipped(name);
-            c.registry
-                .section_mut("raft")
-                .set("serverAddr", "127.0.0.1:7091");
-            let s = RaftSettings::from_config(&c).unwrap();
-            assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
-        }
+        crate::seata_http::assert_shipped_files_read_without_warnings(
+            "raft",
+            "127.0.0.1:7091",
+            |c| RaftSettings::from_config(c).unwrap().warnings,
+        );
     }
 }

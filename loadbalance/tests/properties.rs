@@ -165,10 +165,14 @@ proptest! {
         small.update(&cluster(&vec![1; n]));
         let big = Balancer::new(Arc::new(JumpHashLoadBalance));
         big.update(&cluster(&vec![1; n + 1]));
-        let keys = 4000u64;
+        // The keys go through a finaliser so they behave as independent draws, which the
+        // binomial bound below assumes: an arithmetic progression of keys stays one
+        // through jump's affine step, and for some (n, seed) pairs lands on the new
+        // bucket several sigma too seldom.
+        let keys = 20_000u64;
         let mut moved = 0u64;
         for k in 0..keys {
-            let req = PickRequest::default().with_hash(seed.wrapping_add(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+            let req = PickRequest::default().with_hash(meshline_loadbalance::hash::mix64(seed.wrapping_add(k)));
             let a = small.pick(&req).unwrap();
             let b = big.pick(&req).unwrap();
             if a.index() != b.index() {
@@ -178,8 +182,11 @@ proptest! {
         }
         let share = 1.0 / (n as f64 + 1.0);
         let frac = moved as f64 / keys as f64;
-        prop_assert!((frac - share).abs() <= 4.0 * (share * (1.0 - share) / keys as f64).sqrt() + 1e-9,
-            "{frac} vs {share}");
+        // Five sigma: about one false alarm in 70 000 runs of this test's 24 cases, and
+        // still within a quarter of the share (n < 60), so moving half or twice the
+        // keys it should fails.
+        prop_assert!((frac - share).abs() <= 5.0 * (share * (1.0 - share) / keys as f64).sqrt() + 1e-9,
+            "{frac} of the keys moved, the new bucket's share is {share}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 #                             TLS feature uses reqwest's native-tls for its HTTP login)
 #   (the other TLS tests need nothing new: Debian's redis-server and etcd serve TLS, and
 #    their certificates are generated at test time by rcgen)
-#   chromium                : headless browser for examples/gateway/tests/browser.rs (the
+#   chromium                : headless browser for examples/gateway/tests/suite/browser.rs (the
 #                             gateway's WebSocket page as a real browser client)
 #   iproute2 nftables       : test networks (meshline_testkit::net): hosts in their own
 #                             network namespaces, links blackholed by an nftables rule
@@ -21,7 +21,7 @@
 #                             testkit starts a throwaway server of each in a temp dir; the
 #                             packages' own services are not used)
 #   python3                 : the gateway's second client (examples/gateway/clients/python, run
-#                             by examples/gateway/tests/gateway_python.rs; standard library only)
+#                             by examples/gateway/tests/suite/gateway_python.rs; standard library only)
 set -euo pipefail
 
 SUDO=""

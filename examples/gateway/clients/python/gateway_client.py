@@ -16,7 +16,7 @@ frame (section 2), AUTH / RESUME / PING and the module-0 frames (section 4), the
 or run it: `gateway_client.py --port 7000 --secret change-me --scenario` plays a
 scenario against a gateway in front of the example game backend (auth, refusal, chat,
 room, resume with replay, kick, ping) and exits 0 when every step saw what the document
-says; each step prints `ok <step>`. examples/gateway/tests/gateway_python.rs runs it.
+says; each step prints `ok <step>`. examples/gateway/tests/suite/gateway_python.rs runs it.
 """
 
 import argparse

@@ -14,7 +14,7 @@
 //!
 //! The whole protocol, module 0 and the example game's modules, every code and limit,
 //! is written for client developers in `docs/gateway-protocol.md`; a test
-//! (`examples/gateway/tests/gateway_protocol_doc.rs`) checks that document's tables against
+//! (`examples/gateway/tests/suite/gateway_protocol_doc.rs`) checks that document's tables against
 //! the constants here ([`op::ALL`], [`FLAGS`], [`Refusal`](super::admission::Refusal),
 //! [`Kick`](super::kick::Kick)).
 //!

@@ -3,12 +3,10 @@
 //! registry and refuses connections, the WebSocket upgrade names the gateway in a
 //! cookie, and the `gateway` program drains and exits 0 on SIGTERM.
 
-mod gateway_world;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline::RegistryService;
 use meshline_example_gateway::roaming::{Gateways, RoamOptions, RoamingClient, TokenSource};
 use meshline_testkit::net::{FaultProxy, Faults};

@@ -1,9 +1,8 @@
 //! Every way the gateway ends an admitted client's connection says why: a `KICK` frame
 //! with its code (docs/gateway-protocol.md), the last frame before the close. One test
 //! per code, each read by a client; and the duplicate-login policies.
-mod gateway_world;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline_example_gateway::gateway::kick::Kick;
 use meshline_example_gateway::gateway::session::DuplicateLogin;
 

@@ -1,9 +1,8 @@
 //! The per-session push buffer: reliable pushes are numbered; a client that resumes says
 //! the last number it got and receives what it missed, once, in order; what the buffer
 //! no longer holds is reported as a `GAP`.
-mod gateway_world;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline_example_gateway::gateway::session::pushes::PushLimits;
 
 /// The next `n` chat pushes of `p`: (number, text).

@@ -2,9 +2,8 @@
 //! `join` / `leave`, `unbind`, `enable` after `disable`, and `load` over 90 refusing new
 //! sessions (`kick` with and without `keep` is in gateway_kicks.rs). Each command is
 //! one-way: the tests wait for its effect, never for a fixed time.
-mod gateway_world;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline::InstanceKey;
 
 /// Sends `cmd` from `backend` on every connection the gateway holds to it.

@@ -15,7 +15,7 @@ use meshline_example_gateway::gateway::kick::Kick;
 use meshline_example_gateway::gateway::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use meshline_example_gateway::gateway::settings::{GatewaySettings, ModuleKind};
 
-const DOC: &str = include_str!("../../../docs/gateway-protocol.md");
+const DOC: &str = include_str!("../../../../docs/gateway-protocol.md");
 
 /// The rows of the table after `<!-- table: name -->`: cells trimmed, the header and
 /// the separator row left out.

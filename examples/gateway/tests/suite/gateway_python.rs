@@ -7,11 +7,10 @@
 //!
 //! Needs `python3` (3.8 or newer; standard library only). Without it the test fails:
 //! scripts/install-test-deps.sh installs it.
-mod gateway_world;
 
 use std::process::Stdio;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline_example_gateway::gateway::session::DuplicateLogin;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

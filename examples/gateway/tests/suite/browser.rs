@@ -21,8 +21,6 @@
 //! Needs Debian's `chromium` (scripts/install-test-deps.sh installs it, `$CHROMIUM`
 //! names another). Without it the test fails: a browser test that can skip is not a test.
 
-mod gateway_world;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +38,7 @@ use meshline_example_gateway::gateway::admission::{Refusal, TokenMinter};
 use meshline_example_gateway::gateway::settings::{GatewaySettings, ModuleKind};
 use meshline_example_gateway::memory_registry::MemoryRegistry;
 
-use gateway_world::{route, wait_alive};
+use crate::gateway_world::{route, wait_alive};
 
 const SECRET: &str = "browser-secret";
 

@@ -1,9 +1,7 @@
 //! Sessions across connections and gateways: resume on the same gateway, the Redis
 //! session store, and what happens when it is down.
 
-mod gateway_world;
-
-use gateway_world::*;
+use crate::gateway_world::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_resumes_on_the_same_gateway_with_its_bindings() {

@@ -2,13 +2,12 @@
 //! holding requests while a backend restarts (and replaying them in order), the hold's
 //! bounds, and load shedding; in-process on loopback, with real TCP clients and game
 //! backends found through an in-memory registry.
-mod gateway_world;
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 
+use crate::gateway_world::*;
 use futures_util::future::join_all;
-use gateway_world::*;
 use meshline::rpc::limits::BreakerState;
 use meshline::rpc::{InboundRequest, Payload, Server};
 use meshline::{Instance, RegistryService};

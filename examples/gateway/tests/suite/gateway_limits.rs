@@ -3,13 +3,12 @@
 //! loopback on Linux) get in, the allow-list's higher limit, per-account and per-opcode
 //! message limits answered `rate limited` on a connection that stays, sustained abuse
 //! cut; the login queue's positions, ETAs, FIFO order, leavers and overflow.
-mod gateway_world;
 
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 use meshline_example_gateway::client::{Connector, QueueStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

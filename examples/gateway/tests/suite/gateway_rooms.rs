@@ -1,11 +1,10 @@
 //! Keyed modules (`kind: keyed`, the example's rooms): a room lives on one backend
 //! whichever gateway its members use, and when that backend dies the room moves to
 //! another one and every member is told (`MOVED`), on both gateways.
-mod gateway_world;
 
 use std::collections::{HashMap as Map, HashSet};
 
-use gateway_world::*;
+use crate::gateway_world::*;
 
 /// `<room> snapshot <n>` -> (room, n).
 fn snapshot(f: &ClientFrame) -> (String, u64) {

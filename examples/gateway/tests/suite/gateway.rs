@@ -1,8 +1,7 @@
 //! The example gateway end to end, in-process on loopback: real TCP clients, the
 //! gateway, game backends found through an in-memory registry.
-mod gateway_world;
 
-use gateway_world::*;
+use crate::gateway_world::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_accepts_valid_tokens_and_refuses_forged_expired_replayed_and_late() {

@@ -2,7 +2,7 @@
 //! One test per behaviour; each names the Seata source it follows (the table is in
 //! docs/seata-compat.md, "The example TC beside Seata's").
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

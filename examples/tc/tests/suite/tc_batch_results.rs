@@ -8,7 +8,7 @@
 //! meshline's, with a phase-two handler that holds each commit until the test lets it
 //! go.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

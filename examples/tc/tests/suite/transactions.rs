@@ -1,7 +1,7 @@
 //! Global transactions end to end: meshline's TM and RMs against the in-memory TC,
 //! phase two seen at the RMs, locks, timeouts, batching on and off.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! (phase two at both RMs), rollback, a lock conflict, batching, and v1 clients beside
 //! them.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! RpcClient against real `tc-server` processes killed with SIGKILL.
 
-mod common;
-mod tx_world;
+use crate::common;
+use crate::tx_world;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! 0x2), as a Seata client so configured sends them: the example TC reads them and
 //! answers in the request's codec and compressor, through a whole transaction.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! single key), and an unreachable centre is an error naming the address.
 #![cfg(all(feature = "etcd", feature = "file"))]
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -3,7 +3,7 @@
 //! commit) or cancel (on rollback) with the try's parameters back; a try outside a
 //! transaction, and one whose branch the TC refuses, never run.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

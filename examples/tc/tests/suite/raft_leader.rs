@@ -18,7 +18,7 @@
 //!   answers at most one per caller (the begins already sent when it stepped down),
 //!   and the TCs that were always followers get none.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,7 @@
 //! node).
 #![cfg(all(feature = "zookeeper", feature = "file"))]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! TC killed before or during a commit, bad input to a real `tc-server`, compressed
 //! traffic both ways.
 
-mod common;
-mod tx_world;
+use crate::common;
+use crate::tx_world;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! file, and a Discovery asked for another group finds its mapping in etcd.
 #![cfg(all(feature = "etcd", feature = "file"))]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! block, a block dropped before its end, a block that outlives its timeout, and a
 //! begin the TC refuses.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! id and the handler's status; UndoLogDelete (one-way) reaches the handler and is not
 //! answered; a handler's error is a failed answer with a retryable status.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

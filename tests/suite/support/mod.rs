@@ -1,8 +1,8 @@
-//! What the config-centre tests (`tests/centre_*.rs`) share: Seata's keys as they are
+//! What the config-centre tests (`tests/suite/centre_*.rs`) share: Seata's keys as they are
 //! stored in a centre, the "a Discovery follows a vgroupMapping change" measurement,
 //! and a process-wide log capture for the secret checks.
 //!
-//! Each test binary uses part of it.
+//! Each centre test uses part of it.
 #![allow(dead_code)]
 
 use meshline::loadbalance::LoadBalanceConfig;

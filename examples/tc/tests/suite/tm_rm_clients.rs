@@ -3,7 +3,7 @@
 //! BranchCommit; the same with a rollback; and an RM that fails its first answer is
 //! retried by the TC.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};

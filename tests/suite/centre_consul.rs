@@ -7,7 +7,7 @@
 //! shows in errors or logs.
 #![cfg(all(feature = "consul", feature = "file"))]
 
-mod support;
+use crate::support;
 
 use meshline::centre::live_config;
 use meshline_testkit::{ConsulDouble, ConsulDoubleOptions};

@@ -4,7 +4,7 @@
 //! commit reaches both branches at their RM. A request with no transaction, or with a
 //! header that is not an XID, is handled outside any.
 
-mod tx_world;
+use crate::tx_world;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! that knows the message (2.7.0 and later), as Seata's RM does on shutdown; a TC of an
 //! older version is not sent it (a 2.6 TC cannot decode it).
 
-mod tx_world;
+use crate::tx_world;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

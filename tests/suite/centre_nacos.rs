@@ -6,7 +6,7 @@
 //! password (refused with 403 "unknown user!") never shows in errors or logs.
 #![cfg(all(feature = "nacos", feature = "file"))]
 
-mod support;
+use crate::support;
 
 use meshline::centre::live_config;
 use meshline_testkit::Rnacos;

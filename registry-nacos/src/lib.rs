@@ -102,8 +102,8 @@
 //!
 //! ## Convergence (measured)
 //!
-//! See the crate's tests (`tests/nacos.rs`, `convergence`): figures are printed by
-//! `cargo test -p meshline-registry-nacos --test nacos convergence -- --nocapture`.
+//! See the crate's tests (`tests/suite/nacos.rs`, `convergence`): figures are printed by
+//! `cargo test -p meshline-registry-nacos --test suite nacos::convergence -- --nocapture`.
 
 #![warn(missing_docs)]
 

@@ -2,7 +2,7 @@
 //! testkit): the conformance suite, then what is Nacos's own (Seata's layout with raw
 //! nacos-sdk clients, convergence, credentials).
 
-mod support;
+use crate::support;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! suite as the second Nacos flavour, Seata's layout seen across the two protocols,
 //! and the heartbeat that keeps a 1.x registration alive.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

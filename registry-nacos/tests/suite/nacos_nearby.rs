@@ -3,7 +3,7 @@
 //! `registry.nacos.*` keys that select it (a TC registered in group `SEATA_GROUP` while
 //! the client reads `DEFAULT_GROUP`: the doctor names `SEATA_GROUP` and the key to set).
 
-mod support;
+use crate::support;
 
 use meshline_registry_core::config::ConfigLoader;
 use meshline_registry_core::{Config, Instance, Nearby, RegistryService};

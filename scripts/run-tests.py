@@ -117,9 +117,17 @@ class Binary:
 
     @functools.cached_property
     def _text(self):
-        """The test source (None when unreadable), read once: every phase's rule asks."""
+        """The test source (None when unreadable), read once: every phase's rule asks.
+
+        A binary whose main file is `<dir>/main.rs` (a package's `tests/suite/`, whose
+        test files are modules of one binary) is all the `.rs` files under `<dir>`: a
+        marker in any of its modules places the whole binary, since the binary is what
+        a phase runs."""
         try:
-            return self.src.read_text(errors="replace")
+            if self.src.name != "main.rs":
+                return self.src.read_text(errors="replace")
+            return "\n".join(
+                f.read_text(errors="replace") for f in sorted(self.src.parent.rglob("*.rs")))
         except OSError:
             return None
 

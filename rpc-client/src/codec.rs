@@ -130,6 +130,27 @@ pub struct Frame {
     pub body: Bytes,
 }
 
+/// The bytes a frame of `head` and a body of `body_len` bytes takes on the wire, or
+/// why it cannot be written under `max_len` (its head's length field is an i16).
+pub(crate) fn framed_len(
+    head: &HeadMap,
+    body_len: usize,
+    max_len: usize,
+) -> Result<usize, FrameError> {
+    let head_len = HEADER_LEN + head.encoded_len()?;
+    if head_len > i16::MAX as usize {
+        return Err(FrameError::HeadTooLong { len: head_len });
+    }
+    let full = head_len + body_len;
+    if full > max_len {
+        return Err(FrameError::TooLong {
+            len: full,
+            max: max_len,
+        });
+    }
+    Ok(full)
+}
+
 impl Frame {
     /// A heartbeat PING with the Seata codec and no compression.
     pub fn ping(request_id: u32) -> Frame {
@@ -158,19 +179,7 @@ impl Frame {
 
     /// Total bytes on the wire, or why the frame cannot be written under `max_len`.
     pub fn encoded_len(&self, max_len: usize) -> Result<usize, FrameError> {
-        let head = self.head.encoded_len()?;
-        let head_len = HEADER_LEN + head;
-        if head_len > i16::MAX as usize {
-            return Err(FrameError::HeadTooLong { len: head_len });
-        }
-        let full = head_len + self.body.len();
-        if full > max_len {
-            return Err(FrameError::TooLong {
-                len: full,
-                max: max_len,
-            });
-        }
-        Ok(full)
+        framed_len(&self.head, self.body.len(), max_len)
     }
 
     /// Appends the frame to `dst` (after [`encoded_len`](Self::encoded_len) checks).

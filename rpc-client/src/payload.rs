@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use crate::codec::{
     CODEC_PROTOBUF, CODEC_SEATA, COMPRESSOR_NONE, DEFAULT_MAX_FRAME_LEN, Frame, FrameError,
-    HEADER_LEN, HeadMap, MessageType,
+    HeadMap, MessageType, framed_len,
 };
 use crate::compress::Compressor;
 use crate::message::{MessageError, SeataMessage};
@@ -208,16 +208,5 @@ impl From<Bytes> for Payload {
 /// Checks that `payload` can be framed under `max_frame_len`, so the writer never
 /// meets an unframeable request and the caller gets the reason.
 pub(crate) fn check(payload: &Payload, max_frame_len: usize) -> Result<(), FrameError> {
-    let head_len = HEADER_LEN + payload.head.encoded_len()?;
-    if head_len > i16::MAX as usize {
-        return Err(FrameError::HeadTooLong { len: head_len });
-    }
-    let full = head_len + payload.body.len();
-    if full > max_frame_len {
-        return Err(FrameError::TooLong {
-            len: full,
-            max: max_frame_len,
-        });
-    }
-    Ok(())
+    framed_len(&payload.head, payload.body.len(), max_frame_len).map(drop)
 }

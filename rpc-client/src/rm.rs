@@ -144,12 +144,17 @@ impl ResourceManager {
         lock_keys: Option<&str>,
         application_data: Option<&str>,
     ) -> Result<i64, TransactionError> {
+        // Every attempt sends the same request.
+        let msg = SeataMessage::BranchRegister(BranchRegisterRequest {
+            xid: xid.to_string(),
+            branch_type,
+            resource_id: resource_id.to_string(),
+            lock_key: lock_keys.map(str::to_string),
+            application_data: application_data.map(str::to_string),
+        });
         let mut retries_left = self.options.lock_retry_times;
         loop {
-            match self
-                .register_once(xid, branch_type, resource_id, lock_keys, application_data)
-                .await
-            {
+            match self.register_once(xid, &msg).await {
                 Err(e)
                     if retries_left > 0
                         && e.exception_code() == TransactionExceptionCode::LockKeyConflict
@@ -164,23 +169,11 @@ impl ResourceManager {
         }
     }
 
-    async fn register_once(
-        &self,
-        xid: &str,
-        branch_type: BranchType,
-        resource_id: &str,
-        lock_keys: Option<&str>,
-        application_data: Option<&str>,
-    ) -> Result<i64, TransactionError> {
+    /// One attempt of [`branch_register`](Self::branch_register): `msg` is its
+    /// `BranchRegister` request for `xid`.
+    async fn register_once(&self, xid: &str, msg: &SeataMessage) -> Result<i64, TransactionError> {
         const OP: &str = "branch register";
-        let msg = SeataMessage::BranchRegister(BranchRegisterRequest {
-            xid: xid.to_string(),
-            branch_type,
-            resource_id: resource_id.to_string(),
-            lock_key: lock_keys.map(str::to_string),
-            application_data: application_data.map(str::to_string),
-        });
-        let answer = exchange(&self.client, OP, Some(xid), xid, &msg, None).await?;
+        let answer = exchange(&self.client, OP, Some(xid), xid, msg, None).await?;
         let SeataMessage::BranchRegisterResponse(r) = &answer.message else {
             return Err(answer.unexpected(OP, "BranchRegisterResponse"));
         };

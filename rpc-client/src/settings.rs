@@ -382,6 +382,14 @@ impl TransportConfig {
     }
 }
 
+/// Sets `target` to the value of a key that is present (`Some`) and leaves it as it is
+/// otherwise: how every `apply` here lets an absent key keep the option's value.
+pub(crate) fn set_present<T>(target: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *target = v;
+    }
+}
+
 /// `true`/`yes`/`on`/`1` or `false`/`no`/`off`/`0`, any case.
 pub(super) fn parse_bool(v: &str) -> Result<bool, String> {
     match v.trim().to_ascii_lowercase().as_str() {

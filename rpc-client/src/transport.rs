@@ -66,6 +66,7 @@ use meshline_registry_core::{Config, RegistryError};
 use crate::TransportConfig;
 use crate::codec::{DEFAULT_MAX_FRAME_LEN, HEADER_LEN};
 use crate::compress::Compressor;
+use crate::settings::set_present;
 
 /// Per-connection limits (see the [module docs](self) for why each exists).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,21 +189,13 @@ impl TransportOptions {
 
     /// Applies the limits `t` sets (every other field is left as it is).
     pub fn apply_transport(&mut self, t: &TransportConfig) {
-        if let Some(v) = t.max_frame_length {
-            self.max_frame_len = v;
-        }
-        if let Some(v) = t.request_queue_bytes {
-            self.request_queue_bytes = v;
-        }
-        if let Some(v) = t.response_queue_bytes {
-            self.response_queue_bytes = v;
-        }
+        set_present(&mut self.max_frame_len, t.max_frame_length);
+        set_present(&mut self.request_queue_bytes, t.request_queue_bytes);
+        set_present(&mut self.response_queue_bytes, t.response_queue_bytes);
         if let Some(v) = t.write_timeout {
             self.write_timeout = (!v.is_zero()).then_some(v);
         }
-        if let Some(v) = t.max_inbound_requests {
-            self.max_inbound_requests = v;
-        }
+        set_present(&mut self.max_inbound_requests, t.max_inbound_requests);
         // Checked when the keys were read: an unknown name (or 7z) is an error there,
         // naming the key.
         self.compressor = Compressor::from_name(&t.compressor).unwrap_or_default();

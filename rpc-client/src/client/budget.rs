@@ -96,27 +96,27 @@ impl std::fmt::Debug for Retries {
 mod tests {
     use super::*;
 
+    /// A budget of `percent` with no floor (only calls earn retries), after `calls`
+    /// calls have deposited into it.
+    fn deposited(percent: f32, calls: usize) -> Retries {
+        let r = Retries::new(&RetryBudget {
+            percent,
+            min_per_second: 0,
+            ..RetryBudget::default()
+        });
+        for _ in 0..calls {
+            r.deposit();
+        }
+        r
+    }
+
     /// A ratio of 50 % over a batch of calls: 32 calls deposit two batches, worth 16
     /// retries, beside the floor; with no floor and no ratio nothing is ever granted.
     #[tokio::test]
     async fn deposits_in_batches_grant_the_ratio_of_the_calls() {
-        let none = Retries::new(&RetryBudget {
-            percent: 0.0,
-            min_per_second: 0,
-            ..RetryBudget::default()
-        });
-        for _ in 0..100 {
-            none.deposit();
-        }
+        let none = deposited(0.0, 100);
         assert!(!none.withdraw());
-        let half = Retries::new(&RetryBudget {
-            percent: 50.0,
-            min_per_second: 0,
-            ..RetryBudget::default()
-        });
-        for _ in 0..15 {
-            half.deposit();
-        }
+        let half = deposited(50.0, 15);
         assert!(!half.withdraw(), "15 calls: no batch deposited yet");
         for _ in 0..17 {
             half.deposit();

@@ -14,6 +14,7 @@ use super::slow_start::SlowStart;
 use crate::TransportConfig;
 use crate::limits::CallLimits;
 use crate::outcome::Classifier;
+use crate::settings::set_present;
 use crate::transport::{Probe, TransportOptions};
 
 /// The default cap on how many members of a cluster a client connects to
@@ -183,12 +184,8 @@ impl ClientOptions {
     pub fn apply_transport(&mut self, t: &TransportConfig) {
         self.request_timeout = t.rpc_tm_request_timeout;
         self.heartbeat = t.heartbeat;
-        if let Some(v) = t.heartbeat_interval {
-            self.write_idle = v;
-        }
-        if let Some(v) = t.heartbeat_timeout {
-            self.read_idle = v;
-        }
+        set_present(&mut self.write_idle, t.heartbeat_interval);
+        set_present(&mut self.read_idle, t.heartbeat_timeout);
         match (t.probe_after, t.probe_timeout) {
             (Some(a), _) if a.is_zero() => self.probe = None,
             (None, None) => {}
@@ -200,25 +197,18 @@ impl ClientOptions {
                 });
             }
         }
-        if let Some(v) = t.eject_after_failures {
-            self.eject_after_failures = v;
-        }
-        if let Some(v) = t.ejection_time {
-            self.ejection_time = v;
-        }
+        set_present(&mut self.eject_after_failures, t.eject_after_failures);
+        set_present(&mut self.ejection_time, t.ejection_time);
         t.outlier.apply(&mut self.outlier);
         t.limits.apply(&mut self.limits);
         t.slow_start.apply(&mut self.slow_start);
         t.hedge.apply(&mut self.hedging);
-        if let Some(v) = t.retry_budget_percent {
-            self.retry_budget.percent = v;
-        }
-        if let Some(v) = t.retry_budget_min_per_second {
-            self.retry_budget.min_per_second = v;
-        }
-        if let Some(v) = t.retry_budget_ttl {
-            self.retry_budget.ttl = v;
-        }
+        set_present(&mut self.retry_budget.percent, t.retry_budget_percent);
+        set_present(
+            &mut self.retry_budget.min_per_second,
+            t.retry_budget_min_per_second,
+        );
+        set_present(&mut self.retry_budget.ttl, t.retry_budget_ttl);
         if let Some(k) = t.max_connected_members {
             self.subset_size = (k > 0).then_some(k);
         }

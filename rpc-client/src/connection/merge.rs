@@ -127,12 +127,7 @@ pub(super) fn write_merged(
         }
     }
     if ready.len() == 1 {
-        let mut f = ready.pop().expect("one frame");
-        prepare_request(shared, &mut f);
-        if let Err(e) = shared.put(&f, buf) {
-            tracing::error!(error = %e, "dropping unframeable request");
-            pending.remove(&f.request_id);
-        }
+        put_lone(shared, ready.pop().expect("one frame"), pending, buf);
         return;
     }
     // Envelope overhead: frame header, type code, length, count.
@@ -163,6 +158,21 @@ pub(super) fn write_merged(
     }
 }
 
+/// A request with nothing to merge it with, framed alone into `buf`; one that cannot be
+/// framed is dropped and its caller's slot freed.
+fn put_lone(
+    shared: &Shared,
+    mut f: Frame,
+    pending: &mut HashMap<u32, oneshot::Sender<Outcome>>,
+    buf: &mut BytesMut,
+) {
+    prepare_request(shared, &mut f);
+    if let Err(e) = shared.put(&f, buf) {
+        tracing::error!(error = %e, "dropping unframeable request");
+        pending.remove(&f.request_id);
+    }
+}
+
 /// One merged frame (or the lone request) into `buf`.
 fn flush(
     shared: &Shared,
@@ -172,12 +182,7 @@ fn flush(
     buf: &mut BytesMut,
 ) {
     if chunk.len() == 1 {
-        let mut f = chunk.pop().expect("one frame");
-        prepare_request(shared, &mut f);
-        if let Err(e) = shared.put(&f, buf) {
-            tracing::error!(error = %e, "dropping unframeable request");
-            pending.remove(&f.request_id);
-        }
+        put_lone(shared, chunk.pop().expect("one frame"), pending, buf);
         return;
     }
     let ids: Vec<u32> = chunk.iter().map(|f| f.request_id).collect();

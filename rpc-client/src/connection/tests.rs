@@ -69,6 +69,20 @@ async fn to_deaf_peer(c: ConnConfig) -> (Connection, TcpStream) {
     (conn, s2.unwrap().0)
 }
 
+/// A connection to a deaf peer with the default transport options as `configure`
+/// changes them, and no write deadline: a write that fills the socket's buffers stays
+/// stuck while the test looks at the queues.
+async fn to_deaf_peer_without_deadline(
+    configure: impl FnOnce(&mut TransportOptions),
+) -> (Connection, TcpStream) {
+    let mut t = TransportOptions {
+        write_timeout: None,
+        ..TransportOptions::default()
+    };
+    configure(&mut t);
+    to_deaf_peer(config(t)).await
+}
+
 async fn until(limit: Duration, f: impl FnMut() -> bool) -> bool {
     meshline_testkit::until(limit, f).await.is_some()
 }
@@ -245,12 +259,7 @@ async fn a_peer_that_stops_reading_is_cut_by_the_write_deadline() {
 /// elsewhere.
 #[tokio::test]
 async fn a_oneway_send_in_an_aborted_write_is_maybe_delivered() {
-    let t = TransportOptions {
-        max_frame_len: 64 << 20,
-        write_timeout: None,
-        ..TransportOptions::default()
-    };
-    let (conn, _peer) = to_deaf_peer(config(t)).await;
+    let (conn, _peer) = to_deaf_peer_without_deadline(|t| t.max_frame_len = 64 << 20).await;
     let big = Payload::new(Bytes::from(vec![1u8; 48 << 20]));
     let c2 = conn.clone();
     let send = tokio::spawn(async move { c2.send_oneway(big).await });
@@ -277,13 +286,11 @@ async fn a_oneway_send_in_an_aborted_write_is_maybe_delivered() {
 /// `Overloaded` (not written), not `Timeout` ("may have been delivered").
 #[tokio::test]
 async fn a_full_queue_is_overloaded_not_a_timeout() {
-    let t = TransportOptions {
-        max_frame_len: 64 << 20,
-        request_queue_bytes: 1 << 20,
-        write_timeout: None,
-        ..TransportOptions::default()
-    };
-    let (conn, _peer) = to_deaf_peer(config(t)).await;
+    let (conn, _peer) = to_deaf_peer_without_deadline(|t| {
+        t.max_frame_len = 64 << 20;
+        t.request_queue_bytes = 1 << 20;
+    })
+    .await;
     // One frame larger than the whole budget takes all of it while it is written.
     let c2 = conn.clone();
     let _stuck = tokio::spawn(async move {
@@ -362,12 +369,7 @@ async fn slow_inbound_handlers_are_capped_per_connection() {
 /// Queues are bounded in bytes, not frames (1,024 frames of 8 MiB would be 8 GiB).
 #[tokio::test]
 async fn the_request_queue_is_bounded_in_bytes() {
-    let t = TransportOptions {
-        request_queue_bytes: 1 << 20,
-        write_timeout: None,
-        ..TransportOptions::default()
-    };
-    let (conn, _peer) = to_deaf_peer(config(t)).await;
+    let (conn, _peer) = to_deaf_peer_without_deadline(|t| t.request_queue_bytes = 1 << 20).await;
     let body = Bytes::from(vec![3u8; 100 << 10]);
     let mut tasks = Vec::new();
     for _ in 0..400 {

@@ -77,7 +77,8 @@ fn is_mergeable_result(code: i16) -> bool {
     )
 }
 
-/// Writes `[i32 length][i16 count]`, the entries, then the ids.
+/// Writes `[i32 length][i16 count]`, the entries, then the ids: when given, one for
+/// each entry.
 fn encode_envelope(
     w: &mut Writer<'_>,
     outer: i16,
@@ -85,6 +86,15 @@ fn encode_envelope(
     ids: Option<&[i32]>,
     nested_ok: fn(i16) -> bool,
 ) -> Result<(), MessageError> {
+    if let Some(ids) = ids
+        && ids.len() != msgs.len()
+    {
+        return Err(MessageError::IdsMismatch {
+            type_code: outer,
+            entries: msgs.len(),
+            ids: ids.len(),
+        });
+    }
     if msgs.len() > MAX_ENTRIES {
         return Err(MessageError::TooManyEntries {
             type_code: outer,
@@ -202,18 +212,13 @@ fn decode_all(entries: &[(i16, &[u8])]) -> Result<Vec<SeataMessage>, MessageErro
 
 impl MergedWarpMessage {
     pub(crate) fn encode(&self, w: &mut Writer<'_>) -> Result<(), MessageError> {
-        if !self.msg_ids.is_empty() && self.msg_ids.len() != self.msgs.len() {
-            return Err(MessageError::IdsMismatch {
-                type_code: type_code::SEATA_MERGE,
-                entries: self.msgs.len(),
-                ids: self.msg_ids.len(),
-            });
-        }
+        // No ids at all is a merge without them (nothing written after the entries).
+        let ids = (!self.msg_ids.is_empty()).then_some(&self.msg_ids[..]);
         encode_envelope(
             w,
             type_code::SEATA_MERGE,
             &self.msgs,
-            Some(&self.msg_ids),
+            ids,
             is_mergeable_request,
         )
     }
@@ -248,13 +253,6 @@ impl MergeResultMessage {
 
 impl BatchResultMessage {
     pub(crate) fn encode(&self, w: &mut Writer<'_>) -> Result<(), MessageError> {
-        if self.msg_ids.len() != self.results.len() {
-            return Err(MessageError::IdsMismatch {
-                type_code: type_code::BATCH_RESULT,
-                entries: self.results.len(),
-                ids: self.msg_ids.len(),
-            });
-        }
         encode_envelope(
             w,
             type_code::BATCH_RESULT,

@@ -241,22 +241,14 @@ mod tests {
             ))),
             Outcome::Misdirected
         );
-        assert_eq!(
-            outcome_of(&register(E::NotRaftLeader)),
-            Outcome::Misdirected
-        );
-        assert_eq!(
-            outcome_of(&register(E::LockKeyConflict)),
-            Outcome::CallerFailure
-        );
-        assert_eq!(
-            outcome_of(&register(E::FailedToAddBranch)),
-            Outcome::CallerFailure
-        );
-        assert_eq!(
-            outcome_of(&register(E::FailedStore)),
-            Outcome::ServerFailure
-        );
+        for (e, outcome) in [
+            (E::NotRaftLeader, Outcome::Misdirected),
+            (E::LockKeyConflict, Outcome::CallerFailure),
+            (E::FailedToAddBranch, Outcome::CallerFailure),
+            (E::FailedStore, Outcome::ServerFailure),
+        ] {
+            assert_eq!(outcome_of(&register(e)), outcome, "{e}");
+        }
         // A decided commit answered Failed (an RM is gone) is not the TC's failure.
         let commit = SeataMessage::GlobalCommitResponse(GlobalEndResponse {
             result: TransactionResult::failed(E::Unknown, "rm gone"),

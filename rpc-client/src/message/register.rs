@@ -82,23 +82,35 @@ impl RegisterTmRequest {
 }
 
 impl RegisterRmRequest {
+    /// The fields both registrations take from Seata's `AbstractIdentifyRequest`, which
+    /// are all of the TM's request: the RM's is the TM's followed by `resourceIds`, on
+    /// the wire as in protobuf.
+    pub(crate) fn identify(&self) -> RegisterTmRequest {
+        RegisterTmRequest {
+            version: self.version.clone(),
+            application_id: self.application_id.clone(),
+            transaction_service_group: self.transaction_service_group.clone(),
+            extra_data: self.extra_data.clone(),
+        }
+    }
+
     pub(crate) fn encode(&self, w: &mut Writer<'_>) -> Result<(), MessageError> {
-        w.str16("version", Some(&self.version))?;
-        w.str16("applicationId", Some(&self.application_id))?;
-        w.str16(
-            "transactionServiceGroup",
-            Some(&self.transaction_service_group),
-        )?;
-        w.str16("extraData", self.extra_data.as_deref())?;
+        self.identify().encode(w)?;
         w.str32("resourceIds", self.resource_ids.as_deref())
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, MessageError> {
+        let RegisterTmRequest {
+            version,
+            application_id,
+            transaction_service_group,
+            extra_data,
+        } = RegisterTmRequest::decode(r)?;
         Ok(RegisterRmRequest {
-            version: r.str16_or_empty("version")?,
-            application_id: r.str16_or_empty("applicationId")?,
-            transaction_service_group: r.str16_or_empty("transactionServiceGroup")?,
-            extra_data: r.str16("extraData")?,
+            version,
+            application_id,
+            transaction_service_group,
+            extra_data,
             resource_ids: r.str32("resourceIds")?,
         })
     }

@@ -40,31 +40,31 @@ impl<'a> Reader<'a> {
         self.buf.len()
     }
 
-    pub fn u8(&mut self, field: &'static str) -> Result<u8, MessageError> {
-        if self.buf.is_empty() {
+    /// `Ok` when `n` more bytes of `field` are there to read.
+    fn need(&self, field: &'static str, n: usize) -> Result<(), MessageError> {
+        if self.buf.len() < n {
             return Err(self.truncated(field));
         }
+        Ok(())
+    }
+
+    pub fn u8(&mut self, field: &'static str) -> Result<u8, MessageError> {
+        self.need(field, 1)?;
         Ok(self.buf.get_u8())
     }
 
     pub fn i16(&mut self, field: &'static str) -> Result<i16, MessageError> {
-        if self.buf.len() < 2 {
-            return Err(self.truncated(field));
-        }
+        self.need(field, 2)?;
         Ok(self.buf.get_i16())
     }
 
     pub fn i32(&mut self, field: &'static str) -> Result<i32, MessageError> {
-        if self.buf.len() < 4 {
-            return Err(self.truncated(field));
-        }
+        self.need(field, 4)?;
         Ok(self.buf.get_i32())
     }
 
     pub fn i64(&mut self, field: &'static str) -> Result<i64, MessageError> {
-        if self.buf.len() < 8 {
-            return Err(self.truncated(field));
-        }
+        self.need(field, 8)?;
         Ok(self.buf.get_i64())
     }
 
@@ -80,9 +80,7 @@ impl<'a> Reader<'a> {
 
     /// `len` bytes as UTF-8.
     fn utf8(&mut self, field: &'static str, len: usize) -> Result<String, MessageError> {
-        if self.buf.len() < len {
-            return Err(self.truncated(field));
-        }
+        self.need(field, len)?;
         let (s, rest) = self.buf.split_at(len);
         self.buf = rest;
         match std::str::from_utf8(s) {
@@ -159,33 +157,37 @@ impl Writer<'_> {
 
     /// `[i16 len][UTF-8]`; absent and empty are both length 0.
     pub fn str16(&mut self, field: &'static str, s: Option<&str>) -> Result<(), MessageError> {
-        let s = s.unwrap_or("");
-        if s.len() > i16::MAX as usize {
-            return Err(MessageError::FieldTooLong {
-                field,
-                len: s.len(),
-                max: i16::MAX as usize,
-            });
-        }
-        self.buf.put_i16(s.len() as i16);
-        self.buf.put_slice(s.as_bytes());
+        let bytes = fitting(field, s, i16::MAX as usize)?;
+        self.buf.put_i16(bytes.len() as i16);
+        self.buf.put_slice(bytes);
         Ok(())
     }
 
     /// `[i32 len][UTF-8]`; absent and empty are both length 0.
     pub fn str32(&mut self, field: &'static str, s: Option<&str>) -> Result<(), MessageError> {
-        let s = s.unwrap_or("");
-        if s.len() > i32::MAX as usize {
-            return Err(MessageError::FieldTooLong {
-                field,
-                len: s.len(),
-                max: i32::MAX as usize,
-            });
-        }
-        self.buf.put_i32(s.len() as i32);
-        self.buf.put_slice(s.as_bytes());
+        let bytes = fitting(field, s, i32::MAX as usize)?;
+        self.buf.put_i32(bytes.len() as i32);
+        self.buf.put_slice(bytes);
         Ok(())
     }
+}
+
+/// The bytes of string `field` (absent: none), or an error when there are more than
+/// `max`, the most its length prefix can count.
+fn fitting<'s>(
+    field: &'static str,
+    s: Option<&'s str>,
+    max: usize,
+) -> Result<&'s [u8], MessageError> {
+    let s = s.unwrap_or("");
+    if s.len() > max {
+        return Err(MessageError::FieldTooLong {
+            field,
+            len: s.len(),
+            max,
+        });
+    }
+    Ok(s.as_bytes())
 }
 
 /// `s` cut to at most `max` bytes on a character boundary (Java truncates a failed

@@ -6,6 +6,7 @@ use std::time::Duration;
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::config::SectionReader;
 
+use super::set_present;
 use crate::limits::{BreakerSettings, CallLimits};
 
 /// The `transport.*` keys of the call limits, each `None` when absent (the
@@ -75,21 +76,11 @@ impl LimitsConfig {
             _ => {}
         }
         if let Some(b) = &mut l.breaker {
-            if let Some(v) = self.breaker_window {
-                b.window = v;
-            }
-            if let Some(v) = self.breaker_min_requests {
-                b.min_requests = v;
-            }
-            if let Some(v) = self.breaker_failure_ratio {
-                b.failure_ratio = v;
-            }
-            if let Some(v) = self.breaker_cool_down {
-                b.cool_down = v;
-            }
-            if let Some(v) = self.breaker_probes {
-                b.probes = v;
-            }
+            set_present(&mut b.window, self.breaker_window);
+            set_present(&mut b.min_requests, self.breaker_min_requests);
+            set_present(&mut b.failure_ratio, self.breaker_failure_ratio);
+            set_present(&mut b.cool_down, self.breaker_cool_down);
+            set_present(&mut b.probes, self.breaker_probes);
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::config::SectionReader;
 
+use super::set_present;
 use crate::OutlierDetection;
 
 /// The `transport.*` keys of outlier detection, each `None` when absent (the
@@ -60,32 +61,30 @@ impl OutlierConfig {
 
     /// Sets in `o` every key that is present.
     pub fn apply(&self, o: &mut OutlierDetection) {
-        if let Some(v) = self.interval {
-            o.interval = v;
-        }
+        set_present(&mut o.interval, self.interval);
         if let Some(v) = self.success_rate_stdev_factor {
             o.success_rate_stdev_factor = (v > 0.0).then_some(v);
         }
-        if let Some(v) = self.success_rate_minimum_hosts {
-            o.success_rate_minimum_hosts = v;
-        }
-        if let Some(v) = self.success_rate_request_volume {
-            o.success_rate_request_volume = v;
-        }
+        set_present(
+            &mut o.success_rate_minimum_hosts,
+            self.success_rate_minimum_hosts,
+        );
+        set_present(
+            &mut o.success_rate_request_volume,
+            self.success_rate_request_volume,
+        );
         if let Some(v) = self.failure_percentage_threshold {
             o.failure_percentage_threshold = (v > 0).then_some(v);
         }
-        if let Some(v) = self.failure_percentage_minimum_hosts {
-            o.failure_percentage_minimum_hosts = v;
-        }
-        if let Some(v) = self.failure_percentage_request_volume {
-            o.failure_percentage_request_volume = v;
-        }
-        if let Some(v) = self.max_ejection_percent {
-            o.max_ejection_percent = v;
-        }
-        if let Some(v) = self.max_ejection_time {
-            o.max_ejection_time = v;
-        }
+        set_present(
+            &mut o.failure_percentage_minimum_hosts,
+            self.failure_percentage_minimum_hosts,
+        );
+        set_present(
+            &mut o.failure_percentage_request_volume,
+            self.failure_percentage_request_volume,
+        );
+        set_present(&mut o.max_ejection_percent, self.max_ejection_percent);
+        set_present(&mut o.max_ejection_time, self.max_ejection_time);
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::config::SectionReader;
 
+use super::set_present;
 use crate::SlowStart;
 
 /// The `transport.slowStart*` keys, each `None` when absent.
@@ -49,12 +50,8 @@ impl SlowStartConfig {
             None => {}
         }
         if let Some(s) = s {
-            if let Some(a) = self.aggression {
-                s.aggression = a;
-            }
-            if let Some(p) = self.min_weight_percent {
-                s.min_weight_percent = p;
-            }
+            set_present(&mut s.aggression, self.aggression);
+            set_present(&mut s.min_weight_percent, self.min_weight_percent);
         }
     }
 }

@@ -16,6 +16,12 @@ fn accepted(text: &str) -> TransportConfig {
     t
 }
 
+/// `start` as `apply` leaves it with the transport keys in `text` (accepted).
+fn applied<T>(text: &str, mut start: T, apply: impl FnOnce(&TransportConfig, &mut T)) -> T {
+    apply(&accepted(text), &mut start);
+    start
+}
+
 /// Each `(text, want)`: the transport keys in `text` are refused, with an error that
 /// says `want`.
 fn assert_refused(cases: &[(&str, &str)]) {
@@ -208,11 +214,7 @@ fn transport_limits_refuse_bad_values() {
 #[test]
 fn call_limit_keys() {
     use crate::limits::{BreakerSettings, CallLimits};
-    let apply = |text: &str| {
-        let mut l = CallLimits::default();
-        accepted(text).limits.apply(&mut l);
-        l
-    };
+    let apply = |text: &str| applied(text, CallLimits::default(), |t, l| t.limits.apply(l));
     assert_eq!(apply(""), CallLimits::default());
     let l = apply("transport.maxInFlight=100\ntransport.maxInFlightPerEndpoint=8\n");
     assert_eq!(
@@ -262,11 +264,7 @@ fn call_limit_keys() {
 #[test]
 fn slow_start_keys() {
     use crate::SlowStart;
-    let apply = |text: &str| {
-        let mut s = None;
-        accepted(text).slow_start.apply(&mut s);
-        s
-    };
+    let apply = |text: &str| applied(text, None, |t, s| t.slow_start.apply(s));
     assert_eq!(apply(""), None);
     assert_eq!(apply("transport.slowStartAggression=2\n"), None);
     assert_eq!(
@@ -297,11 +295,7 @@ fn slow_start_keys() {
 #[test]
 fn hedge_keys() {
     use crate::Hedging;
-    let apply = |text: &str| {
-        let mut h = None;
-        accepted(text).hedge.apply(&mut h);
-        h
-    };
+    let apply = |text: &str| applied(text, None, |t, h| t.hedge.apply(h));
     assert_eq!(apply(""), None);
     assert_eq!(apply("transport.hedgePercentile=99\n"), None);
     assert_eq!(apply("transport.hedge=true\n"), Some(Hedging::default()));

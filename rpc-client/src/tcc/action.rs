@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::application_data;
 use super::context::BusinessActionContext;
 use crate::message::{
-    BranchCommitRequest, BranchRollbackRequest, BranchStatus, BranchType, UndoLogDeleteRequest,
+    BranchCommitRequest, BranchEndRequest, BranchRollbackRequest, BranchStatus, BranchType,
+    UndoLogDeleteRequest,
 };
 use crate::rm::BranchHandler;
 
@@ -133,26 +134,22 @@ impl TccActions {
     /// The phase-two context of a branch: its action and what the try recorded.
     fn context(
         &self,
-        xid: &str,
-        branch_id: i64,
-        resource_id: &str,
-        branch_type: BranchType,
-        application_data: Option<&str>,
+        r: &BranchEndRequest,
     ) -> Result<(Arc<dyn TccAction>, BusinessActionContext), String> {
-        if branch_type != BranchType::TCC {
+        if r.branch_type != BranchType::TCC {
             return Err(format!(
-                "branch {branch_id} of {xid} is {branch_type}, not TCC"
+                "branch {} of {} is {}, not TCC",
+                r.branch_id, r.xid, r.branch_type
             ));
         }
-        let action = self
-            .actions
-            .get(resource_id)
-            .cloned()
-            .ok_or_else(|| format!("TCC resource is not exist, resourceId: {resource_id}"))?;
-        let map = application_data::read(application_data)?;
+        let action =
+            self.actions.get(&r.resource_id).cloned().ok_or_else(|| {
+                format!("TCC resource is not exist, resourceId: {}", r.resource_id)
+            })?;
+        let map = application_data::read(r.application_data.as_deref())?;
         Ok((
             action,
-            BusinessActionContext::new(xid, branch_id, resource_id, map),
+            BusinessActionContext::new(&r.xid, r.branch_id, &r.resource_id, map),
         ))
     }
 }
@@ -160,25 +157,13 @@ impl TccActions {
 #[async_trait::async_trait]
 impl BranchHandler for TccActions {
     async fn branch_commit(&self, r: BranchCommitRequest) -> Result<BranchStatus, String> {
-        let (action, ctx) = self.context(
-            &r.xid,
-            r.branch_id,
-            &r.resource_id,
-            r.branch_type,
-            r.application_data.as_deref(),
-        )?;
+        let (action, ctx) = self.context(&r)?;
         action.commit(&ctx).await?;
         Ok(BranchStatus::PhaseTwoCommitted)
     }
 
     async fn branch_rollback(&self, r: BranchRollbackRequest) -> Result<BranchStatus, String> {
-        let (action, ctx) = self.context(
-            &r.xid,
-            r.branch_id,
-            &r.resource_id,
-            r.branch_type,
-            r.application_data.as_deref(),
-        )?;
+        let (action, ctx) = self.context(&r)?;
         action.rollback(&ctx).await?;
         Ok(BranchStatus::PhaseTwoRollbacked)
     }

@@ -22,6 +22,16 @@ pub enum Propagation {
 }
 
 impl Propagation {
+    /// Every mode, in the order Seata's enum lists them: what a name is looked up in.
+    const ALL: [Propagation; 6] = [
+        Propagation::Required,
+        Propagation::RequiresNew,
+        Propagation::NotSupported,
+        Propagation::Supports,
+        Propagation::Never,
+        Propagation::Mandatory,
+    ];
+
     /// Seata's name for it (`REQUIRED`, `REQUIRES_NEW`...).
     pub fn java_name(self) -> &'static str {
         match self {
@@ -46,15 +56,8 @@ impl std::str::FromStr for Propagation {
 
     /// Seata's names, as `@GlobalTransactional(propagation = ...)` spells them (any case).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let all = [
-            Propagation::Required,
-            Propagation::RequiresNew,
-            Propagation::NotSupported,
-            Propagation::Supports,
-            Propagation::Never,
-            Propagation::Mandatory,
-        ];
-        all.into_iter()
+        Self::ALL
+            .into_iter()
             .find(|p| p.java_name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 format!(
@@ -70,14 +73,7 @@ mod tests {
 
     #[test]
     fn seatas_names_read_back() {
-        for p in [
-            Propagation::Required,
-            Propagation::RequiresNew,
-            Propagation::NotSupported,
-            Propagation::Supports,
-            Propagation::Never,
-            Propagation::Mandatory,
-        ] {
+        for p in Propagation::ALL {
             assert_eq!(p.java_name().parse::<Propagation>(), Ok(p));
         }
         assert_eq!("requires_new".parse(), Ok(Propagation::RequiresNew));

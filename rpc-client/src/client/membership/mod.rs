@@ -403,6 +403,22 @@ mod tests {
         until(|| (!inner.state().endpoints.is_empty()).then_some(())).await;
     }
 
+    /// A client of `options` following the hub's cluster "c", with a 30 s backoff so
+    /// that an endpoint that fails its connect stays as it is while the test looks.
+    async fn client_following(hub: &WatchHub, options: ClientOptions) -> RpcClient {
+        RpcClient::builder()
+            .watch(hub.subscribe("c"), "c")
+            .load_balance_name("RandomLoadBalance")
+            .options(options)
+            .configure(|o| {
+                o.backoff_initial = Duration::from_secs(30);
+                o.backoff_max = Duration::from_secs(30);
+            })
+            .build()
+            .await
+            .unwrap()
+    }
+
     /// A registry listing 1,000 members gets at most the default cap of connections;
     /// the warning about it comes once per change.
     #[tokio::test]
@@ -412,16 +428,7 @@ mod tests {
             .map(|i| Instance::new("127.0.0.1", 20000 + i).unwrap())
             .collect();
         hub.publish("c", many.clone());
-        let client = RpcClient::builder()
-            .watch(hub.subscribe("c"), "c")
-            .load_balance_name("RandomLoadBalance")
-            .configure(|o| {
-                o.backoff_initial = Duration::from_secs(30);
-                o.backoff_max = Duration::from_secs(30);
-            })
-            .build()
-            .await
-            .unwrap();
+        let client = client_following(&hub, ClientOptions::default()).await;
         let cap = crate::DEFAULT_MAX_CONNECTED_MEMBERS;
         assert_eq!(client.options().subset_size, Some(cap));
         let inner = client.handle.members.clone();
@@ -478,17 +485,7 @@ mod tests {
             .map(|i| Instance::new("127.0.0.1", 21000 + i).unwrap())
             .collect();
         hub.publish("c", members.clone());
-        let client = RpcClient::builder()
-            .watch(hub.subscribe("c"), "c")
-            .load_balance_name("RandomLoadBalance")
-            .options(o)
-            .configure(|o| {
-                o.backoff_initial = Duration::from_secs(30);
-                o.backoff_max = Duration::from_secs(30);
-            })
-            .build()
-            .await
-            .unwrap();
+        let client = client_following(&hub, o).await;
         let inner = client.handle.members.clone();
         until_following(&inner).await;
         let mut ports: Vec<u16> = inner.state().endpoints.keys().map(|k| k.port).collect();
@@ -503,16 +500,7 @@ mod tests {
     async fn an_old_generation_never_touches_a_new_slot() {
         let hub = WatchHub::new("t", EmptyProtection::Apply);
         hub.publish("c", vec![]);
-        let client = RpcClient::builder()
-            .watch(hub.subscribe("c"), "c")
-            .load_balance_name("RandomLoadBalance")
-            .configure(|o| {
-                o.backoff_initial = Duration::from_secs(30);
-                o.backoff_max = Duration::from_secs(30);
-            })
-            .build()
-            .await
-            .unwrap();
+        let client = client_following(&hub, ClientOptions::default()).await;
         let inner = client.handle.members.clone();
         // Port 1: nothing listens, so the slot settles in Down. Listed, unlisted and
         // listed again through the registry, each step awaited in the slots.

@@ -118,16 +118,16 @@ fn global_end_response_from(g: pb::GlobalEndResponse) -> Result<GlobalEndRespons
     })
 }
 
-fn identify_from(
-    i: Option<pb::AbstractIdentifyRequest>,
-) -> (String, String, String, Option<String>) {
+/// The `AbstractIdentifyRequest` fields, which are all of the TM's registration (and
+/// the RM's but for its resource ids).
+fn identify_from(i: Option<pb::AbstractIdentifyRequest>) -> RegisterTmRequest {
     let i = i.unwrap_or_default();
-    (
-        i.version,
-        i.application_id,
-        i.transaction_service_group,
-        opt(i.extra_data),
-    )
+    RegisterTmRequest {
+        version: i.version,
+        application_id: i.application_id,
+        transaction_service_group: i.transaction_service_group,
+        extra_data: opt(i.extra_data),
+    }
 }
 
 fn register_response_from(r: pb::RegisterResponse) -> RegisterResponse {
@@ -139,8 +139,12 @@ fn register_response_from(r: pb::RegisterResponse) -> RegisterResponse {
 }
 
 fn register_rm_from(r: pb::RegisterRmRequest) -> RegisterRmRequest {
-    let (version, application_id, transaction_service_group, extra_data) =
-        identify_from(r.abstract_identify_request);
+    let RegisterTmRequest {
+        version,
+        application_id,
+        transaction_service_group,
+        extra_data,
+    } = identify_from(r.abstract_identify_request);
     RegisterRmRequest {
         version,
         application_id,
@@ -286,14 +290,7 @@ fn other_message(name: &str, full: &str, bytes: &[u8]) -> Result<SeataMessage, P
         }
         "RegisterTMRequestProto" => {
             let r: pb::RegisterTmRequest = parse(full, bytes)?;
-            let (version, application_id, transaction_service_group, extra_data) =
-                identify_from(r.abstract_identify_request);
-            M::RegisterTm(RegisterTmRequest {
-                version,
-                application_id,
-                transaction_service_group,
-                extra_data,
-            })
+            M::RegisterTm(identify_from(r.abstract_identify_request))
         }
         "RegisterRMRequestProto" => M::RegisterRm(register_rm_from(parse(full, bytes)?)),
         "UnregisterRMRequestProto" => M::UnregisterRm(register_rm_from(parse(full, bytes)?)),

@@ -12,7 +12,7 @@ use super::enums::{branch_status_to, branch_type_to, exception_to, global_status
 use super::{ProtoError, pb};
 use crate::message::{
     BranchEndRequest, BranchEndResponse, BranchRegisterRequest, GlobalEndRequest,
-    GlobalEndResponse, RegisterResponse, SeataMessage, TransactionResult,
+    GlobalEndResponse, RegisterResponse, RegisterTmRequest, SeataMessage, TransactionResult,
 };
 
 /// `Any`'s type URL prefix (what Java's `Any.pack` writes).
@@ -48,19 +48,16 @@ fn tx_resp(
     }))
 }
 
-fn identify(
-    code: i16,
-    version: &str,
-    application_id: &str,
-    group: &str,
-    extra: &Option<String>,
-) -> Option<pb::AbstractIdentifyRequest> {
+/// The `AbstractIdentifyRequest` of a registration: all of the TM's (and the RM's but
+/// for its resource ids, see
+/// [`RegisterRmRequest::identify`](crate::message::RegisterRmRequest::identify)).
+fn identify(code: i16, r: &RegisterTmRequest) -> Option<pb::AbstractIdentifyRequest> {
     Some(pb::AbstractIdentifyRequest {
         abstract_message: am(code),
-        version: version.to_string(),
-        application_id: application_id.to_string(),
-        transaction_service_group: group.to_string(),
-        extra_data: text(extra),
+        version: r.version.clone(),
+        application_id: r.application_id.clone(),
+        transaction_service_group: r.transaction_service_group.clone(),
+        extra_data: text(&r.extra_data),
     })
 }
 
@@ -244,23 +241,11 @@ pub(crate) fn to_proto(msg: &SeataMessage) -> Result<(&'static str, Vec<u8>), Pr
         }
         .encode_to_vec(),
         M::RegisterTm(r) => pb::RegisterTmRequest {
-            abstract_identify_request: identify(
-                code,
-                &r.version,
-                &r.application_id,
-                &r.transaction_service_group,
-                &r.extra_data,
-            ),
+            abstract_identify_request: identify(code, r),
         }
         .encode_to_vec(),
         M::RegisterRm(r) | M::UnregisterRm(r) => pb::RegisterRmRequest {
-            abstract_identify_request: identify(
-                code,
-                &r.version,
-                &r.application_id,
-                &r.transaction_service_group,
-                &r.extra_data,
-            ),
+            abstract_identify_request: identify(code, &r.identify()),
             resource_ids: text(&r.resource_ids),
         }
         .encode_to_vec(),

@@ -191,23 +191,43 @@ mod tests {
         }
     }
 
-    #[test]
-    fn statuses_and_types_keep_their_numbers_where_the_proto_has_them() {
-        for s in BranchStatus::ALL {
-            match branch_status_to(*s) {
-                Ok(n) => assert_eq!(branch_status_from(n), Ok(*s)),
+    /// Each of `all` that `to` numbers reads back from its number through `from`; one
+    /// `to` refuses is refused by its Java name as a `what`, and is one `proto_lacks`.
+    fn numbers_read_back<T: Copy + PartialEq + std::fmt::Debug + std::fmt::Display>(
+        all: &[T],
+        to: fn(T) -> Result<i32, ProtoError>,
+        from: fn(i32) -> Result<T, ProtoError>,
+        what: &'static str,
+        java_name: fn(T) -> &'static str,
+        proto_lacks: fn(&str) -> bool,
+    ) {
+        for s in all {
+            match to(*s) {
+                Ok(n) => assert_eq!(from(n), Ok(*s)),
                 Err(e) => {
-                    assert!(s.java_name().contains("XAER_NOTA"), "{s}");
+                    assert!(proto_lacks(java_name(*s)), "{s}");
                     assert_eq!(
                         e,
                         ProtoError::NoProtoValue {
-                            what: "BranchStatus",
-                            name: s.java_name()
+                            what,
+                            name: java_name(*s)
                         }
                     );
                 }
             }
         }
+    }
+
+    #[test]
+    fn statuses_and_types_keep_their_numbers_where_the_proto_has_them() {
+        numbers_read_back(
+            BranchStatus::ALL,
+            branch_status_to,
+            branch_status_from,
+            "BranchStatus",
+            BranchStatus::java_name,
+            |name| name.contains("XAER_NOTA"),
+        );
         assert_eq!(
             branch_status_from(11),
             Err(ProtoError::UnknownNumber {
@@ -215,21 +235,14 @@ mod tests {
                 number: 11
             })
         );
-        for s in GlobalStatus::ALL {
-            match global_status_to(*s) {
-                Ok(n) => assert_eq!(global_status_from(n), Ok(*s)),
-                Err(e) => {
-                    assert!(s.java_name().ends_with("RetryTimeout"), "{s}");
-                    assert_eq!(
-                        e,
-                        ProtoError::NoProtoValue {
-                            what: "GlobalStatus",
-                            name: s.java_name()
-                        }
-                    );
-                }
-            }
-        }
+        numbers_read_back(
+            GlobalStatus::ALL,
+            global_status_to,
+            global_status_from,
+            "GlobalStatus",
+            GlobalStatus::java_name,
+            |name| name.ends_with("RetryTimeout"),
+        );
         assert_eq!(
             global_status_from(16),
             Err(ProtoError::UnknownNumber {

@@ -260,7 +260,7 @@ pub(crate) async fn endpoint_task(
 mod tests {
     //! The task's schedule in tokio's paused time, where every delay is exact: the
     //! connects and drops are real loopback sockets (ready at once), the waits virtual.
-    //! `rpc-client/tests/client.rs` keeps the real-time test against a restarted server.
+    //! `rpc-client/tests/suite/client.rs` keeps the real-time test against a restarted server.
 
     use std::sync::Mutex;
 

@@ -3,7 +3,7 @@
 //! server, and our client on a standard tonic server of that service (which, unlike
 //! Seata's, ends each answer stream with trailers and sends `grpc-status` only there).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -11,7 +11,7 @@
 //!   answered or the drain deadline passes, then closes. `client.rs` keeps the
 //!   real-time tests of removals.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,7 @@
 //! probe bring it back when its answers are good again. The settings come from
 //! `transport.*` keys, and the cap on ejections holds.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

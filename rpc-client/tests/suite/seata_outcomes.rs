@@ -13,7 +13,7 @@
 //!
 //! The XID's transaction id says which case the test TC plays.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! stable connection ids with a state slot, connect and close notifications, and a
 //! server that stops when dropped.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

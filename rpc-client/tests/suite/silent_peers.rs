@@ -3,7 +3,7 @@
 //! alive set), does not mistake a slow one for it, and failure accrual takes an endpoint
 //! whose calls keep timing out out of the picks until a PING brings it back.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

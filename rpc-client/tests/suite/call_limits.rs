@@ -5,7 +5,7 @@
 //! cool-down, and closes after its probes succeed. The settings come from `transport.*`
 //! keys.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! what is in flight, a removed endpoint drains, heartbeats keep idle connections and
 //! drop silent peers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -76,7 +76,7 @@ async fn heartbeats_keep_idle_connections_and_silent_peers_are_dropped() {
     // PING every 100 ms of write silence, drop after 1 s of read silence: a PONG has
     // ten PING periods to arrive, which a loaded 2-core machine keeps. (The busy rule,
     // which would find the mute peer sooner through its unanswered PINGs, is off: this
-    // test is about the idle rule; tests/silent_peers.rs has the other.)
+    // test is about the idle rule; tests/suite/silent_peers.rs has the other.)
     let idle_rule = builder(&hub, "RandomLoadBalance").configure(|o| {
         o.write_idle = Duration::from_millis(100);
         o.read_idle = Duration::from_secs(1);

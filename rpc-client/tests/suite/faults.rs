@@ -2,7 +2,7 @@
 //! servers that accept and drop, slow handshakes, shutdown during a drain, and the
 //! routing facts and one-way sends a gateway needs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! endpoint whatever the budget (failover: it reached no server). The settings come
 //! from `transport.retryBudget*`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `retryTimes`), fail-fast conflicts are not, phase-one reports follow
 //! `reportSuccessEnable` and `reportRetryCount`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! RpcClient against in-process servers: membership, failures, routing, inbound
 //! requests (shutdown, drains and heartbeats are in `client_lifecycle.rs`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

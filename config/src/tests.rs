@@ -308,6 +308,17 @@ fn env_overrides_file_and_set_overrides_env() {
     assert_eq!(c.registry.kind, "nacos");
 }
 
+/// Asserts that one of `warnings` names `key` and asks "did you mean `suggestion`".
+fn assert_suggests(warnings: &[String], key: &str, suggestion: &str) {
+    let asks = format!("did you mean `{suggestion}`");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(key) && w.contains(&asks)),
+        "{warnings:?}"
+    );
+}
+
 #[test]
 fn unknown_keys_warn() {
     let c = Config::from_text(
@@ -320,27 +331,13 @@ fn unknown_keys_warn() {
     // `registry.etcd3.serverAdr` is the etcd3 backend's to report (its settings
     // test), since only it knows its keys; `transport.heartbeet` is the rpc-client's.
     assert_eq!(c.warnings.len(), 4, "{:?}", c.warnings);
-    assert!(
-        c.warnings
-            .iter()
-            .any(|w| w.contains("registry.tpye") && w.contains("did you mean `registry.type`"))
-    );
+    assert_suggests(&c.warnings, "registry.tpye", "registry.type");
     // A misspelt root or client namespace is this crate's to report.
-    assert!(
-        c.warnings
-            .iter()
-            .any(|w| w.contains("`trasnport.heartbeat`")
-                && w.contains("did you mean `transport.heartbeat`")),
-        "{:?}",
-        c.warnings
-    );
-    assert!(
-        c.warnings
-            .iter()
-            .any(|w| w.contains("`client.loadBalanse.type`")
-                && w.contains("did you mean `client.loadBalance.type`")),
-        "{:?}",
-        c.warnings
+    assert_suggests(&c.warnings, "`trasnport.heartbeat`", "transport.heartbeat");
+    assert_suggests(
+        &c.warnings,
+        "`client.loadBalanse.type`",
+        "client.loadBalance.type",
     );
     assert_eq!(c.part("transport").get("heartbeet"), Some("x"));
     let etcd = c.registry.section(&["etcd3"]);

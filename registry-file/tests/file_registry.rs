@@ -14,8 +14,57 @@ fn write(path: &std::path::Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// A temp dir holding the file `name` with `text` in it, and that file's path.
+fn file_with(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    write(&path, text);
+    (dir, path)
+}
+
 fn addrs(s: &meshline_registry_core::Snapshot) -> Vec<String> {
-    s.instances().iter().map(|i| i.to_string()).collect()
+    names(s.instances())
+}
+
+fn names(list: &[meshline_registry_core::Instance]) -> Vec<String> {
+    list.iter().map(|i| i.to_string()).collect()
+}
+
+/// Asserts that `r` is the answer of a closed registry.
+fn assert_closed<T>(r: Result<T, RegistryError>) {
+    assert!(matches!(r, Err(RegistryError::Closed { .. })));
+}
+
+/// A watch of `cluster` on `reg` whose first snapshot (returned with it) lists
+/// `members`.
+async fn watch_showing(
+    reg: &FileRegistry,
+    cluster: &str,
+    members: &[&str],
+) -> (
+    meshline_registry_core::Watch,
+    meshline_registry_core::Snapshot,
+) {
+    let mut w = reg.watch(cluster).await.unwrap();
+    let first = w.next().await.unwrap();
+    assert_eq!(addrs(&first), members);
+    (w, first)
+}
+
+/// Writes `text` to `path` (an edit) and checks that what `w` sees next, within
+/// [`WITHIN`], lists `members`.
+async fn edit_shows(
+    path: &std::path::Path,
+    text: &str,
+    w: &mut meshline_registry_core::Watch,
+    members: &[&str],
+) {
+    write(path, text);
+    let s = tokio::time::timeout(WITHIN, w.next())
+        .await
+        .expect("edit not seen within 1 s")
+        .unwrap();
+    assert_eq!(addrs(&s), members);
 }
 
 #[tokio::test]
@@ -50,39 +99,28 @@ async fn bad_entries_are_skipped_not_fatal() {
     )
     .unwrap();
     let reg = FileRegistry::from_config(&cfg).unwrap();
-    let list: Vec<String> = reg
-        .lookup("prod")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.to_string())
-        .collect();
+    let list = names(&reg.lookup("prod").await.unwrap());
     assert_eq!(list, vec!["10.0.0.1:8091", "[::1]:8092"]);
 }
 
 #[tokio::test]
 async fn edits_reach_watchers_and_broken_edits_keep_last_good() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("meshline.yaml");
-    write(
-        &path,
+    let (_dir, path) = file_with(
+        "meshline.yaml",
         "service:\n  grouplist:\n    prod: \"10.0.0.1:8091\"\n",
     );
     let cfg = Config::load(Some(&path)).unwrap();
     let reg = FileRegistry::from_config(&cfg).unwrap();
-    let mut w = reg.watch("prod").await.unwrap();
-    assert_eq!(addrs(&w.next().await.unwrap()), vec!["10.0.0.1:8091"]);
+    let (mut w, _) = watch_showing(&reg, "prod", &["10.0.0.1:8091"]).await;
 
     // A good edit arrives within a second.
-    write(
+    edit_shows(
         &path,
         "service:\n  grouplist:\n    prod: \"10.0.0.1:8091;10.0.0.2:8091\"\n",
-    );
-    let s = tokio::time::timeout(WITHIN, w.next())
-        .await
-        .expect("edit not seen within 1 s")
-        .unwrap();
-    assert_eq!(addrs(&s), vec!["10.0.0.1:8091", "10.0.0.2:8091"]);
+        &mut w,
+        &["10.0.0.1:8091", "10.0.0.2:8091"],
+    )
+    .await;
     assert!(w.health().is_connected());
 
     // A broken edit: the last good list stays, health says why.
@@ -96,15 +134,13 @@ async fn edits_reach_watchers_and_broken_edits_keep_last_good() {
     assert_eq!(reg.lookup("prod").await.unwrap().len(), 2);
 
     // Fixing the file resumes updates.
-    write(
+    edit_shows(
         &path,
         "service:\n  grouplist:\n    prod: \"10.0.0.3:8091\"\n",
-    );
-    let s = tokio::time::timeout(WITHIN, w.next())
-        .await
-        .expect("fix not seen")
-        .unwrap();
-    assert_eq!(addrs(&s), vec!["10.0.0.3:8091"]);
+        &mut w,
+        &["10.0.0.3:8091"],
+    )
+    .await;
     assert!(w.health().is_connected());
 
     // A file that loses the cluster entirely: empty protection keeps the list.
@@ -113,10 +149,7 @@ async fn edits_reach_watchers_and_broken_edits_keep_last_good() {
     assert_eq!(addrs(&w.current()), vec!["10.0.0.3:8091"]);
 
     reg.close().await.unwrap();
-    assert!(matches!(
-        reg.lookup("prod").await,
-        Err(RegistryError::Closed { .. })
-    ));
+    assert_closed(reg.lookup("prod").await);
 }
 
 #[tokio::test]
@@ -135,15 +168,13 @@ async fn registry_file_name_points_at_another_file() {
     assert_eq!(reg.followed_path(), Some(lists.as_path()));
     let mut w = reg.watch("prod").await.unwrap();
     assert_eq!(w.next().await.unwrap().len(), 1);
-    write(
+    edit_shows(
         &lists,
         "service.prod.grouplist=10.0.0.1:8091;10.0.0.2:8091\n",
-    );
-    let s = tokio::time::timeout(WITHIN, w.next())
-        .await
-        .expect("edit not seen")
-        .unwrap();
-    assert_eq!(s.len(), 2);
+        &mut w,
+        &["10.0.0.1:8091", "10.0.0.2:8091"],
+    )
+    .await;
 }
 
 /// A `registry.file.name` that cannot be read is an error naming the path and the
@@ -232,10 +263,7 @@ async fn nearby_lists_the_other_clusters_with_members() {
     assert!(empty.nearby("default").await.unwrap().is_empty());
 
     empty.close().await.unwrap();
-    assert!(matches!(
-        empty.nearby("default").await,
-        Err(RegistryError::Closed { .. })
-    ));
+    assert_closed(empty.nearby("default").await);
 }
 
 /// The registry rebuilds from every source of its configuration. A
@@ -243,9 +271,10 @@ async fn nearby_lists_the_other_clusters_with_members() {
 /// `127.0.0.1:8091`) on the first 250 ms poll; a key set in code was lost the same way.
 #[tokio::test]
 async fn an_environment_grouplist_survives_polls_and_edits_of_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("meshline.properties");
-    write(&path, "service.other.grouplist=10.0.0.9:1\n");
+    let (_dir, path) = file_with(
+        "meshline.properties",
+        "service.other.grouplist=10.0.0.9:1\n",
+    );
     let mut cfg = meshline_registry_core::config::ConfigLoader::new()
         .file(&path)
         .env_vars([("MESHLINE_SERVICE__default__GROUPLIST", "10.0.0.5:8091")])
@@ -253,33 +282,22 @@ async fn an_environment_grouplist_survives_polls_and_edits_of_the_file() {
         .unwrap();
     cfg.set("service.coded.grouplist", "10.0.0.7:8091").unwrap();
     let reg = FileRegistry::from_config(&cfg).unwrap();
-    let mut w = reg.watch("default").await.unwrap();
-    let first = w.next().await.unwrap();
-    assert_eq!(addrs(&first), vec!["10.0.0.5:8091"]);
-    let mut other = reg.watch("other").await.unwrap();
-    assert_eq!(addrs(&other.next().await.unwrap()), vec!["10.0.0.9:1"]);
+    let (w, first) = watch_showing(&reg, "default", &["10.0.0.5:8091"]).await;
+    let (mut other, _) = watch_showing(&reg, "other", &["10.0.0.9:1"]).await;
 
     // An edit of the file, which also gives `default` a list of its own: the edit is
     // seen, the environment still wins for `default`, and the key set in code stays.
-    write(
+    edit_shows(
         &path,
         "service.other.grouplist=10.0.0.9:2\nservice.default.grouplist=10.0.0.1:1\n",
-    );
-    let s = tokio::time::timeout(WITHIN, other.next())
-        .await
-        .expect("edit not seen within 1 s")
-        .unwrap();
-    assert_eq!(addrs(&s), vec!["10.0.0.9:2"]);
+        &mut other,
+        &["10.0.0.9:2"],
+    )
+    .await;
     let now = w.current();
     assert_eq!(addrs(&now), vec!["10.0.0.5:8091"]);
     assert_eq!(now.revision(), first.revision(), "`default` moved: {now:?}");
-    let coded: Vec<String> = reg
-        .lookup("coded")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.to_string())
-        .collect();
+    let coded = names(&reg.lookup("coded").await.unwrap());
     assert_eq!(coded, vec!["10.0.0.7:8091"]);
     reg.close().await.unwrap();
 }

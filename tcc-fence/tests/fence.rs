@@ -207,6 +207,23 @@ macro_rules! scenarios {
             two_confirms_at_once_take_the_money_once_and_a_failed_work_leaves_no_trace(pool().await).await;
             the_cleaner_deletes_old_ended_rows_only(pool().await).await;
         }
+
+        /// Every scenario on a database server, each in a fresh database (`t0`, `t1`...)
+        /// created through a pool on `admin_url` and reached at `db_url(admin_url, name)`.
+        #[allow(dead_code)] // SQLite makes its databases as files, not on a server.
+        async fn all_scenarios_on_server(admin_url: &str, db_url: impl Fn(&str, &str) -> String) {
+            let admin = Pool::<Db>::connect(admin_url).await.unwrap();
+            let n = std::sync::atomic::AtomicU32::new(0);
+            all_scenarios(|| {
+                let name = format!("t{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                let (admin, url) = (admin.clone(), db_url(admin_url, &name));
+                async move {
+                    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+                    Pool::<Db>::connect(&url).await.unwrap()
+                }
+            })
+            .await;
+        }
     };
 }
 
@@ -283,24 +300,11 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_three_faults_and_the_rest_on_postgresql() {
         let server = meshline_testkit::Postgres::start().unwrap_or_else(|e| panic!("{e}"));
-        let url = server.url();
-        let admin = sqlx::PgPool::connect(&url).await.unwrap();
-        let n = std::sync::atomic::AtomicU32::new(0);
-        all_scenarios(|| {
-            let name = format!("t{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-            let (admin, url) = (admin.clone(), url.clone());
-            async move {
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await
-                    .unwrap();
-                sqlx::PgPool::connect(&url.replace("/postgres", &format!("/{name}")))
-                    .await
-                    .unwrap()
-            }
+        // The server stops when the test ends, after every scenario.
+        all_scenarios_on_server(&server.url(), |url, name| {
+            url.replace("/postgres", &format!("/{name}"))
         })
         .await;
-        drop(server);
     }
 }
 
@@ -312,23 +316,7 @@ mod mariadb {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_three_faults_and_the_rest_on_mariadb() {
         let server = meshline_testkit::MariaDb::start().unwrap_or_else(|e| panic!("{e}"));
-        let url = server.url();
-        let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
-        let n = std::sync::atomic::AtomicU32::new(0);
-        all_scenarios(|| {
-            let name = format!("t{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-            let (admin, url) = (admin.clone(), url.clone());
-            async move {
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await
-                    .unwrap();
-                sqlx::MySqlPool::connect(&format!("{url}{name}"))
-                    .await
-                    .unwrap()
-            }
-        })
-        .await;
-        drop(server);
+        // The server stops when the test ends, after every scenario.
+        all_scenarios_on_server(&server.url(), |url, name| format!("{url}{name}")).await;
     }
 }

@@ -4,12 +4,10 @@
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
-use std::sync::Arc;
 
-use tempfile::TempDir;
-
-use crate::process::{ServerProcess, require_binary, start_with_port_retry, tcp_exchange_at};
-use crate::{Error, Result, io_err};
+use crate::db_server::{DbServer, run_setup};
+use crate::process::{require_binary, tcp_exchange_at};
+use crate::{Result, io_err};
 
 const INSTALL: &str = "apt-get install -y mariadb-server";
 
@@ -17,13 +15,10 @@ const INSTALL: &str = "apt-get install -y mariadb-server";
 /// tables off (connect as `root`, no password: [`MariaDb::url`]) and no binary log.
 #[derive(Debug)]
 pub struct MariaDb {
-    process: ServerProcess,
-    port: u16,
-    /// Shared by every start attempt: the data directory is made once.
-    _dir: Arc<TempDir>,
+    server: DbServer,
 }
 
-crate::process::owns_process!(MariaDb);
+crate::process::owns_process!(MariaDb, server.process);
 
 impl MariaDb {
     /// Initialises a data directory (`mariadb-install-db`) and starts the server;
@@ -40,65 +35,47 @@ impl MariaDb {
             .ok()
             .flatten()
             .map_or_else(|| "root".to_string(), |u| u.name);
-        let out = Command::new("mariadb-install-db")
-            .args([
-                "--no-defaults",
-                &format!("--datadir={}", data.display()),
-                &format!("--user={user}"),
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-                "--skip-name-resolve",
-            ])
-            .current_dir(dir.path())
-            .output()
-            .map_err(io_err("run mariadb-install-db"))?;
-        if !out.status.success() {
-            return Err(Error::Other(format!(
-                "mariadb-install-db failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_setup(
+            Command::new("mariadb-install-db")
+                .args([
+                    "--no-defaults",
+                    &format!("--datadir={}", data.display()),
+                    &format!("--user={user}"),
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                ])
+                .current_dir(dir.path()),
+            "mariadb-install-db",
+        )?;
         let dir_path = dir.path().to_path_buf();
-        let dir = Arc::new(dir);
-        start_with_port_retry(
-            1,
-            |ports| {
-                let port = ports[0];
-                let args: Vec<OsString> = [
-                    "--no-defaults".to_string(),
-                    format!("--datadir={}", data.display()),
-                    format!("--port={port}"),
-                    "--bind-address=127.0.0.1".into(),
-                    format!("--socket={}", dir_path.join("mysqld.sock").display()),
-                    format!("--pid-file={}", dir_path.join("mysqld.pid").display()),
-                    format!("--user={user}"),
-                    "--skip-grant-tables".into(),
-                    "--skip-log-bin".into(),
-                    "--innodb-buffer-pool-size=32M".into(),
-                    "--innodb-flush-log-at-trx-commit=2".into(),
-                    "--skip-name-resolve".into(),
-                ]
-                .into_iter()
-                .map(OsString::from)
-                .collect();
-                let probe = Arc::new(move || probe(port));
-                let process =
-                    ServerProcess::new("mariadb", dir_path.clone(), "mariadbd", args, probe);
-                Ok(MariaDb {
-                    process,
-                    port,
-                    _dir: dir.clone(),
-                })
-            },
-            |m| &mut m.process,
-        )
+        let command = |port: u16| {
+            let args = [
+                "--no-defaults".to_string(),
+                format!("--datadir={}", data.display()),
+                format!("--port={port}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--socket={}", dir_path.join("mysqld.sock").display()),
+                format!("--pid-file={}", dir_path.join("mysqld.pid").display()),
+                format!("--user={user}"),
+                "--skip-grant-tables".into(),
+                "--skip-log-bin".into(),
+                "--innodb-buffer-pool-size=32M".into(),
+                "--innodb-flush-log-at-trx-commit=2".into(),
+                "--skip-name-resolve".into(),
+            ];
+            (
+                "mariadbd".to_string(),
+                args.into_iter().map(OsString::from).collect(),
+            )
+        };
+        let server = DbServer::start("mariadb", dir, command, probe)?;
+        Ok(MariaDb { server })
     }
 
     /// `mysql://root@127.0.0.1:<port>/` (no database chosen: create one).
     pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/", self.port)
+        format!("mysql://root@127.0.0.1:{}/", self.server.port)
     }
 }
 

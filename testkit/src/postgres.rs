@@ -6,11 +6,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use tempfile::TempDir;
-
-use crate::process::{ServerProcess, start_with_port_retry, tcp_exchange_at};
+use crate::db_server::{DbServer, run_setup};
+use crate::process::tcp_exchange_at;
 use crate::{Error, Result, io_err};
 
 const INSTALL: &str = "apt-get install -y postgresql";
@@ -20,13 +18,10 @@ const INSTALL: &str = "apt-get install -y postgresql";
 /// fsync. The database `postgres` is there; connect as `test` ([`Postgres::url`]).
 #[derive(Debug)]
 pub struct Postgres {
-    process: ServerProcess,
-    port: u16,
-    /// Shared by every start attempt: the data directory is made once.
-    _dir: Arc<TempDir>,
+    server: DbServer,
 }
 
-crate::process::owns_process!(Postgres);
+crate::process::owns_process!(Postgres, server.process);
 
 /// The newest installed server's `bin` directory.
 fn bin_dir() -> Result<PathBuf> {
@@ -149,61 +144,40 @@ impl Postgres {
             .map(OsString::from)
             .collect(),
         );
-        let out = Command::new(&program)
-            .args(&args)
-            .current_dir(dir.path())
-            .output()
-            .map_err(io_err("run initdb"))?;
-        if !out.status.success() {
-            return Err(Error::Other(format!(
-                "initdb failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
-        let dir_path = dir.path().to_path_buf();
-        let dir = Arc::new(dir);
-        start_with_port_retry(
-            1,
-            |ports| {
-                let port = ports[0];
-                let args: Vec<OsString> = [
-                    "-D",
-                    &data.display().to_string(),
-                    "-p",
-                    &port.to_string(),
-                    // The socket beside the data: the server's user owns that dir.
-                    "-k",
-                    &data.display().to_string(),
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
-                let (program, args) = as_server_user(user, &bin.join("postgres"), args);
-                let probe = Arc::new(move || probe(port));
-                let process =
-                    ServerProcess::new("postgres", dir_path.clone(), &program, args, probe);
-                Ok(Postgres {
-                    process,
-                    port,
-                    _dir: dir.clone(),
-                })
-            },
-            |p| &mut p.process,
-        )
+        run_setup(
+            Command::new(&program).args(&args).current_dir(dir.path()),
+            "initdb",
+        )?;
+        let command = |port: u16| {
+            let args: Vec<OsString> = [
+                "-D",
+                &data.display().to_string(),
+                "-p",
+                &port.to_string(),
+                // The socket beside the data: the server's user owns that dir.
+                "-k",
+                &data.display().to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect();
+            as_server_user(user, &bin.join("postgres"), args)
+        };
+        let server = DbServer::start("postgres", dir, command, probe)?;
+        Ok(Postgres { server })
     }
 
     /// `postgres://test@127.0.0.1:<port>/postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://test@127.0.0.1:{}/postgres", self.port)
+        format!("postgres://test@127.0.0.1:{}/postgres", self.server.port)
     }
 }
 

@@ -460,27 +460,40 @@ pub(crate) fn start_with_port_retry<T>(
     Err(last_err.unwrap_or_else(|| Error::Other("no start attempt was made".into())))
 }
 
-/// Makes a server type that owns its child in a `process` field dereference to that
-/// [`ServerProcess`], so every server is killed, restarted, paused and read the same
-/// way (`etcd.kill()`, `zk.pause()`, `redis.log_tail(20)`) without each type
-/// repeating the delegation. What a restart keeps (ports, data dir) is said on each
-/// server type.
+/// Makes a server type that owns its child in a `process` field (or in the field named
+/// after it, as `server.process`) dereference to that [`ServerProcess`], so every
+/// server is killed, restarted, paused and read the same way (`etcd.kill()`,
+/// `zk.pause()`, `redis.log_tail(20)`) without each type repeating the delegation.
+/// What a restart keeps (ports, data dir) is said on each server type.
 macro_rules! owns_process {
     ($server:ty) => {
-        impl std::ops::Deref for $server {
-            type Target = $crate::process::ServerProcess;
+        $crate::process::derefs_to!($server, process: $crate::process::ServerProcess);
+    };
+    ($server:ty, $($field:ident).+) => {
+        $crate::process::derefs_to!($server, $($field).+: $crate::process::ServerProcess);
+    };
+}
+pub(crate) use owns_process;
+
+/// `impl Deref` and `DerefMut` for `$outer` to its field `$field` of type `$target`:
+/// a server to its process ([`owns_process`]), a cluster to its servers
+/// ([`crate::HostedServers`]).
+macro_rules! derefs_to {
+    ($outer:ty, $($field:ident).+ : $target:ty) => {
+        impl std::ops::Deref for $outer {
+            type Target = $target;
             fn deref(&self) -> &Self::Target {
-                &self.process
+                &self.$($field).+
             }
         }
-        impl std::ops::DerefMut for $server {
+        impl std::ops::DerefMut for $outer {
             fn deref_mut(&mut self) -> &mut Self::Target {
-                &mut self.process
+                &mut self.$($field).+
             }
         }
     };
 }
-pub(crate) use owns_process;
+pub(crate) use derefs_to;
 
 #[cfg(test)]
 mod tests {

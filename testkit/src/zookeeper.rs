@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::process::{
-    ServerProcess, require_binary, require_file, start_with_port_retry, tcp_exchange,
+    Probe, ServerProcess, require_binary, require_file, start_with_port_retry, tcp_exchange,
     tcp_exchange_at,
 };
-use crate::{Error, READY_TIMEOUT, Result, io_err};
+use crate::{Error, HostedServers, READY_TIMEOUT, Result, io_err};
 
 const INSTALL: &str = "apt-get install -y zookeeper";
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -196,7 +196,8 @@ const HOST_ELECTION_PORT: u16 = 3888;
 /// A ZooKeeper ensemble (three servers by default, each `QuorumPeerMain`), every
 /// server on a test host of its own ([`crate::net::Host`], a network namespace; the
 /// hosts reach each other through the test's namespace), where a server can be
-/// [`cut`](Self::cut) off (blackholed: no FIN, no RST) and [`restore`](Self::restore)d.
+/// [`cut`](HostedServers::cut) off (blackholed: no FIN, no RST) and
+/// [`restore`](HostedServers::restore)d.
 ///
 /// `tickTime=500` (sessions from 1 s to 60 s), `syncLimit=4` (a follower that hears
 /// nothing from the leader for 2 s leaves it, and so does the leader without a quorum
@@ -209,14 +210,14 @@ const HOST_ELECTION_PORT: u16 = 3888;
 /// panics included, then their hosts are removed; a host's removal kills whatever is
 /// still inside its namespace, and the namespaces (and servers) of a test process that
 /// was killed are removed by the next test process that creates a host.
+///
+/// Its servers ([`len`](HostedServers::len), [`member`](HostedServers::member),
+/// [`cut`](HostedServers::cut), [`restore`](HostedServers::restore): back in the quorum
+/// as leader or follower) are [`HostedServers`]; a server cut off is not asked by
+/// [`leader`](Self::leader) and friends.
 #[derive(Debug)]
 pub struct ZkEnsemble {
-    // Field order is drop order: the servers stop before their hosts go.
-    members: Vec<ServerProcess>,
-    hosts: Vec<crate::net::Host>,
-    /// Servers currently cut off (not asked by [`leader`](Self::leader) and friends).
-    cut: Vec<bool>,
-    _dir: TempDir,
+    servers: HostedServers,
 }
 
 impl ZkEnsemble {
@@ -225,19 +226,10 @@ impl ZkEnsemble {
     /// leader or follower). Needs what the test network needs (see
     /// [`crate::net::skip_reason`]), Java and Debian's `zookeeper` package.
     pub fn start_on_hosts(n: usize) -> Result<ZkEnsemble> {
-        if !(1..=7).contains(&n) {
-            return Err(Error::Other(format!(
-                "a ZooKeeper test ensemble has 1..=7 servers, not {n}"
-            )));
-        }
+        HostedServers::check_size(n, "a ZooKeeper test ensemble", "servers")?;
         require_binary("java", INSTALL)?;
         require_file(JAR, INSTALL)?;
-        let mut hosts = Vec::with_capacity(n);
-        for _ in 0..n {
-            let host = crate::net::Host::new().map_err(Error::Other)?;
-            host.forward().map_err(Error::Other)?;
-            hosts.push(host);
-        }
+        let hosts = HostedServers::new_hosts(n)?;
         let dir = tempfile::Builder::new()
             .prefix("meshline-zk-ensemble-")
             .tempdir()
@@ -254,9 +246,9 @@ impl ZkEnsemble {
             })
             .collect();
         let cp = classpath();
-        let mut members = Vec::with_capacity(n);
-        for (i, host) in hosts.iter().enumerate() {
-            let mdir = dir.path().join(format!("zk{}", i + 1));
+        let dir_path = dir.path().to_path_buf();
+        let servers = HostedServers::on_hosts(hosts, dir, "zookeeper server", |i, host| {
+            let mdir = dir_path.join(format!("zk{}", i + 1));
             let data = mdir.join("data");
             std::fs::create_dir_all(&data).map_err(io_err(format!("create {}", data.display())))?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))
@@ -275,12 +267,8 @@ impl ZkEnsemble {
                 ),
             )
             .map_err(io_err("write zoo.cfg"))?;
-            // `ip netns exec` execs java in the namespace: the child is the server.
-            let mut args: Vec<OsString> = ["netns", "exec", host.name(), "java"]
-                .iter()
-                .map(OsString::from)
-                .collect();
-            args.extend(java_args(
+            let mut command = vec![OsString::from("java")];
+            command.extend(java_args(
                 &cp,
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 &cfg,
@@ -290,26 +278,15 @@ impl ZkEnsemble {
                 Some(_) => Ok(()),
                 None => Err("not serving yet (no quorum)".to_string()),
             });
-            members.push(ServerProcess::new(
-                format!("zookeeper server {}", i + 1),
-                mdir,
-                "ip",
-                args,
-                probe,
-            ));
-        }
-        let mut ensemble = ZkEnsemble {
-            members,
-            cut: vec![false; n],
-            hosts,
-            _dir: dir,
-        };
+            Ok((mdir, command, probe as Probe))
+        })?;
+        let mut ensemble = ZkEnsemble { servers };
         // Every server must run before a quorum can form.
-        for m in &mut ensemble.members {
+        for m in &mut ensemble.servers.servers {
             m.spawn()?;
         }
         let deadline = Instant::now() + READY_TIMEOUT;
-        for m in &mut ensemble.members {
+        for m in &mut ensemble.servers.servers {
             m.wait_ready(deadline)?;
         }
         Ok(ensemble)
@@ -318,35 +295,17 @@ impl ZkEnsemble {
     /// `ip1:2181,ip2:2181,...`: every server, in server order (ZooKeeper's connect
     /// string).
     pub fn connect_string(&self) -> String {
-        (0..self.len())
-            .map(|i| self.addr(i).to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        self.servers.host_addrs(HOST_CLIENT_PORT)
     }
 
     /// Server `i`'s client address.
     pub fn addr(&self, i: usize) -> SocketAddr {
-        SocketAddr::new(self.hosts[i].ip(), HOST_CLIENT_PORT)
-    }
-
-    /// Number of servers.
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// Always false (an ensemble has at least one server).
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    /// Server `i`'s process.
-    pub fn member(&mut self, i: usize) -> &mut ServerProcess {
-        &mut self.members[i]
+        self.servers.host_addr(i, HOST_CLIENT_PORT)
     }
 
     /// Server `i`'s test host.
     pub fn host(&self, i: usize) -> &crate::net::Host {
-        &self.hosts[i]
+        &self.servers.hosts[i]
     }
 
     /// Sends the four-letter command `cmd` (`srvr`, `cons`, `mntr`...) to server `i`
@@ -367,7 +326,8 @@ impl ZkEnsemble {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             for i in 0..self.len() {
-                if !self.cut[i] && self.mode(i).ok().flatten().as_deref() == Some("leader") {
+                if !self.servers.cut[i] && self.mode(i).ok().flatten().as_deref() == Some("leader")
+                {
                     return Ok(i);
                 }
             }
@@ -385,30 +345,16 @@ impl ZkEnsemble {
     pub fn session_server(&self, session_id: i64) -> Option<usize> {
         let wanted = format!("sid=0x{session_id:x}");
         (0..self.len()).find(|&i| {
-            !self.cut[i]
+            !self.servers.cut[i]
                 && self.four_letter(i, "cons").is_ok_and(|cons| {
                     cons.lines()
                         .any(|l| l.split([',', '(', ')']).any(|field| field.trim() == wanted))
                 })
         })
     }
-
-    /// Blackholes server `i`'s host ([`Host::cut`](crate::net::Host::cut)): its clients
-    /// and its peers see it fall silent, without FIN or RST.
-    pub fn cut(&mut self, i: usize) -> Result<()> {
-        self.hosts[i].cut().map_err(Error::Other)?;
-        self.cut[i] = true;
-        Ok(())
-    }
-
-    /// Ends a [`cut`](Self::cut) of server `i` and waits until it serves again (back in
-    /// the quorum as leader or follower).
-    pub fn restore(&mut self, i: usize) -> Result<()> {
-        self.hosts[i].restore().map_err(Error::Other)?;
-        self.cut[i] = false;
-        self.members[i].wait_ready(Instant::now() + READY_TIMEOUT)
-    }
 }
+
+crate::process::derefs_to!(ZkEnsemble, servers: HostedServers);
 
 /// The `Mode:` line of `srvr` at `addr` (`leader`, `follower`, `standalone`), `None`
 /// when the server answers that it does not serve.

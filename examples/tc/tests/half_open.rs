@@ -30,7 +30,7 @@
 mod common;
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,23 +83,20 @@ async fn run(lb: &str) -> Run {
     let t0 = Instant::now();
     let done: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let failures: Arc<Mutex<Vec<(Duration, String)>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
     let body = Payload::seata(&SeataMessage::GlobalStatus(GlobalEndRequest::new(
         "10.0.0.1:8091:1",
     )))
     .unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let mut callers = Vec::new();
-    for _ in 0..CALLERS {
-        let (client, done, failures, stop, body, calls) = (
+    let callers = common::Callers::start(CALLERS, |_, stop| {
+        let (client, done, failures, body, calls) = (
             client.clone(),
             done.clone(),
             failures.clone(),
-            stop.clone(),
             body.clone(),
             calls.clone(),
         );
-        callers.push(tokio::spawn(async move {
+        async move {
             let mut mine = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
@@ -124,8 +121,8 @@ async fn run(lb: &str) -> Run {
                 }
             }
             done.lock().unwrap().extend(mine);
-        }));
-    }
+        }
+    });
     // Warm-up and the pre-cut window.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cut = t0.elapsed();
@@ -141,13 +138,7 @@ async fn run(lb: &str) -> Run {
     .await
     .unwrap_or(Duration::MAX);
     tokio::time::sleep((cut + Duration::from_secs(2)).saturating_sub(t0.elapsed())).await;
-    stop.store(true, Ordering::Relaxed);
-    for c in callers {
-        tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), c)
-            .await
-            .expect("a caller hung")
-            .expect("caller");
-    }
+    callers.stop(CALL_TIMEOUT + Duration::from_secs(1)).await;
     // The link comes back: so does the TC.
     tcs[0].host.restore().unwrap();
     let restored = Instant::now();

@@ -20,6 +20,7 @@
 //!
 //! runs alone: it measures shares of a flood of calls.
 
+mod common;
 mod tx_world;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -328,15 +329,10 @@ async fn run(lb: &str, slow_peers: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tc_whose_store_fails_is_ejected_and_kept_out_until_it_works() {
-    for lb in [
-        "P2C",
-        "LeastActiveLoadBalance",
-        "BoundedLoad",
-        "xid:P2C",
-        "xid:LeastActiveLoadBalance",
-        "xid:BoundedLoad",
-        "RoundRobinLoadBalance",
-    ] {
+    for lb in common::LOAD_AWARE
+        .into_iter()
+        .chain(["RoundRobinLoadBalance"])
+    {
         run(lb, false).await;
     }
     // The failing TC by far the fastest: where speed alone misleads most.

@@ -32,7 +32,7 @@
 mod common;
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -171,24 +171,17 @@ async fn run(lb: &str, faults: Faults) -> Figures {
     let instances = Arc::new(instances);
 
     let t0 = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
     let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut callers = Vec::new();
-    for c in 0..CALLERS {
-        let (client, stop, calls, failures) = (
-            client.clone(),
-            stop.clone(),
-            calls.clone(),
-            failures.clone(),
-        );
+    let callers = common::Callers::start(CALLERS, |c, stop| {
+        let (client, calls, failures) = (client.clone(), calls.clone(), failures.clone());
         let (xids, bodies, plain, instances) = (
             xids.clone(),
             bodies.clone(),
             plain.clone(),
             instances.clone(),
         );
-        callers.push(tokio::spawn(async move {
+        async move {
             let mut mine = Vec::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -215,16 +208,10 @@ async fn run(lb: &str, faults: Faults) -> Figures {
                 }
             }
             calls.lock().unwrap().extend(mine);
-        }));
-    }
+        }
+    });
     tokio::time::sleep(SETTLE + WINDOW).await;
-    stop.store(true, Ordering::Relaxed);
-    for c in callers {
-        tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), c)
-            .await
-            .expect("a caller hung")
-            .expect("caller");
-    }
+    callers.stop(CALL_TIMEOUT + Duration::from_secs(1)).await;
     client.shutdown(Duration::from_secs(1)).await;
 
     let calls = std::mem::take(&mut *calls.lock().unwrap());
@@ -282,16 +269,10 @@ async fn load_aware_balancers_move_calls_off_a_slow_or_lossy_tc_and_xids_still_r
     let mut broken = Vec::new();
     for (phase, faults) in [("slow", slow()), ("lossy", lossy())] {
         let max = SLOW_SHARE_MAX.iter().find(|(p, _)| *p == phase).unwrap().1;
-        for lb in [
-            "RoundRobinLoadBalance",
-            "XID",
-            "P2C",
-            "LeastActiveLoadBalance",
-            "BoundedLoad",
-            "xid:P2C",
-            "xid:LeastActiveLoadBalance",
-            "xid:BoundedLoad",
-        ] {
+        for lb in ["RoundRobinLoadBalance", "XID"]
+            .into_iter()
+            .chain(common::LOAD_AWARE)
+        {
             let f = run(lb, faults).await;
             let l = line(lb, phase, &f);
             eprintln!("{l}");

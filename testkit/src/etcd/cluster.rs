@@ -2,25 +2,23 @@
 //! test-network host of its own.
 
 use super::*;
+use crate::HostedServers;
 
 /// Several etcd members forming one cluster (three by default): on loopback
 /// ([`start`](Self::start)), or each member on its own test host, a network namespace
 /// ([`start_on_hosts`](Self::start_on_hosts)), where a member can be
-/// [`cut`](Self::cut) off (blackholed: no FIN, no RST) and [`restore`](Self::restore)d.
+/// [`cut`](HostedServers::cut) off (blackholed: no FIN, no RST) and
+/// [`restore`](HostedServers::restore)d (until it answers as healthy again, caught up
+/// with a leader): its members are [`HostedServers`].
 ///
 /// Find the leader with [`leader`](Self::leader), kill it with
 /// [`kill_leader`](Self::kill_leader), bring a member back with
 /// [`restart_member`](Self::restart_member).
 #[derive(Debug)]
 pub struct EtcdCluster {
-    // Field order is drop order: the members stop before their hosts go.
-    members: Vec<ServerProcess>,
+    /// A member cut off is not asked by [`leader`](Self::leader).
+    members: HostedServers,
     client_addrs: Vec<SocketAddr>,
-    /// One per member when started on hosts; empty on loopback.
-    hosts: Vec<crate::net::Host>,
-    /// Members currently cut off (not asked by [`leader`](Self::leader)).
-    cut: Vec<bool>,
-    _dir: TempDir,
 }
 
 /// The etcd client and peer ports inside a test host (each host has its own ports).
@@ -60,12 +58,7 @@ impl EtcdCluster {
     pub fn start_on_hosts(n: usize) -> Result<EtcdCluster> {
         check_size(n)?;
         require_binary("etcd", INSTALL)?;
-        let mut hosts = Vec::with_capacity(n);
-        for _ in 0..n {
-            let host = crate::net::Host::new().map_err(Error::Other)?;
-            host.forward().map_err(Error::Other)?;
-            hosts.push(host);
-        }
+        let hosts = HostedServers::new_hosts(n)?;
         let addrs = hosts
             .iter()
             .map(|h| {
@@ -112,14 +105,8 @@ impl EtcdCluster {
             let program = match hosts.get(i) {
                 // `ip netns exec` execs etcd in the namespace: the child is etcd.
                 Some(host) => {
-                    let mut wrapped: Vec<OsString> = vec![
-                        "netns".into(),
-                        "exec".into(),
-                        host.name().into(),
-                        "etcd".into(),
-                    ];
-                    wrapped.append(&mut args);
-                    args = wrapped;
+                    args.insert(0, "etcd".into());
+                    args = crate::hosted::in_host(host, args);
                     "ip"
                 }
                 None => "etcd",
@@ -132,22 +119,21 @@ impl EtcdCluster {
                 health_probe(*client),
             ));
         }
+        let on_loopback = hosts.is_empty();
         let mut cluster = EtcdCluster {
-            members,
+            members: HostedServers::new(members, hosts, dir),
             client_addrs: addrs.iter().map(|(c, _)| *c).collect(),
-            hosts,
-            cut: vec![false; n],
-            _dir: dir,
         };
+        let members = &mut cluster.members.servers;
         // All members must run before any can elect a leader.
-        for m in &mut cluster.members {
+        for m in members.iter_mut() {
             m.spawn()?;
         }
         let deadline = Instant::now() + READY_TIMEOUT;
-        for m in &mut cluster.members {
+        for m in members.iter_mut() {
             if let Err(e) = m.wait_ready(deadline) {
-                let any_exited = cluster.members.iter_mut().any(|m| m.exited());
-                if any_exited && cluster.hosts.is_empty() {
+                let any_exited = members.iter_mut().any(|m| m.exited());
+                if any_exited && on_loopback {
                     return Ok(Err(e));
                 }
                 return Err(e);
@@ -164,47 +150,9 @@ impl EtcdCluster {
             .collect()
     }
 
-    /// Number of members.
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// Always false (a cluster has at least one member).
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    /// Member `i`'s process.
-    pub fn member(&mut self, i: usize) -> &mut ServerProcess {
-        &mut self.members[i]
-    }
-
     /// Member `i`'s test host, when the cluster was started on hosts.
     pub fn host(&self, i: usize) -> Option<&crate::net::Host> {
-        self.hosts.get(i)
-    }
-
-    /// Blackholes member `i`'s host ([`Host::cut`](crate::net::Host::cut)): its
-    /// clients and its peers see it fall silent, without FIN or RST. Only for a
-    /// cluster started with [`start_on_hosts`](Self::start_on_hosts).
-    pub fn cut(&mut self, i: usize) -> Result<()> {
-        let host = self.hosts.get(i).ok_or_else(|| {
-            Error::Other("only a cluster started on hosts can cut a member".into())
-        })?;
-        host.cut().map_err(Error::Other)?;
-        self.cut[i] = true;
-        Ok(())
-    }
-
-    /// Ends a [`cut`](Self::cut) of member `i` and waits until it answers as healthy
-    /// again (caught up with a leader).
-    pub fn restore(&mut self, i: usize) -> Result<()> {
-        let host = self.hosts.get(i).ok_or_else(|| {
-            Error::Other("only a cluster started on hosts can cut a member".into())
-        })?;
-        host.restore().map_err(Error::Other)?;
-        self.cut[i] = false;
-        self.members[i].wait_ready(Instant::now() + READY_TIMEOUT)
+        self.members.hosts.get(i)
     }
 
     /// Member `i`'s Prometheus metrics (`GET /metrics` on its client address).
@@ -244,10 +192,11 @@ impl EtcdCluster {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut last = String::from("no member answered");
         loop {
-            let mut ids: Vec<Option<String>> = vec![None; self.members.len()];
+            let mut ids: Vec<Option<String>> = vec![None; self.len()];
             let mut leader_id = None;
             for (i, addr) in self.client_addrs.iter().enumerate() {
-                if !self.members[i].is_running() || self.members[i].is_paused() || self.cut[i] {
+                let m = &mut self.members.servers[i];
+                if !m.is_running() || m.is_paused() || self.members.cut[i] {
                     continue;
                 }
                 match member_status(*addr) {
@@ -275,26 +224,23 @@ impl EtcdCluster {
     /// `SIGKILL`s the current leader and returns its index.
     pub fn kill_leader(&mut self) -> Result<usize> {
         let i = self.leader()?;
-        self.members[i].kill();
+        self.member(i).kill();
         Ok(i)
     }
 
     /// `SIGKILL`s member `i`.
     pub fn kill_member(&mut self, i: usize) {
-        self.members[i].kill();
+        self.member(i).kill();
     }
 
     /// Starts member `i` again on its ports and data dir; waits until it is healthy.
     pub fn restart_member(&mut self, i: usize) -> Result<()> {
-        self.members[i].restart()
+        self.member(i).restart()
     }
 }
 
+crate::process::derefs_to!(EtcdCluster, members: HostedServers);
+
 fn check_size(n: usize) -> Result<()> {
-    if !(1..=7).contains(&n) {
-        return Err(Error::Other(format!(
-            "an etcd test cluster has 1..=7 members, not {n}"
-        )));
-    }
-    Ok(())
+    HostedServers::check_size(n, "an etcd test cluster", "members")
 }

@@ -2,6 +2,8 @@
 //! loopback port or on a test-network host of its own.
 
 use super::*;
+use crate::HostedServers;
+use crate::process::Probe;
 
 /// The HTTP and gRPC ports inside each test host (each host has its own ports; the
 /// gRPC port is HTTP + 1000, where Nacos clients look for it by default).
@@ -17,8 +19,9 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An rnacos cluster (three nodes by default), each node on a test host of its own
 /// ([`crate::net::Host`], a network namespace; the hosts reach each other through the
-/// test's namespace), where a node can be [`cut`](Self::cut) off (blackholed: no FIN,
-/// no RST) and [`restore`](Self::restore)d.
+/// test's namespace), where a node can be [`cut`](HostedServers::cut) off (blackholed:
+/// no FIN, no RST) and [`restore`](HostedServers::restore)d (until it answers
+/// `/health`): its nodes are [`HostedServers`].
 ///
 /// rnacos' cluster mode: configs are kept by raft (node 1 initialises it,
 /// `RNACOS_RAFT_AUTO_INIT`; the others join it, `RNACOS_RAFT_JOIN_ADDR`), naming by a
@@ -35,10 +38,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// included, then their hosts are removed (which kills whatever is still inside).
 #[derive(Debug)]
 pub struct RnacosCluster {
-    // Field order is drop order: the nodes stop before their hosts go.
-    nodes: Vec<ServerProcess>,
-    hosts: Vec<crate::net::Host>,
-    _dir: TempDir,
+    nodes: HostedServers,
 }
 
 impl RnacosCluster {
@@ -46,11 +46,7 @@ impl RnacosCluster {
     /// waits until it is ready (see the type's docs). Needs what the test network needs
     /// (see [`crate::net::skip_reason`]) and `rnacos`.
     pub fn start_on_hosts(n: usize) -> Result<RnacosCluster> {
-        if !(1..=7).contains(&n) {
-            return Err(Error::Other(format!(
-                "an rnacos test cluster has 1..=7 nodes, not {n}"
-            )));
-        }
+        HostedServers::check_size(n, "an rnacos test cluster", "nodes")?;
         let bin = find_rnacos()?.to_string_lossy().into_owned();
         let mut last = None;
         for _ in 0..CLUSTER_ATTEMPTS {
@@ -65,20 +61,15 @@ impl RnacosCluster {
     /// One start. The outer error is final; the inner one (a node panicked while
     /// starting) is worth another attempt on fresh hosts.
     fn launch(bin: &str, n: usize) -> Result<Result<RnacosCluster>> {
-        let mut hosts = Vec::with_capacity(n);
-        for _ in 0..n {
-            let host = crate::net::Host::new().map_err(Error::Other)?;
-            host.forward().map_err(Error::Other)?;
-            hosts.push(host);
-        }
+        let hosts = HostedServers::new_hosts(n)?;
         let dir = tempfile::Builder::new()
             .prefix("meshline-rnacos-cluster-")
             .tempdir()
             .map_err(io_err("create a temp dir for the rnacos cluster"))?;
         let first = SocketAddr::new(hosts[0].ip(), HOST_GRPC_PORT);
-        let mut nodes = Vec::with_capacity(n);
-        for (i, host) in hosts.iter().enumerate() {
-            let ndir = dir.path().join(format!("node{}", i + 1));
+        let dir_path = dir.path().to_path_buf();
+        let nodes = HostedServers::on_hosts(hosts, dir, "rnacos node", |i, host| {
+            let ndir = dir_path.join(format!("node{}", i + 1));
             std::fs::create_dir_all(&ndir).map_err(io_err(format!("create {}", ndir.display())))?;
             let ip = host.ip();
             let mut settings = format!(
@@ -99,15 +90,7 @@ impl RnacosCluster {
             let env_file = ndir.join("rnacos.env");
             std::fs::write(&env_file, settings)
                 .map_err(io_err(format!("write {}", env_file.display())))?;
-            // `ip netns exec` execs rnacos in the namespace: the child is the server.
-            let args: Vec<OsString> = vec![
-                "netns".into(),
-                "exec".into(),
-                host.name().into(),
-                bin.into(),
-                "-e".into(),
-                env_file.into_os_string(),
-            ];
+            let command = vec![bin.into(), "-e".into(), env_file.into_os_string()];
             let http = SocketAddr::new(ip, HOST_HTTP_PORT);
             let grpc = SocketAddr::new(ip, HOST_GRPC_PORT);
             let probe = Arc::new(move || {
@@ -120,28 +103,19 @@ impl RnacosCluster {
                     .map_err(|e| format!("gRPC port {grpc}: {e}"))?;
                 Ok(())
             });
-            nodes.push(ServerProcess::new(
-                format!("rnacos node {}", i + 1),
-                ndir,
-                "ip",
-                args,
-                probe,
-            ));
-        }
-        let mut cluster = RnacosCluster {
-            nodes,
-            hosts,
-            _dir: dir,
-        };
+            Ok((ndir, command, probe as Probe))
+        })?;
+        let mut cluster = RnacosCluster { nodes };
         let deadline = Instant::now() + READY_TIMEOUT;
         // One node at a time: node 1 initialises raft, then each other node asks it to
         // join (once, 500 ms after its start) and is in the membership before the next
         // starts. A join sent before node 1's raft has a leader, or while another
         // membership change is under way, is lost: then the whole cluster starts again.
         for i in 0..n {
-            cluster.nodes[i].spawn()?;
-            if let Err(e) = cluster.nodes[i].wait_ready(deadline) {
-                if cluster.nodes[i].panicked_while_starting() {
+            let node = cluster.member(i);
+            node.spawn()?;
+            if let Err(e) = node.wait_ready(deadline) {
+                if node.panicked_while_starting() {
                     return Ok(Err(e));
                 }
                 return Err(e);
@@ -184,6 +158,7 @@ impl RnacosCluster {
     /// True when a node's log shows a Rust panic.
     fn any_panicked(&self) -> bool {
         self.nodes
+            .servers
             .iter()
             .any(|n| n.log_tail(400).contains("panicked at"))
     }
@@ -191,7 +166,7 @@ impl RnacosCluster {
     /// Waits until raft has every node, configs replicate and naming instances reach
     /// every node.
     fn wait_formed(&self, deadline: Instant) -> Result<()> {
-        let n = self.nodes.len();
+        let n = self.len();
         let (data_id, group, _) = CANARY;
         let calls = ConfigCalls::new(data_id, group, "cluster");
         let service = "meshline-testkit-ready";
@@ -296,56 +271,33 @@ impl RnacosCluster {
     /// `ip1:8848,ip2:8848,...`: every node's HTTP address (the gRPC port is HTTP +
     /// 1000), as `registry.nacos.serverAddr` takes a cluster.
     pub fn server_addr(&self) -> String {
-        (0..self.len())
-            .map(|i| self.http_addr(i).to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        self.nodes.host_addrs(HOST_HTTP_PORT)
     }
 
     /// Node `i`'s HTTP address.
     pub fn http_addr(&self, i: usize) -> SocketAddr {
-        SocketAddr::new(self.hosts[i].ip(), HOST_HTTP_PORT)
+        self.nodes.host_addr(i, HOST_HTTP_PORT)
     }
 
     /// Node `i`'s gRPC address (what Nacos 2.x clients connect to).
     pub fn grpc_addr(&self, i: usize) -> SocketAddr {
-        SocketAddr::new(self.hosts[i].ip(), HOST_GRPC_PORT)
-    }
-
-    /// Number of nodes.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Always false (a cluster has at least one node).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.nodes.host_addr(i, HOST_GRPC_PORT)
     }
 
     /// Node `i`'s test host.
     pub fn host(&self, i: usize) -> &crate::net::Host {
-        &self.hosts[i]
+        &self.nodes.hosts[i]
     }
 
     /// Node `i`'s process.
     pub fn node(&mut self, i: usize) -> &mut ServerProcess {
-        &mut self.nodes[i]
+        self.member(i)
     }
 
     /// The node whose gRPC address is `addr`, if any.
     pub fn node_at(&self, addr: SocketAddr) -> Option<usize> {
         (0..self.len()).find(|&i| self.grpc_addr(i) == addr)
     }
-
-    /// Blackholes node `i`'s host ([`Host::cut`](crate::net::Host::cut)): its clients
-    /// and the other nodes see it fall silent, without FIN or RST.
-    pub fn cut(&self, i: usize) -> Result<()> {
-        self.hosts[i].cut().map_err(Error::Other)
-    }
-
-    /// Ends a [`cut`](Self::cut) of node `i` and waits until it answers `/health`.
-    pub fn restore(&mut self, i: usize) -> Result<()> {
-        self.hosts[i].restore().map_err(Error::Other)?;
-        self.nodes[i].wait_ready(Instant::now() + READY_TIMEOUT)
-    }
 }
+
+crate::process::derefs_to!(RnacosCluster, nodes: HostedServers);

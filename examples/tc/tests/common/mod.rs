@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use meshline::Instance;
@@ -124,6 +125,51 @@ pub fn seata_tm() -> SeataRegistration {
     })
     .with_timeout(Duration::from_secs(2))
 }
+
+/// The callers of a load test: tasks that each keep calling until [`Callers::stop`].
+pub struct Callers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Callers {
+    /// Starts `n` callers: caller `c` runs `caller(c, stop)`, which calls until `stop`
+    /// is set.
+    pub fn start<F>(n: usize, caller: impl Fn(usize, Arc<AtomicBool>) -> F) -> Callers
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..n)
+            .map(|c| tokio::spawn(caller(c, stop.clone())))
+            .collect();
+        Callers { stop, tasks }
+    }
+
+    /// Tells every caller to stop and waits for each, each given `within` to end the
+    /// call it has in flight.
+    pub async fn stop(self, within: Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.tasks {
+            tokio::time::timeout(within, c)
+                .await
+                .expect("a caller hung")
+                .expect("caller");
+        }
+    }
+}
+
+/// The load-aware balancers, plain and in their `xid:` form (an XID's own TC first, the
+/// load-aware pick for the rest): the ones the fault tests (a slow, lossy or sick TC)
+/// hold to keep calls off the TC at fault.
+pub const LOAD_AWARE: [&str; 6] = [
+    "P2C",
+    "LeastActiveLoadBalance",
+    "BoundedLoad",
+    "xid:P2C",
+    "xid:LeastActiveLoadBalance",
+    "xid:BoundedLoad",
+];
 
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use meshline_testkit::until;

@@ -288,6 +288,17 @@ pub(crate) fn err(key: &str, reason: impl Into<String>) -> SettingsError {
     }
 }
 
+/// A count setting of `limits.*` or `queue.*`: a whole number, 0 turning it off.
+pub(crate) fn off_or_count<T>(v: &str) -> Result<T, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    v.trim()
+        .parse::<T>()
+        .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
+}
+
 pub(crate) fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
     meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
 }

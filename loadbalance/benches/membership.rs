@@ -22,7 +22,7 @@ use meshline_loadbalance::{Balancer, Edit, by_name};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{InTurn, addr, instance, requests, xids};
+use common::{ALGORITHMS, InTurn, addr, instance, requests, xids};
 
 /// (bench label, factory name, weighted membership): the algorithms that ignore load.
 const LOAD_BLIND: &[(&str, &str, bool)] = &[
@@ -36,24 +36,6 @@ const LOAD_BLIND: &[(&str, &str, bool)] = &[
     ("AccountHash", "AccountHash", false),
     ("SourceHash", "SourceHash", false),
     ("ZoneRoundRobin", "zone:RoundRobinLoadBalance", false),
-];
-
-/// Every algorithm, for the membership rows.
-const ALL: &[&str] = &[
-    "XID",
-    "RandomLoadBalance",
-    "RoundRobinLoadBalance",
-    "ConsistentHash",
-    "ConsistentHashJava",
-    "LeastActiveLoadBalance",
-    "P2C",
-    "BoundedLoad",
-    "JumpHash",
-    "AccountHash",
-    "FillOneByOne",
-    "LoadWeighted",
-    "FewestRequests",
-    "zone:RoundRobinLoadBalance",
 ];
 
 /// What the client's endpoints carry: a shared handle (the `AliveEndpoint`'s
@@ -94,7 +76,7 @@ fn bench_apply(c: &mut Criterion) {
     const N: usize = 10_000;
     let mut group = c.benchmark_group("apply_10k");
     group.sample_size(10);
-    for &name in ALL {
+    for &name in ALGORITHMS {
         let label = name.replace(':', "-");
         group.bench_function(BenchmarkId::new("full", &label), |bench| {
             bench.iter_batched(

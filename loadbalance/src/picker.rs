@@ -205,6 +205,31 @@ impl FastMod {
 /// A picker for an empty endpoint list.
 pub(crate) struct EmptyPicker;
 
+/// [`LoadBalance::build`] of an algorithm whose picker is built from [`Members`]:
+/// `picker` over `endpoints`, or the [`EmptyPicker`] when there are none.
+pub(crate) fn build_over(
+    endpoints: &[Endpoint],
+    picker: impl FnOnce(Members) -> Arc<dyn Picker>,
+) -> Arc<dyn Picker> {
+    if endpoints.is_empty() {
+        return Arc::new(EmptyPicker);
+    }
+    picker(Members::new(endpoints))
+}
+
+/// [`LoadBalance::rebuild`] of an algorithm whose picker is built from [`Members`]:
+/// `picker` over the change's endpoints (the list shared with the balancer's
+/// snapshot, not copied), or the [`EmptyPicker`] when there are none.
+pub(crate) fn rebuild_over(
+    change: &MembershipChange<'_>,
+    picker: impl FnOnce(Members) -> Arc<dyn Picker>,
+) -> Arc<dyn Picker> {
+    if change.endpoints().is_empty() {
+        return Arc::new(EmptyPicker);
+    }
+    picker(Members::shared(change.endpoints().clone()))
+}
+
 impl Picker for EmptyPicker {
     fn pick(&self, _req: &PickRequest<'_>) -> Option<usize> {
         None

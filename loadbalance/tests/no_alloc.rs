@@ -10,7 +10,7 @@ use std::time::Duration;
 use meshline_loadbalance::{Balancer, Edit, PickRequest, by_name};
 
 mod common;
-use common::instances;
+use common::{ALGORITHMS, instances};
 
 struct Counting;
 
@@ -55,26 +55,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-const ALGORITHMS: &[&str] = &[
-    "XID",
-    "RandomLoadBalance",
-    "RoundRobinLoadBalance",
-    "ConsistentHashLoadBalance",
-    "ConsistentHashJava",
-    "LeastActiveLoadBalance",
-    "P2C",
-    "BoundedLoad",
-    "JumpHash",
-    "AccountHash",
-    "RoleHash",
-    "SourceHash",
-    "FillOneByOne",
-    "LoadWeighted",
-    "FewestRequests",
-    "zone:RoundRobinLoadBalance",
-    "zone:P2C",
-];
 
 #[test]
 fn picks_do_not_allocate() {

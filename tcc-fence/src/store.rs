@@ -68,97 +68,99 @@ mod sealed {
 /// in types the compiler must see concretely).
 macro_rules! fence_db {
     ($db:ty, $statements:expr) => {
-        impl sealed::Sealed for $db {}
-
-        impl FenceDb for $db {
-            fn statements(table: &str) -> Statements {
-                $statements(table)
+        // A scope of its own per database, so each can have its `rows_changed`.
+        const _: () = {
+            /// Runs `query` (its values bound) in `tx`: the rows it changed (`INSERT` and
+            /// `UPDATE` differ only in the values they bind).
+            fn rows_changed<'a>(
+                tx: &'a mut Transaction<'static, $db>,
+                query: sqlx::query::Query<'a, $db, <$db as sqlx::Database>::Arguments<'a>>,
+            ) -> Boxed<'a, u64> {
+                Box::pin(async move { Ok(query.execute(&mut **tx).await?.rows_affected()) })
             }
 
-            fn insert<'a>(
-                tx: &'a mut Transaction<'static, Self>,
-                sql: &'a str,
-                xid: &'a str,
-                branch_id: i64,
-                action: &'a str,
-                status: i32,
-            ) -> Boxed<'a, u64> {
-                Box::pin(async move {
-                    let done = sqlx::query(sql)
-                        .bind(xid)
-                        .bind(branch_id)
-                        .bind(action)
-                        .bind(status)
-                        .execute(&mut **tx)
-                        .await?;
-                    Ok(done.rows_affected())
-                })
-            }
+            impl sealed::Sealed for $db {}
 
-            fn update<'a>(
-                tx: &'a mut Transaction<'static, Self>,
-                sql: &'a str,
-                to: i32,
-                xid: &'a str,
-                branch_id: i64,
-                from: i32,
-            ) -> Boxed<'a, u64> {
-                Box::pin(async move {
-                    let done = sqlx::query(sql)
+            impl FenceDb for $db {
+                fn statements(table: &str) -> Statements {
+                    $statements(table)
+                }
+
+                fn insert<'a>(
+                    tx: &'a mut Transaction<'static, Self>,
+                    sql: &'a str,
+                    xid: &'a str,
+                    branch_id: i64,
+                    action: &'a str,
+                    status: i32,
+                ) -> Boxed<'a, u64> {
+                    let query = sqlx::query(sql).bind(xid).bind(branch_id).bind(action);
+                    rows_changed(tx, query.bind(status))
+                }
+
+                fn update<'a>(
+                    tx: &'a mut Transaction<'static, Self>,
+                    sql: &'a str,
+                    to: i32,
+                    xid: &'a str,
+                    branch_id: i64,
+                    from: i32,
+                ) -> Boxed<'a, u64> {
+                    let query = sqlx::query(sql)
                         .bind(to)
                         .bind(xid)
                         .bind(branch_id)
-                        .bind(from)
-                        .execute(&mut **tx)
-                        .await?;
-                    Ok(done.rows_affected())
-                })
-            }
+                        .bind(from);
+                    rows_changed(tx, query)
+                }
 
-            fn status<'a>(
-                tx: &'a mut Transaction<'static, Self>,
-                sql: &'a str,
-                xid: &'a str,
-                branch_id: i64,
-            ) -> Boxed<'a, Option<i64>> {
-                Box::pin(async move {
-                    let row: Option<(i64,)> = sqlx::query_as(sql)
-                        .bind(xid)
-                        .bind(branch_id)
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                    Ok(row.map(|r| r.0))
-                })
-            }
+                fn status<'a>(
+                    tx: &'a mut Transaction<'static, Self>,
+                    sql: &'a str,
+                    xid: &'a str,
+                    branch_id: i64,
+                ) -> Boxed<'a, Option<i64>> {
+                    Box::pin(async move {
+                        let row: Option<(i64,)> = sqlx::query_as(sql)
+                            .bind(xid)
+                            .bind(branch_id)
+                            .fetch_optional(&mut **tx)
+                            .await?;
+                        Ok(row.map(|r| r.0))
+                    })
+                }
 
-            fn execute<'a>(
-                pool: &'a sqlx::Pool<Self>,
-                sql: &'a str,
-                seconds: Option<i64>,
-            ) -> Boxed<'a, u64> {
-                Box::pin(async move {
-                    let q = sqlx::query(sql);
-                    let q = match seconds {
-                        Some(s) => q.bind(s),
-                        None => q,
-                    };
-                    Ok(q.execute(pool).await?.rows_affected())
-                })
+                fn execute<'a>(
+                    pool: &'a sqlx::Pool<Self>,
+                    sql: &'a str,
+                    seconds: Option<i64>,
+                ) -> Boxed<'a, u64> {
+                    Box::pin(async move {
+                        let q = sqlx::query(sql);
+                        let q = match seconds {
+                            Some(s) => q.bind(s),
+                            None => q,
+                        };
+                        Ok(q.execute(pool).await?.rows_affected())
+                    })
+                }
             }
-        }
+        };
     };
 }
 
-/// `INSERT`, `UPDATE`, `SELECT` and the cleaner's `DELETE`, for `table`, with `now`
-/// the database's current time and `p(i)` the i-th placeholder.
+/// The statements for `table`: `create` (its DDL), then `INSERT`, `UPDATE`, `SELECT`
+/// and the cleaner's `DELETE`, with `now` the database's current time and `p(i)` the
+/// i-th placeholder.
 fn common(
     table: &str,
+    create: Vec<String>,
     now: &str,
     p: impl Fn(usize) -> String,
     int: impl Fn(String) -> String,
     long: impl Fn(String) -> String,
     older_than: impl Fn(String) -> String,
-) -> (String, String, String, String) {
+) -> Statements {
     let insert = format!(
         "INSERT INTO {table} (xid, branch_id, action_name, status, gmt_create, gmt_modified) \
          VALUES ({}, {}, {}, {}, {now}, {now})",
@@ -185,114 +187,106 @@ fn common(
         "DELETE FROM {table} WHERE gmt_modified < {} AND status IN (2, 3, 4)",
         older_than(p(1))
     );
-    (insert, update, status, clean)
-}
-
-/// The two indexes of Seata's scripts (`gmt_modified`, `status`), named per table (a
-/// schema-qualified name loses its dot) and created only if missing.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn indexes(table: &str) -> [String; 2] {
-    ["gmt_modified", "status"].map(|column| {
-        format!(
-            "CREATE INDEX IF NOT EXISTS idx_{}_{column} ON {table} ({column})",
-            table.replace('.', "_")
-        )
-    })
-}
-
-#[cfg(feature = "sqlite")]
-fn sqlite(table: &str) -> Statements {
-    const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
-    let (insert, update, status, clean) = common(
-        table,
-        NOW,
-        |_| "?".into(),
-        |p| p,
-        |c| c,
-        |p| format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || {p} || ' seconds')"),
-    );
     Statements {
-        // Seata ships no SQLite script: its columns, in SQLite's types (times as ISO
-        // text, which sorts as time).
-        create: vec![format!(
-            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
-                 branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
-                 status TINYINT NOT NULL, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL, \
-                 PRIMARY KEY (xid, branch_id))"
-        )]
-        .into_iter()
-        .chain(indexes(table))
-        .collect(),
+        create,
         insert,
         update,
         status,
         clean,
     }
+}
+
+/// `create_table`, then the two indexes of Seata's scripts (`gmt_modified`,
+/// `status`), named per table (a schema-qualified name loses its dot) and created
+/// only if missing.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn with_indexes(create_table: String, table: &str) -> Vec<String> {
+    let indexes = ["gmt_modified", "status"].map(|column| {
+        format!(
+            "CREATE INDEX IF NOT EXISTS idx_{}_{column} ON {table} ({column})",
+            table.replace('.', "_")
+        )
+    });
+    std::iter::once(create_table).chain(indexes).collect()
+}
+
+#[cfg(feature = "sqlite")]
+fn sqlite(table: &str) -> Statements {
+    // Seata ships no SQLite script: its columns, in SQLite's types (times as ISO
+    // text, which sorts as time).
+    let create = with_indexes(
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
+                 branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
+                 status TINYINT NOT NULL, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL, \
+                 PRIMARY KEY (xid, branch_id))"
+        ),
+        table,
+    );
+    common(
+        table,
+        create,
+        "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+        |_| "?".into(),
+        |p| p,
+        |c| c,
+        |p| format!("strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || {p} || ' seconds')"),
+    )
 }
 
 #[cfg(feature = "postgres")]
 fn postgres(table: &str) -> Statements {
     const NOW: &str = "LOCALTIMESTAMP(3)";
-    let (insert, update, status, clean) = common(
+    // Seata's script/client/tcc/db/postgresql.sql (indexes named per table, and
+    // created only if missing, so the DDL can run at every start).
+    let create = with_indexes(
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
+                 branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
+                 status SMALLINT NOT NULL, gmt_create TIMESTAMP(3) NOT NULL, \
+                 gmt_modified TIMESTAMP(3) NOT NULL, \
+                 CONSTRAINT pk_{} PRIMARY KEY (xid, branch_id))",
+            table.replace('.', "_")
+        ),
         table,
+    );
+    common(
+        table,
+        create,
         NOW,
         |i| format!("${i}"),
         |p| format!("CAST({p} AS INTEGER)"),
         |c| format!("CAST({c} AS BIGINT)"),
         |p| format!("{NOW} - CAST({p} AS BIGINT) * INTERVAL '1 second'"),
-    );
-    Statements {
-        // Seata's script/client/tcc/db/postgresql.sql (indexes named per table, and
-        // created only if missing, so the DDL can run at every start).
-        create: vec![format!(
-            "CREATE TABLE IF NOT EXISTS {table} (xid VARCHAR(128) NOT NULL, \
-                 branch_id BIGINT NOT NULL, action_name VARCHAR(64) NOT NULL, \
-                 status SMALLINT NOT NULL, gmt_create TIMESTAMP(3) NOT NULL, \
-                 gmt_modified TIMESTAMP(3) NOT NULL, \
-                 CONSTRAINT {} PRIMARY KEY (xid, branch_id))",
-            format!("pk_{}", table.replace('.', "_"))
-        )]
-        .into_iter()
-        .chain(indexes(table))
-        .collect(),
-        insert,
-        update,
-        status,
-        clean,
-    }
+    )
 }
 
 #[cfg(feature = "mysql")]
 fn mysql(table: &str) -> Statements {
     const NOW: &str = "NOW(3)";
-    let (insert, update, status, clean) = common(
+    // Seata's script/client/tcc/db/mysql.sql.
+    let create = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\
+         `xid` VARCHAR(128) NOT NULL COMMENT 'global id', \
+         `branch_id` BIGINT NOT NULL COMMENT 'branch id', \
+         `action_name` VARCHAR(64) NOT NULL COMMENT 'action name', \
+         `status` TINYINT NOT NULL COMMENT 'status(tried:1;committed:2;rollbacked:3;suspended:4)', \
+         `gmt_create` DATETIME(3) NOT NULL COMMENT 'create time', \
+         `gmt_modified` DATETIME(3) NOT NULL COMMENT 'update time', \
+         PRIMARY KEY (`xid`, `branch_id`), \
+         KEY `idx_gmt_modified` (`gmt_modified`), \
+         KEY `idx_status` (`status`)\
+         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+    )];
+    common(
         table,
+        create,
         NOW,
         |_| "?".into(),
         |p| p,
         |c| format!("CAST({c} AS SIGNED)"),
         |p| format!("{NOW} - INTERVAL {p} SECOND"),
-    );
-    Statements {
-        // Seata's script/client/tcc/db/mysql.sql.
-        create: vec![format!(
-            "CREATE TABLE IF NOT EXISTS {table} (\
-             `xid` VARCHAR(128) NOT NULL COMMENT 'global id', \
-             `branch_id` BIGINT NOT NULL COMMENT 'branch id', \
-             `action_name` VARCHAR(64) NOT NULL COMMENT 'action name', \
-             `status` TINYINT NOT NULL COMMENT 'status(tried:1;committed:2;rollbacked:3;suspended:4)', \
-             `gmt_create` DATETIME(3) NOT NULL COMMENT 'create time', \
-             `gmt_modified` DATETIME(3) NOT NULL COMMENT 'update time', \
-             PRIMARY KEY (`xid`, `branch_id`), \
-             KEY `idx_gmt_modified` (`gmt_modified`), \
-             KEY `idx_status` (`status`)\
-             ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
-        )],
-        insert,
-        update,
-        status,
-        clean,
-    }
+    )
 }
 
 #[cfg(feature = "sqlite")]

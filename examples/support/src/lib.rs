@@ -97,3 +97,33 @@ pub async fn live_discovery(
         .map_err(|e| e.to_string())?;
     Ok((live, discovery))
 }
+
+/// What a Seata client program (the TM's, the RM's) starts from: its configuration,
+/// followed live, the registry's discovery ([`live_discovery`]), and the transaction
+/// service group it serves.
+pub struct ClientSetup {
+    /// The configuration followed live; kept for as long as the program runs.
+    pub live: meshline::core::centre::LiveConfig,
+    /// The configuration when the program started.
+    pub config: std::sync::Arc<meshline::Config>,
+    /// The discovery of the registry the configuration names.
+    pub discovery: meshline::Discovery,
+    /// `--group` when given, else the configuration's `tx_service_group`.
+    pub group: String,
+}
+
+/// [`ClientSetup`] from `file` (see [`live_discovery`]) and the `group` asked for.
+pub async fn client_setup(
+    file: Option<&std::path::Path>,
+    group: Option<&str>,
+) -> Result<ClientSetup, String> {
+    let (live, discovery) = live_discovery(file).await?;
+    let config = live.current();
+    let group = group.map_or_else(|| config.tx_service_group.clone(), str::to_string);
+    Ok(ClientSetup {
+        live,
+        config,
+        discovery,
+        group,
+    })
+}

@@ -2,8 +2,8 @@
 //! the background loop that retries what could not finish and rolls back what timed
 //! out (Seata's `DefaultCoordinator` schedules, one period for all).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 
 use meshline::rpc::Payload;
 use meshline::rpc::message::{
@@ -213,14 +213,11 @@ impl Inner {
         } else {
             GlobalStatus::CommitRetrying
         };
-        let status = st.status;
-        drop(st);
-        if !matches!(
-            status,
-            GlobalStatus::CommitRetrying | GlobalStatus::AsyncCommitting
-        ) {
-            self.finish(s, status);
-        }
+        let status = self.settle(
+            s,
+            st,
+            &[GlobalStatus::CommitRetrying, GlobalStatus::AsyncCommitting],
+        );
         (
             status,
             unsent.filter(|_| !retrying && status == GlobalStatus::CommitRetrying),
@@ -360,14 +357,14 @@ impl Inner {
             (false, false, false) => GlobalStatus::Rollbacked,
             (true, false, false) => GlobalStatus::TimeoutRollbacked,
         };
-        let status = st.status;
-        drop(st);
-        if !matches!(
-            status,
-            GlobalStatus::RollbackRetrying | GlobalStatus::TimeoutRollbackRetrying
-        ) {
-            self.finish(s, status);
-        }
+        let status = self.settle(
+            s,
+            st,
+            &[
+                GlobalStatus::RollbackRetrying,
+                GlobalStatus::TimeoutRollbackRetrying,
+            ],
+        );
         let retrying_now = matches!(
             status,
             GlobalStatus::RollbackRetrying | GlobalStatus::TimeoutRollbackRetrying
@@ -380,6 +377,22 @@ impl Inner {
     /// [`TcOptions::xaer_nota_retry_timeout`](super::TcOptions::xaer_nota_retry_timeout).
     fn xaer_nota_expired(&self, s: &Session) -> bool {
         s.begun.elapsed() > s.timeout + s.timeout.max(self.options.xaer_nota_retry_timeout)
+    }
+
+    /// Lets go of `s`'s lock, its phase two decided as `st.status`, and ends the session
+    /// unless that status is one its phase two goes on in (`pending`): the status.
+    fn settle(
+        &self,
+        s: &Session,
+        st: MutexGuard<'_, State>,
+        pending: &[GlobalStatus],
+    ) -> GlobalStatus {
+        let status = st.status;
+        drop(st);
+        if !pending.contains(&status) {
+            self.finish(s, status);
+        }
+        status
     }
 
     fn retry_expired(&self, s: &Session) -> bool {

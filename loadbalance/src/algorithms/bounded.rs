@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::algorithms::consistent_hash::{FastRing, RingLookup};
 use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
 use crate::algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
-use crate::picker::{EmptyPicker, Members};
+use crate::picker::{Members, build_over, rebuild_over};
 use crate::stats::LoadGroup;
 use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
@@ -143,26 +143,19 @@ impl LoadBalance for BoundedLoadLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        self.picker(endpoints, Members::new(endpoints), None)
+        build_over(endpoints, |members| self.picker(endpoints, members, None))
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        let endpoints = change.endpoints();
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        // The endpoint list is shared with the balancer's snapshot, not copied.
-        let members = Members::shared(endpoints.clone());
-        let previous = change
-            .previous()
-            .picker()
-            .as_any()
-            .and_then(|p| p.downcast_ref::<BoundedPicker<PagedRing>>())
-            .map(|p| (&p.ring, change));
-        self.picker(endpoints, members, previous)
+        rebuild_over(change, |members| {
+            let previous = change
+                .previous()
+                .picker()
+                .as_any()
+                .and_then(|p| p.downcast_ref::<BoundedPicker<PagedRing>>())
+                .map(|p| (&p.ring, change));
+            self.picker(change.endpoints(), members, previous)
+        })
     }
 }
 

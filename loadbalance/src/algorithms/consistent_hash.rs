@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::algorithms::java_ring::{JavaRing, SEATA_DEFAULT_VIRTUAL_NODES};
 use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
 use crate::algorithms::ring::{DEFAULT_POINTS_PER_WEIGHT, Ring, point_counts};
-use crate::picker::{EmptyPicker, Members};
+use crate::picker::{Members, build_over, rebuild_over};
 use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker, hash};
 
 /// How [`ConsistentHashLoadBalance`] hashes keys and places endpoints.
@@ -119,18 +119,8 @@ impl ConsistentHashLoadBalance {
         per_weight: u32,
         previous: Option<(&PagedRing, &MembershipChange<'_>)>,
     ) -> Arc<dyn Picker> {
-        match FastRing::new(&members, per_weight, self.paged_from, previous) {
-            FastRing::Flat(ring) => Arc::new(RingPicker {
-                ring,
-                members,
-                key: RingKey::Request,
-            }),
-            FastRing::Paged(ring) => Arc::new(RingPicker {
-                ring,
-                members,
-                key: RingKey::Request,
-            }),
-        }
+        let ring = FastRing::new(&members, per_weight, self.paged_from, previous);
+        RingPicker::on(ring, members, RingKey::Request)
     }
 }
 
@@ -187,27 +177,22 @@ impl LoadBalance for ConsistentHashLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        let members = Members::new(endpoints);
-        match self.mode {
+        build_over(endpoints, |members| match self.mode {
             HashMode::Fast { points_per_weight } => self.fast(members, points_per_weight, None),
             HashMode::Java { virtual_nodes } => Arc::new(JavaRingPicker {
                 ring: JavaRing::build(&members, virtual_nodes.max(1)),
                 members,
             }),
-        }
+        })
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        if change.endpoints().is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        // The endpoint list is shared with the balancer's snapshot, not copied.
-        let members = Members::shared(change.endpoints().clone());
-        let points_per_weight = match self.mode {
-            HashMode::Fast { points_per_weight } => points_per_weight,
+        rebuild_over(change, |members| match self.mode {
+            HashMode::Fast { points_per_weight } => self.fast(
+                members,
+                points_per_weight,
+                RingPicker::previous_ring(change),
+            ),
             HashMode::Java { virtual_nodes } => {
                 // Only the joining endpoints' points are hashed and merged in.
                 let virtual_nodes = virtual_nodes.max(1);
@@ -221,16 +206,9 @@ impl LoadBalance for ConsistentHashLoadBalance {
                     Some(ring) => ring,
                     None => JavaRing::build(&members, virtual_nodes),
                 };
-                return Arc::new(JavaRingPicker { ring, members });
+                Arc::new(JavaRingPicker { ring, members })
             }
-        };
-        let previous = change
-            .previous()
-            .picker()
-            .as_any()
-            .and_then(|p| p.downcast_ref::<RingPicker<PagedRing>>())
-            .map(|p| (&p.ring, change));
-        self.fast(members, points_per_weight, previous)
+        })
     }
 }
 
@@ -274,6 +252,29 @@ pub(crate) struct RingPicker<R = Ring> {
     pub(crate) ring: R,
     pub(crate) members: Members,
     pub(crate) key: RingKey,
+}
+
+impl RingPicker {
+    /// The picker hashing `key` onto `ring`, of either kind.
+    pub(crate) fn on(ring: FastRing, members: Members, key: RingKey) -> Arc<dyn Picker> {
+        match ring {
+            FastRing::Flat(ring) => Arc::new(RingPicker { ring, members, key }),
+            FastRing::Paged(ring) => Arc::new(RingPicker { ring, members, key }),
+        }
+    }
+
+    /// The paged ring of the fast-ring picker `change` replaces, if it was one, with
+    /// `change`: what [`FastRing::new`] updates rather than builds afresh.
+    pub(crate) fn previous_ring<'c, 'a>(
+        change: &'c MembershipChange<'a>,
+    ) -> Option<(&'c PagedRing, &'c MembershipChange<'a>)> {
+        change
+            .previous()
+            .picker()
+            .as_any()
+            .and_then(|p| p.downcast_ref::<RingPicker<PagedRing>>())
+            .map(|p| (&p.ring, change))
+    }
 }
 
 impl<R> RingPicker<R> {
@@ -411,14 +412,19 @@ mod tests {
                 }
             }
             for k in 0..3000u64 {
+                // The updated ring picks as the ring built afresh, excluding or not.
+                let same_pick = |req: &PickRequest<'_>| {
+                    let a = updated.pick(req).unwrap();
+                    let b = fresh.pick(req).unwrap();
+                    assert_eq!(
+                        a.endpoint().key(),
+                        b.endpoint().key(),
+                        "step {step} key {k}"
+                    );
+                    (a, b)
+                };
                 let req = PickRequest::default().with_hash(hash::mix64(k + step));
-                let a = updated.pick(&req).unwrap();
-                let b = fresh.pick(&req).unwrap();
-                assert_eq!(
-                    a.endpoint().key(),
-                    b.endpoint().key(),
-                    "step {step} key {k}"
-                );
+                let (a, b) = same_pick(&req);
                 let e = edited.pick(&req).unwrap();
                 assert_eq!(
                     e.endpoint().key(),
@@ -427,14 +433,7 @@ mod tests {
                 );
                 assert_eq!(at(*e.payload(), 1).key(), e.endpoint().key());
                 let skip = [a.endpoint().key().clone()];
-                let req = req.excluding(&skip);
-                let a = updated.pick(&req).unwrap();
-                let b = fresh.pick(&req).unwrap();
-                assert_eq!(
-                    a.endpoint().key(),
-                    b.endpoint().key(),
-                    "step {step} key {k}"
-                );
+                same_pick(&req.excluding(&skip));
             }
         }
         assert!(reused >= 20, "only {reused} of 30 updates reused pages");

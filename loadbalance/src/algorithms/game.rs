@@ -20,7 +20,7 @@ use crate::algorithms::consistent_hash::{FastRing, RingKey, RingPicker};
 use crate::algorithms::paged_ring::{PAGED_MIN_POINTS, PagedRing};
 use crate::algorithms::random::AliasTable;
 use crate::algorithms::ring::DEFAULT_POINTS_PER_WEIGHT;
-use crate::picker::{EmptyPicker, Members};
+use crate::picker::{EmptyPicker, Members, build_over, rebuild_over};
 use crate::{
     Endpoint, EndpointStats, LeastActiveLoadBalance, LoadBalance, MembershipChange, PickRequest,
     Picker,
@@ -84,16 +84,13 @@ impl AffinityHashLoadBalance {
         members: Members,
         previous: Option<(&PagedRing, &MembershipChange<'_>)>,
     ) -> Arc<dyn Picker> {
-        let key = self.key;
-        match FastRing::new(
+        let ring = FastRing::new(
             &members,
             DEFAULT_POINTS_PER_WEIGHT,
             self.paged_from,
             previous,
-        ) {
-            FastRing::Flat(ring) => Arc::new(RingPicker { ring, members, key }),
-            FastRing::Paged(ring) => Arc::new(RingPicker { ring, members, key }),
-        }
+        );
+        RingPicker::on(ring, members, self.key)
     }
 }
 
@@ -108,25 +105,13 @@ impl LoadBalance for AffinityHashLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        self.picker(Members::new(endpoints), None)
+        build_over(endpoints, |members| self.picker(members, None))
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        if change.endpoints().is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        // The endpoint list is shared with the balancer's snapshot, not copied.
-        let members = Members::shared(change.endpoints().clone());
-        let previous = change
-            .previous()
-            .picker()
-            .as_any()
-            .and_then(|p| p.downcast_ref::<RingPicker<PagedRing>>())
-            .map(|p| (&p.ring, change));
-        self.picker(members, previous)
+        rebuild_over(change, |members| {
+            self.picker(members, RingPicker::previous_ring(change))
+        })
     }
 }
 
@@ -266,15 +251,13 @@ impl LoadBalance for LoadWeightedLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        let members = Members::new(endpoints);
-        let table = (!members.uniform).then(|| AliasTable::new(&members.weights));
-        Arc::new(LoadWeightedPicker {
-            stats: endpoints.iter().map(|e| e.stats_arc().clone()).collect(),
-            table,
-            members,
+        build_over(endpoints, |members| {
+            let table = (!members.uniform).then(|| AliasTable::new(&members.weights));
+            Arc::new(LoadWeightedPicker {
+                stats: endpoints.iter().map(|e| e.stats_arc().clone()).collect(),
+                table,
+                members,
+            })
         })
     }
 }

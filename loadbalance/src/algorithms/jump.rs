@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use crate::hash::{key_hash, mix64};
-use crate::picker::{EmptyPicker, Members, scan_from};
+use crate::picker::{Members, build_over, scan_from};
 use crate::{Endpoint, LoadBalance, PickRequest, Picker};
 
 /// Jump consistent hashing over list positions.
@@ -61,12 +61,7 @@ impl LoadBalance for JumpHashLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        Arc::new(JumpPicker {
-            members: Members::new(endpoints),
-        })
+        build_over(endpoints, |members| Arc::new(JumpPicker { members }))
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::board::CounterRef;
-use crate::picker::{EmptyPicker, Members};
+use crate::picker::{Members, build_over};
 use crate::stats::{DEFAULT_EWMA_DECAY, clock};
 use crate::{Endpoint, EndpointStats, LoadBalance, PickRequest, Picker};
 
@@ -64,23 +64,21 @@ impl LoadBalance for P2cLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        let members = Members::new(endpoints);
-        let inv_decay_ns = crate::stats::inv_decay_ns(self.decay);
-        let stats: Box<[Arc<EndpointStats>]> =
-            endpoints.iter().map(|e| e.stats_arc().clone()).collect();
-        // Updates blend at the rate picks decay at (see `EndpointStats::set_inv_decay`).
-        for s in stats.iter() {
-            s.set_inv_decay(inv_decay_ns);
-        }
-        Arc::new(P2cPicker {
-            counters: stats.iter().map(|s| s.slot().counter_ref()).collect(),
-            stats,
-            default_rtt_ns: self.default_rtt.max(MIN_DEFAULT_RTT).as_nanos() as f64,
-            inv_decay_ns,
-            members,
+        build_over(endpoints, |members| {
+            let inv_decay_ns = crate::stats::inv_decay_ns(self.decay);
+            let stats: Box<[Arc<EndpointStats>]> =
+                endpoints.iter().map(|e| e.stats_arc().clone()).collect();
+            // Updates blend at the rate picks decay at (see `EndpointStats::set_inv_decay`).
+            for s in stats.iter() {
+                s.set_inv_decay(inv_decay_ns);
+            }
+            Arc::new(P2cPicker {
+                counters: stats.iter().map(|s| s.slot().counter_ref()).collect(),
+                stats,
+                default_rtt_ns: self.default_rtt.max(MIN_DEFAULT_RTT).as_nanos() as f64,
+                inv_decay_ns,
+                members,
+            })
         })
     }
 }

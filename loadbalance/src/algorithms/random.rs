@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::picker::{EmptyPicker, Members};
+use crate::picker::{Members, build_over, rebuild_over};
 use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// Draws attempted before falling back to a scan when the draw hits an excluded
@@ -36,18 +36,11 @@ impl LoadBalance for RandomLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        random_picker(Members::new(endpoints))
+        build_over(endpoints, random_picker)
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        if change.endpoints().is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        // The endpoint list is shared with the balancer's snapshot, not copied.
-        random_picker(Members::shared(change.endpoints().clone()))
+        rebuild_over(change, random_picker)
     }
 }
 

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::picker::{EmptyPicker, FastMod, Members};
+use crate::picker::{FastMod, Members, build_over, rebuild_over};
 use crate::{Endpoint, LoadBalance, MembershipChange, PickRequest, Picker};
 
 /// Longest weighted cycle precomputed; larger weight sums are scaled down.
@@ -48,18 +48,11 @@ impl LoadBalance for RoundRobinLoadBalance {
     }
 
     fn build(&self, endpoints: &[Endpoint]) -> Arc<dyn Picker> {
-        if endpoints.is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        self.picker(Members::new(endpoints))
+        build_over(endpoints, |members| self.picker(members))
     }
 
     fn rebuild(&self, change: &MembershipChange<'_>) -> Arc<dyn Picker> {
-        if change.endpoints().is_empty() {
-            return Arc::new(EmptyPicker);
-        }
-        // The endpoint list is shared with the balancer's snapshot, not copied.
-        self.picker(Members::shared(change.endpoints().clone()))
+        rebuild_over(change, |members| self.picker(members))
     }
 }
 

@@ -13,6 +13,29 @@ use meshline_loadbalance::PickRequest;
 /// How many keys a bench cycles through: a power of two, so the next index is a mask.
 pub const KEYS: usize = 1024;
 
+/// Every algorithm the factory names, once each (the Java ring by its plain alias),
+/// zone-aware over a load-blind and a load-aware one: what the allocation test checks
+/// and the membership bench times.
+pub const ALGORITHMS: &[&str] = &[
+    "XID",
+    "RandomLoadBalance",
+    "RoundRobinLoadBalance",
+    "ConsistentHash",
+    "ConsistentHashJava",
+    "LeastActiveLoadBalance",
+    "P2C",
+    "BoundedLoad",
+    "JumpHash",
+    "AccountHash",
+    "RoleHash",
+    "SourceHash",
+    "FillOneByOne",
+    "LoadWeighted",
+    "FewestRequests",
+    "zone:RoundRobinLoadBalance",
+    "zone:P2C",
+];
+
 /// The address of member `i`: `10.x.y.z:8091`, distinct for every `i` below 2^24.
 pub fn addr(i: usize) -> SocketAddr {
     SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 8091))

@@ -90,12 +90,17 @@ fn cpu_secs() -> f64 {
 
 impl Result_ {
     fn row(&self, name: &str) -> String {
-        format!(
-            "| {name:<28} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
+        let (rate, p50, p99, cpu) = self.figures();
+        format!("| {name:<28} | {rate:>10.0} | {p50:>8} | {p99:>8} | {cpu:>10.1} |")
+    }
+
+    /// What a row reports: calls a second, p50 and p99 latency (us), CPU us a message.
+    fn figures(&self) -> (f64, u64, u64, f64) {
+        (
             self.calls as f64 / self.secs,
             self.hist.value_at_quantile(0.5),
             self.hist.value_at_quantile(0.99),
-            self.cpu_per_msg()
+            self.cpu_per_msg(),
         )
     }
 
@@ -257,20 +262,11 @@ async fn sweep(args: &Args, lobby: &Lobby) -> Result<(), Box<dyn std::error::Err
         })
         .await;
         for (name, r) in [("gateway", &via), ("direct", &dir)] {
+            let (rate, p50, p99, cpu) = r.figures();
             println!(
-                "| {level:>9} | {name:<7} | {:>10.0} | {:>8} | {:>8} | {:>10.1} |",
-                r.calls as f64 / r.secs,
-                r.hist.value_at_quantile(0.5),
-                r.hist.value_at_quantile(0.99),
-                r.cpu_per_msg()
+                "| {level:>9} | {name:<7} | {rate:>10.0} | {p50:>8} | {p99:>8} | {cpu:>10.1} |"
             );
-            csv.push_str(&format!(
-                "{name},{level},{:.0},{},{},{:.1}\n",
-                r.calls as f64 / r.secs,
-                r.hist.value_at_quantile(0.5),
-                r.hist.value_at_quantile(0.99),
-                r.cpu_per_msg()
-            ));
+            csv.push_str(&format!("{name},{level},{rate:.0},{p50},{p99},{cpu:.1}\n"));
         }
     }
     if let Some(path) = &args.csv {

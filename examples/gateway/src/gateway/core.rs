@@ -5,13 +5,13 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use meshline::rpc::{InboundRequest, RpcClient};
+use meshline::rpc::{AliveSet, InboundRequest, RpcClient};
 use meshline::{Instance, InstanceKey, RegistryService};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::admin;
@@ -94,6 +94,19 @@ impl Shared {
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// The next alive set of a backend cluster (`alive`, from its rpc-client) and the
+/// gateway it is for: `None` when either is gone (the followers of the alive set
+/// then end). Cancel-safe, as `select!` wants: only the wait for a change can be
+/// interrupted.
+pub(crate) async fn alive_changed(
+    alive: &mut watch::Receiver<Arc<AliveSet>>,
+    shared: &Weak<Shared>,
+) -> Option<(Arc<Shared>, Arc<AliveSet>)> {
+    alive.changed().await.ok()?;
+    let now = alive.borrow_and_update().clone();
+    Some((shared.upgrade()?, now))
 }
 
 pub(crate) struct Shared {

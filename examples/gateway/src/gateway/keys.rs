@@ -47,7 +47,7 @@ use meshline::rpc::{AliveEndpoint, AliveSet, RpcClient};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::commands::command;
-use super::core::Shared;
+use super::core::{Shared, alive_changed};
 use super::forward::push;
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::settings::{GatewaySettings, ModuleKind, ModuleRoute};
@@ -177,12 +177,8 @@ pub(crate) async fn follow(shared: Weak<Shared>, cluster: String, client: RpcCli
     let mut forget = tokio::time::interval(FORGET_EVERY);
     loop {
         tokio::select! {
-            changed = alive.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                let now = alive.borrow_and_update().clone();
-                let Some(shared) = shared.upgrade() else { return };
+            changed = alive_changed(&mut alive, &shared) => {
+                let Some((shared, now)) = changed else { return };
                 for route in &modules {
                     move_keys(&shared, route, &client, &now).await;
                 }

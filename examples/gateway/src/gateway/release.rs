@@ -21,7 +21,7 @@ use std::sync::Weak;
 use bytes::Bytes;
 use meshline::rpc::{AliveSet, RpcClient};
 
-use super::core::Shared;
+use super::core::{Shared, alive_changed};
 use super::forward::{push, rebound_modules};
 use super::protocol::{self, ClientFrame, GATEWAY_MODULE, op};
 use super::route;
@@ -56,12 +56,8 @@ pub(crate) async fn follow(shared: Weak<Shared>, cluster: String, client: RpcCli
     let mut alive = client.subscribe_alive();
     loop {
         tokio::select! {
-            changed = alive.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                let now = alive.borrow_and_update().clone();
-                let Some(shared) = shared.upgrade() else { return };
+            changed = alive_changed(&mut alive, &shared) => {
+                let Some((shared, now)) = changed else { return };
                 release(&shared, &cluster, &slots, &now);
             }
             _ = stop.cancelled() => return,

@@ -288,6 +288,17 @@ pub(crate) fn err(key: &str, reason: impl Into<String>) -> SettingsError {
     }
 }
 
+/// A count setting of `limits.*` or `queue.*`: a whole number, 0 turning it off.
+pub(crate) fn off_or_count<T>(v: &str) -> Result<T, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    v.trim()
+        .parse::<T>()
+        .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
+}
+
 pub(crate) fn duration(key: &str, v: &str) -> Result<Duration, SettingsError> {
     meshline::core::config::parse_duration_with_unit(v).map_err(|e| err(key, e))
 }
@@ -307,14 +318,29 @@ mod tests {
     use super::*;
     use meshline::{Config, Format};
 
+    /// The settings the YAML `text` gives (which must be right).
+    fn from_yaml(text: &str) -> GatewaySettings {
+        GatewaySettings::from_config(&Config::from_text(text, Format::Yaml).unwrap()).unwrap()
+    }
+
+    /// What reading the properties `text` gives.
+    fn from_properties(text: &str) -> Result<GatewaySettings, SettingsError> {
+        GatewaySettings::from_config(&Config::from_text(text, Format::Properties).unwrap())
+    }
+
+    /// Asserts each properties `text` is refused with an error that names `want`.
+    fn assert_refused(cases: &[(&str, &str)]) {
+        for (text, want) in cases {
+            let e = from_properties(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn reads_the_gateway_section() {
-        let c = Config::from_text(
+        let s = from_yaml(
             "gateway:\n  id: gw-9\n  secret: k\n  listen: 127.0.0.1:7100\n  max-frame: 1KiB\n  auth-deadline: 2s\n  modules:\n    1: { name: lobby, cluster: lobby }\n    3: { cluster: room, kind: static, key: prefix:4, choice: consistenthash }\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let s = GatewaySettings::from_config(&c).unwrap();
+        );
         assert_eq!(s.id, "gw-9");
         assert_eq!(s.ws_listen, None);
         assert_eq!(s.max_frame, 1024);
@@ -329,12 +355,9 @@ mod tests {
 
     #[test]
     fn reads_the_session_store() {
-        let c = Config::from_text(
+        let s = from_yaml(
             "gateway:\n  secret: k\n  session-store: redis\n  redis-url: redis://10.0.0.7:6380/2\n  resume-window: 2m\n  redis-timeout: 500ms\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let s = GatewaySettings::from_config(&c).unwrap();
+        );
         assert_eq!(s.session_store, SessionStoreKind::Redis);
         assert_eq!(s.redis_url, "redis://10.0.0.7:6380/2");
         assert_eq!(s.resume_window, Duration::from_secs(120));
@@ -343,34 +366,24 @@ mod tests {
 
     #[test]
     fn the_websocket_and_admin_listeners_are_optional() {
-        let c = Config::from_text(
+        let s = from_yaml(
             "gateway:\n  secret: k\n  ws-listen: 127.0.0.1:7001\n  admin-listen: 127.0.0.1:7080\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let s = GatewaySettings::from_config(&c).unwrap();
+        );
         assert_eq!(s.ws_listen, Some("127.0.0.1:7001".parse().unwrap()));
         assert_eq!(s.admin_listen, Some("127.0.0.1:7080".parse().unwrap()));
-        let c = Config::from_text("gateway.secret=k\ngateway.ws-listen=\n", Format::Properties)
-            .unwrap();
-        assert_eq!(GatewaySettings::from_config(&c).unwrap().ws_listen, None);
-        let c = Config::from_text(
-            "gateway.secret=k\ngateway.ws-listen=localhost\n",
-            Format::Properties,
-        )
-        .unwrap();
-        let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
+        let s = from_properties("gateway.secret=k\ngateway.ws-listen=\n").unwrap();
+        assert_eq!(s.ws_listen, None);
+        let e = from_properties("gateway.secret=k\ngateway.ws-listen=localhost\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("127.0.0.1:7001"), "{e}");
     }
 
     #[test]
     fn reads_limits_and_the_queue() {
-        let c = Config::from_text(
+        let s = from_yaml(
             "gateway:\n  secret: k\n  limits:\n    ip-connects-per-sec: 5\n    allow: [10.0.0.0/8, \"2001:db8::/32\"]\n    opcodes: { \"2.1\": 3/s burst 6 }\n    global-connects-per-sec: 0\n  queue:\n    admit-per-sec: 50\n    max-length: 10\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let s = GatewaySettings::from_config(&c).unwrap();
+        );
         assert_eq!(s.limits.ip_connects.per_sec, 5);
         assert_eq!(s.limits.ip_connects.burst, 40, "the default burst stays");
         assert_eq!(s.limits.allow.to_string(), "10.0.0.0/8, 2001:db8::/32");
@@ -378,7 +391,7 @@ mod tests {
         assert_eq!(s.limits.opcodes.len(), 1);
         assert_eq!((s.queue.admit_per_sec, s.queue.max_length), (50, 10));
         assert_eq!(s.queue.max_online, 50_000);
-        for (text, want) in [
+        assert_refused(&[
             (
                 "gateway.secret=k\ngateway.limits.allow=10.0.0.0/99\n",
                 "gateway.limits.allow",
@@ -391,16 +404,12 @@ mod tests {
                 "gateway.secret=k\ngateway.queue.max-online=lots\n",
                 "gateway.queue.maxonline",
             ),
-        ] {
-            let c = Config::from_text(text, Format::Properties).unwrap();
-            let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
+        ]);
     }
 
     #[test]
     fn mistakes_name_the_key() {
-        for (text, want) in [
+        assert_refused(&[
             ("gateway.secret=k\ngateway.colour=red\n", "gateway.colour"),
             (
                 "gateway.secret=k\ngateway.modules.1.kind=weird\n",
@@ -456,21 +465,14 @@ mod tests {
                 "gateway.secret=k\ngateway.modules.1.cluster=x\ngateway.modules.1.replay=maybe\n",
                 "modules.1.replay",
             ),
-        ] {
-            let c = Config::from_text(text, Format::Properties).unwrap();
-            let e = GatewaySettings::from_config(&c).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
+        ]);
     }
 
     #[test]
     fn reads_the_protection_settings() {
-        let c = Config::from_text(
+        let s = from_yaml(
             "gateway:\n  secret: k\n  protect:\n    max-in-flight: 100\n    hold-max: 5\n    hold-for: 1500ms\n    shed-load: 70\n    breaker-window: 5s\n    breaker-min-requests: 8\n    breaker-failure-ratio: 0.25\n    breaker-cool-down: 2s\n    breaker-probes: 1\n    reconnect-max: 200ms\n  modules:\n    1: { cluster: login, max-in-flight: 7 }\n    2: { cluster: shop, shed: [7, 8], replay: false }\n    3: { cluster: room, kind: static }\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let s = GatewaySettings::from_config(&c).unwrap();
+        );
         let p = &s.protect;
         assert_eq!((p.max_in_flight, p.hold_max, p.shed_load), (100, 5, 70));
         assert_eq!(p.hold_for, Duration::from_millis(1500));
@@ -488,14 +490,10 @@ mod tests {
         assert!(!p.replay(&s.modules[&2]));
         assert!(!p.replay(&s.modules[&3]), "bound: not replayed by default");
         // Flat keys too.
-        let c = Config::from_text(
+        let s = from_properties(
             "gateway.secret=k\ngateway.modules.4.cluster=x\ngateway.modules.4.shed=3\n",
-            Format::Properties,
         )
         .unwrap();
-        assert_eq!(
-            GatewaySettings::from_config(&c).unwrap().protect.shed(4),
-            [3]
-        );
+        assert_eq!(s.protect.shed(4), [3]);
     }
 }

@@ -27,7 +27,7 @@ use meshline::rpc::message::{
     BranchCommitRequest, BranchEndRequest, BranchRollbackRequest, BranchStatus, BranchType,
 };
 use meshline::rpc::rm::{BranchHandler, ResourceManager, async_trait};
-use meshline_example_support::{init_logging, live_discovery, run_main};
+use meshline_example_support::{client_setup, init_logging, run_main};
 use tokio::sync::Notify;
 
 /// A Seata RM: registers a resource with the group's TCs, optionally a branch of a
@@ -124,20 +124,16 @@ impl BranchHandler for Printer {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let (live, discovery) = live_discovery(args.config.as_deref()).await?;
-    let config = live.current();
-    let group = args
-        .group
-        .clone()
-        .unwrap_or_else(|| config.tx_service_group.clone());
+    let setup = client_setup(args.config.as_deref(), args.group.as_deref()).await?;
+    let group = setup.group;
     let printer = Arc::new(Printer {
         answered: AtomicU64::new(0),
         fail_first: args.fail_first,
         done: Notify::new(),
     });
     let mut builder = ResourceManager::builder()
-        .config(&config)
-        .discovery(discovery, group.clone())
+        .config(&setup.config)
+        .discovery(setup.discovery, group.clone())
         .resource(&args.resource)
         .handler(printer.clone());
     if let Some(app) = &args.application {

@@ -30,7 +30,7 @@ use std::time::Duration;
 use clap::Parser;
 use meshline::rpc::message::GlobalStatus;
 use meshline::rpc::tm::TransactionManager;
-use meshline_example_support::{init_logging, live_discovery, run_main};
+use meshline_example_support::{client_setup, init_logging, run_main};
 
 /// A Seata TM: begins global transactions on the group's TCs and commits or rolls them
 /// back, printing each XID and status.
@@ -77,16 +77,15 @@ struct Args {
 async fn run(args: Args) -> Result<(), String> {
     // Files, then Seata's configuration centre (`config.type`), then the environment;
     // the mapping is followed when it lives in a centre.
-    let (live, discovery) = live_discovery(args.config.as_deref()).await?;
-    let config = live.current();
-    let group = args
-        .group
-        .clone()
-        .unwrap_or_else(|| config.tx_service_group.clone());
-    let cluster = discovery.cluster_for(&group).map_err(|e| e.to_string())?;
+    let setup = client_setup(args.config.as_deref(), args.group.as_deref()).await?;
+    let group = setup.group;
+    let cluster = setup
+        .discovery
+        .cluster_for(&group)
+        .map_err(|e| e.to_string())?;
     let mut builder = TransactionManager::builder()
-        .config(&config)
-        .discovery(discovery, group.clone());
+        .config(&setup.config)
+        .discovery(setup.discovery, group.clone());
     if let Some(lb) = &args.lb {
         builder = builder.load_balance_name(lb);
     }

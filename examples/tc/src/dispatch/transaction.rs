@@ -2,8 +2,8 @@
 //! commit, rollback, status, report, branch register and report, lock query), as
 //! Seata's `DefaultCore` serves them.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 
 use meshline::rpc::Connection;
 use meshline::rpc::message::{
@@ -17,7 +17,7 @@ use super::{failed_answer, refusal};
 use crate::Inner;
 use crate::channels::Client;
 use crate::locks::rows;
-use crate::session::{Begetter, Branch, Session};
+use crate::session::{Begetter, Branch, Session, State};
 
 impl Inner {
     /// One transaction request of a registered client.
@@ -144,15 +144,7 @@ impl Inner {
     /// is committed now. A branch whose commit could not be sent (its RM is gone) is
     /// answered `Failed` / `Unknown` with `CommitRetrying`: decided, retried by the TC.
     async fn commit(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
-        let Some(s) = self.sessions.get(xid) else {
-            return GlobalEndResponse::success(GlobalStatus::Finished);
-        };
-        {
-            let mut st = s.state();
-            if st.status != GlobalStatus::Begin || st.driving {
-                return GlobalEndResponse::success(answered(st.status));
-            }
-            st.active = false;
+        let ended = self.end_phase_one(xid, |s, mut st| {
             if s.timed_out() {
                 // Too late: the TC rolls it back (Seata answers TimeoutRollbacking).
                 st.status = GlobalStatus::TimeoutRollbacking;
@@ -161,7 +153,7 @@ impl Inner {
                 let inner = self.clone();
                 let s2 = s.clone();
                 tokio::spawn(async move { inner.rollback_branches(&s2, true, false).await });
-                return GlobalEndResponse::success(GlobalStatus::TimeoutRollbacking);
+                return Some(GlobalEndResponse::success(GlobalStatus::TimeoutRollbacking));
             }
             // The decision is made and phase one's changes are already in the
             // databases: the rows are free for others now (Seata's `GlobalSession.clean`).
@@ -177,11 +169,16 @@ impl Inner {
                 });
             if async_commit && !st.branches.is_empty() {
                 st.status = GlobalStatus::AsyncCommitting;
-                return GlobalEndResponse::success(GlobalStatus::Committed);
+                return Some(GlobalEndResponse::success(GlobalStatus::Committed));
             }
             st.status = GlobalStatus::Committing;
             st.driving = true;
-        }
+            None
+        });
+        let s = match ended {
+            Ok(s) => s,
+            Err(answer) => return answer,
+        };
         let (status, unsent) = self.commit_branches(&s, false).await;
         decided_answer(answered(status), unsent)
     }
@@ -189,20 +186,42 @@ impl Inner {
     /// `DefaultCore.rollback`; a branch whose rollback could not be sent is answered
     /// `Failed` / `Unknown` with `RollbackRetrying`.
     async fn rollback(self: &Arc<Self>, xid: &str) -> GlobalEndResponse {
-        let Some(s) = self.sessions.get(xid) else {
-            return GlobalEndResponse::success(GlobalStatus::Finished);
-        };
-        {
-            let mut st = s.state();
-            if st.status != GlobalStatus::Begin || st.driving {
-                return GlobalEndResponse::success(answered(st.status));
-            }
-            st.active = false;
+        let ended = self.end_phase_one(xid, |_, mut st| {
             st.driving = true;
             st.status = GlobalStatus::Rollbacking;
-        }
+            None
+        });
+        let s = match ended {
+            Ok(s) => s,
+            Err(answer) => return answer,
+        };
         let (status, unsent) = self.rollback_branches(&s, false, false).await;
         decided_answer(status, unsent)
+    }
+
+    /// The TM's end of `xid`'s phase one (its commit or rollback), checked and decided
+    /// under one hold of the session's lock so two ends cannot both pass the check: an
+    /// unknown XID is answered `Finished`, a session decided already (or being driven)
+    /// its status (as `Err`); otherwise the session stops being active and `decide`
+    /// takes its state and either answers at once (`Some`, returned as `Err`) or leaves
+    /// the session for the caller to drive (`None`: the session is returned).
+    fn end_phase_one(
+        &self,
+        xid: &str,
+        decide: impl FnOnce(&Arc<Session>, MutexGuard<'_, State>) -> Option<GlobalEndResponse>,
+    ) -> Result<Arc<Session>, GlobalEndResponse> {
+        let Some(s) = self.sessions.get(xid) else {
+            return Err(GlobalEndResponse::success(GlobalStatus::Finished));
+        };
+        let mut st = s.state();
+        if st.status != GlobalStatus::Begin || st.driving {
+            return Err(GlobalEndResponse::success(answered(st.status)));
+        }
+        st.active = false;
+        match decide(&s, st) {
+            Some(answer) => Err(answer),
+            None => Ok(s),
+        }
     }
 
     /// The status of `xid`, `Finished` when it is not known (any more).
@@ -255,13 +274,7 @@ impl Inner {
             branch_id: 0,
         };
         let Some(s) = self.sessions.get(&r.xid) else {
-            return fail(
-                Exc::GlobalTransactionNotExist,
-                format!(
-                    "Could not found global transaction xid = {}, may be has finished.",
-                    r.xid
-                ),
-            );
+            return fail(Exc::GlobalTransactionNotExist, not_found(&r.xid));
         };
         let mut st = s.state();
         if !st.active {
@@ -337,13 +350,7 @@ impl Inner {
             result: TransactionResult::failed(exc, format!("TransactionException[{msg}]")),
         };
         let Some(s) = self.sessions.get(&r.xid) else {
-            return fail(
-                Exc::GlobalTransactionNotExist,
-                format!(
-                    "Could not found global transaction xid = {}, may be has finished.",
-                    r.xid
-                ),
-            );
+            return fail(Exc::GlobalTransactionNotExist, not_found(&r.xid));
         };
         let mut st = s.state();
         match st.branches.iter_mut().find(|b| b.id == r.branch_id) {
@@ -370,6 +377,12 @@ fn tx_id_of(xid: &str) -> i64 {
     xid.rsplit_once(':')
         .and_then(|(_, id)| id.parse().ok())
         .unwrap_or(0)
+}
+
+/// Seata's words (`AbstractCore.assertGlobalSessionNotNull`) for an XID it does not
+/// know, which a branch's register and report are refused with.
+fn not_found(xid: &str) -> String {
+    format!("Could not found global transaction xid = {xid}, may be has finished.")
 }
 
 /// What a client is answered for a session's `status`: `AsyncCommitting` is

@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{AllowList, CidrError};
+use crate::gateway::settings::off_or_count;
 
 /// A rate: `per_sec` a second on average, up to `burst` at once. `per_sec` 0 is off;
 /// `burst` 0 means one second's worth.
@@ -174,11 +175,7 @@ impl LimitSettings {
     /// Sets one `limits.<key>` (key normalised as the config loader does: lower case,
     /// no `-` or `_`).
     pub(crate) fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
-        let count = |v: &str| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
-        };
+        let count = off_or_count::<u32>;
         match key {
             "ipconnectspersec" => self.ip_connects.per_sec = count(v)?,
             "ipconnectsburst" => self.ip_connects.burst = count(v)?,

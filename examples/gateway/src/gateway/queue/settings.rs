@@ -1,5 +1,7 @@
 //! The `queue.*` settings.
 
+use crate::gateway::settings::off_or_count;
+
 /// The `queue.*` settings (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSettings {
@@ -37,21 +39,11 @@ impl QueueSettings {
 
     /// Sets one `queue.<key>` (normalised: lower case, no `-` or `_`).
     pub(crate) fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
-        let n = |v: &str| {
-            v.trim()
-                .parse::<usize>()
-                .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
-        };
-        let n32 = |v: &str| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|e| format!("`{v}`: {e} (a whole number; 0 = off)"))
-        };
         match key {
-            "admitpersec" => self.admit_per_sec = n32(v)?,
-            "admitburst" => self.admit_burst = n32(v)?,
-            "maxonline" => self.max_online = n(v)?,
-            "maxlength" => self.max_length = n(v)?,
+            "admitpersec" => self.admit_per_sec = off_or_count(v)?,
+            "admitburst" => self.admit_burst = off_or_count(v)?,
+            "maxonline" => self.max_online = off_or_count(v)?,
+            "maxlength" => self.max_length = off_or_count(v)?,
             _ => return Err("unknown queue setting".into()),
         }
         Ok(())

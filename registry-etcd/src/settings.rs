@@ -87,8 +87,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_files_and_the_unit_of_ttl() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = EtcdSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(EtcdSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "http://localhost:2379", "{name}");
             assert_eq!(s.ttl, Duration::from_secs(10), "{name}");

@@ -114,12 +114,7 @@ pub(crate) fn with_json_metadata(
 
 /// `e` and its sources, `: `-separated (reqwest hides the cause, e.g. "Connection
 /// refused", in its sources).
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -135,22 +130,12 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 /// registry sends (an Eureka instance or a Consul health entry is about 1 KB of JSON,
 /// so 10,000 members are about 10 MB), while a broken or hostile registry can no
 /// longer make us buffer without bound.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) const DEFAULT_MAX_BODY: usize = 16 << 20;
 
 /// Reads `section`'s `maxBodyBytes` (a size: `16MiB`, `1048576`), default
 /// [`DEFAULT_MAX_BODY`].
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn max_body_bytes(
     r: &meshline_registry_core::config::SectionReader<'_>,
     section: &str,
@@ -168,12 +153,7 @@ pub(crate) fn max_body_bytes(
 /// Reads a response body chunk by chunk, failing as soon as it would exceed `cap`
 /// bytes (or at once when its `Content-Length` says so): a registry that answers
 /// with an endless or huge body costs at most `cap` bytes of memory.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) async fn read_capped(
     mut resp: reqwest::Response,
     cap: usize,

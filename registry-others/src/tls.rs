@@ -130,12 +130,7 @@ pub(crate) fn zookeeper_options(
 
 /// `url` with `https://` in front when it has no scheme and TLS is on (`http://`
 /// otherwise, as before); an explicit `http://` with TLS on is an error.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn http_scheme(url: &str, tls: bool, key: &str) -> Result<String, RegistryError> {
     let u = url.trim();
     match (u.split_once("://"), tls) {
@@ -190,12 +185,7 @@ mod tests {
         );
     }
 
-    #[cfg(any(
-        feature = "consul",
-        feature = "eureka",
-        feature = "raft",
-        feature = "namingserver"
-    ))]
+    #[cfg(feature = "_http")]
     #[test]
     fn schemes() {
         assert_eq!(http_scheme("h:1", false, "k").unwrap(), "http://h:1");

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::common::{error_chain, read_capped, split_addrs};
 
+pub(crate) mod follow;
 mod login;
 
 pub(crate) use login::{Login, LoginError};

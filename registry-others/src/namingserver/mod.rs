@@ -75,6 +75,7 @@ use meshline_registry_core::{
 use serde_json::{Map, Value, json};
 
 use crate::common::empty_policy;
+use crate::seata_http::follow::{Source, follow};
 use crate::seata_http::{Login, Servers};
 
 mod follow;
@@ -386,22 +387,18 @@ impl RegistryService for NamingserverRegistry {
         let inner = &self.inner;
         let follower = inner.clone();
         let first_read = || async {
-            inner
-                .discover(cluster)
-                .await
-                .map(|d| (d.members, d.term))
-                .map_err(|m| {
-                    RegistryError::unavailable(
-                        KIND,
-                        inner.servers.shown(),
-                        format!("watch `{cluster}`: {m}"),
-                    )
-                })
+            inner.read(cluster).await.map_err(|m| {
+                RegistryError::unavailable(
+                    KIND,
+                    inner.servers.shown(),
+                    format!("watch `{cluster}`: {m}"),
+                )
+            })
         };
         inner
             .life
             .watch(cluster, first_read, move |term, scope| {
-                follow::follow(follower, scope, term)
+                follow(follower, scope, term)
             })
             .await
     }

@@ -58,38 +58,67 @@ impl CallError {
     }
 }
 
-/// `base` with `segments` appended to its path (each percent-encoded as one segment)
-/// and `query` appended as pairs: the URL of one call to Consul's agent or a Eureka
-/// server.
+/// One call to Consul's agent or a Eureka server: the method, the path segments below
+/// the server's base URL, the query and the JSON body. One value, so the layers a call
+/// goes through (status checks, failover, Consul's index) hand it on whole.
 #[cfg(any(feature = "consul", feature = "eureka"))]
-pub(crate) fn call_url(
-    mut base: reqwest::Url,
-    segments: &[&str],
-    query: &[(&str, String)],
-) -> reqwest::Url {
-    if let Ok(mut p) = base.path_segments_mut() {
-        p.extend(segments);
-    }
-    if !query.is_empty() {
-        let mut q = base.query_pairs_mut();
-        for (k, v) in query {
-            q.append_pair(k, v);
-        }
-    }
-    base
+#[derive(Debug, Clone)]
+pub(crate) struct Call<'a> {
+    /// The HTTP method.
+    pub(crate) method: reqwest::Method,
+    segments: &'a [&'a str],
+    query: &'a [(&'a str, String)],
+    body: Option<&'a serde_json::Value>,
 }
 
-/// `req` with `body`, when there is one, as its JSON content.
 #[cfg(any(feature = "consul", feature = "eureka"))]
-pub(crate) fn with_json_body(
-    req: reqwest::RequestBuilder,
-    body: Option<&serde_json::Value>,
-) -> reqwest::RequestBuilder {
-    match body {
-        Some(b) => req
-            .header("Content-Type", "application/json")
-            .body(b.to_string()),
-        None => req,
+impl<'a> Call<'a> {
+    /// `method` on `segments`, with no query and no body.
+    pub(crate) fn new(method: reqwest::Method, segments: &'a [&'a str]) -> Self {
+        Call {
+            method,
+            segments,
+            query: &[],
+            body: None,
+        }
+    }
+
+    /// The same call with `query` as its query pairs.
+    pub(crate) fn query(self, query: &'a [(&'a str, String)]) -> Self {
+        Call { query, ..self }
+    }
+
+    /// The same call with `body` as its JSON content.
+    pub(crate) fn body(self, body: &'a serde_json::Value) -> Self {
+        Call {
+            body: Some(body),
+            ..self
+        }
+    }
+
+    /// `base` with the segments appended to its path (each percent-encoded as one
+    /// segment) and the query appended as pairs: the URL of the call on that server.
+    pub(crate) fn url(&self, mut base: reqwest::Url) -> reqwest::Url {
+        if let Ok(mut p) = base.path_segments_mut() {
+            p.extend(self.segments);
+        }
+        if !self.query.is_empty() {
+            let mut q = base.query_pairs_mut();
+            for (k, v) in self.query {
+                q.append_pair(k, v);
+            }
+        }
+        base
+    }
+
+    /// `req` with the body, when there is one, as its JSON content.
+    pub(crate) fn with_body(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self.body {
+            Some(b) => req
+                .header("Content-Type", "application/json")
+                .body(b.to_string()),
+            None => req,
+        }
     }
 }
 

@@ -62,7 +62,7 @@ use meshline_registry_core::{
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
-use crate::common::empty_policy;
+use crate::common::{Call, empty_policy};
 
 mod fetcher;
 mod heartbeat;
@@ -187,7 +187,7 @@ impl EurekaRegistry {
         // A server that answers but refuses us (401/403: wrong credentials) or fails is
         // an error here, as from_config promises, not at the first real call.
         inner
-            .expect(Method::GET, &["apps"], &[], None, &[StatusCode::OK])
+            .expect(Call::new(Method::GET, &["apps"]), &[StatusCode::OK])
             .await
             .map_err(|e| e.into_registry(KIND, &inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
@@ -263,10 +263,7 @@ impl RegistryService for EurekaRegistry {
         let app = parse::app_name(cluster);
         let (status, bytes) = inner
             .expect(
-                Method::GET,
-                &["apps", &app],
-                &[],
-                None,
+                Call::new(Method::GET, &["apps", &app]),
                 &[StatusCode::OK, StatusCode::NOT_FOUND],
             )
             .await

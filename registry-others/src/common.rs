@@ -179,6 +179,35 @@ pub(crate) fn max_body_bytes(
     }
 }
 
+/// The reqwest client of an HTTP backend: a 3 s connect timeout, and TLS with
+/// `material` (from [`crate::tls::prepare`], which refuses TLS in a build without it
+/// for the backend, so there is material only where its TLS feature is on). `shown`
+/// names the server in the error.
+#[cfg(feature = "_http")]
+pub(crate) fn http_client(
+    material: Option<meshline_registry_core::tls::TlsMaterial>,
+    kind: &'static str,
+    section: &str,
+    shown: &str,
+) -> Result<reqwest::Client, meshline_registry_core::RegistryError> {
+    #[allow(unused_mut)]
+    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(3));
+    #[cfg(feature = "_http-tls")]
+    if let Some(m) = &material {
+        builder = crate::tls::http_client(builder, m, section)?;
+    }
+    #[cfg(not(feature = "_http-tls"))]
+    let _ = (material, section);
+    builder.build().map_err(|e| {
+        meshline_registry_core::RegistryError::backend(
+            kind,
+            shown,
+            "cannot build the HTTP client",
+            e,
+        )
+    })
+}
+
 /// Reads a response body chunk by chunk, failing as soon as it would exceed `cap`
 /// bytes (or at once when its `Content-Length` says so): a registry that answers
 /// with an endless or huge body costs at most `cap` bytes of memory.

@@ -157,17 +157,7 @@ pub(crate) fn client(
     shown: &str,
 ) -> Result<reqwest::Client, RegistryError> {
     let material = crate::tls::prepare(tls, kind, section, compiled_in, feature)?;
-    #[allow(unused_mut)]
-    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-    #[cfg(any(feature = "raft-tls", feature = "namingserver-tls"))]
-    if let Some(m) = &material {
-        builder = crate::tls::http_client(builder, m, section)?;
-    }
-    #[cfg(not(any(feature = "raft-tls", feature = "namingserver-tls")))]
-    let _ = material;
-    builder
-        .build()
-        .map_err(|e| RegistryError::backend(kind, shown, "cannot build the HTTP client", e))
+    crate::common::http_client(material, kind, section, shown)
 }
 
 /// An `Endpoint` (`{host, port}`) of a Seata `Node`, checked.

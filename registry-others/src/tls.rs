@@ -54,12 +54,7 @@ pub(crate) fn refuse_server_name(m: &TlsMaterial, section: &str) -> Result<(), R
 
 /// A reqwest client builder speaking TLS with `m`: only the given CA(s) when
 /// `tls.caFile` is set (else the system's roots), a client identity when given.
-#[cfg(any(
-    feature = "consul-tls",
-    feature = "eureka-tls",
-    feature = "raft-tls",
-    feature = "namingserver-tls"
-))]
+#[cfg(feature = "_http-tls")]
 pub(crate) fn http_client(
     builder: reqwest::ClientBuilder,
     m: &TlsMaterial,

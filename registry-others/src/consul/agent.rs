@@ -69,17 +69,7 @@ impl Agent {
             &crate::tls::http_scheme(&c.server_addr, tls.enabled, &key)?,
             &key,
         )?;
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-        #[cfg(feature = "consul-tls")]
-        if let Some(m) = &material {
-            builder = crate::tls::http_client(builder, m, "consul")?;
-        }
-        #[cfg(not(feature = "consul-tls"))]
-        let _ = material;
-        let http = builder.build().map_err(|e| {
-            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
-        })?;
+        let http = crate::common::http_client(material, KIND, "consul", &c.server_addr)?;
         let agent = Agent {
             base,
             token: c.acl_token.clone(),

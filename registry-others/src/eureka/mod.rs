@@ -155,22 +155,12 @@ impl EurekaRegistry {
                 "registry.eureka.renewalInterval and refreshInterval must be greater than 0".into(),
             ));
         }
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-        #[cfg(feature = "eureka-tls")]
-        if let Some(m) = &material {
-            builder = crate::tls::http_client(builder, m, "eureka")?;
-        }
-        #[cfg(not(feature = "eureka-tls"))]
-        let _ = material;
-        let http = builder.build().map_err(|e| {
-            RegistryError::backend(
-                KIND,
-                meshline_registry_core::redact::redact_userinfo(&c.service_url),
-                "cannot build the HTTP client",
-                e,
-            )
-        })?;
+        let http = crate::common::http_client(
+            material,
+            KIND,
+            "eureka",
+            &meshline_registry_core::redact::redact_userinfo(&c.service_url),
+        )?;
         let inner = Arc::new(Inner {
             urls,
             preferred: AtomicUsize::new(0),

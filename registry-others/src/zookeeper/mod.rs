@@ -215,6 +215,11 @@ impl Inner {
         zk_err(&self.settings.connect_string, op, e)
     }
 
+    /// The error of `op` that did not finish within `after`, naming our servers.
+    fn timed_out(&self, op: &'static str, after: Duration) -> RegistryError {
+        RegistryError::timeout(KIND, &self.settings.connect_string, op, after)
+    }
+
     /// How long an unregister (or one background retry of it) waits: the connect
     /// timeout, at least 1 s. While disconnected the client library queues requests
     /// until it reconnects or gives the session up, and the registrations lock is held
@@ -399,12 +404,7 @@ impl Inner {
         };
         match tokio::time::timeout(limit, deleting).await {
             Ok(r) => r,
-            Err(_) => Err(RegistryError::timeout(
-                KIND,
-                &self.settings.connect_string,
-                "delete",
-                limit,
-            )),
+            Err(_) => Err(self.timed_out("delete", limit)),
         }
     }
 }

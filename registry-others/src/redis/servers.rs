@@ -194,6 +194,20 @@ impl Servers {
         }
     }
 
+    /// Runs `cmd`, built once, with [`run`](Self::run)'s failover, reading its answer
+    /// as `T`.
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RegistryError> {
+        self.run(
+            op,
+            |mut c| async move { cmd.query_async::<T>(&mut c).await },
+        )
+        .await
+    }
+
     /// Runs one command (or pipeline) with failover: a broken connection is dropped and
     /// the command tried once more on a fresh one.
     pub(super) async fn run<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, RegistryError>

@@ -198,10 +198,9 @@ impl Drop for EurekaRegistry {
     /// (best effort, on the current tokio runtime if there is one) instead of leaving
     /// them to lease expiry.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { cancel_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move { cancel_all(&inner).await });
     }
 }
 #[async_trait]

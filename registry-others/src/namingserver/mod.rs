@@ -324,10 +324,11 @@ impl Drop for NamingserverRegistry {
     /// [`abandon`](NamingserverRegistry::abandon)ed, also unregisters (best effort, on
     /// the current tokio runtime).
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { keeper::unregister_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move {
+                keeper::unregister_all(&inner).await
+            });
     }
 }
 

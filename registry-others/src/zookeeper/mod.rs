@@ -501,10 +501,9 @@ async fn delete_all(inner: &Inner) -> Result<(), RegistryError> {
 impl Drop for ZookeeperRegistry {
     /// Best effort: deletes our nodes now rather than after the session timeout.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { delete_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move { delete_all(&inner).await });
     }
 }
 

@@ -16,16 +16,36 @@
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::tls::{TlsMaterial, TlsSettings};
 
-/// Refuses TLS in a build without it (`compiled_in` false, naming `feature`), else
-/// loads the PEM files when TLS is on.
+/// A backend's TLS cargo feature: its name, for the error of a build without it, and
+/// whether this build has it. [`tls_feature!`] makes one from the name alone, so the
+/// two cannot disagree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TlsFeature {
+    /// The feature's name (`consul-tls`).
+    pub(crate) name: &'static str,
+    /// Whether this build has it.
+    pub(crate) compiled_in: bool,
+}
+
+/// The [`TlsFeature`] named `$name` (`cfg!` takes a feature name as a literal only).
+macro_rules! tls_feature {
+    ($name:literal) => {
+        $crate::tls::TlsFeature {
+            name: $name,
+            compiled_in: cfg!(feature = $name),
+        }
+    };
+}
+pub(crate) use tls_feature;
+
+/// Refuses TLS in a build without `feature`, else loads the PEM files when TLS is on.
 pub(crate) fn prepare(
     tls: &TlsSettings,
     kind: &str,
     section: &str,
-    compiled_in: bool,
-    feature: &str,
+    feature: TlsFeature,
 ) -> Result<Option<TlsMaterial>, RegistryError> {
-    tls.require_compiled_in(kind, compiled_in, feature)?;
+    tls.require_compiled_in(kind, feature.compiled_in, feature.name)?;
     if !tls.enabled {
         return Ok(None);
     }
@@ -149,6 +169,10 @@ mod tests {
     /// every build: the check takes the "compiled in" flag as an argument).
     #[test]
     fn tls_without_the_feature_names_it() {
+        const WITHOUT: TlsFeature = TlsFeature {
+            name: "redis-tls",
+            compiled_in: false,
+        };
         let c = meshline_registry_core::config::ConfigLoader::new()
             .set("registry.redis.tls.caFile", "/x/ca.pem")
             .load()
@@ -156,7 +180,7 @@ mod tests {
         let section = c.registry.section(&["redis"]);
         let r = section.reader();
         let tls = TlsSettings::read(&r, "redis").unwrap();
-        let e = prepare(&tls, "redis", "redis", false, "redis-tls")
+        let e = prepare(&tls, "redis", "redis", WITHOUT)
             .unwrap_err()
             .to_string();
         assert!(e.contains("`redis-tls`") && e.contains("tls.caFile"), "{e}");
@@ -165,13 +189,9 @@ mod tests {
             "redis",
         )
         .unwrap();
-        assert!(
-            prepare(&tls, "redis", "redis", false, "redis-tls")
-                .unwrap()
-                .is_none()
-        );
+        assert!(prepare(&tls, "redis", "redis", WITHOUT).unwrap().is_none());
         tls.asked_by_url("rediss://127.0.0.1:6380");
-        let e = prepare(&tls, "redis", "redis", false, "redis-tls")
+        let e = prepare(&tls, "redis", "redis", WITHOUT)
             .unwrap_err()
             .to_string();
         assert!(

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::{ConsulSettings, Inner, KIND};
 pub(super) use crate::common::CallError;
 use crate::common::{Call, error_chain, read_capped, split_addrs};
+use crate::tls::tls_feature;
 
 /// Timeout of every non-blocking request.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,13 +58,7 @@ impl Agent {
         if c.server_addr.trim_start().starts_with("https://") {
             tls.asked_by_url(&c.server_addr);
         }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "consul",
-            cfg!(feature = "consul-tls"),
-            "consul-tls",
-        )?;
+        let material = crate::tls::prepare(&tls, KIND, "consul", tls_feature!("consul-tls"))?;
         let key = format!("{prefix}.serverAddr");
         let base = parse_base(
             &crate::tls::http_scheme(&c.server_addr, tls.enabled, &key)?,

@@ -73,6 +73,7 @@ mod settings;
 
 pub use settings::EurekaSettings;
 
+use crate::tls::tls_feature;
 use fetcher::fetcher;
 use heartbeat::{cancel_all, heartbeat};
 use http::parse_urls;
@@ -137,13 +138,7 @@ impl EurekaRegistry {
         {
             tls.asked_by_url(&u);
         }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "eureka",
-            cfg!(feature = "eureka-tls"),
-            "eureka-tls",
-        )?;
+        let material = crate::tls::prepare(&tls, KIND, "eureka", tls_feature!("eureka-tls"))?;
         let with_scheme = crate::common::split_addrs(&c.service_url)
             .iter()
             .map(|u| crate::tls::http_scheme(u, tls.enabled, "registry.eureka.serviceUrl"))

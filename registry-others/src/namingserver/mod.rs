@@ -77,6 +77,7 @@ use serde_json::{Map, Value, json};
 use crate::common::empty_policy;
 use crate::seata_http::follow::{Source, follow};
 use crate::seata_http::{Login, Servers};
+use crate::tls::tls_feature;
 
 mod follow;
 mod http;
@@ -266,8 +267,7 @@ impl NamingserverRegistry {
             "registry.seata.server-addr",
             KIND,
             "seata",
-            cfg!(feature = "namingserver-tls"),
-            "namingserver-tls",
+            tls_feature!("namingserver-tls"),
         )?;
         let inner = Arc::new(Inner {
             servers,

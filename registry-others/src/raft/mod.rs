@@ -67,6 +67,7 @@ use meshline_registry_core::{Config, Instance, Lifecycle, RegistryError, Registr
 use crate::common::empty_policy;
 use crate::seata_http::follow::{Source, follow};
 use crate::seata_http::{Login, Servers};
+use crate::tls::tls_feature;
 
 mod client;
 mod follow;
@@ -118,8 +119,7 @@ impl RaftRegistry {
             "registry.raft.serverAddr",
             KIND,
             "raft",
-            cfg!(feature = "raft-tls"),
-            "raft-tls",
+            tls_feature!("raft-tls"),
         )?;
         let inner = Arc::new(Inner {
             servers,

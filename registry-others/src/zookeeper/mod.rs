@@ -90,6 +90,7 @@ pub use centre::ZkCentre;
 pub use layout::{cluster_path, instance_path};
 pub use settings::ZkSettings;
 
+use crate::tls::tls_feature;
 use follow::watch_loop;
 use layout::check_cluster;
 use session::{new_session, session_loop};
@@ -124,13 +125,7 @@ impl Settings {
         let auth = c.username.as_ref().map(|u| {
             format!("{u}:{}", c.password.as_ref().map_or("", |p| p.expose())).into_bytes()
         });
-        let tls = crate::tls::prepare(
-            &c.tls,
-            KIND,
-            "zk",
-            cfg!(feature = "zookeeper-tls"),
-            "zookeeper-tls",
-        )?;
+        let tls = crate::tls::prepare(&c.tls, KIND, "zk", tls_feature!("zookeeper-tls"))?;
         Ok(Settings {
             connect_string,
             session_timeout: c.session_timeout,

@@ -122,6 +122,29 @@ impl<'a> Call<'a> {
     }
 }
 
+/// The metadata a Consul service or a Eureka instance registered for `instance`
+/// carries: its own entries, `weight` (a string, as Seata's Java clients write it) and
+/// `zone` when it has one.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn json_metadata(
+    instance: &meshline_registry_core::Instance,
+) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut meta: serde_json::Map<String, Value> = instance
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    meta.insert(
+        "weight".into(),
+        Value::String(instance.weight().to_string()),
+    );
+    if let Some(z) = instance.zone() {
+        meta.insert("zone".into(), Value::String(z.to_string()));
+    }
+    meta
+}
+
 /// `inst` with the string entries of a JSON metadata map (`Meta` of a Consul
 /// service, `metadata` of a Seata node) as its metadata; a non-empty `zone` entry is
 /// also its zone. Entries of other JSON types carry nothing meshline reads.

@@ -173,6 +173,17 @@ impl Lifecycle {
         }
     }
 
+    /// [`close_on_drop`](Self::close_on_drop) for a backend whose state `owner` is
+    /// shared behind an `Arc`: `remove_all` gets a handle of its own, since the removal
+    /// runs on in the background after the dropped client is gone.
+    pub fn close_on_drop_with<I, F>(&self, owner: &Arc<I>, remove_all: impl FnOnce(Arc<I>) -> F)
+    where
+        F: Future<Output = Result<(), RegistryError>> + Send + 'static,
+    {
+        let owner = owner.clone();
+        self.close_on_drop(move || remove_all(owner));
+    }
+
     /// Retries a removal that failed, in the background, until `attempt` succeeds or
     /// the client closes (its close removes what is still pending, once more).
     ///

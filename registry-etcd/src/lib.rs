@@ -351,9 +351,11 @@ impl Drop for EtcdRegistry {
     /// Unless closed or [`abandon`](EtcdRegistry::abandon)ed, revokes our lease in the
     /// background (best effort: our keys go now rather than after the TTL).
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { revoke_lease(&inner).await });
+            .close_on_drop_with(
+                &self.inner,
+                |inner| async move { revoke_lease(&inner).await },
+            );
     }
 }

@@ -85,61 +85,48 @@ mod tests {
     use super::*;
     use meshline_registry_core::config::ConfigLoader;
 
+    /// The settings read with each `registry.etcd3.<key>` of `pairs` set (nothing else).
+    fn with(pairs: &[(&str, &str)]) -> Result<EtcdSettings, RegistryError> {
+        let mut l = ConfigLoader::new();
+        for (k, v) in pairs {
+            l = l.set(format!("registry.etcd3.{k}"), *v);
+        }
+        EtcdSettings::from_config(&l.load().unwrap())
+    }
+
     #[test]
     fn seata_shipped_files_and_the_unit_of_ttl() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = EtcdSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(EtcdSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "http://localhost:2379", "{name}");
             assert_eq!(s.ttl, Duration::from_secs(10), "{name}");
         }
         // `ttl` is meshline's own key: a bare number is refused, asking for a unit.
-        let bare = ConfigLoader::new()
-            .set("registry.etcd3.ttl", "10")
-            .load()
-            .unwrap();
-        let e = EtcdSettings::from_config(&bare).unwrap_err().to_string();
+        let e = with(&[("ttl", "10")]).unwrap_err().to_string();
         assert!(
             e.contains("registry.etcd3.ttl") && e.contains("no unit") && e.contains("`10s`"),
             "{e}"
         );
-        let unit = ConfigLoader::new()
-            .set("registry.etcd3.ttl", "10s")
-            .load()
-            .unwrap();
         assert_eq!(
-            EtcdSettings::from_config(&unit).unwrap().ttl,
+            with(&[("ttl", "10s")]).unwrap().ttl,
             Duration::from_secs(10)
         );
     }
 
     #[test]
     fn keepalive_keys_default_to_one_second_and_need_a_unit() {
-        let d = EtcdSettings::from_config(&ConfigLoader::new().load().unwrap()).unwrap();
+        let d = with(&[]).unwrap();
         assert_eq!(d.keepalive_time, Duration::from_secs(1));
         assert_eq!(d.keepalive_timeout, Duration::from_secs(1));
-        let set = ConfigLoader::new()
-            .set("registry.etcd3.keepaliveTime", "3s")
-            .set("registry.etcd3.keepaliveTimeout", "500ms")
-            .load()
-            .unwrap();
-        let s = EtcdSettings::from_config(&set).unwrap();
+        let s = with(&[("keepaliveTime", "3s"), ("keepaliveTimeout", "500ms")]).unwrap();
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(s.keepalive_time, Duration::from_secs(3));
         assert_eq!(s.keepalive_timeout, Duration::from_millis(500));
-        let tiny = ConfigLoader::new()
-            .set("registry.etcd3.keepaliveTime", "1ms")
-            .load()
-            .unwrap();
         assert_eq!(
-            EtcdSettings::from_config(&tiny).unwrap().keepalive_time,
+            with(&[("keepaliveTime", "1ms")]).unwrap().keepalive_time,
             Duration::from_millis(200)
         );
-        let bare = ConfigLoader::new()
-            .set("registry.etcd3.keepaliveTimeout", "1")
-            .load()
-            .unwrap();
-        let e = EtcdSettings::from_config(&bare).unwrap_err().to_string();
+        let e = with(&[("keepaliveTimeout", "1")]).unwrap_err().to_string();
         assert!(e.contains("registry.etcd3.keepaliveTimeout"), "{e}");
     }
 }

@@ -522,10 +522,12 @@ impl Drop for NacosRegistry {
     /// Unless closed, deregisters our instances in the background (best effort; the
     /// server also drops them when the client's connection goes) and ends the watches.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { inner.deregister_all().await });
+            .close_on_drop_with(
+                &self.inner,
+                |inner| async move { inner.deregister_all().await },
+            );
     }
 }
 

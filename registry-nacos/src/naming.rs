@@ -9,6 +9,31 @@ use crate::grpc::shared::Listener;
 use crate::grpc::{Error, ServiceInstance};
 use crate::http::V1Client;
 
+/// One write of this client's own instances, as [`Naming::write`] sends it.
+#[derive(Debug, Clone)]
+pub(crate) enum Call {
+    /// Registers one instance with the single-instance call.
+    Register(ServiceInstance),
+    /// Deregisters one instance.
+    Deregister(ServiceInstance),
+    /// Registers these as this client's whole batch of the service.
+    Batch(Vec<ServiceInstance>),
+}
+
+impl Call {
+    /// The call as errors name it.
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            Call::Register(_) => "register",
+            Call::Deregister(_) => "deregister",
+            Call::Batch(_) => {
+                "batch register (several instances of one service from one client; \
+                 Nacos servers before 2.1.1 lack it)"
+            }
+        }
+    }
+}
+
 /// One of the two naming clients.
 pub(crate) enum Naming {
     /// Nacos 2.x and later, over gRPC.
@@ -18,43 +43,16 @@ pub(crate) enum Naming {
 }
 
 impl Naming {
-    /// Registers `si` in `service` of `group`.
-    pub(crate) async fn register(
-        &self,
-        group: &str,
-        service: &str,
-        si: ServiceInstance,
-    ) -> Result<(), Error> {
-        match self {
-            Naming::Grpc(c) => c.register(group, service, si).await,
-            Naming::Http(c) => c.register(group, service, si).await,
-        }
-    }
-
-    /// Deregisters `si`.
-    pub(crate) async fn deregister(
-        &self,
-        group: &str,
-        service: &str,
-        si: ServiceInstance,
-    ) -> Result<(), Error> {
-        match self {
-            Naming::Grpc(c) => c.deregister(group, service, si).await,
-            Naming::Http(c) => c.deregister(group, service, si).await,
-        }
-    }
-
-    /// Registers `all` as this client's instances of `service`: one batch over gRPC
-    /// (Nacos 2.1.1+), one registration each over HTTP.
-    pub(crate) async fn batch_register(
-        &self,
-        group: &str,
-        service: &str,
-        all: Vec<ServiceInstance>,
-    ) -> Result<(), Error> {
-        match self {
-            Naming::Grpc(c) => c.batch_register(group, service, all).await,
-            Naming::Http(c) => c.register_each(group, service, all).await,
+    /// Sends `call` for `service` of `group`. A batch is one call over gRPC (Nacos
+    /// 2.1.1+), one registration each over HTTP.
+    pub(crate) async fn write(&self, group: &str, service: &str, call: Call) -> Result<(), Error> {
+        match (self, call) {
+            (Naming::Grpc(c), Call::Register(si)) => c.register(group, service, si).await,
+            (Naming::Http(c), Call::Register(si)) => c.register(group, service, si).await,
+            (Naming::Grpc(c), Call::Deregister(si)) => c.deregister(group, service, si).await,
+            (Naming::Http(c), Call::Deregister(si)) => c.deregister(group, service, si).await,
+            (Naming::Grpc(c), Call::Batch(all)) => c.batch_register(group, service, all).await,
+            (Naming::Http(c), Call::Batch(all)) => c.register_each(group, service, all).await,
         }
     }
 

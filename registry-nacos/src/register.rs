@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use meshline_registry_core::{InstanceKey, RegistryError};
 
 use crate::grpc::ServiceInstance;
-use crate::naming::Naming;
+use crate::naming::{Call, Naming};
 
 use crate::timed;
 
@@ -43,14 +43,6 @@ pub(crate) struct Target<'a> {
     pub(crate) server: &'a str,
     pub(crate) service: &'a str,
     pub(crate) group: &'a str,
-}
-
-/// One naming call.
-#[derive(Debug, Clone)]
-enum Call {
-    Register(ServiceInstance),
-    Deregister(ServiceInstance),
-    Batch(Vec<ServiceInstance>),
 }
 
 /// Our instances and whether a batch was sent.
@@ -215,33 +207,8 @@ impl Registrations {
 /// Makes `calls` in order, stopping at the first error.
 async fn run(to: &Target<'_>, calls: Vec<Call>) -> Result<(), RegistryError> {
     for call in calls {
-        match call {
-            Call::Register(si) => {
-                timed(
-                    to.server,
-                    "register",
-                    to.naming.register(to.group, to.service, si),
-                )
-                .await?
-            }
-            Call::Deregister(si) => {
-                timed(
-                    to.server,
-                    "deregister",
-                    to.naming.deregister(to.group, to.service, si),
-                )
-                .await?
-            }
-            Call::Batch(all) => {
-                timed(
-                    to.server,
-                    "batch register (several instances of one service from one client; \
-                     Nacos servers before 2.1.1 lack it)",
-                    to.naming.batch_register(to.group, to.service, all),
-                )
-                .await?
-            }
-        }
+        let op = call.op();
+        timed(to.server, op, to.naming.write(to.group, to.service, call)).await?;
     }
     Ok(())
 }

@@ -121,8 +121,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_files() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = NacosSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(NacosSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "127.0.0.1:8848", "{name}");
             assert_eq!(s.group, "SEATA_GROUP", "{name}");

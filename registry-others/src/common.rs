@@ -58,39 +58,91 @@ impl CallError {
     }
 }
 
-/// `base` with `segments` appended to its path (each percent-encoded as one segment)
-/// and `query` appended as pairs: the URL of one call to Consul's agent or a Eureka
-/// server.
+/// One call to Consul's agent or a Eureka server: the method, the path segments below
+/// the server's base URL, the query and the JSON body. One value, so the layers a call
+/// goes through (status checks, failover, Consul's index) hand it on whole.
 #[cfg(any(feature = "consul", feature = "eureka"))]
-pub(crate) fn call_url(
-    mut base: reqwest::Url,
-    segments: &[&str],
-    query: &[(&str, String)],
-) -> reqwest::Url {
-    if let Ok(mut p) = base.path_segments_mut() {
-        p.extend(segments);
-    }
-    if !query.is_empty() {
-        let mut q = base.query_pairs_mut();
-        for (k, v) in query {
-            q.append_pair(k, v);
-        }
-    }
-    base
+#[derive(Debug, Clone)]
+pub(crate) struct Call<'a> {
+    /// The HTTP method.
+    pub(crate) method: reqwest::Method,
+    segments: &'a [&'a str],
+    query: &'a [(&'a str, String)],
+    body: Option<&'a serde_json::Value>,
 }
 
-/// `req` with `body`, when there is one, as its JSON content.
 #[cfg(any(feature = "consul", feature = "eureka"))]
-pub(crate) fn with_json_body(
-    req: reqwest::RequestBuilder,
-    body: Option<&serde_json::Value>,
-) -> reqwest::RequestBuilder {
-    match body {
-        Some(b) => req
-            .header("Content-Type", "application/json")
-            .body(b.to_string()),
-        None => req,
+impl<'a> Call<'a> {
+    /// `method` on `segments`, with no query and no body.
+    pub(crate) fn new(method: reqwest::Method, segments: &'a [&'a str]) -> Self {
+        Call {
+            method,
+            segments,
+            query: &[],
+            body: None,
+        }
     }
+
+    /// The same call with `query` as its query pairs.
+    pub(crate) fn query(self, query: &'a [(&'a str, String)]) -> Self {
+        Call { query, ..self }
+    }
+
+    /// The same call with `body` as its JSON content.
+    pub(crate) fn body(self, body: &'a serde_json::Value) -> Self {
+        Call {
+            body: Some(body),
+            ..self
+        }
+    }
+
+    /// `base` with the segments appended to its path (each percent-encoded as one
+    /// segment) and the query appended as pairs: the URL of the call on that server.
+    pub(crate) fn url(&self, mut base: reqwest::Url) -> reqwest::Url {
+        if let Ok(mut p) = base.path_segments_mut() {
+            p.extend(self.segments);
+        }
+        if !self.query.is_empty() {
+            let mut q = base.query_pairs_mut();
+            for (k, v) in self.query {
+                q.append_pair(k, v);
+            }
+        }
+        base
+    }
+
+    /// `req` with the body, when there is one, as its JSON content.
+    pub(crate) fn with_body(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self.body {
+            Some(b) => req
+                .header("Content-Type", "application/json")
+                .body(b.to_string()),
+            None => req,
+        }
+    }
+}
+
+/// The metadata a Consul service or a Eureka instance registered for `instance`
+/// carries: its own entries, `weight` (a string, as Seata's Java clients write it) and
+/// `zone` when it has one.
+#[cfg(any(feature = "consul", feature = "eureka"))]
+pub(crate) fn json_metadata(
+    instance: &meshline_registry_core::Instance,
+) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut meta: serde_json::Map<String, Value> = instance
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    meta.insert(
+        "weight".into(),
+        Value::String(instance.weight().to_string()),
+    );
+    if let Some(z) = instance.zone() {
+        meta.insert("zone".into(), Value::String(z.to_string()));
+    }
+    meta
 }
 
 /// `inst` with the string entries of a JSON metadata map (`Meta` of a Consul
@@ -114,12 +166,7 @@ pub(crate) fn with_json_metadata(
 
 /// `e` and its sources, `: `-separated (reqwest hides the cause, e.g. "Connection
 /// refused", in its sources).
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -135,22 +182,12 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 /// registry sends (an Eureka instance or a Consul health entry is about 1 KB of JSON,
 /// so 10,000 members are about 10 MB), while a broken or hostile registry can no
 /// longer make us buffer without bound.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) const DEFAULT_MAX_BODY: usize = 16 << 20;
 
 /// Reads `section`'s `maxBodyBytes` (a size: `16MiB`, `1048576`), default
 /// [`DEFAULT_MAX_BODY`].
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn max_body_bytes(
     r: &meshline_registry_core::config::SectionReader<'_>,
     section: &str,
@@ -165,15 +202,39 @@ pub(crate) fn max_body_bytes(
     }
 }
 
+/// The reqwest client of an HTTP backend: a 3 s connect timeout, and TLS with
+/// `material` (from [`crate::tls::prepare`], which refuses TLS in a build without it
+/// for the backend, so there is material only where its TLS feature is on). `shown`
+/// names the server in the error.
+#[cfg(feature = "_http")]
+pub(crate) fn http_client(
+    material: Option<meshline_registry_core::tls::TlsMaterial>,
+    kind: &'static str,
+    section: &str,
+    shown: &str,
+) -> Result<reqwest::Client, meshline_registry_core::RegistryError> {
+    #[allow(unused_mut)]
+    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(3));
+    #[cfg(feature = "_http-tls")]
+    if let Some(m) = &material {
+        builder = crate::tls::http_client(builder, m, section)?;
+    }
+    #[cfg(not(feature = "_http-tls"))]
+    let _ = (material, section);
+    builder.build().map_err(|e| {
+        meshline_registry_core::RegistryError::backend(
+            kind,
+            shown,
+            "cannot build the HTTP client",
+            e,
+        )
+    })
+}
+
 /// Reads a response body chunk by chunk, failing as soon as it would exceed `cap`
 /// bytes (or at once when its `Content-Length` says so): a registry that answers
 /// with an endless or huge body costs at most `cap` bytes of memory.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) async fn read_capped(
     mut resp: reqwest::Response,
     cap: usize,

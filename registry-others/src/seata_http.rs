@@ -13,7 +13,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::common::{error_chain, read_capped, split_addrs};
+use crate::tls::TlsFeature;
 
+pub(crate) mod follow;
 mod login;
 
 pub(crate) use login::{Login, LoginError};
@@ -133,40 +135,28 @@ pub(crate) fn connect_parts(
     key: &str,
     kind: &'static str,
     section: &str,
-    compiled_in: bool,
-    feature: &str,
+    feature: TlsFeature,
 ) -> Result<(Servers, reqwest::Client, bool), RegistryError> {
     let mut tls = tls.clone();
     if server_addr.contains("https://") {
         tls.asked_by_url(server_addr);
     }
     let servers = Servers::parse(server_addr, tls.enabled, key)?;
-    let http = client(&tls, kind, section, compiled_in, feature, &servers.shown())?;
+    let http = client(&tls, kind, section, feature, &servers.shown())?;
     Ok((servers, http, tls.enabled))
 }
 
-/// The reqwest client of a backend: a 3 s connect timeout, and TLS from `tls` (refused
-/// naming `feature` when it is not compiled in: `compiled_in`).
+/// The reqwest client of a backend: a 3 s connect timeout, and TLS from `tls` (refused,
+/// naming `feature`, in a build without it).
 pub(crate) fn client(
     tls: &TlsSettings,
     kind: &'static str,
     section: &str,
-    compiled_in: bool,
-    feature: &str,
+    feature: TlsFeature,
     shown: &str,
 ) -> Result<reqwest::Client, RegistryError> {
-    let material = crate::tls::prepare(tls, kind, section, compiled_in, feature)?;
-    #[allow(unused_mut)]
-    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-    #[cfg(any(feature = "raft-tls", feature = "namingserver-tls"))]
-    if let Some(m) = &material {
-        builder = crate::tls::http_client(builder, m, section)?;
-    }
-    #[cfg(not(any(feature = "raft-tls", feature = "namingserver-tls")))]
-    let _ = material;
-    builder
-        .build()
-        .map_err(|e| RegistryError::backend(kind, shown, "cannot build the HTTP client", e))
+    let material = crate::tls::prepare(tls, kind, section, feature)?;
+    crate::common::http_client(material, kind, section, shown)
 }
 
 /// An `Endpoint` (`{host, port}`) of a Seata `Node`, checked.

@@ -16,16 +16,36 @@
 use meshline_registry_core::RegistryError;
 use meshline_registry_core::tls::{TlsMaterial, TlsSettings};
 
-/// Refuses TLS in a build without it (`compiled_in` false, naming `feature`), else
-/// loads the PEM files when TLS is on.
+/// A backend's TLS cargo feature: its name, for the error of a build without it, and
+/// whether this build has it. [`tls_feature!`] makes one from the name alone, so the
+/// two cannot disagree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TlsFeature {
+    /// The feature's name (`consul-tls`).
+    pub(crate) name: &'static str,
+    /// Whether this build has it.
+    pub(crate) compiled_in: bool,
+}
+
+/// The [`TlsFeature`] named `$name` (`cfg!` takes a feature name as a literal only).
+macro_rules! tls_feature {
+    ($name:literal) => {
+        $crate::tls::TlsFeature {
+            name: $name,
+            compiled_in: cfg!(feature = $name),
+        }
+    };
+}
+pub(crate) use tls_feature;
+
+/// Refuses TLS in a build without `feature`, else loads the PEM files when TLS is on.
 pub(crate) fn prepare(
     tls: &TlsSettings,
     kind: &str,
     section: &str,
-    compiled_in: bool,
-    feature: &str,
+    feature: TlsFeature,
 ) -> Result<Option<TlsMaterial>, RegistryError> {
-    tls.require_compiled_in(kind, compiled_in, feature)?;
+    tls.require_compiled_in(kind, feature.compiled_in, feature.name)?;
     if !tls.enabled {
         return Ok(None);
     }
@@ -54,12 +74,7 @@ pub(crate) fn refuse_server_name(m: &TlsMaterial, section: &str) -> Result<(), R
 
 /// A reqwest client builder speaking TLS with `m`: only the given CA(s) when
 /// `tls.caFile` is set (else the system's roots), a client identity when given.
-#[cfg(any(
-    feature = "consul-tls",
-    feature = "eureka-tls",
-    feature = "raft-tls",
-    feature = "namingserver-tls"
-))]
+#[cfg(feature = "_http-tls")]
 pub(crate) fn http_client(
     builder: reqwest::ClientBuilder,
     m: &TlsMaterial,
@@ -130,12 +145,7 @@ pub(crate) fn zookeeper_options(
 
 /// `url` with `https://` in front when it has no scheme and TLS is on (`http://`
 /// otherwise, as before); an explicit `http://` with TLS on is an error.
-#[cfg(any(
-    feature = "consul",
-    feature = "eureka",
-    feature = "raft",
-    feature = "namingserver"
-))]
+#[cfg(feature = "_http")]
 pub(crate) fn http_scheme(url: &str, tls: bool, key: &str) -> Result<String, RegistryError> {
     let u = url.trim();
     match (u.split_once("://"), tls) {
@@ -159,6 +169,10 @@ mod tests {
     /// every build: the check takes the "compiled in" flag as an argument).
     #[test]
     fn tls_without_the_feature_names_it() {
+        const WITHOUT: TlsFeature = TlsFeature {
+            name: "redis-tls",
+            compiled_in: false,
+        };
         let c = meshline_registry_core::config::ConfigLoader::new()
             .set("registry.redis.tls.caFile", "/x/ca.pem")
             .load()
@@ -166,7 +180,7 @@ mod tests {
         let section = c.registry.section(&["redis"]);
         let r = section.reader();
         let tls = TlsSettings::read(&r, "redis").unwrap();
-        let e = prepare(&tls, "redis", "redis", false, "redis-tls")
+        let e = prepare(&tls, "redis", "redis", WITHOUT)
             .unwrap_err()
             .to_string();
         assert!(e.contains("`redis-tls`") && e.contains("tls.caFile"), "{e}");
@@ -175,13 +189,9 @@ mod tests {
             "redis",
         )
         .unwrap();
-        assert!(
-            prepare(&tls, "redis", "redis", false, "redis-tls")
-                .unwrap()
-                .is_none()
-        );
+        assert!(prepare(&tls, "redis", "redis", WITHOUT).unwrap().is_none());
         tls.asked_by_url("rediss://127.0.0.1:6380");
-        let e = prepare(&tls, "redis", "redis", false, "redis-tls")
+        let e = prepare(&tls, "redis", "redis", WITHOUT)
             .unwrap_err()
             .to_string();
         assert!(
@@ -190,12 +200,7 @@ mod tests {
         );
     }
 
-    #[cfg(any(
-        feature = "consul",
-        feature = "eureka",
-        feature = "raft",
-        feature = "namingserver"
-    ))]
+    #[cfg(feature = "_http")]
     #[test]
     fn schemes() {
         assert_eq!(http_scheme("h:1", false, "k").unwrap(), "http://h:1");

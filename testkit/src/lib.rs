@@ -86,7 +86,7 @@ pub use process::ServerProcess;
 pub use raft_double::{RaftDouble, RaftDoubleOptions};
 pub use redis::Redis;
 pub use rnacos::{Rnacos, RnacosCluster};
-pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped};
+pub use seata_files::{SEATA_CLIENT_FILES, seata_file, seata_shipped, seata_shipped_settings};
 pub use tls::{TestPki, Trust, refusal as tls_refusal, round_trip as tls_round_trip};
 pub use wait::{delay_as_asked, until};
 pub use zookeeper::{ZkEnsemble, ZooKeeper};

@@ -25,3 +25,20 @@ pub fn seata_shipped(name: &str) -> Config {
         .load()
         .unwrap_or_else(|e| panic!("Seata's shipped {name} does not load: {e}"))
 }
+
+/// Each shipped client file read into a backend's settings with `from_config`, as
+/// (file name, settings), for the check every backend makes of its section: the
+/// settings' own fields differ, so the caller asserts on them. Panics, naming the
+/// file, when one does not load or `from_config` refuses it (a test failure).
+pub fn seata_shipped_settings<S, E: std::fmt::Display>(
+    from_config: impl Fn(&Config) -> Result<S, E>,
+) -> Vec<(&'static str, S)> {
+    SEATA_CLIENT_FILES
+        .iter()
+        .map(|&name| {
+            let s = from_config(&seata_shipped(name))
+                .unwrap_or_else(|e| panic!("Seata's shipped {name} is refused: {e}"));
+            (name, s)
+        })
+        .collect()
+}

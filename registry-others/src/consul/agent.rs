@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use super::{ConsulSettings, Inner, KIND};
 pub(super) use crate::common::CallError;
-use crate::common::{call_url, error_chain, read_capped, split_addrs, with_json_body};
+use crate::common::{Call, error_chain, read_capped, split_addrs};
+use crate::tls::tls_feature;
 
 /// Timeout of every non-blocking request.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,29 +58,13 @@ impl Agent {
         if c.server_addr.trim_start().starts_with("https://") {
             tls.asked_by_url(&c.server_addr);
         }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "consul",
-            cfg!(feature = "consul-tls"),
-            "consul-tls",
-        )?;
+        let material = crate::tls::prepare(&tls, KIND, "consul", tls_feature!("consul-tls"))?;
         let key = format!("{prefix}.serverAddr");
         let base = parse_base(
             &crate::tls::http_scheme(&c.server_addr, tls.enabled, &key)?,
             &key,
         )?;
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-        #[cfg(feature = "consul-tls")]
-        if let Some(m) = &material {
-            builder = crate::tls::http_client(builder, m, "consul")?;
-        }
-        #[cfg(not(feature = "consul-tls"))]
-        let _ = material;
-        let http = builder.build().map_err(|e| {
-            RegistryError::backend(KIND, &c.server_addr, "cannot build the HTTP client", e)
-        })?;
+        let http = crate::common::http_client(material, KIND, "consul", &c.server_addr)?;
         let agent = Agent {
             base,
             token: c.acl_token.clone(),
@@ -91,10 +76,7 @@ impl Agent {
         };
         agent
             .call(
-                Method::GET,
-                &["v1", "status", "leader"],
-                &[],
-                None,
+                Call::new(Method::GET, &["v1", "status", "leader"]),
                 REQUEST_TIMEOUT,
             )
             .await
@@ -107,26 +89,23 @@ impl Agent {
         &self.shown
     }
 
-    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+    fn url(&self, call: &Call<'_>) -> Url {
         let mut url = self.base.clone();
         // A base with a trailing slash (`http://host:8500/consul/`) ends in an empty
         // segment: the call's path replaces it rather than following it.
         if let Ok(mut p) = url.path_segments_mut() {
             p.pop_if_empty();
         }
-        call_url(url, segments, query)
+        call.url(url)
     }
 
     /// One HTTP call; `Ok` carries the body and the `X-Consul-Index` (0 when absent).
     pub(super) async fn call(
         &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
+        call: Call<'_>,
         timeout: Duration,
     ) -> Result<(Vec<u8>, u64), CallError> {
-        let (status, bytes, index) = self.send(method, segments, query, body, timeout).await?;
+        let (status, bytes, index) = self.send(call, timeout).await?;
         if status != StatusCode::OK {
             return Err(CallError::status(status, &bytes));
         }
@@ -138,20 +117,18 @@ impl Agent {
     /// of a missing key is a 404 that still carries an index).
     pub(super) async fn send(
         &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
+        call: Call<'_>,
         timeout: Duration,
     ) -> Result<(StatusCode, Vec<u8>, u64), CallError> {
         let mut req = self
             .http
-            .request(method, self.url(segments, query))
+            .request(call.method.clone(), self.url(&call))
             .timeout(timeout);
         if let Some(t) = &self.token {
             req = req.header("X-Consul-Token", t.expose());
         }
-        let resp = with_json_body(req, body)
+        let resp = call
+            .with_body(req)
             .send()
             .await
             .map_err(|e| CallError::Transport(error_chain(&e)))?;
@@ -178,10 +155,7 @@ impl Inner {
     pub(super) async fn put_registration(&self, body: &Value) -> Result<(), CallError> {
         self.agent
             .call(
-                Method::PUT,
-                &["v1", "agent", "service", "register"],
-                &[],
-                Some(body),
+                Call::new(Method::PUT, &["v1", "agent", "service", "register"]).body(body),
                 REQUEST_TIMEOUT,
             )
             .await
@@ -195,10 +169,7 @@ impl Inner {
         match self
             .agent
             .call(
-                Method::PUT,
-                &["v1", "agent", "service", "deregister", id],
-                &[],
-                None,
+                Call::new(Method::PUT, &["v1", "agent", "service", "deregister", id]),
                 REQUEST_TIMEOUT,
             )
             .await

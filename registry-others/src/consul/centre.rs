@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::agent::{Agent, CallError, REQUEST_TIMEOUT};
 use super::follow::{BLOCKING_MARGIN, BLOCKING_WAIT, next_index};
 use super::{ConsulSettings, KIND};
+use crate::common::Call;
 
 /// `config.type=consul`: Seata's configuration in Consul's KV store, as
 /// `ConsulConfiguration` (`config/seata-config-consul`) keeps it.
@@ -69,7 +70,7 @@ impl Agent {
             timeout = BLOCKING_WAIT + BLOCKING_WAIT / 16 + BLOCKING_MARGIN;
         }
         let (status, body, index) = self
-            .send(Method::GET, &kv_path(key), &q, None, timeout)
+            .send(Call::new(Method::GET, &kv_path(key)).query(&q), timeout)
             .await
             .map_err(|e| e.describe())?;
         match status {

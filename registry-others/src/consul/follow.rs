@@ -10,6 +10,7 @@ use reqwest::Method;
 
 use super::agent::REQUEST_TIMEOUT;
 use super::{Inner, KIND, parse};
+use crate::common::Call;
 
 /// How long one blocking query waits on the agent before it returns unchanged.
 pub(super) const BLOCKING_WAIT: Duration = Duration::from_secs(30);
@@ -37,10 +38,7 @@ impl Inner {
         let (body, index) = self
             .agent
             .call(
-                Method::GET,
-                &["v1", "health", "service", cluster],
-                &q,
-                None,
+                Call::new(Method::GET, &["v1", "health", "service", cluster]).query(&q),
                 timeout,
             )
             .await

@@ -11,6 +11,7 @@ use reqwest::{Method, StatusCode};
 
 use super::agent::{CallError, REQUEST_TIMEOUT};
 use super::{Inner, KIND, parse};
+use crate::common::Call;
 
 /// Keeps every registration's TTL check passing each TTL/3; registers a service again
 /// when the agent answers 404 (it restarted and lost it).
@@ -21,7 +22,7 @@ pub(super) async fn keeper(inner: Arc<Inner>) {
         let path = ["v1", "agent", "check", "pass", &cid];
         match inner
             .agent
-            .call(Method::PUT, &path, &[], None, REQUEST_TIMEOUT)
+            .call(Call::new(Method::PUT, &path), REQUEST_TIMEOUT)
             .await
         {
             Ok(_) => Renewal::Renewed,

@@ -174,10 +174,12 @@ impl Drop for ConsulRegistry {
     /// (best effort, on the current tokio runtime if there is one) instead of leaving
     /// them to TTL expiry.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { deregister_all(&inner).await });
+            .close_on_drop_with(
+                &self.inner,
+                |inner| async move { deregister_all(&inner).await },
+            );
     }
 }
 #[async_trait]

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use super::agent::REQUEST_TIMEOUT;
 use super::{Inner, KIND, parse};
+use crate::common::Call;
 
 /// At most this many services with Seata's tag are read (and reported).
 const MAX_PLACES: usize = 100;
@@ -31,10 +32,7 @@ pub(super) async fn nearby(
     let (body, _) = inner
         .agent
         .call(
-            Method::GET,
-            &["v1", "catalog", "services"],
-            &[],
-            None,
+            Call::new(Method::GET, &["v1", "catalog", "services"]),
             REQUEST_TIMEOUT,
         )
         .await

@@ -2,7 +2,7 @@
 //! registrations into Consul's agent JSON.
 
 use meshline_registry_core::Instance;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The tag Seata's TC puts on its service instances and its client asks for
 /// (`tag=services`).
@@ -28,15 +28,7 @@ pub(crate) fn register_body(
     deregister_after: std::time::Duration,
 ) -> Value {
     let id = service_id(cluster, instance);
-    let mut meta: Map<String, Value> = instance
-        .metadata()
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    meta.insert("weight".into(), json!(instance.weight().to_string()));
-    if let Some(z) = instance.zone() {
-        meta.insert("zone".into(), json!(z));
-    }
+    let meta = crate::common::json_metadata(instance);
     json!({
         "ID": id,
         "Name": cluster,

@@ -65,8 +65,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_files_and_meshline_units() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = ConsulSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(ConsulSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "127.0.0.1:8500", "{name}");
             assert_eq!(s.acl_token, None, "{name}");

@@ -10,6 +10,7 @@ use meshline_registry_core::lifecycle::Renewal;
 use reqwest::{Method, StatusCode};
 
 use super::{Inner, KIND, Registration};
+use crate::common::Call;
 
 /// Renews every registration each renewal interval; registers an instance again when
 /// the server answers 404 (it restarted, or evicted the lease).
@@ -18,7 +19,7 @@ pub(super) async fn heartbeat(inner: Arc<Inner>) {
     let renew = |id: String, Registration { app, .. }| async move {
         let status = [("status", "UP".to_string())];
         match inner
-            .call(Method::PUT, &["apps", &app, &id], &status, None)
+            .call(Call::new(Method::PUT, &["apps", &app, &id]).query(&status))
             .await
         {
             Ok((StatusCode::OK, _)) => Renewal::Renewed,

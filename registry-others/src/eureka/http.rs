@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::Inner;
 pub(super) use crate::common::CallError;
-use crate::common::{call_url, error_chain, read_capped, split_addrs, with_json_body};
+use crate::common::{Call, error_chain, read_capped, split_addrs};
 use meshline_registry_core::redact::redact_userinfo;
 
 /// Timeout of every request.
@@ -68,25 +68,19 @@ impl Inner {
 
     /// One request, failing over across the service URLs on transport errors. `Ok`
     /// carries the status and body of whichever server answered.
-    pub(super) async fn call(
-        &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> Result<(StatusCode, Vec<u8>), CallError> {
+    pub(super) async fn call(&self, call: Call<'_>) -> Result<(StatusCode, Vec<u8>), CallError> {
         let n = self.urls.len();
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut last = String::new();
         for k in 0..n {
             let i = (first + k) % n;
-            let url = call_url(self.urls[i].clone(), segments, query);
+            let url = call.url(self.urls[i].clone());
             let req = self
                 .http
-                .request(method.clone(), url)
+                .request(call.method.clone(), url)
                 .timeout(REQUEST_TIMEOUT)
                 .header("Accept", "application/json");
-            let resp = match with_json_body(req, body).send().await {
+            let resp = match call.with_body(req).send().await {
                 Ok(r) => r,
                 Err(e) => {
                     last = self.failure(i, &e);
@@ -125,13 +119,10 @@ impl Inner {
     /// A call that must answer one of `ok`.
     pub(super) async fn expect(
         &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&Value>,
+        call: Call<'_>,
         ok: &[StatusCode],
     ) -> Result<(StatusCode, Vec<u8>), CallError> {
-        let (status, bytes) = self.call(method, segments, query, body).await?;
+        let (status, bytes) = self.call(call).await?;
         if ok.contains(&status) {
             Ok((status, bytes))
         } else {
@@ -141,10 +132,7 @@ impl Inner {
 
     pub(super) async fn post_registration(&self, app: &str, body: &Value) -> Result<(), CallError> {
         self.expect(
-            Method::POST,
-            &["apps", app],
-            &[],
-            Some(body),
+            Call::new(Method::POST, &["apps", app]).body(body),
             &[StatusCode::NO_CONTENT, StatusCode::OK],
         )
         .await
@@ -155,10 +143,7 @@ impl Inner {
     /// restarted) is what we want.
     pub(super) async fn cancel(&self, app: &str, id: &str) -> Result<(), CallError> {
         self.expect(
-            Method::DELETE,
-            &["apps", app, id],
-            &[],
-            None,
+            Call::new(Method::DELETE, &["apps", app, id]),
             &[StatusCode::OK, StatusCode::NOT_FOUND],
         )
         .await
@@ -167,7 +152,7 @@ impl Inner {
 
     pub(super) async fn get_json(&self, segments: &[&str]) -> Result<Value, CallError> {
         let (_, bytes) = self
-            .expect(Method::GET, segments, &[], None, &[StatusCode::OK])
+            .expect(Call::new(Method::GET, segments), &[StatusCode::OK])
             .await?;
         serde_json::from_slice(&bytes)
             .map_err(|e| CallError::Transport(format!("response is not JSON: {e}")))

@@ -62,7 +62,7 @@ use meshline_registry_core::{
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
-use crate::common::empty_policy;
+use crate::common::{Call, empty_policy};
 
 mod fetcher;
 mod heartbeat;
@@ -73,6 +73,7 @@ mod settings;
 
 pub use settings::EurekaSettings;
 
+use crate::tls::tls_feature;
 use fetcher::fetcher;
 use heartbeat::{cancel_all, heartbeat};
 use http::parse_urls;
@@ -137,13 +138,7 @@ impl EurekaRegistry {
         {
             tls.asked_by_url(&u);
         }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "eureka",
-            cfg!(feature = "eureka-tls"),
-            "eureka-tls",
-        )?;
+        let material = crate::tls::prepare(&tls, KIND, "eureka", tls_feature!("eureka-tls"))?;
         let with_scheme = crate::common::split_addrs(&c.service_url)
             .iter()
             .map(|u| crate::tls::http_scheme(u, tls.enabled, "registry.eureka.serviceUrl"))
@@ -155,22 +150,12 @@ impl EurekaRegistry {
                 "registry.eureka.renewalInterval and refreshInterval must be greater than 0".into(),
             ));
         }
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(3));
-        #[cfg(feature = "eureka-tls")]
-        if let Some(m) = &material {
-            builder = crate::tls::http_client(builder, m, "eureka")?;
-        }
-        #[cfg(not(feature = "eureka-tls"))]
-        let _ = material;
-        let http = builder.build().map_err(|e| {
-            RegistryError::backend(
-                KIND,
-                meshline_registry_core::redact::redact_userinfo(&c.service_url),
-                "cannot build the HTTP client",
-                e,
-            )
-        })?;
+        let http = crate::common::http_client(
+            material,
+            KIND,
+            "eureka",
+            &meshline_registry_core::redact::redact_userinfo(&c.service_url),
+        )?;
         let inner = Arc::new(Inner {
             urls,
             preferred: AtomicUsize::new(0),
@@ -187,7 +172,7 @@ impl EurekaRegistry {
         // A server that answers but refuses us (401/403: wrong credentials) or fails is
         // an error here, as from_config promises, not at the first real call.
         inner
-            .expect(Method::GET, &["apps"], &[], None, &[StatusCode::OK])
+            .expect(Call::new(Method::GET, &["apps"]), &[StatusCode::OK])
             .await
             .map_err(|e| e.into_registry(KIND, &inner.server(), "connect"))?;
         tokio::spawn(heartbeat(inner.clone()));
@@ -208,10 +193,9 @@ impl Drop for EurekaRegistry {
     /// (best effort, on the current tokio runtime if there is one) instead of leaving
     /// them to lease expiry.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { cancel_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move { cancel_all(&inner).await });
     }
 }
 #[async_trait]
@@ -263,10 +247,7 @@ impl RegistryService for EurekaRegistry {
         let app = parse::app_name(cluster);
         let (status, bytes) = inner
             .expect(
-                Method::GET,
-                &["apps", &app],
-                &[],
-                None,
+                Call::new(Method::GET, &["apps", &app]),
                 &[StatusCode::OK, StatusCode::NOT_FOUND],
             )
             .await

@@ -35,15 +35,7 @@ pub(crate) fn register_body(
     let app = app_name(cluster);
     let host = instance.java_host();
     let port = instance.port();
-    let mut metadata: serde_json::Map<String, Value> = instance
-        .metadata()
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    metadata.insert("weight".into(), json!(instance.weight().to_string()));
-    if let Some(z) = instance.zone() {
-        metadata.insert("zone".into(), json!(z));
-    }
+    let metadata = crate::common::json_metadata(instance);
     let base = if host.contains(':') {
         format!("http://[{host}]:{port}/")
     } else {

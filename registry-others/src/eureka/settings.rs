@@ -76,8 +76,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_files_and_meshline_units() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = EurekaSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(EurekaSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.service_url, "http://localhost:8761/eureka", "{name}");
             assert_eq!(s.weight, "1", "{name}");

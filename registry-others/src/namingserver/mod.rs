@@ -75,7 +75,9 @@ use meshline_registry_core::{
 use serde_json::{Map, Value, json};
 
 use crate::common::empty_policy;
+use crate::seata_http::follow::{Source, follow};
 use crate::seata_http::{Login, Servers};
+use crate::tls::tls_feature;
 
 mod follow;
 mod http;
@@ -265,8 +267,7 @@ impl NamingserverRegistry {
             "registry.seata.server-addr",
             KIND,
             "seata",
-            cfg!(feature = "namingserver-tls"),
-            "namingserver-tls",
+            tls_feature!("namingserver-tls"),
         )?;
         let inner = Arc::new(Inner {
             servers,
@@ -323,10 +324,11 @@ impl Drop for NamingserverRegistry {
     /// [`abandon`](NamingserverRegistry::abandon)ed, also unregisters (best effort, on
     /// the current tokio runtime).
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { keeper::unregister_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move {
+                keeper::unregister_all(&inner).await
+            });
     }
 }
 
@@ -386,22 +388,18 @@ impl RegistryService for NamingserverRegistry {
         let inner = &self.inner;
         let follower = inner.clone();
         let first_read = || async {
-            inner
-                .discover(cluster)
-                .await
-                .map(|d| (d.members, d.term))
-                .map_err(|m| {
-                    RegistryError::unavailable(
-                        KIND,
-                        inner.servers.shown(),
-                        format!("watch `{cluster}`: {m}"),
-                    )
-                })
+            inner.read(cluster).await.map_err(|m| {
+                RegistryError::unavailable(
+                    KIND,
+                    inner.servers.shown(),
+                    format!("watch `{cluster}`: {m}"),
+                )
+            })
         };
         inner
             .life
             .watch(cluster, first_read, move |term, scope| {
-                follow::follow(follower, scope, term)
+                follow(follower, scope, term)
             })
             .await
     }

@@ -1,80 +1,49 @@
 //! Following one raft group: the watch long poll, a read at once when a client asks
 //! (see [`Refresher`](meshline_registry_core::Refresher)), a forced read every
 //! `metadataMaxAgeMs`, and recovery (stale, backoff, next TC) when no TC answers, as
-//! `RaftRegistryServiceImpl.startQueryMetadata` does.
+//! `RaftRegistryServiceImpl.startQueryMetadata` does. The loop is the one both Seata
+//! HTTP backends run ([`crate::seata_http::follow`]); here is what it asks of the TCs.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use meshline_registry_core::{Backoff, WatchScope};
+use meshline_registry_core::{Backoff, Instance};
 
-use super::Inner;
 use super::client::CallError;
+use super::{Inner, KIND};
+use crate::seata_http::follow::Source;
 
-/// Follows `scope`'s raft group from `term` until the scope stops.
-pub(super) async fn follow(inner: Arc<Inner>, scope: WatchScope, mut term: i64) {
-    let group = scope.cluster().to_string();
-    let asks = scope.refresher();
-    let mut backoff = Backoff::default();
-    let mut last_read = Instant::now();
-    let mut healthy = true;
-    loop {
-        if scope.is_stopped() {
-            return;
-        }
-        let due = last_read.elapsed() >= inner.metadata_max_age;
-        let changed = if due || !healthy {
-            Ok(true)
-        } else {
-            tokio::select! {
-                _ = scope.stopped() => return,
-                r = inner.watch(&group, term) => r,
-                // A client learned from a TC that the list is out of date (a
-                // follower answered `NotRaftLeader`).
-                _ = asks.requested() => Ok(true),
-            }
+/// A raft group is followed by the loop of [`crate::seata_http::follow`].
+impl Source for Inner {
+    type Error = CallError;
+
+    fn period(&self) -> Duration {
+        self.metadata_max_age
+    }
+
+    async fn poll(&self, group: &str, term: i64) -> Result<bool, CallError> {
+        self.watch(group, term).await
+    }
+
+    async fn read(&self, group: &str) -> Result<(Vec<Instance>, i64), CallError> {
+        self.metadata(group).await.map(|m| (m.listed(), m.term))
+    }
+
+    fn failed(e: CallError, backoff: &mut Backoff) -> (String, Duration) {
+        let reason = e.describe().to_string();
+        let wait = match e {
+            // A wrong password stays wrong: retry slowly.
+            CallError::LoginRefused(_) => Duration::from_secs(10),
+            _ => backoff.next_delay(),
         };
-        let result = match changed {
-            Ok(false) => Ok(None),
-            Ok(true) => tokio::select! {
-                _ = scope.stopped() => return,
-                r = inner.metadata(&group) => r.map(Some),
-            },
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(None) => {}
-            Ok(Some(m)) => {
-                term = m.term;
-                last_read = Instant::now();
-                scope.publish_read(m.listed());
-                if !healthy {
-                    tracing::info!(
-                        registry = super::KIND,
-                        group,
-                        "metadata read again; following"
-                    );
-                }
-                healthy = true;
-                backoff.reset();
-            }
-            Err(e) => {
-                let reason = e.describe().to_string();
-                if healthy {
-                    tracing::warn!(registry = super::KIND, group, error = %reason, "cannot follow the raft group; keeping the last list");
-                }
-                scope.mark_stale(&reason);
-                healthy = false;
-                let wait = match e {
-                    // A wrong password stays wrong: retry slowly.
-                    CallError::LoginRefused(_) => std::time::Duration::from_secs(10),
-                    _ => backoff.next_delay(),
-                };
-                if !scope.sleep(wait).await {
-                    return;
-                }
-            }
-        }
+        (reason, wait)
+    }
+
+    fn log_recovered(group: &str) {
+        tracing::info!(registry = KIND, group, "metadata read again; following");
+    }
+
+    fn log_failing(group: &str, reason: &str) {
+        tracing::warn!(registry = KIND, group, error = %reason, "cannot follow the raft group; keeping the last list");
     }
 }
 

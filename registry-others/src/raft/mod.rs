@@ -65,7 +65,9 @@ use async_trait::async_trait;
 use meshline_registry_core::{Config, Instance, Lifecycle, RegistryError, RegistryService, Watch};
 
 use crate::common::empty_policy;
+use crate::seata_http::follow::{Source, follow};
 use crate::seata_http::{Login, Servers};
+use crate::tls::tls_feature;
 
 mod client;
 mod follow;
@@ -117,8 +119,7 @@ impl RaftRegistry {
             "registry.raft.serverAddr",
             KIND,
             "raft",
-            cfg!(feature = "raft-tls"),
-            "raft-tls",
+            tls_feature!("raft-tls"),
         )?;
         let inner = Arc::new(Inner {
             servers,
@@ -196,15 +197,14 @@ impl RegistryService for RaftRegistry {
         let follower = inner.clone();
         let first_read = || async {
             inner
-                .metadata(cluster)
+                .read(cluster)
                 .await
-                .map(|m| (m.listed(), m.term))
                 .map_err(|e| e.into_registry(&inner.servers.shown(), &format!("watch `{cluster}`")))
         };
         inner
             .life
             .watch(cluster, first_read, move |term, scope| {
-                follow::follow(follower, scope, term)
+                follow(follower, scope, term)
             })
             .await
     }

@@ -233,9 +233,8 @@ impl RegistryService for RedisRegistry {
 impl Drop for RedisRegistry {
     /// Best effort: deletes our keys now rather than after the TTL.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { remove_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move { remove_all(&inner).await });
     }
 }

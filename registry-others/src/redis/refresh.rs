@@ -15,35 +15,16 @@ impl Inner {
     }
 
     pub(super) async fn write_key(&self, key: &str) -> Result<(), RegistryError> {
-        let ttl = self.ttl_secs();
-        let identity = self.identity.clone();
-        self.servers
-            .run("setex", |mut c| {
-                let identity = identity.clone();
-                async move {
-                    redis::cmd("SETEX")
-                        .arg(key)
-                        .arg(ttl)
-                        .arg(identity)
-                        .query_async::<()>(&mut c)
-                        .await
-                }
-            })
-            .await
+        let mut setex = redis::cmd("SETEX");
+        setex.arg(key).arg(self.ttl_secs()).arg(&self.identity);
+        self.servers.query::<()>("setex", &setex).await
     }
 
     pub(super) async fn announce(&self, chan: &str, message: String) -> Result<(), RegistryError> {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(chan).arg(message);
         self.servers
-            .run("publish", |mut c| {
-                let message = message.clone();
-                async move {
-                    redis::cmd("PUBLISH")
-                        .arg(chan)
-                        .arg(message)
-                        .query_async::<i64>(&mut c)
-                        .await
-                }
-            })
+            .query::<i64>("publish", &publish)
             .await
             .map(|_| ())
     }
@@ -55,9 +36,7 @@ impl Inner {
         addr: &str,
     ) -> Result<(), RegistryError> {
         self.servers
-            .run("del", |mut c| async move {
-                redis::cmd("DEL").arg(key).query_async::<i64>(&mut c).await
-            })
+            .query::<i64>("del", redis::cmd("DEL").arg(key))
             .await?;
         self.announce(chan, format!("{addr}-unregister")).await
     }

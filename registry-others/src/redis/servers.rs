@@ -12,6 +12,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConn
 
 use super::{KIND, RedisSettings};
 use crate::common::split_addrs;
+use crate::tls::tls_feature;
 
 fn redis_err(server: &str, op: &str, e: redis::RedisError) -> RegistryError {
     RegistryError::backend(KIND, server, op.to_string(), e)
@@ -82,13 +83,7 @@ impl Servers {
         if let Some(a) = addrs.iter().find(|a| a.starts_with("rediss://")) {
             tls.asked_by_url(a);
         }
-        let material = crate::tls::prepare(
-            &tls,
-            KIND,
-            "redis",
-            cfg!(feature = "redis-tls"),
-            "redis-tls",
-        )?;
+        let material = crate::tls::prepare(&tls, KIND, "redis", tls_feature!("redis-tls"))?;
         #[cfg(feature = "redis-tls")]
         if let Some(m) = &material {
             crate::tls::refuse_server_name(m, "redis")?;
@@ -192,6 +187,20 @@ impl Servers {
             self.next
                 .store((idx + 1) % self.clients.len(), Ordering::Relaxed);
         }
+    }
+
+    /// Runs `cmd`, built once, with [`run`](Self::run)'s failover, reading its answer
+    /// as `T`.
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RegistryError> {
+        self.run(
+            op,
+            |mut c| async move { cmd.query_async::<T>(&mut c).await },
+        )
+        .await
     }
 
     /// Runs one command (or pipeline) with failover: a broken connection is dropped and

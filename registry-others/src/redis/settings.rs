@@ -115,8 +115,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_timeout_zero_is_the_jedis_command_timeout() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = RedisSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(RedisSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "localhost:6379", "{name}");
             assert_eq!(s.db, 0, "{name}");

@@ -170,16 +170,13 @@ impl Login {
     /// configured; a 401/403 logs in again and repeats the call once. A server that
     /// wants a login when none is configured is [`LoginError::Refused`]; one that does
     /// not answer, [`LoginError::Unreachable`].
-    pub(crate) async fn send<F>(
+    pub(crate) async fn send(
         &self,
         base: &str,
         what: &str,
         timeout: Duration,
-        make: &F,
-    ) -> Result<Reply, LoginError>
-    where
-        F: Fn(&str) -> reqwest::RequestBuilder,
-    {
+        make: &impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> Result<Reply, LoginError> {
         let mut renew = false;
         loop {
             let token = self.token(base, renew).await?;
@@ -206,17 +203,14 @@ impl Login {
     /// `servers` then asks first. A refused login ends the round at once (the servers of
     /// one cluster share their users); servers that did not answer, or answered the
     /// login with no token, are named together.
-    pub(crate) async fn send_first<F>(
+    pub(crate) async fn send_first(
         &self,
         servers: &Servers,
         bases: Vec<String>,
         what: &str,
         timeout: Duration,
-        make: &F,
-    ) -> Result<Reply, LoginError>
-    where
-        F: Fn(&str) -> reqwest::RequestBuilder,
-    {
+        make: &impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> Result<Reply, LoginError> {
         let mut failures = Vec::new();
         for base in bases {
             match self.send(&base, what, timeout, make).await {

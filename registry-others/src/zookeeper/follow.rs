@@ -25,12 +25,7 @@ impl Inner {
             Ok(Ok(children)) => Ok(parse_children(cluster, &children)),
             Ok(Err(zk::Error::NoNode)) => Ok(Vec::new()),
             Ok(Err(e)) => Err(self.err("list children", e)),
-            Err(_) => Err(RegistryError::timeout(
-                super::KIND,
-                &self.settings.connect_string,
-                "list children",
-                after,
-            )),
+            Err(_) => Err(self.timed_out("list children", after)),
         }
     }
 }

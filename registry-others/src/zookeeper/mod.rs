@@ -90,6 +90,7 @@ pub use centre::ZkCentre;
 pub use layout::{cluster_path, instance_path};
 pub use settings::ZkSettings;
 
+use crate::tls::tls_feature;
 use follow::watch_loop;
 use layout::check_cluster;
 use session::{new_session, session_loop};
@@ -124,13 +125,7 @@ impl Settings {
         let auth = c.username.as_ref().map(|u| {
             format!("{u}:{}", c.password.as_ref().map_or("", |p| p.expose())).into_bytes()
         });
-        let tls = crate::tls::prepare(
-            &c.tls,
-            KIND,
-            "zk",
-            cfg!(feature = "zookeeper-tls"),
-            "zookeeper-tls",
-        )?;
+        let tls = crate::tls::prepare(&c.tls, KIND, "zk", tls_feature!("zookeeper-tls"))?;
         Ok(Settings {
             connect_string,
             session_timeout: c.session_timeout,
@@ -213,6 +208,11 @@ impl Inner {
     /// A client-library error of `op`, naming our servers.
     fn err(&self, op: &str, e: zk::Error) -> RegistryError {
         zk_err(&self.settings.connect_string, op, e)
+    }
+
+    /// The error of `op` that did not finish within `after`, naming our servers.
+    fn timed_out(&self, op: &'static str, after: Duration) -> RegistryError {
+        RegistryError::timeout(KIND, &self.settings.connect_string, op, after)
     }
 
     /// How long an unregister (or one background retry of it) waits: the connect
@@ -399,12 +399,7 @@ impl Inner {
         };
         match tokio::time::timeout(limit, deleting).await {
             Ok(r) => r,
-            Err(_) => Err(RegistryError::timeout(
-                KIND,
-                &self.settings.connect_string,
-                "delete",
-                limit,
-            )),
+            Err(_) => Err(self.timed_out("delete", limit)),
         }
     }
 }
@@ -501,10 +496,9 @@ async fn delete_all(inner: &Inner) -> Result<(), RegistryError> {
 impl Drop for ZookeeperRegistry {
     /// Best effort: deletes our nodes now rather than after the session timeout.
     fn drop(&mut self) {
-        let inner = self.inner.clone();
         self.inner
             .life
-            .close_on_drop(move || async move { delete_all(&inner).await });
+            .close_on_drop_with(&self.inner, |inner| async move { delete_all(&inner).await });
     }
 }
 

@@ -29,14 +29,7 @@ impl Inner {
             Some(Ok(names)) => names,
             Some(Err(zk::Error::NoNode)) => return Ok(Vec::new()),
             Some(Err(e)) => return Err(self.err("list children of /registry/zk", e)),
-            None => {
-                return Err(RegistryError::timeout(
-                    super::KIND,
-                    &self.settings.connect_string,
-                    "list children of /registry/zk",
-                    after,
-                ));
-            }
+            None => return Err(self.timed_out("list children of /registry/zk", after)),
         };
         names.retain(|n| n != cluster);
         names.sort();
@@ -63,14 +56,7 @@ impl Inner {
                 // Deleted between the two listings: nothing there.
                 Some(Err(zk::Error::NoNode)) => continue,
                 Some(Err(e)) => return Err(self.err("list children", e)),
-                None => {
-                    return Err(RegistryError::timeout(
-                        super::KIND,
-                        &self.settings.connect_string,
-                        "list children",
-                        after,
-                    ));
-                }
+                None => return Err(self.timed_out("list children", after)),
             };
             let mut members = parse_children(name, &children);
             if members.is_empty() {

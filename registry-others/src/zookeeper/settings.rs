@@ -66,8 +66,7 @@ mod tests {
 
     #[test]
     fn seata_shipped_files() {
-        for &name in meshline_testkit::SEATA_CLIENT_FILES {
-            let s = ZkSettings::from_config(&meshline_testkit::seata_shipped(name)).unwrap();
+        for (name, s) in meshline_testkit::seata_shipped_settings(ZkSettings::from_config) {
             assert!(s.warnings.is_empty(), "{name}: {:?}", s.warnings);
             assert_eq!(s.server_addr, "127.0.0.1:2181", "{name}");
             // Seata's keys, Seata's unit: `sessionTimeout = 6000` is 6 s.

@@ -138,7 +138,9 @@ impl ClusterGuard {
 
     /// Requests whose call failed without an answer (not written, no endpoint, or
     /// written to a connection that died, for modules with `replay`) and that were held
-    /// to be sent again, so far.
+    /// to be sent again, so far. A request counts once however many of its attempts
+    /// failed: a re-send can itself meet the dying connection (not written) before the
+    /// pool has noticed it, and the count is of requests, not of attempts.
     pub fn resent_total(&self) -> u64 {
         self.resent.load(Ordering::Relaxed)
     }
@@ -382,6 +384,7 @@ impl Protection {
         let cluster = pass.cluster;
         let mut deadline = None;
         let mut hold = false;
+        let mut resent = false;
         let result = loop {
             // Nothing held and an endpoint alive: the fast path, straight to the call.
             hold = hold || !cluster.hold.is_empty() || client.alive().is_empty();
@@ -412,7 +415,10 @@ impl Protection {
                     if let Some(f) = Failure::of(&e) {
                         cluster.count_error(f);
                     }
-                    cluster.resent.fetch_add(1, Ordering::Relaxed);
+                    if !resent {
+                        cluster.resent.fetch_add(1, Ordering::Relaxed);
+                        resent = true;
+                    }
                     hold = true;
                 }
                 other => break other.map_err(Denied::Route),

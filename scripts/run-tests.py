@@ -30,11 +30,16 @@ would, in three phases so that waiting does not add up:
    beside them: their sources say "runs alone:" (a compile beside them, even at idle
    priority, takes caches and memory bandwidth from the load they measure).
 
+The build compiles the benches too (not run): with clippy-driver as the workspace
+wrapper (scripts/test.sh sets it) the build is the workspace's clippy, and any warning
+of a workspace crate, rustc's or clippy's, fails the run once the tests have run (so
+one run still reports every failing test).
+
 In the first two phases a binary's output, and each command's, is printed whole when
 it ends, so outputs never interleave; a failing command fails the run. Every binary runs from its
 package's folder with cargo's `CARGO_MANIFEST_DIR`/`CARGO_PKG_*` variables, as under
 `cargo test`. Exit status: 0 when every binary, the doc tests and the commands passed;
-otherwise 101 (cargo's) after naming each failure.
+otherwise 101 (cargo's) after naming each failure (a warning of the build among them).
 
 Usage: scripts/run-tests.py [--lanes N] [--features F] [--alongside CMD] [--background CMD]
 (scripts/test.sh runs it)
@@ -153,28 +158,46 @@ class Binary:
             return False
         return self.name in SHARED_PACKAGES or BESIDE_MARKER in self._text
 
-def build(features):
-    """Builds every test binary (cargo's diagnostics go to our stderr) and lists them."""
-    cmd = [
-        "cargo", "test", "--workspace", "--no-fail-fast", "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]
-    if features:
-        cmd += ["--features", features]
+def cargo_build(cmd):
+    """Runs a `cargo ... --message-format=json` build: prints each compiler message as
+    cargo would (rendered, to stderr) and returns the JSON messages and the warnings
+    of the workspace's own crates (the dependencies' lints are capped)."""
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    messages, warnings = [], []
+    for line in proc.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        messages.append(msg)
+        if msg.get("reason") != "compiler-message":
+            continue
+        diag = msg["message"]
+        sys.stderr.write(diag.get("rendered") or diag.get("message", "") + "\n")
+        if diag.get("level") == "warning" and diag.get("spans"):
+            warnings.append(f"{msg['target']['src_path']}: {diag.get('message')}")
+    sys.stderr.flush()
     if proc.returncode != 0:
         sys.exit(proc.returncode)
+    return messages, warnings
+
+
+def build(features):
+    """Builds every test binary, and the benches (compiled, not run: under
+    `RUSTC_WORKSPACE_WRAPPER=clippy-driver` that is what lints them), and lists the
+    test binaries and the workspace's warnings."""
+    cmd = ["cargo", "test", "--workspace", "--no-fail-fast", "--no-run", "--message-format=json"]
+    if features:
+        cmd += ["--features", features]
+    messages, warnings = cargo_build(cmd)
+    warnings += cargo_build(cmd + ["--benches"])[1]
     meta = json.loads(subprocess.run(
         ["cargo", "metadata", "--format-version", "1", "--no-deps"],
         stdout=subprocess.PIPE, text=True, check=True).stdout)
     packages = {p["id"]: p for p in meta["packages"]}
     root = Path(meta["workspace_root"])
     binaries = []
-    for line in proc.stdout.splitlines():
-        try:
-            msg = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for msg in messages:
         if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
             continue
         if not msg["profile"]["test"]:
@@ -186,7 +209,7 @@ def build(features):
         b = Binary(msg, root)
         b.name, b.version = pkg["name"], pkg["version"]
         binaries.append(b)
-    return root, meta["target_directory"], binaries
+    return root, meta["target_directory"], binaries, warnings
 
 
 def run_captured(b, results, lock, lane):
@@ -240,7 +263,7 @@ def main():
     ap.add_argument("--background", default="")
     args = ap.parse_args()
 
-    root, target_dir, binaries = build(args.features)
+    root, target_dir, binaries, warnings = build(args.features)
     durations_file = Path(target_dir) / "test-durations.json"
     try:
         known = json.loads(durations_file.read_text())
@@ -326,6 +349,13 @@ def main():
     for code, took, label in slowest:
         print(f"   {took:6.1f} s  {label}")
     failed = [label for code, _, label in results.values() if code != 0] + failed_cmds
+    if warnings:
+        print(f"error: the test build warned ({len(warnings)}; rendered above the tests):",
+              file=sys.stderr)
+        for w in warnings:
+            print(f"   {w}", file=sys.stderr)
+        failed.append("the test build's warnings (rustc's, and clippy's when it is the "
+                      "workspace wrapper)")
     if failed:
         print("error: test failed in: " + ", ".join(sorted(failed)), file=sys.stderr)
         sys.exit(101)

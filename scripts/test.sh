@@ -109,7 +109,22 @@ while read -r name hex; do
 done < <(bash scripts/seata-proto-vectors.sh)
 echo "ok: $(bash scripts/seata-proto-vectors.sh | wc -l) vectors"
 
-step "cargo test; beside its tests, at idle priority: clippy, cargo doc, the doc tests and the builds of the checks after it"
+step "cargo test, clippy in its build; beside its tests, at idle priority: the other lints, cargo doc, the doc tests and the builds of the checks after it"
+# Clippy lints the workspace as the test build compiles it: clippy-driver as cargo's
+# workspace wrapper (what `cargo clippy` sets for a check), with clippy's default lints
+# at warn, and run-tests.py fails the run on any warning of the build (rustc's or
+# clippy's) once the tests have run: what `cargo clippy --workspace --all-targets -- -D
+# warnings` holds, without checking the workspace and every dependency a second time
+# (1.5-2 minutes of CPU a run). Every later cargo command that builds the workspace's
+# crates keeps both variables: they are part of an artifact's hash, and a change would
+# compile the workspace again (the doc tests, the file-only CLI, the Nacos TLS build).
+clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
+if [ ! -x "$clippy_driver" ]; then
+  echo "scripts/test.sh: clippy is not installed ($clippy_driver missing): rustup component add clippy" >&2
+  exit 1
+fi
+export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
+export CLIPPY_ARGS=""
 # The fault tests' measured figures (meshline_testkit::figures): gathered in one file
 # and printed after the tests, pass or fail, so a full run's figures are on record
 # (docs/faults.md quotes them).
@@ -133,7 +148,7 @@ tc_server="${CARGO_TARGET_DIR:-target}/debug/tc-server"
 case $tc_server in /*) ;; *) tc_server="$PWD/$tc_server" ;; esac
 tests_status=0
 TESTSH_FIGURES="$figures" python3 scripts/run-tests.py --lanes 3 --features "$FEATURES" \
-  --alongside "FEATURES='$FEATURES' bash scripts/lint.sh" \
+  --alongside "FEATURES='$FEATURES' CLIPPY_IN_TEST_BUILD=1 bash scripts/lint.sh" \
   --background "TC_SERVER='$tc_server' bash scripts/builds-beside-tests.sh" || tests_status=$?
 step "figures the fault tests measured in this run"
 cat "$figures"

@@ -11,7 +11,8 @@
 #      its package); the other is the README's "Use it" program, taken from README.md
 #      as written, with the README's dependencies: built and run against a
 #      `tc-server`, it must print the transaction's XID and `Committed`. The CLI (a
-#      binary only) is checked from its package with the same patches.
+#      binary only), its package a third member, is checked with `libs`. The workspace's
+#      profiles are the consumer's too (scripts/toml-profiles.py).
 # Why not `cargo package`'s own verification: it builds every crate from its package in
 # a target of its own, each dependent again with its own features (meshline-registry-core
 # was compiled 9 times), 3 minutes of a fresh run; and it could not share the
@@ -132,11 +133,18 @@ EOF
   done
 } >"$consumer/libs/Cargo.toml"
 : >"$consumer/libs/src/lib.rs"
+# The CLI (a binary only) from its package, a member beside them: checked with `libs`,
+# in one feature resolution.
+members='"app", "libs"'
+if grep -qx meshline-cli <<<"$publishable"; then
+  cp -r "$work/crates/meshline-cli-$version" "$consumer/cli"
+  members+=', "cli"'
+fi
 {
   cat <<EOF
 # Its own workspace: not a member of the one it sits under.
 [workspace]
-members = ["app", "libs"]
+members = [$members]
 resolver = "3"
 
 [patch.crates-io]
@@ -144,39 +152,31 @@ EOF
   for name in $publishable; do
     echo "$name = { path = \"$work/crates/$name-$version\" }"
   done
+  # The workspace's profiles, as its Cargo.toml writes them: a profile's settings are
+  # part of every artifact's hash (the dependencies' `debug = false` above all), so
+  # with the same profiles a dependency this consumer shares with the workspace's
+  # builds (same version, same features) is not compiled again. Without them every
+  # dependency was, checked and built: about 100 s of a run.
+  python3 scripts/toml-profiles.py Cargo.toml
 } >"$consumer/Cargo.toml"
 # The workspace's lock: the consumer's crates.io dependencies resolve to the versions
 # already built in the shared target dir.
 cp Cargo.lock "$consumer/Cargo.lock"
-# The CLI's patch is reported by cargo as unused, which is expected: the build's log is
-# shown on failure.
+check_args=(-p meshline-libs)
+[ ! -d "$consumer/cli" ] || check_args+=(-p meshline-cli)
 if ! CARGO_TARGET_DIR="$target" build check --quiet --manifest-path "$consumer/Cargo.toml" \
-  -p meshline-libs 2>"$work/consumer-build.log"; then
+  "${check_args[@]}" 2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
-  echo "package-check: a packaged library does not compile from its package" >&2
+  echo "package-check: a packaged crate does not compile from its package" >&2
   exit 1
 fi
 echo "every packaged library compiles from its package"
+[ ! -d "$consumer/cli" ] || echo "meshline-cli $version compiles from its package"
 if ! CARGO_TARGET_DIR="$target" build build --quiet --manifest-path "$consumer/Cargo.toml" \
   -p meshline-consumer 2>>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2
   echo "package-check: the README's program does not build from the packages" >&2
   exit 1
-fi
-# The CLI from its package, its meshline crates patched to the packages as above.
-if grep -qx meshline-cli <<<"$publishable"; then
-  patches=()
-  for name in $publishable; do
-    patches+=(--config "patch.crates-io.$name.path=\"$work/crates/$name-$version\"")
-  done
-  # `check`: a build would put this `meshline` binary where the workspace's own goes.
-  if ! CARGO_TARGET_DIR="$target" build check --quiet --manifest-path "$work/crates/meshline-cli-$version/Cargo.toml" \
-    "${patches[@]}" 2>"$work/cli-build.log"; then
-    cat "$work/cli-build.log" >&2
-    echo "package-check: meshline-cli does not build from its package" >&2
-    exit 1
-  fi
-  echo "meshline-cli $version compiles from its package"
 fi
 # Where each crate of the consumer's graph came from: meshline from its unpacked
 # package, none from the workspace's folders.

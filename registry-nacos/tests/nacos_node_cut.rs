@@ -22,14 +22,17 @@
 //!   (rnacos, checked every 3 s), but by then R's registration is owned by the node R
 //!   moved to: it never leaves O's watch, watched for [`WATCHED_FOR`] after the cut.
 //! - After the node is restored: within [`SETTLE_BOUND`] every node lists exactly R and
-//!   O's member; then R unregisters (closes), and within [`REMOVED_AFTER_CLOSE`] no node
-//!   lists R; R's check after close says so, and warns of nothing. (nacos-sdk 0.8.3,
+//!   O's member; the restored node's end of R's old connection (closed by R when it
+//!   moved, its FIN lost in the cut) ends when R's kernel sends the FIN again, within
+//!   the time since the close and two seconds; then R unregisters (closes), and within
+//!   [`REMOVED_AFTER_CLOSE`] no node lists R; R's check after close says so, and warns of nothing. (nacos-sdk 0.8.3,
 //!   the client before ours, left R listed on every node for as long as its process
 //!   lived after one cut in five to one in two: it kept the replaced connection open.)
 //!
 //! The figures are printed and stated in docs/faults.md. Needs root, iproute2,
 //! nftables and rnacos; elsewhere it is skipped with the reason printed.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use meshline_registry_core::{Config, RegistryService, Watch};
@@ -150,6 +153,44 @@ fn nodes_of(cluster: &RnacosCluster, host: &Host) -> Vec<usize> {
         .into_iter()
         .filter_map(|a| cluster.node_at(a))
         .collect()
+}
+
+/// Whether node `i` has an established connection from `peer` to its gRPC port (seen
+/// from the node's host).
+fn node_holds_connection_from(cluster: &RnacosCluster, i: usize, peer: IpAddr) -> bool {
+    let out = cluster
+        .host(i)
+        .exec(&["ss", "-Htn", "state", "established"])
+        .expect("ss");
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let mut ends = l
+            .split_whitespace()
+            .filter_map(|f| f.parse::<SocketAddr>().ok());
+        matches!((ends.next(), ends.next()),
+            (Some(local), Some(remote)) if local.port() == 9848 && remote.ip() == peer)
+    })
+}
+
+/// Waits until node `i` no longer has a connection from `peer` (R's host); returns
+/// when, from `from`, failing past `bound`.
+async fn old_connection_ends(
+    cluster: &RnacosCluster,
+    i: usize,
+    peer: IpAddr,
+    from: Instant,
+    bound: Duration,
+) -> Duration {
+    loop {
+        if !tokio::task::block_in_place(|| node_holds_connection_from(cluster, i, peer)) {
+            return from.elapsed();
+        }
+        assert!(
+            from.elapsed() < bound,
+            "node {} still holds R's old connection {bound:?} after the restore",
+            i + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The one node R is connected to, waiting up to `within`.
@@ -371,8 +412,18 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
     );
 
     // 2. Restore the node: every node agrees, then R's unregistering reaches every node.
+    // R closed its connection to the cut node when it moved, but the FIN went into the
+    // blackhole, and until the node has it the node keeps that connection and the
+    // registration R made on it (Nacos removes an ephemeral instance only with the
+    // connection that registered it). R's kernel sends the FIN again with a timeout
+    // that doubles at every try, so the next try reaches the restored node at most as
+    // long after the restore as the close was before it, and an initial timeout: that
+    // ends the old connection whatever R does, and is waited for before R closes, whose
+    // deregistration can remove only what its current connection owns.
     cluster.restore(on).expect("restore");
     let restored = Instant::now();
+    let fin_bound = restored.duration_since(t + moved_at) + Duration::from_secs(2);
+    let old_ended = old_connection_ends(&cluster, on, client_host.ip(), restored, fin_bound).await;
     let agreed = all_nodes_list(&cluster, &[ME, ADDED], restored, SETTLE_BOUND).await;
     drop(rw);
     r.close().await.expect("close R");
@@ -397,9 +448,11 @@ async fn a_cut_node_is_left_within_seconds_and_the_registration_survives_it() {
     meshline_testkit::figures::report(
         "nacos_node_cut",
         &format!(
-            "node {} restored: every node lists R and O's member {agreed:?} after; R closed: \
+            "node {} restored: R's old connection to it ended {old_ended:?} after (R closed \
+             it {:?} before), every node lists R and O's member {agreed:?} after; R closed: \
              gone from every node {removed:?} after, from O's watch {o_removed:?} after",
-            on + 1
+            on + 1,
+            restored.duration_since(t + moved_at)
         ),
     );
     drop(ow);

@@ -482,26 +482,33 @@ async fn dropping_lobby(w: &World, drops: usize, seen: Arc<Mutex<Vec<Attempt>>>)
     .await
 }
 
+/// One lobby request, answered `hello` by a [`dropping_lobby`] after `drops` attempts
+/// that died: every attempt the backend saw, and the lobby's `resent_total` after.
+async fn sent_after_drops(drops: usize) -> (Vec<Attempt>, u64) {
+    let w = world(0, |_| {}).await;
+    let seen: Arc<Mutex<Vec<Attempt>>> = Arc::default();
+    let _server = dropping_lobby(&w, drops, seen.clone()).await;
+    wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(5)).await;
+    let p = w.player("resent").await;
+    let answer = p.request(modules::LOBBY, 2, &b"hello"[..]).await.unwrap();
+    assert_eq!(&answer[..], b"hello", "answered once, by the last attempt");
+    let seen = seen.lock().unwrap().clone();
+    let lobby = w.gateway.protection().cluster("lobby").unwrap();
+    (seen, lobby.resent_total())
+}
+
 /// A stateless request written to a backend whose connection then dies is sent again
 /// (at least once, on purpose): the re-send carries the first attempt's trace id and
 /// `rs=1`, so a backend that must apply it once can tell it is the same request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
-    let w = world(0, |_| {}).await;
-    let seen: Arc<Mutex<Vec<Attempt>>> = Arc::default();
-    let _server = dropping_lobby(&w, 1, seen.clone()).await;
-    wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(5)).await;
-    let p = w.player("twice").await;
-    let answer = p.request(modules::LOBBY, 2, &b"hello"[..]).await.unwrap();
-    assert_eq!(&answer[..], b"hello", "answered once, by the re-send");
-    let seen = seen.lock().unwrap().clone();
+    let (seen, resent) = sent_after_drops(1).await;
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[0].1, None, "the first attempt is not marked: {seen:?}");
     assert_eq!(seen[1].1.as_deref(), Some("1"), "the re-send is: {seen:?}");
     assert_eq!(seen[0].0, seen[1].0, "one trace id for both: {seen:?}");
     assert_eq!(seen[0].0.len(), 16, "{seen:?}");
-    let lobby = w.gateway.protection().cluster("lobby").unwrap();
-    assert_eq!(lobby.resent_total(), 1);
+    assert_eq!(resent, 1);
 }
 
 /// `resent_total` counts requests, not attempts: a request whose re-send dies too, and
@@ -509,14 +516,7 @@ async fn a_request_sent_again_keeps_its_trace_id_and_says_so() {
 /// the dying connection before the pool has noticed, not written: the same count.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_sent_again_twice_counts_once() {
-    let w = world(0, |_| {}).await;
-    let seen: Arc<Mutex<Vec<Attempt>>> = Arc::default();
-    let _server = dropping_lobby(&w, 2, seen.clone()).await;
-    wait_alive(&w.gateway, "lobby", 1, Duration::from_secs(5)).await;
-    let p = w.player("thrice").await;
-    let answer = p.request(modules::LOBBY, 2, &b"hello"[..]).await.unwrap();
-    assert_eq!(&answer[..], b"hello", "answered by the third attempt");
-    let seen = seen.lock().unwrap().clone();
+    let (seen, resent) = sent_after_drops(2).await;
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert_eq!(seen[0].1, None, "the first attempt is not marked: {seen:?}");
     assert!(
@@ -525,6 +525,5 @@ async fn a_request_sent_again_twice_counts_once() {
             .all(|(trace, mark)| *trace == seen[0].0 && mark.as_deref() == Some("1")),
         "both re-sends carry the first attempt's trace id and rs=1: {seen:?}"
     );
-    let lobby = w.gateway.protection().cluster("lobby").unwrap();
-    assert_eq!(lobby.resent_total(), 1, "one request, sent again (twice)");
+    assert_eq!(resent, 1, "one request, sent again (twice)");
 }

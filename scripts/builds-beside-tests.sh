@@ -19,20 +19,13 @@ echo "== nacos-tls: its tests built, and linted"
 # Under scripts/test.sh, clippy-driver is the workspace wrapper (RUSTC_WORKSPACE_WRAPPER):
 # this build is the Nacos TLS build's clippy, and a warning fails it as `cargo clippy
 # -- -D warnings` would.
-log=$(mktemp)
-if ! chrt --idle 0 cargo test --quiet -p meshline-registry-nacos --features tls --lib \
-  --test nacos_tls_build_plain_server --no-run 2>"$log"; then
-  cat "$log" >&2
-  rm -f "$log"
-  exit 1
-fi
-cat "$log" >&2
-if grep -q '^warning' "$log"; then
-  rm -f "$log"
+out=$(chrt --idle 0 cargo test --quiet -p meshline-registry-nacos --features tls --lib \
+  --test nacos_tls_build_plain_server --no-run 2>&1) || { echo "$out" >&2; exit 1; }
+[ -z "$out" ] || echo "$out" >&2
+if grep -q '^warning' <<<"$out"; then
   echo "builds-beside-tests: the Nacos TLS build warned (above)" >&2
   exit 1
 fi
-rm -f "$log"
 echo "== the file-only CLI built"
 chrt --idle 0 cargo build --quiet -p meshline-cli --no-default-features --features file
 echo "== every publishable crate packages; a consumer built from the packages runs the README's program"

@@ -20,7 +20,7 @@ TEST = re.compile(r"#\[(test|tokio::test\b[^\]]*|cfg\(test\))\]")
 def sources(target):
     src = Path(target["src_path"])
     if "lib" in target["kind"]:
-        return [p for p in src.parent.rglob("*.rs") if "bin" not in p.relative_to(src.parent).parts[:1]]
+        return [p for p in src.parent.rglob("*.rs") if p.relative_to(src.parent).parts[0] != "bin"]
     if src.name == "main.rs":
         return sorted(src.parent.rglob("*.rs"))
     return [src]

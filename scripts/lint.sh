@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Clippy (warnings are errors) and the docs (warnings are errors), with the features
 # scripts/test.sh tests (FEATURES). CLIPPY_IN_TEST_BUILD=1 (scripts/test.sh): clippy
-# lints the workspace in the test builds instead (scripts/test.sh says why). scripts/test.sh runs this alongside the tests that
-# wait on servers (scripts/run-tests.py --alongside): it is CPU work, they mostly wait.
+# lints the workspace in the test builds instead (scripts/test.sh says why).
+# scripts/test.sh runs this alongside the tests that wait on servers
+# (scripts/run-tests.py --alongside): it is CPU work, they mostly wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FEATURES:?FEATURES: the features scripts/test.sh tests}"

@@ -136,9 +136,11 @@ EOF
 # The CLI (a binary only) from its package, a member beside them: checked with `libs`,
 # in one feature resolution.
 members='"app", "libs"'
+check_args=(-p meshline-libs)
 if grep -qx meshline-cli <<<"$publishable"; then
   cp -r "$work/crates/meshline-cli-$version" "$consumer/cli"
   members+=', "cli"'
+  check_args+=(-p meshline-cli)
 fi
 {
   cat <<EOF
@@ -162,8 +164,6 @@ EOF
 # The workspace's lock: the consumer's crates.io dependencies resolve to the versions
 # already built in the shared target dir.
 cp Cargo.lock "$consumer/Cargo.lock"
-check_args=(-p meshline-libs)
-[ ! -d "$consumer/cli" ] || check_args+=(-p meshline-cli)
 if ! CARGO_TARGET_DIR="$target" build check --quiet --manifest-path "$consumer/Cargo.toml" \
   "${check_args[@]}" 2>"$work/consumer-build.log"; then
   cat "$work/consumer-build.log" >&2

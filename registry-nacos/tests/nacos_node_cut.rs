@@ -32,7 +32,7 @@
 //! The figures are printed and stated in docs/faults.md. Needs root, iproute2,
 //! nftables and rnacos; elsewhere it is skipped with the reason printed.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use meshline_registry_core::{Config, RegistryService, Watch};
@@ -155,22 +155,6 @@ fn nodes_of(cluster: &RnacosCluster, host: &Host) -> Vec<usize> {
         .collect()
 }
 
-/// Whether node `i` has an established connection from `peer` to its gRPC port (seen
-/// from the node's host).
-fn node_holds_connection_from(cluster: &RnacosCluster, i: usize, peer: IpAddr) -> bool {
-    let out = cluster
-        .host(i)
-        .exec(&["ss", "-Htn", "state", "established"])
-        .expect("ss");
-    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
-        let mut ends = l
-            .split_whitespace()
-            .filter_map(|f| f.parse::<SocketAddr>().ok());
-        matches!((ends.next(), ends.next()),
-            (Some(local), Some(remote)) if local.port() == 9848 && remote.ip() == peer)
-    })
-}
-
 /// Waits until node `i` no longer has a connection from `peer` (R's host); returns
 /// when, from `from`, failing past `bound`.
 async fn old_connection_ends(
@@ -181,7 +165,8 @@ async fn old_connection_ends(
     bound: Duration,
 ) -> Duration {
     loop {
-        if !tokio::task::block_in_place(|| node_holds_connection_from(cluster, i, peer)) {
+        let clients = tokio::task::block_in_place(|| cluster.host(i).clients_on(9848)).expect("ss");
+        if !clients.iter().any(|a| a.ip() == peer) {
             return from.elapsed();
         }
         assert!(

@@ -217,6 +217,8 @@ fn a_host_runtime_connects_from_the_host_and_a_cut_of_it_partitions_it_alone() {
     assert_eq!(local.ip(), client.ip());
     assert_eq!(&got, b"hi");
     assert_eq!(client.peers_on(addr.port()).unwrap(), vec![addr]);
+    // And the server's host sees it from its side: the client's address on its port.
+    assert_eq!(server.clients_on(addr.port()).unwrap(), vec![local]);
     // A cut of the client's host: it reaches no server, while the test's namespace
     // still does.
     client.cut().unwrap();

@@ -434,15 +434,36 @@ impl Host {
     /// `port` (`ss` inside the namespace): which server a client run on this host
     /// ([`runtime`](Self::runtime)) is connected to.
     pub fn peers_on(&self, port: u16) -> Result<Vec<SocketAddr>, String> {
+        Ok(self
+            .established()?
+            .into_iter()
+            .filter_map(|(_, remote)| (remote.port() == port).then_some(remote))
+            .collect())
+    }
+
+    /// The peers of this host's established TCP connections to its local port `port`:
+    /// the clients a server run on this host has, as this host's kernel sees them (a
+    /// connection whose client has gone, its FIN lost, stays here until the FIN comes).
+    pub fn clients_on(&self, port: u16) -> Result<Vec<SocketAddr>, String> {
+        Ok(self
+            .established()?
+            .into_iter()
+            .filter_map(|(local, remote)| (local.port() == port).then_some(remote))
+            .collect())
+    }
+
+    /// This host's established TCP connections, (local, remote) (`ss` inside the
+    /// namespace).
+    fn established(&self) -> Result<Vec<(SocketAddr, SocketAddr)>, String> {
         let out = self.exec(&["ss", "-Htn", "state", "established"])?;
         Ok(String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| {
-                l.split_whitespace()
-                    .filter_map(|f| f.parse::<SocketAddr>().ok())
-                    .nth(1)
+                let mut ends = l
+                    .split_whitespace()
+                    .filter_map(|f| f.parse::<SocketAddr>().ok());
+                Some((ends.next()?, ends.next()?))
             })
-            .filter(|a| a.port() == port)
             .collect())
     }
 
